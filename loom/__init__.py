@@ -1,0 +1,76 @@
+"""loom: PyTorch-style deep learning over one lazy tensor DAG.
+
+Examples
+--------
+>>> import loom
+>>> x = loom.arange(6, dtype=loom.float32).reshape(2, 3)
+>>> x.sum(1).tolist()
+[3.0, 12.0]
+"""
+from loom import dtypes as _dtypes
+from loom.dtypes import (  # noqa: F401
+    DType as dtype, bfloat16, float16, float32, float64, int8, int16, int32, int64, uint8,
+    get_default_dtype, set_default_dtype, result_type as _result_type,
+)
+from loom.errors import AutogradError, DTypeError, GraphError, LoomError, LoomIndexError, ShapeError  # noqa: F401
+from loom.device import Device, device  # noqa: F401
+from loom.tensor import (  # noqa: F401
+    Generator, Size, Tensor, arange, as_tensor, bernoulli, default_generator, empty, empty_like, eye,
+    from_dlpack, from_numpy, full, full_like, get_rng_state, initial_seed, is_tensor, linspace, logspace,
+    manual_seed, multinomial, normal, numel, ones, ones_like, rand, rand_like, randint, randint_like, randn,
+    randn_like, randperm, realize, seed, set_rng_state, synchronize, tensor, zeros, zeros_like,
+)
+from loom.autograd import GradientTape, enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
+from loom import autograd, functional  # noqa: F401
+from loom.functional import install_methods as _install_methods
+
+bool = _dtypes.bool_  # noqa: A001  (PyTorch's spelling: loom.bool)
+float = float32  # noqa: A001
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+short = int16
+float_ = float32
+
+_install_methods(Tensor)
+
+# Every composite op is also a top-level function, as in PyTorch (loom.exp, loom.cat, ...).
+for _mod in functional._modules():
+    for _name in dir(_mod):
+        if not _name.startswith("_") and callable(getattr(_mod, _name)) and \
+                getattr(getattr(_mod, _name), "__module__", "") == _mod.__name__ and _name not in globals():
+            globals()[_name] = getattr(_mod, _name)
+del _mod, _name
+
+from loom import nn  # noqa: E402,F401
+
+
+def promote_types(a, b):
+    """The dtype PyTorch's promotion gives two dtypes."""
+    return _dtypes.promote_pair(_dtypes.as_dtype(a), _dtypes.as_dtype(b))
+
+
+def result_type(a, b):
+    return _result_type(a, b)
+
+
+def can_cast(from_, to) -> bool:
+    f, t = _dtypes.as_dtype(from_), _dtypes.as_dtype(to)
+    return f.category <= t.category
+
+
+def is_floating_point(t) -> bool:
+    return t.dtype.is_floating_point
+
+
+def set_printoptions(**kwargs) -> None:
+    import numpy as _np
+    _np.set_printoptions(**{k: v for k, v in kwargs.items() if k in ("precision", "threshold",
+                                                                        "edgeitems", "linewidth")})
+
+
+jit = None  # Replaced by loom.function when the compiler lands; kept out of the public API until then.
+del jit
+
+__version__ = "0.1.0"

@@ -1,0 +1,171 @@
+"""Reverse-mode differentiation over the recorded primitive history.
+
+Backward rules are written in primitives, so the gradient is more graph: with
+`create_graph=True` it is itself differentiable, to any order.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from loom.autograd.grad_mode import set_grad_enabled
+from loom.errors import AutogradError, fmt_shape
+from loom.ir.ops import wants_needs
+
+
+def _order(roots):
+    """Tensors reachable from `roots` through recorded history, consumers before producers."""
+    order, seen = [], set()
+    for root in roots:
+        if id(root) in seen:
+            continue
+        stack = [(root, False)]
+        while stack:
+            t, expanded = stack.pop()
+            if expanded:
+                order.append(t)
+                continue
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            stack.append((t, True))
+            if t._ctx is not None:
+                for i in t._ctx.inputs:
+                    if i.requires_grad and id(i) not in seen:
+                        stack.append((i, False))
+    order.reverse()
+    return order
+
+
+def _seed_grads(outputs, grad_outputs, op: str):
+    from loom.tensor import Tensor, ones_like
+    seeds = []
+    for k, out in enumerate(outputs):
+        if not isinstance(out, Tensor):
+            raise TypeError(f"loom.{op}: outputs must be Tensors, got {type(out).__name__}")
+        if not out.requires_grad:
+            raise AutogradError(f"loom.{op}: output {k} ({out.dtype.name}{fmt_shape(out.shape)}) does not "
+                                "require grad and has no grad_fn; nothing connects it to a tensor "
+                                "with requires_grad=True")
+        g = grad_outputs[k] if grad_outputs is not None else None
+        if g is None:
+            if out.numel() != 1:
+                raise AutogradError(f"loom.{op}: grad can be implicitly created only for scalar outputs; "
+                                    f"output {k} has shape {fmt_shape(out.shape)}, pass grad_outputs")
+            g = ones_like(out)
+        elif not isinstance(g, Tensor):
+            from loom.tensor import tensor
+            g = tensor(g, dtype=out.dtype)
+        if tuple(g.shape) != tuple(out.shape):
+            raise AutogradError(f"loom.{op}: grad_output {k} has shape {fmt_shape(g.shape)} but the "
+                                f"output has shape {fmt_shape(out.shape)}")
+        seeds.append(g.to(out.dtype))
+    return seeds
+
+
+def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None):
+    """Propagate gradients; returns {id(tensor): (tensor, grad)} for leaves or `stop_at` tensors."""
+    grads: dict[int, object] = {}
+    for out, g in zip(outputs, seeds):
+        grads[id(out)] = grads[id(out)] + g if id(out) in grads else g
+    found: dict[int, object] = {}
+    with set_grad_enabled(create_graph):
+        for t in _order(outputs):
+            g = grads.pop(id(t), None)
+            if g is None:
+                continue
+            if t._hooks:
+                for hook in t._hooks:
+                    new = hook(g)
+                    if new is not None:
+                        g = new
+            if stop_at is not None and id(t) in stop_at:
+                found[id(t)] = (t, g)
+                if t._ctx is None:
+                    continue
+            if t._ctx is None:
+                if stop_at is None:
+                    found[id(t)] = (t, g)
+                continue
+            if stop_at is None and t._retains_grad:
+                t.grad = g if create_graph else g.detach()
+            ctx = t._ctx
+            for inp, v in zip(ctx.inputs, ctx.versions):
+                if inp._version != v:
+                    raise AutogradError(
+                        f"loom.backward: an input of {ctx.name} ({inp.dtype.name}{fmt_shape(inp.shape)}) "
+                        f"was modified by an in-place operation after it was used (version {v} -> "
+                        f"{inp._version}); clone it before modifying it")
+            if wants_needs(ctx.prim):
+                in_grads = ctx.prim.vjp(g, *ctx.inputs, t, ctx.attrs,
+                                        needs=tuple(i.requires_grad for i in ctx.inputs))
+            else:
+                in_grads = ctx.prim.vjp(g, *ctx.inputs, t, ctx.attrs)
+            for inp, gi in zip(ctx.inputs, in_grads):
+                if gi is None or not inp.requires_grad:
+                    continue
+                if gi.dtype is not inp.dtype:
+                    gi = gi.to(inp.dtype)
+                key = id(inp)
+                grads[key] = grads[key] + gi if key in grads else gi
+    return found
+
+
+def backward(tensors: Sequence, grad_tensors: Sequence | None = None, retain_graph: bool | None = None,
+             create_graph: bool = False, inputs: Sequence | None = None) -> None:
+    """Accumulate gradients of `tensors` into `.grad` of the leaves (or of `inputs`)."""
+    from loom.tensor import Tensor
+    if isinstance(tensors, Tensor):
+        tensors = [tensors]
+    if isinstance(grad_tensors, Tensor):
+        grad_tensors = [grad_tensors]
+    tensors = list(tensors)
+    seeds = _seed_grads(tensors, grad_tensors, "backward")
+    if inputs is not None:
+        inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        found = _run(tensors, seeds, create_graph, {id(i) for i in inputs})
+    else:
+        found = _run(tensors, seeds, create_graph, None)
+    for leaf, g in found.values():
+        g = g if create_graph else g.detach()
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
+         create_graph: bool = False, allow_unused: bool = False, materialize_grads: bool = False):
+    """Gradients of `outputs` with respect to `inputs`, returned (not accumulated).
+
+    Examples
+    --------
+    >>> x = loom.tensor(3.0, requires_grad=True)
+    >>> (dx,) = loom.autograd.grad(x ** 3, x, create_graph=True)
+    >>> (d2x,) = loom.autograd.grad(dx, x)
+    >>> float(dx), float(d2x)
+    (27.0, 18.0)
+    """
+    from loom.tensor import Tensor, zeros_like
+    single = isinstance(inputs, Tensor)
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if single else list(inputs)
+    if isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs]
+    for k, i in enumerate(inputs):
+        if not isinstance(i, Tensor):
+            raise TypeError(f"loom.autograd.grad: inputs must be Tensors, got {type(i).__name__} at {k}")
+        if not i.requires_grad:
+            raise AutogradError(f"loom.autograd.grad: input {k} ({i.dtype.name}{fmt_shape(i.shape)}) "
+                                "does not require grad")
+    seeds = _seed_grads(outputs, grad_outputs, "autograd.grad")
+    found = _run(outputs, seeds, create_graph, {id(i) for i in inputs})
+    result = []
+    for k, i in enumerate(inputs):
+        g = found.get(id(i), (None, None))[1]
+        if g is None:
+            if materialize_grads:
+                g = zeros_like(i)
+            elif not allow_unused:
+                raise AutogradError(f"loom.autograd.grad: input {k} ({i.dtype.name}{fmt_shape(i.shape)}) "
+                                    "was not used to compute the outputs; pass allow_unused=True "
+                                    "to get None for it")
+        elif not create_graph:
+            g = g.detach()
+        result.append(g)
+    return tuple(result)

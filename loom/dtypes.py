@@ -1,0 +1,174 @@
+"""Data types and PyTorch-compatible type promotion."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class DType:
+    """A loom scalar type: a name, a category and the NumPy storage type."""
+
+    __slots__ = ("name", "category", "itemsize", "np")
+
+    def __init__(self, name: str, category: int, np_dtype: type, itemsize: int) -> None:
+        self.name = name
+        self.category = category  # 0 bool, 1 integer, 2 floating point.
+        self.np = np.dtype(np_dtype)
+        self.itemsize = itemsize
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self.category == 2
+
+    @property
+    def is_signed(self) -> bool:
+        return self.name not in ("bool", "uint8")
+
+    def __repr__(self) -> str:
+        return f"loom.{self.name}"
+
+    def __reduce__(self):
+        return (from_name, (self.name,))
+
+
+bool_ = DType("bool", 0, np.bool_, 1)
+uint8 = DType("uint8", 1, np.uint8, 1)
+int8 = DType("int8", 1, np.int8, 1)
+int16 = DType("int16", 1, np.int16, 2)
+int32 = DType("int32", 1, np.int32, 4)
+int64 = DType("int64", 1, np.int64, 8)
+float16 = DType("float16", 2, np.float16, 2)
+# NumPy has no bfloat16: values are stored as the upper 16 bits of a float32 and
+# every computation on them runs in float32 and is rounded back.
+bfloat16 = DType("bfloat16", 2, np.uint16, 2)
+float32 = DType("float32", 2, np.float32, 4)
+float64 = DType("float64", 2, np.float64, 8)
+
+ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+_BY_NAME = {d.name: d for d in ALL}
+_BY_NAME.update({"bool_": bool_, "float": float32, "double": float64, "half": float16,
+                 "long": int64, "int": int32, "short": int16})
+_BY_NP = {d.np: d for d in ALL if d is not bfloat16}
+
+_default_float = float32
+
+
+def from_name(name: str) -> DType:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise TypeError(f"loom: unknown dtype name {name!r}; expected one of "
+                        f"{sorted(d.name for d in ALL)}") from None
+
+
+def from_numpy(np_dtype) -> DType:
+    """Map a NumPy dtype to a loom dtype (float32 default for Python floats)."""
+    nd = np.dtype(np_dtype)
+    if nd in _BY_NP:
+        return _BY_NP[nd]
+    if nd.kind == "u" and nd.itemsize > 1:
+        return int64
+    raise TypeError(f"loom: NumPy dtype {nd} has no loom equivalent; supported: "
+                    f"{[d.name for d in ALL]}")
+
+
+def as_dtype(d) -> DType:
+    """Accept a loom dtype, a name, a NumPy dtype, or a Python type."""
+    if isinstance(d, DType):
+        return d
+    if d is float:
+        return _default_float
+    if d is int:
+        return int64
+    if d is bool:
+        return bool_
+    if isinstance(d, str):
+        return from_name(d)
+    if getattr(d, "__module__", "").startswith("torch") or type(d).__name__ == "dtype" and \
+            hasattr(d, "is_floating_point"):
+        return from_name(str(d).split(".")[-1])
+    return from_numpy(d)
+
+
+def get_default_dtype() -> DType:
+    return _default_float
+
+
+def set_default_dtype(d) -> None:
+    global _default_float
+    d = as_dtype(d)
+    if not d.is_floating_point:
+        raise TypeError(f"loom.set_default_dtype: expected a floating point dtype, got {d}")
+    _default_float = d
+
+
+# Promotion lattice (PyTorch's table): within floats and ints by width, and
+# uint8 with a signed int widens to the next signed type.
+_ORDER = {bool_: 0, uint8: 1, int8: 2, int16: 3, int32: 4, int64: 5,
+          float16: 6, bfloat16: 7, float32: 8, float64: 9}
+
+
+def promote_pair(a: DType, b: DType) -> DType:
+    if a is b:
+        return a
+    if a.category != b.category:
+        return a if a.category > b.category else b
+    if a.category == 1:
+        if uint8 in (a, b):
+            other = b if a is uint8 else a
+            return int16 if other is int8 else other
+        return a if a.itemsize >= b.itemsize else b
+    if {a, b} == {float16, bfloat16}:
+        return float32
+    if a.category == 2:
+        return a if a.itemsize >= b.itemsize else b
+    return a
+
+
+def scalar_dtype(value) -> DType:
+    if isinstance(value, (bool, np.bool_)):
+        return bool_
+    if isinstance(value, (int, np.integer)):
+        return int64
+    if isinstance(value, (float, np.floating)):
+        return _default_float
+    raise TypeError(f"loom: unsupported scalar of type {type(value).__name__}")
+
+
+def result_type(*operands) -> DType:
+    """PyTorch's promotion: dimensioned tensors > zero-dim tensors > Python scalars.
+
+    A lower tier only decides the result when its category (bool < int < float)
+    is higher than the tiers above it.
+    """
+    tiers: list[DType | None] = [None, None, None]
+    for op in operands:
+        if hasattr(op, "dtype") and hasattr(op, "ndim") and isinstance(op.dtype, DType):
+            tier = 0 if op.ndim > 0 else 1
+            d = op.dtype
+        else:
+            tier, d = 2, scalar_dtype(op)
+        tiers[tier] = d if tiers[tier] is None else promote_pair(tiers[tier], d)
+    result = None
+    for d in tiers:
+        if d is None:
+            continue
+        if result is None or d.category > result.category:
+            result = d
+    assert result is not None
+    return result
+
+
+def bf16_to_f32(a: np.ndarray) -> np.ndarray:
+    return (a.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(a: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 bits, nearest-even, keeping NaN a NaN."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    bits = a.view(np.uint32)
+    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
+    out = ((bits + rounding) >> 16).astype(np.uint16)
+    nan = np.isnan(a)
+    if nan.any():
+        out[nan] = 0x7FC0
+    return out

@@ -1,0 +1,652 @@
+"""The primitive set: every loom op is one of these, or a composition of them.
+
+Each primitive is defined once, with all it needs beside it: a shape/dtype rule
+(`infer`), a NumPy reference implementation (`impl`) and a backward rule
+(`vjp`) written in primitives, so gradients of gradients work to any order.
+
+Elementwise primitives take inputs of one shape and one dtype; broadcasting
+and type promotion happen above, in the Tensor layer, as explicit `expand` and
+`cast` nodes. Backward rules receive Tensors and return Tensors (or None for an
+input that gets no gradient).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from loom import dtypes as dt
+from loom.errors import DTypeError, GraphError, LoomIndexError, ShapeError, fmt_shape
+
+
+@dataclass(frozen=True)
+class Primitive:
+    name: str
+    kind: str  # source | unary | binary | compare | ternary | reduce | movement | contraction
+    arity: int
+    infer: Callable[[list, dict], tuple[tuple[int, ...], dt.DType]]
+    impl: Callable[..., np.ndarray]
+    vjp: Callable[..., tuple] | None = None
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+# Backward rules build graph through the Tensor layer, which installs itself here.
+_APPLY: Callable[..., Any] | None = None
+
+
+def P(op: str, *inputs, **attrs):
+    """Apply primitive `op` to Tensors (used by backward rules)."""
+    assert _APPLY is not None, "loom.tensor installs the primitive applier on import"
+    return _APPLY(op, inputs, attrs)
+
+
+def _zeros(like, value=0):
+    return P("const", value=value, shape=tuple(like.shape), dtype=like.dtype)
+
+
+def register(name, kind, arity, infer, impl, vjp=None) -> Primitive:
+    p = Primitive(name, kind, arity, infer, impl, vjp)
+    PRIMITIVES[name] = p
+    return p
+
+
+def infer(op: str, inputs: list, attrs: dict) -> tuple[tuple[int, ...], dt.DType]:
+    """Shape and dtype of `op` applied to `inputs` (anything with .shape/.dtype)."""
+    prim = PRIMITIVES.get(op)
+    if prim is None:
+        raise GraphError(f"loom: unknown primitive {op!r}; known: {sorted(PRIMITIVES)}")
+    if prim.arity >= 0 and len(inputs) != prim.arity:
+        raise GraphError(f"loom.{op}: expected {prim.arity} inputs, got {len(inputs)}")
+    return prim.infer(inputs, attrs)
+
+
+def _desc(inputs) -> str:
+    return ", ".join(f"{i.dtype.name}{fmt_shape(i.shape)}" for i in inputs)
+
+
+# ---------------------------------------------------------------- sources
+
+def _infer_source(inputs, attrs):
+    return tuple(attrs["shape"]), dt.as_dtype(attrs["dtype"])
+
+
+def _const_impl(attrs):
+    d = dt.as_dtype(attrs["dtype"])
+    value = attrs["value"]
+    if d is dt.bfloat16:
+        return np.broadcast_to(dt.f32_to_bf16(np.array(value, np.float32)), attrs["shape"])
+    return np.broadcast_to(np.array(value, dtype=d.np), attrs["shape"])
+
+
+def _arange_impl(attrs):
+    d = dt.as_dtype(attrs["dtype"])
+    n = attrs["shape"][0]
+    out = attrs["start"] + attrs["step"] * np.arange(n, dtype=np.float64 if d.is_floating_point else np.int64)
+    if d is dt.bfloat16:
+        return dt.f32_to_bf16(out.astype(np.float32))
+    return out.astype(d.np)
+
+
+_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser: a counter-based hash, so random values depend only on (key, index)."""
+    z = x + _GOLD
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def _rand_impl(attrs):
+    d = dt.as_dtype(attrs["dtype"])
+    n = math.prod(attrs["shape"])
+    key = np.uint64(attrs["seed"])
+    with np.errstate(over="ignore"):
+        bits = mix64(np.arange(n, dtype=np.uint64) * _GOLD ^ mix64(np.array(key, np.uint64)))
+    if d is dt.float64:
+        out = (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    else:
+        out = (bits >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24))
+        if d is dt.bfloat16:
+            return dt.f32_to_bf16(out).reshape(attrs["shape"])
+        out = out.astype(d.np)
+    return out.reshape(attrs["shape"])
+
+
+register("buffer", "source", 0, _infer_source, None)
+register("const", "source", 0, _infer_source, lambda attrs: _const_impl(attrs))
+register("arange", "source", 0, _infer_source, lambda attrs: _arange_impl(attrs))
+register("rand", "source", 0, _infer_source, lambda attrs: _rand_impl(attrs))
+
+
+# ---------------------------------------------------------------- elementwise
+
+def _same_shape(op, inputs):
+    s = inputs[0].shape
+    for i in inputs[1:]:
+        if tuple(i.shape) != tuple(s):
+            raise ShapeError(f"loom.{op}: elementwise inputs must have equal shapes "
+                             f"(broadcast happens above the IR), got {_desc(inputs)}")
+    return tuple(s)
+
+
+def _same_dtype(op, inputs):
+    d = inputs[0].dtype
+    for i in inputs[1:]:
+        if i.dtype is not d:
+            raise DTypeError(f"loom.{op}: elementwise inputs must share one dtype, got {_desc(inputs)}")
+    return d
+
+
+def _float_only(op, d):
+    if not d.is_floating_point:
+        raise DTypeError(f"loom.{op}: expected a floating point input, got {d.name}")
+
+
+def _infer_unary(op, float_only=False, no_bool=False):
+    def rule(inputs, attrs):
+        d = inputs[0].dtype
+        if float_only:
+            _float_only(op, d)
+        if no_bool and d is dt.bool_:
+            raise DTypeError(f"loom.{op}: not defined for bool inputs")
+        return tuple(inputs[0].shape), d
+    return rule
+
+
+def _unary(name, fn, vjp=None, float_only=True, no_bool=False):
+    register(name, "unary", 1, _infer_unary(name, float_only, no_bool), lambda x, attrs: fn(x), vjp)
+
+
+def _zero_grad(g, x, out, attrs):
+    return (None,)
+
+
+_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _np_erf(x):
+    try:
+        from scipy.special import erf  # Optional; exact to float64.
+        return erf(x).astype(x.dtype)
+    except ImportError:  # pragma: no cover - vectorised math.erf fallback
+        return np.vectorize(math.erf, otypes=[x.dtype])(x)
+
+
+_unary("neg", np.negative, lambda g, x, out, a: (-g,), float_only=False, no_bool=True)
+_unary("recip", np.reciprocal, lambda g, x, out, a: (-g * out * out,))
+_unary("sqrt", np.sqrt, lambda g, x, out, a: (g / (out * 2.0),))
+_unary("exp", np.exp, lambda g, x, out, a: (g * out,))
+_unary("log", np.log, lambda g, x, out, a: (g / x,))
+_unary("log1p", np.log1p, lambda g, x, out, a: (g / (x + 1.0),))
+_unary("expm1", np.expm1, lambda g, x, out, a: (g * (out + 1.0),))
+_unary("sin", np.sin, lambda g, x, out, a: (g * x.cos(),))
+_unary("cos", np.cos, lambda g, x, out, a: (-g * x.sin(),))
+_unary("tan", np.tan, lambda g, x, out, a: (g * (out * out + 1.0),))
+_unary("tanh", np.tanh, lambda g, x, out, a: (g * (1.0 - out * out),))
+_unary("erf", _np_erf, lambda g, x, out, a: (g * (-(x * x)).exp() * _SQRT_PI,))
+_unary("abs", np.abs, lambda g, x, out, a: (g * x.sign(),), float_only=False, no_bool=True)
+_unary("sign", np.sign, _zero_grad, float_only=False, no_bool=True)
+_unary("floor", np.floor, _zero_grad, float_only=False)
+_unary("ceil", np.ceil, _zero_grad, float_only=False)
+_unary("round", np.round, _zero_grad, float_only=False)  # Half to even, as PyTorch.
+_unary("trunc", np.trunc, _zero_grad, float_only=False)
+register("not", "unary", 1, lambda ins, a: (tuple(ins[0].shape), ins[0].dtype),
+         lambda x, attrs: np.logical_not(x) if x.dtype == np.bool_ else np.invert(x))
+
+
+def _infer_cast(inputs, attrs):
+    return tuple(inputs[0].shape), dt.as_dtype(attrs["dtype"])
+
+
+def _cast_vjp(g, x, out, attrs):
+    if not x.dtype.is_floating_point:
+        return (None,)
+    return (g.to(x.dtype),)
+
+
+register("cast", "unary", 1, _infer_cast, None, _cast_vjp)  # impl lives in the evaluator (bfloat16).
+
+
+def _infer_binary(op, out_bool=False, no_bool=False, int_only=False):
+    def rule(inputs, attrs):
+        shape = _same_shape(op, inputs)
+        d = _same_dtype(op, inputs)
+        if no_bool and d is dt.bool_:
+            raise DTypeError(f"loom.{op}: not defined for bool inputs, got {_desc(inputs)}")
+        if int_only and d.is_floating_point:
+            raise DTypeError(f"loom.{op}: expected integer or bool inputs, got {_desc(inputs)}")
+        return shape, (dt.bool_ if out_bool else d)
+    return rule
+
+
+def _binary(name, fn, vjp=None, kind="binary", **kw):
+    register(name, kind, 2, _infer_binary(name, out_bool=(kind == "compare"), **kw),
+             lambda x, y, attrs: fn(x, y), vjp)
+
+
+def _pow_vjp(g, x, y, out, a, needs=(True, True)):
+    gx = g * y * x ** (y - 1.0) if needs[0] else None
+    gy = None
+    if needs[1]:
+        gy = P("where", x == 0.0, _zeros(x), g * out * x.log())
+    return gx, gy
+
+
+def _max_vjp(g, x, y, out, a):
+    half, zero = g * 0.5, _zeros(g)
+    gx = P("where", x == y, half, P("where", x > y, g, zero))
+    gy = P("where", x == y, half, P("where", x < y, g, zero))
+    return gx, gy
+
+
+def _min_vjp(g, x, y, out, a):
+    half, zero = g * 0.5, _zeros(g)
+    gx = P("where", x == y, half, P("where", x < y, g, zero))
+    gy = P("where", x == y, half, P("where", x > y, g, zero))
+    return gx, gy
+
+
+def _np_div(x, y):
+    if x.dtype.kind in "iub":
+        return np.floor_divide(x, y)  # Only reached through explicit integer division nodes.
+    return np.true_divide(x, y)
+
+
+_binary("add", np.add, lambda g, x, y, out, a: (g, g))
+_binary("sub", np.subtract, lambda g, x, y, out, a: (g, -g), no_bool=True)
+_binary("mul", np.multiply, lambda g, x, y, out, a: (g * y, g * x))
+_binary("div", _np_div, lambda g, x, y, out, a: (g / y, -g * out / y))
+_binary("pow", np.power, _pow_vjp, no_bool=True)
+_binary("maximum", np.maximum, _max_vjp)
+_binary("minimum", np.minimum, _min_vjp)
+_binary("floordiv", np.floor_divide, lambda g, x, y, out, a: (None, None), no_bool=True)
+_binary("mod", np.mod, lambda g, x, y, out, a: (g, -g * (x / y).floor()), no_bool=True)
+_binary("atan2", np.arctan2, lambda g, x, y, out, a: (g * y / (x * x + y * y), -g * x / (x * x + y * y)))
+for _name, _fn in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
+                   ("gt", np.greater), ("ge", np.greater_equal)):
+    _binary(_name, _fn, kind="compare")
+_binary("and", lambda x, y: np.logical_and(x, y) if x.dtype == np.bool_ else np.bitwise_and(x, y),
+        int_only=True)
+_binary("or", lambda x, y: np.logical_or(x, y) if x.dtype == np.bool_ else np.bitwise_or(x, y),
+        int_only=True)
+_binary("xor", lambda x, y: np.logical_xor(x, y) if x.dtype == np.bool_ else np.bitwise_xor(x, y),
+        int_only=True)
+
+
+def _infer_where(inputs, attrs):
+    c, a, b = inputs
+    shape = _same_shape("where", inputs)
+    if c.dtype is not dt.bool_:
+        raise DTypeError(f"loom.where: condition must be bool, got {c.dtype.name}")
+    return shape, _same_dtype("where", [a, b])
+
+
+def _where_vjp(g, c, a, b, out, attrs):
+    zero = _zeros(g)
+    return None, P("where", c, g, zero), P("where", c, zero, g)
+
+
+register("where", "ternary", 3, _infer_where, lambda c, a, b, attrs: np.where(c, a, b), _where_vjp)
+
+
+# ---------------------------------------------------------------- reductions
+
+def _infer_reduce(op):
+    def rule(inputs, attrs):
+        x = inputs[0]
+        axes = tuple(attrs["axes"])
+        for ax in axes:
+            if not 0 <= ax < max(x.ndim if hasattr(x, "ndim") else len(x.shape), 0) and not \
+                    (len(x.shape) == 0 and ax == 0):
+                raise LoomIndexError(f"loom.{op}: axis {ax} out of range for shape {fmt_shape(x.shape)}")
+        if op in ("max", "min") and any(x.shape[a] == 0 for a in axes if len(x.shape)):
+            raise ShapeError(f"loom.{op}: cannot reduce a zero-size dimension of shape "
+                             f"{fmt_shape(x.shape)} over axes {list(axes)} (no identity)")
+        shape = _reduced_shape(tuple(x.shape), axes, attrs.get("keepdim", False))
+        return shape, x.dtype
+    return rule
+
+
+def _reduced_shape(shape, axes, keepdim):
+    if keepdim:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def _keep(g, x, attrs):
+    """Gradient of a reduction reshaped to keepdim form, ready to broadcast back over x."""
+    if attrs.get("keepdim", False) or x.ndim == 0:
+        return g
+    return g.reshape(_reduced_shape(tuple(x.shape), tuple(attrs["axes"]), True))
+
+
+def _sum_vjp(g, x, out, attrs):
+    return (_keep(g, x, attrs).expand(x.shape),)
+
+
+def _extreme_vjp(g, x, out, attrs):
+    # Ties share the gradient evenly, as PyTorch's amax/amin do.
+    o = _keep(out, x, attrs).expand(x.shape)
+    mask = (x == o).to(g.dtype)
+    count = mask.sum(tuple(attrs["axes"]), keepdim=True).expand(x.shape)
+    return (_keep(g, x, attrs).expand(x.shape) * mask / count,)
+
+
+def _prod_vjp(g, x, out, attrs):
+    axes = tuple(attrs["axes"])
+    is_zero = x == 0.0
+    one, zero = _zeros(x, 1), _zeros(x)
+    nonzero_prod = P("where", is_zero, one, x).prod(axes, keepdim=True).expand(x.shape)
+    zeros = is_zero.to(x.dtype).sum(axes, keepdim=True).expand(x.shape)
+    g = _keep(g, x, attrs).expand(x.shape)
+    others = P("where", zeros == 0.0, nonzero_prod / P("where", is_zero, one, x),
+               P("where", (zeros == 1.0) & is_zero, nonzero_prod, zero))
+    return (g * others,)
+
+
+def _np_reduce(fn):
+    def impl(x, attrs):
+        axes = tuple(attrs["axes"])
+        kw = {}
+        if fn in (np.sum, np.prod) and x.dtype.kind in "biu":
+            kw["dtype"] = x.dtype if x.dtype.kind != "b" else np.int64
+        return fn(x, axis=axes, keepdims=attrs.get("keepdim", False), **kw)
+    return impl
+
+
+def _infer_sum(inputs, attrs):
+    shape, d = _infer_reduce("sum")(inputs, attrs)
+    return shape, d
+
+
+register("sum", "reduce", 1, _infer_sum, _np_reduce(np.sum), _sum_vjp)
+register("prod", "reduce", 1, _infer_reduce("prod"), _np_reduce(np.prod), _prod_vjp)
+register("max", "reduce", 1, _infer_reduce("max"), _np_reduce(np.max), _extreme_vjp)
+register("min", "reduce", 1, _infer_reduce("min"), _np_reduce(np.min), _extreme_vjp)
+
+
+# ---------------------------------------------------------------- movement
+
+def _infer_reshape(inputs, attrs):
+    x = inputs[0]
+    shape = tuple(attrs["shape"])
+    if math.prod(shape) != math.prod(x.shape) or any(s < 0 for s in shape):
+        raise ShapeError(f"loom.reshape: cannot reshape {fmt_shape(x.shape)} "
+                         f"({math.prod(x.shape)} elements) to {fmt_shape(shape)}")
+    return shape, x.dtype
+
+
+register("reshape", "movement", 1, _infer_reshape,
+         lambda x, attrs: np.reshape(x, attrs["shape"]),
+         lambda g, x, out, a: (g.reshape(x.shape),))
+
+
+def _infer_permute(inputs, attrs):
+    x = inputs[0]
+    perm = tuple(attrs["perm"])
+    if sorted(perm) != list(range(len(x.shape))):
+        raise ShapeError(f"loom.permute: {list(perm)} is not a permutation of the "
+                         f"{len(x.shape)} dims of {fmt_shape(x.shape)}")
+    return tuple(x.shape[p] for p in perm), x.dtype
+
+
+def _permute_vjp(g, x, out, attrs):
+    inv = [0] * len(attrs["perm"])
+    for i, p in enumerate(attrs["perm"]):
+        inv[p] = i
+    return (g.permute(*inv),)
+
+
+register("permute", "movement", 1, _infer_permute,
+         lambda x, attrs: np.transpose(x, attrs["perm"]), _permute_vjp)
+
+
+def _infer_expand(inputs, attrs):
+    x = inputs[0]
+    shape = tuple(attrs["shape"])
+    if len(shape) != len(x.shape) or any(s != t and s != 1 for s, t in zip(x.shape, shape)):
+        raise ShapeError(f"loom.expand: cannot expand {fmt_shape(x.shape)} to {fmt_shape(shape)}; "
+                         "the IR expand keeps the rank and only grows dims of size 1")
+    return shape, x.dtype
+
+
+def _expand_vjp(g, x, out, attrs):
+    axes = tuple(i for i, (s, t) in enumerate(zip(x.shape, attrs["shape"])) if s != t)
+    return (g.sum(axes, keepdim=True) if axes else g,)
+
+
+register("expand", "movement", 1, _infer_expand,
+         lambda x, attrs: np.broadcast_to(x, attrs["shape"]), _expand_vjp)
+
+
+def _infer_pad(inputs, attrs):
+    x = inputs[0]
+    pads = [tuple(p) for p in attrs["pads"]]
+    if len(pads) != len(x.shape) or any(lo < 0 or hi < 0 for lo, hi in pads):
+        raise ShapeError(f"loom.pad: expected one non-negative (low, high) pair per dim of "
+                         f"{fmt_shape(x.shape)}, got {pads}")
+    return tuple(s + lo + hi for s, (lo, hi) in zip(x.shape, pads)), x.dtype
+
+
+def _pad_impl(x, attrs):
+    return np.pad(x, [tuple(p) for p in attrs["pads"]], constant_values=attrs.get("value", 0))
+
+
+def _pad_vjp(g, x, out, attrs):
+    starts = [lo for lo, _ in attrs["pads"]]
+    stops = [lo + s for (lo, _), s in zip(attrs["pads"], x.shape)]
+    return (P("slice", g, starts=starts, stops=stops, steps=[1] * x.ndim),)
+
+
+register("pad", "movement", 1, _infer_pad, _pad_impl, _pad_vjp)
+
+
+def _slice_len(start, stop, step):
+    return max(0, (stop - start + step - 1) // step)
+
+
+def _infer_slice(inputs, attrs):
+    x = inputs[0]
+    starts, stops, steps = attrs["starts"], attrs["stops"], attrs["steps"]
+    if not len(starts) == len(stops) == len(steps) == len(x.shape):
+        raise ShapeError(f"loom.slice: expected starts/stops/steps for each of the {len(x.shape)} "
+                         f"dims of {fmt_shape(x.shape)}")
+    out = []
+    for s, a, b, c in zip(x.shape, starts, stops, steps):
+        if c <= 0 or not 0 <= a <= s or not 0 <= b <= s:
+            raise ShapeError(f"loom.slice: bad range {a}:{b}:{c} for a dim of size {s} in "
+                             f"{fmt_shape(x.shape)} (need 0 <= start, stop <= size and step > 0)")
+        out.append(_slice_len(a, b, c))
+    return tuple(out), x.dtype
+
+
+def _slice_impl(x, attrs):
+    return x[tuple(slice(a, b, c) for a, b, c in zip(attrs["starts"], attrs["stops"], attrs["steps"]))]
+
+
+def _slice_vjp(g, x, out, attrs):
+    # Scatter g back into zeros: interleave zeros for steps, then pad to x's shape.
+    for ax, (step, n) in enumerate(zip(attrs["steps"], g.shape)):
+        if step > 1 and n > 0:
+            shape = list(g.shape)
+            g = g.unsqueeze(ax + 1)
+            pads = [(0, 0)] * g.ndim
+            pads[ax + 1] = (0, step - 1)
+            g = P("pad", g, pads=pads, value=0)
+            shape[ax] = n * step
+            g = g.reshape(shape)
+    pads = []
+    for ax, (a, size) in enumerate(zip(attrs["starts"], x.shape)):
+        keep = min(g.shape[ax], size - a)
+        if keep < g.shape[ax]:
+            starts = [0] * g.ndim
+            stops = list(g.shape)
+            stops[ax] = keep
+            g = P("slice", g, starts=starts, stops=stops, steps=[1] * g.ndim)
+        pads.append((a, size - a - keep))
+    return (P("pad", g, pads=pads, value=0),)
+
+
+register("slice", "movement", 1, _infer_slice, _slice_impl, _slice_vjp)
+
+
+def _infer_flip(inputs, attrs):
+    x = inputs[0]
+    for ax in attrs["axes"]:
+        if not 0 <= ax < len(x.shape):
+            raise LoomIndexError(f"loom.flip: axis {ax} out of range for shape {fmt_shape(x.shape)}")
+    return tuple(x.shape), x.dtype
+
+
+register("flip", "movement", 1, _infer_flip,
+         lambda x, attrs: np.flip(x, tuple(attrs["axes"])) if attrs["axes"] else x,
+         lambda g, x, out, a: (P("flip", g, axes=tuple(a["axes"])),))
+
+
+def _check_index_dtype(op, idx):
+    if idx.dtype.category != 1:
+        raise DTypeError(f"loom.{op}: index must be an integer tensor, got {idx.dtype.name}")
+
+
+def _infer_gather(inputs, attrs):
+    x, idx = inputs
+    ax = attrs["axis"]
+    _check_index_dtype("gather", idx)
+    if len(idx.shape) != len(x.shape) or not 0 <= ax < max(len(x.shape), 1):
+        raise ShapeError(f"loom.gather: index rank must equal input rank and axis be in range; "
+                         f"got input {fmt_shape(x.shape)}, index {fmt_shape(idx.shape)}, axis {ax}")
+    for d, (s, t) in enumerate(zip(x.shape, idx.shape)):
+        if d != ax and t > s:
+            raise ShapeError(f"loom.gather: index {fmt_shape(idx.shape)} is larger than input "
+                             f"{fmt_shape(x.shape)} in dim {d} (only the gather axis {ax} may differ)")
+    return tuple(idx.shape), x.dtype
+
+
+def _open_index(idx, axis):
+    """Index arrays that address out[i...] = x[..., idx[i...], ...] along `axis`."""
+    grids = np.ogrid[tuple(slice(0, s) for s in idx.shape)] if idx.ndim else []
+    grids = list(grids)
+    grids[axis] = idx
+    return tuple(grids)
+
+
+def _check_bounds(op, idx, size):
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        bad = idx[(idx < -size) | (idx >= size)].flat[0]
+        raise LoomIndexError(f"loom.{op}: index {int(bad)} is out of bounds for a dimension of size {size}")
+
+
+def _gather_impl(x, idx, attrs):
+    ax = attrs["axis"]
+    _check_bounds("gather", idx, x.shape[ax])
+    if x.ndim == 0:
+        return x.copy()
+    return x[_open_index(idx, ax)]
+
+
+def _gather_vjp(g, x, idx, out, attrs, needs=(True, False)):
+    return P("scatter_add", _zeros(x), idx, g, axis=attrs["axis"]), None
+
+
+register("gather", "movement", 2, _infer_gather, _gather_impl, _gather_vjp)
+
+
+def _infer_scatter_add(inputs, attrs):
+    base, idx, src = inputs
+    ax = attrs["axis"]
+    _check_index_dtype("scatter_add", idx)
+    if base.dtype is not src.dtype:
+        raise DTypeError(f"loom.scatter_add: base and source dtypes differ: {_desc([base, src])}")
+    if not len(base.shape) == len(idx.shape) == len(src.shape):
+        raise ShapeError(f"loom.scatter_add: base, index and source need one rank, got {_desc(inputs)}")
+    for d in range(len(idx.shape)):
+        if idx.shape[d] > src.shape[d] or (d != ax and idx.shape[d] > base.shape[d]):
+            raise ShapeError(f"loom.scatter_add: index {fmt_shape(idx.shape)} does not fit source "
+                             f"{fmt_shape(src.shape)} / base {fmt_shape(base.shape)} in dim {d}")
+    return tuple(base.shape), base.dtype
+
+
+def _scatter_add_impl(base, idx, src, attrs):
+    ax = attrs["axis"]
+    out = np.array(base, copy=True)
+    if out.ndim == 0:
+        return out + src
+    _check_bounds("scatter_add", idx, base.shape[ax])
+    src = src[tuple(slice(0, s) for s in idx.shape)]
+    np.add.at(out, _open_index(idx, ax), src)
+    return out
+
+
+def _scatter_add_vjp(g, base, idx, src, out, attrs):
+    gs = P("gather", g, idx, axis=attrs["axis"])
+    if tuple(gs.shape) != tuple(src.shape):
+        gs = P("pad", gs, pads=[(0, s - t) for s, t in zip(src.shape, gs.shape)], value=0)
+    return g, None, gs
+
+
+register("scatter_add", "movement", 3, _infer_scatter_add, _scatter_add_impl, _scatter_add_vjp)
+
+
+# ---------------------------------------------------------------- contraction
+
+def _infer_matmul(inputs, attrs):
+    a, b = inputs
+    if len(a.shape) < 2 or len(a.shape) != len(b.shape):
+        raise ShapeError(f"loom.matmul: the IR matmul takes two inputs of one rank >= 2, got {_desc(inputs)}")
+    if a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"loom.matmul: shapes {fmt_shape(a.shape)} and {fmt_shape(b.shape)} cannot "
+                         "be multiplied (need equal batch dims and a[..., k] matching b[..., k, :])")
+    d = _same_dtype("matmul", inputs)
+    if d is dt.bool_:
+        raise DTypeError(f"loom.matmul: not defined for bool, got {_desc(inputs)}")
+    return tuple(a.shape[:-1]) + (b.shape[-1],), d
+
+
+def _matmul_vjp(g, a, b, out, attrs, needs=(True, True)):
+    return (g @ b.mT if needs[0] else None, a.mT @ g if needs[1] else None)
+
+
+register("matmul", "contraction", 2, _infer_matmul, lambda a, b, attrs: np.matmul(a, b), _matmul_vjp)
+
+
+# ---------------------------------------------------------------- library primitives
+
+def _infer_argsort(inputs, attrs):
+    x = inputs[0]
+    ax = attrs["axis"]
+    if not 0 <= ax < max(len(x.shape), 1):
+        raise LoomIndexError(f"loom.argsort: axis {ax} out of range for shape {fmt_shape(x.shape)}")
+    return tuple(x.shape), dt.int64
+
+
+def _argsort_impl(x, attrs):
+    """Stable order along an axis; NaN sorts as the largest value, as in PyTorch."""
+    if x.ndim == 0:
+        return np.zeros((), np.int64)
+    ax = attrs["axis"]
+    if not attrs.get("descending", False):
+        return np.argsort(x, axis=ax, kind="stable").astype(np.int64)
+    if x.dtype.kind == "f":
+        key = np.where(np.isnan(x), -np.inf, -x)
+        nan_last = ~np.isnan(x)  # Descending puts NaN first.
+        return np.lexsort((key, nan_last), axis=ax).astype(np.int64)
+    if x.dtype == np.bool_:
+        key = ~x
+    elif x.dtype.kind == "u":
+        key = np.iinfo(x.dtype).max - x
+    else:
+        key = ~x  # Reverses the order of signed ints without overflow.
+    return np.argsort(key, axis=ax, kind="stable").astype(np.int64)
+
+
+register("argsort", "sort", 1, _infer_argsort, _argsort_impl)
+
+
+def wants_needs(prim: Primitive) -> bool:
+    """Whether a backward rule accepts `needs`, to skip gradients nobody asked for."""
+    return prim.vjp is not None and "needs" in prim.vjp.__code__.co_varnames

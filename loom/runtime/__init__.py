@@ -1,0 +1,1 @@
+"""Execution of the DAG. Today: the NumPy reference interpreter."""

@@ -1,0 +1,88 @@
+"""The NumPy reference interpreter: the semantics every other backend must match."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from loom import dtypes as dt
+from loom.ir.node import Node
+from loom.ir.ops import PRIMITIVES
+
+_UPCAST = (dt.bfloat16, dt.float16)
+
+
+def pending_order(targets: Iterable[Node]) -> list[Node]:
+    """Unrealised ancestors of `targets` in topological order (iterative, no recursion limit)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in targets:
+        if root.buffer is not None or root.id in seen:
+            continue
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if node.id in seen or node.buffer is not None:
+                continue
+            seen.add(node.id)
+            stack.append((node, True))
+            for i in node.inputs:
+                if i.buffer is None and i.id not in seen:
+                    stack.append((i, False))
+    return order
+
+
+def to_compute(a: np.ndarray, d: dt.DType) -> np.ndarray:
+    """Half-precision values compute in float32, as PyTorch's CPU kernels do."""
+    if d is dt.bfloat16:
+        return dt.bf16_to_f32(a)
+    if d is dt.float16:
+        return a.astype(np.float32)
+    return a
+
+
+def from_compute(a: np.ndarray, d: dt.DType) -> np.ndarray:
+    if d is dt.bfloat16:
+        return dt.f32_to_bf16(np.asarray(a, np.float32))
+    if a.dtype != d.np:
+        return np.asarray(a).astype(d.np)
+    return a
+
+
+def cast(a: np.ndarray, src: dt.DType, dst: dt.DType) -> np.ndarray:
+    a = to_compute(a, src)
+    if dst is dt.bfloat16:
+        return dt.f32_to_bf16(a.astype(np.float32))
+    if dst.category == 1 and src.is_floating_point:
+        a = np.trunc(a)  # Float to int truncates toward zero, as in C and PyTorch.
+    return a.astype(dst.np)
+
+
+def evaluate(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
+    """Run one primitive on NumPy inputs, returning an array of the node's dtype and shape."""
+    prim = PRIMITIVES[node.op]
+    if node.op == "cast":
+        out = cast(arrays[0], node.inputs[0].dtype, node.dtype)
+    elif prim.kind == "source":
+        out = prim.impl(node.attrs)
+    else:
+        in_dtypes = [i.dtype for i in node.inputs]
+        arrays = [to_compute(a, d) for a, d in zip(arrays, in_dtypes)]
+        out = np.asarray(prim.impl(*arrays, node.attrs))
+        out = from_compute(out, node.dtype)
+    if out.shape != tuple(node.shape):  # A broken rule must never pass silently.
+        raise AssertionError(f"loom internal: {node.op} produced {out.shape}, inferred {node.shape}")
+    return out
+
+
+def realize(targets: Iterable[Node]) -> None:
+    """Compute every pending node behind `targets`, turning each into a buffer node."""
+    order = pending_order(targets)
+    with np.errstate(all="ignore"):
+        for node in order:
+            out = evaluate(node, [i.buffer for i in node.inputs])
+            node.buffer = out
+            node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0

@@ -1,0 +1,1176 @@
+"""The lazy Tensor: PyTorch's API over the loom DAG.
+
+Every op adds a node; nothing runs until a value is needed (`.numpy()`,
+`.item()`, `.tolist()`, printing, `bool()`, `realize()`, `loom.synchronize()`)
+or a pending chain grows past `LAZY_DEPTH_LIMIT`. Shape and dtype errors are
+raised when the op is written, not when it runs.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from loom import dtypes as dt
+from loom.autograd.grad_mode import is_grad_enabled
+from loom.errors import AutogradError, DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
+from loom.ir import ops as _ops
+from loom.ir.node import Node
+from loom.ir.ops import PRIMITIVES
+from loom.runtime import reference
+
+# A pending chain longer than this is realised where it stands, which bounds
+# the memory a forgotten lazy graph can pin and the depth of graph walks.
+LAZY_DEPTH_LIMIT = int(os.environ.get("LOOM_LAZY_DEPTH", "2000"))
+
+
+class Context:
+    """Backward record of one primitive application."""
+
+    __slots__ = ("prim", "inputs", "attrs", "versions")
+
+    def __init__(self, prim, inputs, attrs):
+        self.prim = prim
+        self.inputs = inputs
+        self.attrs = attrs
+        self.versions = tuple(t._version for t in inputs)
+
+    @property
+    def name(self) -> str:
+        return self.prim.name
+
+
+class Tensor:
+    """An n-dimensional array that records how it was computed.
+
+    Examples
+    --------
+    >>> import loom
+    >>> x = loom.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> (x * x).sum().backward()
+    >>> x.grad.tolist()
+    [[2.0, 4.0], [6.0, 8.0]]
+    """
+
+    __slots__ = ("_node", "requires_grad", "grad", "_ctx", "_version", "_retains_grad",
+                 "_hooks", "_alias", "__weakref__", "__dict__")
+    __array_priority__ = 1000  # NumPy defers mixed operators to loom.
+
+    def __init__(self, data: Any = None, dtype=None, requires_grad: bool = False) -> None:
+        node = _node_from_data(data if data is not None else [], dtype)
+        self._init(node)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    def _init(self, node: Node, ctx: Context | None = None, requires_grad: bool = False) -> None:
+        self._node = node
+        self._ctx = ctx
+        self.requires_grad = requires_grad
+        self.grad: Tensor | None = None
+        self._version = 0
+        self._retains_grad = False
+        self._hooks: list | None = None
+        self._alias: np.ndarray | None = None
+
+    @classmethod
+    def _wrap(cls, node: Node, ctx: Context | None = None, requires_grad: bool = False) -> Tensor:
+        t = cls.__new__(cls)
+        t._init(node, ctx, requires_grad)
+        return t
+
+    # ------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> Size:
+        return Size(self._node.shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return Size(self._node.shape)
+        return self._node.shape[normalize_dim(dim, self.ndim, "size")]
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self._node.dtype
+
+    @property
+    def device(self) -> "Device":
+        from loom.device import Device
+        return Device(self._node.device)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._node.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        return math.prod(self._node.shape)
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._ctx is None
+
+    @property
+    def grad_fn(self):
+        return self._ctx
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    @property
+    def is_cuda(self) -> bool:
+        return False
+
+    @property
+    def node(self) -> Node:
+        """The IR node this tensor currently refers to."""
+        return self._node
+
+    # ------------------------------------------------------------ realisation
+    def realize(self) -> Tensor:
+        """Compute this tensor's pending graph now; returns self."""
+        if self._node.buffer is None:
+            reference.realize([self._node])
+        return self
+
+    def _array(self) -> np.ndarray:
+        """The value as stored (bfloat16 stays as its uint16 bits)."""
+        self.realize()
+        return self._node.buffer
+
+    def numpy(self, force: bool = False) -> np.ndarray:
+        """The value as a NumPy array, sharing memory where the layout allows."""
+        if self.requires_grad and not force:
+            raise LoomError("loom.Tensor.numpy: can't call numpy() on a tensor that requires grad; "
+                            "use tensor.detach().numpy()")
+        a = self._array()
+        if self.dtype is dt.bfloat16:
+            return dt.bf16_to_f32(a)
+        if not a.flags.writeable or not (a.flags.c_contiguous or a.flags.f_contiguous):
+            a = np.array(a)  # A private, writable copy becomes the stored value.
+            self._node.buffer = a
+        return a
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy(force=True)
+        return a.astype(dtype) if dtype is not None else a
+
+    def item(self):
+        if self.numel() != 1:
+            raise LoomError(f"loom.Tensor.item: a tensor with {self.numel()} elements "
+                            f"(shape {fmt_shape(self.shape)}) cannot be converted to a Python scalar")
+        return self.numpy(force=True).reshape(()).item()
+
+    def tolist(self):
+        return self.numpy(force=True).tolist()
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise LoomError(f"loom: the truth value of a tensor with {self.numel()} elements "
+                            f"(shape {fmt_shape(self.shape)}) is ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.category != 1 or self.numel() != 1:
+            raise TypeError(f"loom: only integer tensors of a single element can be used as an index, "
+                            f"got {self.dtype.name}{fmt_shape(self.shape)}")
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("loom: len() of a 0-d tensor")
+        return self._node.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("loom: iteration over a 0-d tensor")
+        return (self[i] for i in range(self._node.shape[0]))
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        a = self.numpy(force=True)
+        body = np.array2string(a, separator=", ", prefix="tensor(", precision=4,
+                               floatmode="maxprec_equal", threshold=1000)
+        extras = []
+        if self.dtype not in (dt.get_default_dtype(), dt.int64, dt.bool_):
+            extras.append(f"dtype={self.dtype!r}")
+        if self._ctx is not None and self.requires_grad:
+            extras.append(f"grad_fn=<{self._ctx.name}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        if self.numel() == 1 and spec:
+            return format(self.item(), spec)
+        return repr(self)
+
+    # ------------------------------------------------------------ DLPack
+    def __dlpack__(self, *args, **kwargs):
+        return self.numpy(force=True).__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU, device 0.
+
+    # ------------------------------------------------------------ autograd
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if requires_grad and not self.dtype.is_floating_point:
+            raise AutogradError(f"loom: only floating point tensors can require gradients, "
+                                f"got {self.dtype.name}{fmt_shape(self.shape)}")
+        if not requires_grad and self._ctx is not None:
+            raise AutogradError("loom: requires_grad_(False) is only allowed on leaf tensors; "
+                                "use .detach() for a non-leaf")
+        self.requires_grad = requires_grad
+        return self
+
+    def detach(self) -> Tensor:
+        """A tensor with the same value and no history."""
+        return Tensor._wrap(self._node)
+
+    def detach_(self) -> Tensor:
+        self._ctx = None
+        self.requires_grad = False
+        return self
+
+    @property
+    def data(self) -> Tensor:
+        return self.detach()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"loom: .data must be set to a Tensor, got {type(value).__name__}")
+        self._node = value._node
+        self._version += 1
+
+    def retain_grad(self) -> None:
+        if not self.requires_grad:
+            raise AutogradError("loom.retain_grad: the tensor does not require grad")
+        self._retains_grad = True
+
+    def register_hook(self, hook):
+        """Call `hook(grad)` when this tensor's gradient is computed; it may return a new gradient."""
+        if not self.requires_grad:
+            raise AutogradError("loom.register_hook: cannot register a hook on a tensor that "
+                                "does not require grad")
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(hook)
+        return _HookHandle(self._hooks, hook)
+
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs: Sequence[Tensor] | None = None) -> None:
+        """Accumulate d(self)/d(leaf) into the `.grad` of every leaf that requires grad."""
+        from loom.autograd.engine import backward
+        backward([self], [gradient] if gradient is not None else None, retain_graph=retain_graph,
+                 create_graph=create_graph, inputs=inputs)
+
+    # ------------------------------------------------------------ conversion
+    def to(self, *args, **kwargs) -> Tensor:
+        """`to(dtype)`, `to(device)`, `to(device, dtype)` or `to(other)`; a no-op returns self."""
+        dtype = kwargs.get("dtype")
+        device = kwargs.get("device")
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, (dt.DType, type)) or _is_dtype_like(a):
+                dtype = a
+            elif a is not None:
+                device = a
+        if device is not None:
+            from loom.device import device as _device
+            dev = _device(device)
+            if dev.type != "cpu":
+                raise LoomError(f"loom.Tensor.to: device {dev} is not available; "
+                                "this build of loom runs on the cpu")
+        if dtype is None:
+            return self
+        dtype = dt.as_dtype(dtype)
+        if dtype is self.dtype:
+            return self
+        return apply("cast", (self,), {"dtype": dtype})
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"loom.{self.dtype.name}"
+        return self.to(dtype)
+
+    def type_as(self, other: Tensor) -> Tensor:
+        return self.to(other.dtype)
+
+    def float(self) -> Tensor:
+        return self.to(dt.float32)
+
+    def double(self) -> Tensor:
+        return self.to(dt.float64)
+
+    def half(self) -> Tensor:
+        return self.to(dt.float16)
+
+    def bfloat16(self) -> Tensor:
+        return self.to(dt.bfloat16)
+
+    def int(self) -> Tensor:
+        return self.to(dt.int32)
+
+    def long(self) -> Tensor:
+        return self.to(dt.int64)
+
+    def short(self) -> Tensor:
+        return self.to(dt.int16)
+
+    def char(self) -> Tensor:
+        return self.to(dt.int8)
+
+    def byte(self) -> Tensor:
+        return self.to(dt.uint8)
+
+    def bool(self) -> Tensor:
+        return self.to(dt.bool_)
+
+    def cpu(self) -> Tensor:
+        return self
+
+    def contiguous(self, memory_format=None) -> Tensor:
+        return self
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return True
+
+    def clone(self, memory_format=None) -> Tensor:
+        """A copy that is its own node (gradient flows through)."""
+        return apply("reshape", (self,), {"shape": tuple(self.shape)})
+
+    # ------------------------------------------------------------ in place
+    def _check_inplace(self, op: str) -> None:
+        if self.requires_grad and self._ctx is None and is_grad_enabled():
+            raise AutogradError(f"loom.{op}: a leaf tensor that requires grad "
+                                f"({self.dtype.name}{fmt_shape(self.shape)}) cannot be modified "
+                                "in place; wrap the update in `with loom.no_grad():` or use an "
+                                "out-of-place op")
+
+    def _snapshot(self) -> Tensor:
+        t = Tensor._wrap(self._node, self._ctx, self.requires_grad)
+        t._version = self._version
+        return t
+
+    def _assign(self, result: Tensor, op: str) -> Tensor:
+        """Make `result` this tensor's new value (PyTorch's in-place ops, done functionally)."""
+        if not isinstance(result, Tensor):
+            result = as_tensor_like(result, self)
+        if tuple(result.shape) != tuple(self.shape):
+            raise ShapeError(f"loom.{op}: the result of shape {fmt_shape(result.shape)} cannot be "
+                             f"written in place into a tensor of shape {fmt_shape(self.shape)}")
+        if result.dtype is not self.dtype:
+            if result.dtype.category > self.dtype.category:
+                raise DTypeError(f"loom.{op}: result type {result.dtype.name} can't be cast to the "
+                                 f"in-place output type {self.dtype.name}")
+            result = result.to(self.dtype)
+        if is_grad_enabled():
+            if result.requires_grad and result._ctx is None:
+                # A leaf copied in: route the gradient to it through an identity node.
+                result = apply("reshape", (result,), {"shape": tuple(self.shape)})
+            self._ctx = result._ctx
+            self.requires_grad = result.requires_grad
+        # Under no_grad the history is kept, as for a parameter updated by an optimiser.
+        self._node = result._node
+        self._version += 1
+        if self._alias is not None:
+            # Memory shared with a NumPy array: the write must be visible there too.
+            self.realize()
+            np.copyto(self._alias, self._node.buffer)
+            self._node = Node("buffer", (), {}, self._node.shape, self.dtype, buffer=self._alias)
+        return self
+
+    def _inplace(self, op: str, fn, *args, **kwargs) -> Tensor:
+        self._check_inplace(op)
+        return self._assign(fn(self._snapshot(), *args, **kwargs), op)
+
+    def copy_(self, src, non_blocking: bool = False) -> Tensor:
+        self._check_inplace("copy_")
+        src = src if isinstance(src, Tensor) else tensor(src, dtype=self.dtype)
+        src = src.to(self.dtype)
+        return self._assign(broadcast_to(src, self.shape, "copy_"), "copy_")
+
+    def zero_(self) -> Tensor:
+        return self.fill_(0)
+
+    def fill_(self, value) -> Tensor:
+        self._check_inplace("fill_")
+        if isinstance(value, Tensor):
+            return self._assign(broadcast_to(value.to(self.dtype), self.shape, "fill_"), "fill_")
+        return self._assign(full(self.shape, value, dtype=self.dtype), "fill_")
+
+    def __iadd__(self, other):
+        return self._inplace("add_", lambda s: s + other)
+
+    def __isub__(self, other):
+        return self._inplace("sub_", lambda s: s - other)
+
+    def __imul__(self, other):
+        return self._inplace("mul_", lambda s: s * other)
+
+    def __itruediv__(self, other):
+        return self._inplace("div_", lambda s: s / other)
+
+    def __ifloordiv__(self, other):
+        return self._inplace("floor_divide_", lambda s: s // other)
+
+    def __imod__(self, other):
+        return self._inplace("remainder_", lambda s: s % other)
+
+    def __ipow__(self, other):
+        return self._inplace("pow_", lambda s: s ** other)
+
+    def __iand__(self, other):
+        return self._inplace("bitwise_and_", lambda s: s & other)
+
+    def __ior__(self, other):
+        return self._inplace("bitwise_or_", lambda s: s | other)
+
+    def __ixor__(self, other):
+        return self._inplace("bitwise_xor_", lambda s: s ^ other)
+
+    def __imatmul__(self, other):
+        return self._inplace("matmul_", lambda s: s @ other)
+
+    # ------------------------------------------------------------ operators
+    def __add__(self, other):
+        return binary("add", self, other)
+
+    def __radd__(self, other):
+        return binary("add", other, self)
+
+    def __sub__(self, other):
+        return binary("sub", self, other)
+
+    def __rsub__(self, other):
+        return binary("sub", other, self)
+
+    def __mul__(self, other):
+        return binary("mul", self, other)
+
+    def __rmul__(self, other):
+        return binary("mul", other, self)
+
+    def __truediv__(self, other):
+        return binary("div", self, other)
+
+    def __rtruediv__(self, other):
+        return binary("div", other, self)
+
+    def __floordiv__(self, other):
+        return binary("floordiv", self, other)
+
+    def __rfloordiv__(self, other):
+        return binary("floordiv", other, self)
+
+    def __mod__(self, other):
+        return binary("mod", self, other)
+
+    def __rmod__(self, other):
+        return binary("mod", other, self)
+
+    def __pow__(self, other):
+        return binary("pow", self, other)
+
+    def __rpow__(self, other):
+        return binary("pow", other, self)
+
+    def __matmul__(self, other):
+        from loom.functional.linalg import matmul
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        from loom.functional.linalg import matmul
+        return matmul(as_tensor_like(other, self), self)
+
+    def __neg__(self):
+        if self.dtype is dt.bool_:
+            raise DTypeError("loom.neg: negation of a bool tensor is not supported; use ~ or logical_not")
+        return apply("neg", (self,), {})
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return apply("abs", (self,), {}) if self.dtype is not dt.bool_ else self
+
+    def __invert__(self):
+        if self.dtype.is_floating_point:
+            raise DTypeError(f"loom.bitwise_not: expected an integer or bool tensor, got {self.dtype.name}")
+        return apply("not", (self,), {})
+
+    def __and__(self, other):
+        return binary("and", self, other)
+
+    __rand__ = __and__
+
+    def __or__(self, other):
+        return binary("or", self, other)
+
+    __ror__ = __or__
+
+    def __xor__(self, other):
+        return binary("xor", self, other)
+
+    __rxor__ = __xor__
+
+    def __eq__(self, other):  # type: ignore[override]
+        return binary("eq", self, other)
+
+    def __ne__(self, other):  # type: ignore[override]
+        return binary("ne", self, other)
+
+    def __lt__(self, other):
+        return binary("lt", self, other)
+
+    def __le__(self, other):
+        return binary("le", self, other)
+
+    def __gt__(self, other):
+        return binary("gt", self, other)
+
+    def __ge__(self, other):
+        return binary("ge", self, other)
+
+    def __getitem__(self, index):
+        from loom.functional.indexing import getitem
+        return getitem(self, index)
+
+    def __setitem__(self, index, value) -> None:
+        from loom.functional.indexing import index_put_functional
+        self._inplace("setitem", lambda s: index_put_functional(s, index, value))
+
+
+class Size(tuple):
+    """A shape: a tuple of ints that prints like PyTorch's."""
+
+    def numel(self) -> int:
+        return math.prod(self)
+
+    def __repr__(self) -> str:
+        return f"loom.Size({list(self)})"
+
+
+class _HookHandle:
+    def __init__(self, hooks: list, hook) -> None:
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+# ================================================================ applying primitives
+
+def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
+    """Add one primitive node; record backward history when grad mode asks for it."""
+    prim = PRIMITIVES[op]
+    nodes = tuple(t._node for t in inputs)
+    shape, dtype = prim.infer(nodes, attrs) if op != "buffer" else (attrs["shape"], attrs["dtype"])
+    device = nodes[0].device if nodes else "cpu"
+    node = Node(op, nodes, attrs, tuple(shape), dtype, device)
+    ctx = None
+    requires = False
+    if prim.vjp is not None and is_grad_enabled() and dtype.is_floating_point:
+        if any(t.requires_grad for t in inputs):
+            ctx = Context(prim, tuple(inputs), attrs)
+            requires = True
+    out = Tensor._wrap(node, ctx, requires)
+    if node.depth > LAZY_DEPTH_LIMIT:
+        reference.realize([node])
+    return out
+
+
+_ops._APPLY = apply
+
+
+def _is_dtype_like(a) -> bool:
+    return isinstance(a, (np.dtype, dt.DType)) or (isinstance(a, str) and a in dt._BY_NAME)
+
+
+def _node_from_data(data, dtype=None) -> Node:
+    """A buffer node holding a copy of `data` (nested lists, scalars, arrays, tensors)."""
+    if isinstance(data, Tensor):
+        arr = np.array(data.numpy(force=True))
+        src = data.dtype
+    else:
+        arr, src = _to_numpy(data)
+    d = dt.as_dtype(dtype) if dtype is not None else src
+    if d is dt.bfloat16:
+        store = dt.f32_to_bf16(np.asarray(arr, np.float32))
+    elif src is dt.bfloat16 and not isinstance(data, Tensor):
+        store = arr.astype(d.np)
+    else:
+        store = np.array(arr, dtype=d.np, copy=True)
+    return Node("buffer", (), {}, tuple(store.shape), d, buffer=store)
+
+
+def _to_numpy(data) -> tuple[np.ndarray, dt.DType]:
+    if isinstance(data, np.ndarray):
+        return data, dt.from_numpy(data.dtype)
+    if isinstance(data, (bool, np.bool_)):
+        return np.array(data), dt.bool_
+    if isinstance(data, numbers.Integral):
+        return np.array(data, np.int64), dt.int64
+    if isinstance(data, numbers.Real):
+        return np.array(data, dt.get_default_dtype().np if dt.get_default_dtype() is not dt.bfloat16
+                        else np.float32), dt.get_default_dtype()
+    if isinstance(data, (list, tuple)):
+        flat = _flatten_nested(data)
+        if any(isinstance(v, Tensor) for v in flat):
+            data = _nested_values(data)
+            flat = _flatten_nested(data)
+        if any(isinstance(v, (float, np.floating)) for v in flat):
+            return np.array(data, dtype=np.float64).astype(dt.get_default_dtype().np), dt.get_default_dtype()
+        if flat and all(isinstance(v, (bool, np.bool_)) for v in flat):
+            return np.array(data, dtype=np.bool_), dt.bool_
+        if not flat:
+            return np.array(data, dtype=dt.get_default_dtype().np).reshape(np.shape(data)), dt.get_default_dtype()
+        try:
+            return np.array(data, dtype=np.int64), dt.int64
+        except (ValueError, TypeError) as e:
+            raise LoomError(f"loom.tensor: cannot build a tensor from {type(data).__name__}: {e}") from None
+    if hasattr(data, "__array__") or hasattr(data, "__dlpack__"):
+        arr = np.asarray(data)
+        return arr, dt.from_numpy(arr.dtype)
+    raise TypeError(f"loom.tensor: cannot build a tensor from an object of type {type(data).__name__}")
+
+
+def _flatten_nested(data) -> list:
+    out: list = []
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        else:
+            out.append(v)
+    return out
+
+
+def _nested_values(data):
+    if isinstance(data, (list, tuple)):
+        return [_nested_values(v) for v in data]
+    if isinstance(data, Tensor):
+        return data.tolist()
+    return data
+
+
+# ================================================================ broadcasting and promotion
+
+def broadcast_shapes(*shapes, op: str = "broadcast") -> tuple[int, ...]:
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(-ndim, 0):
+        size = 1
+        for s in shapes:
+            if len(s) >= -i:
+                d = s[i]
+                if d != 1:
+                    if size != 1 and size != d:
+                        raise ShapeError(f"loom.{op}: shapes " + " and ".join(fmt_shape(x) for x in shapes)
+                                         + f" cannot be broadcast together: dim {i} has sizes {size} and {d}")
+                    size = d
+        out.append(size)
+    return tuple(out)
+
+
+def broadcast_to(t: Tensor, shape, op: str = "expand") -> Tensor:
+    shape = tuple(shape)
+    if tuple(t.shape) == shape:
+        return t
+    if len(shape) < t.ndim:
+        raise ShapeError(f"loom.{op}: cannot broadcast {fmt_shape(t.shape)} to the smaller rank "
+                         f"shape {fmt_shape(shape)}")
+    lead = len(shape) - t.ndim
+    for s, d in zip(t.shape, shape[lead:]):
+        if s != d and s != 1:
+            raise ShapeError(f"loom.{op}: cannot broadcast {fmt_shape(t.shape)} to {fmt_shape(shape)}")
+    if lead:
+        t = apply("reshape", (t,), {"shape": (1,) * lead + tuple(t.shape)})
+    if tuple(t.shape) != shape:
+        t = apply("expand", (t,), {"shape": shape})
+    return t
+
+
+def const(value, shape=(), dtype=None) -> Tensor:
+    d = dt.as_dtype(dtype) if dtype is not None else dt.scalar_dtype(value)
+    if d.category == 1 and isinstance(value, float):
+        if math.isfinite(value):
+            value = int(value)
+    if d is dt.bool_:
+        value = bool(value)
+    return apply("const", (), {"value": value, "shape": tuple(shape), "dtype": d})
+
+
+def as_tensor_like(value, like: Tensor | None = None) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (numbers.Number, np.bool_, np.number)):
+        d = dt.result_type(like, value) if like is not None else dt.scalar_dtype(value)
+        return const(value.item() if isinstance(value, np.generic) else value, (), d)
+    return tensor(value)
+
+
+_FLOAT_RESULT = {"div"}
+_COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+
+
+def binary(op: str, a, b) -> Tensor:
+    """Broadcast, promote and apply a binary primitive (PyTorch's semantics)."""
+    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
+    if not ta and not _scalar_like(a):
+        a = tensor(a)
+        ta = True
+    if not tb and not _scalar_like(b):
+        b = tensor(b)
+        tb = True
+    d = dt.result_type(a, b)
+    if op in _FLOAT_RESULT and not d.is_floating_point:
+        d = dt.get_default_dtype()
+    if op in ("and", "or", "xor") and d.is_floating_point:
+        raise DTypeError(f"loom.bitwise_{op}: expected integer or bool operands, got "
+                         f"{_describe(a)} and {_describe(b)}")
+    if op == "sub" and d is dt.bool_:
+        raise DTypeError("loom.sub: subtraction of bool tensors is not supported; use logical_xor")
+    if op in ("floordiv", "mod") and d.category == 1 and _has_zero_divisor(b):
+        raise LoomError(f"loom.{op}: integer division by zero")
+    shape = broadcast_shapes(tuple(a.shape) if ta else (), tuple(b.shape) if tb else (), op=_pub(op))
+    if ta and tb and a.device != b.device:
+        raise LoomError(f"loom.{op}: tensors on different devices: {a.device} and {b.device}")
+    ca = broadcast_to(a.to(d), shape, _pub(op)) if ta else const(_scalar_value(a), shape, d)
+    cb = broadcast_to(b.to(d), shape, _pub(op)) if tb else const(_scalar_value(b), shape, d)
+    if op in ("add", "mul") and d is dt.bool_:
+        op = "or" if op == "add" else "and"
+    return apply(op, (ca, cb), {})
+
+
+def _has_zero_divisor(b) -> bool:
+    if isinstance(b, Tensor):
+        return False  # Checked at run time by the reference path (NumPy yields 0).
+    return b == 0
+
+
+_PUBLIC = {"floordiv": "floor_divide", "mod": "remainder", "and": "bitwise_and", "or": "bitwise_or",
+           "xor": "bitwise_xor"}
+
+
+def _pub(op: str) -> str:
+    return _PUBLIC.get(op, op)
+
+
+def _scalar_like(v) -> bool:
+    return isinstance(v, (numbers.Number, np.bool_, np.number))
+
+
+def _scalar_value(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _describe(v) -> str:
+    if isinstance(v, Tensor):
+        return f"{v.dtype.name}{fmt_shape(v.shape)}"
+    return f"{type(v).__name__} {v!r}"
+
+
+def unary(op: str, x: Tensor, float_op: bool = True) -> Tensor:
+    """Apply an elementwise primitive; integer inputs of float ops compute in the default float."""
+    if not isinstance(x, Tensor):
+        x = tensor(x)
+    if float_op and not x.dtype.is_floating_point:
+        x = x.to(dt.get_default_dtype())
+    return apply(op, (x,), {})
+
+
+def normalize_dim(dim: int, ndim: int, op: str = "op") -> int:
+    n = max(ndim, 1)
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+        raise TypeError(f"loom.{op}: dim must be an int, got {type(dim).__name__}")
+    if not -n <= dim < n:
+        raise LoomIndexError(f"loom.{op}: dimension out of range (expected to be in range of "
+                             f"[{-n}, {n - 1}], but got {dim})")
+    return int(dim) % n
+
+
+def normalize_dims(dim, ndim: int, op: str = "op") -> tuple[int, ...]:
+    """Dims as sorted non-negative ints; None means all dims."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, (list, tuple)):
+        if len(dim) == 0:
+            return tuple(range(ndim))
+        dims = [normalize_dim(d, ndim, op) for d in dim]
+        if len(set(dims)) != len(dims):
+            raise LoomError(f"loom.{op}: dim {list(dim)} appears multiple times in the list of dims")
+        if ndim == 0:
+            return ()
+        return tuple(sorted(dims))
+    d = normalize_dim(dim, ndim, op)
+    return (d,) if ndim else ()
+
+
+# ================================================================ creation
+
+def _shape_arg(size, op: str) -> tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], (tuple, list, Size)):
+        size = tuple(size[0])
+    out = []
+    for s in size:
+        if isinstance(s, Tensor):
+            s = int(s.item())
+        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+            raise TypeError(f"loom.{op}: size must be a sequence of ints, got {size!r}")
+        if s < 0:
+            raise ShapeError(f"loom.{op}: negative dimension {s} in size {list(size)}")
+        out.append(int(s))
+    return tuple(out)
+
+
+def _check_device(device, op: str) -> None:
+    if device is not None:
+        from loom.device import device as _device
+        dev = _device(device)
+        if dev.type != "cpu":
+            raise LoomError(f"loom.{op}: device {dev} is not available; this build of loom runs on the cpu")
+
+
+def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    if requires_grad:
+        t = t.detach() if t._ctx is not None else t
+        t.requires_grad_(True)
+    return t
+
+
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A new leaf tensor holding a copy of `data`.
+
+    Examples
+    --------
+    >>> loom.tensor([1, 2, 3]).dtype
+    loom.int64
+    """
+    _check_device(device, "tensor")
+    t = Tensor._wrap(_node_from_data(data, dtype))
+    return _finish(t, requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    if isinstance(data, Tensor):
+        return data.to(dtype) if dtype is not None else data
+    if isinstance(data, np.ndarray) and dtype is None:
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor that shares memory with `array` (writes through in-place ops show in both)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"loom.from_numpy: expected np.ndarray, got {type(array).__name__}")
+    d = dt.from_numpy(array.dtype)
+    if array.dtype.kind == "u" and array.dtype.itemsize > 1:
+        raise DTypeError(f"loom.from_numpy: unsupported dtype {array.dtype}")
+    t = Tensor._wrap(Node("buffer", (), {}, tuple(array.shape), d, buffer=array))
+    t._alias = array
+    return t
+
+
+def from_dlpack(obj) -> Tensor:
+    """Zero-copy import of any DLPack producer (NumPy arrays, other frameworks' CPU tensors)."""
+    if isinstance(obj, Tensor):
+        return obj
+    return from_numpy(np.from_dlpack(obj))
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    _check_device(device, "full")
+    size = _shape_arg(size if isinstance(size, (tuple, list, Size)) else (size,), "full")
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    d = dt.as_dtype(dtype) if dtype is not None else dt.scalar_dtype(fill_value)
+    t = const(fill_value, size, d)
+    return _finish(t, requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return full(_shape_arg(size, "zeros"), 0.0, dtype=dtype or dt.get_default_dtype(), device=device,
+                requires_grad=requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return full(_shape_arg(size, "ones"), 1.0, dtype=dtype or dt.get_default_dtype(), device=device,
+                requires_grad=requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def _like(x: Tensor, dtype):
+    return x.shape, (dt.as_dtype(dtype) if dtype is not None else x.dtype)
+
+
+def zeros_like(x: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    shape, d = _like(x, dtype)
+    return full(shape, 0, dtype=d, requires_grad=requires_grad)
+
+
+def ones_like(x: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    shape, d = _like(x, dtype)
+    return full(shape, 1, dtype=d, requires_grad=requires_grad)
+
+
+def empty_like(x: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return zeros_like(x, dtype=dtype, requires_grad=requires_grad)
+
+
+def full_like(x: Tensor, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    shape, d = _like(x, dtype)
+    return full(shape, fill_value, dtype=d, requires_grad=requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """Values from `start` to `end` (exclusive) by `step`, as `torch.arange`."""
+    _check_device(device, "arange")
+    if end is None:
+        start, end = 0, start
+    vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    start, end, step = vals
+    if step == 0:
+        raise LoomError("loom.arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise LoomError(f"loom.arange: upper bound and step are inconsistent: start={start}, "
+                        f"end={end}, step={step}")
+    if dtype is None:
+        is_float = any(isinstance(v, float) for v in vals)
+        d = dt.get_default_dtype() if is_float else dt.int64
+    else:
+        d = dt.as_dtype(dtype)
+    n = max(0, math.ceil((end - start) / step))
+    t = apply("arange", (), {"start": start, "step": step, "shape": (n,), "dtype": d})
+    return _finish(t, requires_grad)
+
+
+def linspace(start, end, steps: int, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    if steps < 0:
+        raise LoomError(f"loom.linspace: number of steps must be non-negative, got {steps}")
+    vals = np.linspace(float(start), float(end), steps, dtype=np.float64)
+    return tensor(vals, dtype=d, requires_grad=requires_grad)
+
+
+def logspace(start, end, steps: int, base: float = 10.0, dtype=None, device=None,
+             requires_grad: bool = False) -> Tensor:
+    d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    vals = np.logspace(float(start), float(end), steps, base=base, dtype=np.float64)
+    return tensor(vals, dtype=d, requires_grad=requires_grad)
+
+
+def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    m = n if m is None else m
+    d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    rows = arange(n).reshape(n, 1).expand(n, m)
+    cols = arange(m).reshape(1, m).expand(n, m)
+    return _finish((rows == cols).to(d), requires_grad)
+
+
+# ================================================================ random numbers
+
+_MASK64 = (1 << 64) - 1
+
+
+class Generator:
+    """Counter-based random state: each random op takes the next key, values depend only on (key, index)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.manual_seed(seed)
+
+    def manual_seed(self, seed: int) -> Generator:
+        self._seed = int(seed) & _MASK64
+        self._counter = 0
+        return self
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def next_key(self) -> int:
+        key = int(_ops.mix64(np.array([self._seed ^ (self._counter * 0xD1B54A32D192ED03 & _MASK64)],
+                                      dtype=np.uint64))[0])
+        self._counter += 1
+        return key
+
+    def get_state(self) -> Tensor:
+        return tensor([self._seed, self._counter], dtype=dt.int64)
+
+    def set_state(self, state) -> None:
+        seed, counter = (int(v) for v in (state.tolist() if isinstance(state, Tensor) else state))
+        self._seed, self._counter = seed & _MASK64, counter
+
+
+default_generator = Generator(int.from_bytes(os.urandom(8), "little"))
+
+
+def manual_seed(seed: int) -> Generator:
+    """Seed loom's random numbers; the same seed gives the same values in every mode."""
+    return default_generator.manual_seed(seed)
+
+
+def seed() -> int:
+    s = int.from_bytes(os.urandom(8), "little")
+    default_generator.manual_seed(s)
+    return s
+
+
+def initial_seed() -> int:
+    return default_generator.initial_seed()
+
+
+def get_rng_state() -> Tensor:
+    return default_generator.get_state()
+
+
+def set_rng_state(state) -> None:
+    default_generator.set_state(state)
+
+
+def _rand_node(shape, d: dt.DType, generator: Generator | None) -> Tensor:
+    gen = generator or default_generator
+    rd = d if d.is_floating_point else dt.float64
+    return apply("rand", (), {"shape": tuple(shape), "seed": gen.next_key(), "dtype": rd})
+
+
+def rand(*size, dtype=None, generator=None, device=None, requires_grad: bool = False) -> Tensor:
+    """Uniform samples in [0, 1)."""
+    d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    if not d.is_floating_point:
+        raise DTypeError(f"loom.rand: expected a floating point dtype, got {d.name}")
+    return _finish(_rand_node(_shape_arg(size, "rand"), d, generator), requires_grad)
+
+
+def randn(*size, dtype=None, generator=None, device=None, requires_grad: bool = False) -> Tensor:
+    """Standard normal samples (Box-Muller over two counter-based uniform streams)."""
+    d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    if not d.is_floating_point:
+        raise DTypeError(f"loom.randn: expected a floating point dtype, got {d.name}")
+    shape = _shape_arg(size, "randn")
+    cd = dt.float64 if d is dt.float64 else dt.float32
+    u = _rand_node((2,) + shape, cd, generator)
+    n = len(shape)
+    u1 = apply("slice", (u,), {"starts": [0] * (n + 1), "stops": [1] + list(shape), "steps": [1] * (n + 1)})
+    u2 = apply("slice", (u,), {"starts": [1] + [0] * n, "stops": [2] + list(shape), "steps": [1] * (n + 1)})
+    u1 = 1.0 - u1.reshape(shape)  # In (0, 1], so the log is finite.
+    u2 = u2.reshape(shape)
+    z = (u1.log() * -2.0).sqrt() * (u2 * (2.0 * math.pi)).cos()
+    return _finish(z.to(d), requires_grad)
+
+
+def randint(low, high=None, size=None, dtype=None, generator=None, device=None,
+            requires_grad: bool = False) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    if size is None:
+        raise TypeError("loom.randint: missing the size argument")
+    if high <= low:
+        raise LoomError(f"loom.randint: expected low < high, got low={low}, high={high}")
+    d = dt.as_dtype(dtype) if dtype is not None else dt.int64
+    shape = _shape_arg(tuple(size) if isinstance(size, (tuple, list, Size)) else (size,), "randint")
+    u = _rand_node(shape, dt.float64, generator)
+    return ((u * float(high - low)).floor() + float(low)).to(d)
+
+
+def rand_like(x: Tensor, dtype=None, **kw) -> Tensor:
+    return rand(*x.shape, dtype=dtype or x.dtype, **kw)
+
+
+def randn_like(x: Tensor, dtype=None, **kw) -> Tensor:
+    return randn(*x.shape, dtype=dtype or x.dtype, **kw)
+
+
+def randint_like(x: Tensor, low, high=None, dtype=None, **kw) -> Tensor:
+    return randint(low, high, x.shape, dtype=dtype or x.dtype, **kw)
+
+
+def bernoulli(p: Tensor, generator=None) -> Tensor:
+    """1 with probability p, elementwise."""
+    u = _rand_node(p.shape, p.dtype if p.dtype.is_floating_point else dt.float32, generator)
+    return (u < p.detach()).to(p.dtype)
+
+
+def normal(mean=0.0, std=1.0, size=None, generator=None, dtype=None) -> Tensor:
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        shape = broadcast_shapes(tuple(getattr(mean, "shape", ())), tuple(getattr(std, "shape", ())))
+        return randn(*shape, generator=generator) * std + mean
+    return randn(*_shape_arg(size if isinstance(size, (tuple, list)) else (size,), "normal"),
+                 generator=generator, dtype=dtype) * std + mean
+
+
+def multinomial(probs: Tensor, num_samples: int, replacement: bool = False, generator=None) -> Tensor:
+    """Sample category indices from each row of (unnormalised) `probs`."""
+    p = probs.detach().to(dt.float64)
+    if p.ndim not in (1, 2):
+        raise ShapeError(f"loom.multinomial: expected a 1-d or 2-d tensor, got {fmt_shape(p.shape)}")
+    rows = p.reshape(-1, p.shape[-1]) if p.ndim == 2 else p.reshape(1, -1)
+    if not replacement and num_samples > rows.shape[1]:
+        raise LoomError(f"loom.multinomial: cannot draw {num_samples} samples without replacement "
+                        f"from {rows.shape[1]} categories")
+    if replacement:
+        cdf = rows.cumsum(-1)
+        cdf = cdf / cdf[:, -1:]
+        u = _rand_node((rows.shape[0], num_samples), dt.float64, generator)
+        idx = (cdf.unsqueeze(1) <= u.unsqueeze(2)).to(dt.int64).sum(-1)
+        idx = idx.clamp(max=rows.shape[1] - 1)
+    else:
+        # Gumbel top-k: exact sampling without replacement.
+        u = _rand_node(tuple(rows.shape), dt.float64, generator)
+        keys = rows.log() - (-(u.clamp(min=1e-300)).log()).log()
+        idx = keys.topk(num_samples, dim=-1).indices
+    return idx if p.ndim == 2 else idx.reshape(num_samples)
+
+
+def randperm(n: int, dtype=None, generator=None, device=None) -> Tensor:
+    u = _rand_node((n,), dt.float64, generator)
+    return u.argsort().to(dt.as_dtype(dtype) if dtype is not None else dt.int64)
+
+
+def synchronize(*tensors: Tensor) -> None:
+    """Realise the given tensors (all work is synchronous on the reference path)."""
+    nodes = [t._node for t in tensors if isinstance(t, Tensor)]
+    if nodes:
+        reference.realize(nodes)
+
+
+def realize(*tensors: Tensor) -> None:
+    """Compute several pending tensors in one pass, sharing their common subgraph."""
+    synchronize(*tensors)
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def numel(t: Tensor) -> int:
+    return t.numel()
+
+
+def iter_tensors(items: Iterable) -> list[Tensor]:
+    return [t for t in items if isinstance(t, Tensor)]
