@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ["math", "reduce", "shape", "linalg", "indexing", "sort", "nn"]
+MODULES = ["math", "reduce", "shape", "linalg", "indexing", "sort", "nn", "conv"]
 
 
 def _modules():
