@@ -43,7 +43,7 @@ for _mod in functional._modules():
             globals()[_name] = getattr(_mod, _name)
 del _mod, _name
 
-from loom import nn  # noqa: E402,F401
+from loom import nn, optim  # noqa: E402,F401
 
 
 def promote_types(a, b):

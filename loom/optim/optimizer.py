@@ -1,0 +1,169 @@
+"""The optimiser base: parameter groups, per-parameter state, state_dict round trips."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable
+
+import loom
+from loom.errors import LoomError
+from loom.tensor import Tensor
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _Required()
+
+
+class Optimizer:
+    """Base class of loom's optimisers, with PyTorch's interface.
+
+    Parameters
+    ----------
+    params : iterable of Tensors or of dicts (parameter groups with their own options)
+    defaults : dict of the optimiser's options, used where a group does not set one
+    """
+
+    def __init__(self, params: Iterable, defaults: dict[str, Any]) -> None:
+        self.defaults = defaults
+        self.state: dict[Tensor, dict[str, Any]] = {}
+        self.param_groups: list[dict[str, Any]] = []
+        if isinstance(params, Tensor):
+            raise TypeError(f"loom.optim.{type(self).__name__}: params must be an iterable of Tensors "
+                            "or dicts, got a single Tensor")
+        groups = list(params)
+        if not groups:
+            raise LoomError(f"loom.optim.{type(self).__name__}: got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for g in groups:
+            self.add_param_group(g)
+
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"loom.optim.{type(self).__name__}: can only optimise Tensors, "
+                                f"got {type(p).__name__}")
+            if not p.is_leaf:
+                raise LoomError(f"loom.optim.{type(self).__name__}: can't optimise a non-leaf Tensor")
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in params):
+            raise LoomError(f"loom.optim.{type(self).__name__}: some parameters appear in more than "
+                            "one parameter group")
+        full = {"params": params}
+        for k, v in self.defaults.items():
+            if k in group:
+                full[k] = group[k]
+            elif v is required:
+                raise LoomError(f"loom.optim.{type(self).__name__}: parameter group didn't specify a "
+                                f"value of required optimization parameter {k}")
+            else:
+                full[k] = v
+        for k, v in group.items():
+            full.setdefault(k, v)
+        self.param_groups.append(full)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad = loom.zeros_like(p.grad)
+
+    def _params_with_grad(self, group):
+        return [p for p in group["params"] if p.grad is not None]
+
+    def _finish_step(self) -> None:
+        """Compute every updated parameter and state tensor in one pass (a step barrier)."""
+        pending = []
+        for g in self.param_groups:
+            for p in g["params"]:
+                pending.append(p)
+                for v in self.state.get(p, {}).values():
+                    if isinstance(v, Tensor):
+                        pending.append(v)
+        loom.realize(*pending)
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with loom.enable_grad():
+                loss = closure()
+        with loom.no_grad():
+            for group in self.param_groups:
+                for p in self._params_with_grad(group):
+                    g = p.grad
+                    if group.get("maximize", False):
+                        g = -g
+                    self._update(p, g, group, self.state.setdefault(p, {}))
+        self._finish_step()
+        return loss
+
+    def _update(self, p: Tensor, grad: Tensor, group: dict, state: dict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define _update")
+
+    # ------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """State and groups with parameters replaced by their index, as PyTorch lays it out."""
+        index: dict[int, int] = {}
+        groups = []
+        for g in self.param_groups:
+            packed = {k: v for k, v in g.items() if k != "params"}
+            packed["params"] = []
+            for p in g["params"]:
+                index.setdefault(id(p), len(index))
+                packed["params"].append(index[id(p)])
+            groups.append(packed)
+        state = {}
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p in self.state:
+                    state[index[id(p)]] = {k: (v.detach() if isinstance(v, Tensor) else v)
+                                           for k, v in self.state[p].items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise LoomError(f"loom.optim.load_state_dict: the state has {len(groups)} parameter groups, "
+                            f"the optimizer {len(self.param_groups)}")
+        params = []
+        for mine, theirs in zip(self.param_groups, groups):
+            if len(mine["params"]) != len(theirs["params"]):
+                raise LoomError("loom.optim.load_state_dict: a parameter group's size differs from the "
+                                f"saved one ({len(mine['params'])} vs {len(theirs['params'])})")
+            params.extend(zip(theirs["params"], mine["params"]))
+        by_index = {}
+        for idx, p in params:
+            by_index[int(idx)] = p
+        self.state = {}
+        for idx, st in state_dict["state"].items():
+            p = by_index[int(idx)]
+            restored = {}
+            for k, v in st.items():
+                if isinstance(v, Tensor):
+                    if k != "step" and v.dtype.is_floating_point:
+                        v = v.to(p.dtype)
+                    v = loom.tensor(v.numpy(force=True), dtype=v.dtype) if v.is_leaf else v.detach()
+                restored[k] = v
+            self.state[p] = restored
+        for mine, theirs in zip(self.param_groups, groups):
+            for k, v in theirs.items():
+                if k != "params":
+                    mine[k] = copy.deepcopy(v)
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, g in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for k in sorted(k for k in g if k != "params"):
+                lines.append(f"    {k}: {g[k]}")
+        lines.append(")")
+        return "\n".join(lines)
