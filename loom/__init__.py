@@ -43,7 +43,8 @@ for _mod in functional._modules():
             globals()[_name] = getattr(_mod, _name)
 del _mod, _name
 
-from loom import nn, optim  # noqa: E402,F401
+from loom import io, nn, optim  # noqa: E402,F401
+from loom.io import load, save  # noqa: E402,F401
 
 
 def promote_types(a, b):
@@ -64,10 +65,7 @@ def is_floating_point(t) -> bool:
     return t.dtype.is_floating_point
 
 
-def set_printoptions(**kwargs) -> None:
-    import numpy as _np
-    _np.set_printoptions(**{k: v for k, v in kwargs.items() if k in ("precision", "threshold",
-                                                                        "edgeitems", "linewidth")})
+from loom.tensor import set_printoptions  # noqa: E402,F401
 
 
 jit = None  # Replaced by loom.function when the compiler lands; kept out of the public API until then.
