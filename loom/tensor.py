@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from loom.ir import ops as _ops
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
 from loom.runtime import reference
+
+if TYPE_CHECKING:
+    from loom.device import Device
 
 # A pending chain longer than this is realised where it stands, which bounds
 # the memory a forgotten lazy graph can pin and the depth of graph walks.
@@ -96,7 +99,7 @@ class Tensor:
         return self._node.dtype
 
     @property
-    def device(self) -> "Device":
+    def device(self) -> Device:
         from loom.device import Device
         return Device(self._node.device)
 
@@ -152,9 +155,13 @@ class Tensor:
         if self.requires_grad and not force:
             raise LoomError("loom.Tensor.numpy: can't call numpy() on a tensor that requires grad; "
                             "use tensor.detach().numpy()")
-        a = self._array()
         if self.dtype is dt.bfloat16:
-            return dt.bf16_to_f32(a)
+            return dt.bf16_to_f32(self._array())
+        return self._shared_array()
+
+    def _shared_array(self) -> np.ndarray:
+        """The stored value as a writable array in one memory block, fit to hand out."""
+        a = self._array()
         if not a.flags.writeable or not (a.flags.c_contiguous or a.flags.f_contiguous):
             a = np.array(a)  # A private, writable copy becomes the stored value.
             self._node.buffer = a
@@ -205,17 +212,25 @@ class Tensor:
         return id(self)
 
     def __repr__(self) -> str:
-        a = self.numpy(force=True)
-        body = np.array2string(a, separator=", ", prefix="tensor(", precision=4,
-                               floatmode="maxprec_equal", threshold=1000)
-        extras = []
-        if self.dtype not in (dt.get_default_dtype(), dt.int64, dt.bool_):
-            extras.append(f"dtype={self.dtype!r}")
+        a = self._array()
+        if self.dtype is dt.bfloat16:
+            a = dt.bf16_to_f32(a)
+        suffixes = []
+        if a.size == 0:
+            body = "[]"
+            if a.ndim != 1:
+                suffixes.append(f"size={tuple(a.shape)}")
+            if self.dtype is not dt.get_default_dtype():
+                suffixes.append(f"dtype={self.dtype!r}")
+        else:
+            body = _format_array(a, self.dtype.is_floating_point, indent=len("tensor("))
+            if self.dtype not in (dt.get_default_dtype(), dt.int64, dt.bool_):
+                suffixes.append(f"dtype={self.dtype!r}")
         if self._ctx is not None and self.requires_grad:
-            extras.append(f"grad_fn=<{self._ctx.name}>")
+            suffixes.append(f"grad_fn=<{self._ctx.name.capitalize()}Backward>")
         elif self.requires_grad:
-            extras.append("requires_grad=True")
-        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+            suffixes.append("requires_grad=True")
+        return _add_suffixes("tensor(" + body, suffixes, len("tensor("))
 
     __str__ = __repr__
 
@@ -226,7 +241,15 @@ class Tensor:
 
     # ------------------------------------------------------------ DLPack
     def __dlpack__(self, *args, **kwargs):
-        return self.numpy(force=True).__dlpack__(*args, **kwargs)
+        """Export without copying (bfloat16 included); see `loom.from_dlpack`."""
+        if self.requires_grad:
+            raise AutogradError("loom.Tensor.__dlpack__: can't export a tensor that requires grad; "
+                                "use tensor.detach()")
+        capsule = self._shared_array().__dlpack__(*args, **kwargs)
+        if self.dtype is dt.bfloat16:
+            from loom import dlpack
+            dlpack.retag(capsule, dlpack.KDL_BFLOAT)
+        return capsule
 
     def __dlpack_device__(self):
         return (1, 0)  # kDLCPU, device 0.
@@ -260,6 +283,7 @@ class Tensor:
         if not isinstance(value, Tensor):
             raise TypeError(f"loom: .data must be set to a Tensor, got {type(value).__name__}")
         self._node = value._node
+        self._alias = None  # Like PyTorch, the tensor now uses `value`'s storage.
         self._version += 1
 
     def retain_grad(self) -> None:
@@ -360,6 +384,21 @@ class Tensor:
         """A copy that is its own node (gradient flows through)."""
         return apply("reshape", (self,), {"shape": tuple(self.shape)})
 
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """An independent leaf with its own storage (copying the node graph would duplicate node ids)."""
+        import copy
+        if self._ctx is not None:
+            raise LoomError("loom.Tensor.__deepcopy__: only leaf tensors (created by the user, not by an "
+                            "op that records history) support deepcopy; deepcopy t.detach() instead")
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        buf = np.array(self._array(), copy=True)
+        new._init(Node("buffer", (), {}, tuple(self.shape), self.dtype, buffer=buf), None, self.requires_grad)
+        new.grad = copy.deepcopy(self.grad, memo)
+        for k, v in self.__dict__.items():
+            setattr(new, k, copy.deepcopy(v, memo))
+        return new
+
     # ------------------------------------------------------------ in place
     def _check_inplace(self, op: str) -> None:
         if self.requires_grad and self._ctx is None and is_grad_enabled():
@@ -392,11 +431,15 @@ class Tensor:
             self._ctx = result._ctx
             self.requires_grad = result.requires_grad
         # Under no_grad the history is kept, as for a parameter updated by an optimiser.
+        old = self._node
         self._node = result._node
         self._version += 1
         if self._alias is not None:
-            # Memory shared with a NumPy array: the write must be visible there too.
+            # Memory shared with a NumPy array: the write must be visible there too, while
+            # every other loom value that read the old contents keeps them.
             self.realize()
+            if old.buffer is self._alias:
+                old.buffer = np.array(self._alias)
             np.copyto(self._alias, self._node.buffer)
             self._node = Node("buffer", (), {}, self._node.shape, self.dtype, buffer=self._alias)
         return self
@@ -560,6 +603,120 @@ class Tensor:
     def __setitem__(self, index, value) -> None:
         from loom.functional.indexing import index_put_functional
         self._inplace("setitem", lambda s: index_put_functional(s, index, value))
+
+
+# ================================================================ printing (PyTorch's layout)
+
+PRINT_OPTIONS = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80, "sci_mode": None}
+
+
+def set_printoptions(precision: int | None = None, threshold: int | None = None,
+                     edgeitems: int | None = None, linewidth: int | None = None,
+                     sci_mode: bool | None = None, profile: str | None = None) -> None:
+    """Set how tensors print, as `torch.set_printoptions`.
+
+    Examples
+    --------
+    >>> loom.set_printoptions(precision=2)
+    >>> loom.tensor([1.2345])
+    tensor([1.23])
+    >>> loom.set_printoptions(profile="default")
+    """
+    if profile is not None:
+        presets = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, math.inf, 3, 80)}
+        if profile not in presets:
+            raise ValueError(f"loom.set_printoptions: unknown profile {profile!r}; expected one of "
+                             f"{sorted(presets)}")
+        PRINT_OPTIONS.update(zip(("precision", "threshold", "edgeitems", "linewidth"), presets[profile]))
+        PRINT_OPTIONS["sci_mode"] = None
+    for key, value in (("precision", precision), ("threshold", threshold), ("edgeitems", edgeitems),
+                       ("linewidth", linewidth)):
+        if value is not None:
+            PRINT_OPTIONS[key] = value
+    PRINT_OPTIONS["sci_mode"] = sci_mode
+
+
+class _ValueFormat:
+    """One number format for all printed elements of a tensor, chosen as PyTorch chooses it."""
+
+    def __init__(self, values: np.ndarray, floating: bool) -> None:
+        self.floating, self.int_mode, self.sci, self.width = floating, True, False, 1
+        p = PRINT_OPTIONS["precision"]
+        flat = values.reshape(-1)
+        if not floating:
+            self.width = max(len(str(v)) for v in flat.tolist())
+            return
+        flat = flat.astype(np.float64)
+        finite = flat[np.isfinite(flat) & (flat != 0)]
+        if finite.size:
+            lo, hi = float(np.abs(finite).min()), float(np.abs(finite).max())
+            self.int_mode = bool(np.all(finite == np.ceil(finite)))
+            self.sci = hi / lo > 1000.0 or hi > 1.0e8 or (not self.int_mode and lo < 1.0e-4)
+            if self.sci:
+                self.width = max(len(f"{v:.{p}e}") for v in finite.tolist())
+            elif self.int_mode:
+                self.width = max(len(f"{v:.0f}") + 1 for v in finite.tolist())
+            else:
+                self.width = max(len(f"{v:.{p}f}") for v in finite.tolist())
+        if PRINT_OPTIONS["sci_mode"] is not None:
+            self.sci = PRINT_OPTIONS["sci_mode"]
+
+    def __call__(self, v) -> str:
+        p = PRINT_OPTIONS["precision"]
+        if not self.floating:
+            s = str(v)
+        elif self.sci:
+            s = f"{v:.{p}e}"
+        elif self.int_mode:
+            s = f"{v:.0f}" + ("" if math.isinf(v) or math.isnan(v) else ".")
+        else:
+            s = f"{v:.{p}f}"
+        return s.rjust(self.width)
+
+
+def _summarized(a: np.ndarray, edge: int) -> np.ndarray:
+    for ax in range(a.ndim):
+        if a.shape[ax] > 2 * edge:
+            a = np.concatenate([a.take(range(edge), ax), a.take(range(a.shape[ax] - edge, a.shape[ax]), ax)], ax)
+    return a
+
+
+def _format_array(a: np.ndarray, floating: bool, indent: int) -> str:
+    """The bracketed body of a tensor's repr, laid out line by line like PyTorch's."""
+    edge = PRINT_OPTIONS["edgeitems"]
+    summarize = a.size > PRINT_OPTIONS["threshold"]
+    fmt = _ValueFormat(_summarized(a, edge) if summarize else a, floating)
+
+    def rows(x: np.ndarray, ind: int) -> str:
+        if x.ndim == 0:
+            return fmt(x.item())
+        n = x.shape[0]
+        cut = summarize and n > 2 * edge
+        if x.ndim == 1:
+            vals = x.tolist()
+            items = [fmt(v) for v in vals[:edge]] + [" ..."] + [fmt(v) for v in vals[-edge:]] if cut \
+                else [fmt(v) for v in vals]
+            per_line = max(1, int((PRINT_OPTIONS["linewidth"] - ind) // (fmt.width + 2)))
+            lines = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+            return "[" + (",\n" + " " * (ind + 1)).join(lines) + "]"
+        idx = list(range(edge)) + [None] + list(range(n - edge, n)) if cut else list(range(n))
+        parts = ["..." if i is None else rows(x[i], ind + 1) for i in idx]
+        return "[" + ("," + "\n" * (x.ndim - 1) + " " * (ind + 1)).join(parts) + "]"
+
+    return rows(a, indent)
+
+
+def _add_suffixes(text: str, suffixes: list[str], indent: int) -> str:
+    parts = [text]
+    last = len(text) - text.rfind("\n") + 1
+    for s in suffixes:
+        if last + len(s) + 2 > PRINT_OPTIONS["linewidth"]:
+            parts.append(",\n" + " " * indent + s)
+            last = indent + len(s)
+        else:
+            parts.append(", " + s)
+            last += len(s) + 2
+    return "".join(parts) + ")"
 
 
 class Size(tuple):
@@ -884,22 +1041,58 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor that shares memory with `array` (writes through in-place ops show in both)."""
+    """A tensor that shares memory with `array`.
+
+    Writes to the array show in the tensor (and in values computed from it later:
+    loom is lazy, so an op written before the write but realised after it sees
+    the new contents), and in-place ops on the tensor write into the array.
+
+    Examples
+    --------
+    >>> a = np.zeros(3, np.float32)
+    >>> t = loom.from_numpy(a)
+    >>> t.add_(1)
+    tensor([1., 1., 1.])
+    >>> a
+    array([1., 1., 1.], dtype=float32)
+    """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"loom.from_numpy: expected np.ndarray, got {type(array).__name__}")
-    d = dt.from_numpy(array.dtype)
     if array.dtype.kind == "u" and array.dtype.itemsize > 1:
-        raise DTypeError(f"loom.from_numpy: unsupported dtype {array.dtype}")
+        raise DTypeError(f"loom.from_numpy: unsupported dtype {array.dtype}; loom has uint8 but no "
+                         "wider unsigned types")
+    return _share(array, dt.from_numpy(array.dtype))
+
+
+def _share(array: np.ndarray, d: dt.DType) -> Tensor:
     t = Tensor._wrap(Node("buffer", (), {}, tuple(array.shape), d, buffer=array))
     t._alias = array
+    reference.share_external(array)
     return t
 
 
 def from_dlpack(obj) -> Tensor:
-    """Zero-copy import of any DLPack producer (NumPy arrays, other frameworks' CPU tensors)."""
+    """Zero-copy import of a DLPack producer (NumPy arrays, other frameworks' CPU tensors).
+
+    The tensor shares memory with `obj` as `loom.from_numpy` does; bfloat16 is
+    supported although NumPy has no such type.
+
+    Examples
+    --------
+    >>> a = np.arange(3.0)
+    >>> t = loom.from_dlpack(a)
+    >>> a[0] = 7.0
+    >>> t.tolist()
+    [7.0, 1.0, 2.0]
+    """
     if isinstance(obj, Tensor):
         return obj
-    return from_numpy(np.from_dlpack(obj))
+    from loom.dlpack import BFloat16AsUInt16
+    producer = BFloat16AsUInt16(obj)
+    array = np.from_dlpack(producer)
+    if producer.was_bfloat16:
+        return _share(array, dt.bfloat16)
+    return from_numpy(array)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -1086,6 +1279,8 @@ def randn(*size, dtype=None, generator=None, device=None, requires_grad: bool = 
 
 def randint(low, high=None, size=None, dtype=None, generator=None, device=None,
             requires_grad: bool = False) -> Tensor:
+    if size is None and isinstance(high, (tuple, list, Size)):
+        low, high, size = 0, low, high  # randint(high, size), as torch.
     if high is None:
         low, high = 0, low
     if size is None:
@@ -1149,7 +1344,8 @@ def multinomial(probs: Tensor, num_samples: int, replacement: bool = False, gene
 
 def randperm(n: int, dtype=None, generator=None, device=None) -> Tensor:
     u = _rand_node((n,), dt.float64, generator)
-    return u.argsort().to(dt.as_dtype(dtype) if dtype is not None else dt.int64)
+    idx = apply("argsort", (u,), {"axis": 0, "descending": False})
+    return idx.to(dt.as_dtype(dtype) if dtype is not None else dt.int64)
 
 
 def synchronize(*tensors: Tensor) -> None:

@@ -1,6 +1,7 @@
 """The NumPy reference interpreter: the semantics every other backend must match."""
 from __future__ import annotations
 
+import weakref
 from typing import Iterable
 
 import numpy as np
@@ -10,6 +11,22 @@ from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
 
 _UPCAST = (dt.bfloat16, dt.float16)
+
+# Arrays whose memory the user also holds (`loom.from_numpy`): NumPy writes and
+# loom's in-place ops change them, so no other value may be a view of them.
+_EXTERNAL: dict[int, weakref.ref] = {}
+
+
+def share_external(array: np.ndarray) -> None:
+    """Record that `array` is user-visible memory that may change under loom."""
+    key = id(array)
+    if key not in _EXTERNAL:
+        _EXTERNAL[key] = weakref.ref(array, lambda _, key=key: _EXTERNAL.pop(key, None))
+
+
+def _views_external(out: np.ndarray, inputs: list[np.ndarray]) -> bool:
+    return out.base is not None and any(
+        id(a) in _EXTERNAL and np.may_share_memory(out, a) for a in inputs)
 
 
 def pending_order(targets: Iterable[Node]) -> list[Node]:
@@ -83,6 +100,9 @@ def realize(targets: Iterable[Node]) -> None:
     order = pending_order(targets)
     with np.errstate(all="ignore"):
         for node in order:
-            out = evaluate(node, [i.buffer for i in node.inputs])
+            arrays = [i.buffer for i in node.inputs]
+            out = evaluate(node, arrays)
+            if _EXTERNAL and _views_external(out, arrays):
+                out = out.copy()  # A value, not a window onto memory that may change.
             node.buffer = out
             node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
