@@ -776,42 +776,59 @@ def _node_from_data(data, dtype=None) -> Node:
     d = dt.as_dtype(dtype) if dtype is not None else src
     if d is dt.bfloat16:
         store = dt.f32_to_bf16(np.asarray(arr, np.float32))
-    elif src is dt.bfloat16 and not isinstance(data, Tensor):
-        store = arr.astype(d.np)
+    elif d.category == 1 and arr.dtype.kind == "f":
+        store = np.trunc(arr).astype(d.np)  # Toward zero, as PyTorch converts floats to ints.
     else:
         store = np.array(arr, dtype=d.np, copy=True)
     return Node("buffer", (), {}, tuple(store.shape), d, buffer=store)
 
 
 def _to_numpy(data) -> tuple[np.ndarray, dt.DType]:
-    if isinstance(data, np.ndarray):
-        return data, dt.from_numpy(data.dtype)
-    if isinstance(data, (bool, np.bool_)):
-        return np.array(data), dt.bool_
-    if isinstance(data, numbers.Integral):
-        return np.array(data, np.int64), dt.int64
-    if isinstance(data, numbers.Real):
-        return np.array(data, dt.get_default_dtype().np if dt.get_default_dtype() is not dt.bfloat16
-                        else np.float32), dt.get_default_dtype()
+    """`data` as an array (floats may still be float64) and the dtype PyTorch infers for it."""
+    if isinstance(data, (np.ndarray, np.generic)):
+        return np.asarray(data), dt.from_numpy(data.dtype)
+    if isinstance(data, numbers.Number) and not isinstance(data, numbers.Real):
+        raise DTypeError(f"loom.tensor: complex values are not supported, got {data!r}")
+    if isinstance(data, (bool, numbers.Integral, numbers.Real)):
+        d = _element_dtype(type(data))
+        return np.array(data, np.float64 if d.is_floating_point else d.np), d
     if isinstance(data, (list, tuple)):
         flat = _flatten_nested(data)
         if any(isinstance(v, Tensor) for v in flat):
             data = _nested_values(data)
             flat = _flatten_nested(data)
-        if any(isinstance(v, (float, np.floating)) for v in flat):
-            return np.array(data, dtype=np.float64).astype(dt.get_default_dtype().np), dt.get_default_dtype()
-        if flat and all(isinstance(v, (bool, np.bool_)) for v in flat):
-            return np.array(data, dtype=np.bool_), dt.bool_
         if not flat:
-            return np.array(data, dtype=dt.get_default_dtype().np).reshape(np.shape(data)), dt.get_default_dtype()
+            d = dt.get_default_dtype()
+            return np.zeros(np.shape(data), np.float64), d
+        d = None
+        for ty in {type(v) for v in flat}:
+            e = dt.from_numpy(ty) if issubclass(ty, np.generic) else _element_dtype(ty)
+            d = e if d is None else dt.promote_pair(d, e)
+        for v in flat:
+            if isinstance(v, np.ndarray):
+                e = dt.from_numpy(v.dtype)
+                d = e if d is None else dt.promote_pair(d, e)
         try:
-            return np.array(data, dtype=np.int64), dt.int64
+            return np.array(data, dtype=np.float64 if d.is_floating_point else d.np), d
         except (ValueError, TypeError) as e:
-            raise LoomError(f"loom.tensor: cannot build a tensor from {type(data).__name__}: {e}") from None
+            raise ShapeError(f"loom.tensor: cannot build a tensor from a ragged or mixed nested "
+                             f"sequence (every level must have one length): {e}") from None
     if hasattr(data, "__array__") or hasattr(data, "__dlpack__"):
         arr = np.asarray(data)
         return arr, dt.from_numpy(arr.dtype)
     raise TypeError(f"loom.tensor: cannot build a tensor from an object of type {type(data).__name__}")
+
+
+def _element_dtype(ty: type) -> dt.DType:
+    if ty is np.ndarray:
+        return dt.bool_  # The lowest type: the arrays' own dtypes are promoted in separately.
+    if issubclass(ty, bool):
+        return dt.bool_
+    if issubclass(ty, numbers.Integral):
+        return dt.int64
+    if issubclass(ty, numbers.Real):
+        return dt.get_default_dtype()
+    raise TypeError(f"loom.tensor: cannot build a tensor from an element of type {ty.__name__}")
 
 
 def _flatten_nested(data) -> list:
@@ -1143,33 +1160,96 @@ def full_like(x: Tensor, fill_value, dtype=None, device=None, requires_grad: boo
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """Values from `start` to `end` (exclusive) by `step`, as `torch.arange`."""
+    """Values from `start` to `end` (exclusive) by `step`, as `torch.arange`.
+
+    The length is ``ceil((end - start) / step)``; the dtype is int64 when every
+    bound is an int, else the default float.
+
+    Examples
+    --------
+    >>> loom.arange(1, 2.5, 0.5).tolist()
+    [1.0, 1.5, 2.0]
+    >>> loom.arange(5, 0, -2).tolist()
+    [5, 3, 1]
+    """
     _check_device(device, "arange")
     if end is None:
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    for name, v in zip(("start", "end", "step"), vals):
+        if not isinstance(v, numbers.Real) or isinstance(v, float) and not math.isfinite(v):
+            raise LoomError(f"loom.arange: {name} must be a finite number, got {v!r}")
     start, end, step = vals
     if step == 0:
-        raise LoomError("loom.arange: step must be nonzero")
+        raise LoomError(f"loom.arange: step must be nonzero (start={start}, end={end})")
     if (end - start) * step < 0:
         raise LoomError(f"loom.arange: upper bound and step are inconsistent: start={start}, "
-                        f"end={end}, step={step}")
+                        f"end={end}, step={step} (a {'positive' if step > 0 else 'negative'} step "
+                        f"needs end {'>=' if step > 0 else '<='} start)")
     if dtype is None:
         is_float = any(isinstance(v, float) for v in vals)
         d = dt.get_default_dtype() if is_float else dt.int64
     else:
         d = dt.as_dtype(dtype)
-    n = max(0, math.ceil((end - start) / step))
+    if d is dt.int64:
+        # PyTorch truncates the bounds to int64 first and counts in integers.
+        start, end, step = int(start), int(end), int(step)
+        if step == 0:
+            raise LoomError("loom.arange: step must be nonzero after truncation to int64")
+        n = max(0, -((start - end) // step))
+    else:
+        n = max(0, math.ceil((end - start) / step))
+        if d.category < 2:
+            start, step = int(start), int(step)
     t = apply("arange", (), {"start": start, "step": step, "shape": (n,), "dtype": d})
     return _finish(t, requires_grad)
 
 
 def linspace(start, end, steps: int, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """`steps` values evenly spaced from `start` to `end` inclusive, as `torch.linspace`.
+
+    Computed as PyTorch does: the step in the output's precision, the first
+    half counted up from `start` and the second half down from `end`.
+
+    Examples
+    --------
+    >>> loom.linspace(0, 1, 5).tolist()
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
+    _check_device(device, "linspace")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
-    if steps < 0:
-        raise LoomError(f"loom.linspace: number of steps must be non-negative, got {steps}")
-    vals = np.linspace(float(start), float(end), steps, dtype=np.float64)
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise LoomError(f"loom.linspace: number of steps must be a non-negative int, got {steps!r}")
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    if d.is_floating_point:
+        cd = np.float64 if d is dt.float64 else np.float32
+        s, e = cd(start), cd(end)
+    else:
+        cd, s, e = np.float64, np.float64(int(start)), np.float64(int(end))
+    if steps <= 1:
+        vals = np.full(steps, s, np.float64)
+    else:
+        step = np.float64(cd((e - s) / cd(steps - 1)))
+        k = np.arange(steps, dtype=np.float64)
+        vals = np.where(k < steps // 2, _fma(step, k, s), _fma(-step, steps - 1 - k, e))
+    if d.category < 2:
+        vals = np.trunc(vals)
     return tensor(vals, dtype=d, requires_grad=requires_grad)
+
+
+def _fma(a, b, c) -> np.ndarray:
+    """a * b + c rounded once (float64), as the fused multiply-add of PyTorch's compiled kernels."""
+    a, b = np.broadcast_arrays(np.float64(a), np.asarray(b, np.float64))
+    p = a * b
+    split = 134217729.0  # 2**27 + 1: Veltkamp splitting makes the product's error exact.
+    ah = a * split - (a * split - a)
+    bh = b * split - (b * split - b)
+    al, bl = a - ah, b - bh
+    perr = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    total = p + np.float64(c)
+    z = total - p
+    serr = (p - (total - z)) + (np.float64(c) - z)
+    return total + (serr + perr)
 
 
 def logspace(start, end, steps: int, base: float = 10.0, dtype=None, device=None,
@@ -1181,6 +1261,8 @@ def logspace(start, end, steps: int, base: float = 10.0, dtype=None, device=None
 
 def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     m = n if m is None else m
+    if n < 0 or m < 0:
+        raise ShapeError(f"loom.eye: sizes must be non-negative, got n={n}, m={m}")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     rows = arange(n).reshape(n, 1).expand(n, m)
     cols = arange(m).reshape(1, m).expand(n, m)
