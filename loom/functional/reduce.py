@@ -1,339 +1,663 @@
-"""Reductions and scans, built on the sum/prod/max/min primitives."""
+"""Reductions and scans, built on the sum/prod/max/min primitives.
+
+Dtypes and gradients follow PyTorch: integer and bool sums/products are int64,
+`mean` of an integer tensor needs `dtype=`, `amax`/`max()` split the gradient
+evenly among ties, `max(dim)` routes it to the returned index, and square roots
+inside `std`/`norm` give a zero (not NaN) gradient where their input is zero.
+"""
 from __future__ import annotations
 
 import builtins
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from loom import dtypes as dt
+from loom.autograd.grad_mode import is_grad_enabled
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.tensor import Tensor, apply, arange, const, normalize_dim, normalize_dims, tensor
 
 
 class ValuesIndices(NamedTuple):
+    """`(values, indices)`, as PyTorch's `torch.return_types.max` and friends."""
+
     values: Tensor
     indices: Tensor
+
+
+class MinMax(NamedTuple):
+    """`(min, max)`, as PyTorch's `torch.return_types.aminmax`."""
+
+    min: Tensor
+    max: Tensor
 
 
 def _t(x) -> Tensor:
     return x if isinstance(x, Tensor) else tensor(x)
 
 
-def _reduce(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
-    axes = normalize_dims(dim, x.ndim, op)
-    if x.ndim == 0:
-        return x
-    if not axes:
-        return x
+def _where(c, a, b) -> Tensor:
+    from loom.functional.math import where
+    return where(c, a, b)
+
+
+def _isnan(x: Tensor) -> Tensor:
+    from loom.functional.math import isnan
+    return isnan(x)
+
+
+def _fresh(out: Tensor, x: Tensor) -> Tensor:
+    """A reduction that changed nothing still returns a new tensor (in-place ops on it must not touch x)."""
+    return out.clone() if out is x else out
+
+
+def _reduced_shape(shape, axes, keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def _reduce(op: str, x: Tensor, dim, keepdim: bool, name: str | None = None) -> Tensor:
+    axes = normalize_dims(dim, x.ndim, name or op)
+    if not axes:  # A 0-d tensor: nothing to reduce.
+        return x.clone()
     return apply(op, (x,), {"axes": axes, "keepdim": bool(keepdim)})
 
 
-def sum(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
-    """Sum over `dim` (all dims when None); bool and integer inputs sum in int64."""
-    x = _t(x)
+def _accumulate_dtype(x: Tensor, dtype) -> Tensor:
+    """Cast for sum/prod/cumsum/cumprod: to `dtype` when given, else bool and integers to int64."""
     if dtype is not None:
-        x = x.to(dtype)
-    elif x.dtype.category < 2:
-        x = x.to(dt.int64)
-    return _reduce("sum", x, dim, keepdim)
+        return x.to(dtype)
+    if x.dtype.category < 2:
+        return x.to(dt.int64)
+    return x
+
+
+def _count(x: Tensor, dim, op: str) -> int:
+    return math.prod(x.shape[a] for a in normalize_dims(dim, x.ndim, op))
+
+
+def _safe_sqrt(v: Tensor) -> Tensor:
+    """sqrt(v) whose gradient is zero (PyTorch's convention for norms and std) where v == 0."""
+    zero = v == 0
+    return _where(zero, 0.0, _where(zero, 1.0, v).sqrt())
+
+
+# ---------------------------------------------------------------- sums and means
+
+def sum(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
+    """Sum over `dim` (all dims when None or empty).
+
+    Parameters
+    ----------
+    x : Tensor
+    dim : int or tuple of ints, optional
+        Dims to reduce; negative dims count from the end.
+    keepdim : bool
+        Keep reduced dims with size 1.
+    dtype : loom.dtype, optional
+        Cast the input to this dtype first. Without it bool and integer inputs sum in int64.
+
+    Examples
+    --------
+    >>> loom.tensor([[1, 2], [3, 4]]).sum(0).tolist()
+    [4, 6]
+    """
+    x = _t(x)
+    return _reduce("sum", _accumulate_dtype(x, dtype), dim, keepdim)
 
 
 def nansum(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
-    from loom.functional.math import isnan, where
+    """Sum treating NaN as zero.
+
+    Examples
+    --------
+    >>> loom.tensor([1.0, float("nan"), 2.0]).nansum().item()
+    3.0
+    """
     x = _t(x)
-    return sum(where(isnan(x), 0.0, x) if x.dtype.is_floating_point else x, dim, keepdim, dtype)
+    if x.dtype.is_floating_point:
+        x = _where(_isnan(x), 0.0, x)
+    return sum(x, dim, keepdim, dtype)
 
 
 def prod(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
+    """Product over `dim` (all dims when None); bool and integer inputs multiply in int64.
+
+    The gradient is exact when the input holds zeros (one or several), to any order.
+
+    Examples
+    --------
+    >>> loom.tensor([[1.0, 2.0], [3.0, 4.0]]).prod(1).tolist()
+    [2.0, 12.0]
+    """
     x = _t(x)
+    return _reduce("prod", _accumulate_dtype(x, dtype), dim, keepdim)
+
+
+def _float_input(op: str, x: Tensor, dtype) -> Tensor:
     if dtype is not None:
         x = x.to(dtype)
-    elif x.dtype.category < 2:
-        x = x.to(dt.int64)
-    return _reduce("prod", x, dim, keepdim)
-
-
-def _count(x: Tensor, dim) -> int:
-    return math.prod(x.shape[a] for a in normalize_dims(dim, x.ndim, "mean")) if x.ndim else 1
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"loom.{op}: could not infer output dtype; input dtype must be floating point, "
+                         f"got {x.dtype.name} (pass dtype=loom.float32)")
+    return x
 
 
 def mean(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
-    x = _t(x)
-    if dtype is not None:
-        x = x.to(dtype)
-    if not x.dtype.is_floating_point:
-        raise DTypeError(f"loom.mean: could not infer output dtype; input dtype must be floating point, "
-                         f"got {x.dtype.name} (pass dtype=loom.float32)")
-    n = _count(x, dim)
-    s = _reduce("sum", x, dim, keepdim)
+    """Arithmetic mean over `dim`; the mean of no elements is NaN.
+
+    Integer and bool tensors need `dtype=` (a floating point dtype), as in PyTorch.
+
+    Examples
+    --------
+    >>> loom.tensor([[1.0, 2.0], [3.0, 5.0]]).mean(1).tolist()
+    [1.5, 4.0]
+    """
+    x = _float_input("mean", _t(x), dtype)
+    n = _count(x, dim, "mean")
+    s = _reduce("sum", x, dim, keepdim, "mean")
     return s / n if n else s * float("nan")
 
 
-def nanmean(x, dim=None, keepdim: bool = False) -> Tensor:
-    from loom.functional.math import isnan
-    x = _t(x)
-    valid = (~isnan(x)).to(x.dtype)
-    return nansum(x, dim, keepdim) / sum(valid, dim, keepdim)
+def nanmean(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
+    """Mean of the non-NaN elements (NaN where there are none).
+
+    Examples
+    --------
+    >>> loom.tensor([1.0, float("nan"), 3.0]).nanmean().item()
+    2.0
+    """
+    x = _float_input("nanmean", _t(x), dtype)
+    valid = (~_isnan(x)).to(x.dtype)
+    return nansum(x, dim, keepdim) / _reduce("sum", valid, dim, keepdim, "nanmean")
+
+
+def _var_args(dim, unbiased, correction):
+    if isinstance(dim, bool):  # var(x, False): the old positional `unbiased`.
+        dim, unbiased = None, dim
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    elif unbiased is not None:
+        raise LoomError("loom.var: pass either unbiased or correction, not both")
+    return dim, correction
 
 
 def var(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -> Tensor:
-    """Variance; `correction` (default 1, Bessel) as in PyTorch, `unbiased` is its old spelling."""
+    """Variance over `dim`, dividing by ``N - correction``.
+
+    Parameters
+    ----------
+    x : Tensor
+        A floating point tensor.
+    dim : int or tuple of ints, optional
+    unbiased : bool, optional
+        Old spelling: True is ``correction=1`` (the default), False is ``correction=0``.
+    keepdim : bool
+    correction : int or float, optional
+        Bessel's correction; 1 by default.
+
+    Examples
+    --------
+    >>> loom.tensor([1.0, 2.0, 3.0, 4.0]).var(correction=0).item()
+    1.25
+    """
     x = _t(x)
-    if isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool):
-        dim, unbiased = unbiased, None  # Positional dim after x, as var(x, 1).
-    if correction is None:
-        correction = 1 if unbiased is None or unbiased else 0
+    dim, correction = _var_args(dim, unbiased, correction)
     if not x.dtype.is_floating_point:
-        raise DTypeError(f"loom.var: expected a floating point tensor, got {x.dtype.name}")
-    n = _count(x, dim)
-    mu = mean(x, dim, keepdim=True)
-    d = x - mu
-    s = _reduce("sum", d * d, dim, keepdim)
-    return s / builtins.max(n - correction, 0) if n - correction > 0 else s / 0.0
+        raise DTypeError(f"loom.var: std and var need a floating point tensor, got {x.dtype.name}")
+    n = _count(x, dim, "var")
+    d = x - mean(x, dim, keepdim=True)
+    s = _reduce("sum", d * d, dim, keepdim, "var")
+    return s / builtins.max(n - correction, 0)
 
 
 def std(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -> Tensor:
-    return var(x, dim, unbiased, keepdim, correction=correction).sqrt()
+    """Standard deviation: the square root of :func:`var` (zero gradient where it is 0).
+
+    Examples
+    --------
+    >>> loom.tensor([1.0, 3.0]).std(correction=0).item()
+    1.0
+    """
+    x = _t(x)
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"loom.std: std and var need a floating point tensor, got {x.dtype.name}")
+    return _safe_sqrt(var(x, dim, unbiased, keepdim, correction=correction))
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    return var(x, dim, unbiased, keepdim, correction=correction), mean(x, dim, keepdim)
+    """`(var, mean)` over `dim`.
+
+    Examples
+    --------
+    >>> v, m = loom.var_mean(loom.tensor([1.0, 3.0]))
+    >>> (v.item(), m.item())
+    (2.0, 2.0)
+    """
+    x = _t(x)
+    d, _ = _var_args(dim, unbiased, correction)
+    return var(x, dim, unbiased, keepdim, correction=correction), mean(x, d, keepdim)
 
 
 def std_mean(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    return std(x, dim, unbiased, keepdim, correction=correction), mean(x, dim, keepdim)
+    """`(std, mean)` over `dim`.
 
+    Examples
+    --------
+    >>> s, m = loom.std_mean(loom.tensor([1.0, 3.0]), correction=0)
+    >>> (s.item(), m.item())
+    (1.0, 2.0)
+    """
+    x = _t(x)
+    d, _ = _var_args(dim, unbiased, correction)
+    return std(x, dim, unbiased, keepdim, correction=correction), mean(x, d, keepdim)
+
+
+# ---------------------------------------------------------------- extremes
 
 def _nonempty(op: str, x: Tensor, dim) -> None:
     axes = normalize_dims(dim, x.ndim, op)
-    if x.ndim and builtins.any(x.shape[a] == 0 for a in axes):
-        raise ShapeError(f"loom.{op}: cannot reduce over a zero-size dimension of a tensor of shape "
-                         f"{fmt_shape(x.shape)}; the operation has no identity")
+    if builtins.any(x.shape[a] == 0 for a in axes):
+        what = "dims" if dim is None else f"dim {dim}"
+        raise ShapeError(f"loom.{op}: cannot reduce over a zero-size dimension ({what} of a tensor of "
+                         f"shape {fmt_shape(x.shape)}); the operation has no identity, pass a dim "
+                         f"whose size is not zero")
 
 
 def amax(x, dim=None, keepdim: bool = False) -> Tensor:
+    """Largest value over `dim`; NaN propagates, ties share the gradient evenly.
+
+    Examples
+    --------
+    >>> loom.tensor([[1.0, 5.0], [4.0, 2.0]]).amax(1).tolist()
+    [5.0, 4.0]
+    """
     x = _t(x)
     _nonempty("amax", x, dim)
-    return _reduce("max", x, dim, keepdim)
+    return _reduce("max", x, dim, keepdim, "amax")
 
 
 def amin(x, dim=None, keepdim: bool = False) -> Tensor:
+    """Smallest value over `dim`; NaN propagates, ties share the gradient evenly.
+
+    Examples
+    --------
+    >>> loom.tensor([[1.0, 5.0], [4.0, 2.0]]).amin(0).tolist()
+    [1.0, 2.0]
+    """
     x = _t(x)
     _nonempty("amin", x, dim)
-    return _reduce("min", x, dim, keepdim)
+    return _reduce("min", x, dim, keepdim, "amin")
+
+
+def _evenly_distribute(x: Tensor, value: Tensor) -> Tensor:
+    """`value` (one element of x) whose gradient is split evenly among the elements equal to it.
+
+    Where the value is NaN the NaNs share it, as PyTorch's full max/min/median do.
+    """
+    if not (x.requires_grad and is_grad_enabled() and x.dtype.is_floating_point):
+        return value
+    xd, v = x.detach(), value.detach()
+    mask = (xd == v) | (_isnan(xd) & _isnan(v))
+    count = _reduce("sum", mask.to(x.dtype), None, False)
+    share = _reduce("sum", _where(mask, x, 0.0), None, False) / count  # Exact for inf and NaN values.
+    delta = _reduce("sum", _where(mask, x - xd, 0.0), None, False) / count  # Zero, carrying the gradient.
+    from loom.functional.math import isfinite
+    return _where(isfinite(v), v + delta, share)
 
 
 def _arg_extreme(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
-    """Index of the first max/min along dim (the first NaN, where there is one)."""
+    """Index of the first max/min along dim (of the first NaN, where there is one)."""
     x = _t(x)
     if dim is None:
-        flat = x.reshape(-1)
-        out = _arg_extreme(op, flat, 0, False)
+        _nonempty(op, x, None)
+        out = _arg_extreme(op, x.reshape(-1), 0, False)
         return out.reshape([1] * x.ndim) if keepdim else out
     d = normalize_dim(dim, x.ndim, op)
     _nonempty(op, x, d)
     if x.ndim == 0:
         return const(0, (), dt.int64)
-    ext = (amax if op == "argmax" else amin)(x.detach(), d, keepdim=True)
-    hit = x.detach() == ext
+    xd = x.detach()
+    ext = _reduce("max" if op == "argmax" else "min", xd, d, True)
+    hit = xd == ext
     if x.dtype.is_floating_point:
-        from loom.functional.math import isnan
-        nan = isnan(x.detach())
-        hit = hit | nan
-        hit = hit & ~(nan.any(d, keepdim=True) & ~nan)
+        hit = hit | _isnan(xd)  # A NaN extreme means the slice has NaNs: only they match.
     n = x.shape[d]
     shape = [1] * x.ndim
     shape[d] = n
     pos = arange(n).reshape(shape).expand(x.shape)
-    from loom.functional.math import where
-    cand = where(hit, pos, n)
-    return _reduce("min", cand, d, keepdim)
+    return _reduce("min", _where(hit, pos, n), d, keepdim)
 
 
 def argmax(x, dim=None, keepdim: bool = False) -> Tensor:
+    """Index of the largest value (the first one among ties; the first NaN if any), as int64.
+
+    Examples
+    --------
+    >>> loom.tensor([[1.0, 5.0, 5.0], [4.0, 2.0, 0.0]]).argmax(1).tolist()
+    [1, 0]
+    """
     return _arg_extreme("argmax", x, dim, keepdim)
 
 
 def argmin(x, dim=None, keepdim: bool = False) -> Tensor:
+    """Index of the smallest value (the first one among ties; the first NaN if any), as int64.
+
+    Examples
+    --------
+    >>> loom.tensor([3.0, 1.0, 1.0]).argmin().item()
+    1
+    """
     return _arg_extreme("argmin", x, dim, keepdim)
 
 
-def _values_indices(op: str, x, dim, keepdim):
-    from loom.functional.indexing import gather
-    idx = _arg_extreme("arg" + op, x, dim, True)
-    values = gather(x, normalize_dim(dim, x.ndim, op), idx) if x.ndim else x
-    if not keepdim and x.ndim:
-        d = normalize_dim(dim, x.ndim, op)
+def _values_indices(op: str, x: Tensor, dim, keepdim: bool) -> ValuesIndices:
+    d = normalize_dim(dim, x.ndim, op)
+    if x.ndim == 0:
+        _nonempty(op, x, d)
+        return ValuesIndices(x.clone(), const(0, (), dt.int64))
+    idx = _arg_extreme("arg" + op, x, d, True)
+    values = apply("gather", (x, idx), {"axis": d})  # The gradient goes to the returned index.
+    if not keepdim:
         values, idx = values.squeeze(d), idx.squeeze(d)
     return ValuesIndices(values, idx)
 
 
-def max(x, dim=None, keepdim: bool = False):
-    """max(x) -> value; max(x, dim) -> (values, indices); max(x, other) -> elementwise maximum."""
+def _max_min(op: str, x, dim, keepdim: bool):
     x = _t(x)
-    if isinstance(dim, Tensor):
-        from loom.functional.math import maximum
-        return maximum(x, dim)
+    if isinstance(dim, Tensor) or (dim is not None and not isinstance(dim, (int, np.integer))):
+        from loom.functional.math import maximum, minimum
+        return (maximum if op == "max" else minimum)(x, dim)
     if dim is None:
-        return amax(x)
-    return _values_indices("max", x, dim, keepdim)
+        if keepdim:
+            raise LoomError(f"loom.{op}: keepdim needs a dim; use amax/amin with keepdim=True")
+        _nonempty(op, x, None)
+        return _evenly_distribute(x, _reduce(op, x, None, False))
+    return _values_indices(op, x, dim, keepdim)
+
+
+def max(x, dim=None, keepdim: bool = False):
+    """Largest element, largest per slice, or elementwise maximum.
+
+    ``max(x)`` is the largest element (NaN if any; ties share the gradient);
+    ``max(x, dim, keepdim=False)`` is a ``(values, indices)`` pair whose gradient goes to
+    the returned index; ``max(x, other)`` is :func:`maximum`.
+
+    Examples
+    --------
+    >>> x = loom.tensor([[1.0, 5.0], [4.0, 2.0]])
+    >>> x.max().item(), x.max(1).indices.tolist()
+    (5.0, [1, 0])
+    """
+    return _max_min("max", x, dim, keepdim)
 
 
 def min(x, dim=None, keepdim: bool = False):
+    """Smallest element, smallest per slice, or elementwise minimum (see :func:`max`).
+
+    Examples
+    --------
+    >>> loom.tensor([[1.0, 5.0], [4.0, 2.0]]).min(0).values.tolist()
+    [1.0, 2.0]
+    """
+    return _max_min("min", x, dim, keepdim)
+
+
+def aminmax(x, *, dim=None, keepdim: bool = False) -> MinMax:
+    """`(min, max)` over `dim` (all elements when None).
+
+    Examples
+    --------
+    >>> r = loom.tensor([3.0, 1.0, 2.0]).aminmax()
+    >>> (r.min.item(), r.max.item())
+    (1.0, 3.0)
+    """
     x = _t(x)
-    if isinstance(dim, Tensor):
-        from loom.functional.math import minimum
-        return minimum(x, dim)
-    if dim is None:
-        return amin(x)
-    return _values_indices("min", x, dim, keepdim)
-
-
-def aminmax(x, *, dim=None, keepdim: bool = False):
-    return amin(x, dim, keepdim), amax(x, dim, keepdim)
+    return MinMax(amin(x, dim, keepdim), amax(x, dim, keepdim))
 
 
 def logsumexp(x, dim=None, keepdim: bool = False) -> Tensor:
+    """``log(sum(exp(x)))`` over `dim`, computed without overflow; integer inputs become float.
+
+    Examples
+    --------
+    >>> round(loom.tensor([1000.0, 1000.0]).logsumexp(0).item(), 4)
+    1000.6931
+    """
     x = _t(x)
     if not x.dtype.is_floating_point:
         x = x.to(dt.get_default_dtype())
-    m = amax(x.detach(), dim, keepdim=True)
-    from loom.functional.math import isinf, where
-    m = where(isinf(m), 0.0, m)  # All -inf (or an inf) must not turn into NaN through x - m.
-    out = ((x - m).exp().sum(dim, keepdim=True)).log() + m
-    if not keepdim:
-        axes = normalize_dims(dim, x.ndim, "logsumexp")
-        out = out.reshape([s for i, s in enumerate(out.shape) if i not in axes])
+    axes = normalize_dims(dim, x.ndim, "logsumexp")
+    if builtins.any(x.shape[a] == 0 for a in axes):
+        return _reduce("sum", x.exp(), dim, keepdim, "logsumexp").log()  # log(0) = -inf.
+    m = _reduce("max", x.detach(), dim, True, "logsumexp")
+    from loom.functional.math import isinf
+    m = _where(isinf(m), 0.0, m)  # All -inf (or an inf) must not turn into NaN through x - m.
+    out = _reduce("sum", (x - m).exp(), dim, True, "logsumexp").log() + m
+    if not keepdim and axes:
+        out = out.reshape(_reduced_shape(tuple(x.shape), axes, False))
     return out
 
 
-def all(x, dim=None, keepdim: bool = False) -> Tensor:
+# ---------------------------------------------------------------- logical
+
+def _logical(op: str, x, dim, keepdim: bool) -> Tensor:
     x = _t(x)
-    b = x.to(dt.bool_) if x.dtype is not dt.bool_ else x
-    if b.numel() == 0 and dim is None:
-        return const(True, (), dt.bool_)
-    return _reduce("min", b.to(dt.uint8), dim, keepdim).to(dt.bool_) if b.numel() else \
-        _empty_logical(b, dim, keepdim, True)
+    b = x if x.dtype is dt.bool_ else x != 0
+    axes = normalize_dims(dim, x.ndim, op)
+    if builtins.any(x.shape[a] == 0 for a in axes):
+        out = const(op == "all", _reduced_shape(tuple(x.shape), axes, keepdim), dt.bool_)
+    else:
+        out = _reduce("min" if op == "all" else "max", b, dim, keepdim, op)
+    return out.to(dt.uint8) if x.dtype is dt.uint8 else out  # PyTorch keeps uint8 for uint8 inputs.
+
+
+def all(x, dim=None, keepdim: bool = False) -> Tensor:
+    """Whether every element over `dim` is nonzero (True over no elements).
+
+    Examples
+    --------
+    >>> loom.tensor([[True, False], [True, True]]).all(1).tolist()
+    [False, True]
+    """
+    return _logical("all", x, dim, keepdim)
 
 
 def any(x, dim=None, keepdim: bool = False) -> Tensor:
-    x = _t(x)
-    b = x.to(dt.bool_) if x.dtype is not dt.bool_ else x
-    if b.numel() == 0 and dim is None:
-        return const(False, (), dt.bool_)
-    return _reduce("max", b.to(dt.uint8), dim, keepdim).to(dt.bool_) if b.numel() else \
-        _empty_logical(b, dim, keepdim, False)
+    """Whether some element over `dim` is nonzero (False over no elements).
 
-
-def _empty_logical(b, dim, keepdim, value):
-    from loom.functional.math import where
-    s = _reduce("sum", b.to(dt.int64), dim, keepdim)
-    return where(s == 0, value, value)
+    Examples
+    --------
+    >>> loom.tensor([0.0, 0.0, 2.0]).any().item()
+    True
+    """
+    return _logical("any", x, dim, keepdim)
 
 
 def count_nonzero(x, dim=None) -> Tensor:
-    return sum(_t(x) != 0, dim)
+    """Number of nonzero elements over `dim`, as int64.
 
+    Examples
+    --------
+    >>> loom.tensor([[0, 1], [2, 3]]).count_nonzero(0).tolist()
+    [1, 2]
+    """
+    x = _t(x)
+    return sum(x != 0, dim)
+
+
+# ---------------------------------------------------------------- norms
 
 def norm(x, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
-    """Vector p-norm over `dim` (all elements when None); 'fro' is the 2-norm, 'nuc' unsupported."""
+    """Vector p-norm over `dim` (all elements when None).
+
+    Parameters
+    ----------
+    x : Tensor
+        A floating point tensor.
+    p : float or str
+        'fro' or 2 (Euclidean), 1, inf, -inf, 0 (count of nonzeros) or any other number.
+        'nuc' needs an SVD and is not supported.
+    dim : int or tuple of ints, optional
+    keepdim : bool
+    dtype : loom.dtype, optional
+        Compute in this dtype.
+
+    Examples
+    --------
+    >>> loom.tensor([3.0, -4.0]).norm().item()
+    5.0
+    """
     x = _t(x)
     if dtype is not None:
         x = x.to(dtype)
     if not x.dtype.is_floating_point:
         raise DTypeError(f"loom.norm: expected a floating point tensor, got {x.dtype.name}")
-    if p in ("fro", 2, 2.0, None):
-        return ((x * x).sum(dim, keepdim)).sqrt()
+    if p in ("fro", None):
+        p = 2
     if p == "nuc":
         raise LoomError("loom.norm: the nuclear norm needs an SVD, which loom does not have yet")
-    if p in (float("inf"), "inf"):
+    if isinstance(p, str):
+        raise LoomError(f"loom.norm: unknown norm {p!r}; expected 'fro', 'nuc' or a number")
+    if p == math.inf:
         return amax(x.abs(), dim, keepdim)
-    if p in (float("-inf"), "-inf"):
+    if p == -math.inf:
         return amin(x.abs(), dim, keepdim)
     if p == 0:
-        return (x != 0).to(x.dtype).sum(dim, keepdim)
+        return x.abs().sign().sum(dim, keepdim)  # Zero gradient, as PyTorch's.
     if p == 1:
         return x.abs().sum(dim, keepdim)
-    return (x.abs() ** p).sum(dim, keepdim) ** (1.0 / p)
+    if p == 2:
+        return _safe_sqrt((x * x).sum(dim, keepdim))
+    s = (x.abs() ** p).sum(dim, keepdim)
+    if p < 0:
+        return s ** (1.0 / p)
+    zero = s == 0
+    return _where(zero, 0.0, _where(zero, 1.0, s) ** (1.0 / p))  # Zero gradient at the zero vector.
 
+
+# ---------------------------------------------------------------- scans
 
 def _scan(x: Tensor, dim: int, combine, identity) -> Tensor:
     """Inclusive scan along `dim` in log2(n) shifted combines (Hillis-Steele), all primitives."""
     n = x.shape[dim]
     shift = 1
+    pads = [(0, 0)] * x.ndim
     while shift < n:
-        pads = [(0, 0)] * x.ndim
         pads[dim] = (shift, 0)
-        starts = [0] * x.ndim
-        stops = list(x.shape)
-        stops[dim] = n
-        shifted = apply("slice", (apply("pad", (x,), {"pads": pads, "value": identity}),),
-                        {"starts": starts, "stops": stops, "steps": [1] * x.ndim})
+        padded = apply("pad", (x,), {"pads": list(pads), "value": identity})
+        shifted = apply("slice", (padded,), {"starts": [0] * x.ndim, "stops": list(x.shape),
+                                             "steps": [1] * x.ndim})
         x = combine(x, shifted)
         shift *= 2
     return x
 
 
-def cumsum(x, dim: int, dtype=None) -> Tensor:
-    x = _t(x)
-    if dtype is not None:
-        x = x.to(dtype)
-    elif x.dtype.category < 2:
-        x = x.to(dt.int64)
+def _scan_op(op: str, x: Tensor, dim: int, combine, identity) -> Tensor:
+    d = normalize_dim(dim, x.ndim, op)
     if x.ndim == 0:
-        return x
-    return _scan(x, normalize_dim(dim, x.ndim, "cumsum"), lambda a, b: a + b, 0)
+        return x.clone()
+    return _fresh(_scan(x, d, combine, identity), x)
+
+
+def cumsum(x, dim: int, dtype=None) -> Tensor:
+    """Running sum along `dim`; bool and integer inputs accumulate in int64.
+
+    Examples
+    --------
+    >>> loom.tensor([1, 2, 3]).cumsum(0).tolist()
+    [1, 3, 6]
+    """
+    x = _accumulate_dtype(_t(x), dtype)
+    return _scan_op("cumsum", x, dim, lambda a, b: a + b, 0)
 
 
 def cumprod(x, dim: int, dtype=None) -> Tensor:
-    x = _t(x)
-    if dtype is not None:
-        x = x.to(dtype)
-    elif x.dtype.category < 2:
-        x = x.to(dt.int64)
-    if x.ndim == 0:
-        return x
-    return _scan(x, normalize_dim(dim, x.ndim, "cumprod"), lambda a, b: a * b, 1)
+    """Running product along `dim`; exact gradients with zeros in the input.
+
+    Examples
+    --------
+    >>> loom.tensor([1.0, 2.0, 3.0]).cumprod(0).tolist()
+    [1.0, 2.0, 6.0]
+    """
+    x = _accumulate_dtype(_t(x), dtype)
+    return _scan_op("cumprod", x, dim, lambda a, b: a * b, 1)
 
 
-def _cum_extreme(op, x, dim):
+def _extreme_identity(op: str, d: dt.DType):
+    """The identity of a running max (`cummax`) or min along a tensor of dtype d."""
+    if d.is_floating_point:
+        return -math.inf if op == "cummax" else math.inf
+    if d is dt.bool_:
+        return op != "cummax"
+    info = np.iinfo(d.np)
+    return int(info.min if op == "cummax" else info.max)
+
+
+def _cum_extreme(op: str, x, dim) -> ValuesIndices:
     from loom.functional.math import maximum, minimum
     x = _t(x)
-    if x.ndim == 0:
-        return ValuesIndices(x, const(0, (), dt.int64))
     d = normalize_dim(dim, x.ndim, op)
-    fn = maximum if op == "cummax" else minimum
+    if x.ndim == 0:
+        return ValuesIndices(x.clone(), const(0, (), dt.int64))
+    xd = x.detach()
+    running = _scan(xd, d, maximum if op == "cummax" else minimum, _extreme_identity(op, x.dtype))
+    hit = xd == running  # Ties take the latest index; after a NaN only NaNs match.
     if x.dtype.is_floating_point:
-        ident = float("-inf") if op == "cummax" else float("inf")
-    else:
-        import numpy as np
-        info = np.iinfo(x.dtype.np) if x.dtype is not dt.bool_ else None
-        ident = (info.min if op == "cummax" else info.max) if info else (op != "cummax")
-    values = _scan(x, d, fn, ident)
+        hit = hit | _isnan(xd)
     n = x.shape[d]
     shape = [1] * x.ndim
     shape[d] = n
     pos = arange(n).reshape(shape).expand(x.shape)
-    from loom.functional.math import where
-    idx = _scan(where(x == values, pos, -1), d, maximum, -1)
-    return ValuesIndices(values, idx)
+    idx = _scan(_where(hit, pos, -1), d, maximum, -1)
+    return ValuesIndices(apply("gather", (x, idx), {"axis": d}), idx)
 
 
-def cummax(x, dim: int):
+def cummax(x, dim: int) -> ValuesIndices:
+    """Running maximum along `dim` and the index where it was (last) reached.
+
+    Examples
+    --------
+    >>> r = loom.tensor([1.0, 3.0, 2.0, 3.0]).cummax(0)
+    >>> r.values.tolist(), r.indices.tolist()
+    ([1.0, 3.0, 3.0, 3.0], [0, 1, 1, 3])
+    """
     return _cum_extreme("cummax", x, dim)
 
 
-def cummin(x, dim: int):
+def cummin(x, dim: int) -> ValuesIndices:
+    """Running minimum along `dim` and the index where it was (last) reached.
+
+    Examples
+    --------
+    >>> loom.tensor([2.0, 1.0, 3.0]).cummin(0).indices.tolist()
+    [0, 1, 1]
+    """
     return _cum_extreme("cummin", x, dim)
 
 
+def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+    """log(exp(a) + exp(b)) without overflow; -inf and -inf give -inf."""
+    from loom.functional.math import isinf, maximum
+    m = maximum(a.detach(), b.detach())
+    m = _where(isinf(m), 0.0, m)
+    return ((a - m).exp() + (b - m).exp()).log() + m
+
+
 def logcumsumexp(x, dim: int) -> Tensor:
+    """Running ``log(sum(exp(x)))`` along `dim`, stable for any spread of values.
+
+    Examples
+    --------
+    >>> [round(v, 4) for v in loom.tensor([0.0, 0.0, -1000.0]).logcumsumexp(0).tolist()]
+    [0.0, 0.6931, 0.6931]
+    """
     x = _t(x)
-    d = normalize_dim(dim, x.ndim, "logcumsumexp")
-    m = amax(x.detach(), d, keepdim=True)
-    from loom.functional.math import isinf, where
-    m = where(isinf(m), 0.0, m)
-    return cumsum((x - m).exp(), d).log() + m
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"loom.logcumsumexp: expected a floating point tensor, got {x.dtype.name}")
+    return _scan_op("logcumsumexp", x, dim, _logaddexp, -math.inf)
 
 
 METHODS = ["sum", "nansum", "prod", "mean", "nanmean", "var", "std", "amax", "amin", "argmax", "argmin",

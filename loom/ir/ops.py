@@ -337,15 +337,39 @@ def _extreme_vjp(g, x, out, attrs):
     return (_keep(g, x, attrs).expand(x.shape) * mask / count,)
 
 
+def _exclusive_prod(x, axis):
+    """Product of the other elements along `axis`: prefix times suffix scans, exact with zeros to any order."""
+    n, nd = x.shape[axis], x.ndim
+    full = dict(starts=[0] * nd, stops=list(x.shape), steps=[1] * nd)
+
+    def shifted(t, k):  # t moved k places up `axis`, the vacated places filled with 1.
+        pads = [(0, 0)] * nd
+        pads[axis] = (k, 0)
+        return P("slice", P("pad", t, pads=pads, value=1), **full)
+
+    def exclusive_scan(t):
+        t, k = shifted(t, 1), 1
+        while k < n:
+            t, k = t * shifted(t, k), k * 2
+        return t
+
+    flip = dict(axes=(axis,))
+    return exclusive_scan(x) * P("flip", exclusive_scan(P("flip", x, **flip)), **flip)
+
+
 def _prod_vjp(g, x, out, attrs):
     axes = tuple(attrs["axes"])
-    is_zero = x == 0.0
-    one, zero = _zeros(x, 1), _zeros(x)
-    nonzero_prod = P("where", is_zero, one, x).prod(axes, keepdim=True).expand(x.shape)
-    zeros = is_zero.to(x.dtype).sum(axes, keepdim=True).expand(x.shape)
     g = _keep(g, x, attrs).expand(x.shape)
-    others = P("where", zeros == 0.0, nonzero_prod / P("where", is_zero, one, x),
-               P("where", (zeros == 1.0) & is_zero, nonzero_prod, zero))
+    if not axes or x.ndim == 0:
+        return (g,)
+    # Bring the reduced axes together at the end so one scan covers them.
+    keep = [i for i in range(x.ndim) if i not in axes]
+    perm = keep + list(axes)
+    inv = [perm.index(i) for i in range(x.ndim)]
+    moved = P("permute", x, perm=tuple(perm))
+    flat = P("reshape", moved, shape=tuple(moved.shape[:len(keep)]) + (math.prod(x.shape[a] for a in axes),))
+    others = _exclusive_prod(flat, len(keep))
+    others = P("permute", P("reshape", others, shape=tuple(moved.shape)), perm=tuple(inv))
     return (g * others,)
 
 
