@@ -44,6 +44,7 @@ for _mod in functional._modules():
 del _mod, _name
 
 from loom import io, nn, optim  # noqa: E402,F401
+from loom import linalg  # noqa: E402,F401
 from loom.io import load, save  # noqa: E402,F401
 
 
