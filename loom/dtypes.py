@@ -164,7 +164,8 @@ def bf16_to_f32(a: np.ndarray) -> np.ndarray:
 
 def f32_to_bf16(a: np.ndarray) -> np.ndarray:
     """Round float32 to bfloat16 bits, nearest-even, keeping NaN a NaN."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
+    shape = np.shape(a)
+    a = np.ascontiguousarray(a, dtype=np.float32).reshape(shape)  # (ascontiguousarray makes 0-d 1-d)
     bits = a.view(np.uint32)
     rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
     out = ((bits + rounding) >> 16).astype(np.uint16)

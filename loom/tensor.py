@@ -763,7 +763,10 @@ _ops._APPLY = apply
 
 
 def _is_dtype_like(a) -> bool:
-    return isinstance(a, (np.dtype, dt.DType)) or (isinstance(a, str) and a in dt._BY_NAME)
+    if isinstance(a, str):
+        return a in dt._BY_NAME
+    # Other libraries' dtype objects (NumPy's, PyTorch's) are all of a class named `dtype`.
+    return isinstance(a, (np.dtype, dt.DType)) or type(a).__name__ == "dtype"
 
 
 def _node_from_data(data, dtype=None) -> Node:
