@@ -24,9 +24,6 @@ class _Loss(Module):
         super().__init__()
         if size_average is not None or reduce is not None:
             reduction = _legacy_reduction(size_average, reduce)
-        if reduction not in ("mean", "sum", "none"):
-            raise ValueError(f"loom.nn.{type(self).__name__}: {reduction} is not a valid value for reduction; "
-                             "expected 'mean', 'sum' or 'none'")
         self.reduction = reduction
 
 
