@@ -1,0 +1,12 @@
+"""The IR: nodes, the primitive set, graphs and their JSON form.
+
+`Graph` is the DAG users and compiler passes edit; `PRIMITIVES` and `infer`
+define what each node computes; `to_json`/`from_json` and `save`/`load` give
+the language-neutral format of docs/graph-format.md.
+"""
+from loom.ir.node import Node
+from loom.ir.ops import PRIMITIVES, infer
+from loom.ir.graph import Graph
+from loom.ir.serialize import from_json, load, save, to_json
+
+__all__ = ["Node", "Graph", "PRIMITIVES", "infer", "to_json", "from_json", "save", "load"]
