@@ -71,12 +71,12 @@ class RNNBase(Module):
             raise ValueError(f"{name}: hidden_size must be a positive integer, got {hidden_size}")
         if not isinstance(num_layers, int) or num_layers <= 0:
             raise ValueError(f"{name}: num_layers must be a positive integer, got {num_layers}")
+        if proj_size and mode != "LSTM":
+            raise ValueError(f"{name}: proj_size argument is only supported for LSTM, not RNN or GRU")
         if proj_size < 0:
             raise ValueError(f"{name}: proj_size should be a positive integer or zero to disable projections")
         if proj_size >= hidden_size:
             raise ValueError(f"{name}: proj_size has to be smaller than hidden_size")
-        if proj_size and mode != "LSTM":
-            raise ValueError(f"{name}: proj_size argument is only supported for LSTM, not RNN or GRU")
         self.mode = mode
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -243,7 +243,7 @@ class RNN(RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None) -> None:
+                 device=None, dtype=None, proj_size: int = 0) -> None:
         if nonlinearity == "tanh":
             mode = "RNN_TANH"
         elif nonlinearity == "relu":
@@ -252,7 +252,7 @@ class RNN(RNNBase):
             raise ValueError(f"loom.nn.RNN: unknown nonlinearity '{nonlinearity}'; select from 'tanh' or 'relu'")
         self.nonlinearity = nonlinearity
         super().__init__(mode, input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         dtype=dtype)
+                         proj_size, dtype=dtype)
 
     def forward(self, input: Tensor, hx: Tensor | None = None):
         """(output (L, N, D * H_out), h_n (D * num_layers, N, H_out))."""
@@ -326,9 +326,9 @@ class GRU(RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device=None,
-                 dtype=None) -> None:
+                 dtype=None, proj_size: int = 0) -> None:
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         dtype=dtype)
+                         proj_size, dtype=dtype)
 
     def forward(self, input: Tensor, hx: Tensor | None = None):
         """(output (L, N, D * H_out), h_n (D * num_layers, N, H_out))."""
