@@ -30,10 +30,10 @@ import numpy as np
 from loom import dtypes as dt
 from loom.errors import DTypeError, ShapeError, fmt_shape
 from loom.functional.indexing import gather
-from loom.functional.math import div, where
-from loom.functional.reduce import argmax
+from loom.functional.math import div, isnan, minimum, where
+from loom.functional.reduce import amax, amin
 from loom.functional.shape import _slice_dim
-from loom.tensor import Tensor, apply, broadcast_to, tensor
+from loom.tensor import Tensor, apply, arange, broadcast_to, tensor
 
 _IntOrTuple = int | Sequence[int]
 
@@ -162,7 +162,7 @@ def _kernel_last(win: Tensor, nsp: int) -> Tensor:
     """(B, C, k1, o1, ..., kS, oS) -> (B, C, o1, ..., oS, k1 * ... * kS)."""
     perm = [0, 1] + [3 + 2 * i for i in range(nsp)] + [2 + 2 * i for i in range(nsp)]
     y = win.permute(perm)
-    return y.reshape(list(y.shape[:2 + nsp]) + [-1])
+    return y.reshape(list(y.shape[:2 + nsp]) + [math.prod(y.shape[2 + nsp:])])
 
 
 # ================================================================ convolution
@@ -547,8 +547,21 @@ def _lowest(d: dt.DType):
 
 
 def _first_max(win: Tensor) -> tuple[Tensor, Tensor]:
-    """Max over the last axis and the index of its first occurrence; the gradient goes to that one."""
-    idx = argmax(win, -1, keepdim=True)
+    """Max over the last axis and its index, chosen as PyTorch's pooling kernels choose it.
+
+    The first maximum wins, except that a window holding NaN takes its last NaN
+    (the kernels update on `val > max || isnan(val)`). The gradient goes to that element.
+    """
+    v = win.detach()
+    k = v.shape[-1]
+    m = amax(v, -1, keepdim=True)  # NaN where the window holds one.
+    pos = broadcast_to(arange(k), v.shape, "max_pool")
+    hit = v == m
+    idx = amin(where(hit, pos, k), -1, keepdim=True)
+    if v.dtype.is_floating_point:
+        nan = isnan(v)
+        last_nan = amax(where(nan, pos, -1), -1, keepdim=True)
+        idx = where(isnan(m), last_nan, idx)
     return gather(win, -1, idx).squeeze(-1), idx.squeeze(-1)
 
 
@@ -864,23 +877,26 @@ def _adaptive_max(op: str, nsp: int, input, output_size, return_indices: bool):
     if any(v == 0 for v in o):
         raise ShapeError(f"loom.{op}: output_size {list(o)} must be positive (input {fmt_shape(x.shape)})")
     n = list(x.shape[2:])
-    starts, kmax = [], []
+    starts, lasts, kmax = [], [], []
     win = x
     for i in reversed(range(nsp)):
-        win, start, _, _ = _adaptive_windows(win, 2 + i, o[i])
+        win, start, length, _ = _adaptive_windows(win, 2 + i, o[i])
         starts.insert(0, start)
+        lasts.insert(0, start + length - 1)
         kmax.insert(0, win.shape[3 + i])
     # (N, C, o1, k1, ..., oS, kS) -> (N, C, o1, ..., oS, k1 * ... * kS)
     perm = [0, 1] + [2 + 2 * i for i in range(nsp)] + [3 + 2 * i for i in range(nsp)]
     win = win.permute(perm)
-    values, kidx = _first_max(win.reshape(list(win.shape[:2 + nsp]) + [-1]))
+    values, kidx = _first_max(win.reshape(list(win.shape[:2 + nsp]) + [math.prod(kmax)]))
     values = _unbatch(values, unbatched)
     if not return_indices:
         return values
     pos, inner = [], math.prod(kmax)
     for i in range(nsp):
         inner //= kmax[i]
-        pos.append(_axis_column(starts[i], 2 + i, nsp + 2) + (kidx // inner) % kmax[i])
+        # A short window's repeats of its last element map back to that element.
+        p = _axis_column(starts[i], 2 + i, nsp + 2) + (kidx // inner) % kmax[i]
+        pos.append(minimum(p, _axis_column(lasts[i], 2 + i, nsp + 2)))
     return values, _unbatch(_flat_index(pos, n), unbatched)
 
 

@@ -16,6 +16,15 @@ def ties(*shape, high=3):
     return ints(*shape, low=0, high=high, dtype=np.float32)
 
 
+def with_nans(*shape, count=3):
+    """Distinct values with a few NaNs (pooling picks the last NaN of a window, as PyTorch's kernels)."""
+    def make(rng):
+        x = distinct(*shape)(rng)
+        x.reshape(-1)[rng.choice(x.size, count, replace=False)] = np.nan
+        return x
+    return make
+
+
 CONV = [
     Case("conv2d_bias", lambda m, x, w, b: F(m).conv2d(x, w, b), (randn(2, 3, 7, 8), randn(4, 3, 3, 3), randn(4))),
     Case("conv2d_stride2", lambda m, x, w: F(m).conv2d(x, w, stride=2), (randn(2, 3, 8, 9), randn(4, 3, 3, 3))),
@@ -113,6 +122,8 @@ POOL = [
     Case("max_pool2d_ties", lambda m, x: F(m).max_pool2d(x, 2, return_indices=True), (ties(2, 2, 6, 6),)),
     Case("max_pool2d_ties_overlap", lambda m, x: F(m).max_pool2d(x, 3, 1, 1, return_indices=True),
          (ties(2, 2, 5, 5, high=2),)),
+    Case("max_pool2d_nan", lambda m, x: F(m).max_pool2d(x, 2, 1, return_indices=True),
+         (with_nans(1, 2, 4, 4, count=6),)),
     Case("max_pool2d_unbatched_noncontiguous", lambda m, x: F(m).max_pool2d(x.transpose(1, 2), (3, 2), (2, 1)),
          (distinct(2, 6, 7),)),
     Case("max_pool1d_pad_ceil", lambda m, x: F(m).max_pool1d(x, 3, 2, 1, ceil_mode=True, return_indices=True),
@@ -143,6 +154,8 @@ POOL = [
          (distinct(2, 2, 7, 5),)),
     Case("adaptive_max_pool2d_ties", lambda m, x: F(m).adaptive_max_pool2d(x, 3, return_indices=True),
          (ties(1, 2, 5, 5),)),
+    Case("adaptive_max_pool1d_nan", lambda m, x: F(m).adaptive_max_pool1d(x, 4, return_indices=True),
+         (with_nans(2, 3, 7, count=8),)),
     Case("adaptive_max_pool1d", lambda m, x: F(m).adaptive_max_pool1d(x, 3), (distinct(2, 3, 8),)),
 ]
 
