@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
+from typing import Callable, cast
 
 import numpy as np
 
@@ -317,7 +318,8 @@ def _advanced(y: Tensor, advs: list[_Adv]) -> Tensor:
     if len(advs) == 1:
         lin = broadcast_to(advs[0].index, bshape)  # gather wraps negative indices and checks bounds itself.
     else:
-        lin, ok, stride = None, None, 1
+        parts: list[Tensor] = []
+        ok, stride = None, 1
         for a, n in zip(reversed(advs), reversed(sizes)):
             t = a.index
             if a.known is None or (a.known < 0).any():
@@ -325,9 +327,11 @@ def _advanced(y: Tensor, advs: list[_Adv]) -> Tensor:
             if a.known is None:
                 valid = (a.index >= -n) & (a.index < n)
                 ok = valid if ok is None else ok & valid
-            part = t * stride if stride != 1 else t
-            lin = part if lin is None else lin + part
+            parts.append(t * stride if stride != 1 else t)
             stride *= n
+        lin = parts[0]
+        for part in parts[1:]:
+            lin = lin + part
         lin = broadcast_to(lin, bshape)
         if ok is not None:
             # An out-of-range index becomes `total`, which the gather primitive rejects when it runs.
@@ -489,7 +493,8 @@ def index_put_functional(x: Tensor, index, value) -> Tensor:
         hit = const(True, tuple(sliced), dt.bool_)
         if sliced != list(x.shape):
             attrs = {"starts": plan.starts, "stops": plan.stops, "steps": plan.steps}
-            place = PRIMITIVES["slice"].vjp  # Putting a slice back in place is the slice's own transpose.
+            # Putting a slice back in place is the slice's own transpose.
+            place = cast(Callable[..., tuple], PRIMITIVES["slice"].vjp)
             v, hit = place(v, x, None, attrs)[0], place(hit, x, None, attrs)[0]
         return apply("where", (hit, v, x), {})
     pos = _positions(x, plan)
@@ -658,7 +663,8 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, *, include_self: bool =
         cols = cat([cols, _reshape(xm, block + [n, 1])], -1)
     op = {"sum": "sum", "mean": "sum", "prod": "prod", "amax": "max", "amin": "min"}[reduce]
     if x.dtype is dt.bool_ and op in ("sum", "prod"):
-        red = cols.any(-1) if op == "sum" else cols.all(-1)
+        from loom.functional import reduce as _reduce
+        red = _reduce.any(cols, -1) if op == "sum" else _reduce.all(cols, -1)
     else:
         red = apply(op, (cols,), {"axes": (cols.ndim - 1,), "keepdim": False})
     inv = [0] * x.ndim
