@@ -17,6 +17,10 @@ class LoomIndexError(LoomError, IndexError):
     """An index or dim out of range."""
 
 
+class LoomZeroDivisionError(LoomError, ZeroDivisionError):
+    """Integer division or remainder by zero."""
+
+
 class GraphError(LoomError):
     """An IR edit or query that would break the graph."""
 

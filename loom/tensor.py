@@ -16,7 +16,8 @@ import numpy as np
 
 from loom import dtypes as dt
 from loom.autograd.grad_mode import is_grad_enabled
-from loom.errors import AutogradError, DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
+from loom.errors import (AutogradError, DTypeError, LoomError, LoomIndexError, LoomZeroDivisionError, ShapeError,
+                         fmt_shape)
 from loom.ir import ops as _ops
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
@@ -929,10 +930,19 @@ def binary(op: str, a, b) -> Tensor:
     if op in ("and", "or", "xor") and d.is_floating_point:
         raise DTypeError(f"loom.bitwise_{op}: expected integer or bool operands, got "
                          f"{_describe(a)} and {_describe(b)}")
-    if op == "sub" and d is dt.bool_:
-        raise DTypeError("loom.sub: subtraction of bool tensors is not supported; use logical_xor")
+    if op == "sub" and any(isinstance(v, (bool, np.bool_)) or isinstance(v, Tensor) and v.dtype is dt.bool_
+                           for v in (a, b)):
+        raise DTypeError(f"loom.sub: subtraction with a bool operand is not supported (got {_describe(a)} "
+                         f"and {_describe(b)}); to invert a mask use ~ or logical_not")
+    if op == "pow" and d.category == 1 and not tb and not isinstance(b, (bool, np.bool_)):
+        info = np.iinfo(d.np)
+        if b < 0:
+            raise LoomError(f"loom.pow: integers to negative integer powers are not allowed "
+                            f"({_describe(a)} ** {b}); use a float base")
+        if b > info.max:
+            raise LoomError(f"loom.pow: exponent {b} cannot be converted to {d.name} without overflow")
     if op in ("floordiv", "mod") and d.category == 1 and _has_zero_divisor(b):
-        raise LoomError(f"loom.{op}: integer division by zero")
+        raise LoomZeroDivisionError(f"loom.{_pub(op)}: integer division by zero ({_describe(a)} by {b!r})")
     shape = broadcast_shapes(tuple(a.shape) if ta else (), tuple(b.shape) if tb else (), op=_pub(op))
     if ta and tb and a.device != b.device:
         raise LoomError(f"loom.{op}: tensors on different devices: {a.device} and {b.device}")
@@ -945,7 +955,7 @@ def binary(op: str, a, b) -> Tensor:
 
 def _has_zero_divisor(b) -> bool:
     if isinstance(b, Tensor):
-        return False  # Checked at run time by the reference path (NumPy yields 0).
+        return False  # Values unknown until run: the reference path checks them then.
     return b == 0
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from loom import dtypes as dt
-from loom.errors import DTypeError, GraphError, LoomIndexError, ShapeError, fmt_shape
+from loom.errors import DTypeError, GraphError, LoomIndexError, LoomZeroDivisionError, ShapeError, fmt_shape
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,12 @@ def _const_impl(attrs):
     value = attrs["value"]
     if d is dt.bfloat16:
         return np.broadcast_to(dt.f32_to_bf16(np.array(value, np.float32)), attrs["shape"])
+    if d.category == 1 and isinstance(value, (int, np.integer)):
+        # Out-of-range integers wrap around, as PyTorch's scalar conversion does (uint8 + 300).
+        bits = 8 * d.itemsize
+        value = int(value) % (1 << bits)
+        if d.is_signed and value >= 1 << (bits - 1):
+            value -= 1 << bits
     return np.broadcast_to(np.array(value, dtype=d.np), attrs["shape"])
 
 
@@ -251,21 +257,51 @@ def _min_vjp(g, x, y, out, a):
     return gx, gy
 
 
+def _int_divisor_check(op, y):
+    if y.dtype.kind in "iub" and not np.all(y):
+        raise LoomZeroDivisionError(f"loom.{op}: integer division by zero (the {y.dtype} divisor holds 0)")
+
+
 def _np_div(x, y):
     if x.dtype.kind in "iub":
+        _int_divisor_check("div", y)
         return np.floor_divide(x, y)  # Only reached through explicit integer division nodes.
     return np.true_divide(x, y)
+
+
+def _np_floordiv(x, y):
+    _int_divisor_check("floor_divide", y)
+    return np.floor_divide(x, y)
+
+
+def _np_mod(x, y):
+    _int_divisor_check("remainder", y)
+    return np.mod(x, y)
 
 
 _binary("add", np.add, lambda g, x, y, out, a: (g, g))
 _binary("sub", np.subtract, lambda g, x, y, out, a: (g, -g), no_bool=True)
 _binary("mul", np.multiply, lambda g, x, y, out, a: (g * y, g * x))
 _binary("div", _np_div, lambda g, x, y, out, a: (g / y, -g * out / y))
-_binary("pow", np.power, _pow_vjp, no_bool=True)
+def _np_pow(x, y):
+    if x.dtype.kind not in "iu":
+        return np.power(x, y)
+    # Integer powers wrap like C; a negative exponent gives 1/x truncated (0 unless x is +-1).
+    out = np.power(x, np.maximum(y, 0).astype(y.dtype))
+    if x.dtype.kind == "i":
+        neg = y < 0
+        if neg.any():
+            odd = (y % 2).astype(bool)
+            inv = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0)).astype(x.dtype)
+            out = np.where(neg, inv, out)
+    return out
+
+
+_binary("pow", _np_pow, _pow_vjp, no_bool=True)
 _binary("maximum", np.maximum, _max_vjp)
 _binary("minimum", np.minimum, _min_vjp)
-_binary("floordiv", np.floor_divide, lambda g, x, y, out, a: (None, None), no_bool=True)
-_binary("mod", np.mod, lambda g, x, y, out, a: (g, -g * (x / y).floor()), no_bool=True)
+_binary("floordiv", _np_floordiv, lambda g, x, y, out, a: (None, None), no_bool=True)
+_binary("mod", _np_mod, lambda g, x, y, out, a: (g, -g * (x / y).floor()), no_bool=True)
 _binary("atan2", np.arctan2, lambda g, x, y, out, a: (g * y / (x * x + y * y), -g * x / (x * x + y * y)))
 for _name, _fn in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
                    ("gt", np.greater), ("ge", np.greater_equal)):
@@ -567,9 +603,10 @@ def _check_bounds(op, idx, size):
 
 def _gather_impl(x, idx, attrs):
     ax = attrs["axis"]
-    _check_bounds("gather", idx, x.shape[ax])
     if x.ndim == 0:
+        _check_bounds("gather", idx, 1)
         return x.copy()
+    _check_bounds("gather", idx, x.shape[ax])
     return x[_open_index(idx, ax)]
 
 
