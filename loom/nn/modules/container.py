@@ -292,9 +292,9 @@ class ParameterList(Module):
         for i, p in enumerate(self):
             if isinstance(p, Tensor):
                 kind = "Parameter" if isinstance(p, Parameter) else "Tensor"
-                lines.append(f"({i}): {kind} containing: [{p.dtype!r} of size {'x'.join(map(str, p.shape))}]")
+                lines.append(f"  ({i}): {kind} containing: [{p.dtype!r} of size {'x'.join(map(str, p.shape))}]")
             else:
-                lines.append(f"({i}): Object of type: {type(p).__name__}")
+                lines.append(f"  ({i}): Object of type: {type(p).__name__}")
         return "\n".join(lines)
 
 
@@ -354,5 +354,5 @@ class ParameterDict(Module):
             self[k] = v
 
     def extra_repr(self) -> str:
-        return "\n".join(f"({k}): Parameter containing: [{v.dtype!r} of size {'x'.join(map(str, v.shape))}]"
+        return "\n".join(f"  ({k}): Parameter containing: [{v.dtype!r} of size {'x'.join(map(str, v.shape))}]"
                          for k, v in self.items())

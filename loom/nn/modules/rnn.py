@@ -258,10 +258,6 @@ class RNN(RNNBase):
         """(output (L, N, D * H_out), h_n (D * num_layers, N, H_out))."""
         return self._forward_single_state(input, hx)
 
-    def extra_repr(self) -> str:
-        s = super().extra_repr()
-        return s + (f", nonlinearity={self.nonlinearity}" if self.nonlinearity != "tanh" else "")
-
 
 class LSTM(RNNBase):
     """Long short-term memory, gates in PyTorch's order (input, forget, cell, output).
