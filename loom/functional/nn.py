@@ -62,8 +62,12 @@ def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
     return loss
 
 
-def _broadcast_pair(op: str, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+def _broadcast_pair(op: str, a: Tensor, b: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:
     from loom.functional.shape import broadcast_tensors
+    if warn and tuple(a.shape) != tuple(b.shape):
+        warnings.warn(f"loom.{op}: using a target size {fmt_shape(b.shape)} that is different to the input "
+                      f"size {fmt_shape(a.shape)}; the two broadcast, which is likely not intended",
+                      UserWarning, stacklevel=3)
     try:
         return broadcast_tensors(a, b)
     except ShapeError:
@@ -121,10 +125,9 @@ def _xlogy0(x: Tensor, y: Tensor) -> Tensor:
     return where(zero, 0.0, x * log(where(zero, 1.0, y)))
 
 
-def _realised_ints(t: Tensor) -> np.ndarray | None:
-    """The values of an already computed integer tensor, for call-time range checks (never forces a run)."""
-    buf = t._node.buffer
-    return buf if buf is not None else None
+def _realised_values(t: Tensor) -> np.ndarray | None:
+    """The values of an already computed tensor, for call-time checks (never forces a run)."""
+    return t._node.buffer if t.dtype is not dt.bfloat16 else None
 
 
 def _update_running(buf: Tensor, new: Tensor, momentum: float) -> None:
@@ -637,7 +640,7 @@ def embedding(input, weight, padding_idx: int | None = None, max_norm: float | N
         if not -v <= padding_idx < v:
             raise LoomIndexError(f"loom.embedding: padding_idx {padding_idx} must be within num_embeddings {v}")
         padding_idx %= v
-    vals = _realised_ints(idx)
+    vals = _realised_values(idx)
     if vals is not None and vals.size and (vals.min() < 0 or vals.max() >= v):
         bad = vals[(vals < 0) | (vals >= v)].flat[0]
         raise LoomIndexError(f"loom.embedding: index {int(bad)} is out of range for weight "
@@ -695,7 +698,7 @@ class _Targets:
             if tuple(weight.shape) != (c,):
                 raise ShapeError(f"loom.{op}: weight of shape {fmt_shape(weight.shape)} must have one entry "
                                  f"per class, shape ({c},)")
-        vals = _realised_ints(target)
+        vals = _realised_values(target)
         if vals is not None and vals.size:
             bad = (vals != ignore_index) & ((vals < 0) | (vals >= c))
             if bad.any():
@@ -1001,7 +1004,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
                   and v.shape[-1] == 1):
             raise ShapeError(f"loom.gaussian_nll_loss: var of shape {fmt_shape(v.shape)} does not fit input "
                              f"{fmt_shape(x.shape)}")
-    vals = _realised_ints(v) if not v.requires_grad else None
+    vals = _realised_values(v)
     if vals is not None and (vals < 0).any():
         raise ValueError("loom.gaussian_nll_loss: var has negative entries")
     v = _floor_value(v, eps)
@@ -1022,7 +1025,7 @@ def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8) -> Tensor:
     >>> loom.nn.functional.cosine_similarity(loom.tensor([[1.0, 0.0]]), loom.tensor([[1.0, 1.0]])).tolist()
     [0.7071067690849304]
     """
-    a, b = _broadcast_pair("cosine_similarity", _t(x1), _t(x2))
+    a, b = _broadcast_pair("cosine_similarity", _t(x1), _t(x2), warn=False)
     d = dt.result_type(a, b)
     if not d.is_floating_point:
         d = dt.get_default_dtype()

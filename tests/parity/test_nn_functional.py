@@ -160,6 +160,8 @@ CASES = [
          (randn(5), np.array(3))),
     Case("cross_entropy_legacy_size_average", lambda m, x, t: F(m).cross_entropy(x, t, size_average=False),
          (randn(4, 3), ints(4, high=3))),
+    Case("cross_entropy_zero_batch", lambda m, x, t: F(m).cross_entropy(x, t), (randn(0, 4), ints(0, high=4))),
+    Case("cross_entropy_probs_zero_batch", lambda m, x, t: F(m).cross_entropy(x, t), (randn(0, 4), randn(0, 4))),
     Case("nll_loss", lambda m, x, t: F(m).nll_loss(F(m).log_softmax(x, 1), t), (randn(4, 3), ints(4, high=3))),
     Case("nll_loss_weight_ignore", lambda m, x, t, w: F(m).nll_loss(x, t, w, ignore_index=0),
          (randn(6, 4), np.array([0, 1, 2, 3, 0, 2]), positive(4)), grad_inputs=(0,)),
@@ -190,6 +192,7 @@ CASES = [
     # ------------------------------------------------------------ regression losses
     Case("mse_loss", lambda m, x, t: F(m).mse_loss(x, t), (randn(3, 4), randn(3, 4)), second_order=True),
     Case("mse_loss_none", lambda m, x, t: F(m).mse_loss(x, t, reduction="none"), (randn(2, 3), randn(2, 3))),
+    Case("mse_loss_broadcast_sum", lambda m, x, t: F(m).mse_loss(x, t, reduction="sum"), (randn(3, 4), randn(4))),
     Case("mse_loss_weight", lambda m, x, t, w: F(m).mse_loss(x, t, weight=w), (randn(5), randn(5), positive(5))),
     Case("l1_loss_sum", lambda m, x, t: F(m).l1_loss(x, t, reduction="sum"), (randn(3, 4), randn(3, 4))),
     Case("l1_loss_weight", lambda m, x, t, w: F(m).l1_loss(x, t, weight=w), (randn(4), randn(4), positive(4))),
@@ -284,6 +287,10 @@ def test_cross_entropy_errors():
         f.nll_loss(x, loom.tensor([True, False, True, True]))
     with pytest.raises(ValueError, match=r"not a valid value for reduction"):
         f.cross_entropy(x, loom.tensor([0, 1, 1, 2]), reduction="avg")
+    # A target still being computed is checked when the loss runs.
+    lazy = loom.tensor([0, 1, 1, 2]) + loom.tensor([0, 0, 4, 0])
+    with pytest.raises(LoomIndexError, match=r"out of bounds"):
+        f.cross_entropy(x, lazy).item()
     # An ignored target may lie outside the class range.
     assert f.cross_entropy(x, loom.tensor([0, -100, 1, 2])).item() > 0
 
@@ -337,7 +344,8 @@ def test_loss_shape_errors():
         f.binary_cross_entropy_with_logits(loom.randn(3), loom.rand(4))
     with pytest.raises(ShapeError, match=r"mse_loss: weight"):
         f.mse_loss(loom.randn(3), loom.randn(3), weight=loom.ones(2))
-    with pytest.raises(ShapeError, match=r"mse_loss: input \[3\] and target \[4\]"):
+    with pytest.warns(UserWarning, match="different to the input size"), \
+            pytest.raises(ShapeError, match=r"mse_loss: input \[3\] and target \[4\]"):
         f.mse_loss(loom.randn(3), loom.randn(4))
 
 
