@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from loom import dtypes as dt
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
-from loom.functional.linalg import matmul
+from loom.functional.linalg import _zero_grad_link, matmul
 from loom.functional.math import where
 from loom.functional.reduce import amax, amin
 from loom.functional.shape import diagonal as _diagonal
 from loom.functional.shape import roll, squeeze
 from loom.tensor import (
-    Tensor, broadcast_shapes, broadcast_to, eye, full, normalize_dim, normalize_dims, tensor,
+    Tensor, broadcast_shapes, broadcast_to, eye, normalize_dim, normalize_dims, tensor,
 )
 
 __all__ = ["cross", "diagonal", "matmul", "matrix_norm", "matrix_power", "multi_dot", "norm", "vecdot",
@@ -78,10 +78,7 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Ten
     if p == -_INF:
         return amin(x.abs(), dims, keepdim)
     if p == 0:
-        nonzero = (x != 0).to(x.dtype)
-        if x.requires_grad:  # Stay connected to x with a zero gradient, as PyTorch does.
-            nonzero = where(full(tuple(x.shape), False, dtype=dt.bool_), x, nonzero)
-        return nonzero.sum(dims, keepdim)
+        return _zero_grad_link((x != 0).to(x.dtype), x).sum(dims, keepdim)
     if p == 1:
         return x.abs().sum(dims, keepdim)
     s = (x * x).sum(dims, keepdim) if p == 2 else (x.abs() ** p).sum(dims, keepdim)
@@ -210,7 +207,8 @@ def matrix_power(A, n: int) -> Tensor:
         raise LoomError("loom.linalg.matrix_power: negative powers need a matrix inverse, which loom does "
                         "not have yet")
     if n == 0:
-        return broadcast_to(eye(A.shape[-1], dtype=A.dtype), tuple(A.shape), "linalg.matrix_power")
+        ident = broadcast_to(eye(A.shape[-1], dtype=A.dtype), tuple(A.shape), "linalg.matrix_power")
+        return _zero_grad_link(ident, A)
     result, base = None, A
     while n:
         if n & 1:
@@ -233,7 +231,7 @@ def diagonal(A, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
 
 
 def cross(x, y, *, dim: int = -1) -> Tensor:
-    """The cross product of 3-vectors along `dim` (the inputs broadcast).
+    """The cross product of 3-vectors along `dim` (inputs of one rank, broadcast).
 
     Examples
     --------
@@ -241,6 +239,9 @@ def cross(x, y, *, dim: int = -1) -> Tensor:
     [0.0, 0.0, 1.0]
     """
     x, y = _t(x), _t(y)
+    if x.ndim != y.ndim:
+        raise ShapeError(f"loom.linalg.cross: inputs must have the same number of dims, got "
+                         f"{fmt_shape(x.shape)} and {fmt_shape(y.shape)}")
     shape = broadcast_shapes(tuple(x.shape), tuple(y.shape), op="linalg.cross")
     d = normalize_dim(dim, len(shape), "linalg.cross")
     if shape[d] != 3:

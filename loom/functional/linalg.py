@@ -179,6 +179,15 @@ def outer(a, b) -> Tensor:
 ger = outer
 
 
+def _zero_grad_link(value: Tensor, src: Tensor) -> Tensor:
+    """`value`, joined to `src`'s graph with a zero gradient: PyTorch gives zeros there, not None."""
+    if not src.requires_grad:
+        return value
+    shape = tuple(value.shape)
+    src = broadcast_to(src.to(value.dtype), shape, "expand")
+    return apply("where", (const(False, shape, dt.bool_), src, value), {})
+
+
 def _scaled_sum(op: str, input, prod: Tensor, beta, alpha) -> Tensor:
     """beta * input + alpha * prod, where beta == 0 ignores input's values (NaN included)."""
     input = _t(input)
@@ -194,12 +203,7 @@ def _scaled_sum(op: str, input, prod: Tensor, beta, alpha) -> Tensor:
         beta, alpha = int(beta), int(alpha)
     out = prod if alpha == 1 else prod * alpha
     if beta == 0:
-        if not input.requires_grad:
-            return out
-        # Keep input in the graph (its gradient is zero) without reading its values.
-        d = dt.result_type(input, out)
-        keep = const(False, tuple(out.shape), dt.bool_)
-        return apply("where", (keep, broadcast_to(input.to(d), out.shape, op), out.to(d)), {})
+        return _zero_grad_link(out.to(dt.result_type(input, out)), input)
     return (input if beta == 1 else input * beta) + out
 
 

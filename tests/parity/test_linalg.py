@@ -92,6 +92,11 @@ CASES += [
     Case("chain_matmul", lambda m, a, b, c: m.linalg.multi_dot([a, b, c]), (randn(2, 3), randn(3, 4), randn(4, 2))),
     Case("linalg_matmul_vecdot", lambda m, a, b: (m.linalg.matmul(a, b.mT), m.linalg.vecdot(a, b)),
          (randn(2, 3, 4), randn(3, 4))),
+    Case("matrix_power", lambda m, a: tuple(m.linalg.matrix_power(a, k) for k in (0, 1, 2, 5)), (randn(2, 3, 3),),
+         second_order=True),
+    Case("matrix_power_int", lambda m, a: m.linalg.matrix_power(a, 3), (ints(3, 3, low=-2, high=3),)),
+    Case("linalg_cross", lambda m, a, b: (m.linalg.cross(a, b), m.linalg.cross(a.mT, b.mT, dim=-2)),
+         (randn(2, 4, 3), randn(1, 4, 3)), second_order=True),
     # loom.linalg norms.
     Case("vector_norm", lambda m, x: (m.linalg.vector_norm(x), m.linalg.vector_norm(x, 1, -1),
                                       m.linalg.vector_norm(x, float("inf"), (0, 1), keepdim=True),
@@ -185,6 +190,10 @@ def test_norm_errors():
         loom.linalg.matrix_norm(loom.zeros(3))
     with pytest.raises(LoomError, match=r"loom\.linalg\.matrix_norm: ord 'nuc' needs singular values"):
         loom.linalg.matrix_norm(loom.zeros(3, 3), "nuc")
+    with pytest.raises(ShapeError, match=r"loom\.linalg\.cross: inputs must have the same number of dims"):
+        loom.linalg.cross(loom.zeros(2, 3), loom.zeros(3))
+    with pytest.raises(LoomError, match=r"loom\.linalg\.matrix_power: negative powers"):
+        loom.linalg.matrix_power(loom.eye(2), -1)
 
 
 def test_bool_int_matmul_message_names_dtypes():

@@ -58,6 +58,8 @@ CASES = [
     Case("select_neg", lambda m, x: (x.select(1, -1), m.select(x, 0, 1)), (randn(2, 3, 4),)),
     Case("clone_contiguous", lambda m, x: (x.t().clone() * 2, x.t().contiguous() + 1), (randn(3, 4),),
          second_order=True),
+    Case("inplace_same_shape", lambda m, x: (x.clone().t_(), x.clone().tril_(-1), x.clone().triu_(1),
+                                             x.clone().transpose_(0, 1).squeeze_()), (randn(3, 3),)),
     Case("clone_int", lambda m, x: x.clone(), (ints(5),)),
     # Joins.
     Case("cat_dim1", lambda m, a, b: m.cat([a, b], 1), (randn(2, 3), randn(2, 5)), second_order=True),
@@ -76,6 +78,8 @@ CASES = [
     Case("cat_single_copies", lambda m, a: m.cat([a]) * 2, (randn(2, 3),)),
     Case("cat_promote_int8_uint8", lambda m, a, b: m.cat([a, b]), (ints(3, dtype=np.int8), ints(2, dtype=np.uint8))),
     Case("cat_bool_float", lambda m, a, b: m.cat([a, b]), (bools(3), randn(2))),
+    Case("cat_half_bfloat16", lambda m, a, b: (m.cat([a.to(m.bfloat16), b.to(m.bfloat16)]),
+                                               m.cat([a.half(), b.half()], 0)), (special(4), randn(3))),
     Case("concat_alias", lambda m, a, b: m.concat([a, b], 0), (randn(1, 3), randn(2, 3))),
     Case("stack_dims", lambda m, a, b: (m.stack([a, b]), m.stack([a, b], -1), m.stack([a, b], 1)),
          (randn(2, 3), randn(2, 3)), second_order=True),
