@@ -367,9 +367,12 @@ def _values_indices(op: str, x: Tensor, dim, keepdim: bool) -> ValuesIndices:
 
 def _max_min(op: str, x, dim, keepdim: bool):
     x = _t(x)
-    if isinstance(dim, Tensor) or (dim is not None and not isinstance(dim, (int, np.integer))):
+    if isinstance(dim, Tensor):
         from loom.functional.math import maximum, minimum
         return (maximum if op == "max" else minimum)(x, dim)
+    if isinstance(dim, (tuple, list)):
+        raise TypeError(f"loom.{op}: dim must be an int, got {dim!r}; to reduce several dims use "
+                        f"a{op}(x, dim)")
     if dim is None:
         if keepdim:
             raise LoomError(f"loom.{op}: keepdim needs a dim; use amax/amin with keepdim=True")
@@ -415,6 +418,7 @@ def aminmax(x, *, dim=None, keepdim: bool = False) -> MinMax:
     (1.0, 3.0)
     """
     x = _t(x)
+    _nonempty("aminmax", x, dim)
     return MinMax(amin(x, dim, keepdim), amax(x, dim, keepdim))
 
 

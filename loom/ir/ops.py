@@ -196,7 +196,12 @@ _unary("tan", np.tan, lambda g, x, out, a: (g * (out * out + 1.0),))
 _unary("tanh", np.tanh, lambda g, x, out, a: (g * (1.0 - out * out),))
 _unary("erf", _np_erf, lambda g, x, out, a: (g * (-(x * x)).exp() * _SQRT_PI,))
 _unary("abs", np.abs, lambda g, x, out, a: (g * x.sign(),), float_only=False, no_bool=True)
-_unary("sign", np.sign, _zero_grad, float_only=False, no_bool=True)
+def _np_sign(x):
+    out = np.sign(x)
+    return np.where(np.isnan(x), 0, out).astype(x.dtype) if x.dtype.kind == "f" else out  # sign(NaN) = 0.
+
+
+_unary("sign", _np_sign, _zero_grad, float_only=False, no_bool=True)
 _unary("floor", np.floor, _zero_grad, float_only=False)
 _unary("ceil", np.ceil, _zero_grad, float_only=False)
 _unary("round", np.round, _zero_grad, float_only=False)  # Half to even, as PyTorch.
@@ -276,7 +281,12 @@ def _np_floordiv(x, y):
 
 def _np_mod(x, y):
     _int_divisor_check("remainder", y)
-    return np.mod(x, y)
+    if x.dtype.kind != "f":
+        return np.mod(x, y)
+    # PyTorch's rule: C fmod, moved by one divisor when a nonzero result has the wrong sign
+    # (a zero result keeps the dividend's sign, unlike NumPy).
+    r = np.fmod(x, y)
+    return np.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
 
 
 _binary("add", np.add, lambda g, x, y, out, a: (g, g))

@@ -196,6 +196,11 @@ def test_dim_out_of_range():
         loom.randn(2, 3).amax(-3)
 
 
+def test_max_with_several_dims():
+    with pytest.raises(TypeError, match="amax"):
+        loom.randn(2, 3).max((0, 1))
+
+
 def test_repeated_dim():
     with pytest.raises(loom.LoomError, match="multiple times"):
         loom.randn(2, 3).sum((1, -1))
