@@ -141,6 +141,7 @@ CASES = [
     Case("norm_inf", lambda m, x: x.norm(INF, dim=1), (randn(3, 4),)),
     Case("norm_neg_inf", lambda m, x: x.norm(-INF), (randn(3, 4),)),
     Case("norm_0", lambda m, x: x.norm(0, dim=0), (fixed([[0.0, 1.0], [2.0, 0.0], [0.0, 0.0]]),)),
+    Case("norm_0_nan_inf", lambda m, x: x.norm(0), (fixed([0.0, NAN, INF, -2.0, 0.0]),)),
     Case("norm_3", lambda m, x: x.norm(3, dim=1), (randn(3, 4),), second_order=True),
     Case("norm_half", lambda m, x: x.norm(0.5), (positive(5),)),
     Case("norm_zero_vector_grad", lambda m, x: x.norm(dim=1), (fixed([[0.0, 0.0], [3.0, 4.0]]),)),
