@@ -4,17 +4,17 @@ The data ships inside scikit-learn (1,797 real scans, 10 classes), so the demo
 runs offline on a fresh machine. It trains with mini-batch SGD and momentum,
 prints the loss per epoch and the held-out accuracy at the end.
 
-    python examples/digits_mlp.py --epochs 30
+    python examples/digits_mlp.py --epochs 20
 """
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import numpy as np
 
 import loom
+import loom.nn as nn
 import loom.nn.functional as F
 
 
@@ -33,16 +33,9 @@ def load_digits_split(seed: int):
     return x[train], y[train], x[test], y[test]
 
 
-def init_linear(fan_in: int, fan_out: int):
-    bound = 1.0 / math.sqrt(fan_in)
-    w = (loom.rand(fan_in, fan_out) * 2 - 1) * bound
-    b = (loom.rand(fan_out) * 2 - 1) * bound
-    return w.requires_grad_(), b.requires_grad_()
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--hidden", type=int, default=128)
@@ -51,12 +44,8 @@ def main() -> None:
 
     loom.manual_seed(args.seed)
     xtr, ytr, xte, yte = load_digits_split(args.seed)
-    params = [*init_linear(64, args.hidden), *init_linear(args.hidden, 10)]
-    velocity = [loom.zeros_like(q) for q in params]
-
-    def forward(x):
-        w1, b1, w2, b2 = params
-        return F.relu(x @ w1 + b1) @ w2 + b2
+    model = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
+    opt = loom.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     print(f"digits: {len(xtr)} train / {len(xte)} test images, MLP 64-{args.hidden}-10")
     rng = np.random.default_rng(args.seed)
@@ -66,21 +55,18 @@ def main() -> None:
         total, batches = 0.0, 0
         for i in range(0, len(order), args.batch_size):
             idx = order[i:i + args.batch_size]
-            logits = forward(loom.from_numpy(xtr[idx]))
+            logits = model(loom.from_numpy(xtr[idx]))
             loss = F.cross_entropy(logits, loom.from_numpy(ytr[idx]))
-            for q in params:
-                q.grad = None
+            opt.zero_grad()
             loss.backward()
-            with loom.no_grad():
-                for q, v in zip(params, velocity):
-                    v.mul_(0.9).add_(q.grad)
-                    q.sub_(v * args.lr)
+            opt.step()
             total += loss.item()
             batches += 1
         if epoch == 1 or epoch % 5 == 0 or epoch == args.epochs:
             print(f"epoch {epoch:3d}  train loss {total / batches:.4f}")
+    model.eval()
     with loom.no_grad():
-        pred = forward(loom.from_numpy(xte)).argmax(1).numpy()
+        pred = model(loom.from_numpy(xte)).argmax(1).numpy()
     acc = float((pred == yte).mean())
     print(f"test accuracy {acc:.4f}  ({time.perf_counter() - start:.1f} s)")
 
