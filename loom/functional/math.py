@@ -1,11 +1,43 @@
 """Elementwise ops: the primitives' public faces and their compositions."""
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 
 from loom import dtypes as dt
-from loom.errors import DTypeError
-from loom.tensor import Tensor, apply, as_tensor_like, binary, broadcast_shapes, broadcast_to, tensor, unary
+import numpy as np
+
+from loom.errors import DTypeError, LoomError, fmt_shape
+from loom.tensor import (Tensor, apply, as_tensor_like, binary, broadcast_shapes, broadcast_to, const, tensor,
+                         unary)
+
+
+_HALF = (dt.float16, dt.bfloat16)
+
+
+def _opmath(fn):
+    """Run a composite on half-precision tensors in float32 and round once at the end.
+
+    PyTorch's CPU kernels compute float16/bfloat16 in float32; a composite of
+    several primitives would otherwise round after every step.
+    """
+    params = list(inspect.signature(fn).parameters)
+    at = params.index("inplace") if "inplace" in params else None
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        inplace = kwargs.get("inplace", args[at] if at is not None and len(args) > at else False)
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        if inplace or not tensors:
+            return fn(*args, **kwargs)
+        target = dt.result_type(*tensors)
+        if target not in _HALF:
+            return fn(*args, **kwargs)
+        up = [a.to(dt.float32) if isinstance(a, Tensor) and a.dtype in _HALF else a for a in args]
+        out = fn(*up, **kwargs)
+        return out.to(target) if out.dtype is dt.float32 else out
+    return wrapper
 
 
 def _t(x) -> Tensor:
@@ -25,22 +57,27 @@ def erf(x): return unary("erf", _t(x))
 def reciprocal(x): return unary("recip", _t(x))
 
 
+@_opmath
 def rsqrt(x):
     return reciprocal(sqrt(x))
 
 
+@_opmath
 def log2(x):
     return log(x) * (1.0 / math.log(2.0))
 
 
+@_opmath
 def log10(x):
     return log(x) * (1.0 / math.log(10.0))
 
 
 def exp2(x):
-    return exp(_float(x) * math.log(2.0))
+    # 2 ** x through pow, so half-precision inputs round once, as PyTorch's exp2.
+    return binary("pow", 2.0, _float(x))
 
 
+@_opmath
 def erfc(x):
     return 1.0 - erf(x)
 
@@ -50,8 +87,14 @@ def _float(x) -> Tensor:
     return x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
 
 
+def _no_bool(op: str, x: Tensor) -> None:
+    if x.dtype is dt.bool_:
+        raise DTypeError(f"loom.{op}: not implemented for bool tensors (got bool{fmt_shape(x.shape)})")
+
+
 def _int_passthrough(op: str, x):
     x = _t(x)
+    _no_bool(op, x)
     return x if x.dtype.category < 2 else apply(op, (x,), {})
 
 
@@ -62,21 +105,28 @@ def trunc(x): return _int_passthrough("trunc", x)
 
 def round(x, decimals: int = 0):
     x = _t(x)
+    _no_bool("round", x)
     if x.dtype.category < 2:
         return x
     if decimals == 0:
         return apply("round", (x,), {})
-    scale = 10.0 ** decimals
-    return apply("round", (x * scale,), {}) / scale
+    if decimals > 0:
+        scale = 10.0 ** decimals
+        return apply("round", (x * scale,), {}) / scale
+    scale = 10.0 ** -decimals  # Divide rather than multiply by 10**decimals, as PyTorch (exact scale).
+    return apply("round", (x / scale,), {}) * scale
 
 
 def frac(x):
+    x = _t(x)
+    _check_float("frac", x)
     return x - trunc(x)
 
 
 def abs(x):
     x = _t(x)
-    return x if x.dtype is dt.bool_ else apply("abs", (x,), {})
+    _no_bool("abs", x)
+    return apply("abs", (x,), {})
 
 
 def sign(x):
@@ -93,15 +143,20 @@ absolute = abs
 
 
 def square(x):
-    return _t(x) * x
+    x = _t(x)
+    if x.dtype is dt.bool_:
+        x = x.to(dt.int64)  # PyTorch squares bools as int64.
+    return x * x
 
 
+@_opmath
 def sigmoid(x):
     x = _float(x)
     # Written through tanh so that large |x| never overflows the exp.
     return (tanh(x * 0.5) + 1.0) * 0.5
 
 
+@_opmath
 def logsigmoid(x):
     x = _float(x)
     return -softplus(-x)
@@ -109,9 +164,10 @@ def logsigmoid(x):
 
 def relu(x, inplace: bool = False):
     x = _t(x)
+    _no_bool("relu", x)
     if inplace:
         return x._inplace("relu_", relu)
-    return maximum(x, as_tensor_like(0, x).to(x.dtype)) if x.dtype is not dt.bool_ else x
+    return maximum(x, as_tensor_like(0, x).to(x.dtype))
 
 
 def relu6(x, inplace: bool = False):
@@ -125,6 +181,7 @@ def leaky_relu(x, negative_slope: float = 0.01, inplace: bool = False):
     return where(x > 0, x, x * negative_slope)
 
 
+@_opmath
 def elu(x, alpha: float = 1.0, inplace: bool = False):
     x = _float(x)
     if inplace:
@@ -132,16 +189,19 @@ def elu(x, alpha: float = 1.0, inplace: bool = False):
     return where(x > 0, x, expm1(minimum(x, as_tensor_like(0.0, x))) * alpha)
 
 
+@_opmath
 def selu(x, inplace: bool = False):
     alpha, scale = 1.6732632423543772, 1.0507009873554805
     return elu(x, alpha) * scale
 
 
+@_opmath
 def celu(x, alpha: float = 1.0, inplace: bool = False):
     x = _float(x)
     return where(x > 0, x, expm1(minimum(x, as_tensor_like(0.0, x)) / alpha) * alpha)
 
 
+@_opmath
 def gelu(x, approximate: str = "none"):
     x = _float(x)
     if approximate == "tanh":
@@ -152,16 +212,19 @@ def gelu(x, approximate: str = "none"):
     return x * 0.5 * (erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
 
 
+@_opmath
 def silu(x, inplace: bool = False):
     x = _float(x)
     return x * sigmoid(x)
 
 
+@_opmath
 def mish(x, inplace: bool = False):
     x = _float(x)
     return x * tanh(softplus(x))
 
 
+@_opmath
 def softplus(x, beta: float = 1.0, threshold: float = 20.0):
     x = _float(x)
     bx = x * beta if beta != 1.0 else x
@@ -171,6 +234,7 @@ def softplus(x, beta: float = 1.0, threshold: float = 20.0):
     return where(bx > threshold, x, soft)
 
 
+@_opmath
 def softsign(x):
     x = _float(x)
     return x / (abs(x) + 1.0)
@@ -180,15 +244,18 @@ def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = Fal
     return clamp(_float(x), min_val, max_val)
 
 
+@_opmath
 def hardsigmoid(x, inplace: bool = False):
     return clamp(_float(x) / 6.0 + 0.5, 0.0, 1.0)
 
 
+@_opmath
 def hardswish(x, inplace: bool = False):
     x = _float(x)
     return x * hardsigmoid(x)
 
 
+@_opmath
 def tanhshrink(x):
     return x - tanh(x)
 
@@ -211,8 +278,23 @@ def minimum(a, b):
     return binary("minimum", a, b)
 
 
-fmax = maximum
-fmin = minimum
+def fmax(a, b):
+    """Elementwise maximum that ignores NaN (NaN only where both are NaN), as `torch.fmax`."""
+    return _nan_ignoring(maximum, a, b)
+
+
+def fmin(a, b):
+    """Elementwise minimum that ignores NaN (NaN only where both are NaN), as `torch.fmin`."""
+    return _nan_ignoring(minimum, a, b)
+
+
+def _nan_ignoring(fn, a, b):
+    a, b = _t(a), _t(b)
+    out = fn(a, b)
+    if not out.dtype.is_floating_point:
+        return out
+    a, b = a.to(out.dtype), b.to(out.dtype)
+    return where(isnan(a), b, where(isnan(b), a, out))
 
 
 def add(a, b, alpha=1):
@@ -243,8 +325,10 @@ def div(a, b, rounding_mode: str | None = None):
         d = dt.result_type(ta, tb)
         if d.is_floating_point:
             return trunc(binary("div", ta, tb))
-        q = binary("div", ta, tb)
-        return trunc(q).to(d)
+        # Integers: the floor quotient, moved one toward zero where the signs differ and it is inexact.
+        q = floor_divide(ta, tb)
+        inexact = (q * tb) != ta
+        return where(((ta < 0) != (_t(tb) < 0)) & inexact, q + 1, q)
     raise ValueError(f"loom.div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
 
 
@@ -257,68 +341,120 @@ def floor_divide(a, b):
 
 
 def remainder(a, b):
+    """Remainder with the sign of the divisor (Python's %), as `torch.remainder`."""
     return binary("mod", a, b)
 
 
 def fmod(a, b):
-    a = _t(a)
-    return a - trunc(div(a, b, rounding_mode=None if a.dtype.is_floating_point else "trunc") if
-                     a.dtype.is_floating_point else div(a, b, rounding_mode="trunc")) * b
+    """Remainder with the sign of the dividend (C's fmod), as `torch.fmod`.
+
+    Computed exactly as ``sign(a) * remainder(|a|, |b|)``: with both operands
+    non-negative the two remainders agree.
+
+    Examples
+    --------
+    >>> loom.fmod(loom.tensor([-7, 7]), 3).tolist()
+    [-1, 1]
+    """
+    ta = _t(a)
+    d = dt.result_type(ta, b)
+    ta = ta.to(d)
+    tb = b.to(d) if isinstance(b, Tensor) else const(b, (), d)
+    neg_a = signbit(ta) if d.is_floating_point else ta < 0
+    neg_b = tb < 0
+    m = remainder(where(neg_a, -ta, ta), where(neg_b, -tb, tb))
+    return where(neg_a, -m, m)
 
 
 def atan2(a, b):
-    a, b = _float(a), b if not isinstance(b, Tensor) else _float(b)
-    return binary("atan2", a, b)
+    d = dt.result_type(_t(a), b)
+    d = d if d.is_floating_point else dt.get_default_dtype()
+    return binary("atan2", _t(a).to(d), b.to(d) if isinstance(b, Tensor) else b)
 
 
 arctan2 = atan2
 
 
+@_opmath
 def atan(x):
     x = _float(x)
     return atan2(x, as_tensor_like(1.0, x).expand(x.shape))
 
 
+def _one_minus_square(x):
+    return (1.0 - x) * (1.0 + x)  # Exact near |x| = 1, where 1 - x*x cancels.
+
+
+@_opmath
 def asin(x):
     x = _float(x)
-    return atan2(x, sqrt(1.0 - x * x))
+    return atan2(x, sqrt(_one_minus_square(x)))
 
 
+@_opmath
 def acos(x):
     x = _float(x)
-    return atan2(sqrt(1.0 - x * x), x)
+    return atan2(sqrt(_one_minus_square(x)), x)
 
 
+@_opmath
 def sinh(x):
     x = _float(x)
     return (expm1(x) - expm1(-x)) * 0.5
 
 
+@_opmath
 def cosh(x):
     x = _float(x)
     return (exp(x) + exp(-x)) * 0.5
 
 
+@_opmath
 def asinh(x):
+    """Inverse hyperbolic sine, accurate for tiny and huge |x| (no overflow of x*x)."""
     x = _float(x)
-    return sign(x) * log(abs(x) + sqrt(x * x + 1.0))
+    neg = signbit(x)
+    a = where(neg, -x, x)
+    small = a <= 1.0
+    # Each branch gets inputs that are safe for it, so neither leaks inf/NaN into the gradient.
+    s = where(small, a, const(1.0, (), a.dtype))
+    b = where(small, const(1.0, (), a.dtype), a)
+    near = log1p(s + s * s / (sqrt(s * s + 1.0) + 1.0))
+    far = log(b) + log1p(sqrt(1.0 / (b * b) + 1.0))
+    v = where(small, near, far)
+    return where(neg, -v, v)
 
 
+@_opmath
 def acosh(x):
+    """Inverse hyperbolic cosine (NaN below 1), accurate near 1 and for huge x."""
     x = _float(x)
-    return log(x + sqrt(x * x - 1.0))
+    near_one = x < 2.0
+    # Each branch gets inputs that are safe for it, so neither leaks inf/NaN into the gradient.
+    t = where(near_one, x, const(1.5, (), x.dtype)) - 1.0
+    b = where(near_one, const(2.0, (), x.dtype), x)
+    near = log1p(t + sqrt(t) * sqrt(t + 2.0))
+    far = log(b) + log1p(sqrt(1.0 - 1.0 / (b * b)))
+    return where(near_one, near, far)
 
 
+@_opmath
 def atanh(x):
     x = _float(x)
     return (log1p(x) - log1p(-x)) * 0.5
 
 
 def clamp(x, min=None, max=None):
-    """Limit values to [min, max]; either bound may be a number or a tensor."""
+    """Limit values to [min, max]; either bound may be a number or a tensor.
+
+    Examples
+    --------
+    >>> loom.clamp(loom.tensor([-2.0, 0.5, 3.0]), -1, 1).tolist()
+    [-1.0, 0.5, 1.0]
+    """
     x = _t(x)
     if min is None and max is None:
-        raise ValueError("loom.clamp: at least one of min and max must be given")
+        raise LoomError("loom.clamp: at least one of min and max must be given")
     if min is not None:
         x = maximum(x, min if isinstance(min, Tensor) else as_tensor_like(min, x).to(
             dt.result_type(x, min)))
@@ -350,20 +486,52 @@ def where(condition, x=None, y=None):
     d = dt.result_type(*(v for v in (x, y)))
     shape = broadcast_shapes(tuple(c.shape), tuple(getattr(x, "shape", ())), tuple(getattr(y, "shape", ())),
                              op="where")
-    xs = broadcast_to(as_tensor_like(x).to(d), shape, "where")
-    ys = broadcast_to(as_tensor_like(y).to(d), shape, "where")
+    xs = broadcast_to(_as(x, d), shape, "where")
+    ys = broadcast_to(_as(y, d), shape, "where")
     return apply("where", (broadcast_to(c, shape, "where"), xs, ys), {})
 
 
+def _as(v, d) -> Tensor:
+    """`v` (tensor or Python scalar) as a tensor of dtype `d`, a scalar converted once."""
+    if isinstance(v, Tensor):
+        return v.to(d)
+    if not isinstance(v, (bool, int, float, np.generic)):
+        return tensor(v).to(d)
+    return const(v.item() if isinstance(v, np.generic) else v, (), d)
+
+
+@_opmath
 def lerp(start, end, weight):
-    return start + (end - start) * weight
+    """start + weight * (end - start), evaluated as PyTorch does for accuracy near weight 1.
+
+    Examples
+    --------
+    >>> loom.lerp(loom.tensor([0.0, 10.0]), loom.tensor([10.0, 20.0]), 0.5).tolist()
+    [5.0, 15.0]
+    """
+    start, end = _t(start), _t(end)
+    if start.dtype is not end.dtype:
+        raise DTypeError(f"loom.lerp: expected dtype {start.dtype.name} for `end` but got dtype "
+                         f"{end.dtype.name}")
+    _check_float("lerp", start)
+    w = weight if isinstance(weight, Tensor) else const(weight, (), start.dtype)
+    if w.dtype is not start.dtype:
+        raise DTypeError(f"loom.lerp: expected dtype {start.dtype.name} for `weight` but got dtype "
+                         f"{w.dtype.name}")
+    diff = end - start
+    return where(abs(w) < 0.5, start + w * diff, end + (w - 1.0) * diff)
 
 
+@_opmath
 def addcmul(x, t1, t2, value=1):
     return x + t1 * t2 * value
 
 
+@_opmath
 def addcdiv(x, t1, t2, value=1):
+    if not _t(t1).dtype.is_floating_point and not _t(t2).dtype.is_floating_point:
+        raise DTypeError(f"loom.addcdiv: integer division is not supported (got {_t(t1).dtype.name} and "
+                         f"{_t(t2).dtype.name}); use a float tensor or div(rounding_mode=...)")
     return x + t1 / t2 * value
 
 
@@ -415,16 +583,23 @@ def _false_like(x):
 
 
 def nan_to_num(x, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None):
+    """Replace NaN, +inf and -inf by finite values (by default 0 and the dtype's extremes).
+
+    Examples
+    --------
+    >>> loom.nan_to_num(loom.tensor([float("nan"), float("inf"), 1.0]), posinf=9.0).tolist()
+    [0.0, 9.0, 1.0]
+    """
     x = _t(x)
     if not x.dtype.is_floating_point:
         return x
-    import numpy as np
-    info = np.finfo(np.float32 if x.dtype is dt.bfloat16 else x.dtype.np)
-    posinf = float(info.max) if posinf is None else posinf
-    neginf = float(info.min) if neginf is None else neginf
-    x = where(isnan(x), nan, x)
-    x = where(isposinf(x), posinf, x)
-    return where(isneginf(x), neginf, x)
+    # bfloat16's largest finite value: float32's exponent with 7 mantissa bits.
+    big = 3.3895313892515355e38 if x.dtype is dt.bfloat16 else float(np.finfo(x.dtype.np).max)
+    posinf = big if posinf is None else posinf
+    neginf = -big if neginf is None else neginf
+    x = where(isnan(x), _as(nan, x.dtype), x)
+    x = where(isposinf(x), _as(posinf, x.dtype), x)
+    return where(isneginf(x), _as(neginf, x.dtype), x)
 
 
 def logical_not(x):
@@ -457,23 +632,38 @@ def bitwise_xor(a, b):
     return binary("xor", a, b)
 
 
+@_opmath
 def xlogy(x, y):
-    x = _float(x)
-    return where(x == 0, 0.0, x * log(y))
+    """x * log(y), defined as 0 where x == 0 (unless y is NaN), as `torch.special.xlogy`."""
+    d = dt.result_type(_t(x), y)
+    d = d if d.is_floating_point else dt.get_default_dtype()
+    x, y = _as(x, d), _as(y, d)
+    zero = const(0.0, (), d)
+    return where(isnan(y), y, where(x == 0, zero, x * log(y)))
 
 
+@_opmath
 def hypot(a, b):
+    """sqrt(a**2 + b**2) for floating point tensors."""
+    a, b = _t(a), _t(b)
+    d = dt.result_type(a, b)
+    if not d.is_floating_point:
+        raise DTypeError(f"loom.hypot: expected floating point tensors, got {a.dtype.name} and {b.dtype.name}")
+    a, b = a.to(d), b.to(d)
     return sqrt(a * a + b * b)
 
 
+@_opmath
 def deg2rad(x):
     return _float(x) * (math.pi / 180.0)
 
 
+@_opmath
 def rad2deg(x):
     return _float(x) * (180.0 / math.pi)
 
 
+@_opmath
 def sinc(x):
     x = _float(x)
     px = x * math.pi
@@ -481,17 +671,34 @@ def sinc(x):
 
 
 def heaviside(x, values):
+    """0 where x < 0, `values` where x == 0, 1 where x > 0."""
+    x, values = _t(x), _t(values)
+    if x.dtype is not values.dtype:
+        raise DTypeError(f"loom.heaviside: input and values must have one dtype, got {x.dtype.name} and "
+                         f"{values.dtype.name}")
     return where(x == 0, values, (x > 0).to(x.dtype))
 
 
 def copysign(a, b):
-    a = _float(a)
-    neg_b = (b < 0) | ((b == 0) & (1.0 / _float(b) < 0)) if isinstance(b, Tensor) else (b < 0 or math.copysign(1, b) < 0)
-    return where(neg_b, -abs(a), abs(a))
+    """|a| with the sign of b (including the sign of -0.0); floats, or the default float for ints."""
+    d = dt.result_type(_t(a), b)
+    d = d if d.is_floating_point else dt.get_default_dtype()
+    a = _as(a, d)
+    mag = abs(a)
+    if isinstance(b, Tensor):
+        neg_b = signbit(b)
+        if b.dtype.is_floating_point:
+            mag = mag + sign(b) * 0.0  # Keeps b in the graph with the zero gradient PyTorch reports.
+    else:
+        neg_b = const(math.copysign(1.0, b) < 0, (), dt.bool_)
+    return where(neg_b, -mag, mag)
 
 
 def signbit(x):
-    x = _float(x)
+    """True where the sign bit is set: negative numbers and -0.0 (NaN reads as positive)."""
+    x = _t(x)
+    if not x.dtype.is_floating_point:
+        return x < 0 if x.dtype.is_signed else _false_like(x)
     return (x < 0) | ((x == 0) & (1.0 / x < 0))
 
 

@@ -310,7 +310,7 @@ def _np_pow(x, y):
 _binary("pow", _np_pow, _pow_vjp, no_bool=True)
 _binary("maximum", np.maximum, _max_vjp)
 _binary("minimum", np.minimum, _min_vjp)
-_binary("floordiv", _np_floordiv, lambda g, x, y, out, a: (None, None), no_bool=True)
+_binary("floordiv", _np_floordiv, lambda g, x, y, out, a: (_zeros(x), _zeros(y)), no_bool=True)  # Steps.
 _binary("mod", _np_mod, lambda g, x, y, out, a: (g, -g * (x / y).floor()), no_bool=True)
 _binary("atan2", np.arctan2, lambda g, x, y, out, a: (g * y / (x * x + y * y), -g * x / (x * x + y * y)))
 for _name, _fn in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
