@@ -400,6 +400,11 @@ class Tensor:
             setattr(new, k, copy.deepcopy(v, memo))
         return new
 
+    def __reduce_ex__(self, protocol):
+        """Pickle by value (the realised array); history is not pickled, as in PyTorch."""
+        return (_rebuild_tensor, (type(self), np.array(self._array()), self.dtype.name, self.requires_grad,
+                                  dict(self.__dict__)))
+
     # ------------------------------------------------------------ in place
     def _check_inplace(self, op: str) -> None:
         if self.requires_grad and self._ctx is None and is_grad_enabled():
@@ -768,6 +773,14 @@ def _is_dtype_like(a) -> bool:
         return a in dt._BY_NAME
     # Other libraries' dtype objects (NumPy's, PyTorch's) are all of a class named `dtype`.
     return isinstance(a, (np.dtype, dt.DType)) or type(a).__name__ == "dtype"
+
+
+def _rebuild_tensor(cls, array: np.ndarray, dtype_name: str, requires_grad: bool, state: dict) -> Tensor:
+    """Unpickle a Tensor (see Tensor.__reduce_ex__): a leaf holding `array`."""
+    t = cls.__new__(cls)
+    t._init(Node("buffer", (), {}, tuple(array.shape), dt.from_name(dtype_name), buffer=array), None, requires_grad)
+    t.__dict__.update(state)
+    return t
 
 
 def _node_from_data(data, dtype=None) -> Node:
