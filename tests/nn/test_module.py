@@ -510,3 +510,48 @@ def _zoo(lib):
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_repr_matches_torch():
     assert repr(_zoo(loom)) == repr(_zoo(torch))
+
+
+def test_pickle_module_round_trip():
+    import pickle
+    net = Net()
+    net(loom.randn(4, 3))  # Running statistics move; parameters stay lazy-initialised values.
+    back = pickle.loads(pickle.dumps(net))
+    assert isinstance(back.block.fc.weight, nn.Parameter) and back.block.fc.weight.requires_grad
+    for (k, v), (_, w) in zip(net.state_dict().items(), back.state_dict().items()):
+        np.testing.assert_array_equal(v.numpy(), w.numpy(), err_msg=k)
+    assert "cache" in back.block._non_persistent_buffers_set
+
+
+def test_layer_argument_errors():
+    with pytest.raises(ValueError, match=r"expected 4D input \(got 3D input\)"):
+        nn.BatchNorm2d(3)(loom.randn(2, 3, 4))
+    with pytest.raises(ValueError, match=r"expected 2D or 3D input \(got 4D input\)"):
+        nn.BatchNorm1d(3)(loom.randn(2, 3, 4, 4))
+    with pytest.raises(ValueError, match="in_channels .* divisible by groups"):
+        nn.Conv2d(3, 6, 3, groups=2)
+    with pytest.raises(ValueError, match="strided"):
+        nn.Conv2d(3, 6, 3, stride=2, padding="same")
+    with pytest.raises(ValueError, match="padding_mode"):
+        nn.Conv1d(3, 6, 3, padding_mode="mirror")
+    with pytest.raises(ValueError, match="valid sizes range from 7 to 8"):
+        nn.ConvTranspose2d(2, 2, 3, stride=2, padding=1)(loom.randn(1, 2, 4, 4), output_size=(9, 9))
+    with pytest.raises(ValueError, match="divisible by num_groups"):
+        nn.GroupNorm(4, 6)
+    with pytest.raises(ValueError, match="padding_idx"):
+        nn.Embedding(5, 2, padding_idx=5)
+    with pytest.raises(TypeError, match="unflattened_size"):
+        nn.Unflatten(1, 3)
+
+
+def test_embedding_from_pretrained_and_max_norm():
+    w = loom.tensor([[1.0, 0.0], [3.0, 4.0], [0.0, 0.5]])
+    emb = nn.Embedding.from_pretrained(w)
+    assert not emb.weight.requires_grad and emb(loom.tensor([1])).tolist() == [[3.0, 4.0]]
+    assert nn.Embedding.from_pretrained(w, freeze=False).weight.requires_grad
+    tw = torch.tensor(w.numpy())
+    temb = torch.nn.Embedding.from_pretrained(tw.clone(), max_norm=1.0)
+    lemb = nn.Embedding.from_pretrained(loom.tensor(w.numpy()), max_norm=1.0)
+    idx = [1, 2, 1]
+    np.testing.assert_allclose(lemb(loom.tensor(idx)).numpy(), temb(torch.tensor(idx)).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(lemb.weight.numpy(), temb.weight.numpy(), rtol=1e-6)  # Renormalised in place.
