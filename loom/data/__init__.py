@@ -15,16 +15,18 @@ from loom.data.collate import default_collate, default_convert
 from loom.data.dataloader import DataLoader
 from loom.data.dataset import (ChainDataset, ConcatDataset, Dataset, IterableDataset, StackDataset, Subset,
                                TensorDataset, random_split)
+from loom.data.pipeline import RecordPipeline
 from loom.data.records import (RecordDataset, RecordReader, RecordWriter, decode_example, encode_example,
                                list_shards, read_records)
 from loom.data.sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
                                WeightedRandomSampler)
 from loom.data.worker import WorkerInfo, get_worker_info
+from loom.data import datasets, text, transforms  # noqa: E402  (submodules, as loom.data.transforms etc.)
 
 __all__ = [
     "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset", "RandomSampler",
-    "RecordDataset", "RecordReader", "RecordWriter", "Sampler", "SequentialSampler", "StackDataset", "Subset",
-    "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler", "WorkerInfo", "decode_example",
-    "default_collate", "default_convert", "encode_example", "get_worker_info", "list_shards", "random_split",
-    "read_records",
+    "RecordDataset", "RecordPipeline", "RecordReader", "RecordWriter", "Sampler", "SequentialSampler",
+    "StackDataset", "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler", "WorkerInfo",
+    "datasets", "decode_example", "default_collate", "default_convert", "encode_example", "get_worker_info",
+    "list_shards", "random_split", "read_records", "text", "transforms",
 ]

@@ -405,14 +405,20 @@ class RecordReader:
                              f"({n} records)")
         return i % n if n else i
 
-    def read_raw(self, i: int) -> bytearray:
-        """Record `i`'s payload, checked (a writable buffer)."""
+    def read_record(self, i: int) -> tuple[int, bytearray]:
+        """Record `i` unchecked: its byte offset and its bytes (header and payload), for `check_record`."""
         i = self._index(i)
         start, end = int(self.offsets[i]), int(self._ends[i])
         buf = bytearray(end - start)
         got = os.preadv(self._fileno(), [buf], start)
         if got != len(buf):
             self._corrupt(f"ended early in record {i} (byte offset {start})")
+        return start, buf
+
+    def read_raw(self, i: int) -> memoryview:
+        """Record `i`'s payload, checked (a writable buffer)."""
+        i = self._index(i)
+        start, buf = self.read_record(i)
         return check_record(self.path, i, start, buf, self.verify)
 
     def __getitem__(self, i: int) -> dict:
