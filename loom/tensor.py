@@ -21,6 +21,7 @@ from loom.errors import (AutogradError, DTypeError, LoomError, LoomIndexError, L
 from loom.ir import ops as _ops
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
+from loom.runtime import realize as _realize
 from loom.runtime import reference
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class Tensor:
     [[2.0, 4.0], [6.0, 8.0]]
     """
 
-    __slots__ = ("_node", "requires_grad", "grad", "_ctx", "_version", "_retains_grad",
+    __slots__ = ("_node", "requires_grad", "_grad", "_ctx", "_version", "_retains_grad",
                  "_hooks", "_alias", "__weakref__", "__dict__")
     __array_priority__ = 1000  # NumPy defers mixed operators to loom.
 
@@ -73,7 +74,7 @@ class Tensor:
         self._node = node
         self._ctx = ctx
         self.requires_grad = requires_grad
-        self.grad: Tensor | None = None
+        self._grad: Tensor | None = None
         self._version = 0
         self._retains_grad = False
         self._hooks: list | None = None
@@ -84,6 +85,22 @@ class Tensor:
         t = cls.__new__(cls)
         t._init(node, ctx, requires_grad)
         return t
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The accumulated gradient (None until a backward pass reaches this tensor)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(f"loom: .grad must be a Tensor or None, got {type(value).__name__}")
+        if value is not None and tuple(value.shape) != tuple(self.shape):
+            raise ShapeError(f"loom: assigned grad has shape {fmt_shape(value.shape)} but the tensor has "
+                             f"shape {fmt_shape(self.shape)}")
+        self._grad = value
+        if _realize.active_trace is not None:
+            _realize.active_trace.on_grad(self)
 
     # ------------------------------------------------------------ metadata
     @property
@@ -143,7 +160,7 @@ class Tensor:
     def realize(self) -> Tensor:
         """Compute this tensor's pending graph now; returns self."""
         if self._node.buffer is None:
-            reference.realize([self._node])
+            _realize.realize_value([self._node])
         return self
 
     def _array(self) -> np.ndarray:
@@ -283,9 +300,12 @@ class Tensor:
     def data(self, value: Tensor) -> None:
         if not isinstance(value, Tensor):
             raise TypeError(f"loom: .data must be set to a Tensor, got {type(value).__name__}")
+        old = self._node
         self._node = value._node
         self._alias = None  # Like PyTorch, the tensor now uses `value`'s storage.
         self._version += 1
+        if _realize.active_trace is not None:
+            _realize.active_trace.on_mutate(self, old)
 
     def retain_grad(self) -> None:
         if not self.requires_grad:
@@ -422,7 +442,7 @@ class Tensor:
         """Make `result` this tensor's new value (PyTorch's in-place ops, done functionally)."""
         if not isinstance(result, Tensor):
             result = as_tensor_like(result, self)
-        if tuple(result.shape) != tuple(self.shape):
+        if tuple(result.shape) != tuple(self.shape) and (op not in _SHAPE_CHANGING or self._alias is not None):
             raise ShapeError(f"loom.{op}: the result of shape {fmt_shape(result.shape)} cannot be "
                              f"written in place into a tensor of shape {fmt_shape(self.shape)}")
         if result.dtype is not self.dtype:
@@ -440,6 +460,8 @@ class Tensor:
         old = self._node
         self._node = result._node
         self._version += 1
+        if _realize.active_trace is not None:
+            _realize.active_trace.on_mutate(self, old)
         if self._alias is not None:
             # Memory shared with a NumPy array: the write must be visible there too, while
             # every other loom value that read the old contents keeps them.
@@ -746,9 +768,15 @@ class _HookHandle:
 
 # ================================================================ applying primitives
 
+# In-place ops that may change a tensor's shape (PyTorch's in-place view ops).
+_SHAPE_CHANGING = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_"})
+
+
 def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
     """Add one primitive node; record backward history when grad mode asks for it."""
     prim = PRIMITIVES[op]
+    if _realize.active_trace is not None:
+        _realize.active_trace.on_read(inputs)
     nodes = tuple(t._node for t in inputs)
     shape, dtype = prim.infer(nodes, attrs) if op != "buffer" else (attrs["shape"], attrs["dtype"])
     device = nodes[0].device if nodes else "cpu"
@@ -761,7 +789,7 @@ def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
             requires = True
     out = Tensor._wrap(node, ctx, requires)
     if node.depth > LAZY_DEPTH_LIMIT:
-        reference.realize([node])
+        _realize.realize_barrier([node])
     return out
 
 
@@ -1460,7 +1488,7 @@ def synchronize(*tensors: Tensor) -> None:
     """Realise the given tensors (all work is synchronous on the reference path)."""
     nodes = [t._node for t in tensors if isinstance(t, Tensor)]
     if nodes:
-        reference.realize(nodes)
+        _realize.realize_barrier(nodes)
 
 
 def realize(*tensors: Tensor) -> None:

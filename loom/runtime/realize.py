@@ -1,0 +1,80 @@
+"""Where pending nodes get computed: the backend switch and the guard of `loom.function` traces.
+
+Two kinds of requests reach here. A *value* request (`.numpy()`, `.item()`,
+printing, `bool()`) needs numbers now; inside a trace it is an error, since a
+traced function must not branch on data it has not computed yet. A *barrier*
+(`loom.realize`, `loom.synchronize`, the lazy depth limit) only says "now is a
+good time"; inside a trace it is skipped for traced nodes.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterable, Iterator
+
+from loom.errors import LoomError
+from loom.ir.node import Node
+from loom.runtime import reference
+
+# The trace in progress (set by loom.function while it traces), or None.
+active_trace = None
+
+_BACKENDS = ("reference", "compiled")
+_backend = os.environ.get("LOOM_BACKEND", "reference")
+if _backend not in _BACKENDS:
+    raise LoomError(f"loom: LOOM_BACKEND={_backend!r} is not one of {_BACKENDS}")
+
+
+def get_backend() -> str:
+    return _backend
+
+
+def set_backend(name: str) -> None:
+    """Choose how eager values are computed: 'reference' (NumPy) or 'compiled' (passes + C kernels)."""
+    global _backend
+    if name not in _BACKENDS:
+        raise LoomError(f"loom.set_backend: unknown backend {name!r}; expected one of {_BACKENDS}")
+    _backend = name
+
+
+@contextlib.contextmanager
+def backend(name: str) -> Iterator[None]:
+    """Compute eager values with `name` inside the block."""
+    prev = _backend
+    set_backend(name)
+    try:
+        yield
+    finally:
+        set_backend(prev)
+
+
+def _run(nodes: list[Node]) -> None:
+    if not nodes:
+        return
+    if _backend == "compiled":
+        from loom.runtime.compiled import realize as compiled_realize
+        compiled_realize(nodes)
+    else:
+        reference.realize(nodes)
+
+
+def realize_value(nodes: Iterable[Node]) -> None:
+    """Compute `nodes` because their values are needed now."""
+    nodes = [n for n in nodes if n.buffer is None]
+    if active_trace is not None:
+        traced = [n for n in nodes if n.id >= active_trace.start_id]
+        if traced:
+            raise LoomError(
+                "loom.function: a traced function read the value of a tensor it computed "
+                f"({traced[0].dtype.name}{list(traced[0].shape)}, op {traced[0].op}); a trace cannot "
+                "depend on data it has not computed yet. Return the tensor instead, or use "
+                "loom.cond / loom.while_loop for data-dependent control flow")
+    _run(nodes)
+
+
+def realize_barrier(nodes: Iterable[Node]) -> None:
+    """Compute `nodes` now if that is allowed (outside traces, or work from before the trace)."""
+    nodes = [n for n in nodes if n.buffer is None]
+    if active_trace is not None:
+        nodes = [n for n in nodes if n.id < active_trace.start_id]
+    _run(nodes)
