@@ -105,3 +105,21 @@ def test_parameters_to_vector_round_trip_matches_torch():
         np.testing.assert_array_equal(v.numpy(), w.numpy(), err_msg=k)
     with pytest.raises(loom.ShapeError, match="values of the parameters"):
         nn.utils.vector_to_parameters(loom.zeros(3), lm.parameters())
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_pad_sequence_matches_torch(batch_first, side):
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((n, 3)).astype(np.float32) for n in (4, 1, 3)]
+    want = torch.nn.utils.rnn.pad_sequence([torch.from_numpy(a) for a in arrays], batch_first=batch_first,
+                                           padding_value=-1.0, padding_side=side)
+    seqs = [loom.tensor(a, requires_grad=True) for a in arrays]
+    got = nn.utils.rnn.pad_sequence(seqs, batch_first=batch_first, padding_value=-1.0, padding_side=side)
+    np.testing.assert_array_equal(got.detach().numpy(), want.numpy())
+    got.sum().backward()
+    assert all(s.grad.tolist() == np.ones_like(a).tolist() for s, a in zip(seqs, arrays))
+    if side == "right":
+        back = nn.utils.rnn.unpad_sequence(got.detach(), [4, 1, 3], batch_first=batch_first)
+        for b, a in zip(back, arrays):
+            np.testing.assert_array_equal(b.numpy(), a)
