@@ -46,7 +46,8 @@ def default_collate(batch: Sequence[Any]) -> Any:
     Tensors are stacked along a new dim 0; NumPy arrays and NumPy scalars become
     stacked tensors; Python floats become a float64 tensor, ints an int64 tensor,
     bools a bool tensor; strings and bytes stay a list; dicts, namedtuples and
-    sequences are collated field by field (tuples become lists, as in PyTorch).
+    sequences are collated field by field (tuples become lists, as in PyTorch;
+    a column of strings keeps the container it arrives in).
 
     Examples
     --------
@@ -71,10 +72,10 @@ def default_collate(batch: Sequence[Any]) -> Any:
         return from_numpy(np.ascontiguousarray(np.stack(batch)))
     if isinstance(elem, np.generic):
         if not _numpy_ok(elem):
-            return list(batch)
+            return batch
         return from_numpy(np.asarray(batch))
     if isinstance(elem, (str, bytes)):
-        return list(batch)
+        return batch
     if isinstance(elem, bool):
         return tensor(list(batch), dtype=dt.bool_)
     if isinstance(elem, numbers.Integral):
@@ -92,13 +93,13 @@ def default_collate(batch: Sequence[Any]) -> Any:
         except TypeError:
             return fields
     if _is_namedtuple(elem):
-        return type(elem)(*(default_collate(list(s)) for s in zip(*batch)))
+        return type(elem)(*(default_collate(s) for s in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
         size = len(elem)
         if any(len(e) != size for e in batch):
             raise ShapeError("loom.data.default_collate: each element in list of batch should be of equal size, "
                              f"got lengths {[len(e) for e in batch]}")
-        columns = [default_collate(list(s)) for s in zip(*batch)]
+        columns = [default_collate(s) for s in zip(*batch)]
         if isinstance(elem, tuple):
             return columns
         try:

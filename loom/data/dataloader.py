@@ -220,6 +220,18 @@ class DataLoader:
             it._shutdown()
 
 
+class _Options:
+    """What a worker-backed iterator needs from its DataLoader."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.index_sampler = loader._index_sampler
+        self.generator = loader.generator
+        self.prefetch_factor = loader.prefetch_factor
+        self.timeout = loader.timeout
+        self.persistent_workers = loader.persistent_workers
+        self.in_order = loader.in_order
+
+
 class _SingleProcessIter:
     """Batches fetched in the main process."""
 
@@ -249,7 +261,8 @@ class _MultiProcessIter:
     """
 
     def __init__(self, loader: DataLoader) -> None:
-        self._loader = loader
+        # The settings, not the loader: a loader holding its persistent iterator must not form a cycle with it.
+        self._opts = _Options(loader)
         self._closed = False
         self._workers: list = []
         self._index_queues: list = []
@@ -276,23 +289,23 @@ class _MultiProcessIter:
     def _reset(self, first: bool = False) -> None:
         """Start an epoch: a fresh sampler pass and the first prefetch_factor * num_workers tasks."""
         if not first:
-            self._seed = seed_from(self._loader.generator, _OP)
+            self._seed = seed_from(self._opts.generator, _OP)
         self._epoch += 1
-        self._sampler_iter = iter(self._loader._index_sampler)
+        self._sampler_iter = iter(self._opts.index_sampler)
         self._send_idx = 0
         self._rcvd_idx = 0
         self._task_info: dict[int, list] = {}  # idx -> [worker id] or [worker id, message] or [worker id, None, done]
         self._outstanding = 0
         self._active = [True] * len(self._workers)
         self._cycle = itertools.cycle(range(len(self._workers)))
-        for _ in range(self._loader.prefetch_factor * len(self._workers)):
+        for _ in range(self._opts.prefetch_factor * len(self._workers)):
             self._try_put_index()
 
     def __iter__(self):
         return self
 
     def _try_put_index(self) -> None:
-        if self._outstanding >= self._loader.prefetch_factor * len(self._workers):
+        if self._outstanding >= self._opts.prefetch_factor * len(self._workers):
             return
         try:
             index = next(self._sampler_iter)
@@ -312,19 +325,19 @@ class _MultiProcessIter:
     def _check_workers(self) -> None:
         dead = [(wid, w) for wid, w in enumerate(self._workers) if not w.is_alive()]
         if dead:
-            self._shutdown()
+            self._shutdown(grace=0.2)
             what = "; ".join(f"worker {wid} ({_mp.describe_exit(w)})" for wid, w in dead)
             raise LoomError(f"{_OP}: {what} exited unexpectedly. A worker died while loading data (for example "
                             "a crash, os._exit, or a signal such as SIGKILL from the out-of-memory killer); "
                             "check the dataset's __getitem__ / __iter__ and the system log")
 
     def _on_timeout(self) -> None:
-        self._shutdown()
-        raise LoomError(f"{_OP}: timed out after {self._loader.timeout} seconds waiting for batch "
+        self._shutdown(grace=0.2)
+        raise LoomError(f"{_OP}: timed out after {self._opts.timeout} seconds waiting for batch "
                         f"{self._rcvd_idx} from the workers")
 
     def _get(self) -> tuple:
-        blob = _mp.get(self._result_queue, self._check_workers, self._loader.timeout, self._on_timeout)
+        blob = _mp.get(self._result_queue, self._check_workers, self._opts.timeout, self._on_timeout)
         return pickle.loads(blob)
 
     def __next__(self):
@@ -339,7 +352,7 @@ class _MultiProcessIter:
                 del self._task_info[self._rcvd_idx]
                 self._rcvd_idx += 1
             else:
-                if not self._loader.persistent_workers:
+                if not self._opts.persistent_workers:
                     self._shutdown()
                 raise StopIteration
             info = self._task_info[self._rcvd_idx]
@@ -361,7 +374,7 @@ class _MultiProcessIter:
                 del self._task_info[idx]
                 self._rcvd_idx += 1
                 return self._process((kind, payload))
-            if not self._loader.in_order:
+            if not self._opts.in_order:
                 self._task_info[idx] = [self._task_info[idx][0], None, True]
                 return self._process((kind, payload))
             self._task_info[idx].append((kind, payload))
@@ -370,11 +383,12 @@ class _MultiProcessIter:
         kind, payload = message
         self._try_put_index()
         if kind == "error":
-            self._shutdown()
+            self._shutdown(grace=0.2)
             payload.reraise(_OP)
         return payload
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, grace: float = 1.0) -> None:
+        """Stop the workers: ask them to exit, wait up to `grace` seconds, then terminate the rest."""
         if self._closed:
             return
         self._closed = True
@@ -385,7 +399,7 @@ class _MultiProcessIter:
                     q.put(None)
                 except (OSError, ValueError):
                     pass
-            _mp.stop(self._workers)
+            _mp.stop(self._workers, grace)
         finally:
             for q in self._index_queues:
                 _mp.close_queue(q)

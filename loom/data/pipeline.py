@@ -407,7 +407,7 @@ class _ProcessSource:
         while self.next_seq not in self.pending:
             kind, seq, payload = pickle.loads(_mp.get(self.out_q, self._check, self.pipe.timeout, self._on_timeout))
             if kind == "error":
-                self.close()
+                self.close(grace=0.2)
                 payload.reraise(_OP)
             self.pending[seq] = payload
         self.credits.release()
@@ -421,7 +421,7 @@ class _ProcessSource:
         dead += [(f"transform worker {wid} ({_mp.describe_exit(w)})", w) for wid, w in enumerate(self.workers)
                  if not w.is_alive() and (w.exitcode != 0 or not done)]
         if dead:
-            self.close()
+            self.close(grace=0.2)
             raise LoomError(f"{_OP}: {'; '.join(d for d, _ in dead)} exited unexpectedly while example "
                             f"{self.next_seq} of the epoch was awaited (a crash, os._exit, or a signal such as "
                             "SIGKILL from the out-of-memory killer)")
@@ -431,17 +431,17 @@ class _ProcessSource:
                             "never arrived (a process was lost while holding it)")
 
     def _on_timeout(self) -> None:
-        self.close()
+        self.close(grace=0.2)
         raise LoomError(f"{_OP}: timed out after {self.pipe.timeout} seconds waiting for example {self.next_seq} "
                         "of the epoch")
 
-    def close(self) -> None:
+    def close(self, grace: float = 1.0) -> None:
         if self.closed:
             return
         self.closed = True
         self.stop.set()
         try:
-            _mp.stop(self.procs)
+            _mp.stop(self.procs, grace)
         finally:
             for q in (self.in_q, self.out_q):
                 _mp.close_queue(q)
