@@ -89,6 +89,8 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None):
             if stop_at is None and t._retains_grad:
                 t.grad = g if create_graph else g.detach()
             ctx = t._ctx
+            # Checked for every op, not only those whose rule reads the input: the gradient would
+            # otherwise flow into the history of the tensor's new value.
             for inp, v in zip(ctx.inputs, ctx.versions):
                 if inp._version != v:
                     raise AutogradError(

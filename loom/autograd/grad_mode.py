@@ -30,10 +30,16 @@ class _GradMode:
         return False
 
     def __call__(self, fn):
+        flag = self.flag
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with self.__class__():
+            prev = is_grad_enabled()
+            _set(flag)
+            try:
                 return fn(*args, **kwargs)
+            finally:
+                _set(prev)
         return wrapper
 
 
@@ -63,6 +69,10 @@ class set_grad_enabled(_GradMode):
     def __exit__(self, *exc):
         _set(self._prev)
         return False
+
+    def __call__(self, fn):
+        _set(self._prev)  # As a decorator it only applies inside `fn`.
+        return super().__call__(fn)
 
 
 class inference_mode(no_grad):

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from loom.errors import AutogradError
 
+# Tapes inside whose `with` block the program is: a gradient computed there is
+# itself recorded (differentiable), which is how nested tapes give higher orders.
+_RECORDING: list = []
+
 
 class GradientTape:
     """Record ops on watched tensors, then ask for gradients, as `tf.GradientTape`.
@@ -20,6 +24,7 @@ class GradientTape:
     def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True) -> None:
         self.persistent = persistent
         self._watched: list = []
+        self._enabled: list = []  # Watched tensors this tape made require grad, only while recording.
         self._recording = False
         self._used = False
         self._grad_ctx = None
@@ -27,13 +32,19 @@ class GradientTape:
     def __enter__(self) -> GradientTape:
         from loom.autograd.grad_mode import enable_grad
         self._recording = True
+        _RECORDING.append(self)
         self._grad_ctx = enable_grad()
         self._grad_ctx.__enter__()
         return self
 
     def __exit__(self, *exc) -> bool:
         self._recording = False
+        if self in _RECORDING:
+            _RECORDING.remove(self)
         self._grad_ctx.__exit__(*exc)
+        # Ops after the block must not record: watching does not change the tensor for good.
+        for t in self._enabled:
+            t.requires_grad = False
         return False
 
     def watch(self, tensors) -> None:
@@ -48,10 +59,22 @@ class GradientTape:
                 raise TypeError(f"loom.GradientTape.watch: expected Tensors, got {type(t).__name__}")
             if not t.requires_grad:
                 t.requires_grad_(True)
+                self._enabled.append(t)
             self._watched.append(t)
 
     def watched_variables(self) -> tuple:
         return tuple(self._watched)
+
+    @staticmethod
+    def _seeds(targets, output_gradients) -> list:
+        """One cotangent per target; None means ones (TF sums over a non-scalar target)."""
+        if output_gradients is None:
+            return [None] * len(targets)
+        seeds = list(output_gradients) if isinstance(output_gradients, (list, tuple)) else [output_gradients]
+        if len(seeds) != len(targets):
+            raise AutogradError(f"loom.GradientTape.gradient: {len(seeds)} output_gradients for "
+                                f"{len(targets)} targets")
+        return seeds
 
     def gradient(self, target, sources, output_gradients=None, unconnected_gradients: str = "none"):
         """d(target)/d(sources), with the structure of `sources`; None for an unconnected source."""
@@ -61,21 +84,31 @@ class GradientTape:
             raise AutogradError("loom.GradientTape.gradient: a non-persistent tape can only compute "
                                 "gradients once; create it with persistent=True")
         self._used = True
+        if unconnected_gradients not in ("none", "zero"):
+            raise ValueError(f"loom.GradientTape.gradient: unconnected_gradients must be 'none' or 'zero', "
+                             f"got {unconnected_gradients!r}")
         single = isinstance(sources, Tensor)
         srcs = [sources] if single else list(sources)
         targets = target if isinstance(target, (list, tuple)) else [target]
         from loom.tensor import ones_like
-        connected = [t for t in targets if isinstance(t, Tensor) and t.requires_grad]
-        if not connected:
+        # The tape's own sources require grad again for the walk back through what it recorded.
+        off = [t for t in self._enabled if not t.requires_grad]
+        for t in off:
+            t.requires_grad = True
+        try:
+            pairs = [(t, g) for k, (t, g) in enumerate(zip(targets, self._seeds(targets, output_gradients)))
+                     if isinstance(t, Tensor) and t.requires_grad]
+            live = [k for k, s in enumerate(srcs) if isinstance(s, Tensor) and s.requires_grad]
             grads = [None] * len(srcs)
-        else:
-            seeds = None
-            if output_gradients is not None:
-                seeds = output_gradients if isinstance(output_gradients, (list, tuple)) else [output_gradients]
-            else:
-                seeds = [ones_like(t) for t in connected]  # TF sums over non-scalar targets.
-            grads = list(grad(connected, srcs, grad_outputs=seeds, allow_unused=True,
-                              create_graph=self._recording))
+            if pairs and live:
+                found = grad([t for t, _ in pairs], [srcs[k] for k in live],
+                             grad_outputs=[g if g is not None else ones_like(t) for t, g in pairs],
+                             allow_unused=True, create_graph=bool(_RECORDING))
+                for k, g in zip(live, found):
+                    grads[k] = g
+        finally:
+            for t in off:
+                t.requires_grad = False
         if unconnected_gradients == "zero":
             grads = [zeros_like(s) if g is None else g for g, s in zip(grads, srcs)]
         return grads[0] if single else grads
