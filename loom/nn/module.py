@@ -1,6 +1,7 @@
 """`Module`: the base class of every layer, with PyTorch's registration, state and hook API."""
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import OrderedDict, namedtuple
 from typing import Any, Callable, Iterator
@@ -374,7 +375,8 @@ class Module:
                               f"{fmt_shape(param.shape)}.")
                 continue
             with no_grad():
-                param.copy_(value)
+                # A private copy: the model and the loaded dict never share storage.
+                param.copy_(copy.deepcopy(value.detach()))
         extra_key = prefix + "_extra_state"
         has_extra = getattr(type(self), "set_extra_state", None) is not Module.set_extra_state
         if has_extra:

@@ -555,3 +555,14 @@ def test_embedding_from_pretrained_and_max_norm():
     idx = [1, 2, 1]
     np.testing.assert_allclose(lemb(loom.tensor(idx)).numpy(), temb(torch.tensor(idx)).numpy(), rtol=1e-6)
     np.testing.assert_allclose(lemb.weight.numpy(), temb.weight.numpy(), rtol=1e-6)  # Renormalised in place.
+
+
+def test_loaded_values_do_not_share_storage_with_the_dict():
+    m = nn.Linear(3, 1)
+    arr = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    sd = {"weight": loom.from_numpy(arr), "bias": loom.tensor([0.0])}
+    m.load_state_dict(sd)
+    arr[0, 0] = 9.0  # Writing to the source after loading leaves the model unchanged.
+    assert m.weight.tolist() == [[1.0, 2.0, 3.0]]
+    m.weight.detach().numpy()[0, 1] = 7.0
+    assert sd["weight"].tolist() == [[9.0, 2.0, 3.0]]
