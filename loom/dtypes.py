@@ -168,7 +168,7 @@ def f32_to_bf16(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a, dtype=np.float32).reshape(shape)  # (ascontiguousarray makes 0-d 1-d)
     bits = a.view(np.uint32)
     rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
-    out = ((bits + rounding) >> 16).astype(np.uint16)
+    out = np.asarray(((bits + rounding) >> 16).astype(np.uint16))  # asarray: 0-d math gives scalars.
     nan = np.isnan(a)
     if nan.any():
         out[nan] = 0x7FC0

@@ -79,8 +79,8 @@ def _canon(value: Any, key: str, api: str) -> Any:
         return int(value)
     if isinstance(value, (float, np.floating)):
         return float(value)
-    if value is None or isinstance(value, (str, dt.DType)):
-        return value
+    if value is None or isinstance(value, (str, dt.DType, Graph)):
+        return value  # A Graph attr is the body of a compiler "fused" node.
     if isinstance(value, (list, tuple)):
         return tuple(_canon(v, key, api) for v in value)
     raise GraphError(f"loom.Graph.{api}: attr {key!r} holds a {type(value).__name__}; attrs hold only "
@@ -149,6 +149,23 @@ def _dfs_order(roots: Iterable[Node], expand: Callable[[Node], Iterable[Node]]) 
     return order
 
 
+def _remap_meta(value: Any, mapping: dict[Node, Node]) -> Any:
+    """A meta entry for a copied graph: nodes become their copies; dict entries of vanished nodes go."""
+    if isinstance(value, Node):
+        return mapping.get(value)
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            k2, v2 = _remap_meta(k, mapping), _remap_meta(v, mapping)
+            if (k2 is None and isinstance(k, Node)) or (v2 is None and isinstance(v, Node)):
+                continue
+            out[k2] = v2
+        return out
+    if isinstance(value, (list, tuple)):
+        return type(value)(_remap_meta(v, mapping) for v in value)
+    return value
+
+
 def _fmt_attr(value: Any) -> str:
     if isinstance(value, dt.DType):
         return value.name
@@ -185,6 +202,8 @@ class Graph:
         self._users: dict[Node, dict[Node, None]] = {}
         self._inputs: list[Node] = []
         self._outputs: list[Node] = []
+        # Side tables of compiler passes (e.g. meta["inplace"] = {node: input index}); copy() remaps nodes.
+        self.meta: dict[str, Any] = {}
 
     # ------------------------------------------------------------ inputs and outputs
     @property
@@ -722,6 +741,7 @@ class Graph:
         self._clone_nodes(self.topological_order(), out, mapping)
         out._inputs = [mapping[n] for n in self._inputs]
         out._outputs = [mapping[n] for n in self._outputs]
+        out.meta = {k: _remap_meta(v, mapping) for k, v in self.meta.items()}
         return out
 
     # ------------------------------------------------------------ capture and run

@@ -1,0 +1,57 @@
+"""What the passes know about constant nodes: which nodes are constants and their values."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from loom.dtypes import DType
+from loom.ir import ops
+from loom.ir.node import Node
+from loom.runtime import reference
+
+# Constants a pass may evaluate at compile time. ``rand`` is a source too, but folding it would
+# only trade a cheap counter-based generator for a stored array.
+FOLDABLE_SOURCES = frozenset({"buffer", "const", "arange"})
+
+# Movement ops that keep every element's value: a uniform input stays uniform.
+_VALUE_PRESERVING = frozenset({"reshape", "permute", "expand", "slice", "flip"})
+
+
+def nbytes(node: Node) -> int:
+    """Bytes of the node's value in stored form (bfloat16 is stored as uint16)."""
+    return math.prod(node.shape) * node.dtype.np.itemsize
+
+
+def source_value(node: Node) -> np.ndarray:
+    """The stored-form value of a foldable source node."""
+    if node.op == "buffer":
+        return node.buffer
+    return reference.evaluate(node, [])
+
+
+def uniform_value(node: Node, max_elements: int = 64) -> np.ndarray | None:
+    """The stored-form 0-d value of a node whose elements are all bitwise equal, if known at compile time.
+
+    Looks through value-preserving movement ops down to a ``const`` (any size)
+    or a small ``buffer`` (at most `max_elements` elements).
+    """
+    while node.op in _VALUE_PRESERVING:
+        node = node.inputs[0]
+    if node.op == "const":
+        return np.asarray(ops.PRIMITIVES["const"].impl(dict(node.attrs, shape=()))).copy()
+    if node.op == "buffer" and 0 < node.buffer.size <= max_elements:
+        flat = np.ascontiguousarray(node.buffer).reshape(-1)
+        if (flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8)).all():
+            return flat[0:1].reshape(()).copy()
+    return None
+
+
+def scalar(value: np.ndarray, dtype: DType) -> bool | int | float:
+    """A stored-form 0-d value as the Python scalar it means (bfloat16 bits become a float)."""
+    return reference.to_compute(np.asarray(value), dtype).item()
+
+
+def const_attrs(value: np.ndarray, dtype: DType, shape: tuple[int, ...]) -> dict:
+    """Attrs of a ``const`` node that reproduces the stored-form 0-d `value` bitwise (NaN payloads aside)."""
+    return {"value": scalar(value, dtype), "shape": tuple(shape), "dtype": dtype}

@@ -1,0 +1,206 @@
+"""`explain`: what the compiler does to a function, pass by pass, down to kernels and memory."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from loom.compiler.memory import MemoryPlan
+from loom.compiler.passes import passes_for_level, run_passes
+from loom.errors import LoomError, fmt_shape
+from loom.ir.graph import Graph
+from loom.ir.node import Node
+
+
+@dataclass
+class PassRecord:
+    """One pass of an explanation: the graph after it and how much it changed."""
+
+    name: str
+    graph: Graph
+    text: str
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+
+    @property
+    def ops(self) -> Counter:
+        """How many nodes of each op the graph has after the pass."""
+        return Counter(n.op for n in self.graph.topological_order())
+
+
+@dataclass
+class KernelInfo:
+    """A fused node of the optimised graph: its body and, when loom.codegen is there, its C source."""
+
+    node: Node
+    body: Graph
+    source: str | None
+    note: str = ""
+
+    @property
+    def ops(self) -> list[str]:
+        return [n.op for n in self.body.topological_order() if n.op != "input"]
+
+
+@dataclass
+class Explanation:
+    """The result of `explain`; ``str()`` gives the readable report.
+
+    Attributes
+    ----------
+    level : int
+    graph : Graph
+        The captured graph, before any pass.
+    text : str
+        Its printout, with the node ids the pass printouts share.
+    passes : list of PassRecord
+        One record per pass, in order, with the graph after it.
+    optimized : Graph
+        The graph after the last pass.
+    kernels : list of KernelInfo
+        The fused nodes of `optimized`, in topological order.
+    memory : MemoryPlan or None
+        The static plan (level 3), with ``arena_bytes`` and ``lower_bound``.
+    """
+
+    level: int
+    graph: Graph
+    text: str = ""
+    passes: list[PassRecord] = field(default_factory=list)
+    optimized: Graph | None = None
+    kernels: list[KernelInfo] = field(default_factory=list)
+    memory: MemoryPlan | None = None
+
+    @property
+    def node_counts(self) -> list[tuple[str, int]]:
+        """(stage, node count) from the captured graph through every pass."""
+        return [("captured", len(self.graph))] + [(p.name, p.nodes_after) for p in self.passes]
+
+    def __str__(self) -> str:
+        names = ", ".join(p.name for p in self.passes) or "none"
+        out = [f"loom.compiler.explain: level O{self.level}, passes: {names}", "", "node counts:"]
+        before = len(self.graph)
+        out.append(f"  {'captured':<20} {before:>6}")
+        for p in self.passes:
+            out.append(f"  {p.name:<20} {p.nodes_after:>6}  ({p.nodes_after - p.nodes_before:+d}, "
+                       f"{p.seconds * 1e3:.2f} ms)")
+        out += ["", f"== captured graph ({len(self.graph)} nodes) ==", self.text or str(self.graph)]
+        previous = self.text
+        for p in self.passes:
+            out += ["", f"== after {p.name}: {p.nodes_before} -> {p.nodes_after} nodes =="]
+            out.append("(unchanged)" if p.text == previous else p.text)
+            previous = p.text
+        out += ["", f"== kernels ({len(self.kernels)}) =="]
+        for k, info in enumerate(self.kernels):
+            n = info.node
+            ins = ", ".join(f"%{i.id}" for i in n.inputs)
+            out += [f"-- kernel {k}: %{n.id} = fused({ins}) : {n.dtype.name}{fmt_shape(n.shape)}; "
+                    f"ops {' '.join(info.ops)}", str(info.body)]
+            out += ["source:", info.source] if info.source is not None else [f"source: ({info.note})"]
+        out += ["", "== memory =="]
+        if self.memory is None:
+            out.append(f"no static plan at level O{self.level} (O3 plans memory)")
+        else:
+            out.append(str(self.memory))
+            out.append(f"planned peak {self.memory.arena_bytes} B vs lower bound {self.memory.lower_bound} B")
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        plan = (f", arena {self.memory.arena_bytes} B / lower bound {self.memory.lower_bound} B"
+                if self.memory is not None else "")
+        return (f"<loom.compiler.Explanation O{self.level}: {len(self.graph)} -> "
+                f"{len(self.optimized) if self.optimized is not None else '?'} nodes, "
+                f"{len(self.kernels)} kernels{plan}>")
+
+
+def _tensors(value: Any, what: str) -> list:
+    """The Tensors in a (nested) tuple/list/dict, in order."""
+    from loom.tensor import Tensor
+
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v, what)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v, what)]
+    if what == "outputs":
+        raise LoomError(f"loom.compiler.explain: the function must return Tensors (or tuples/lists/dicts "
+                        f"of them), got a {type(value).__name__}")
+    return []
+
+
+def _kernel_info(node: Node) -> KernelInfo:
+    body = node.attrs["body"]
+    try:
+        from loom.codegen import get_kernel
+    except ImportError:
+        return KernelInfo(node, body, None, "loom.codegen is not available")
+    try:
+        return KernelInfo(node, body, get_kernel(body).source)
+    except Exception as e:  # noqa: BLE001 - explain reports, it does not fail on a codegen gap.
+        return KernelInfo(node, body, None, f"codegen failed: {type(e).__name__}: {e}")
+
+
+def explain(fn: Callable | Graph, *args, level: int = 3) -> Explanation:
+    """Show what the compiler does to `fn(*args)`: the graph after each pass, the kernels, the memory plan.
+
+    Parameters
+    ----------
+    fn : callable or loom.ir.Graph
+        A function of loom Tensors returning Tensors (nested tuples, lists
+        and dicts are flattened); it runs once, lazily, and its pending
+        computation is captured with `loom.ir.Graph.from_tensors`. The Tensor
+        arguments become the graph's inputs. A Graph is explained as is.
+    *args
+        The arguments to call `fn` with.
+    level : int
+        The optimisation level whose passes run (default 3).
+
+    Returns
+    -------
+    Explanation
+        ``print()`` it for the report; its fields hold the same data.
+
+    Examples
+    --------
+    >>> import loom
+    >>> x = loom.randn(4, 3)
+    >>> e = loom.compiler.explain(lambda t: (t * 1.0).exp().sum(1), x)
+    >>> e.node_counts[0], e.node_counts[-1]
+    (('captured', 5), ('memory', 2))
+    >>> len(e.kernels)
+    1
+    """
+    if isinstance(fn, Graph):
+        if args:
+            raise LoomError("loom.compiler.explain: a Graph takes no arguments")
+        graph = fn
+    else:
+        if not callable(fn):
+            raise LoomError(f"loom.compiler.explain: expected a function or a Graph, got {type(fn).__name__}")
+        outs = _tensors(fn(*args), "outputs")
+        if not outs:
+            raise LoomError("loom.compiler.explain: the function returned no Tensors")
+        inputs, seen = [], set()
+        for t in _tensors(list(args), "inputs"):
+            if t._node not in seen:
+                seen.add(t._node)
+                inputs.append(t)
+        graph = Graph.from_tensors(outs, inputs=inputs)
+
+    work = graph.copy()  # The passes edit this one in place, so node ids stay stable in the report.
+    result = Explanation(level, graph.copy(), str(work))
+    clock = [time.perf_counter(), len(graph)]
+
+    def observe(name: str, g: Graph) -> None:
+        now = time.perf_counter()
+        result.passes.append(PassRecord(name, g.copy(), str(g), clock[1], len(g), now - clock[0]))
+        clock[0], clock[1] = time.perf_counter(), len(g)
+
+    optimized = run_passes(work, passes_for_level(level), copy=False, observer=observe)
+    result.optimized = optimized
+    result.kernels = [_kernel_info(n) for n in optimized.topological_order() if n.op == "fused"]
+    result.memory = optimized.meta.get("memory")
+    return result

@@ -1,0 +1,196 @@
+"""Fusion: group elementwise ops, reductions and the movement ops feeding them into ``fused`` nodes.
+
+A ``fused`` node (primitive kind ``"fused"``) stands for one kernel. Its
+inputs are the group's external inputs, in order of first use, and its attrs
+are ``{"body": Graph}``: a graph whose placeholders match those inputs one to
+one and whose single output is the group's result. On the reference path the
+node evaluates its body node by node, so a fused graph computes exactly what
+the unfused one did; `loom.codegen` compiles the same body to C.
+
+Grouping rules (a group grows backwards from its root, the one node whose
+value leaves the group):
+
+- elementwise primitives (unary, binary, compare, ternary, cast) chain;
+- reshape/permute/expand/slice/flip/pad join a group when they feed a node
+  already in it: in a kernel they are index arithmetic;
+- a group holds at most one reduction (sum/prod/max/min). It takes in its
+  elementwise/movement producers, and elementwise nodes may consume its
+  result inside the group, but no movement op may sit between the reduction
+  and the root (that would re-run the reduction at other indices);
+- a node joins only if every consumer is in the group and it is not a graph
+  output, so a group has exactly one value consumed outside;
+- matmul, gather, scatter_add, argsort and sources stay library nodes; a
+  ``const`` feeding a group is copied into the body (a scalar in the kernel);
+- integer div/floordiv/mod stay unfused: dividing by zero is an error the
+  reference path reports, and a kernel has no way to.
+"""
+from __future__ import annotations
+
+import heapq
+import weakref
+
+import numpy as np
+
+from loom.errors import DTypeError, GraphError, ShapeError, fmt_shape
+from loom.ir import ops
+from loom.ir.graph import Graph
+from loom.ir.node import Node
+from loom.runtime import reference
+
+ELEMENTWISE_KINDS = frozenset({"unary", "binary", "compare", "ternary"})
+FUSIBLE_MOVEMENT = frozenset({"reshape", "permute", "expand", "slice", "flip", "pad"})
+REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
+_CHECKED_DIVISION = frozenset({"div", "floordiv", "mod"})
+
+
+# ---------------------------------------------------------------- the "fused" primitive
+
+def _infer_fused(inputs, attrs):
+    body = attrs["body"]
+    if not isinstance(body, Graph) or len(body.outputs) != 1:
+        raise GraphError("loom.fused: attr 'body' must be a loom.ir.Graph with exactly one output")
+    params = body.inputs
+    if len(inputs) != len(params):
+        raise GraphError(f"loom.fused: the body takes {len(params)} inputs, got {len(inputs)}")
+    for k, (i, p) in enumerate(zip(inputs, params)):
+        if tuple(i.shape) != tuple(p.shape):
+            raise ShapeError(f"loom.fused: input {k} is {fmt_shape(i.shape)} but the body expects "
+                             f"{fmt_shape(p.shape)}")
+        if i.dtype is not p.dtype:
+            raise DTypeError(f"loom.fused: input {k} is {i.dtype.name} but the body expects {p.dtype.name}")
+    out = body.outputs[0]
+    return tuple(out.shape), out.dtype
+
+
+_ORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def run_body(body: Graph, arrays: list[np.ndarray]) -> np.ndarray:
+    """Evaluate a fused body on stored-form arrays with the reference interpreter."""
+    order = _ORDERS.get(body)
+    if order is None:
+        order = _ORDERS[body] = body.topological_order()
+    env: dict[Node, np.ndarray] = dict(zip(body.inputs, arrays))
+    with np.errstate(all="ignore"):
+        for node in order:
+            if node not in env:
+                env[node] = node.buffer if node.op == "buffer" else reference.evaluate(
+                    node, [env[i] for i in node.inputs])
+    return env[body.outputs[0]]
+
+
+def _fused_impl(*args):
+    *arrays, attrs = args
+    body = attrs["body"]
+    # reference.evaluate hands primitives half-precision inputs widened to float32 and narrows the
+    # result: undo that around the body, which works on stored forms (both conversions are exact).
+    stored = [reference.from_compute(a, p.dtype) for a, p in zip(arrays, body.inputs)]
+    out = body.outputs[0]
+    return reference.to_compute(run_body(body, stored), out.dtype)
+
+
+if "fused" not in ops.PRIMITIVES:
+    ops.register("fused", "fused", -1, _infer_fused, _fused_impl)
+
+
+# ---------------------------------------------------------------- grouping
+
+def fusible(node: Node) -> str | None:
+    """The role `node` can play in a group: "elementwise", "reduce", "movement", or None."""
+    prim = ops.PRIMITIVES.get(node.op)
+    if prim is None:
+        return None
+    if prim.kind in ELEMENTWISE_KINDS:
+        if node.op in _CHECKED_DIVISION and not node.dtype.is_floating_point:
+            return None
+        return "elementwise"
+    if node.op in REDUCTIONS:
+        return "reduce"
+    if node.op in FUSIBLE_MOVEMENT:
+        return "movement"
+    return None
+
+
+def find_groups(graph: Graph) -> list[list[Node]]:
+    """The fusion groups of `graph`, each a list of nodes in topological order ending with its root."""
+    order = graph.topological_order()
+    pos = {n: k for k, n in enumerate(order)}
+    outputs = set(graph.outputs)
+    taken: set[Node] = set()
+    groups: list[list[Node]] = []
+    for root in reversed(order):
+        role = fusible(root)
+        if root in taken or role not in ("elementwise", "reduce"):
+            continue
+        members = {root}
+        movement_above = {root: False}  # A movement op lies between the node and the root.
+        has_reduce = role == "reduce"
+        heap = [(-pos[i], i.id, i) for i in set(root.inputs)]
+        heapq.heapify(heap)
+        seen: set[Node] = set()
+        while heap:  # Latest first: every consumer of a candidate is decided before it.
+            _, _, p = heapq.heappop(heap)
+            if p in seen:
+                continue
+            seen.add(p)
+            role = fusible(p)
+            if role is None or p in taken or p in outputs:
+                continue
+            consumers = graph.consumers(p)
+            if any(c not in members for c in consumers):
+                continue
+            above = any(movement_above[c] or fusible(c) == "movement" for c in consumers)
+            if role == "reduce" and (has_reduce or above):
+                continue
+            members.add(p)
+            movement_above[p] = above
+            has_reduce |= role == "reduce"
+            for i in set(p.inputs):
+                if i not in seen:
+                    heapq.heappush(heap, (-pos[i], i.id, i))
+        taken |= members
+        groups.append(sorted(members, key=pos.__getitem__))
+    groups.reverse()
+    return groups
+
+
+def fuse_group(graph: Graph, members: list[Node]) -> Node:
+    """Replace a group (topological order, root last) by one ``fused`` node; return that node."""
+    root = members[-1]
+    inside = set(members)
+    external: dict[Node, None] = {}
+    for m in members:
+        for i in m.inputs:
+            if i not in inside and i.op != "const":
+                external[i] = None
+    ext = list(external)
+    body = graph.extract(ext, [root])
+    fused = graph.add_node("fused", ext, {"body": body}, name=root.name)
+    graph.replace(root, fused)
+    graph.remove_subgraph(members)
+    return fused
+
+
+def fuse(graph: Graph) -> Graph:
+    """Group the graph's fusible nodes and replace each group by a ``fused`` node (in place).
+
+    Examples
+    --------
+    >>> import loom
+    >>> g = loom.ir.Graph()
+    >>> x = g.add_input((4, 3), "float32")
+    >>> e = g.add_node("exp", [g.add_node("neg", [x])])
+    >>> g.outputs = [g.add_node("sum", [e], {"axes": (1,), "keepdim": False})]
+    >>> [n.op for n in fuse(g)]
+    ['input', 'fused']
+    >>> [n.op for n in g.outputs[0].attrs["body"]]
+    ['input', 'neg', 'exp', 'sum']
+    """
+    from loom.compiler.passes.prune import drop_unused
+
+    consts: list[Node] = []
+    for members in find_groups(graph):
+        consts += [i for m in members for i in m.inputs if i.op == "const"]
+        fuse_group(graph, members)
+    drop_unused(graph, consts)  # Constants copied into bodies and used nowhere else.
+    return graph

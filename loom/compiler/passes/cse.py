@@ -1,0 +1,86 @@
+"""Common-subexpression elimination: one node per distinct computation.
+
+Two nodes merge when they apply the same op to the same inputs with equal
+attrs (compared exactly: ``0.0`` and ``-0.0`` differ, NaN equals NaN); the
+inputs of commutative ops are compared as a set. Constants merge when their
+values are bitwise equal. ``rand`` nodes merge only when every attr, the seed
+included, is equal, since they then produce the same values.
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Any, Hashable
+
+import numpy as np
+
+from loom.compiler.passes import register_pass
+from loom.compiler.passes.prune import drop_unused
+from loom.dtypes import DType
+from loom.ir.graph import Graph
+from loom.ir.node import Node
+
+# Ops whose result does not depend on the order of their two inputs (bitwise, NaN payloads aside).
+COMMUTATIVE = frozenset({"add", "mul", "eq", "ne", "and", "or", "xor"})
+
+
+def attr_key(value: Any) -> Hashable:
+    """A hashable key equal for two attr values exactly when they mean the same thing."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int):
+        return ("i", value)
+    if isinstance(value, float):
+        return ("f", "nan" if value != value else struct.pack("<d", value))  # Keeps -0.0 apart.
+    if isinstance(value, (tuple, list)):
+        return ("t",) + tuple(attr_key(v) for v in value)
+    if isinstance(value, DType):
+        return ("d", value.name)
+    if value is None or isinstance(value, str):
+        return ("s", value)
+    return ("o", id(value))  # Graph bodies and other objects: equal only to themselves.
+
+
+def node_key(node: Node, position: dict[Node, int]) -> Hashable:
+    """What makes two nodes compute the same value."""
+    ins = node.inputs
+    if node.op in COMMUTATIVE:
+        ins = tuple(sorted(ins, key=position.__getitem__))
+    attrs = tuple(sorted((k, attr_key(v)) for k, v in node.attrs.items()))
+    return node.op, ins, attrs, tuple(node.shape), node.dtype.name, node.device
+
+
+def _buffer_key(node: Node) -> Hashable:
+    digest = hashlib.blake2b(np.ascontiguousarray(node.buffer).tobytes(), digest_size=16).digest()
+    return "buffer", tuple(node.shape), node.dtype.name, node.device, digest
+
+
+@register_pass("cse", level=1, _builtin=True)
+def cse(graph: Graph) -> Graph:
+    """Merge nodes that compute the same value; the first one (in topological order) stays.
+
+    Examples
+    --------
+    >>> import loom
+    >>> g = loom.ir.Graph()
+    >>> x = g.add_input((3,), "float32")
+    >>> a, b = g.add_node("exp", [x]), g.add_node("exp", [x])
+    >>> g.outputs = [g.add_node("add", [a, b])]
+    >>> [n.op for n in cse(g)]
+    ['input', 'exp', 'add']
+    """
+    order = graph.topological_order()
+    position = {n: k for k, n in enumerate(order)}
+    seen: dict[Hashable, Node] = {}
+    for node in order:
+        if node.op == "input":
+            continue
+        key = _buffer_key(node) if node.op == "buffer" else node_key(node, position)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = node
+        elif node.op != "buffer" or np.ascontiguousarray(first.buffer).tobytes() == \
+                np.ascontiguousarray(node.buffer).tobytes():
+            graph.replace(node, first)
+            drop_unused(graph, [node])
+    return graph
