@@ -76,6 +76,7 @@ CONV = [
                (randn(1, 4, 3, 3),)),
     ModuleCase("conv_transpose2d_output_size", lambda lib: lib.nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1),
                (randn(1, 4, 4, 4),), call=lambda m, x: m(x, output_size=[8, 8])),
+    ModuleCase("conv_transpose3d", lambda lib: lib.nn.ConvTranspose3d(2, 2, 2, stride=2), (randn(1, 2, 2, 3, 3),)),
     ModuleCase("conv_transpose2d_no_bias", lambda lib: lib.nn.ConvTranspose2d(2, 2, 3, bias=False),
                (randn(1, 2, 4, 4),)),
 ]
@@ -114,6 +115,7 @@ SPARSE_DROPOUT = [
     ModuleCase("dropout_eval", lambda lib: lib.nn.Dropout(0.5), (randn(4, 5),), modes=("eval",)),
     ModuleCase("dropout_p0_train", lambda lib: lib.nn.Dropout(0.0), (randn(4, 5),)),
     ModuleCase("dropout2d_eval", lambda lib: lib.nn.Dropout2d(0.3), (randn(2, 3, 4, 4),), modes=("eval",)),
+    ModuleCase("dropout3d_eval", lambda lib: lib.nn.Dropout3d(0.3), (randn(1, 2, 2, 3, 3),), modes=("eval",)),
     ModuleCase("dropout1d_eval", lambda lib: lib.nn.Dropout1d(0.3), (randn(2, 3, 4),), modes=("eval",)),
     ModuleCase("alpha_dropout_eval", lambda lib: lib.nn.AlphaDropout(0.3), (randn(2, 3),), modes=("eval",)),
 ]
@@ -168,6 +170,10 @@ POOL = [
     ModuleCase("adaptive_avgpool2d_none", lambda lib: lib.nn.AdaptiveAvgPool2d((None, 2)), (randn(1, 2, 3, 5),)),
     ModuleCase("adaptive_avgpool1d", lambda lib: lib.nn.AdaptiveAvgPool1d(3), (randn(2, 3, 7),)),
     ModuleCase("adaptive_maxpool2d", lambda lib: lib.nn.AdaptiveMaxPool2d((2, 2)), (randn(1, 2, 5, 5),)),
+    ModuleCase("maxpool3d", lambda lib: lib.nn.MaxPool3d(2, stride=1), (randn(1, 2, 3, 4, 4),)),
+    ModuleCase("avgpool3d", lambda lib: lib.nn.AvgPool3d(2, padding=1), (randn(1, 2, 3, 4, 4),)),
+    ModuleCase("adaptive_avgpool3d", lambda lib: lib.nn.AdaptiveAvgPool3d((1, 2, 3)), (randn(1, 2, 3, 5, 5),)),
+    ModuleCase("adaptive_maxpool1d", lambda lib: lib.nn.AdaptiveMaxPool1d(3, return_indices=True), (randn(2, 3, 7),)),
     ModuleCase("flatten", lambda lib: lib.nn.Flatten(), (randn(2, 3, 4, 5),)),
     ModuleCase("flatten_range", lambda lib: lib.nn.Flatten(0, 2), (randn(2, 3, 4, 5),)),
     ModuleCase("unflatten", lambda lib: lib.nn.Unflatten(1, (3, 4)), (randn(2, 12),)),

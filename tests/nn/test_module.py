@@ -566,3 +566,13 @@ def test_loaded_values_do_not_share_storage_with_the_dict():
     assert m.weight.tolist() == [[1.0, 2.0, 3.0]]
     m.weight.detach().numpy()[0, 1] = 7.0
     assert sd["weight"].tolist() == [[9.0, 2.0, 3.0]]
+
+
+def test_dropout2d_zeroes_whole_channels_in_training():
+    loom.manual_seed(3)
+    d = nn.Dropout2d(0.5)
+    y = d(loom.ones(8, 16, 3, 3)).numpy().reshape(8, 16, 9)
+    per_channel = y.min(-1) == y.max(-1)
+    assert per_channel.all()  # Each channel is all zeros or all 2.0.
+    assert set(np.unique(y).tolist()) == {0.0, 2.0}
+    assert np.array_equal(d.eval()(loom.ones(2, 3, 2, 2)).numpy(), np.ones((2, 3, 2, 2), np.float32))
