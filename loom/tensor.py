@@ -416,14 +416,18 @@ class Tensor:
         buf = np.array(self._array(), copy=True)
         new._init(Node("buffer", (), {}, tuple(self.shape), self.dtype, buffer=buf), None, self.requires_grad)
         new.grad = copy.deepcopy(self.grad, memo)
-        for k, v in self.__dict__.items():
+        for k, v in self._public_state().items():
             setattr(new, k, copy.deepcopy(v, memo))
         return new
 
     def __reduce_ex__(self, protocol):
         """Pickle by value (the realised array); history is not pickled, as in PyTorch."""
         return (_rebuild_tensor, (type(self), np.array(self._array()), self.dtype.name, self.requires_grad,
-                                  dict(self.__dict__)))
+                                  self._public_state()))
+
+    def _public_state(self) -> dict:
+        """User attributes a copy carries over (private bookkeeping such as `_owner` stays behind)."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     # ------------------------------------------------------------ in place
     def _check_inplace(self, op: str) -> None:
