@@ -74,3 +74,6 @@ jit = None  # Replaced by loom.function when the compiler lands; kept out of the
 del jit
 
 __version__ = "0.1.0"
+
+from loom.function import Function, cond, dynamic_scalar, function, jit, tracing, while_loop  # noqa: E402,F401
+from loom.runtime.realize import backend, get_backend, set_backend  # noqa: E402,F401

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
@@ -98,9 +99,9 @@ class Tensor:
         if value is not None and tuple(value.shape) != tuple(self.shape):
             raise ShapeError(f"loom: assigned grad has shape {fmt_shape(value.shape)} but the tensor has "
                              f"shape {fmt_shape(self.shape)}")
-        self._grad = value
         if _realize.active_trace is not None:
-            _realize.active_trace.on_grad(self)
+            _realize.active_trace.on_grad(self, self._grad)
+        self._grad = value
 
     # ------------------------------------------------------------ metadata
     @property
@@ -285,7 +286,9 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A tensor with the same value and no history."""
-        return Tensor._wrap(self._node)
+        t = Tensor._wrap(self._node)
+        t._owner = self.__dict__.get("_owner") or weakref.ref(self)  # Traces bind values to the original.
+        return t
 
     def detach_(self) -> Tensor:
         self._ctx = None
@@ -440,6 +443,7 @@ class Tensor:
     def _snapshot(self) -> Tensor:
         t = Tensor._wrap(self._node, self._ctx, self.requires_grad)
         t._version = self._version
+        t._owner = self.__dict__.get("_owner") or weakref.ref(self)  # Traces bind values to the original.
         return t
 
     def _assign(self, result: Tensor, op: str) -> Tensor:

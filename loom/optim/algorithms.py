@@ -1,9 +1,13 @@
-"""The update rules: SGD, Adam, AdamW, RMSprop, Adagrad (PyTorch's formulas, step for step)."""
+"""The update rules: SGD, Adam, AdamW, RMSprop, Adagrad (PyTorch's formulas, step for step).
+
+State tensors are updated in place and step counts are tensors, so a whole
+training step traces into one graph under `loom.function`; hyperparameters a
+scheduler may change (lr, momentum, betas) are read afresh on every call.
+"""
 from __future__ import annotations
 
-import math
-
 import loom
+from loom import dtypes as dt
 from loom.errors import LoomError
 from loom.optim.optimizer import Optimizer, required
 
@@ -15,6 +19,12 @@ def _check(name: str, **values) -> None:
                 raise LoomError(f"loom.optim.{name}: invalid {k} {v}; each must be in [0, 1)")
         elif v < 0.0:
             raise LoomError(f"loom.optim.{name}: invalid {k} {v}; expected a non-negative value")
+
+
+def _step_count(state: dict) -> loom.Tensor:
+    """Advance and return the step counter (a float32 tensor, as PyTorch keeps it)."""
+    state["step"].add_(1.0)
+    return state["step"].to(dt.float64)
 
 
 class SGD(Optimizer):
@@ -38,18 +48,17 @@ class SGD(Optimizer):
                                       weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
 
     def _update(self, p, g, group, state):
-        if group["weight_decay"]:
-            g = g + p * group["weight_decay"]
-        mu = group["momentum"]
-        if mu:
+        if self._static(group, "weight_decay"):
+            g = g + p * self._dyn(group, "weight_decay")
+        if self._static(group, "momentum"):
+            mu = self._dyn(group, "momentum")
             buf = state.get("momentum_buffer")
             if buf is None:
-                buf = g.detach().clone()
+                state["momentum_buffer"] = buf = g.detach().clone()
             else:
-                buf = buf * mu + g * (1.0 - group["dampening"])
-            state["momentum_buffer"] = buf
-            g = g + buf * mu if group["nesterov"] else buf
-        p.sub_(g * group["lr"])
+                buf.mul_(mu).add_(g * (1.0 - self._dyn(group, "dampening")))
+            g = g + buf * mu if self._static(group, "nesterov") else buf
+        p.sub_(g * self._dyn(group, "lr"))
 
 
 class Adam(Optimizer):
@@ -64,31 +73,32 @@ class Adam(Optimizer):
                                       amsgrad=amsgrad, maximize=maximize))
 
     def _update(self, p, g, group, state):
-        b1, b2 = group["betas"]
-        lr, wd = group["lr"], group["weight_decay"]
+        amsgrad = self._static(group, "amsgrad")
         if not state:
             state["step"] = loom.tensor(0.0)
             state["exp_avg"] = loom.zeros_like(p)
             state["exp_avg_sq"] = loom.zeros_like(p)
-            if group["amsgrad"]:
+            if amsgrad:
                 state["max_exp_avg_sq"] = loom.zeros_like(p)
-        step = int(state["step"].item()) + 1
-        state["step"] = loom.tensor(float(step))
-        if wd:
+        step = _step_count(state)
+        b1, b2 = self._dyn(group, "betas", 0), self._dyn(group, "betas", 1)
+        lr = self._dyn(group, "lr")
+        if self._static(group, "weight_decay"):
+            wd = self._dyn(group, "weight_decay")
             if self.decoupled:
                 p.mul_(1.0 - lr * wd)
             else:
                 g = g + p * wd
-        m = state["exp_avg"] * b1 + g * (1.0 - b1)
-        v = state["exp_avg_sq"] * b2 + g * g * (1.0 - b2)
-        state["exp_avg"], state["exp_avg_sq"] = m, v
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.mul_(b1).add_(g * (1.0 - b1))
+        v.mul_(b2).add_(g * g * (1.0 - b2))
         bc1 = 1.0 - b1 ** step
-        bc2 = 1.0 - b2 ** step
-        if group["amsgrad"]:
-            vmax = loom.maximum(state["max_exp_avg_sq"], v)
-            state["max_exp_avg_sq"] = vmax
+        bc2_sqrt = (1.0 - b2 ** step).sqrt()
+        if amsgrad:
+            vmax = state["max_exp_avg_sq"]
+            vmax.copy_(loom.maximum(vmax, v))
             v = vmax
-        denom = v.sqrt() / math.sqrt(bc2) + group["eps"]
+        denom = v.sqrt() / bc2_sqrt + self._dyn(group, "eps")
         p.sub_(m / denom * (lr / bc1))
 
 
@@ -112,31 +122,35 @@ class RMSprop(Optimizer):
                                       momentum=momentum, centered=centered, maximize=maximize))
 
     def _update(self, p, g, group, state):
-        alpha = group["alpha"]
+        use_momentum = self._static(group, "momentum")
+        centered = self._static(group, "centered")
         if not state:
             state["step"] = loom.tensor(0.0)
             state["square_avg"] = loom.zeros_like(p)
-            if group["momentum"] > 0:
+            if use_momentum:
                 state["momentum_buffer"] = loom.zeros_like(p)
-            if group["centered"]:
+            if centered:
                 state["grad_avg"] = loom.zeros_like(p)
-        state["step"] = state["step"] + 1.0
-        if group["weight_decay"]:
-            g = g + p * group["weight_decay"]
-        sq = state["square_avg"] * alpha + g * g * (1.0 - alpha)
-        state["square_avg"] = sq
-        if group["centered"]:
-            ga = state["grad_avg"] * alpha + g * (1.0 - alpha)
-            state["grad_avg"] = ga
-            avg = (sq - ga * ga).sqrt() + group["eps"]
+        state["step"].add_(1.0)
+        alpha = self._dyn(group, "alpha")
+        if self._static(group, "weight_decay"):
+            g = g + p * self._dyn(group, "weight_decay")
+        sq = state["square_avg"]
+        sq.mul_(alpha).add_(g * g * (1.0 - alpha))
+        eps = self._dyn(group, "eps")
+        if centered:
+            ga = state["grad_avg"]
+            ga.mul_(alpha).add_(g * (1.0 - alpha))
+            avg = (sq - ga * ga).sqrt() + eps
         else:
-            avg = sq.sqrt() + group["eps"]
-        if group["momentum"] > 0:
-            buf = state["momentum_buffer"] * group["momentum"] + g / avg
-            state["momentum_buffer"] = buf
-            p.sub_(buf * group["lr"])
+            avg = sq.sqrt() + eps
+        lr = self._dyn(group, "lr")
+        if use_momentum:
+            buf = state["momentum_buffer"]
+            buf.mul_(self._dyn(group, "momentum")).add_(g / avg)
+            p.sub_(buf * lr)
         else:
-            p.sub_(g / avg * group["lr"])
+            p.sub_(g / avg * lr)
 
 
 class Adagrad(Optimizer):
@@ -154,11 +168,10 @@ class Adagrad(Optimizer):
                                  "sum": loom.full_like(p, group["initial_accumulator_value"])}
 
     def _update(self, p, g, group, state):
-        step = int(state["step"].item()) + 1
-        state["step"] = loom.tensor(float(step))
-        if group["weight_decay"]:
-            g = g + p * group["weight_decay"]
-        clr = group["lr"] / (1.0 + (step - 1) * group["lr_decay"])
-        s = state["sum"] + g * g
-        state["sum"] = s
-        p.sub_(g / (s.sqrt() + group["eps"]) * clr)
+        step = _step_count(state)
+        if self._static(group, "weight_decay"):
+            g = g + p * self._dyn(group, "weight_decay")
+        clr = self._dyn(group, "lr") / ((step - 1.0) * self._dyn(group, "lr_decay") + 1.0)
+        s = state["sum"]
+        s.add_(g * g)
+        p.sub_(g / (s.sqrt() + self._dyn(group, "eps")) * clr)

@@ -77,6 +77,21 @@ class Optimizer:
                 else:
                     p.grad = loom.zeros_like(p.grad)
 
+    @staticmethod
+    def _dyn(group: dict, key: str, index: int | None = None):
+        """A numeric hyperparameter, read afresh on every call of a traced step."""
+        from loom.function import dynamic_scalar
+        from loom import dtypes as dt
+        if index is None:
+            return dynamic_scalar(lambda: group[key], dt.float64)
+        return dynamic_scalar(lambda: group[key][index], dt.float64)
+
+    @staticmethod
+    def _static(group: dict, key: str):
+        """Whether a hyperparameter is set: it shapes the computation, so a traced step retraces when it flips."""
+        from loom.function import static_value
+        return static_value(lambda: bool(group[key]))
+
     def _params_with_grad(self, group):
         return [p for p in group["params"] if p.grad is not None]
 
@@ -100,7 +115,7 @@ class Optimizer:
             for group in self.param_groups:
                 for p in self._params_with_grad(group):
                     g = p.grad
-                    if group.get("maximize", False):
+                    if self._static(group, "maximize"):
                         g = -g
                     self._update(p, g, group, self.state.setdefault(p, {}))
         self._finish_step()

@@ -1,0 +1,581 @@
+"""`loom.function` (alias `loom.jit`): trace a Python step into one graph, compile it once, replay it.
+
+Tracing needs no special tensors: loom is lazy, so running the function on
+placeholder inputs records every op — forward, `loss.backward()` and
+`optimizer.step()` alike — as pending nodes. The trace then collects what the
+function returned and what it changed (tensors updated in place, `.grad`
+attributes), turns the nodes between them and the placeholders into one
+`loom.ir.Graph`, compiles that graph through the pass pipeline, and on later
+calls only feeds the new inputs to the compiled graph and writes the results
+back: no per-op Python work.
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from loom import dtypes as dt
+from loom.autograd.grad_mode import is_grad_enabled
+from loom.errors import LoomError, fmt_shape
+from loom.ir.graph import Graph
+from loom.ir.node import Node
+from loom.ir.ops import PRIMITIVES
+from loom.runtime import realize as _realize
+from loom.tensor import Tensor, apply, default_generator
+
+
+class _Trace:
+    """Bookkeeping while a function is traced (installed as `loom.runtime.realize.active_trace`)."""
+
+    def __init__(self) -> None:
+        probe = Node("const", (), {}, (), dt.float32)
+        self.start_id = probe.id  # Nodes with smaller ids existed before the trace.
+        self.external: dict[int, tuple[Node, Any]] = {}   # node id -> (node, weakref to its tensor)
+        self.mutated: dict[int, tuple[Tensor, Node]] = {}  # id(tensor) -> (tensor, node before)
+        self.grads: dict[int, tuple] = {}                  # id(tensor) -> (tensor, .grad before)
+        self.scalars: list[tuple[Node, Callable[[], Any]]] = []
+        self.guards: list[tuple[Callable[[], Any], Any]] = []
+
+    def on_read(self, inputs) -> None:
+        """Bind values from before the trace to the variables that hold them."""
+        for t in inputs:
+            node = t._node
+            if node.id < self.start_id and node.id not in self.external:
+                if node.buffer is None:
+                    _realize._run([node])  # Work queued before the trace runs now.
+                # A detached copy or an in-place snapshot stands for the tensor it came from.
+                ref = t.__dict__.get("_owner")
+                owner = ref() if ref is not None else None
+                owner = owner if owner is not None else t
+                self.external[node.id] = (node, weakref.ref(owner))
+
+    def on_mutate(self, t: Tensor, old: Node) -> None:
+        if id(t) not in self.mutated:
+            self.mutated[id(t)] = (t, old)
+
+    def on_grad(self, t: Tensor, previous: Tensor | None) -> None:
+        # The first .grad seen keeps its identity across calls: results are written into it.
+        if id(t) not in self.grads:
+            self.grads[id(t)] = (t, previous)
+
+
+def tracing() -> bool:
+    """True while a `loom.function` is being traced."""
+    return _realize.active_trace is not None
+
+
+def static_value(getter: Callable[[], Any]):
+    """`getter()`, fixed into a trace: a later call where it differs traces again.
+
+    For Python values that decide the structure of the computation (a flag, a
+    zero weight decay that skips a term).
+    """
+    value = getter()
+    tr = _realize.active_trace
+    if tr is not None:
+        tr.guards.append((getter, value))
+    return value
+
+
+def dynamic_scalar(getter: Callable[[], Any], dtype=None):
+    """A Python number read afresh on every call of a traced function (e.g. a learning rate).
+
+    Outside a trace this just returns `getter()`.
+    """
+    tr = _realize.active_trace
+    if tr is None:
+        return getter()
+    value = getter()
+    d = dt.as_dtype(dtype) if dtype is not None else dt.scalar_dtype(value)
+    node = Node("input", (), {"shape": (), "dtype": d}, (), d)
+    tr.scalars.append((node, getter))
+    return Tensor._wrap(node)
+
+
+# ---------------------------------------------------------------- pytrees of results
+
+def _flatten(obj, leaves: list) -> Any:
+    if isinstance(obj, Tensor):
+        leaves.append(obj)
+        return ("T", len(leaves) - 1)
+    if isinstance(obj, (list, tuple)):
+        spec = [_flatten(v, leaves) for v in obj]
+        return ("tuple" if isinstance(obj, tuple) else "list", type(obj), spec)
+    if isinstance(obj, dict):
+        return ("dict", [(k, _flatten(v, leaves)) for k, v in obj.items()])
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return ("C", obj)
+    raise LoomError(f"loom.function: the traced function returned a {type(obj).__name__}; return "
+                    "tensors, numbers, None or lists/tuples/dicts of them")
+
+
+def _unflatten(spec, values: list) -> Any:
+    kind = spec[0]
+    if kind == "T":
+        return values[spec[1]]
+    if kind == "C":
+        return spec[1]
+    if kind == "dict":
+        return {k: _unflatten(v, values) for k, v in spec[1]}
+    items = [_unflatten(v, values) for v in spec[2]]
+    cls = spec[1]
+    if kind == "tuple" and cls is not tuple:
+        return cls(*items)  # Named tuples.
+    return cls(items) if kind == "tuple" else items
+
+
+# ---------------------------------------------------------------- the compiled entry
+
+class _Entry:
+    """One traced specialisation: the graph, its executable and how to bind and write back."""
+
+    def __init__(self) -> None:
+        self.graph: Graph | None = None
+        self.exe: Callable | None = None
+        self.n_args = 0
+        self.externals: list[tuple[Any, tuple, dt.DType]] = []   # (weakref tensor, shape, dtype)
+        self.scalars: list[tuple[Callable[[], Any], dt.DType]] = []
+        self.rands: list[dict] = []                               # attrs of random sources
+        self.out_spec: Any = None
+        self.n_returned = 0
+        self.mutated: list[Any] = []   # weakrefs of tensors written in place, in output order
+        self.grads: list[tuple[Any, Any, bool]] = []  # (weakref tensor, weakref earlier .grad, has value)
+        self.kernel_count = 0
+        self.guards: list[tuple[Callable[[], Any], Any]] = []
+
+
+def _node_attrs(node: Node) -> dict:
+    return dict(node.attrs)
+
+
+def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated: list[Tensor],
+             grads: list[Tensor]) -> tuple[Graph, _Entry]:
+    """Build the Graph from the trace's pending nodes back to placeholders, externals and constants."""
+    entry = _Entry()
+    g = Graph()
+    mapping: dict[int, Node] = {}
+    for k, n in enumerate(arg_nodes):
+        mapping[n.id] = g.add_input(n.shape, n.dtype, name=f"arg{k}")
+    entry.n_args = len(arg_nodes)
+    roots = [t._node for t in returned] + [t._node for t in mutated] + \
+        [t.grad._node for t in grads if t.grad is not None]
+    _ = entry
+    # External tensors and runtime scalars become the next inputs, in a fixed order.
+    for t in returned + mutated:
+        if t._node.id < tr.start_id:
+            tr.on_read([t])  # Returned as it was before the call.
+    order = _topo(roots)
+    for n in order:
+        if n.id < tr.start_id:
+            if n.id not in tr.external:
+                raise LoomError("loom.function: internal error: a value from before the trace was not "
+                                "recorded as an input")
+            tensor = tr.external[n.id][1]()
+            if tensor is None:
+                raise LoomError("loom.function: a tensor read by the trace no longer exists")
+            mapping[n.id] = g.add_input(n.shape, n.dtype, name=f"ext{len(entry.externals)}")
+            entry.externals.append((weakref.ref(tensor), tuple(n.shape), n.dtype))
+    scalar_ids = {n.id: getter for n, getter in tr.scalars}
+    for n in order:
+        if n.id in scalar_ids:
+            mapping[n.id] = g.add_input((), n.dtype, name=f"scalar{len(entry.scalars)}")
+            entry.scalars.append((scalar_ids[n.id], n.dtype))
+    # Fresh random numbers every call, drawn at replay in the order the program drew them.
+    for n in sorted((n for n in order if n.op == "rand" and n.id not in mapping), key=lambda n: n.id):
+        mapping[n.id] = g.add_input(n.shape, n.dtype, name=f"rand{len(entry.rands)}")
+        entry.rands.append(_node_attrs(n))
+    for n in order:
+        if n.id in mapping:
+            continue
+        if n.op == "input":
+            raise LoomError("loom.function: the traced function used a placeholder from another trace")
+        if n.op == "buffer":
+            mapping[n.id] = g.add_constant(n.buffer, dtype=n.dtype)
+            continue
+        mapping[n.id] = g.add_node(n.op, [mapping[i.id] for i in n.inputs], _node_attrs(n))
+    g.outputs = [mapping[r.id] for r in roots]
+    entry.graph = g
+    return g, entry
+
+
+def _topo(roots: list[Node]) -> list[Node]:
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if node.id in seen:
+                continue
+            seen.add(node.id)
+            stack.append((node, True))
+            for i in node.inputs:
+                if i.id not in seen:
+                    stack.append((i, False))
+    return order
+
+
+def _compile(graph: Graph, level: int, backend: str):
+    """Hand the graph to the pass pipeline (or a plugin); fall back to the reference runner."""
+    if backend == "reference":
+        return lambda *arrays: tuple(t._array() for t in graph.run(*arrays))
+    try:
+        from loom.compiler import compile as compile_graph
+    except ImportError:
+        compile_graph = None
+    if compile_graph is None:
+        return lambda *arrays: tuple(t._array() for t in graph.run(*arrays))
+    return compile_graph(graph, level=level, backend=backend)
+
+
+# ---------------------------------------------------------------- the decorator
+
+class Function:
+    """A traced, compiled Python function. Create it with `loom.function` (or `loom.jit`)."""
+
+    def __init__(self, fn: Callable, level: int = 3, backend: str = "c", warmup: int = 1) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.level = level
+        self.backend = backend
+        self.warmup = warmup
+        self._calls = 0
+        self._cache: dict[Any, _Entry] = {}
+        self.trace_count = 0
+
+    def _key(self, args, kwargs) -> Any:
+        parts = []
+        for a in list(args) + [kwargs[k] for k in sorted(kwargs)]:
+            if isinstance(a, Tensor):
+                parts.append(("T", a.dtype.name, tuple(a.shape), a.requires_grad))
+            elif isinstance(a, (np.ndarray,)):
+                raise LoomError("loom.function: pass loom tensors, not NumPy arrays "
+                                "(loom.from_numpy wraps one without copying)")
+            else:
+                try:
+                    hash(a)
+                except TypeError:
+                    raise LoomError(f"loom.function: argument of type {type(a).__name__} is neither a "
+                                    "tensor nor hashable; Python values are traced by value and must "
+                                    "be hashable") from None
+                parts.append(("V", type(a).__name__, a))
+        return (tuple(parts), tuple(sorted(kwargs)), is_grad_enabled())
+
+    def __call__(self, *args, **kwargs):
+        self._calls += 1
+        if self._calls <= self.warmup:
+            # Warm-up calls run eagerly: optimizer state and lazily built members get created
+            # outside the trace, so the trace sees the steady state.
+            return self.fn(*args, **kwargs)
+        key = self._key(args, kwargs)
+        entry = self._cache.get(key)
+        if entry is None or not self._guard_ok(entry):
+            entry = self._trace(args, kwargs)
+            self._cache[key] = entry
+        return self._replay(entry, args, kwargs)
+
+    def _guard_ok(self, entry: _Entry) -> bool:
+        for getter, value in entry.guards:
+            if getter() != value:
+                return False
+        for ref, shape, dtype in entry.externals:
+            t = ref()
+            if t is None or tuple(t.shape) != shape or t.dtype is not dtype:
+                return False
+        return True
+
+    def _trace(self, args, kwargs) -> _Entry:
+        if _realize.active_trace is not None:
+            raise LoomError("loom.function: nested traced functions are not supported yet; call the "
+                            "inner function's Python body instead")
+        rng_state = (default_generator._seed, default_generator._counter)
+        tr = _Trace()
+        placeholders = []
+        arg_nodes = []
+
+        def placeholder(a):
+            node = Node("input", (), {"shape": tuple(a.shape), "dtype": a.dtype}, tuple(a.shape), a.dtype)
+            t = Tensor._wrap(node, None, a.requires_grad)
+            placeholders.append(t)
+            arg_nodes.append(node)
+            return t
+        targs = [placeholder(a) if isinstance(a, Tensor) else a for a in args]
+        tkwargs = {k: placeholder(v) if isinstance(v, Tensor) else v for k, v in sorted(kwargs.items())}
+        _realize.active_trace = tr
+        try:
+            result = self.fn(*targs, **tkwargs)
+        finally:
+            _realize.active_trace = None
+            default_generator._seed, default_generator._counter = rng_state
+        returned: list[Tensor] = []
+        spec = _flatten(result, returned)
+        mutated = [t for t, _ in tr.mutated.values() if t._node.id >= tr.start_id]
+        grads = [t for t, _ in tr.grads.values()]
+        graph, entry = _capture(tr, arg_nodes, returned, mutated, grads)
+        entry.out_spec = spec
+        entry.guards = list(tr.guards)
+        entry.n_returned = len(returned)
+        entry.mutated = [weakref.ref(t) for t in mutated]
+        entry.grads = [(weakref.ref(t), weakref.ref(prev) if prev is not None else None, t.grad is not None)
+                       for t, prev in tr.grads.values()]
+        # Undo the trace's effects: the replay that follows computes them for real.
+        for t, old in tr.mutated.values():
+            t._node = old
+        for t, prev in tr.grads.values():
+            t._grad = prev
+        entry.exe = _compile(graph, self.level, self.backend)
+        entry.kernel_count = sum(1 for n in graph if n.op == "fused")
+        self.trace_count += 1
+        return entry
+
+    def _replay(self, entry: _Entry, args, kwargs):
+        arrays = [a._array() for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(a, Tensor)]
+        for ref, _, _ in entry.externals:
+            arrays.append(ref()._array())
+        for getter, d in entry.scalars:
+            arrays.append(np.asarray(getter(), dtype=d.np if d is not dt.bfloat16 else np.float32))
+        rand_impl = PRIMITIVES["rand"].impl
+        for attrs in entry.rands:
+            a = dict(attrs)
+            a["seed"] = default_generator.next_key()
+            arrays.append(rand_impl(a))
+        outs = entry.exe(*arrays)
+        values = [_buffer_tensor(o, n.dtype) for o, n in zip(outs, entry.graph.outputs)]
+        k = entry.n_returned
+        for ref in entry.mutated:
+            t = ref()
+            if t is not None:
+                t._node = values[k]._node
+                t._version += 1
+            k += 1
+        for ref, prev_ref, has in entry.grads:
+            t = ref()
+            if t is None:
+                k += int(has)
+                continue
+            if has:
+                # Write into the gradient tensor the trace started from, so it stays the same object.
+                target = prev_ref() if prev_ref is not None else None
+                if target is None:
+                    target = values[k]
+                else:
+                    target._node = values[k]._node
+                    target._version += 1
+                t._grad = target
+                k += 1
+            else:
+                t._grad = None
+        return _unflatten(entry.out_spec, values[:entry.n_returned])
+
+    def explain(self) -> str:
+        """The traced graphs of this function, one per specialisation."""
+        return "\n\n".join(str(e.graph) for e in self._cache.values())
+
+
+def _buffer_tensor(array: np.ndarray, dtype: dt.DType) -> Tensor:
+    return Tensor._wrap(Node("buffer", (), {}, tuple(array.shape), dtype, buffer=array))
+
+
+def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", warmup: int = 1):
+    """Trace `fn` into one static graph, compile it once and replay it on later calls.
+
+    The first `warmup` calls run eagerly (so optimizer state and lazily created
+    members exist); the next call traces `fn` on placeholder inputs — including
+    any `loss.backward()` and `optimizer.step()` inside — compiles the graph and
+    runs it; later calls with the same input signature (dtypes, shapes,
+    requires_grad, and the values of non-tensor arguments) only replay it.
+    Parameters, optimizer state and `.grad` attributes that `fn` updates are
+    written back, so eager code sees them.
+
+    Python control flow is traced by value: an `if` on a Python number is fixed
+    at trace time (a different value is a different signature and retraces),
+    and reading a computed tensor's value inside `fn` (`.item()`, `bool(t)`)
+    raises; use `loom.cond` and `loom.while_loop` for data-dependent control
+    flow. Tensors created inside `fn` from Python data are constants of the
+    graph; pass changing data as arguments. A new input shape traces again;
+    kernels are specialised by structure, not size, so it compiles no new
+    kernel.
+
+    Parameters
+    ----------
+    fn : the function to trace
+    level : optimisation level of the pass pipeline (0-3, default 3)
+    backend : "c" (generated C kernels), "reference" (NumPy interpreter) or a plugin name such as "xla"
+    warmup : number of eager calls before tracing
+
+    Examples
+    --------
+    >>> w = loom.ones(3, requires_grad=True)
+    >>> opt = loom.optim.SGD([w], lr=0.1)
+    >>> @loom.function
+    ... def step(x):
+    ...     opt.zero_grad()
+    ...     loss = (w * x).sum()
+    ...     loss.backward()
+    ...     opt.step()
+    ...     return loss
+    >>> for _ in range(3):
+    ...     loss = step(loom.ones(3))
+    >>> w.tolist()
+    [0.7000000476837158, 0.7000000476837158, 0.7000000476837158]
+    """
+    if fn is None:
+        return lambda f: Function(f, level=level, backend=backend, warmup=warmup)
+    return Function(fn, level=level, backend=backend, warmup=warmup)
+
+
+jit = function
+
+
+# ---------------------------------------------------------------- control flow
+
+def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
+    """`true_fn(*operands)` if `pred` else `false_fn(*operands)`, usable inside traced functions.
+
+    Eagerly only the chosen branch runs. Inside a trace both branches are
+    traced and the results are selected elementwise by `pred` (so both must
+    return tensors of the same structure and shapes); gradients flow through
+    the selected branch.
+    """
+    if not isinstance(pred, Tensor):
+        return true_fn(*operands) if pred else false_fn(*operands)
+    if pred.numel() != 1:
+        raise LoomError(f"loom.cond: pred must hold one element, got shape {fmt_shape(pred.shape)}")
+    if not tracing():
+        return true_fn(*operands) if bool(pred) else false_fn(*operands)
+    a_leaves: list[Tensor] = []
+    b_leaves: list[Tensor] = []
+    a_spec = _flatten(true_fn(*operands), a_leaves)
+    b_spec = _flatten(false_fn(*operands), b_leaves)
+    if _strip(a_spec) != _strip(b_spec):
+        raise LoomError("loom.cond: both branches must return the same structure of tensors")
+    from loom.functional.math import where
+    p = pred.reshape(()).to(dt.bool_)
+    out = []
+    for a, b in zip(a_leaves, b_leaves):
+        if tuple(a.shape) != tuple(b.shape):
+            raise LoomError(f"loom.cond: branch results differ in shape: {fmt_shape(a.shape)} and "
+                            f"{fmt_shape(b.shape)}")
+        out.append(where(p, a, b))
+    return _unflatten(a_spec, out)
+
+
+def _strip(spec):
+    if spec[0] == "T":
+        return "T"
+    if spec[0] == "C":
+        return spec
+    if spec[0] == "dict":
+        return ("dict", [(k, _strip(v)) for k, v in spec[1]])
+    return (spec[0], [_strip(v) for v in spec[2]])
+
+
+def while_loop(cond_fn: Callable, body_fn: Callable, loop_vars):
+    """Run `loop_vars = body_fn(*loop_vars)` while `cond_fn(*loop_vars)` holds; returns the final vars.
+
+    Eagerly this is a Python loop. Inside a trace the loop becomes one graph
+    node per carried value, holding the traced condition and body as
+    subgraphs, so the number of iterations may depend on data. Traced loops
+    are not differentiable.
+    """
+    single = isinstance(loop_vars, Tensor)
+    vars_ = [loop_vars] if single else list(loop_vars)
+    if not tracing():
+        while bool(cond_fn(*vars_)):
+            out = body_fn(*vars_)
+            vars_ = [out] if isinstance(out, Tensor) else list(out)
+        return vars_[0] if single else tuple(vars_)
+    for v in vars_:
+        if not isinstance(v, Tensor):
+            raise LoomError("loom.while_loop: inside a traced function every loop variable must be a tensor")
+        if v.requires_grad and is_grad_enabled():
+            raise LoomError("loom.while_loop: gradients through a traced while_loop are not supported; "
+                            "detach the loop variables or compute the loop outside loom.function")
+    cond_graph = _subgraph(cond_fn, vars_, "condition")
+    body_graph = _subgraph(body_fn, vars_, "body")
+    if len(body_graph.outputs) != len(vars_):
+        raise LoomError(f"loom.while_loop: body returned {len(body_graph.outputs)} values for "
+                        f"{len(vars_)} loop variables")
+    for v, o in zip(vars_, body_graph.outputs):
+        if tuple(v.shape) != tuple(o.shape) or v.dtype is not o.dtype:
+            raise LoomError(f"loom.while_loop: the body changes a loop variable from "
+                            f"{v.dtype.name}{fmt_shape(v.shape)} to {o.dtype.name}{fmt_shape(o.shape)}")
+    outs = tuple(apply("while_loop", tuple(vars_), {"cond": cond_graph, "body": body_graph, "index": i})
+                 for i in range(len(vars_)))
+    return outs[0] if single else outs
+
+
+def _subgraph(fn: Callable, vars_: list[Tensor], what: str) -> Graph:
+    """Trace `fn` over fresh placeholders shaped like `vars_` into a standalone Graph."""
+    g = Graph()
+    holders = [Tensor._wrap(Node("input", (), {"shape": tuple(v.shape), "dtype": v.dtype},
+                                 tuple(v.shape), v.dtype)) for v in vars_]
+    saved = _realize.active_trace
+    inner = _Trace()
+    _realize.active_trace = inner
+    try:
+        from loom.autograd.grad_mode import no_grad
+        with no_grad():
+            out = fn(*holders)
+    finally:
+        _realize.active_trace = saved
+    outs = [out] if isinstance(out, Tensor) else list(out)
+    if inner.external:
+        raise LoomError(f"loom.while_loop: the loop {what} reads tensors from outside the loop; pass "
+                        "them as loop variables")
+    mapping: dict[int, Node] = {}
+    for h in holders:
+        mapping[h._node.id] = g.add_input(h.shape, h.dtype)
+    for n in _topo([o._node for o in outs]):
+        if n.id in mapping:
+            continue
+        if n.op == "buffer":
+            mapping[n.id] = g.add_constant(n.buffer, dtype=n.dtype)
+        elif n.op == "input":
+            raise LoomError(f"loom.while_loop: the loop {what} uses a value from outside the loop")
+        else:
+            mapping[n.id] = g.add_node(n.op, [mapping[i.id] for i in n.inputs], dict(n.attrs))
+    g.outputs = [mapping[o._node.id] for o in outs]
+    if what == "condition" and (len(outs) != 1 or math_prod(outs[0].shape) != 1):
+        raise LoomError("loom.while_loop: the condition must return one single-element tensor")
+    return g
+
+
+def math_prod(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _infer_while(inputs, attrs):
+    o = attrs["body"].outputs[attrs["index"]]
+    return tuple(o.shape), o.dtype
+
+
+_LOOP_CACHE: dict[int, tuple] = {}
+
+
+def _while_impl(*arrays_and_attrs):
+    *arrays, attrs = arrays_and_attrs
+    key = (id(attrs["body"]), tuple(id(a) for a in arrays))
+    hit = _LOOP_CACHE.get(id(attrs["body"]))
+    if hit is not None and hit[0] == key:
+        return hit[1][attrs["index"]]
+    values = [np.asarray(a) for a in arrays]
+    cond_g, body_g = attrs["cond"], attrs["body"]
+    while bool(cond_g.run(*values)[0]._array().reshape(())):
+        values = [t._array() for t in body_g.run(*values)]
+    _LOOP_CACHE[id(attrs["body"])] = (key, values)
+    return values[attrs["index"]]
+
+
+if "while_loop" not in PRIMITIVES:
+    from loom.ir.ops import register
+    register("while_loop", "control", -1, _infer_while, _while_impl)
