@@ -39,7 +39,8 @@ def _encode(obj: Any, tensors: dict[str, np.ndarray], dtypes: dict[str, str], se
             while key in tensors:
                 key += "_"
             arr = obj.detach()._array()
-            tensors[key] = np.ascontiguousarray(arr)
+            # np.ascontiguousarray would turn a 0-d array into a 1-d one.
+            tensors[key] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
             dtypes[key] = obj.dtype.name
             seen[id(obj)] = key
         return {"__tensor__": key}

@@ -20,6 +20,7 @@ def test_round_trip_nested_state_and_every_dtype(tmp_path):
         "half": loom.tensor([1.0, -2.5], dtype=loom.float16),
         "bf16": loom.tensor([1.0, 3.140625, float("nan")]).to(loom.bfloat16),
         "mask": loom.tensor([True, False]),
+        "scalar": loom.tensor(2.5),
         "small": [loom.tensor(7, dtype=loom.int8), loom.tensor([1, 2], dtype=loom.uint8)],
         "opt": {"step": 12, "lr": 3e-4, "betas": (0.9, 0.999), "none": None, "inf": float("-inf"),
                 "name": "adam", "nested": [1, [2, (3,)]]},
@@ -32,6 +33,7 @@ def test_round_trip_nested_state_and_every_dtype(tmp_path):
     for key in ("half", "mask"):
         assert back[key].dtype is state[key].dtype
         np.testing.assert_array_equal(back[key].numpy(), state[key].numpy())
+    assert back["scalar"].shape == () and back["scalar"].item() == 2.5
     assert back["bf16"].dtype is loom.bfloat16
     np.testing.assert_array_equal(back["bf16"].numpy(), state["bf16"].numpy())
     np.testing.assert_array_equal(back["model"]["w"].numpy(), state["model"]["w"].numpy())
