@@ -62,7 +62,7 @@ class Tensor:
     """
 
     __slots__ = ("_node", "requires_grad", "_grad", "_ctx", "_version", "_retains_grad",
-                 "_hooks", "_alias", "__weakref__", "__dict__")
+                 "_hooks", "_alias", "_past", "__weakref__", "__dict__")
     __array_priority__ = 1000  # NumPy defers mixed operators to loom.
 
     def __init__(self, data: Any = None, dtype=None, requires_grad: bool = False) -> None:
@@ -80,6 +80,9 @@ class Tensor:
         self._retains_grad = False
         self._hooks: list | None = None
         self._alias: np.ndarray | None = None
+        # Earlier values of a non-leaf changed in place, by version: ops that read the tensor
+        # before the change route their gradient into the history of the value they read.
+        self._past: dict[int, Tensor] | None = None
 
     @classmethod
     def _wrap(cls, node: Node, ctx: Context | None = None, requires_grad: bool = False) -> Tensor:
@@ -181,7 +184,11 @@ class Tensor:
     def _shared_array(self) -> np.ndarray:
         """The stored value as a writable array in one memory block, fit to hand out."""
         a = self._array()
-        if not a.flags.writeable or not (a.flags.c_contiguous or a.flags.f_contiguous):
+        # A view of another value's memory (a reshape, a clone) must not let writes through
+        # the returned array reach that value: it gets a private copy, unless the memory is
+        # the user's own array (loom.from_numpy), which is meant to be shared.
+        borrowed = a.base is not None and self._alias is None
+        if borrowed or not a.flags.writeable or not (a.flags.c_contiguous or a.flags.f_contiguous):
             a = np.array(a)  # A private, writable copy becomes the stored value.
             self._node.buffer = a
         return a
@@ -446,8 +453,11 @@ class Tensor:
         t._owner = self.__dict__.get("_owner") or weakref.ref(self)  # Traces bind values to the original.
         return t
 
-    def _assign(self, result: Tensor, op: str) -> Tensor:
-        """Make `result` this tensor's new value (PyTorch's in-place ops, done functionally)."""
+    def _assign(self, result: Tensor, op: str, snapshot: Tensor | None = None) -> Tensor:
+        """Make `result` this tensor's new value (PyTorch's in-place ops, done functionally).
+
+        `snapshot` is this tensor's current value as `_snapshot` made it, if the caller has one.
+        """
         if not isinstance(result, Tensor):
             result = as_tensor_like(result, self)
         if tuple(result.shape) != tuple(self.shape) and (op not in _SHAPE_CHANGING or self._alias is not None):
@@ -458,10 +468,19 @@ class Tensor:
                 raise DTypeError(f"loom.{op}: result type {result.dtype.name} can't be cast to the "
                                  f"in-place output type {self.dtype.name}")
             result = result.to(self.dtype)
+        if self.requires_grad and self._ctx is not None:
+            snapshot = snapshot if snapshot is not None else self._snapshot()
+            if self._past is None:
+                self._past = {}
+            self._past[self._version] = snapshot
         if is_grad_enabled():
             if result.requires_grad and result._ctx is None:
                 # A leaf copied in: route the gradient to it through an identity node.
                 result = apply("reshape", (result,), {"shape": tuple(self.shape)})
+            elif self.requires_grad and not result.requires_grad and tuple(result.shape) == tuple(self.shape):
+                # As in PyTorch the tensor still requires grad; its old value gets a zero gradient.
+                keep = const(True, tuple(self.shape), dt.bool_)
+                result = apply("where", (keep, result, snapshot if snapshot is not None else self._snapshot()), {})
             self._ctx = result._ctx
             self.requires_grad = result.requires_grad
         # Under no_grad the history is kept, as for a parameter updated by an optimiser.
@@ -482,7 +501,8 @@ class Tensor:
 
     def _inplace(self, op: str, fn, *args, **kwargs) -> Tensor:
         self._check_inplace(op)
-        return self._assign(fn(self._snapshot(), *args, **kwargs), op)
+        snapshot = self._snapshot()
+        return self._assign(fn(snapshot, *args, **kwargs), op, snapshot)
 
     def copy_(self, src, non_blocking: bool = False) -> Tensor:
         self._check_inplace("copy_")
