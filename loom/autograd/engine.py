@@ -9,7 +9,32 @@ from typing import Sequence
 
 from loom.autograd.grad_mode import set_grad_enabled
 from loom.errors import AutogradError, fmt_shape
-from loom.ir.ops import wants_needs
+from loom.ir.ops import VJP_IGNORES_INPUT_VALUES, wants_needs
+
+
+def inputs_at_use(ctx, check: bool = False) -> list:
+    """The inputs of `ctx` as its op read them.
+
+    An input changed in place since then stands for its earlier value: the
+    snapshot its in-place op kept (a non-leaf), the leaf itself (a leaf keeps its
+    identity), or None when it did not require grad then. With `check`, a change
+    the backward rule cannot ignore raises, as PyTorch does.
+    """
+    out = []
+    for inp, v in zip(ctx.inputs, ctx.versions):
+        if inp._version != v:
+            if check and ctx.name not in VJP_IGNORES_INPUT_VALUES:
+                raise AutogradError(
+                    f"loom.backward: an input of {ctx.name} ({inp.dtype.name}{fmt_shape(inp.shape)}) "
+                    f"was modified by an in-place operation after it was used (version {v} -> "
+                    f"{inp._version}) and its backward needs the old value; clone it before modifying it")
+            past = inp._past.get(v) if inp._past else None
+            if past is not None:
+                inp = past
+            elif not (inp.is_leaf and inp.requires_grad):
+                inp = None
+        out.append(inp)
+    return out
 
 
 def _order(roots):
@@ -29,8 +54,8 @@ def _order(roots):
             seen.add(id(t))
             stack.append((t, True))
             if t._ctx is not None:
-                for i in t._ctx.inputs:
-                    if i.requires_grad and id(i) not in seen:
+                for i in inputs_at_use(t._ctx):
+                    if i is not None and i.requires_grad and id(i) not in seen:
                         stack.append((i, False))
     order.reverse()
     return order
@@ -89,21 +114,16 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None):
             if stop_at is None and t._retains_grad:
                 t.grad = g if create_graph else g.detach()
             ctx = t._ctx
-            # Checked for every op, not only those whose rule reads the input: the gradient would
-            # otherwise flow into the history of the tensor's new value.
-            for inp, v in zip(ctx.inputs, ctx.versions):
-                if inp._version != v:
-                    raise AutogradError(
-                        f"loom.backward: an input of {ctx.name} ({inp.dtype.name}{fmt_shape(inp.shape)}) "
-                        f"was modified by an in-place operation after it was used (version {v} -> "
-                        f"{inp._version}); clone it before modifying it")
+            used = inputs_at_use(ctx, check=True)
+            # A rule that ignores input values only needs shapes: the current tensor serves.
+            args = [u if u is not None else i for u, i in zip(used, ctx.inputs)]
             if wants_needs(ctx.prim):
-                in_grads = ctx.prim.vjp(g, *ctx.inputs, t, ctx.attrs,
-                                        needs=tuple(i.requires_grad for i in ctx.inputs))
+                in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs,
+                                        needs=tuple(u is not None and u.requires_grad for u in used))
             else:
-                in_grads = ctx.prim.vjp(g, *ctx.inputs, t, ctx.attrs)
-            for inp, gi in zip(ctx.inputs, in_grads):
-                if gi is None or not inp.requires_grad:
+                in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs)
+            for inp, gi in zip(used, in_grads):
+                if gi is None or inp is None or not inp.requires_grad:
                     continue
                 if gi.dtype is not inp.dtype:
                     gi = gi.to(inp.dtype)

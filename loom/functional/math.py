@@ -151,9 +151,18 @@ def square(x):
 
 @_opmath
 def sigmoid(x):
+    """1 / (1 + exp(-x)), accurate in both tails and never overflowing.
+
+    Examples
+    --------
+    >>> loom.sigmoid(loom.tensor([0.0])).tolist()
+    [0.5]
+    """
     x = _float(x)
-    # Written through tanh so that large |x| never overflows the exp.
-    return (tanh(x * 0.5) + 1.0) * 0.5
+    pos = x >= 0
+    e = exp(where(pos, -x, x))  # exp(-|x|) <= 1, with a gradient of +-1 through the where even at 0.
+    s = 1.0 / (e + 1.0)
+    return where(pos, s, e * s)
 
 
 @_opmath

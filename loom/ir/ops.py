@@ -718,6 +718,15 @@ def _argsort_impl(x, attrs):
 register("argsort", "sort", 1, _infer_argsort, _argsort_impl)
 
 
+# Backward rules that read only their inputs' shapes and dtypes (or the output), not
+# their values. An input changed in place after such an op is harmless: its gradient
+# goes to the value the op read. For every other rule that is an error, as in PyTorch.
+VJP_IGNORES_INPUT_VALUES = frozenset({
+    "neg", "add", "sub", "exp", "expm1", "sqrt", "recip", "tan", "tanh", "cast", "sum", "reshape", "permute",
+    "expand", "pad", "slice", "flip", "sign", "floor", "ceil", "round", "trunc", "floordiv",
+})
+
+
 def wants_needs(prim: Primitive) -> bool:
     """Whether a backward rule accepts `needs`, to skip gradients nobody asked for."""
     return prim.vjp is not None and "needs" in prim.vjp.__code__.co_varnames
