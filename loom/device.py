@@ -1,7 +1,7 @@
 """Devices. This build runs on the cpu; the name space is ready for cuda."""
 from __future__ import annotations
 
-from loom.errors import LoomError
+from loom.errors import DeviceError, LoomTypeError
 
 
 class Device:
@@ -14,10 +14,10 @@ class Device:
             self.type, self.index = spec.type, spec.index
             return
         if not isinstance(spec, str):
-            raise TypeError(f"loom.device: expected a string such as 'cpu', got {type(spec).__name__}")
+            raise LoomTypeError(f"loom.device: expected a string such as 'cpu', got {type(spec).__name__}")
         kind, _, idx = spec.partition(":")
         if kind not in ("cpu", "cuda"):
-            raise LoomError(f"loom.device: unknown device type {kind!r}; expected 'cpu' or 'cuda'")
+            raise DeviceError(f"loom.device: unknown device type {kind!r}; expected 'cpu' or 'cuda'")
         self.type = kind
         self.index = int(idx) if idx else index
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from loom.errors import DTypeError
+
 
 class DType:
     """A loom scalar type: a name, a category and the NumPy storage type."""
@@ -56,7 +58,7 @@ def from_name(name: str) -> DType:
     try:
         return _BY_NAME[name]
     except KeyError:
-        raise TypeError(f"loom: unknown dtype name {name!r}; expected one of "
+        raise DTypeError(f"loom: unknown dtype name {name!r}; expected one of "
                         f"{sorted(d.name for d in ALL)}") from None
 
 
@@ -67,7 +69,7 @@ def from_numpy(np_dtype) -> DType:
         return _BY_NP[nd]
     if nd.kind == "u" and nd.itemsize > 1:
         return int64
-    raise TypeError(f"loom: NumPy dtype {nd} has no loom equivalent; supported: "
+    raise DTypeError(f"loom: NumPy dtype {nd} has no loom equivalent; supported: "
                     f"{[d.name for d in ALL]}")
 
 
@@ -97,7 +99,7 @@ def set_default_dtype(d) -> None:
     global _default_float
     d = as_dtype(d)
     if not d.is_floating_point:
-        raise TypeError(f"loom.set_default_dtype: expected a floating point dtype, got {d}")
+        raise DTypeError(f"loom.set_default_dtype: expected a floating point dtype, got {d}")
     _default_float = d
 
 
@@ -131,7 +133,7 @@ def scalar_dtype(value) -> DType:
         return int64
     if isinstance(value, (float, np.floating)):
         return _default_float
-    raise TypeError(f"loom: unsupported scalar of type {type(value).__name__}")
+    raise DTypeError(f"loom: unsupported scalar of type {type(value).__name__}")
 
 
 def result_type(*operands) -> DType:

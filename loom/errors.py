@@ -5,11 +5,19 @@ class LoomError(RuntimeError):
     """Base of every loom error (a RuntimeError, as PyTorch raises)."""
 
 
-class ShapeError(LoomError, ValueError):
+class LoomTypeError(LoomError, TypeError):
+    """An argument of a kind the op does not take (a list for a tensor, a float for a dim)."""
+
+
+class LoomValueError(LoomError, ValueError):
+    """An argument value the op does not take (an unknown mode name, a negative count)."""
+
+
+class ShapeError(LoomValueError):
     """Shapes that do not fit the op."""
 
 
-class DTypeError(LoomError, TypeError):
+class DTypeError(LoomTypeError):
     """A dtype the op does not accept."""
 
 
@@ -19,6 +27,10 @@ class LoomIndexError(LoomError, IndexError):
 
 class LoomZeroDivisionError(LoomError, ZeroDivisionError):
     """Integer division or remainder by zero."""
+
+
+class DeviceError(LoomError):
+    """A device that does not exist or is not available in this build."""
 
 
 class GraphError(LoomError):

@@ -17,8 +17,8 @@ import numpy as np
 
 from loom import dtypes as dt
 from loom.autograd.grad_mode import is_grad_enabled
-from loom.errors import (AutogradError, DTypeError, LoomError, LoomIndexError, LoomZeroDivisionError, ShapeError,
-                         fmt_shape)
+from loom.errors import (AutogradError, DeviceError, DTypeError, LoomError, LoomIndexError, LoomTypeError,
+                         LoomValueError, LoomZeroDivisionError, ShapeError, fmt_shape)
 from loom.ir import ops as _ops
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
@@ -98,7 +98,7 @@ class Tensor:
     @grad.setter
     def grad(self, value: Tensor | None) -> None:
         if value is not None and not isinstance(value, Tensor):
-            raise TypeError(f"loom: .grad must be a Tensor or None, got {type(value).__name__}")
+            raise LoomTypeError(f"loom: .grad must be a Tensor or None, got {type(value).__name__}")
         if value is not None and tuple(value.shape) != tuple(self.shape):
             raise ShapeError(f"loom: assigned grad has shape {fmt_shape(value.shape)} but the tensor has "
                              f"shape {fmt_shape(self.shape)}")
@@ -208,7 +208,7 @@ class Tensor:
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise LoomError(f"loom: the truth value of a tensor with {self.numel()} elements "
+            raise LoomError(f"loom.Tensor.__bool__: the truth value of a tensor with {self.numel()} elements "
                             f"(shape {fmt_shape(self.shape)}) is ambiguous; use .any() or .all()")
         return bool(self.item())
 
@@ -220,18 +220,18 @@ class Tensor:
 
     def __index__(self) -> int:
         if self.dtype.category != 1 or self.numel() != 1:
-            raise TypeError(f"loom: only integer tensors of a single element can be used as an index, "
+            raise LoomTypeError(f"loom: only integer tensors of a single element can be used as an index, "
                             f"got {self.dtype.name}{fmt_shape(self.shape)}")
         return int(self.item())
 
     def __len__(self) -> int:
         if self.ndim == 0:
-            raise TypeError("loom: len() of a 0-d tensor")
+            raise LoomTypeError("loom.Tensor.__len__: len() of a 0-d tensor")
         return self._node.shape[0]
 
     def __iter__(self):
         if self.ndim == 0:
-            raise TypeError("loom: iteration over a 0-d tensor")
+            raise LoomTypeError("loom.Tensor.__iter__: iteration over a 0-d tensor")
         return (self[i] for i in range(self._node.shape[0]))
 
     def __hash__(self) -> int:
@@ -283,7 +283,7 @@ class Tensor:
     # ------------------------------------------------------------ autograd
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         if requires_grad and not self.dtype.is_floating_point:
-            raise AutogradError(f"loom: only floating point tensors can require gradients, "
+            raise AutogradError(f"loom.requires_grad_: only floating point tensors can require gradients, "
                                 f"got {self.dtype.name}{fmt_shape(self.shape)}")
         if not requires_grad and self._ctx is not None:
             raise AutogradError("loom: requires_grad_(False) is only allowed on leaf tensors; "
@@ -309,7 +309,7 @@ class Tensor:
     @data.setter
     def data(self, value: Tensor) -> None:
         if not isinstance(value, Tensor):
-            raise TypeError(f"loom: .data must be set to a Tensor, got {type(value).__name__}")
+            raise LoomTypeError(f"loom: .data must be set to a Tensor, got {type(value).__name__}")
         old = self._node
         self._node = value._node
         self._alias = None  # Like PyTorch, the tensor now uses `value`'s storage.
@@ -349,14 +349,17 @@ class Tensor:
                 dtype, device = a.dtype, a.device
             elif isinstance(a, (dt.DType, type)) or _is_dtype_like(a):
                 dtype = a
-            elif a is not None:
+            elif isinstance(a, str) or type(a).__name__ == "device" or hasattr(a, "index") and hasattr(a, "type"):
                 device = a
+            elif a is not None:
+                raise LoomTypeError(f"loom.Tensor.to: expected a dtype, a device or a tensor, got "
+                                    f"{type(a).__name__} {a!r}")
         if device is not None:
             from loom.device import device as _device
             dev = _device(device)
             if dev.type != "cpu":
-                raise LoomError(f"loom.Tensor.to: device {dev} is not available; "
-                                "this build of loom runs on the cpu")
+                raise DeviceError(f"loom.Tensor.to: device {dev} is not available; "
+                                  "this build of loom runs on the cpu")
         if dtype is None:
             return self
         dtype = dt.as_dtype(dtype)
@@ -681,7 +684,7 @@ def set_printoptions(precision: int | None = None, threshold: int | None = None,
     if profile is not None:
         presets = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, math.inf, 3, 80)}
         if profile not in presets:
-            raise ValueError(f"loom.set_printoptions: unknown profile {profile!r}; expected one of "
+            raise LoomValueError(f"loom.set_printoptions: unknown profile {profile!r}; expected one of "
                              f"{sorted(presets)}")
         PRINT_OPTIONS.update(zip(("precision", "threshold", "edgeitems", "linewidth"), presets[profile]))
         PRINT_OPTIONS["sci_mode"] = None
@@ -889,7 +892,7 @@ def _to_numpy(data) -> tuple[np.ndarray, dt.DType]:
     if hasattr(data, "__array__") or hasattr(data, "__dlpack__"):
         arr = np.asarray(data)
         return arr, dt.from_numpy(arr.dtype)
-    raise TypeError(f"loom.tensor: cannot build a tensor from an object of type {type(data).__name__}")
+    raise LoomTypeError(f"loom.tensor: cannot build a tensor from an object of type {type(data).__name__}")
 
 
 def _element_dtype(ty: type) -> dt.DType:
@@ -901,7 +904,7 @@ def _element_dtype(ty: type) -> dt.DType:
         return dt.int64
     if issubclass(ty, numbers.Real):
         return dt.get_default_dtype()
-    raise TypeError(f"loom.tensor: cannot build a tensor from an element of type {ty.__name__}")
+    raise LoomTypeError(f"loom.tensor: cannot build a tensor from an element of type {ty.__name__}")
 
 
 def _flatten_nested(data) -> list:
@@ -1006,10 +1009,10 @@ def binary(op: str, a, b) -> Tensor:
     if op == "pow" and d.category == 1 and not tb and not isinstance(b, (bool, np.bool_)):
         info = np.iinfo(d.np)
         if b < 0:
-            raise LoomError(f"loom.pow: integers to negative integer powers are not allowed "
+            raise LoomValueError(f"loom.pow: integers to negative integer powers are not allowed "
                             f"({_describe(a)} ** {b}); use a float base")
         if b > info.max:
-            raise LoomError(f"loom.pow: exponent {b} cannot be converted to {d.name} without overflow")
+            raise LoomValueError(f"loom.pow: exponent {b} cannot be converted to {d.name} without overflow")
     if op in ("floordiv", "mod") and d.category == 1 and _has_zero_divisor(b):
         raise LoomZeroDivisionError(f"loom.{_pub(op)}: integer division by zero ({_describe(a)} by {b!r})")
     shape = broadcast_shapes(tuple(a.shape) if ta else (), tuple(b.shape) if tb else (), op=_pub(op))
@@ -1062,7 +1065,7 @@ def unary(op: str, x: Tensor, float_op: bool = True) -> Tensor:
 def normalize_dim(dim: int, ndim: int, op: str = "op") -> int:
     n = max(ndim, 1)
     if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
-        raise TypeError(f"loom.{op}: dim must be an int, got {type(dim).__name__}")
+        raise LoomTypeError(f"loom.{op}: dim must be an int, got {type(dim).__name__}")
     if not -n <= dim < n:
         raise LoomIndexError(f"loom.{op}: dimension out of range (expected to be in range of "
                              f"[{-n}, {n - 1}], but got {dim})")
@@ -1096,7 +1099,7 @@ def _shape_arg(size, op: str) -> tuple[int, ...]:
         if isinstance(s, Tensor):
             s = int(s.item())
         if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
-            raise TypeError(f"loom.{op}: size must be a sequence of ints, got {size!r}")
+            raise LoomTypeError(f"loom.{op}: size must be a sequence of ints, got {size!r}")
         if s < 0:
             raise ShapeError(f"loom.{op}: negative dimension {s} in size {list(size)}")
         out.append(int(s))
@@ -1108,7 +1111,7 @@ def _check_device(device, op: str) -> None:
         from loom.device import device as _device
         dev = _device(device)
         if dev.type != "cpu":
-            raise LoomError(f"loom.{op}: device {dev} is not available; this build of loom runs on the cpu")
+            raise DeviceError(f"loom.{op}: device {dev} is not available; this build of loom runs on the cpu")
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
@@ -1156,7 +1159,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
     array([1., 1., 1.], dtype=float32)
     """
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"loom.from_numpy: expected np.ndarray, got {type(array).__name__}")
+        raise LoomTypeError(f"loom.from_numpy: expected np.ndarray, got {type(array).__name__}")
     if array.dtype.kind == "u" and array.dtype.itemsize > 1:
         raise DTypeError(f"loom.from_numpy: unsupported dtype {array.dtype}; loom has uint8 but no "
                          "wider unsigned types")
@@ -1205,16 +1208,19 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    _check_device(device, "zeros")
     return full(_shape_arg(size, "zeros"), 0.0, dtype=dtype or dt.get_default_dtype(), device=device,
                 requires_grad=requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    _check_device(device, "ones")
     return full(_shape_arg(size, "ones"), 1.0, dtype=dtype or dt.get_default_dtype(), device=device,
                 requires_grad=requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    _check_device(device, "empty")
     return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
@@ -1260,12 +1266,12 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
     for name, v in zip(("start", "end", "step"), vals):
         if not isinstance(v, numbers.Real) or isinstance(v, float) and not math.isfinite(v):
-            raise LoomError(f"loom.arange: {name} must be a finite number, got {v!r}")
+            raise LoomValueError(f"loom.arange: {name} must be a finite number, got {v!r}")
     start, end, step = vals
     if step == 0:
-        raise LoomError(f"loom.arange: step must be nonzero (start={start}, end={end})")
+        raise LoomValueError(f"loom.arange: step must be nonzero (start={start}, end={end})")
     if (end - start) * step < 0:
-        raise LoomError(f"loom.arange: upper bound and step are inconsistent: start={start}, "
+        raise LoomValueError(f"loom.arange: upper bound and step are inconsistent: start={start}, "
                         f"end={end}, step={step} (a {'positive' if step > 0 else 'negative'} step "
                         f"needs end {'>=' if step > 0 else '<='} start)")
     if dtype is None:
@@ -1277,7 +1283,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool
         # PyTorch truncates the bounds to int64 first and counts in integers.
         start, end, step = int(start), int(end), int(step)
         if step == 0:
-            raise LoomError("loom.arange: step must be nonzero after truncation to int64")
+            raise LoomValueError("loom.arange: step must be nonzero after truncation to int64")
         n = max(0, -((start - end) // step))
     else:
         n = max(0, math.ceil((end - start) / step))
@@ -1301,7 +1307,7 @@ def linspace(start, end, steps: int, dtype=None, device=None, requires_grad: boo
     _check_device(device, "linspace")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     if not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise LoomError(f"loom.linspace: number of steps must be a non-negative int, got {steps!r}")
+        raise LoomValueError(f"loom.linspace: number of steps must be a non-negative int, got {steps!r}")
     start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
     if d.is_floating_point:
         cd = np.float64 if d is dt.float64 else np.float32
@@ -1448,9 +1454,9 @@ def randint(low, high=None, size=None, dtype=None, generator=None, device=None,
     if high is None:
         low, high = 0, low
     if size is None:
-        raise TypeError("loom.randint: missing the size argument")
+        raise LoomTypeError("loom.randint: missing the size argument")
     if high <= low:
-        raise LoomError(f"loom.randint: expected low < high, got low={low}, high={high}")
+        raise LoomValueError(f"loom.randint: expected low < high, got low={low}, high={high}")
     d = dt.as_dtype(dtype) if dtype is not None else dt.int64
     shape = _shape_arg(tuple(size) if isinstance(size, (tuple, list, Size)) else (size,), "randint")
     u = _rand_node(shape, dt.float64, generator)

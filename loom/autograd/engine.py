@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from loom.autograd.grad_mode import set_grad_enabled
-from loom.errors import AutogradError, fmt_shape
+from loom.errors import AutogradError, LoomTypeError, fmt_shape
 from loom.ir.ops import VJP_IGNORES_INPUT_VALUES, wants_needs
 
 
@@ -66,7 +66,7 @@ def _seed_grads(outputs, grad_outputs, op: str):
     seeds = []
     for k, out in enumerate(outputs):
         if not isinstance(out, Tensor):
-            raise TypeError(f"loom.{op}: outputs must be Tensors, got {type(out).__name__}")
+            raise LoomTypeError(f"loom.{op}: outputs must be Tensors, got {type(out).__name__}")
         if not out.requires_grad:
             raise AutogradError(f"loom.{op}: output {k} ({out.dtype.name}{fmt_shape(out.shape)}) does not "
                                 "require grad and has no grad_fn; nothing connects it to a tensor "
@@ -171,7 +171,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
         grad_outputs = [grad_outputs]
     for k, i in enumerate(inputs):
         if not isinstance(i, Tensor):
-            raise TypeError(f"loom.autograd.grad: inputs must be Tensors, got {type(i).__name__} at {k}")
+            raise LoomTypeError(f"loom.autograd.grad: inputs must be Tensors, got {type(i).__name__} at {k}")
         if not i.requires_grad:
             raise AutogradError(f"loom.autograd.grad: input {k} ({i.dtype.name}{fmt_shape(i.shape)}) "
                                 "does not require grad")

@@ -1,7 +1,7 @@
 """TensorFlow-style GradientTape over loom's autograd."""
 from __future__ import annotations
 
-from loom.errors import AutogradError
+from loom.errors import AutogradError, LoomTypeError, LoomValueError
 
 # Tapes inside whose `with` block the program is: a gradient computed there is
 # itself recorded (differentiable), which is how nested tapes give higher orders.
@@ -56,7 +56,7 @@ class GradientTape:
                 self.watch(t)
                 continue
             if not isinstance(t, Tensor):
-                raise TypeError(f"loom.GradientTape.watch: expected Tensors, got {type(t).__name__}")
+                raise LoomTypeError(f"loom.GradientTape.watch: expected Tensors, got {type(t).__name__}")
             if not t.requires_grad:
                 t.requires_grad_(True)
                 self._enabled.append(t)
@@ -85,7 +85,7 @@ class GradientTape:
                                 "gradients once; create it with persistent=True")
         self._used = True
         if unconnected_gradients not in ("none", "zero"):
-            raise ValueError(f"loom.GradientTape.gradient: unconnected_gradients must be 'none' or 'zero', "
+            raise LoomValueError(f"loom.GradientTape.gradient: unconnected_gradients must be 'none' or 'zero', "
                              f"got {unconnected_gradients!r}")
         single = isinstance(sources, Tensor)
         srcs = [sources] if single else list(sources)

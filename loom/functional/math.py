@@ -8,7 +8,7 @@ import math
 from loom import dtypes as dt
 import numpy as np
 
-from loom.errors import DTypeError, LoomError, fmt_shape
+from loom.errors import DTypeError, LoomValueError, fmt_shape
 from loom.tensor import (Tensor, apply, as_tensor_like, binary, broadcast_shapes, broadcast_to, const, tensor,
                          unary)
 
@@ -217,7 +217,7 @@ def gelu(x, approximate: str = "none"):
         inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
         return x * 0.5 * (tanh(inner) + 1.0)
     if approximate != "none":
-        raise ValueError(f"loom.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise LoomValueError(f"loom.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return x * 0.5 * (erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
 
 
@@ -338,7 +338,7 @@ def div(a, b, rounding_mode: str | None = None):
         q = floor_divide(ta, tb)
         inexact = (q * tb) != ta
         return where(((ta < 0) != (_t(tb) < 0)) & inexact, q + 1, q)
-    raise ValueError(f"loom.div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+    raise LoomValueError(f"loom.div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
 
 
 divide = div
@@ -463,7 +463,7 @@ def clamp(x, min=None, max=None):
     """
     x = _t(x)
     if min is None and max is None:
-        raise LoomError("loom.clamp: at least one of min and max must be given")
+        raise LoomValueError("loom.clamp: at least one of min and max must be given")
     if min is not None:
         x = maximum(x, min if isinstance(min, Tensor) else as_tensor_like(min, x).to(
             dt.result_type(x, min)))
