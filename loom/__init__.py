@@ -12,7 +12,10 @@ from loom.dtypes import (  # noqa: F401
     DType as dtype, bfloat16, float16, float32, float64, int8, int16, int32, int64, uint8,
     get_default_dtype, set_default_dtype, result_type as _result_type,
 )
-from loom.errors import AutogradError, DTypeError, GraphError, LoomError, LoomIndexError, ShapeError  # noqa: F401
+from loom.errors import (  # noqa: F401
+    AutogradError, DeviceError, DTypeError, GraphError, LoomError, LoomIndexError, LoomTypeError, LoomValueError,
+    LoomZeroDivisionError, ShapeError,
+)
 from loom.device import Device, device  # noqa: F401
 from loom.tensor import (  # noqa: F401
     Generator, Size, Tensor, arange, as_tensor, bernoulli, default_generator, empty, empty_like, eye,
