@@ -129,6 +129,26 @@ class FashionMNIST(Dataset):
         return img, target
 
 
+def _load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as (pixels [N, 64] in 0..16, labels int64).
+
+    Reads the CSV that scikit-learn ships without importing scikit-learn
+    (whose import takes seconds); falls back to `load_digits` if the file moved.
+    """
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None:
+        raise ImportError("loom.data.datasets.Digits: needs scikit-learn (pip install scikit-learn)")
+    for root in spec.submodule_search_locations or []:
+        path = Path(root) / "datasets" / "data" / "digits.csv.gz"
+        if path.exists():
+            table = np.loadtxt(path, delimiter=",")
+            return table[:, :-1], table[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    return d.data, d.target.astype(np.int64)
+
+
 class Digits(Dataset):
     """scikit-learn's 1,797 8x8 handwritten digits, as uint8 images in [0, 255].
 
@@ -153,13 +173,8 @@ class Digits(Dataset):
 
     def __init__(self, train: bool | None = None, transform: Callable | None = None,
                  target_transform: Callable | None = None) -> None:
-        try:
-            from sklearn.datasets import load_digits
-        except ImportError:
-            raise ImportError("loom.data.datasets.Digits: needs scikit-learn (pip install scikit-learn)") from None
-        d = load_digits()
-        images = np.rint(d.images * (255.0 / 16.0)).astype(np.uint8)
-        labels = d.target.astype(np.int64)
+        pixels, labels = _load_digits()
+        images = np.rint(pixels.reshape(-1, 8, 8) * (255.0 / 16.0)).astype(np.uint8)
         cut = int(len(labels) * 0.8)
         if train is True:
             images, labels = images[:cut], labels[:cut]
