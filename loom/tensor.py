@@ -516,6 +516,59 @@ class Tensor:
     def zero_(self) -> Tensor:
         return self.fill_(0)
 
+    # ------------------------------------------------------------ random fills (in place)
+    def _fill_random(self, op: str, make) -> Tensor:
+        self._check_inplace(op)
+        if not self.dtype.is_floating_point and op != "random_":
+            raise DTypeError(f"loom.{op}: expected a floating point tensor, got {self.dtype.name}"
+                             f"{fmt_shape(self.shape)}")
+        return self._assign(make().to(self.dtype), op)
+
+    def uniform_(self, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
+        """Fill with samples from the uniform distribution on [a, b).
+
+        Examples
+        --------
+        >>> w = loom.empty(3).uniform_(-1, 1)
+        """
+        return self._fill_random("uniform_", lambda: rand(*self.shape, dtype=_rand_dtype(self.dtype),
+                                                          generator=generator) * (b - a) + a)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None) -> Tensor:
+        """Fill with samples from the normal distribution N(mean, std**2)."""
+        return self._fill_random("normal_", lambda: randn(*self.shape, dtype=_rand_dtype(self.dtype),
+                                                          generator=generator) * std + mean)
+
+    def exponential_(self, lambd: float = 1.0, generator: Generator | None = None) -> Tensor:
+        """Fill with samples from the exponential distribution of rate `lambd`."""
+        def make():
+            u = _rand_node(tuple(self.shape), dt.float64, generator)
+            return (-(1.0 - u).log()) * (1.0 / lambd)  # 1 - u is in (0, 1]: the log is finite.
+        return self._fill_random("exponential_", make)
+
+    def bernoulli_(self, p=0.5, generator: Generator | None = None) -> Tensor:
+        """Fill with 1 where a uniform sample is below `p` (a number or a broadcastable tensor), else 0."""
+        def make():
+            u = _rand_node(tuple(self.shape), dt.float64, generator)
+            return u < (p.detach().to(dt.float64) if isinstance(p, Tensor) else float(p))
+        self._check_inplace("bernoulli_")
+        return self._assign(make().to(self.dtype), "bernoulli_")
+
+    def random_(self, low: int = 0, high: int | None = None, generator: Generator | None = None) -> Tensor:
+        """Fill with integers drawn uniformly from [low, high) (`random_(high)` means [0, high))."""
+        if high is None:
+            low, high = 0, low
+            if high == 0:
+                raise LoomValueError("loom.random_: give an upper bound, e.g. random_(10)")
+        return self._fill_random("random_", lambda: randint(low, high, tuple(self.shape), dtype=dt.int64,
+                                                            generator=generator))
+
+    def bernoulli(self, p=None, generator: Generator | None = None) -> Tensor:
+        """Samples 0/1 with probability `self` (or `p`) of a 1, elementwise."""
+        if p is None:
+            return bernoulli(self, generator=generator)
+        return bernoulli(full(tuple(self.shape), float(p), dtype=self.dtype), generator=generator)
+
     def fill_(self, value) -> Tensor:
         self._check_inplace("fill_")
         if isinstance(value, Tensor):
@@ -1414,6 +1467,11 @@ def get_rng_state() -> Tensor:
 
 def set_rng_state(state) -> None:
     default_generator.set_state(state)
+
+
+def _rand_dtype(d: dt.DType) -> dt.DType:
+    """The float type to sample in for a tensor of dtype `d` (integers sample in the default float)."""
+    return d if d.is_floating_point else dt.get_default_dtype()
 
 
 def _rand_node(shape, d: dt.DType, generator: Generator | None) -> Tensor:

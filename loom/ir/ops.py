@@ -113,13 +113,16 @@ def _rand_impl(attrs):
     key = np.uint64(attrs["seed"])
     with np.errstate(over="ignore"):
         bits = mix64(np.arange(n, dtype=np.uint64) * _GOLD ^ mix64(np.array(key, np.uint64)))
+    # As many random bits as the type's significand holds, so every value is exact and < 1.
     if d is dt.float64:
         out = (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
-    else:
+    elif d is dt.float32:
         out = (bits >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24))
-        if d is dt.bfloat16:
-            return dt.f32_to_bf16(out).reshape(attrs["shape"])
-        out = out.astype(d.np)
+    elif d is dt.float16:
+        out = ((bits >> np.uint64(53)).astype(np.float32) * np.float32(1.0 / (1 << 11))).astype(np.float16)
+    else:
+        return dt.f32_to_bf16((bits >> np.uint64(56)).astype(np.float32) * np.float32(1.0 / (1 << 8))).reshape(
+            attrs["shape"])
     return out.reshape(attrs["shape"])
 
 
