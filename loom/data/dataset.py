@@ -8,6 +8,8 @@ import numbers
 import warnings
 from typing import Any, Generic, Iterable, Iterator, Sequence, TypeVar
 
+import numpy as np
+
 from loom.data._random import numpy_rng
 
 T_co = TypeVar("T_co", covariant=True)
@@ -89,6 +91,26 @@ class TensorDataset(Dataset):
 
     def __getitem__(self, index):
         return tuple(t[index] for t in self.tensors)
+
+    def __getitems__(self, indices: list[int]) -> list[tuple]:
+        """A batch of examples with one NumPy gather per tensor (the DataLoader's fast path).
+
+        Tensors that require grad (or are bfloat16) take the per-example path, so
+        gradients still flow; the values are the same either way.
+        """
+        from loom import dtypes as dt
+        from loom.tensor import Tensor, from_numpy
+        if any(isinstance(t, Tensor) and (t.requires_grad or t.dtype is dt.bfloat16) for t in self.tensors):
+            return [self[i] for i in indices]
+        idx = np.asarray(indices, dtype=np.int64)
+        cols = []
+        for t in self.tensors:
+            if isinstance(t, Tensor):
+                batch = t.numpy()[idx]
+                cols.append([from_numpy(batch[k, ...]) for k in range(len(idx))])  # [k, ...]: 0-d arrays too.
+            else:
+                cols.append(list(np.asarray(t)[idx]))
+        return list(zip(*cols))
 
     def __len__(self) -> int:
         return self.tensors[0].shape[0]

@@ -4,6 +4,10 @@ Layouts follow torchvision: a NumPy array is an image as PIL gives it, HWC
 (or HW for one channel), and a loom Tensor is [..., C, H, W]. `ToTensor`
 turns the first into the second.
 
+Tensors that require grad are transformed with loom ops, so gradients flow
+through the transform; other inputs are computed in NumPy (the values are the
+same, and per-example work stays cheap) and returned as the type they came in.
+
 Random transforms draw from a NumPy Generator: the one given as `generator`,
 or else the current default (`get_rng()`), which DataLoader workers and the
 record pipeline reseed per batch or per example so that augmentation is
@@ -43,6 +47,24 @@ def _hw_axes(img) -> tuple[int, int]:
     if img.ndim not in (2, 3):
         raise ValueError(f"loom.data.transforms: expected a NumPy image HWC or HW, got shape {img.shape}")
     return 0, 1
+
+
+def _lazy(img) -> bool:
+    """Tensors that require grad go through loom ops (differentiable); everything else is computed in NumPy."""
+    return isinstance(img, Tensor) and img.requires_grad
+
+
+def _np(img) -> np.ndarray:
+    return img.numpy(force=True) if isinstance(img, Tensor) else img
+
+
+def _like(out: np.ndarray, img):
+    """`out` as the kind of value `img` was: a NumPy array, or a Tensor of img's dtype."""
+    if not isinstance(img, Tensor):
+        return out
+    if img.dtype is dt.bfloat16:
+        return tensor(out, dtype=dt.bfloat16)
+    return from_numpy(np.ascontiguousarray(out, dtype=img.dtype.np))
 
 
 def _check_image(img, opname: str):
@@ -159,18 +181,18 @@ class Normalize:
         if len(self.mean) not in (1, c) or len(self.std) not in (1, c):
             raise ValueError(f"loom.data.transforms.Normalize: {len(self.mean)} means and {len(self.std)} stds for "
                              f"an image with {c} channels")
-        if isinstance(img, Tensor):
-            if not img.dtype.is_floating_point:
-                raise TypeError(f"loom.data.transforms.Normalize: input tensor should be a float tensor, got "
-                                f"{img.dtype}")
+        if isinstance(img, Tensor) and not img.dtype.is_floating_point:
+            raise TypeError(f"loom.data.transforms.Normalize: input tensor should be a float tensor, got {img.dtype}")
+        if _lazy(img):
             mean = tensor(self.mean, dtype=img.dtype).reshape(-1, 1, 1)
             std = tensor(self.std, dtype=img.dtype).reshape(-1, 1, 1)
             return (img - mean) / std
-        if img.dtype.kind != "f":
-            raise TypeError(f"loom.data.transforms.Normalize: input array should be floating point, got {img.dtype}")
-        mean = np.asarray(self.mean, img.dtype).reshape(-1, 1, 1)
-        std = np.asarray(self.std, img.dtype).reshape(-1, 1, 1)
-        return (img - mean) / std
+        arr = _np(img)
+        if arr.dtype.kind != "f":
+            raise TypeError(f"loom.data.transforms.Normalize: input array should be floating point, got {arr.dtype}")
+        mean = np.asarray(self.mean, arr.dtype).reshape(-1, 1, 1)
+        std = np.asarray(self.std, arr.dtype).reshape(-1, 1, 1)
+        return _like((arr - mean) / std, img)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(mean={self.mean}, std={self.std})"
@@ -198,7 +220,7 @@ def _pad(img, pads: tuple[int, int, int, int], fill, mode: str):
     if not any(pads):
         return img
     h_ax, w_ax = _hw_axes(img)
-    if isinstance(img, Tensor) and mode in ("constant",) + tuple(_LOOM_MODES):
+    if _lazy(img) and mode in ("constant",) + tuple(_LOOM_MODES):
         from loom.nn.functional import pad
         if mode == "constant":
             return pad(img, (left, right, top, bottom), value=float(fill))
@@ -206,19 +228,26 @@ def _pad(img, pads: tuple[int, int, int, int], fill, mode: str):
         flat = img.reshape(-1, shape[-2], shape[-1])
         return pad(flat, (left, right, top, bottom), mode=_LOOM_MODES[mode]).reshape(
             *shape[:-2], shape[-2] + top + bottom, shape[-1] + left + right)
-    arr = img.numpy(force=True) if isinstance(img, Tensor) else img
+    arr = _np(img)
+    if mode == "constant":  # np.pad is slow for the common case; fill a canvas instead.
+        shape = list(arr.shape)
+        shape[h_ax] += top + bottom
+        shape[w_ax] += left + right
+        out = np.full(shape, fill, dtype=arr.dtype)
+        inner = [slice(None)] * arr.ndim
+        inner[h_ax], inner[w_ax] = slice(top, top + arr.shape[h_ax]), slice(left, left + arr.shape[w_ax])
+        out[tuple(inner)] = arr
+        return _like(out, img)
     widths = [(0, 0)] * arr.ndim
     widths[h_ax], widths[w_ax] = (top, bottom), (left, right)
-    kwargs = {"constant_values": fill} if mode == "constant" else {}
-    out = np.pad(arr, widths, mode=_NP_MODES[mode], **kwargs)
-    return tensor(out, dtype=img.dtype) if isinstance(img, Tensor) else out
+    return _like(np.pad(arr, widths, mode=_NP_MODES[mode]), img)
 
 
 def _crop(img, top: int, left: int, h: int, w: int):
     h_ax, _ = _hw_axes(img)
-    if h_ax == 0:
-        return img[top:top + h, left:left + w]
-    return img[..., top:top + h, left:left + w]
+    window = (slice(top, top + h), slice(left, left + w))
+    index = window if h_ax == 0 else (Ellipsis,) + window
+    return img[index] if _lazy(img) else _like(_np(img)[index], img)
 
 
 class RandomCrop:
@@ -296,9 +325,9 @@ class _RandomFlip:
             return img
         h_ax, w_ax = _hw_axes(img)
         ax = w_ax if self.axis == "w" else h_ax
-        if isinstance(img, Tensor):
+        if _lazy(img):
             return img.flip(ax)
-        return np.flip(img, ax).copy()
+        return _like(np.flip(_np(img), ax).copy(), img)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(p={self.p})"

@@ -301,6 +301,31 @@ def test_persistent_workers_reuse_processes_across_epochs():
     assert _no_children()
 
 
+class Touch(ld.Dataset):
+    """Leaves a file per fetched example, to count how far the workers ran ahead."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        open(os.path.join(self.folder, str(i)), "w").close()
+        return i
+
+
+def test_prefetch_bounds_batches_in_flight(tmp_path):
+    loader = ld.DataLoader(Touch(str(tmp_path)), batch_size=2, num_workers=2, prefetch_factor=2)
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1]
+    time.sleep(0.4)
+    # One batch consumed; at most prefetch_factor * num_workers = 4 more batches (8 examples) fetched.
+    assert 2 <= len(os.listdir(tmp_path)) <= 2 + 8
+    del it
+    assert _no_children()
+
+
 def test_unpicklable_batch_is_an_error_not_a_hang():
     loader = ld.DataLoader(list(range(4)), batch_size=2, num_workers=1, collate_fn=lambda b: (lambda: b))
     with pytest.raises(loom.LoomError, match="pickling batch"):

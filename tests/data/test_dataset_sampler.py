@@ -211,3 +211,19 @@ def test_dataset_base_classes_raise():
     with pytest.raises(NotImplementedError):
         iter(ld.IterableDataset())
     assert ld.get_worker_info() is None
+
+
+def test_tensor_dataset_batch_fetch_equals_per_example():
+    x = loom.arange(24.0).reshape(6, 2, 2)
+    y = loom.arange(6)
+    ds = ld.TensorDataset(x, y)
+    fast = ds.__getitems__([4, 0, 5])
+    slow = [ds[i] for i in [4, 0, 5]]
+    assert [[t.tolist() for t in ex] for ex in fast] == [[t.tolist() for t in ex] for ex in slow]
+    assert [t.shape for t in fast[0]] == [(2, 2), ()] and fast[0][1].dtype is loom.int64
+    w = loom.ones(3, 2, requires_grad=True)
+    batch = ld.default_collate(ld.TensorDataset(w * 2).__getitems__([0, 2]))
+    batch[0].sum().backward()
+    assert w.grad.tolist() == [[2.0, 2.0], [0.0, 0.0], [2.0, 2.0]]
+    arrays = ld.TensorDataset(np.arange(4), np.arange(4) * 10).__getitems__([3, 1])
+    assert [tuple(int(v) for v in ex) for ex in arrays] == [(3, 30), (1, 10)]

@@ -186,6 +186,19 @@ def test_dead_transformer_surfaces(shards, fn, msg):
     assert _no_children()
 
 
+def test_killed_reader_surfaces(shards):
+    pipe = ld.RecordPipeline(shards, batch_size=2, queue_size=2, num_transform_workers=1)
+    it = iter(pipe)
+    next(it)
+    reader = [p for p in mp.active_children() if p.name == "loom-record-reader"]
+    assert len(reader) == 1
+    os.kill(reader[0].pid, signal.SIGKILL)
+    with pytest.raises(loom.LoomError, match=r"record reader \(pid \d+, killed by signal SIGKILL"):
+        for _ in it:
+            pass
+    assert _no_children()
+
+
 def test_corrupt_record_surfaces_with_file_and_record(tmp_path):
     with ld.RecordWriter(tmp_path / "c", num_shards=1) as w:
         for i in range(10):
