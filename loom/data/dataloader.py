@@ -406,4 +406,7 @@ class _MultiProcessIter:
             _mp.close_queue(self._result_queue)
 
     def __del__(self) -> None:
-        self._shutdown()
+        try:
+            self._shutdown()
+        except Exception:
+            pass  # Interpreter shutdown: multiprocessing stops daemon workers itself.

@@ -447,4 +447,7 @@ class _ProcessSource:
                 _mp.close_queue(q)
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:
+            pass  # Interpreter shutdown: multiprocessing stops daemon processes itself.
