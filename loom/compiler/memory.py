@@ -31,7 +31,7 @@ def _aligned(size: int) -> int:
     return -(-size // ALIGNMENT) * ALIGNMENT
 
 
-@dataclass
+@dataclass(repr=False)
 class MemoryPlan:
     """Where each intermediate of a graph lives in one arena of `arena_bytes` bytes.
 
@@ -72,6 +72,10 @@ class MemoryPlan:
     def unplanned_bytes(self) -> int:
         """What the placed values would take with one array each (no reuse)."""
         return sum(self.sizes[n] for n in self.offsets if n not in self.shares)
+
+    def __repr__(self) -> str:
+        return (f"<loom.compiler.MemoryPlan: arena {self.arena_bytes} B, lower bound {self.lower_bound} B, "
+                f"{len(self.offsets)} placed values>")
 
     def __str__(self) -> str:
         ratio = f" ({self.arena_bytes / self.lower_bound:.3f}x)" if self.lower_bound else ""

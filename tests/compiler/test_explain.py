@@ -1,0 +1,98 @@
+"""explain(): the graph after every pass, the kernels and the memory plan."""
+import numpy as np
+import pytest
+
+import loom
+from loom.compiler import PASSES, explain, passes_for_level, register_pass
+from loom.errors import LoomError
+from loom.ir import Graph
+
+
+def f(x, w):
+    h = (x @ w * 1.0).relu()
+    return h.exp().sum(1), h
+
+
+def test_report_names_every_pass_kernel_and_memory_number():
+    x, w = loom.randn(8, 5), loom.randn(5, 6)
+    e = explain(f, x, w)
+    text = str(e)
+    for name in passes_for_level(3):
+        assert f"after {name}:" in text
+    assert [p.name for p in e.passes] == passes_for_level(3)
+    assert len(e.kernels) >= 1 and text.count("-- kernel") == len(e.kernels)
+    for k in e.kernels:
+        assert f"%{k.node.id} = fused(" in text
+        assert str(k.body) in text
+    assert e.memory is not None
+    assert f"planned peak {e.memory.arena_bytes} B vs lower bound {e.memory.lower_bound} B" in text
+    assert "fused" in str(e.optimized) and "matmul" in text
+
+
+def test_structured_fields():
+    x, w = loom.randn(8, 5), loom.randn(5, 6)
+    e = explain(f, x, w)
+    counts = e.node_counts
+    assert counts[0] == ("captured", len(e.graph)) and counts[-1] == ("memory", len(e.optimized))
+    assert [n.op for n in e.graph.inputs] == ["input", "input"]
+    simplify = next(p for p in e.passes if p.name == "simplify")
+    assert simplify.nodes_after < simplify.nodes_before and "mul" not in simplify.ops
+    assert all(p.seconds >= 0 for p in e.passes)
+    np.testing.assert_allclose(e.optimized.run(x, w)[0].numpy(), f(x, w)[0].numpy(), rtol=1e-6)
+    assert "kernels" in repr(e) and "lower bound" in repr(e)
+
+
+def test_kernel_sources_come_from_codegen_when_available():
+    e = explain(lambda t: (t.sin() * 2.0).sum(0), loom.randn(4, 4))
+    (k,) = e.kernels
+    try:
+        from loom.codegen import get_kernel  # noqa: F401
+    except ImportError:
+        assert k.source is None and "not available" in k.note
+    else:
+        assert (k.source is not None and "{" in k.source) or k.note.startswith("codegen failed")
+        assert (k.source or k.note) in str(e)
+
+
+def test_levels_and_graphs():
+    g = Graph()
+    x = g.add_input((3,), loom.float32)
+    g.outputs = [g.add_node("exp", [g.add_node("neg", [g.add_node("neg", [x])])])]
+    e0 = explain(g, level=0)
+    assert e0.passes == [] and e0.kernels == [] and e0.memory is None
+    assert "no static plan at level O0" in str(e0)
+    e1 = explain(g, level=1)
+    assert [p.name for p in e1.passes] == ["prune", "cse", "fold"] and e1.memory is None
+    e3 = explain(g)
+    assert [k.ops for k in e3.kernels] == [["exp"]]
+    assert len(g) == 4  # The explained graph itself is untouched.
+
+
+def test_user_passes_show_up():
+    @register_pass("test_explain_marker", level=3, override=True)
+    def marker(graph):
+        return graph
+
+    try:
+        e = explain(lambda t: t.exp(), loom.randn(3))
+        assert e.passes[-1].name == "test_explain_marker" and "after test_explain_marker:" in str(e)
+    finally:
+        del PASSES["test_explain_marker"]
+
+
+def test_nested_outputs_and_repeated_inputs():
+    x = loom.randn(3, 2)
+    e = explain(lambda a, b: {"s": (a + b).sum(), "l": [a * b]}, x, x)
+    assert len(e.graph.inputs) == 1 and len(e.graph.outputs) == 2
+    np.testing.assert_allclose(e.optimized.run(x)[0].item(), (x + x).sum().item(), rtol=1e-6)
+
+
+def test_errors():
+    with pytest.raises(LoomError, match="must return Tensors"):
+        explain(lambda t: 3, loom.randn(2))
+    with pytest.raises(LoomError, match="returned no Tensors"):
+        explain(lambda t: [], loom.randn(2))
+    with pytest.raises(LoomError, match="expected a function or a Graph"):
+        explain(42)
+    with pytest.raises(LoomError, match="a Graph takes no arguments"):
+        explain(Graph(), loom.randn(2))

@@ -1,0 +1,201 @@
+"""Fusion: grouping rules, the fused primitive and bitwise-equal reference evaluation."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import loom
+from loom.compiler.fuse import find_groups, fusible, fuse, run_body
+from loom.errors import GraphError
+from loom.ir import Graph
+from tests.compiler.helpers import assert_same, op_counts, random_graphs, values
+
+F32, I64, BF16, F16 = loom.float32, loom.int64, loom.bfloat16, loom.float16
+
+
+def fused_nodes(g):
+    return g.find(op="fused")
+
+
+def body_ops(node):
+    return [n.op for n in node.attrs["body"] if n.op != "input"]
+
+
+def check(g, *inputs):
+    out = fuse(g.copy())
+    out.verify()
+    for f in fused_nodes(out):
+        body = f.attrs["body"]
+        body.verify()
+        assert len(body.outputs) == 1 and len(body.inputs) == len(f.inputs)
+        for p, i in zip(body.inputs, f.inputs):
+            assert p.shape == i.shape and p.dtype is i.dtype
+    assert_same(out.run(*inputs), g.run(*inputs))  # Bitwise: the body runs the same reference ops.
+    return out
+
+
+def test_elementwise_chain_is_one_kernel_with_consts_inlined():
+    g = Graph()
+    x, y = g.add_input((3, 4), F32), g.add_input((3, 4), F32)
+    two = g.add_constant(2.0, F32, shape=(3, 4))
+    a = g.add_node("mul", [g.add_node("exp", [x]), two])
+    b = g.add_node("where", [g.add_node("gt", [a, y]), a, g.add_node("cast", [g.add_node("cast", [y], {"dtype": I64})],
+                                                                       {"dtype": F32})])
+    g.outputs = [g.add_node("add", [b, two])]
+    out = check(g, values((3, 4), 1), values((3, 4), 2))
+    assert op_counts(out) == {"input": 2, "fused": 1}
+    (f,) = fused_nodes(out)
+    assert f.inputs == out.inputs
+    assert sorted(body_ops(f)) == sorted(["exp", "const", "mul", "gt", "cast", "cast", "where", "add"])
+
+
+def test_reduction_fuses_with_producers_and_elementwise_consumers():
+    g = Graph()
+    x = g.add_input((4, 5), F32)
+    t = g.add_node("permute", [x], {"perm": (1, 0)})
+    e = g.add_node("exp", [g.add_node("neg", [t])])
+    s = g.add_node("sum", [e], {"axes": (1,), "keepdim": False})
+    g.outputs = [g.add_node("log", [g.add_node("neg", [s])])]
+    out = check(g, values((4, 5)))
+    assert op_counts(out) == {"input": 1, "fused": 1}
+    assert body_ops(fused_nodes(out)[0]) == ["permute", "neg", "exp", "sum", "neg", "log"]
+
+
+def test_movement_after_a_reduction_starts_a_new_group():
+    """Softmax: max -> expand -> sub -> exp -> sum -> expand -> div."""
+    x = loom.tensor(values((3, 5), 4))
+    y = loom.softmax(x, 1)
+    g = Graph.from_tensors(y, inputs=[x])
+    out = check(g, values((3, 5), 4))
+    for f in fused_nodes(out):
+        ops = body_ops(f)
+        reductions = [o for o in ops if o in ("sum", "max", "min", "prod")]
+        assert len(reductions) <= 1
+        if reductions:
+            after = ops[ops.index(reductions[0]) + 1:]
+            assert not {"expand", "reshape", "permute"} & set(after)
+    assert len(fused_nodes(out)) >= 2
+    np.testing.assert_array_equal(out.run(x)[0].numpy(), y.numpy())
+
+
+def test_root_movement_and_library_nodes_stay_unfused():
+    g = Graph()
+    x = g.add_input((4, 4), F32)
+    i = g.add_input((4, 4), I64)
+    mm = g.add_node("matmul", [g.add_node("exp", [x]), x])
+    ga = g.add_node("gather", [g.add_node("neg", [mm]), i], {"axis": 1})
+    srt = g.add_node("argsort", [ga], {"axis": 1, "descending": False})
+    r = g.add_node("rand", [], {"seed": 1, "shape": (4, 4), "dtype": F32})
+    t = g.add_node("permute", [g.add_node("add", [ga, r])], {"perm": (1, 0)})
+    g.outputs = [t, srt]
+    idx = np.array([[0, 1, 2, 3], [3, 2, 1, 0], [1, 1, 1, 1], [0, 0, 3, 3]], np.int64)
+    out = check(g, values((4, 4)), idx)
+    ops = op_counts(out)
+    assert ops["matmul"] == ops["gather"] == ops["argsort"] == ops["rand"] == ops["permute"] == 1
+    assert ops["fused"] == 3  # exp; neg; add.
+
+
+def test_shared_values_and_outputs_end_groups():
+    g = Graph()
+    x = g.add_input((6,), F32)
+    a = g.add_node("exp", [x])
+    b = g.add_node("neg", [a])       # Output and consumed: ends its group.
+    c = g.add_node("sin", [b])
+    d = g.add_node("cos", [b])
+    g.outputs = [b, g.add_node("add", [c, d])]
+    out = check(g, values((6,)))
+    assert op_counts(out) == {"input": 1, "fused": 2}
+    first, second = fused_nodes(out)
+    assert body_ops(first) == ["exp", "neg"] and sorted(body_ops(second)) == ["add", "cos", "sin"]
+    assert second.inputs == (first,)
+
+
+def test_two_reductions_make_two_kernels():
+    g = Graph()
+    x = g.add_input((4, 6), F32)
+    s = g.add_node("sum", [g.add_node("exp", [x])], {"axes": (1,), "keepdim": False})
+    m = g.add_node("max", [g.add_node("reshape", [s], {"shape": (2, 2)})], {"axes": (0,), "keepdim": False})
+    g.outputs = [g.add_node("neg", [m])]
+    out = check(g, values((4, 6)))
+    assert [body_ops(f) for f in fused_nodes(out)] == [["exp", "sum"], ["reshape", "max", "neg"]]
+
+
+def test_integer_division_stays_on_the_checked_path():
+    g = Graph()
+    x, y = g.add_input((3,), I64), g.add_input((3,), I64)
+    q = g.add_node("floordiv", [g.add_node("neg", [x]), y])
+    g.outputs = [g.add_node("abs", [q])]
+    assert fusible(q) is None
+    out = check(g, np.array([7, -7, 3], np.int64), np.array([2, 3, -1], np.int64))
+    assert op_counts(out) == {"input": 2, "fused": 2, "floordiv": 1}
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16])
+def test_half_precision_bodies_match_bitwise(dtype):
+    g = Graph()
+    x = g.add_input((2, 8), dtype)
+    e = g.add_node("mul", [g.add_node("exp", [x]), g.add_constant(0.3, dtype, shape=(2, 8))])
+    g.outputs = [g.add_node("sum", [e], {"axes": (1,), "keepdim": True})]
+    v = values((2, 8), 7)
+    v = v if dtype is BF16 else v.astype(np.float16)
+    out = check(g, v)
+    assert op_counts(out) == {"input": 1, "fused": 1}
+
+
+def test_special_values_pass_through_kernels():
+    g = Graph()
+    x = g.add_input((2, 4), F32)
+    y = g.add_node("maximum", [g.add_node("mul", [x, x]), g.add_node("neg", [x])])
+    g.outputs = [g.add_node("min", [g.add_node("add", [y, g.add_constant(-0.0, F32, shape=(2, 4))])],
+                            {"axes": (1,), "keepdim": False})]
+    v = np.array([[np.nan, 0.0, -0.0, 1.0], [np.inf, -np.inf, -0.0, -0.0]], np.float32)
+    check(g, v)
+
+
+def test_fused_primitive_checks_its_inputs():
+    g = Graph()
+    x = g.add_input((3,), F32)
+    g.outputs = [g.add_node("exp", [x])]
+    out = fuse(g.copy())
+    (f,) = fused_nodes(out)
+    body = f.attrs["body"]
+    with pytest.raises(GraphError, match="the body expects"):
+        out.add_node("fused", [out.add_input((4,), F32)], {"body": body})
+    with pytest.raises(GraphError, match="expects float32"):
+        out.add_node("fused", [out.add_input((3,), loom.float64)], {"body": body})
+    with pytest.raises(GraphError, match="takes 1 inputs, got 0"):
+        out.add_node("fused", [], {"body": body})
+    np.testing.assert_array_equal(run_body(body, [np.zeros(3, np.float32)]), np.ones(3, np.float32))
+
+
+def test_fused_graphs_copy_and_refuse_without_crashing():
+    g = Graph()
+    x = g.add_input((3,), F32)
+    g.outputs = [g.add_node("exp", [g.add_node("neg", [x])])]
+    out = fuse(g.copy())
+    h = out.copy()
+    v = values((3,))
+    assert_same(h.run(v), g.run(v))
+    assert "fused" in str(h)
+
+
+@settings(max_examples=150, derandomize=True, deadline=None)
+@given(random_graphs())
+def test_groups_obey_the_rules_on_random_graphs(case):
+    g, inputs = case
+    outputs = set(g.outputs)
+    for members in find_groups(g):
+        inside = set(members)
+        root = members[-1]
+        for m in members[:-1]:
+            assert m not in outputs and all(c in inside for c in g.consumers(m))
+        reductions = [m for m in members if fusible(m) == "reduce"]
+        assert len(reductions) <= 1
+        assert fusible(root) in ("elementwise", "reduce")
+        if reductions:  # Only elementwise nodes between the reduction and the root.
+            stack = list(g.consumers(reductions[0]))
+            while stack:
+                c = stack.pop()
+                if c in inside:
+                    assert fusible(c) == "elementwise"
+                    stack.extend(g.consumers(c))
+    check(g, *inputs)
