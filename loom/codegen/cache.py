@@ -9,7 +9,10 @@ the problem is logged once and the kernel stays on the reference path.
 
 Environment: ``LOOM_CACHE_DIR``, ``LOOM_CODEGEN_SYNC``, ``LOOM_CODEGEN=0``
 (never compile), ``LOOM_CODEGEN_JOBS`` (parallel builds, default 2),
-``LOOM_CC``, ``LOOM_MVEC``, ``LOOM_PAR_MIN``.
+``LOOM_CC``, ``LOOM_MVEC``, ``LOOM_PAR_MIN``. Unless ``OMP_WAIT_POLICY`` or
+``GOMP_SPINCOUNT`` is set, loom sets ``GOMP_SPINCOUNT=10000`` before the first
+kernel loads libgomp: idle OpenMP threads spin briefly (warm for the next
+kernel) instead of for ~0.3 s, which starves other work on busy machines.
 """
 from __future__ import annotations
 
@@ -27,6 +30,9 @@ from .c import FORMAT_VERSION, Unsupported, render
 from .kernel import Kernel
 
 log = logging.getLogger("loom.codegen")
+
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "10000"
 
 _LOCK = threading.Lock()
 _LIBS: dict[str, _Lib] = {}

@@ -188,6 +188,10 @@ class Kernel:
     def __call__(self, inputs, out: np.ndarray) -> None:
         inputs = list(inputs)
         self.check(inputs, out)
+        self.run(inputs, out)
+
+    def run(self, inputs: list[np.ndarray], out: np.ndarray) -> None:
+        """`__call__` without the argument checks, for callers that produced the arrays themselves."""
         if not self.ready:
             np.copyto(out, run_reference(self.body, inputs))
             return

@@ -1,0 +1,279 @@
+"""Run a compiled graph: fused nodes through generated kernels, matmul through BLAS, the rest by reference.
+
+An `Executable` is built once per optimised graph (and its memory plan) and
+called many times. Everything decidable up front is decided at construction:
+the schedule, each step's function, constant values, kernels (compiled in
+the background; until they are ready their bodies run on the reference
+path), and where every intermediate lives. Calls then validate the inputs,
+run the steps and return the outputs.
+
+Memory: with a `MemoryPlan` (``plan.offsets``, ``plan.arena_bytes``) every
+placed intermediate is a view into one arena (reused across calls, one per
+concurrent call); without one each intermediate gets its own array, freed
+after its last use. Outputs always get fresh arrays, never arena views.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from loom import dtypes as dt
+from loom.errors import DTypeError, GraphError, LoomError, ShapeError, fmt_shape
+from loom.ir import ops
+from loom.ir.graph import CONSTANT_OPS, Graph
+from loom.ir.node import Node
+from loom.runtime import reference
+
+_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class _Step:
+    """One node's work: `run(args, out)` returns the value (written into `out` when given)."""
+
+    __slots__ = ("node", "args", "out", "run", "free")
+
+    def __init__(self, node: Node, args: list[int], out: int, run: Callable, free: list[int]):
+        self.node = node
+        self.args = args
+        self.out = out
+        self.run = run
+        self.free = free
+
+
+def _matmul(node: Node) -> Callable:
+    a, b = node.inputs
+    if a.dtype.np in _BLAS_DTYPES:
+        def run(args, out):
+            if out is None:
+                return np.matmul(args[0], args[1])
+            np.matmul(args[0], args[1], out=out)  # OpenBLAS sgemm/dgemm.
+            return out
+        return run
+    return _reference(node)
+
+
+def _reference(node: Node) -> Callable:
+    def run(args, out):
+        with np.errstate(all="ignore"):
+            value = reference.evaluate(node, args)
+        if out is None:
+            return value
+        np.copyto(out, value)
+        return out
+    return run
+
+
+def _fused(node: Node) -> tuple[Callable, Any]:
+    from loom.codegen import get_kernel
+
+    kernel = get_kernel(node.attrs["body"])
+    shape, npd = tuple(node.shape), node.dtype.np
+
+    def run(args, out):
+        if out is None:
+            out = np.empty(shape, npd)
+        kernel.run(args, out)
+        return out
+    return run, kernel
+
+
+class Executable:
+    """A graph made ready to run many times.
+
+    Parameters
+    ----------
+    graph : loom.ir.Graph
+        Its nodes are primitives and ``fused`` nodes (from the compiler's
+        fuse pass). It is not modified.
+    plan : loom.compiler.MemoryPlan, optional
+        Arena offsets for intermediates; None gives each its own array.
+
+    Examples
+    --------
+    >>> import numpy as np, loom
+    >>> from loom.runtime.executor import Executable
+    >>> g = loom.ir.Graph()
+    >>> a, b = g.add_input((2, 3), "float32"), g.add_input((3, 2), "float32")
+    >>> g.outputs = [g.add_node("exp", [g.add_node("matmul", [a, b])])]
+    >>> run = Executable(g)
+    >>> run(np.zeros((2, 3), np.float32), np.ones((3, 2), np.float32))[0].tolist()
+    [[1.0, 1.0], [1.0, 1.0]]
+    """
+
+    def __init__(self, graph: Graph, plan=None):
+        if not isinstance(graph, Graph):
+            raise LoomError(f"loom.Executable: expected a loom.ir.Graph, got {type(graph).__name__}")
+        graph.verify()
+        self.graph = graph
+        self.plan = plan
+        order = graph.topological_order()
+        self._inputs = list(graph.inputs)
+        outputs = list(graph.outputs)
+        slot: dict[Node, int] = {}
+        for n in self._inputs:
+            slot[n] = len(slot)
+        self._consts: list[tuple[int, np.ndarray]] = []
+        self.kernels = []
+        steps: list[_Step] = []
+        for n in order:
+            if n in slot:
+                continue
+            if n.op == "input":
+                raise GraphError(f"loom.Executable: placeholder %{n.id} is not listed in graph.inputs")
+            slot[n] = len(slot)
+            if n.op in CONSTANT_OPS:
+                value = n.buffer if n.op == "buffer" else reference.evaluate(n, [])
+                value = np.array(value)  # A private, contiguous copy: read-only for the graph's life.
+                value.flags.writeable = False
+                self._consts.append((slot[n], value))
+                continue
+            if n.op == "fused":
+                fn, kernel = _fused(n)
+                self.kernels.append(kernel)
+            elif n.op == "matmul":
+                fn = _matmul(n)
+            elif n.op in ops.PRIMITIVES:
+                fn = _reference(n)
+            else:
+                raise GraphError(f"loom.Executable: unknown op {n.op!r}")
+            steps.append(_Step(n, [slot[i] for i in n.inputs], slot[n], fn, []))
+        self._n_slots = len(slot)
+        self._out_slots = [slot[o] for o in outputs]
+        self._outputs = outputs
+        # Free each intermediate after its last reader (only matters without a plan).
+        last: dict[int, int] = {}
+        for k, st in enumerate(steps):
+            for a in st.args:
+                last[a] = k
+        keep = set(self._out_slots) | {s for s, _ in self._consts} | set(range(len(self._inputs)))
+        for s, k in last.items():
+            if s not in keep:
+                steps[k].free.append(s)
+        self._steps = steps
+        # Where each step writes: an arena view (plan), a fresh output array, or wherever it likes.
+        self._placed: dict[int, Node] = {}
+        if plan is not None:
+            offsets = getattr(plan, "offsets", {})
+            for st in steps:
+                if st.node in offsets and st.out not in self._out_slots:
+                    self._placed[st.out] = st.node
+        self._arena_bytes = int(getattr(plan, "arena_bytes", 0) or 0) if plan is not None else 0
+        self._arenas: list[tuple[np.ndarray, dict[int, np.ndarray]]] = []
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ memory
+    def _acquire(self) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        with self._lock:
+            if self._arenas:
+                return self._arenas.pop()
+        arena = np.empty(max(self._arena_bytes, 1), np.uint8)
+        views = {}
+        for s, node in self._placed.items():
+            views[s] = self._view(arena, node)
+        return arena, views
+
+    def _view(self, arena: np.ndarray, node: Node) -> np.ndarray:
+        off = int(self.plan.offsets[node])
+        size = int(np.prod(node.shape, dtype=np.int64)) * node.dtype.np.itemsize
+        if off < 0 or off + size > arena.nbytes or off % node.dtype.np.itemsize:
+            raise LoomError(f"loom.Executable: the memory plan puts %{node.id} ({size} B) at offset {off}, "
+                            f"outside the {arena.nbytes} B arena or misaligned")
+        return arena[off:off + size].view(node.dtype.np).reshape(node.shape)
+
+    def _release(self, arena) -> None:
+        with self._lock:
+            self._arenas.append(arena)
+
+    # ------------------------------------------------------------ running
+    def check_inputs(self, values) -> list[np.ndarray]:
+        """The input arrays, each checked against its placeholder; raises before anything runs."""
+        if len(values) != len(self._inputs):
+            raise LoomError(f"loom.Executable: the graph takes {len(self._inputs)} inputs "
+                            f"({', '.join(_desc(n) for n in self._inputs) or 'none'}), got {len(values)}")
+        arrays = []
+        for k, (node, v) in enumerate(zip(self._inputs, values)):
+            want = node.dtype.np
+            if not isinstance(v, np.ndarray):
+                try:
+                    v = np.asarray(v, want) if node.dtype is not dt.bfloat16 else dt.f32_to_bf16(
+                        np.asarray(v, np.float32))
+                except (TypeError, ValueError) as e:
+                    raise LoomError(f"loom.Executable: input {k} expects {_desc(node)}: {e}") from None
+            if v.dtype != want:
+                raise DTypeError(f"loom.Executable: input {k} expects {_desc(node)}, got an array of "
+                                 f"{v.dtype}{fmt_shape(v.shape)}")
+            if v.shape != tuple(node.shape):
+                raise ShapeError(f"loom.Executable: input {k} expects {_desc(node)}, got shape "
+                                 f"{fmt_shape(v.shape)}")
+            arrays.append(v)
+        return arrays
+
+    def __call__(self, *values) -> tuple[np.ndarray, ...]:
+        arrays = self.check_inputs(values)
+        env: list[Any] = [None] * self._n_slots
+        env[:len(arrays)] = arrays
+        for s, value in self._consts:
+            env[s] = value
+        out_set = self._out_slots
+        fresh: dict[int, np.ndarray] = {}
+        arena = None
+        if self._placed:
+            arena, views = self._acquire()
+        try:
+            for st in self._steps:
+                if st.out in self._placed:
+                    dst = views[st.out]
+                elif st.out in out_set:
+                    dst = fresh[st.out] = np.empty(st.node.shape, st.node.dtype.np)
+                else:
+                    dst = None
+                env[st.out] = st.run([env[a] for a in st.args], dst)
+                for s in st.free:
+                    env[s] = None
+            results = []
+            for s in out_set:
+                value = env[s]
+                if s not in fresh or value is not fresh[s]:
+                    value = np.array(value)  # Inputs, constants, or a value that may alias them.
+                results.append(value)
+            return tuple(results)
+        finally:
+            if arena is not None:
+                self._release((arena, views))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every kernel has finished building; True if all compiled."""
+        return all([k.wait(timeout) for k in self.kernels])
+
+    def __repr__(self) -> str:
+        ready = sum(k.ready for k in self.kernels)
+        return (f"<loom.Executable: {len(self._steps)} steps, {len(self.kernels)} kernels ({ready} compiled), "
+                f"arena {self._arena_bytes} B>")
+
+
+def _desc(node: Node) -> str:
+    return f"{node.dtype.name}{fmt_shape(node.shape)}"
+
+
+_RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def run_graph(graph: Graph, *inputs, plan=None) -> tuple[np.ndarray, ...]:
+    """Run `graph` on NumPy inputs through an `Executable` (built once per graph and kept while it lives).
+
+    Examples
+    --------
+    >>> import numpy as np, loom
+    >>> g = loom.ir.Graph()
+    >>> x = g.add_input((3,), "float32")
+    >>> g.outputs = [g.add_node("neg", [x])]
+    >>> run_graph(g, np.array([1, 2, 3], np.float32))[0].tolist()
+    [-1.0, -2.0, -3.0]
+    """
+    exe = _RUNS.get(graph)
+    if exe is None or exe.plan is not plan:
+        exe = _RUNS[graph] = Executable(graph, plan)
+    return exe(*inputs)
