@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Callable, Iterable
 
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomTypeError, LoomValueError
 
 POLL_INTERVAL = 0.05  # Seconds between liveness checks while waiting for data.
 
@@ -111,10 +111,10 @@ def context(spec) -> mp.context.BaseContext:
         return mp.get_context()
     if isinstance(spec, str):
         if spec not in mp.get_all_start_methods():
-            raise ValueError(f"loom.data: multiprocessing_context {spec!r} is not one of "
-                             f"{mp.get_all_start_methods()}")
+            raise LoomValueError(f"loom.data: multiprocessing_context {spec!r} is not one of "
+                                 f"{mp.get_all_start_methods()}")
         return mp.get_context(spec)
     if isinstance(spec, mp.context.BaseContext):
         return spec
-    raise TypeError(f"loom.data: multiprocessing_context should be None, a start method name or a "
-                    f"multiprocessing context, got {type(spec).__name__}")
+    raise LoomTypeError(f"loom.data: multiprocessing_context should be None, a start method name or a "
+                        f"multiprocessing context, got {type(spec).__name__}")

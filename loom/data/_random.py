@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from loom.tensor import Generator, default_generator
+from loom.errors import LoomTypeError
 
 
 def numpy_rng(generator=None, opname: str = "loom.data") -> np.random.Generator:
@@ -19,8 +20,8 @@ def numpy_rng(generator=None, opname: str = "loom.data") -> np.random.Generator:
         return np.random.default_rng(generator.next_key())
     if isinstance(generator, np.random.Generator):
         return generator
-    raise TypeError(f"{opname}: generator must be a loom.Generator or a numpy.random.Generator, "
-                    f"got {type(generator).__name__}")
+    raise LoomTypeError(f"{opname}: generator must be a loom.Generator or a numpy.random.Generator, "
+                        f"got {type(generator).__name__}")
 
 
 def seed_from(generator=None, opname: str = "loom.data") -> int:

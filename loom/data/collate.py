@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from loom import dtypes as dt
-from loom.errors import ShapeError, fmt_shape
+from loom.errors import LoomTypeError, LoomValueError, ShapeError, fmt_shape
 from loom.tensor import Tensor, as_tensor, from_numpy, tensor
 
 _ERR = ("loom.data.default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
@@ -55,16 +55,16 @@ def default_collate(batch: Sequence[Any]) -> Any:
     >>> b["x"].shape, b["y"].tolist()
     (loom.Size([2, 2]), [1, 0])
     >>> loom.data.default_collate([(1.0, "a"), (2.0, "b")])
-    [tensor([1., 2.], dtype=loom.float64), ['a', 'b']]
+    [tensor([1., 2.], dtype=loom.float64), ('a', 'b')]
     """
     if len(batch) == 0:
-        raise ValueError("loom.data.default_collate: received an empty batch")
+        raise LoomValueError("loom.data.default_collate: received an empty batch")
     elem = batch[0]
     if isinstance(elem, Tensor):
         return _stack_tensors(batch)
     if isinstance(elem, np.ndarray):
         if not _numpy_ok(elem):
-            raise TypeError(_ERR.format(f"numpy array of dtype {elem.dtype}"))
+            raise LoomTypeError(_ERR.format(f"numpy array of dtype {elem.dtype}"))
         shapes = {np.shape(b) for b in batch}
         if len(shapes) != 1:
             raise ShapeError(f"loom.data.default_collate: stack expects each array to be equal size, got shapes "
@@ -106,7 +106,7 @@ def default_collate(batch: Sequence[Any]) -> Any:
             return type(elem)(columns)
         except TypeError:
             return columns
-    raise TypeError(_ERR.format(type(elem).__name__))
+    raise LoomTypeError(_ERR.format(type(elem).__name__))
 
 
 def default_convert(data: Any) -> Any:

@@ -12,7 +12,7 @@ from loom.data.collate import default_collate, default_convert
 from loom.data.dataset import Dataset, IterableDataset
 from loom.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from loom.data.worker import Fetcher, worker_loop
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomTypeError, LoomValueError
 from loom.tensor import Generator
 
 _OP = "loom.data.DataLoader"
@@ -102,47 +102,48 @@ class DataLoader:
                  persistent_workers: bool = False, pin_memory_device: str = "", in_order: bool = True,
                  seed: int | None = None) -> None:
         if not isinstance(num_workers, numbers.Integral) or num_workers < 0:
-            raise ValueError(f"{_OP}: num_workers option should be non-negative; use num_workers=0 to disable "
-                             f"multiprocessing (got {num_workers!r})")
+            raise LoomValueError(f"{_OP}: num_workers option should be non-negative; use num_workers=0 to disable "
+                                 f"multiprocessing (got {num_workers!r})")
         if timeout < 0:
-            raise ValueError(f"{_OP}: timeout option should be non-negative (got {timeout!r})")
+            raise LoomValueError(f"{_OP}: timeout option should be non-negative (got {timeout!r})")
         if num_workers == 0 and prefetch_factor is not None:
-            raise ValueError(f"{_OP}: prefetch_factor option could only be specified in multiprocessing; let "
-                             "num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None")
+            raise LoomValueError(f"{_OP}: prefetch_factor option could only be specified in multiprocessing; let "
+                                 "num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None")
         if num_workers > 0 and prefetch_factor is None:
             prefetch_factor = 2
         if prefetch_factor is not None and (not isinstance(prefetch_factor, numbers.Integral) or prefetch_factor < 1):
-            raise ValueError(f"{_OP}: prefetch_factor option should be a positive integer (got {prefetch_factor!r})")
+            raise LoomValueError(f"{_OP}: prefetch_factor option should be a positive integer (got "
+                                 f"{prefetch_factor!r})")
         if persistent_workers and num_workers == 0:
-            raise ValueError(f"{_OP}: persistent_workers option needs num_workers > 0")
+            raise LoomValueError(f"{_OP}: persistent_workers option needs num_workers > 0")
         if seed is not None:
             if generator is not None:
-                raise ValueError(f"{_OP}: give either generator or seed, not both")
+                raise LoomValueError(f"{_OP}: give either generator or seed, not both")
             generator = Generator(seed)
 
         iterable = isinstance(dataset, IterableDataset)
         if iterable:
             if shuffle not in (False, None):
-                raise ValueError(f"{_OP}: with IterableDataset: expected unspecified shuffle option, but got "
-                                 f"shuffle={shuffle}")
+                raise LoomValueError(f"{_OP}: with IterableDataset: expected unspecified shuffle option, but got "
+                                     f"shuffle={shuffle}")
             if sampler is not None:
-                raise ValueError(f"{_OP}: with IterableDataset: expected unspecified sampler option, but got "
-                                 f"sampler={sampler}")
+                raise LoomValueError(f"{_OP}: with IterableDataset: expected unspecified sampler option, but got "
+                                     f"sampler={sampler}")
             if batch_sampler is not None:
-                raise ValueError(f"{_OP}: with IterableDataset: expected unspecified batch_sampler option, but "
-                                 f"got batch_sampler={batch_sampler}")
+                raise LoomValueError(f"{_OP}: with IterableDataset: expected unspecified batch_sampler option, but "
+                                     f"got batch_sampler={batch_sampler}")
         shuffle = bool(shuffle)
         if sampler is not None and shuffle:
-            raise ValueError(f"{_OP}: sampler option is mutually exclusive with shuffle")
+            raise LoomValueError(f"{_OP}: sampler option is mutually exclusive with shuffle")
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                raise ValueError(f"{_OP}: batch_sampler option is mutually exclusive with batch_size, shuffle, "
-                                 "sampler, and drop_last")
+                raise LoomValueError(f"{_OP}: batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                                     "sampler, and drop_last")
             batch_size = None
             drop_last = False
         elif batch_size is None and drop_last:
-            raise ValueError(f"{_OP}: batch_size=None option disables auto-batching and is mutually exclusive "
-                             "with drop_last")
+            raise LoomValueError(f"{_OP}: batch_size=None option disables auto-batching and is mutually exclusive "
+                                 "with drop_last")
         if sampler is None:
             if iterable:
                 sampler = _InfiniteConstantSampler()
@@ -176,7 +177,7 @@ class DataLoader:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if getattr(self, "_initialized", False) and name in self._frozen:
-            raise ValueError(f"{_OP}: {name} attribute should not be set after DataLoader is initialized")
+            raise LoomValueError(f"{_OP}: {name} attribute should not be set after DataLoader is initialized")
         super().__setattr__(name, value)
 
     @property
@@ -207,8 +208,8 @@ class DataLoader:
             try:
                 n = len(self.dataset)  # type: ignore[arg-type]
             except TypeError:
-                raise TypeError(f"{_OP}: the IterableDataset {type(self.dataset).__name__} has no __len__, so the "
-                                "loader has no length") from None
+                raise LoomTypeError(f"{_OP}: the IterableDataset {type(self.dataset).__name__} has no __len__, so the "
+                                    "loader has no length") from None
             if self.batch_size is not None:
                 n = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
             return n

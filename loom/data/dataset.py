@@ -11,6 +11,7 @@ from typing import Any, Generic, Iterable, Iterator, Sequence, TypeVar
 import numpy as np
 
 from loom.data._random import numpy_rng
+from loom.errors import LoomIndexError, LoomTypeError, LoomValueError
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -82,11 +83,12 @@ class TensorDataset(Dataset):
 
     def __init__(self, *tensors) -> None:
         if not tensors:
-            raise ValueError("loom.data.TensorDataset: expected at least one tensor")
+            raise LoomValueError("loom.data.TensorDataset: expected at least one tensor")
         sizes = [t.shape[0] if len(t.shape) else None for t in tensors]
         if any(s is None for s in sizes) or len(set(sizes)) != 1:
-            raise ValueError("loom.data.TensorDataset: size mismatch between tensors: dimension 0 sizes are "
-                             f"{[tuple(t.shape)[:1] for t in tensors]}; every tensor needs the same first dimension")
+            raise LoomValueError("loom.data.TensorDataset: size mismatch between tensors: dimension 0 sizes are "
+                                 f"{[tuple(t.shape)[:1] for t in tensors]}; every tensor needs the "
+                                 f"same first dimension")
         self.tensors = tensors
 
     def __getitem__(self, index):
@@ -128,14 +130,14 @@ class StackDataset(Dataset):
 
     def __init__(self, *args: Dataset, **kwargs: Dataset) -> None:
         if args and kwargs:
-            raise ValueError("loom.data.StackDataset: supported either tuple-like (positional) or dict-like "
-                             "(keyword) input, not both")
+            raise LoomValueError("loom.data.StackDataset: supported either tuple-like (positional) or dict-like "
+                                 "(keyword) input, not both")
         parts = list(args) or list(kwargs.values())
         if not parts:
-            raise ValueError("loom.data.StackDataset: at least one dataset should be passed")
+            raise LoomValueError("loom.data.StackDataset: at least one dataset should be passed")
         self._length = len(parts[0])
         if any(len(p) != self._length for p in parts):
-            raise ValueError(f"loom.data.StackDataset: size mismatch between datasets: {[len(p) for p in parts]}")
+            raise LoomValueError(f"loom.data.StackDataset: size mismatch between datasets: {[len(p) for p in parts]}")
         self.datasets: tuple | dict = tuple(args) if args else dict(kwargs)
 
     def __getitem__(self, index):
@@ -164,11 +166,11 @@ class ConcatDataset(Dataset[T_co]):
     def __init__(self, datasets: Iterable[Dataset]) -> None:
         self.datasets = list(datasets)
         if not self.datasets:
-            raise ValueError("loom.data.ConcatDataset: datasets should not be an empty iterable")
+            raise LoomValueError("loom.data.ConcatDataset: datasets should not be an empty iterable")
         for d in self.datasets:
             if isinstance(d, IterableDataset):
-                raise TypeError("loom.data.ConcatDataset: does not support IterableDataset "
-                                f"(got {type(d).__name__}); use ChainDataset")
+                raise LoomTypeError("loom.data.ConcatDataset: does not support IterableDataset "
+                                    f"(got {type(d).__name__}); use ChainDataset")
         self.cumulative_sizes = self.cumsum(self.datasets)
 
     def __len__(self) -> int:
@@ -177,13 +179,13 @@ class ConcatDataset(Dataset[T_co]):
     def __getitem__(self, idx):
         if idx < 0:
             if -idx > len(self):
-                raise ValueError(f"loom.data.ConcatDataset: absolute value of index {idx} should not exceed "
-                                 f"dataset length {len(self)}")
+                raise LoomValueError(f"loom.data.ConcatDataset: absolute value of index {idx} should not exceed "
+                                     f"dataset length {len(self)}")
             idx = len(self) + idx
         which = bisect.bisect_right(self.cumulative_sizes, idx)
         start = self.cumulative_sizes[which - 1] if which else 0
         if which == len(self.datasets):
-            raise IndexError(f"loom.data.ConcatDataset: index {idx} is out of range for length {len(self)}")
+            raise LoomIndexError(f"loom.data.ConcatDataset: index {idx} is out of range for length {len(self)}")
         return self.datasets[which][idx - start]
 
 
@@ -205,7 +207,7 @@ class ChainDataset(IterableDataset):
     def __iter__(self):
         for d in self.datasets:
             if not isinstance(d, IterableDataset):
-                raise TypeError(f"loom.data.ChainDataset: only supports IterableDataset, got {type(d).__name__}")
+                raise LoomTypeError(f"loom.data.ChainDataset: only supports IterableDataset, got {type(d).__name__}")
             yield from d
 
     def __len__(self) -> int:
@@ -267,7 +269,7 @@ def random_split(dataset: Dataset, lengths: Sequence[int | float], generator=Non
         sizes = []
         for i, frac in enumerate(lengths):
             if frac < 0 or frac > 1:
-                raise ValueError(f"loom.data.random_split: fraction at index {i} is not between 0 and 1")
+                raise LoomValueError(f"loom.data.random_split: fraction at index {i} is not between 0 and 1")
             sizes.append(int(math.floor(n * frac)))
         for i in range(n - sum(sizes)):
             sizes[i % len(sizes)] += 1
@@ -277,11 +279,11 @@ def random_split(dataset: Dataset, lengths: Sequence[int | float], generator=Non
                               stacklevel=2)
         lengths = sizes
     if any(not isinstance(v, numbers.Integral) or v < 0 for v in lengths):
-        raise ValueError(f"loom.data.random_split: lengths must be non-negative ints or fractions summing to 1, "
-                         f"got {lengths}")
+        raise LoomValueError(f"loom.data.random_split: lengths must be non-negative ints or fractions summing to 1, "
+                             f"got {lengths}")
     if sum(lengths) != n:
-        raise ValueError(f"loom.data.random_split: sum of input lengths ({sum(lengths)}) does not equal the length "
-                         f"of the input dataset ({n})")
+        raise LoomValueError(f"loom.data.random_split: sum of input lengths ({sum(lengths)}) does not equal the length "
+                             f"of the input dataset ({n})")
     perm = numpy_rng(generator, "loom.data.random_split").permutation(n).tolist()
     return [Subset(dataset, perm[end - size:end]) for end, size in zip(itertools.accumulate(lengths), lengths)]
 

@@ -18,7 +18,8 @@ import numpy as np
 
 from loom.data.dataset import Dataset
 from loom.data.text import CharTokenizer
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomIndexError, LoomValueError
+from loom.data.errors import LoomFileNotFoundError
 from loom.tensor import Tensor, from_numpy
 
 FASHION_MNIST_ROOT = "/usr/share/datasets/fashion-mnist"
@@ -32,8 +33,8 @@ def data_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
-def _missing(path, what: str, hint: str) -> FileNotFoundError:
-    return FileNotFoundError(f"loom.data.datasets: {what} not found at {os.fspath(path)!r}. {hint}")
+def _missing(path, what: str, hint: str) -> LoomFileNotFoundError:
+    return LoomFileNotFoundError(f"loom.data.datasets: {what} not found at {os.fspath(path)!r}. {hint}")
 
 
 _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"),
@@ -236,7 +237,7 @@ class TinyShakespeare(Dataset):
             raise _missing(path, "the tinyshakespeare text", "Pass path= the input.txt of karpathy/char-rnn's "
                            "data/tinyshakespeare, or set LOOM_DATA_DIR.")
         if block_size < 1:
-            raise ValueError(f"loom.data.datasets.TinyShakespeare: block_size should be positive, got {block_size}")
+            raise LoomValueError(f"loom.data.datasets.TinyShakespeare: block_size should be positive, got {block_size}")
         self.path = path
         self.text = path.read_text(encoding="utf-8")
         self.tokenizer = CharTokenizer(self.text)
@@ -245,15 +246,15 @@ class TinyShakespeare(Dataset):
         self.ids = ids[:cut] if train is True else ids[cut:] if train is False else ids
         self.block_size = block_size
         if len(self.ids) <= block_size:
-            raise ValueError(f"loom.data.datasets.TinyShakespeare: the split has {len(self.ids)} characters, not "
-                             f"more than block_size={block_size}")
+            raise LoomValueError(f"loom.data.datasets.TinyShakespeare: the split has {len(self.ids)} characters, not "
+                                 f"more than block_size={block_size}")
 
     def __len__(self) -> int:
         return len(self.ids) - self.block_size
 
     def __getitem__(self, index: int):
         if not -len(self) <= index < len(self):
-            raise IndexError(f"loom.data.datasets.TinyShakespeare: index {index} out of range for {len(self)}")
+            raise LoomIndexError(f"loom.data.datasets.TinyShakespeare: index {index} out of range for {len(self)}")
         index %= len(self)
         chunk = self.ids[index:index + self.block_size + 1]
         return chunk[:-1], chunk[1:]

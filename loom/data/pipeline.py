@@ -24,7 +24,7 @@ from loom.data import _mp
 from loom.data._random import use_rng
 from loom.data.collate import default_collate
 from loom.data.records import RecordReader, check_record, count_records, decode_example, resolve_files
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomValueError
 
 _OP = "loom.data.RecordPipeline"
 _SHUFFLE_MODES = {False: (False, False), True: (True, True), "chunks": (True, False), "examples": (False, True),
@@ -246,11 +246,11 @@ class RecordPipeline:
                              ("shuffle_buffer", shuffle_buffer, 0), ("num_transform_workers", num_transform_workers, 0),
                              ("queue_size", queue_size, 1), ("seed", seed, 0)):
             if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < low:
-                raise ValueError(f"{_OP}: {name} should be an integer >= {low}, got {v!r}")
+                raise LoomValueError(f"{_OP}: {name} should be an integer >= {low}, got {v!r}")
         if shuffle not in _SHUFFLE_MODES:
-            raise ValueError(f"{_OP}: shuffle should be True, False, 'chunks' or 'examples', got {shuffle!r}")
+            raise LoomValueError(f"{_OP}: shuffle should be True, False, 'chunks' or 'examples', got {shuffle!r}")
         if timeout < 0:
-            raise ValueError(f"{_OP}: timeout should be non-negative, got {timeout!r}")
+            raise LoomValueError(f"{_OP}: timeout should be non-negative, got {timeout!r}")
         self.files = resolve_files(files)
         self.counts = count_records(self.files)
         self.transform = transform
@@ -286,19 +286,19 @@ class RecordPipeline:
 
     def _load_position(self, pos) -> None:
         if not isinstance(pos, dict) or not {"epoch", "examples"} <= set(pos):
-            raise ValueError(f"{_OP}: start_position should be a dict from position() with keys 'epoch' and "
-                             f"'examples', got {pos!r}")
+            raise LoomValueError(f"{_OP}: start_position should be a dict from position() with keys 'epoch' and "
+                                 f"'examples', got {pos!r}")
         epoch, examples = pos["epoch"], pos["examples"]
         if not (isinstance(epoch, numbers.Integral) and isinstance(examples, numbers.Integral)) or epoch < 0 \
                 or not 0 <= examples <= self.num_examples:
-            raise ValueError(f"{_OP}: start_position {pos!r} is out of range for {self.num_examples} examples per "
-                             "epoch")
+            raise LoomValueError(f"{_OP}: start_position {pos!r} is out of range for {self.num_examples} examples per "
+                                 "epoch")
         self.epoch, self.examples = int(epoch), int(examples)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next loop run epoch `epoch` (from its start, unless already positioned inside it)."""
         if not isinstance(epoch, numbers.Integral) or epoch < 0:
-            raise ValueError(f"{_OP}.set_epoch: epoch should be a non-negative integer, got {epoch!r}")
+            raise LoomValueError(f"{_OP}.set_epoch: epoch should be a non-negative integer, got {epoch!r}")
         if epoch != self.epoch:
             self.epoch, self.examples = int(epoch), 0
 

@@ -20,7 +20,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 from numpy.lib import format as npformat
 
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomIndexError, LoomTypeError, LoomValueError
+from loom.data.errors import LoomFileNotFoundError
 
 MAGIC = b"LOOMREC\x00"
 INDEX_MAGIC = b"LOOMIDX\x00"
@@ -54,11 +55,12 @@ def encode_example(example: dict) -> bytes:
     (dtype('int16'), 2, 'a')
     """
     if not isinstance(example, dict):
-        raise TypeError(f"loom.data.records: an example must be a dict of named fields, got {type(example).__name__}")
+        raise LoomTypeError(f"loom.data.records: an example must be a dict of named fields, got "
+                            f"{type(example).__name__}")
     fields, blobs, offset = [], [], 0
     for name, value in example.items():
         if not isinstance(name, str):
-            raise TypeError(f"loom.data.records: field names must be str, got {name!r}")
+            raise LoomTypeError(f"loom.data.records: field names must be str, got {name!r}")
         entry, raw = _encode_field(name, value)
         entry["offset"], entry["size"] = offset, len(raw)
         fields.append(entry)
@@ -76,8 +78,8 @@ def _encode_field(name: str, value: Any) -> tuple[dict, bytes]:
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
         if arr.dtype.hasobject:
-            raise TypeError(f"loom.data.records: field {name!r} has dtype {arr.dtype}, which holds Python objects; "
-                            "records store only plain data (never pickles)")
+            raise LoomTypeError(f"loom.data.records: field {name!r} has dtype {arr.dtype}, which holds Python objects; "
+                                "records store only plain data (never pickles)")
         kind = "scalar" if isinstance(value, np.generic) else "ndarray"
         entry = {"name": name, "kind": kind, "dtype": npformat.dtype_to_descr(arr.dtype), "shape": list(arr.shape)}
         return entry, np.ascontiguousarray(arr).tobytes()
@@ -85,7 +87,7 @@ def _encode_field(name: str, value: Any) -> tuple[dict, bytes]:
         return {"name": name, "kind": "bool"}, bytes([value])
     if isinstance(value, numbers.Integral):
         if not -2 ** 63 <= value < 2 ** 63:
-            raise OverflowError(f"loom.data.records: int field {name!r} = {value} does not fit in 64 bits")
+            raise LoomValueError(f"loom.data.records: int field {name!r} = {value} does not fit in 64 bits")
         return {"name": name, "kind": "int"}, struct.pack("<q", value)
     if isinstance(value, numbers.Real):
         return {"name": name, "kind": "float"}, struct.pack("<d", value)
@@ -93,8 +95,9 @@ def _encode_field(name: str, value: Any) -> tuple[dict, bytes]:
         return {"name": name, "kind": "bytes"}, bytes(value)
     if isinstance(value, str):
         return {"name": name, "kind": "str"}, value.encode("utf-8")
-    raise TypeError(f"loom.data.records: field {name!r} has type {type(value).__name__}; supported are NumPy arrays "
-                    "and scalars, loom Tensors, int, float, bool, bytes and str")
+    raise LoomTypeError(f"loom.data.records: field {name!r} has type {type(value).__name__}; "
+                        f"supported are NumPy arrays "
+                        "and scalars, loom Tensors, int, float, bool, bytes and str")
 
 
 def decode_example(payload) -> dict:
@@ -218,14 +221,14 @@ class RecordWriter:
     def __init__(self, prefix: str | os.PathLike, num_shards: int | None = None,
                  examples_per_shard: int | None = None) -> None:
         if num_shards is not None and examples_per_shard is not None:
-            raise ValueError("loom.data.RecordWriter: give num_shards or examples_per_shard, not both")
+            raise LoomValueError("loom.data.RecordWriter: give num_shards or examples_per_shard, not both")
         for name, v in (("num_shards", num_shards), ("examples_per_shard", examples_per_shard)):
             if v is not None and (not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1):
-                raise ValueError(f"loom.data.RecordWriter: {name} should be a positive integer, got {v!r}")
+                raise LoomValueError(f"loom.data.RecordWriter: {name} should be a positive integer, got {v!r}")
         self.prefix = os.fspath(prefix)
         directory = os.path.dirname(self.prefix)
         if directory and not os.path.isdir(directory):
-            raise FileNotFoundError(f"loom.data.RecordWriter: directory {directory!r} does not exist")
+            raise LoomFileNotFoundError(f"loom.data.RecordWriter: directory {directory!r} does not exist")
         self.num_shards = num_shards if examples_per_shard is None else None
         if self.num_shards is None and examples_per_shard is None:
             self.num_shards = 1
@@ -298,7 +301,7 @@ def list_shards(prefix: str | os.PathLike) -> list[str]:
     found = sorted(glob.glob(glob.escape(prefix) + "-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"
                              + SUFFIX))
     if not found:
-        raise FileNotFoundError(f"loom.data.records: no shards named {prefix}-NNNNN-of-NNNNN{SUFFIX}")
+        raise LoomFileNotFoundError(f"loom.data.records: no shards named {prefix}-NNNNN-of-NNNNN{SUFFIX}")
     counts = {int(_SHARD_RE.search(f).group(2)) for f in found}
     if len(counts) != 1:
         raise LoomError(f"loom.data.records: {prefix} has shard sets of different sizes {sorted(counts)}; "
@@ -319,12 +322,12 @@ def resolve_files(files) -> list[str]:
         if glob.has_magic(path):
             out = sorted(glob.glob(path))
             if not out:
-                raise FileNotFoundError(f"loom.data.records: no files match {path!r}")
+                raise LoomFileNotFoundError(f"loom.data.records: no files match {path!r}")
             return out
         return list_shards(path)
     out = [os.fspath(f) for f in files]
     if not out:
-        raise ValueError("loom.data.records: the list of record files is empty")
+        raise LoomValueError("loom.data.records: the list of record files is empty")
     return out
 
 
@@ -401,8 +404,8 @@ class RecordReader:
     def _index(self, i: int) -> int:
         n = len(self.offsets)
         if not -n <= i < n:
-            raise IndexError(f"loom.data.RecordReader: record index {i} is out of range for {self.path} "
-                             f"({n} records)")
+            raise LoomIndexError(f"loom.data.RecordReader: record index {i} is out of range for {self.path} "
+                                 f"({n} records)")
         return i % n if n else i
 
     def read_record(self, i: int) -> tuple[int, bytearray]:
@@ -519,7 +522,7 @@ class RecordDataset:
     def __getitem__(self, i: int):
         n = len(self)
         if not -n <= i < n:
-            raise IndexError(f"loom.data.RecordDataset: index {i} is out of range for {n} examples")
+            raise LoomIndexError(f"loom.data.RecordDataset: index {i} is out of range for {n} examples")
         i %= n
         shard = int(np.searchsorted(self.cumulative, i, side="right"))
         local = i - (int(self.cumulative[shard - 1]) if shard else 0)

@@ -13,18 +13,19 @@ from typing import Generic, Iterable, Iterator, Sequence, Sized, TypeVar
 import numpy as np
 
 from loom.data._random import numpy_rng
+from loom.errors import LoomTypeError, LoomValueError
 
 T_co = TypeVar("T_co", covariant=True)
 
 
 def _check_bool(value, name: str, owner: str) -> None:
     if not isinstance(value, bool):
-        raise TypeError(f"loom.data.{owner}: {name} should be a boolean value, but got {name}={value!r}")
+        raise LoomTypeError(f"loom.data.{owner}: {name} should be a boolean value, but got {name}={value!r}")
 
 
 def _check_positive_int(value, name: str, owner: str) -> None:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"loom.data.{owner}: {name} should be a positive integer value, but got {name}={value!r}")
+        raise LoomValueError(f"loom.data.{owner}: {name} should be a positive integer value, but got {name}={value!r}")
 
 
 class Sampler(Generic[T_co]):
@@ -163,14 +164,14 @@ class WeightedRandomSampler(Sampler[int]):
         _check_bool(replacement, "replacement", "WeightedRandomSampler")
         w = np.asarray(weights.numpy(force=True) if hasattr(weights, "numpy") else weights, dtype=np.float64)
         if w.ndim != 1:
-            raise ValueError("loom.data.WeightedRandomSampler: weights should be a 1d sequence but given weights "
-                             f"have shape {tuple(w.shape)}")
+            raise LoomValueError("loom.data.WeightedRandomSampler: weights should be a 1d sequence but given weights "
+                                 f"have shape {tuple(w.shape)}")
         if w.size == 0 or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-            raise ValueError("loom.data.WeightedRandomSampler: weights must be finite, non-negative and have a "
-                             "positive sum")
+            raise LoomValueError("loom.data.WeightedRandomSampler: weights must be finite, non-negative and have a "
+                                 "positive sum")
         if not replacement and num_samples > np.count_nonzero(w):
-            raise ValueError(f"loom.data.WeightedRandomSampler: cannot draw {num_samples} samples without "
-                             f"replacement from {np.count_nonzero(w)} non-zero weights")
+            raise LoomValueError(f"loom.data.WeightedRandomSampler: cannot draw {num_samples} samples without "
+                                 f"replacement from {np.count_nonzero(w)} non-zero weights")
         self.weights = w
         self.num_samples = num_samples
         self.replacement = replacement
@@ -199,8 +200,8 @@ class BatchSampler(Sampler[list[int]]):
     def __init__(self, sampler: Sampler[int] | Iterable[int], batch_size: int, drop_last: bool) -> None:
         _check_positive_int(batch_size, "batch_size", "BatchSampler")
         if not isinstance(drop_last, bool):
-            raise ValueError(f"loom.data.BatchSampler: drop_last should be a boolean value, but got "
-                             f"drop_last={drop_last!r}")
+            raise LoomValueError(f"loom.data.BatchSampler: drop_last should be a boolean value, but got "
+                                 f"drop_last={drop_last!r}")
         self.sampler = sampler
         self.batch_size = batch_size
         self.drop_last = drop_last

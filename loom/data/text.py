@@ -8,7 +8,7 @@ from typing import Iterable
 
 import numpy as np
 
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomValueError
 
 
 def _ids(ids) -> list[int]:
@@ -70,10 +70,10 @@ class CharTokenizer:
 
     def __init__(self, text: str | None = None, vocab: Iterable[str] | None = None) -> None:
         if (text is None) == (vocab is None):
-            raise ValueError("loom.data.text.CharTokenizer: give exactly one of text or vocab")
+            raise LoomValueError("loom.data.text.CharTokenizer: give exactly one of text or vocab")
         chars = sorted(set(text)) if text is not None else list(vocab)  # type: ignore[arg-type]
         if any(not isinstance(c, str) or len(c) != 1 for c in chars) or len(set(chars)) != len(chars):
-            raise ValueError("loom.data.text.CharTokenizer: vocab must be distinct single characters")
+            raise LoomValueError("loom.data.text.CharTokenizer: vocab must be distinct single characters")
         self.vocab: list[str] = chars
         self.stoi = {c: i for i, c in enumerate(chars)}
         self.itos = dict(enumerate(chars))
@@ -90,8 +90,8 @@ class CharTokenizer:
         try:
             return [self.stoi[c] for c in text]
         except KeyError as e:
-            raise ValueError(f"loom.data.text.CharTokenizer.encode: character {e.args[0]!r} is not in the "
-                             f"vocabulary of {len(self.vocab)} characters") from None
+            raise LoomValueError(f"loom.data.text.CharTokenizer.encode: character {e.args[0]!r} is not in the "
+                                 f"vocabulary of {len(self.vocab)} characters") from None
 
     def encode_array(self, text: str) -> np.ndarray:
         """`encode` as an int64 array, fast for whole corpora."""
@@ -101,8 +101,8 @@ class CharTokenizer:
         out = np.where(codes < len(table), table[np.minimum(codes, len(table) - 1)], -1)
         if np.any(out < 0):
             bad = chr(int(codes[np.argmax(out < 0)]))
-            raise ValueError(f"loom.data.text.CharTokenizer.encode: character {bad!r} is not in the vocabulary of "
-                             f"{len(self.vocab)} characters")
+            raise LoomValueError(f"loom.data.text.CharTokenizer.encode: character {bad!r} is not in the vocabulary of "
+                                 f"{len(self.vocab)} characters")
         return out
 
     def decode(self, ids) -> str:
@@ -111,8 +111,8 @@ class CharTokenizer:
         try:
             return "".join(self.itos[i] for i in ids)
         except KeyError as e:
-            raise ValueError(f"loom.data.text.CharTokenizer.decode: id {e.args[0]} is outside the vocabulary "
-                             f"(size {len(self.vocab)})") from None
+            raise LoomValueError(f"loom.data.text.CharTokenizer.decode: id {e.args[0]} is outside the vocabulary "
+                                 f"(size {len(self.vocab)})") from None
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the vocabulary as JSON: {"type": "char", "vocab": [...]}."""
@@ -163,8 +163,8 @@ class ByteTokenizer:
     def decode(self, ids) -> str:
         ids = _ids(ids)
         if any(not 0 <= i < 256 for i in ids):
-            raise ValueError(f"loom.data.text.ByteTokenizer.decode: ids must be in [0, 256), got "
-                             f"{[i for i in ids if not 0 <= i < 256][:5]}")
+            raise LoomValueError(f"loom.data.text.ByteTokenizer.decode: ids must be in [0, 256), got "
+                                 f"{[i for i in ids if not 0 <= i < 256][:5]}")
         return bytes(ids).decode("utf-8", errors=self.errors)
 
     def save(self, path: str | os.PathLike) -> None:

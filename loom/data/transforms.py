@@ -24,6 +24,7 @@ import numpy as np
 from loom import dtypes as dt
 from loom.data._random import get_rng, manual_seed, use_rng
 from loom.tensor import Tensor, as_tensor, from_numpy, tensor
+from loom.errors import LoomTypeError, LoomValueError
 
 __all__ = ["Compose", "Lambda", "Normalize", "RandomCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "ToTensor",
            "get_rng", "manual_seed", "use_rng"]
@@ -34,18 +35,19 @@ def _rng(generator) -> np.random.Generator:
         return get_rng()
     if isinstance(generator, np.random.Generator):
         return generator
-    raise TypeError(f"loom.data.transforms: generator should be a numpy.random.Generator, got "
-                    f"{type(generator).__name__}")
+    raise LoomTypeError(f"loom.data.transforms: generator should be a numpy.random.Generator, got "
+                        f"{type(generator).__name__}")
 
 
 def _hw_axes(img) -> tuple[int, int]:
     """The (height, width) axes: [..., H, W] for tensors, HWC or HW for arrays."""
     if isinstance(img, Tensor):
         if img.ndim < 2:
-            raise ValueError(f"loom.data.transforms: expected a tensor image [..., H, W], got shape {tuple(img.shape)}")
+            raise LoomValueError(f"loom.data.transforms: expected a tensor image [..., H, W], got "
+                                 f"shape {tuple(img.shape)}")
         return img.ndim - 2, img.ndim - 1
     if img.ndim not in (2, 3):
-        raise ValueError(f"loom.data.transforms: expected a NumPy image HWC or HW, got shape {img.shape}")
+        raise LoomValueError(f"loom.data.transforms: expected a NumPy image HWC or HW, got shape {img.shape}")
     return 0, 1
 
 
@@ -70,7 +72,8 @@ def _like(out: np.ndarray, img):
 def _check_image(img, opname: str):
     if isinstance(img, (Tensor, np.ndarray)):
         return img
-    raise TypeError(f"loom.data.transforms.{opname}: expected a NumPy array or a loom Tensor, got {type(img).__name__}")
+    raise LoomTypeError(f"loom.data.transforms.{opname}: expected a NumPy array or a loom Tensor, "
+                        f"got {type(img).__name__}")
 
 
 class Compose:
@@ -108,7 +111,7 @@ class Lambda:
 
     def __init__(self, lambd: Callable) -> None:
         if not callable(lambd):
-            raise TypeError(f"loom.data.transforms.Lambda: argument should be callable, got {type(lambd).__name__}")
+            raise LoomTypeError(f"loom.data.transforms.Lambda: argument should be callable, got {type(lambd).__name__}")
         self.lambd = lambd
 
     def __call__(self, img):
@@ -136,8 +139,8 @@ class ToTensor:
         if arr.ndim == 2:
             arr = arr[:, :, None]
         if arr.ndim != 3:
-            raise ValueError(f"loom.data.transforms.ToTensor: pic should be 2 or 3 dimensional, got {arr.ndim} "
-                             f"dimensions (shape {arr.shape})")
+            raise LoomValueError(f"loom.data.transforms.ToTensor: pic should be 2 or 3 dimensional, got {arr.ndim} "
+                                 f"dimensions (shape {arr.shape})")
         chw = np.ascontiguousarray(arr.transpose(2, 0, 1))
         if chw.dtype == np.uint8:
             return from_numpy(chw.astype(dt.get_default_dtype().np) / np.float32(255))
@@ -169,27 +172,29 @@ class Normalize:
         self.std = [float(s) for s in np.atleast_1d(std)]
         self.inplace = inplace
         if any(s == 0 for s in self.std):
-            raise ValueError(f"loom.data.transforms.Normalize: std evaluated to zero ({self.std}), leading to "
-                             "division by zero")
+            raise LoomValueError(f"loom.data.transforms.Normalize: std evaluated to zero ({self.std}), leading to "
+                                 "division by zero")
 
     def __call__(self, img):
         img = _check_image(img, "Normalize")
         if img.ndim < 3:
-            raise ValueError(f"loom.data.transforms.Normalize: expected a tensor image of size (..., C, H, W), got "
-                             f"shape {tuple(img.shape)}")
+            raise LoomValueError(f"loom.data.transforms.Normalize: expected a tensor image of size (..., C, H, W), got "
+                                 f"shape {tuple(img.shape)}")
         c = img.shape[-3]
         if len(self.mean) not in (1, c) or len(self.std) not in (1, c):
-            raise ValueError(f"loom.data.transforms.Normalize: {len(self.mean)} means and {len(self.std)} stds for "
-                             f"an image with {c} channels")
+            raise LoomValueError(f"loom.data.transforms.Normalize: {len(self.mean)} means and {len(self.std)} stds for "
+                                 f"an image with {c} channels")
         if isinstance(img, Tensor) and not img.dtype.is_floating_point:
-            raise TypeError(f"loom.data.transforms.Normalize: input tensor should be a float tensor, got {img.dtype}")
+            raise LoomTypeError(f"loom.data.transforms.Normalize: input tensor should be a float "
+                                f"tensor, got {img.dtype}")
         if _lazy(img):
             mean = tensor(self.mean, dtype=img.dtype).reshape(-1, 1, 1)
             std = tensor(self.std, dtype=img.dtype).reshape(-1, 1, 1)
             return (img - mean) / std
         arr = _np(img)
         if arr.dtype.kind != "f":
-            raise TypeError(f"loom.data.transforms.Normalize: input array should be floating point, got {arr.dtype}")
+            raise LoomTypeError(f"loom.data.transforms.Normalize: input array should be floating "
+                                f"point, got {arr.dtype}")
         mean = np.asarray(self.mean, arr.dtype).reshape(-1, 1, 1)
         std = np.asarray(self.std, arr.dtype).reshape(-1, 1, 1)
         return _like((arr - mean) / std, img)
@@ -208,7 +213,7 @@ def _pad_arg(padding) -> tuple[int, int, int, int]:
         return padding[0], padding[1], padding[0], padding[1]
     if len(padding) == 4:
         return padding  # type: ignore[return-value]
-    raise ValueError(f"loom.data.transforms: padding must be an int or a sequence of length 2 or 4, got {padding}")
+    raise LoomValueError(f"loom.data.transforms: padding must be an int or a sequence of length 2 or 4, got {padding}")
 
 
 _NP_MODES = {"constant": "constant", "edge": "edge", "reflect": "reflect", "symmetric": "symmetric"}
@@ -278,10 +283,11 @@ class RandomCrop:
                  generator: np.random.Generator | None = None) -> None:
         self.size = (int(size), int(size)) if isinstance(size, numbers.Integral) else tuple(int(s) for s in size)
         if len(self.size) != 2 or min(self.size) <= 0:
-            raise ValueError(f"loom.data.transforms.RandomCrop: size should be a positive int or (h, w), got {size}")
+            raise LoomValueError(f"loom.data.transforms.RandomCrop: size should be a positive int "
+                                 f"or (h, w), got {size}")
         if padding_mode not in _NP_MODES:
-            raise ValueError(f"loom.data.transforms.RandomCrop: padding_mode should be one of {list(_NP_MODES)}, "
-                             f"got {padding_mode!r}")
+            raise LoomValueError(f"loom.data.transforms.RandomCrop: padding_mode should be one of {list(_NP_MODES)}, "
+                                 f"got {padding_mode!r}")
         self.padding = padding
         self.pad_if_needed = pad_if_needed
         self.fill = fill
@@ -299,8 +305,8 @@ class RandomCrop:
             img = _pad(img, (dw, dh, dw, dh), self.fill, self.padding_mode)
         h, w = img.shape[h_ax], img.shape[w_ax]
         if h < th or w < tw:
-            raise ValueError(f"loom.data.transforms.RandomCrop: required crop size {(th, tw)} is larger than the "
-                             f"input image size {(h, w)}")
+            raise LoomValueError(f"loom.data.transforms.RandomCrop: required crop size {(th, tw)} is larger than the "
+                                 f"input image size {(h, w)}")
         rng = _rng(self.generator)
         top = int(rng.integers(0, h - th + 1))
         left = int(rng.integers(0, w - tw + 1))
@@ -315,7 +321,7 @@ class _RandomFlip:
 
     def __init__(self, p: float = 0.5, generator: np.random.Generator | None = None) -> None:
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"loom.data.transforms.{type(self).__name__}: p should be in [0, 1], got {p}")
+            raise LoomValueError(f"loom.data.transforms.{type(self).__name__}: p should be in [0, 1], got {p}")
         self.p = p
         self.generator = generator
 

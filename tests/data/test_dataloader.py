@@ -125,7 +125,7 @@ def test_samplers_and_collate_fn_match_torch():
 def test_argument_errors_match_torch(kwargs):
     with pytest.raises(ValueError):
         tud.DataLoader(list(range(4)), **kwargs)
-    with pytest.raises(ValueError):
+    with pytest.raises(loom.LoomValueError):  # A LoomError that is also the ValueError torch raises.
         ld.DataLoader(list(range(4)), **kwargs)
 
 

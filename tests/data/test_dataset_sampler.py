@@ -95,7 +95,7 @@ def test_sequential_and_batch_sampler_match_torch():
 def test_batch_sampler_validation_matches_torch(args):
     with pytest.raises(ValueError):
         tud.BatchSampler(range(3), *args)
-    with pytest.raises(ValueError):
+    with pytest.raises(loom.LoomValueError):
         ld.BatchSampler(range(3), *args)
 
 
