@@ -62,7 +62,7 @@ def realize_value(nodes: Iterable[Node]) -> None:
     """Compute `nodes` because their values are needed now."""
     nodes = [n for n in nodes if n.buffer is None]
     if active_trace is not None:
-        traced = [n for n in nodes if n.id >= active_trace.start_id]
+        traced = [n for n in nodes if n.id >= active_trace.start_id and not _constant(n)]
         if traced:
             raise LoomError(
                 "loom.function: a traced function read the value of a tensor it computed "
@@ -70,6 +70,17 @@ def realize_value(nodes: Iterable[Node]) -> None:
                 "depend on data it has not computed yet. Return the tensor instead, or use "
                 "loom.cond / loom.while_loop for data-dependent control flow")
     _run(nodes)
+
+
+def _constant(node: Node) -> bool:
+    """Whether a traced node is computed from constants made inside the trace only (safe to fold)."""
+    for n in reference.pending_order([node]):
+        if n.op in ("input", "rand"):
+            return False
+        for i in n.inputs:
+            if i.buffer is not None and i.id < active_trace.start_id:
+                return False  # State from outside the trace: its value may change between calls.
+    return True
 
 
 def realize_barrier(nodes: Iterable[Node]) -> None:

@@ -4,14 +4,16 @@ A case is a body `fn(lib, *tensors)` written once against the PyTorch API; `lib`
 is `torch` or `loom`. The harness builds both libraries' inputs from the same
 NumPy arrays, runs the body in each, and compares outputs, first-order
 gradients (for a shared random cotangent) and, when asked, second-order
-gradients. The execution mode of loom's side is a parameter: a mode is a
-function that takes the body (already bound to loom) and returns a callable
-with the same signature, so the compiler's compiled and traced modes plug in
-through `MODES` without touching a case.
+gradients. The execution mode of loom's side is a parameter: the harness puts
+loom's whole computation of a case (outputs, gradients, second-order
+gradients) in one function and a mode runs it — eagerly, through the compiler
+(`loom.backend("compiled")`), or traced by `loom.function` — so every case
+holds every mode to the same results without being rewritten.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -22,11 +24,6 @@ try:
     import torch
 except ImportError:  # pragma: no cover - the parity suite needs the test extra
     torch = None
-
-# Execution modes of loom's side. Later issues register "compiled" and "traced".
-MODES: dict[str, Callable[[Callable], Callable]] = {
-    "eager": lambda fn: fn,
-}
 
 DEFAULT_TOL = {
     "float32": (1e-4, 1e-5),
@@ -45,6 +42,7 @@ class Case:
     gradients of float inputs. second_order: also compare gradients of the
     gradient. rtol/atol: override the dtype defaults; say why in `reason`.
     grad_inputs: indices of the inputs that require grad (default: every float).
+    traceable: False where the output shape depends on the data.
     """
 
     name: str
@@ -56,7 +54,9 @@ class Case:
     atol: float | None = None
     reason: str = ""
     grad_inputs: tuple[int, ...] | None = None
-    modes: tuple[str, ...] | None = None  # None: every registered mode.
+    # False for ops whose output shape depends on data (nonzero, unique, boolean masks): under
+    # loom.function they must raise loom's clear error instead of returning a result.
+    traceable: bool = True
 
     def __str__(self) -> str:
         return self.name
@@ -148,72 +148,122 @@ def _grad(lib, outputs, inputs, cotangents, create_graph):
     return loom.autograd.grad(outputs, inputs, cotangents, create_graph=create_graph, allow_unused=True)
 
 
+def _loom_side(case: Case, n_in: int, diff_idx: list[int], grad_pos: list[int], v_pos: list[int]):
+    """The whole loom computation of a case as one function of (inputs, cotangents, vs).
+
+    It returns the flat outputs, the first-order gradients and the second-order
+    ones, so an execution mode (eager, compiled, traced) runs all of it.
+    """
+    n_cot = len(diff_idx)
+
+    def fn(*args):
+        xs = list(args[:n_in])
+        cots = list(args[n_in:n_in + n_cot])
+        vs = list(args[n_in + n_cot:])
+        flat = _flatten(case.body(loom, *xs))
+        if not grad_pos or not diff_idx:
+            return flat, [], []
+        g_in = [xs[k] for k in grad_pos]
+        grads = list(_grad(loom, [flat[i] for i in diff_idx], g_in, cots, case.second_order))
+        if not v_pos:
+            return flat, grads, []
+        live = [(grads[k], v) for k, v in zip(v_pos, vs) if grads[k] is not None and grads[k].requires_grad]
+        if not live:
+            return flat, grads, [None] * len(g_in)
+        second = list(_grad(loom, [g for g, _ in live], g_in, [v for _, v in live], False))
+        return flat, grads, second
+    return fn
+
+
+def _run_eager(fn, args):
+    return fn(*args)
+
+
+def _realize_all(result):
+    loom.realize(*[t for t in _flatten(result) if isinstance(t, loom.Tensor)])
+    return result
+
+
+def _run_compiled(fn, args):
+    with loom.backend("compiled"):
+        return _realize_all(fn(*args))
+
+
+def _run_traced(fn, args):
+    traced = loom.function(fn, backend=os.environ.get("LOOM_TRACE_BACKEND", "reference"))
+    traced(*args)              # Warm-up call: eager.
+    return traced(*args)       # Traced, compiled and replayed.
+
+
+# Execution modes of loom's side: each runs the case's whole loom computation.
+MODES: dict[str, Callable[[Callable, list], Any]] = {
+    "eager": _run_eager,
+    "compiled": _run_compiled,
+    "traced": _run_traced,
+}
+
+
+def _check_grads(case: Case, got, want, what: str, order: int) -> None:
+    for k, (lg, tg) in enumerate(zip(got, want)):
+        if tg is None or lg is None:
+            for v in (tg, lg):
+                if v is not None:
+                    assert float(np.abs(_to_numpy(v)).max(initial=0)) == 0.0, \
+                        f"{case.name}: one side gives no {what} for input {k}, the other a nonzero one"
+            continue
+        rtol, atol = _tolerance(case, _dtype_name(tg), order=order)
+        assert_close(case.name, lg, tg, rtol, atol, f"{what} of input {k}")
+
+
 def run_case(case: Case, mode: str = "eager", seed: int = 0) -> None:
     """Run `case` in PyTorch and in loom (under `mode`) and compare everything it defines."""
     assert torch is not None, "the parity suite needs torch (pip install -e .[test])"
     arrays = _materialise(case.inputs, seed)
     float_idx = [k for k, a in enumerate(arrays) if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
-    grad_idx = set(case.grad_inputs if case.grad_inputs is not None else float_idx) if case.grad else set()
+    grad_idx = sorted(set(case.grad_inputs if case.grad_inputs is not None else float_idx)) if case.grad else []
 
-    t_in = _make(torch, arrays, grad_idx)
-    t_out = case.body(torch, *t_in)
-    l_in = _make(loom, arrays, grad_idx)
-    l_fn = MODES[mode](lambda *xs: case.body(loom, *xs))
-    l_out = l_fn(*l_in)
+    # PyTorch first: it decides which outputs are differentiable and the cotangents' shapes.
+    t_in = _make(torch, arrays, set(grad_idx))
+    t_flat = _flatten(case.body(torch, *t_in))
+    diff_idx = [i for i, to in enumerate(t_flat)
+                if isinstance(to, torch.Tensor) and to.requires_grad and to.dtype.is_floating_point] \
+        if grad_idx else []
+    rng = np.random.default_rng(seed + 1)
+    cots = [rng.standard_normal(tuple(t_flat[i].shape)).astype(_to_numpy(t_flat[i]).dtype) for i in diff_idx]
+    t_grads, t_second, vs, v_pos = [], [], [], []
+    if diff_idx:
+        t_inputs = [t_in[k] for k in grad_idx]
+        t_grads = list(_grad(torch, [t_flat[i] for i in diff_idx], t_inputs,
+                             [torch.from_numpy(c) for c in cots], case.second_order))
+        if case.second_order:
+            v_pos = [k for k, tg in enumerate(t_grads) if tg is not None and tg.requires_grad]
+            vs = [rng.standard_normal(tuple(t_grads[k].shape)).astype(_to_numpy(t_grads[k]).dtype)
+                  for k in v_pos]
+            if v_pos:
+                t_second = list(_grad(torch, [t_grads[k] for k in v_pos], t_inputs,
+                                      [torch.from_numpy(v) for v in vs], False))
 
-    t_flat, l_flat = _flatten(t_out), _flatten(l_out)
+    l_in = _make(loom, arrays, set(grad_idx))
+    fn = _loom_side(case, len(l_in), diff_idx, grad_idx, v_pos)
+    args = l_in + [loom.tensor(c) for c in cots] + [loom.tensor(v) for v in vs]
+    if mode == "traced" and not case.traceable:
+        import pytest
+        with pytest.raises(loom.LoomError, match="loom.function: a traced function read the value"):
+            MODES[mode](fn, args)
+        return
+    l_flat, l_grads, l_second = MODES[mode](fn, args)
+
     assert len(t_flat) == len(l_flat), f"{case.name}: {len(l_flat)} outputs, PyTorch gives {len(t_flat)}"
     for k, (lo, to) in enumerate(zip(l_flat, t_flat)):
         rtol, atol = _tolerance(case, _dtype_name(to))
         assert_close(case.name, lo, to, rtol, atol, f"output {k}")
-
-    if not grad_idx:
-        return
-    diff = [(lo, to) for lo, to in zip(l_flat, t_flat)
-            if isinstance(to, torch.Tensor) and to.requires_grad and to.dtype.is_floating_point]
-    if not diff:
-        return
-    rng = np.random.default_rng(seed + 1)
-    cots = [rng.standard_normal(tuple(to.shape)).astype(_to_numpy(to).dtype) for _, to in diff]
-    t_inputs = [t_in[k] for k in sorted(grad_idx)]
-    l_inputs = [l_in[k] for k in sorted(grad_idx)]
-    t_grads = _grad(torch, [to for _, to in diff], t_inputs, [torch.from_numpy(c) for c in cots],
-                    case.second_order)
-    l_grads = _grad(loom, [lo for lo, _ in diff], l_inputs, [loom.tensor(c) for c in cots],
-                    case.second_order)
-    for k, (lg, tg) in enumerate(zip(l_grads, t_grads)):
-        if tg is None:
-            if lg is not None:
-                assert float(np.abs(_to_numpy(lg)).max(initial=0)) == 0.0, \
-                    f"{case.name}: PyTorch gives no gradient for input {k}, loom a nonzero one"
-            continue
-        assert lg is not None, f"{case.name}: loom gives no gradient for input {k}"
-        rtol, atol = _tolerance(case, _dtype_name(tg), order=1)
-        assert_close(case.name, lg, tg, rtol, atol, f"gradient of input {k}")
-
-    if not case.second_order:
-        return
-    # Second order: gradient of <grad, v> with respect to the inputs.
-    pairs = [(lg, tg) for lg, tg in zip(l_grads, t_grads) if tg is not None and tg.requires_grad]
-    if not pairs:
-        return
-    vs = [rng.standard_normal(tuple(tg.shape)).astype(_to_numpy(tg).dtype) for _, tg in pairs]
-    t2 = _grad(torch, [tg for _, tg in pairs], t_inputs, [torch.from_numpy(v) for v in vs], False)
-    # A loom gradient with no history is constant: its second-order gradient is zero.
-    live = [(lg, v) for (lg, _), v in zip(pairs, vs) if lg.requires_grad]
-    if live:
-        l2 = _grad(loom, [lg for lg, _ in live], l_inputs, [loom.tensor(v) for _, v in live], False)
-    else:
-        l2 = (None,) * len(l_inputs)
-    for k, (lg, tg) in enumerate(zip(l2, t2)):
-        if tg is None or lg is None:
-            for v in (tg, lg):
-                if v is not None:
-                    assert float(np.abs(_to_numpy(v)).max(initial=0)) == 0.0, \
-                        f"{case.name}: one side gives no second-order gradient for input {k}, the other a nonzero one"
-            continue
-        rtol, atol = _tolerance(case, _dtype_name(tg), order=2)
-        assert_close(case.name, lg, tg, rtol, atol, f"second-order gradient of input {k}")
+    if diff_idx:
+        for k, (lg, tg) in enumerate(zip(l_grads, t_grads)):
+            if tg is not None:
+                assert lg is not None, f"{case.name}: loom gives no gradient for input {k}"
+        _check_grads(case, l_grads, t_grads, "gradient", 1)
+    if t_second:
+        _check_grads(case, l_second, t_second, "second-order gradient", 2)
 
 
 # ---------------------------------------------------------------- input helpers

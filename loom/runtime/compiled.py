@@ -1,0 +1,87 @@
+"""Eager values through the compiler: the pending subgraph is captured, compiled once per structure, run.
+
+Every realised value behind the pending nodes becomes an input of the
+captured graph, so the graph's structure does not depend on data and one
+compiled executable serves every later realisation of the same structure
+(an eager training loop compiles on its first iteration and replays after).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from loom.ir.graph import Graph
+from loom.ir.node import Node
+from loom.runtime.reference import pending_order
+
+_CACHE: dict[Any, Any] = {}
+_CACHE_LIMIT = 512
+stats = {"compiles": 0, "hits": 0}
+
+
+def _attr_key(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_attr_key(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _attr_key(v)) for k, v in value.items()))
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    if hasattr(value, "name") and type(value).__name__ == "DType":
+        return ("dtype", value.name)
+    if isinstance(value, Graph):
+        return ("graph", id(value))
+    return value
+
+
+def capture(targets: list[Node]) -> tuple[Any, list[Node], list[Node], list[Node]]:
+    """The structural key of the pending subgraph, its order, its realised inputs and targets."""
+    order = pending_order(targets)
+    index: dict[int, int] = {}
+    inputs: list[Node] = []
+    parts: list[Any] = []
+    for n in order:
+        for i in n.inputs:
+            if i.buffer is not None and i.id not in index:
+                index[i.id] = len(index)
+                inputs.append(i)
+                parts.append(("in", i.dtype.name, i.shape))
+        index[n.id] = len(index)
+        parts.append((n.op, tuple(index[i.id] for i in n.inputs), _attr_key(n.attrs), n.dtype.name, n.shape))
+    outs = [t for t in dict.fromkeys(targets) if t.buffer is None]
+    parts.append(("out", tuple(index[t.id] for t in outs)))
+    return tuple(parts), order, inputs, outs
+
+
+def _build(order: list[Node], inputs: list[Node], outs: list[Node]) -> Graph:
+    g = Graph()
+    mapping: dict[int, Node] = {}
+    for n in inputs:
+        mapping[n.id] = g.add_input(n.shape, n.dtype)
+    for n in order:
+        mapping[n.id] = g.add_node(n.op, [mapping[i.id] for i in n.inputs], dict(n.attrs))
+    g.outputs = [mapping[n.id] for n in outs]
+    return g
+
+
+def realize(targets: list[Node]) -> None:
+    """Compute `targets` with the compiled executable for their pending subgraph's structure."""
+    key, order, inputs, outs = capture(targets)
+    if not order:
+        return
+    exe = _CACHE.get(key)
+    if exe is None:
+        from loom.compiler import compile as compile_graph
+        exe = compile_graph(_build(order, inputs, outs))
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = exe
+        stats["compiles"] += 1
+    else:
+        stats["hits"] += 1
+    results = exe(*[np.asarray(n.buffer) for n in inputs])
+    for node, value in zip(outs, results):
+        node.buffer = value
+        node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
+    # Intermediate nodes were folded into kernels; drop their inputs so history is freed,
+    # and let any of them that a tensor still holds be recomputed on demand from its own inputs.
