@@ -166,7 +166,7 @@ def fuse_group(graph: Graph, members: list[Node]) -> Node:
     ext = list(external)
     body = graph.extract(ext, [root])
     fused = graph.add_node("fused", ext, {"body": body}, name=root.name)
-    graph.replace(root, fused)
+    graph.replace(root, fused, check_cycles=False)  # Externals precede the root: no cycle possible.
     graph.remove_subgraph(members)
     return fused
 

@@ -612,8 +612,12 @@ class Graph:
         self._outputs = [n for n in self._outputs if n not in doomed]
         return tuple(doomed)
 
-    def replace(self, old: Node, new: Node) -> None:
+    def replace(self, old: Node, new: Node, *, check_cycles: bool = True) -> None:
         """Make every consumer of `old` (except `new` itself) and every output `old` use `new`.
+
+        `check_cycles=False` skips the cycle check, which walks all of `new`'s
+        ancestors: for compiler passes that know `new` precedes every consumer
+        of `old` in topological order (verify() still finds a cycle if not).
 
         `new` must have `old`'s shape and dtype. `new` may consume `old`, so a
         node can be inserted after another: ``g.replace(x, g.add_node("neg", [x]))``.
@@ -639,7 +643,7 @@ class Graph:
             raise _graph_error(f"loom.Graph.replace: {_desc(new)} cannot replace {_desc(old)}: shape and "
                                "dtype must match", cause)
         rewired = [c for c in self._users[old] if c is not new]
-        hit = self._depends_on(new, set(rewired))
+        hit = self._depends_on(new, set(rewired)) if check_cycles and rewired else None
         if hit is not None:
             raise GraphError(f"loom.Graph.replace: {_desc(new)} depends on {_desc(hit)}, which consumes "
                              f"{_desc(old)}; rewiring it to {_desc(new)} would make a cycle")

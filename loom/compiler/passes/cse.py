@@ -81,6 +81,6 @@ def cse(graph: Graph) -> Graph:
             seen[key] = node
         elif node.op != "buffer" or np.ascontiguousarray(first.buffer).tobytes() == \
                 np.ascontiguousarray(node.buffer).tobytes():
-            graph.replace(node, first)
+            graph.replace(node, first, check_cycles=False)  # first precedes node in topological order.
             drop_unused(graph, [node])
     return graph

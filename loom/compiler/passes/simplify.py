@@ -211,7 +211,7 @@ def simplify(graph: Graph, fast_math: bool = False) -> Graph:
             if made:
                 op, ins, attrs = result
                 result = graph.add_node(op, ins, attrs, name=current.name)
-            graph.replace(current, result)
+            graph.replace(current, result, check_cycles=False)  # Built from current's ancestors.
             replaced.append(current)
             if not made:
                 break  # An existing node: an ancestor, already simplified.
