@@ -46,7 +46,7 @@ for _mod in functional._modules():
             globals()[_name] = getattr(_mod, _name)
 del _mod, _name
 
-from loom import io, nn, optim  # noqa: E402,F401
+from loom import data, io, nn, optim, utils  # noqa: E402,F401
 from loom import linalg  # noqa: E402,F401
 from loom import compiler  # noqa: E402,F401
 from loom.io import load, save  # noqa: E402,F401

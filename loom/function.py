@@ -321,7 +321,10 @@ class Function:
         entry.out_spec = spec
         entry.guards = list(tr.guards)
         entry.n_returned = len(returned)
-        entry.mutated = [weakref.ref(t) for t in mutated]
+        # A mutated argument is written back to the caller's tensor of that position.
+        arg_pos = {id(p): k for k, p in enumerate(placeholders)}
+        entry.mutated = [("arg", arg_pos[id(t)]) if id(t) in arg_pos else ("ref", weakref.ref(t))
+                         for t in mutated]
         entry.grads = [(weakref.ref(t), weakref.ref(prev) if prev is not None else None, t.grad is not None)
                        for t, prev in tr.grads.values()]
         # Undo the trace's effects: the replay that follows computes them for real.
@@ -348,11 +351,11 @@ class Function:
         outs = entry.exe(*arrays)
         values = [_buffer_tensor(o, n.dtype) for o, n in zip(outs, entry.graph.outputs)]
         k = entry.n_returned
-        for ref in entry.mutated:
-            t = ref()
+        tensor_args = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(a, Tensor)]
+        for kind, ref in entry.mutated:
+            t = tensor_args[ref] if kind == "arg" else ref()
             if t is not None:
-                t._node = values[k]._node
-                t._version += 1
+                _write_back(t, values[k])
             k += 1
         for ref, prev_ref, has in entry.grads:
             t = ref()
@@ -365,8 +368,7 @@ class Function:
                 if target is None:
                     target = values[k]
                 else:
-                    target._node = values[k]._node
-                    target._version += 1
+                    _write_back(target, values[k])
                 t._grad = target
                 k += 1
             else:
@@ -376,6 +378,16 @@ class Function:
     def explain(self) -> str:
         """The traced graphs of this function, one per specialisation."""
         return "\n\n".join(str(e.graph) for e in self._cache.values())
+
+
+def _write_back(t: Tensor, value: Tensor) -> None:
+    """Give `t` its new value, through the user's array when it shares memory with NumPy."""
+    if t._alias is not None and t._alias.shape == value._node.buffer.shape:
+        np.copyto(t._alias, value._node.buffer)
+        t._node = Node("buffer", (), {}, tuple(t._alias.shape), t.dtype, buffer=t._alias)
+    else:
+        t._node = value._node
+    t._version += 1
 
 
 def _buffer_tensor(array: np.ndarray, dtype: dt.DType) -> Tensor:
@@ -514,10 +526,10 @@ def while_loop(cond_fn: Callable, body_fn: Callable, loop_vars):
 def _subgraph(fn: Callable, vars_: list[Tensor], what: str) -> Graph:
     """Trace `fn` over fresh placeholders shaped like `vars_` into a standalone Graph."""
     g = Graph()
+    inner = _Trace()
     holders = [Tensor._wrap(Node("input", (), {"shape": tuple(v.shape), "dtype": v.dtype},
                                  tuple(v.shape), v.dtype)) for v in vars_]
     saved = _realize.active_trace
-    inner = _Trace()
     _realize.active_trace = inner
     try:
         from loom.autograd.grad_mode import no_grad
