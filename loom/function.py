@@ -225,6 +225,9 @@ def _compile(graph: Graph, level: int, backend: str):
     """Hand the graph to the pass pipeline (or a plugin); fall back to the reference runner."""
     if backend == "reference":
         return lambda *arrays: tuple(t._array() for t in graph.run(*arrays))
+    if backend != "c":
+        from loom.compiler.plugins import get_plugin  # Third-party compilers, e.g. "xla".
+        return get_plugin(backend)(graph)
     try:
         from loom.compiler import compile as compile_graph
     except ImportError:
