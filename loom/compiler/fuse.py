@@ -19,6 +19,9 @@ value leaves the group):
   and the root (that would re-run the reduction at other indices);
 - a node joins only if every consumer is in the group and it is not a graph
   output, so a group has exactly one value consumed outside;
+- an expensive elementwise op (exp, log, sqrt, div, tanh, ...) does not join
+  through an expand: the kernel would recompute it for every broadcast copy,
+  so it gets its own kernel on the small shape;
 - matmul, gather, scatter_add, argsort and sources stay library nodes; a
   ``const`` feeding a group is copied into the body (a scalar in the kernel);
 - integer div/floordiv/mod stay unfused: dividing by zero is an error the
@@ -41,6 +44,9 @@ ELEMENTWISE_KINDS = frozenset({"unary", "binary", "compare", "ternary"})
 FUSIBLE_MOVEMENT = frozenset({"reshape", "permute", "expand", "slice", "flip", "pad"})
 REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
 _CHECKED_DIVISION = frozenset({"div", "floordiv", "mod"})
+# Elementwise ops costly enough that recomputing them for every copy an expand makes is a loss.
+EXPENSIVE = frozenset({"exp", "log", "log1p", "expm1", "sqrt", "recip", "div", "pow", "sin", "cos", "tan",
+                       "tanh", "erf", "atan2"})
 
 
 # ---------------------------------------------------------------- the "fused" primitive
@@ -124,6 +130,7 @@ def find_groups(graph: Graph) -> list[list[Node]]:
             continue
         members = {root}
         movement_above = {root: False}  # A movement op lies between the node and the root.
+        broadcast_above = {root: False}  # An expand lies between them: the node would run per copy.
         has_reduce = role == "reduce"
         heap = [(-pos[i], i.id, i) for i in set(root.inputs)]
         heapq.heapify(heap)
@@ -142,8 +149,12 @@ def find_groups(graph: Graph) -> list[list[Node]]:
             above = any(movement_above[c] or fusible(c) == "movement" for c in consumers)
             if role == "reduce" and (has_reduce or above):
                 continue
+            broadcast = any(broadcast_above[c] or c.op == "expand" for c in consumers)
+            if broadcast and p.op in EXPENSIVE:
+                continue  # Cheaper as its own kernel on the small shape than recomputed per broadcast copy.
             members.add(p)
             movement_above[p] = above
+            broadcast_above[p] = broadcast
             has_reduce |= role == "reduce"
             for i in set(p.inputs):
                 if i not in seen:

@@ -199,3 +199,18 @@ def test_groups_obey_the_rules_on_random_graphs(case):
                     assert fusible(c) == "elementwise"
                     stack.extend(g.consumers(c))
     check(g, *inputs)
+
+
+def test_expensive_ops_are_not_recomputed_per_broadcast_copy():
+    """Layer-norm shape: x * expand(1 / sqrt(var + eps)); the sqrt runs on the (n, 1) shape only."""
+    g = Graph()
+    x = g.add_input((4, 64), F32)
+    var = g.add_node("sum", [g.add_node("mul", [x, x])], {"axes": (1,), "keepdim": True})
+    eps = g.add_constant(1e-5, F32, shape=(4, 1))
+    inv = g.add_node("recip", [g.add_node("sqrt", [g.add_node("add", [var, eps])])])
+    scale = g.add_node("expand", [inv], {"shape": (4, 64)})
+    cheap = g.add_node("expand", [g.add_node("neg", [g.add_input((4, 1), F32)])], {"shape": (4, 64)})
+    g.outputs = [g.add_node("add", [g.add_node("mul", [x, scale]), cheap])]
+    out = check(g, values((4, 64)), values((4, 1), 2))
+    bodies = [body_ops(f) for f in fused_nodes(out)]
+    assert bodies == [["mul", "sum", "const", "add", "sqrt", "recip"], ["expand", "mul", "neg", "expand", "add"]]
