@@ -176,7 +176,8 @@ def relu(x, inplace: bool = False):
     _no_bool("relu", x)
     if inplace:
         return x._inplace("relu_", relu)
-    return maximum(x, as_tensor_like(0, x).to(x.dtype))
+    # A where, not maximum(x, 0): the gradient at exactly 0 is 0 (as PyTorch), not a tie's half.
+    return where(x <= 0, const(0, (), x.dtype), x)
 
 
 def relu6(x, inplace: bool = False):
@@ -195,7 +196,12 @@ def elu(x, alpha: float = 1.0, inplace: bool = False):
     x = _float(x)
     if inplace:
         return x._inplace("elu_", elu, alpha)
-    return where(x > 0, x, expm1(minimum(x, as_tensor_like(0.0, x))) * alpha)
+    return where(x > 0, x, expm1(_nonpositive(x)) * alpha)
+
+
+def _nonpositive(x):
+    """min(x, 0) with the whole gradient at 0 on x (the negative branch's slope, as PyTorch)."""
+    return where(x > 0, const(0.0, (), x.dtype), x)
 
 
 @_opmath
@@ -207,7 +213,7 @@ def selu(x, inplace: bool = False):
 @_opmath
 def celu(x, alpha: float = 1.0, inplace: bool = False):
     x = _float(x)
-    return where(x > 0, x, expm1(minimum(x, as_tensor_like(0.0, x)) / alpha) * alpha)
+    return where(x > 0, x, expm1(_nonpositive(x) / alpha) * alpha)
 
 
 @_opmath
@@ -250,12 +256,20 @@ def softsign(x):
 
 
 def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
-    return clamp(_float(x), min_val, max_val)
+    x = _float(x)
+    return _clip_strict(x, x, min_val, max_val)
+
+
+def _clip_strict(v, x, lo, hi):
+    """v limited to [lo, hi] with a zero gradient at the ends too (PyTorch's hardtanh rule)."""
+    v = where(v <= lo, const(lo, (), v.dtype), v)
+    return where(v >= hi, const(hi, (), v.dtype), v)
 
 
 @_opmath
 def hardsigmoid(x, inplace: bool = False):
-    return clamp(_float(x) / 6.0 + 0.5, 0.0, 1.0)
+    x = _float(x)
+    return _clip_strict(x / 6.0 + 0.5, x, 0.0, 1.0)
 
 
 @_opmath
@@ -464,12 +478,16 @@ def clamp(x, min=None, max=None):
     x = _t(x)
     if min is None and max is None:
         raise LoomValueError("loom.clamp: at least one of min and max must be given")
+    d = dt.result_type(x, *(b for b in (min, max) if b is not None))
+    x = x.to(d)
+    # Selections rather than maximum/minimum: x keeps the whole gradient at a bound (as
+    # PyTorch), NaN passes through, and min > max gives max.
     if min is not None:
-        x = maximum(x, min if isinstance(min, Tensor) else as_tensor_like(min, x).to(
-            dt.result_type(x, min)))
+        lo = _as(min, d)
+        x = where(x < lo, lo, x)
     if max is not None:
-        x = minimum(x, max if isinstance(max, Tensor) else as_tensor_like(max, x).to(
-            dt.result_type(x, max)))
+        hi = _as(max, d)
+        x = where(x > hi, hi, x)
     return x
 
 

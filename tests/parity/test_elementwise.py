@@ -286,6 +286,22 @@ CASES += [
     Case("atan2_inplace", inplace("atan2"), (randn(4), randn(4))),
     Case("logical_not_inplace", inplace("logical_not"), (bools(4),)),
     Case("iadd_int_by_float_refused_like_torch", lambda m, a: a.clone().add_(1), (ints(3),)),
+    # Gradients at the kinks themselves follow PyTorch's conventions.
+    *[Case(f"{name}_at_kinks", body, (lambda rng: np.array([0.0, -1.0, 1.0, 6.0, -3.0, 3.0, 0.5, -0.0],
+                                                            np.float32),))
+      for name, body in [("relu", fn("relu")), ("clamp", fn("clamp", 0.0, 1.0)),
+                         ("hardtanh", lambda m, x: m.nn.functional.hardtanh(x)),
+                         ("relu6", lambda m, x: m.nn.functional.relu6(x)),
+                         ("elu", lambda m, x: m.nn.functional.elu(x)),
+                         ("celu", lambda m, x: m.nn.functional.celu(x, 2.0)),
+                         ("hardsigmoid", lambda m, x: m.nn.functional.hardsigmoid(x)),
+                         ("leaky_relu", lambda m, x: m.nn.functional.leaky_relu(x, 0.1)),
+                         ("abs", fn("abs")), ("maximum_tie", lambda m, x: m.maximum(x, x.detach())),
+                         ("clamp_tensor_bounds", lambda m, x: m.clamp(x, min=x.detach() * 0, max=x.detach() * 0 + 1)),
+                         ("sigmoid", fn("sigmoid"))]],
+    Case("clamp_min_above_max", fn("clamp", 1.0, 0.0), (randn(5),)),
+    Case("sigmoid_tails", fn("sigmoid"), (lambda rng: np.array([-90.0, -30.0, -10.0, 0.0, 10.0, 30.0, 90.0],
+                                                                np.float32),)),
     # Half precision arithmetic: computed in float32 and rounded once, as PyTorch's CPU kernels.
     *[Case(f"{name}_float16", fn(name), (uniform(4, 3, low=0.1, high=2.0, dtype=F16),), grad=False)
       for name in ["exp", "log", "sqrt", "sin", "tanh", "sigmoid", "reciprocal", "exp2", "asinh", "atan"]],
