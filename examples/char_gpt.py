@@ -5,7 +5,7 @@ MLP, learned position embeddings, output layer tied to the token embedding)
 reads 64 characters and predicts the next one at every position. The first 90%
 of the text trains it, the rest validates it. AdamW with linear warmup and
 cosine decay; training stops when the validation loss (on fixed batches)
-reaches --target or after --max-steps. The model is saved with loom.save and
+reaches --target, after --max-steps, after --max-minutes or on Ctrl-C. The model is saved with loom.save and
 then writes a few hundred characters of its own Shakespeare.
 
     python examples/char_gpt.py                      # 4 layers, 4 heads, d_model 128
@@ -33,13 +33,18 @@ class CharVocab:
 
     def __init__(self, text: str) -> None:
         self.chars = sorted(set(text))
-        self.index = {c: i for i, c in enumerate(self.chars)}
+        self.codes = np.array([ord(c) for c in self.chars], dtype=np.uint32)
 
     def __len__(self) -> int:
         return len(self.chars)
 
     def encode(self, text: str) -> np.ndarray:
-        return np.fromiter((self.index[c] for c in text), dtype=np.int64, count=len(text))
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        ids = np.searchsorted(self.codes, codes)
+        if len(codes) and (ids.max() >= len(self.codes) or (self.codes[ids] != codes).any()):
+            bad = sorted({c for c in text if c not in set(self.chars)})
+            raise ValueError(f"char_gpt: characters outside the vocabulary: {''.join(bad)!r}")
+        return ids.astype(np.int64)
 
     def decode(self, ids) -> str:
         return "".join(self.chars[int(i)] for i in ids)
@@ -58,12 +63,14 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
         self.resid_drop = nn.Dropout(dropout)
 
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).reshape(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
+    def forward(self, x, batch: int):
+        """`x` holds the (batch * time, d_model) tokens, sequence after sequence."""
+        bt, c = x.shape
+        t = bt // batch
+        q, k, v = self.qkv(x).reshape(batch, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.dropout if self.training else 0.0)
-        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(b, t, c)))
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(bt, c)))
 
 
 class Block(nn.Module):
@@ -77,8 +84,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(approximate="tanh"),
                                  nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x, batch: int):
+        x = x + self.attn(self.ln1(x), batch)
         return x + self.mlp(self.ln2(x))
 
 
@@ -92,7 +99,7 @@ class CharGPT(nn.Module):
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(context, d_model)
         self.drop = nn.Dropout(dropout)
-        self.blocks = nn.Sequential(*[Block(d_model, n_heads, dropout) for _ in range(n_layers)])
+        self.blocks = nn.ModuleList([Block(d_model, n_heads, dropout) for _ in range(n_layers)])
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.head.weight = self.tok.weight  # Weight tying.
@@ -105,9 +112,15 @@ class CharGPT(nn.Module):
                 nn.init.zeros_(p)
 
     def forward(self, idx):
-        t = idx.shape[1]
+        """Logits (batch, time, vocab) for token ids (batch, time)."""
+        b, t = idx.shape
         x = self.drop(self.tok(idx) + self.pos(loom.arange(t)))
-        return self.head(self.ln_f(self.blocks(x)))
+        # Tokens as rows of one (b * t, d_model) matrix: every Linear is then a
+        # single 2-d GEMM (forward and backward) instead of b batched ones.
+        x = x.reshape(b * t, -1)
+        for block in self.blocks:
+            x = block(x, b)
+        return self.head(self.ln_f(x)).reshape(b, t, -1)
 
 
 def batch(data: np.ndarray, starts: np.ndarray, context: int) -> tuple[loom.Tensor, loom.Tensor]:
@@ -165,6 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--weight-decay", type=float, default=0.1, help="on matrices only")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--max-steps", type=int, default=2500)
+    p.add_argument("--max-minutes", type=float, default=0, help="stop training after this wall time (0: none)")
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--target", type=float, default=1.7, help="stop once validation loss is at most this")
@@ -204,30 +218,43 @@ def main(argv: list[str] | None = None) -> dict:
 
     hist: dict[str, list] = {"step": [], "train": [], "eval_step": [], "val": []}
     timer = Timer()
-    step, reached = 0, None
+    step, reached, stop = 0, None, ""
+
+    def run_eval() -> float:
+        v = evaluate(model, val, val_starts, args.context)
+        hist["eval_step"].append(step)
+        hist["val"].append(v)
+        bar.write(f"step {step:5d}  train loss {np.mean(hist['train'][-args.eval_every:]):.4f}  "
+                  f"val loss {v:.4f}  lr {sched.get_last_lr()[0]:.2e}  "
+                  f"{step / timer.elapsed():.2f} steps/s  ({timer})")
+        return v
+
     bar = progress(total=args.max_steps, desc="char-gpt", disable=args.no_progress)
-    while step < args.max_steps:
-        x, y = batch(train, rng.integers(0, len(train) - args.context - 1, args.batch_size), args.context)
-        loss = lm_loss(model, x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        step += 1
-        hist["step"].append(step)
-        hist["train"].append(loss.item())
-        bar.update(1)
-        bar.set_postfix(loss=f"{hist['train'][-1]:.3f}")
-        if step % args.eval_every == 0 or step == args.max_steps or step == 1:
-            v = evaluate(model, val, val_starts, args.context)
-            hist["eval_step"].append(step)
-            hist["val"].append(v)
-            bar.write(f"step {step:5d}  train loss {np.mean(hist['train'][-args.eval_every:]):.4f}  "
-                      f"val loss {v:.4f}  lr {sched.get_last_lr()[0]:.2e}  "
-                      f"{step / timer.elapsed():.2f} steps/s  ({timer})")
-            if v <= args.target:
-                reached = step
+    try:
+        while step < args.max_steps:
+            x, y = batch(train, rng.integers(0, len(train) - args.context - 1, args.batch_size), args.context)
+            loss = lm_loss(model, x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            step += 1
+            hist["step"].append(step)
+            hist["train"].append(loss.item())
+            bar.update(1)
+            bar.set_postfix(loss=f"{hist['train'][-1]:.3f}")
+            if step % args.eval_every == 0 or step == 1:
+                if run_eval() <= args.target:
+                    reached, stop = step, f"reached {args.target}"
+                    break
+            if args.max_minutes and timer.elapsed() > 60 * args.max_minutes:
+                stop = f"time limit of {args.max_minutes:g} min"
                 break
+    except KeyboardInterrupt:  # Ctrl-C ends training early; the model is still saved and sampled.
+        stop = "interrupted"
+    stop = stop or f"max steps {args.max_steps}"
+    if step and hist["eval_step"][-1:] != [step]:
+        run_eval()
     bar.close()
     seconds = timer.elapsed()
 
@@ -240,13 +267,13 @@ def main(argv: list[str] | None = None) -> dict:
                                          "val": (hist["eval_step"], hist["val"])},
                       xlabel="step", ylabel="cross-entropy (nats/char)", title="char GPT on tinyshakespeare")
     text_out = sample(model, vocab, args.prompt, args.sample_chars, args.temperature)
-    status = f"reached {args.target} at step {reached}" if reached else f"target {args.target} not reached"
+    status = f"reached {args.target} at step {reached}" if reached else f"target {args.target} not reached: {stop}"
     print(f"final: val loss {hist['val'][-1]:.4f} after {step} steps ({status}); "
           f"train loss {hist['train'][0]:.4f} -> {np.mean(hist['train'][-10:]):.4f}; "
           f"{fmt_seconds(seconds)}, {step / seconds:.2f} steps/s")
     print(f"checkpoint: {ckpt}\nloss curve: {png}")
     print(f"--- sample (temperature {args.temperature}) ---\n{text_out}\n---")
-    return {"val_loss": hist["val"][-1], "steps": step, "reached": reached, "seconds": seconds,
+    return {"val_loss": hist["val"][-1], "steps": step, "reached": reached, "stop": stop, "seconds": seconds,
             "train_loss": hist["train"], "sample": text_out, "png": str(png), "checkpoint": str(ckpt)}
 
 
