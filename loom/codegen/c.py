@@ -37,6 +37,7 @@ from loom.ir.node import Node
 FORMAT_VERSION = 1
 TILE = 256          # Output elements per accumulator tile when reducing over outer dims.
 BCAST_SLOTS = 2     # Leaves per phase that get a specialised "broadcast along the inner dim" loop.
+BLOCK = 1024        # Float32 sums add in float within blocks this long (then in double), like NumPy's pairwise.
 
 CTYPE = {dt.float32: "float", dt.float64: "double", dt.int64: "int64_t", dt.int32: "int32_t",
          dt.int16: "int16_t", dt.int8: "int8_t", dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
@@ -752,33 +753,40 @@ class _Source:
         return text.split("\n") if text else []
 
     def variants(self, phase: str, blk: _Block, loop_head: str, tail: list[str], pragma: str, idx: str,
-                 fast_flag: str, bm_flag: str, depth: int) -> list[str]:
-        """The inner loop in its contiguous variants (one per broadcast mask) and the generic strided one."""
+                 fast_flag: str, bm_flag: str, depth: int, wrap: tuple[list[str], list[str]] = ([], [])
+                 ) -> list[str]:
+        """The inner loop in its contiguous variants (one per broadcast mask) and the generic strided one.
+
+        `wrap` gives lines around the loop (a blocking loop, say), repeated in every variant.
+        """
         leaves = self.leaves_of(phase)
         slotted = [k for k in leaves if self.w.leaves[k].slot >= 0]
         pad = "  " * depth
+
+        def loop(access, body_tail, d: int) -> list[str]:
+            p = "  " * d
+            w = len(wrap[0]) > 0
+            lines = [p + x for x in wrap[0]]
+            q = p + ("  " if w else "")
+            lines += [f"{q}{pragma}", f"{q}{loop_head} {{"]
+            lines += self.body_text(blk, access, idx, d + 1 + w)
+            lines += [f"{q}  {t}" for t in body_tail] + [f"{q}}}"]
+            return lines + [p + x for x in wrap[1]]
+
         out = [f"{pad}if (k->{fast_flag}) {{", f"{pad}  switch (k->{bm_flag}) {{"]
         for mask in range(1 << len(slotted)):
             hoisted = {k for k in slotted if mask >> self.w.leaves[k].slot & 1}
             out.append(f"{pad}  case {mask}: {{")
             for k in sorted(hoisted):
                 out.append(f"{pad}    const {CTYPE[self.w.leaves[k].dtype]} h{k} = P{k}[o{k}];")
-            out.append(f"{pad}    {pragma}")
-            out.append(f"{pad}    {loop_head} {{")
 
             def access(k, hoisted=hoisted):
                 return f"h{k}" if k in hoisted else f"P{k}[o{k} + {idx}]"
-            out += self.body_text(blk, access, idx, depth + 3)
-            out += [f"{pad}      {t}" for t in tail[0]]
-            out.append(f"{pad}    }}")
+            out += loop(access, tail[0], depth + 2)
             out.append(f"{pad}  }} break;")
         out.append(f"{pad}  }}")
         out.append(f"{pad}}} else {{")
-        out.append(f"{pad}  {pragma}")
-        out.append(f"{pad}  {loop_head} {{")
-        out += self.body_text(blk, lambda k: f"P{k}[o{k} + {idx} * s{k}]", idx, depth + 2)
-        out += [f"{pad}    {t}" for t in tail[1]]
-        out.append(f"{pad}  }}")
+        out += loop(lambda k: f"P{k}[o{k} + {idx} * s{k}]", tail[1], depth + 1)
         out.append(f"{pad}}}")
         return out
 
@@ -817,11 +825,16 @@ class _Source:
             return f"({flag} ? ({CTYPE[d]})NAN : {acc})"
         return f"({CTYPE[d]}){acc}"
 
+    def blocked(self) -> list[int]:
+        """Float32 sums: added in float within blocks of BLOCK elements, the block sums in double."""
+        return [i for i, a in enumerate(self.w.accs) if a.op == "sum" and a.dtype is dt.float32]
+
     def reduction_clause(self, flags: bool) -> str:
         parts = []
+        blocked = self.blocked() if flags else []
         for i, a in enumerate(self.w.accs):
             op = {"sum": "+", "prod": "*", "max": "max", "min": "min"}[a.op]
-            parts.append(f"reduction({op}:a{i})")
+            parts.append(f"reduction({op}:{'b' if i in blocked else 'a'}{i})")
             if flags and a.op in ("max", "min") and a.dtype.is_floating_point:
                 parts.append(f"reduction(|:f{i})")
         if self.has_div:
@@ -889,7 +902,11 @@ class _Source:
 
     def pre_tail(self, indexed: bool, flags: bool) -> list[str]:
         lines = []
+        blocked = self.blocked() if flags else []
         for a, ev in self.w.acc_updates:
+            if a in blocked:
+                lines.append(f"b{a} += {ev};")
+                continue
             acc = f"a{a}[t]" if indexed else f"a{a}"
             lines += self.acc_update(self.w.accs[a], acc, ev, f"f{a}" if flags else None)
         return lines
@@ -910,8 +927,17 @@ class _Source:
                   f"    int64_t len = k->n[{L - 1}] - ix[{L - 1}]; if (len > rhi - r) len = rhi - r;",
                   *["    " + x for x in self.run_setup("pre", str(L - 1), str(L))]]
         tail = self.pre_tail(False, True)
-        lines += self.variants("pre", w.pre, "for (int64_t i = 0; i < len; i++)", [tail, tail],
-                               "#pragma omp simd " + self.reduction_clause(True), "i", "fast_a", "bm_a", 2)
+        blocked = self.blocked()
+        wrap: tuple[list[str], list[str]] = ([], [])
+        head = "for (int64_t i = 0; i < len; i++)"
+        if blocked:
+            head = "for (int64_t i = c_; i < ce_; i++)"
+            wrap = ([f"for (int64_t c_ = 0; c_ < len; c_ += {BLOCK}) {{",
+                     f"  const int64_t ce_ = len - c_ < {BLOCK} ? len : c_ + {BLOCK};",
+                     "  " + " ".join(f"float b{i} = 0.0f;" for i in blocked)],
+                    ["  " + " ".join(f"a{i} += (double)b{i};" for i in blocked), "}"])
+        lines += self.variants("pre", w.pre, head, [tail, tail], "#pragma omp simd " + self.reduction_clause(True),
+                               "i", "fast_a", "bm_a", 2, wrap)
         lines += [f"    r += len; ix[{L - 1}] += len;",
                   f"    for (int d = {L - 1}; d > {NO} && ix[d] >= k->n[d]; d--) {{ ix[d] = 0; ix[d - 1]++; }}",
                   "  }"]
