@@ -192,12 +192,12 @@ def explain(fn: Callable | Graph, *args, level: int = 3) -> Explanation:
 
     work = graph.copy()  # The passes edit this one in place, so node ids stay stable in the report.
     result = Explanation(level, graph.copy(), str(work))
-    clock = [time.perf_counter(), len(graph)]
+    last = {"time": time.perf_counter(), "size": len(graph)}
 
     def observe(name: str, g: Graph) -> None:
         now = time.perf_counter()
-        result.passes.append(PassRecord(name, g.copy(), str(g), clock[1], len(g), now - clock[0]))
-        clock[0], clock[1] = time.perf_counter(), len(g)
+        result.passes.append(PassRecord(name, g.copy(), str(g), int(last["size"]), len(g), now - last["time"]))
+        last["time"], last["size"] = time.perf_counter(), len(g)
 
     optimized = run_passes(work, passes_for_level(level), copy=False, observer=observe)
     result.optimized = optimized

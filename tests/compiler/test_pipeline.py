@@ -131,3 +131,12 @@ def test_compiled_mlp_training_step_matches_eager():
     g = Graph.from_tensors(outs, inputs=ins)
     run = _compiled_matches(g, [t.detach().numpy() for t in ins], 3, rtol=1e-5)
     assert len(run.kernels) >= 5
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(random_graphs())
+def test_each_pass_alone_preserves_random_graphs(case):
+    g, inputs = case
+    want = g.run(*inputs)
+    for name in ("prune", "cse", "fold", "simplify", "fuse", "inplace", "memory"):
+        assert_same(run_passes(g, [name]).run(*inputs), want)

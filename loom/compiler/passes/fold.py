@@ -37,9 +37,12 @@ def _fold_uniform(node: Node) -> np.ndarray | None:
     kind = ops.PRIMITIVES[node.op].kind
     if kind not in _ELEMENTWISE and node.op not in _SHAPE_ONLY:
         return None
-    values = [uniform_value(i) for i in node.inputs]
-    if any(v is None for v in values):
-        return None
+    values = []
+    for i in node.inputs:
+        v = uniform_value(i)
+        if v is None:
+            return None
+        values.append(v)
     if node.op in _SHAPE_ONLY:
         return values[0]
     return reference.evaluate(_scalar_node(node), values)

@@ -113,14 +113,16 @@ def _flip_axes(n: Node, axes) -> tuple[int, ...]:
 
 def _rule(n: Node, fast_math: bool) -> Node | Spec | None:
     op, ins = n.op, n.inputs
-    x = ins[0] if ins else None
+    if not ins:
+        return None
+    x = ins[0]
     if op in ("mul", "div", "pow", "add", "sub", "or", "xor", "and", "maximum", "minimum"):
         return _binary_identity(n)
     if op in ("neg", "not") and x.op == op:
         return x.inputs[0]
     if op == "abs" and x.op in ("abs", "neg"):
         return ("abs", (x.inputs[0],), {}) if x.op == "neg" else x
-    if fast_math and (op, x.op if x is not None else None) in (("exp", "log"), ("log", "exp")):
+    if fast_math and (op, x.op) in (("exp", "log"), ("log", "exp")):
         return x.inputs[0]
     if op == "cast":
         if n.dtype is x.dtype:
@@ -140,8 +142,8 @@ def _rule(n: Node, fast_math: bool) -> Node | Spec | None:
         if perm == tuple(range(len(perm))):
             return x
         if x.op == "permute":
-            inner = tuple(x.attrs["perm"])
-            return ("permute", (x.inputs[0],), {"perm": tuple(inner[p] for p in perm)})
+            first = tuple(x.attrs["perm"])
+            return ("permute", (x.inputs[0],), {"perm": tuple(first[p] for p in perm)})
         return None
     if op == "expand":
         if tuple(x.shape) == tuple(n.shape):
@@ -167,8 +169,9 @@ def _rule(n: Node, fast_math: bool) -> Node | Spec | None:
         c, a, b = ins
         if a is b:
             return a
-        if uniform_value(c) is not None:
-            return a if scalar(uniform_value(c), c.dtype) else b
+        cond = uniform_value(c)
+        if cond is not None:
+            return a if scalar(cond, c.dtype) else b
         return None
     if op in ("sum", "prod", "max", "min") and not (op == "sum" and n.dtype.is_floating_point):
         # A floating sum adds to +0.0, so even a one-element sum turns -0.0 into +0.0: no rule.
@@ -208,7 +211,7 @@ def simplify(graph: Graph, fast_math: bool = False) -> Graph:
             if result is None:
                 break
             made = isinstance(result, tuple)
-            if made:
+            if isinstance(result, tuple):
                 op, ins, attrs = result
                 result = graph.add_node(op, ins, attrs, name=current.name)
             graph.replace(current, result, check_cycles=False)  # Built from current's ancestors.
