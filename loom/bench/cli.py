@@ -1,0 +1,158 @@
+"""``python -m loom.bench``: the command line of the benchmark harness.
+
+    python -m loom.bench --models mlp,cnn,gpt --frameworks loom,torch,torch-compile,jax --repeats 7 --json out.json
+    python -m loom.bench --quick --models mlp --frameworks loom,loom-function,torch
+    python -m loom.bench --list
+
+A peer that is not installed is skipped with a printed reason. Exit status:
+0 when the run finished (even with skipped or failed variants), 2 for bad
+arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import os
+import sys
+
+from loom.bench import harness, report
+from loom.bench.machine import load_average, machine_info, versions
+from loom.bench.workloads import FRAMEWORKS, WORKLOADS, get
+
+DEFAULT_MODELS = "mlp,cnn,gpt"
+SCALING_NOTE = ("data-parallel scaling (--nproc) is not available yet: loom has no distributed layer; "
+                "running nproc=1 only")
+
+
+def _csv(kind: str, known: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if items == ["all"]:
+            return list(known)
+        bad = [t for t in items if t not in known]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"unknown {kind} {', '.join(bad) or '(none given)'}; "
+                                             f"choose from {', '.join(known)} or 'all'")
+        return list(dict.fromkeys(items))
+    return parse
+
+
+def _nproc(text: str) -> list[int]:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--nproc takes comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"--nproc values must be >= 1, got {text!r}")
+    return values
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m loom.bench",
+        description="Benchmark loom against PyTorch and JAX on the same models, data and machine.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--models", type=_csv("model", WORKLOADS), default=DEFAULT_MODELS,
+                   help=f"comma-separated workloads ({', '.join(WORKLOADS)}) or 'all'")
+    p.add_argument("--frameworks", type=_csv("framework", FRAMEWORKS), default=",".join(FRAMEWORKS),
+                   help=f"comma-separated framework variants ({', '.join(FRAMEWORKS)}) or 'all'")
+    p.add_argument("--repeats", type=int, default=7, help="timed blocks per framework (the median is reported)")
+    p.add_argument("--steps", type=int, default=None, help="steps per timed block (default: per workload)")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed calls first (loom.function traces and compiles on the second)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads for every framework (torch.set_num_threads, OMP/OpenBLAS/MKL variables); "
+                        "1 by default because on a shared machine more threads than idle cores make every "
+                        "framework's OpenMP and BLAS threads spin-wait")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and batches")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 2 repeats of tiny blocks, 2 warm-up calls")
+    p.add_argument("--loom-backend", choices=("c", "reference"), default="c",
+                   help="backend of loom.function (falls back to reference if loom has no executor)")
+    p.add_argument("--loom-eager-backend", choices=("reference", "compiled"), default="reference",
+                   help="how loom's eager mode computes values (loom.set_backend)")
+    p.add_argument("--nproc", type=_nproc, default=[1],
+                   help="processes for data-parallel scaling (not available yet: runs nproc=1)")
+    p.add_argument("--cold-cache", action="store_true",
+                   help="give the workers an empty LOOM_CACHE_DIR, so loom's warm-up includes every kernel build")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds a worker may take for one answer")
+    p.add_argument("--log-dir", default=None, help="folder for the workers' logs (default: a temporary folder)")
+    p.add_argument("--json", metavar="PATH", help="write the machine-readable results here")
+    p.add_argument("--markdown", metavar="PATH", help="write a Markdown report here")
+    p.add_argument("--plot", metavar="PATH.png", help="write a bar chart of throughput ratios here")
+    p.add_argument("--list", action="store_true", help="list the workloads and frameworks, then exit")
+    return p
+
+
+def _executor_available() -> bool:
+    return importlib.util.find_spec("loom.runtime.executor") is not None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    if args.list:
+        for name in WORKLOADS:
+            w = get(name)
+            print(f"{name:<10} {w.description}")
+        print("frameworks:", ", ".join(FRAMEWORKS))
+        return 0
+    for name, value in (("--repeats", args.repeats), ("--threads", args.threads)):
+        if value < 1:
+            parser().error(f"{name} must be >= 1, got {value}")
+    if args.steps is not None and args.steps < 1:
+        parser().error(f"--steps must be >= 1, got {args.steps}")
+    notes: list[str] = []
+
+    def say(msg: str) -> None:
+        print(msg, flush=True)
+    scaling = {"requested": args.nproc, "available": False, "ran": [1]}
+    if args.nproc != [1]:
+        say(SCALING_NOTE)
+        notes.append(SCALING_NOTE)
+    loom_backend = args.loom_backend
+    if loom_backend == "c" and not _executor_available():
+        loom_backend = "reference"
+        msg = "loom.function: the C backend needs loom/runtime/executor.py, which is missing; using 'reference'"
+        say(msg)
+        notes.append(msg)
+    repeats, warmup = args.repeats, args.warmup
+    if args.quick:
+        repeats = min(repeats, 2)
+        warmup = min(warmup, 2)
+    cache_dir = None
+    if args.cold_cache:
+        import tempfile
+        cache_dir = tempfile.mkdtemp(prefix="loom-bench-cache-")
+        notes.append(f"cold kernel cache: LOOM_CACHE_DIR={cache_dir}")
+    opts = harness.Options(models=args.models, frameworks=args.frameworks, repeats=repeats, steps=args.steps,
+                           warmup=warmup, threads=args.threads, seed=args.seed, quick=args.quick,
+                           loom_backend=loom_backend, loom_eager_backend=args.loom_eager_backend,
+                           timeout=args.timeout, cache_dir=cache_dir, log_dir=args.log_dir)
+    machine = machine_info()
+    say(f"loom.bench: {machine['cpu_model']}, {machine['cores_available']} cores, {args.threads} thread(s), "
+        f"load average {machine['load_average']}; {repeats} repeats, warm-up {warmup}")
+    created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    results = harness.run(opts, say)
+    machine["load_average_end"] = load_average()
+    print()
+    print(report.table(results))
+    print(f"load average at start {machine['load_average']}, at end {machine['load_average_end']} "
+          f"on {machine['cores_available']} cores")
+    config = harness.options_dict(opts)
+    config["loom_backend_requested"] = args.loom_backend
+    config["environment"] = {k: os.environ.get(k) for k in ("LOOM_CACHE_DIR", "LOOM_CODEGEN", "LOOM_CODEGEN_SYNC",
+                                                            "LOOM_BACKEND", "XLA_FLAGS")}
+    doc = report.document(results, machine, versions(), config, ["python", "-m", "loom.bench", *argv], notes,
+                          scaling, created)
+    if args.json:
+        report.write_json(doc, args.json)
+        print(f"wrote {args.json}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report.markdown(doc))
+        print(f"wrote {args.markdown}")
+    if args.plot:
+        report.plot(doc, args.plot)
+        print(f"wrote {args.plot}")
+    return 0

@@ -1,0 +1,254 @@
+"""The benchmark protocol: one worker process per framework, warm-up apart, timed blocks interleaved.
+
+For each workload the harness starts one worker process per framework
+(`loom.bench.worker`), one after another, and lets each build its variant and
+warm up: the first call and the whole warm-up (tracing, compiling, kernel
+builds) are timed and reported as compile/first-call time, never mixed into
+the step times. Then come R repeats; in each, every framework runs one timed
+block of k steps, in an order that rotates from repeat to repeat
+(`stats.interleave`), so that noise from the rest of the machine lands on all
+frameworks alike. Only one worker computes at a time; the others wait on
+their command pipe.
+
+Separate processes give each framework its own thread settings from its
+first import, its own peak resident memory (``ru_maxrss`` of the worker, which
+includes the interpreter and the framework's import; the import baseline is
+reported beside it), and isolation: a variant that crashes or hangs becomes a
+"failed" row with a reason, not a dead benchmark.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from loom.bench import stats
+from loom.bench.machine import load_average
+from loom.bench.workloads import FRAMEWORKS, get
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+                    "NUMEXPR_NUM_THREADS")
+
+
+@dataclass
+class Options:
+    """How to run the benchmark (the command line's options; see ``python -m loom.bench --help``)."""
+
+    models: list[str]
+    frameworks: list[str]
+    repeats: int = 7
+    steps: int | None = None          # Steps per timed block; None: each workload's default.
+    warmup: int = 3                   # Untimed calls before timing (loom.function traces on the 2nd).
+    threads: int = 1
+    seed: int = 0
+    quick: bool = False
+    loom_backend: str = "c"           # loom.function's backend.
+    loom_eager_backend: str = "reference"
+    timeout: float = 1800.0           # Seconds a worker may take for one answer (build + warm-up included).
+    cache_dir: str | None = None      # LOOM_CACHE_DIR for the workers; None keeps the environment's.
+    log_dir: str | None = None        # Where workers' stderr goes; None: a temporary folder.
+    notes: list[str] = field(default_factory=list)
+
+
+def framework_missing(framework: str) -> str | None:
+    """Why `framework` cannot run in this environment (a package is not installed), or None."""
+    if framework not in FRAMEWORKS:
+        return f"unknown framework {framework!r} (known: {', '.join(FRAMEWORKS)})"
+    module = {"torch": "torch", "torch-compile": "torch", "jax": "jax"}.get(framework)
+    if module is not None and importlib.util.find_spec(module) is None:
+        return f"{module} is not installed"
+    return None
+
+
+def worker_env(opts: Options) -> dict[str, str]:
+    """The environment of a worker: fixed thread counts, the repository on the path, the kernel cache."""
+    env = dict(os.environ)
+    for var in THREAD_VARIABLES:
+        env[var] = str(opts.threads)
+    if opts.threads == 1:
+        # XLA's CPU backend has no thread-count flag; this keeps its Eigen kernels on one thread.
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                          if p])
+    if opts.cache_dir:
+        env["LOOM_CACHE_DIR"] = opts.cache_dir
+    return env
+
+
+class Worker:
+    """A running `loom.bench.worker` process and its line protocol."""
+
+    def __init__(self, model: str, framework: str, opts: Options, log_path: Path):
+        config = {"model": model, "framework": framework, "threads": opts.threads, "seed": opts.seed,
+                  "warmup": opts.warmup, "loom_backend": opts.loom_backend,
+                  "loom_eager_backend": opts.loom_eager_backend}
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "loom.bench.worker", json.dumps(config)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                     env=worker_env(opts), cwd=str(REPO_ROOT))
+        self._buf = b""
+
+    def send(self, msg: dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # The worker died; recv() reports why.
+
+    def recv(self, timeout: float) -> dict:
+        """The worker's next answer; an ``error`` event if it died or took longer than `timeout` s."""
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                return {"event": "error", "reason": f"no answer within {timeout:.0f} s (killed)"}
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                code = self.proc.wait()
+                return {"event": "error", "reason": f"worker exited with code {code}: {self.log_tail(3)}"}
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return json.loads(line)
+
+    def log_tail(self, lines: int = 20) -> str:
+        self._log.flush()
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._log.close()
+
+
+def _fail(entry: dict, reason: str, say: Callable[[str], None]) -> None:
+    entry["status"] = "failed"
+    entry["reason"] = reason
+    say(f"  {entry['model']}/{entry['framework']}: FAILED: {reason}")
+
+
+def run(opts: Options, say: Callable[[str], None] = print) -> list[dict]:
+    """Run every requested workload under every requested framework; one result dict per pair.
+
+    A result has ``status`` "ok", "skipped" (with ``reason``: the package is not
+    installed, or the workload has no such variant) or "failed" (with
+    ``reason`` and the worker's log file).
+    """
+    log_dir = Path(opts.log_dir or tempfile.mkdtemp(prefix="loom-bench-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    results: list[dict] = []
+    for model in opts.models:
+        workload = get(model)
+        steps = opts.steps or (workload.quick_steps if opts.quick else workload.steps)
+        say(f"{model}: {workload.description}")
+        entries: dict[str, dict] = {}
+        workers: dict[str, Worker] = {}
+        load_before = load_average()
+        for fw in opts.frameworks:
+            entry = {"model": model, "framework": fw, "unit": workload.unit,
+                     "samples_per_step": workload.samples_per_step, "steps_per_block": steps,
+                     "threads": opts.threads}
+            entries[fw] = entry
+            results.append(entry)
+            reason = framework_missing(fw) or workload.supports(fw)
+            if reason:
+                entry.update(status="skipped", reason=reason)
+                say(f"  {model}/{fw}: skipped: {reason}")
+                continue
+            say(f"  {model}/{fw}: building and warming up ({opts.warmup} calls)")
+            log_path = log_dir / f"{model}-{fw}.log"
+            entry["log"] = str(log_path)
+            worker = Worker(model, fw, opts, log_path)
+            msg = worker.recv(opts.timeout)
+            if msg.get("event") != "ready":
+                worker.kill()
+                worker.close()
+                _fail(entry, msg.get("reason", f"unexpected answer {msg}"), say)
+                continue
+            entry.update({k: v for k, v in msg.items() if k not in ("event", "pid")})
+            entry["compile_s"] = msg["warmup_s"]
+            workers[fw] = worker
+        blocks: dict[str, list[float]] = {fw: [] for fw in workers}
+        order = stats.interleave(list(workers), opts.repeats)
+        for r, fw in order:
+            if fw not in workers:
+                continue
+            worker = workers[fw]
+            worker.send({"op": "block", "steps": steps})
+            msg = worker.recv(opts.timeout)
+            if msg.get("event") != "block":
+                worker.kill()
+                worker.close()
+                del workers[fw]
+                _fail(entries[fw], f"during timed repeat {r + 1}: {msg.get('reason', msg)}", say)
+                continue
+            blocks[fw].append(msg["seconds"])
+        for fw, worker in workers.items():
+            worker.send({"op": "finish"})
+            msg = worker.recv(opts.timeout)
+            worker.close()
+            entry = entries[fw]
+            if msg.get("event") == "finish":
+                entry["peak_rss_mb"] = msg["peak_rss_mb"]
+                entry["info"] = msg["info"]
+                planned = msg["info"].get("planned_peak_bytes")
+                if planned is not None:
+                    entry["planned_peak_bytes"] = planned
+            entry["block_seconds"] = blocks[fw]
+            entry.update(stats.summarize(blocks[fw], steps))
+            entry["throughput"] = stats.throughput(entry["median_ms"], workload.samples_per_step)
+            entry["status"] = "ok"
+        load_after = load_average()
+        ok = {fw: e["throughput"] for fw, e in entries.items() if e.get("status") == "ok"}
+        ratios = stats.ratios_to_best_peer(ok)
+        best = stats.best_peer(ok)
+        values = [e["first_value"] for e in entries.values() if e.get("status") == "ok"]
+        for fw, e in entries.items():
+            e["load_average_before"] = load_before
+            e["load_average_after"] = load_after
+            if e.get("status") == "ok":
+                e["best_peer"] = best
+                e["ratio_to_best_peer"] = ratios[fw]
+                # All frameworks start from the same weights and batch: their first outputs must agree.
+                e["first_value_spread"] = max(values) - min(values) if values else None
+        for fw in opts.frameworks:
+            e = entries[fw]
+            if e.get("status") == "ok":
+                ratio = e["ratio_to_best_peer"]
+                say(f"  {model}/{fw}: {e['median_ms']:.3f} ms/step (min {e['min_ms']:.3f}, max {e['max_ms']:.3f}), "
+                    f"{e['throughput']:.1f} {workload.unit}/s" + (f", {ratio:.2f}x best peer" if ratio else ""))
+    return results
+
+
+def options_dict(opts: Options) -> dict:
+    return asdict(opts)

@@ -1,0 +1,130 @@
+"""Benchmark output: the stdout table, the JSON document, a Markdown report and a bar chart.
+
+Examples
+--------
+>>> rows = [{"model": "mlp", "framework": "torch", "status": "ok", "median_ms": 1.5, "min_ms": 1.4,
+...          "max_ms": 1.7, "throughput": 85333.3, "unit": "samples", "ratio_to_best_peer": 1.0,
+...          "compile_s": 0.2, "peak_rss_mb": 300.0}]
+>>> print(table(rows).splitlines()[2])
+mlp     torch          1.500   1.400   1.700      85333 samples/s    1.00      0.20      300       -  ok
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SCHEMA = "loom.bench/1"
+
+_COLUMNS = ("model", "framework", "median", "min", "max", "throughput", "x best", "warm-up", "peak RSS",
+            "planned", "status")
+
+
+def _fmt(value, spec: str, missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def table(results: list[dict]) -> str:
+    """The results as a fixed-width text table (ms per step, throughput, ratio to the best peer, memory).
+
+    Times are milliseconds per step, warm-up is seconds (first call, tracing,
+    compiling), peak RSS is the worker's MiB, planned is loom's planned arena
+    MiB for the traced step.
+    """
+    head = (f"{'model':<7} {'framework':<13} {'median':>7} {'min':>7} {'max':>7} {'throughput':>20} "
+            f"{'x best':>7} {'warm-up':>9} {'peak RSS':>8} {'planned':>7}  status")
+    units = (f"{'':<7} {'':<13} {'ms':>7} {'ms':>7} {'ms':>7} {'':>20} {'peer':>7} {'s':>9} {'MiB':>8} "
+             f"{'MiB':>7}")
+    lines = [head, units]
+    for r in results:
+        ok = r.get("status") == "ok"
+        planned = r.get("planned_peak_bytes")
+        thr = f"{r['throughput']:.0f} {r['unit']}/s" if ok else "-"
+        status = "ok" if ok else f"{r.get('status')}: {r.get('reason', '')}"
+        lines.append(
+            f"{r['model']:<7} {r['framework']:<13} {_fmt(r.get('median_ms'), '.3f'):>7} "
+            f"{_fmt(r.get('min_ms'), '.3f'):>7} {_fmt(r.get('max_ms'), '.3f'):>7} {thr:>20} "
+            f"{_fmt(r.get('ratio_to_best_peer'), '.2f'):>7} {_fmt(r.get('compile_s'), '.2f'):>9} "
+            f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8} "
+            f"{_fmt(planned / 2**20 if planned is not None else None, '.2f'):>7}  {status}")
+    return "\n".join(lines)
+
+
+def document(results: list[dict], machine: dict, versions: dict, config: dict, command: list[str],
+             notes: list[str], scaling: dict, created: str) -> dict:
+    """The JSON document: machine, versions, configuration, notes and one result per model and framework."""
+    return {"schema": SCHEMA, "created": created, "command": command, "machine": machine, "versions": versions,
+            "config": config, "scaling": scaling, "notes": notes, "results": results}
+
+
+def write_json(doc: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def markdown(doc: dict) -> str:
+    """A Markdown report: how it was measured, on what, and the table of results."""
+    m, v, c = doc["machine"], doc["versions"], doc["config"]
+    flags = ", ".join(f for f, on in m.get("cpu_flags", {}).items() if on)
+    out = [
+        "# loom benchmark results", "",
+        f"Command: `{' '.join(doc['command'])}`  ",
+        f"Created: {doc['created']}", "",
+        f"- Machine: {m['cpu_model']}, {m['cores_available']} cores available of {m['logical_cores']}, "
+        f"{m.get('memory_gib')} GiB; flags: {flags}; AVX-512: {'yes' if m.get('avx512') else 'no'}",
+        f"- Load average (1/5/15 min) at start: {m.get('load_average')}",
+        f"- Versions: python {v.get('python')}, numpy {v.get('numpy')}, loom {v.get('loom')} "
+        f"({v.get('loom_commit')}), torch {v.get('torch')}, jax {v.get('jax')}, cc {v.get('cc')}",
+        f"- Protocol: {c['warmup']} warm-up calls (reported as warm-up/compile time), then {c['repeats']} "
+        f"repeats of timed blocks, frameworks interleaved in rotating order; {c['threads']} thread(s); "
+        "median/min/max over the repeats; peak RSS is ru_maxrss of each framework's own worker process.",
+        f"- loom.function backend: {c['loom_backend']}; loom eager backend: {c['loom_eager_backend']}", "",
+        "| model | framework | median ms/step | min | max | throughput | x best peer | warm-up s | peak RSS MiB "
+        "| planned MiB | load (1 min) before/after | status |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in doc["results"]:
+        ok = r.get("status") == "ok"
+        planned = r.get("planned_peak_bytes")
+        load = "/".join(str(x[0]) if x else "-" for x in (r.get("load_average_before"),
+                                                             r.get("load_average_after")))
+        out.append(
+            f"| {r['model']} | {r['framework']} | {_fmt(r.get('median_ms'), '.3f')} | {_fmt(r.get('min_ms'), '.3f')} "
+            f"| {_fmt(r.get('max_ms'), '.3f')} | "
+            + (f"{r['throughput']:.0f} {r['unit']}/s" if ok else "-")
+            + f" | {_fmt(r.get('ratio_to_best_peer'), '.2f')} | {_fmt(r.get('compile_s'), '.2f')} "
+            f"| {_fmt(r.get('peak_rss_mb'), '.0f')} | {_fmt(planned / 2**20 if planned else None, '.2f')} "
+            f"| {load} | {'ok' if ok else r.get('status') + ': ' + r.get('reason', '')} |")
+    if doc.get("notes"):
+        out += ["", "Notes:", ""] + [f"- {n}" for n in doc["notes"]]
+    return "\n".join(out) + "\n"
+
+
+def plot(doc: dict, path: str | Path) -> None:
+    """A bar chart of each framework's throughput relative to the best peer, grouped by model (PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["results"] if r.get("status") == "ok" and r.get("ratio_to_best_peer") is not None]
+    models = list(dict.fromkeys(r["model"] for r in doc["results"]))
+    frameworks = list(dict.fromkeys(r["framework"] for r in doc["results"]))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(models) + 2), 4.0))
+    width = 0.8 / max(len(frameworks), 1)
+    for i, fw in enumerate(frameworks):
+        xs, ys = [], []
+        for j, m in enumerate(models):
+            hit = [r for r in rows if r["model"] == m and r["framework"] == fw]
+            if hit:
+                xs.append(j + (i - (len(frameworks) - 1) / 2) * width)
+                ys.append(hit[0]["ratio_to_best_peer"])
+        bars = ax.bar(xs, ys, width, label=fw)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(models)), models)
+    ax.set_ylabel("throughput / best peer's")
+    c = doc["config"]
+    ax.set_title(f"loom.bench: {c['threads']} thread(s), median of {c['repeats']} "
+                 f"(load {doc['machine'].get('load_average', ['?'])[0]})", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
