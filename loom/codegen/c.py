@@ -34,7 +34,7 @@ from loom.ir import ops
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 TILE = 256          # Output elements per accumulator tile when reducing over outer dims.
 BCAST_SLOTS = 2     # Leaves per phase that get a specialised "broadcast along the inner dim" loop.
 BLOCK = 1024        # Float32 sums add in float within blocks this long (then in double), like NumPy's pairwise.
@@ -656,6 +656,33 @@ static inline int64_t loom_ipow_u(int64_t x, int64_t y) {
   uint64_t r = 1, b = (uint64_t)x; while (y > 0) { if (y & 1) r *= b; b *= b; y >>= 1; } return (int64_t)r; }
 """
 
+# The call path used from Python: the arrays arrive as one tuple object and each data pointer is read at
+# fixed offsets of CPython's tuple and NumPy's array structs (checked at import by loom.codegen.kernel),
+# which costs far less than asking NumPy for pointers. Misaligned data (-2) or an output overlapping an
+# input other than element for element (-1) is refused before any work; Python then retries with copies.
+_OBJECT_ENTRY = r"""
+int32_t loom_call(const char *objs, const int64_t *meta) {
+  const int64_t item_off = meta[0], data_off = meta[1], nslot = meta[2], nobj = meta[3];
+  const int64_t *slot = meta + 4, *info = slot + 2 * nslot, *kmeta = info + 4 * nobj;
+  char *data[nobj];
+  for (int64_t o = 0; o < nobj; o++) {
+    const char *obj = *(const char *const *)(objs + item_off + 8 * o);
+    data[o] = *(char *const *)(obj + data_off);
+    if ((uintptr_t)data[o] % (uintptr_t)info[4 * o + 3]) return -2;
+  }
+  const char *lo0 = data[0] + info[0], *hi0 = data[0] + info[1];
+  for (int64_t o = 1; o < nobj && hi0 > lo0; o++) {
+    const char *lo = data[o] + info[4 * o], *hi = data[o] + info[4 * o + 1];
+    if (hi > lo && lo < hi0 && lo0 < hi && !(info[4 * o + 2] && data[o] == data[0])) return -1;
+  }
+  void *ptrs[nslot];
+  for (int64_t s = 0; s < nslot; s++) ptrs[s] = data[slot[2 * s]] + slot[2 * s + 1];
+  int32_t err = 0;
+  loom_kernel(ptrs, kmeta, &err);
+  return err;
+}
+"""
+
 _MVEC_DECLS_TEMPLATE = """
 #ifdef LOOM_MVEC
 {decls}
@@ -1042,7 +1069,7 @@ class _Source:
                       "      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();",
                       "      if (k->mode == 1) run_B(k, ptrs, OT * t / nt, OT * (t + 1) / nt, RT, &zf);",
                       "      else run_A(k, ptrs, OT * t / nt, OT * (t + 1) / nt, RT, &zf);", "    }", "  }"]
-        lines += ["  if (zf) *err = zf;", "}"]
+        lines += ["  if (zf) *err = zf;", "}", "", _OBJECT_ENTRY]
         return lines
 
 

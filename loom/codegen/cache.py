@@ -27,7 +27,7 @@ from loom.ir.graph import Graph
 
 from . import build
 from .c import FORMAT_VERSION, Unsupported, render
-from .kernel import Kernel
+from .kernel import Kernel, make_call
 
 log = logging.getLogger("loom.codegen")
 
@@ -87,7 +87,7 @@ class _Lib:
         self.key = key
         self.path = path
         self.state = "pending"
-        self.fn = None
+        self.call = None
         self.error: str | None = None
         self.done = threading.Event()
 
@@ -97,11 +97,8 @@ class _Lib:
 
     def load(self) -> None:
         lib = ctypes.CDLL(self.path)  # ctypes.CDLL calls release the GIL.
-        fn = lib.loom_kernel
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        fn.restype = None
         self._handle = lib
-        self.fn = fn
+        self.call = make_call(lib)
         self.state = "ready"
         self.done.set()
 

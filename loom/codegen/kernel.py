@@ -80,16 +80,14 @@ def _collapse(sizes: np.ndarray, M: np.ndarray, cols: range) -> None:
 
 
 class _Plan:
-    """Arguments for one layout of the inputs and output (strides), reused while the layout repeats."""
+    """Arguments for one layout (strides) of the inputs and output, reused while the layout repeats."""
 
-    __slots__ = ("meta", "meta_ptr", "sources", "out_rows", "identity")
+    __slots__ = ("meta", "meta_ptr", "copies")
 
-    def __init__(self, meta, sources, out_rows, identity):
-        self.meta = meta
-        self.meta_ptr = meta.ctypes.data
-        self.sources = sources          # Per leaf: (input, byte delta) for a view, (input, chain) for a copy.
-        self.out_rows = out_rows
-        self.identity = identity        # Inputs every leaf of which reads exactly the element written.
+    def __init__(self, meta, copies):
+        self.meta = meta                # None: strides that are not whole elements (copies are used).
+        self.meta_ptr = meta.ctypes.data if meta is not None else None
+        self.copies = copies            # (input, movement chain) of leaves NumPy had to copy, per call.
 
 
 class Kernel:
@@ -192,59 +190,59 @@ class Kernel:
 
     def run(self, inputs: list[np.ndarray], out: np.ndarray) -> None:
         """`__call__` without the argument checks, for callers that produced the arrays themselves."""
-        if not self.ready:
+        lib = self._lib
+        if lib is None or lib.state != "ready":
             np.copyto(out, run_reference(self.body, inputs))
             return
-        arrays = [a if _usable(a) else np.ascontiguousarray(a) for a in inputs]
-        target = out if _usable(out) else np.empty(out.shape, out.dtype)
-        sig = tuple(a.strides for a in arrays) + (target.strides,)
-        plan = self._plans.get(sig)
+        key = (out.strides, *[a.strides for a in inputs])
+        plan = self._plans.get(key)
         if plan is None:
-            plan = self._plan(arrays, target)
+            plan = self._plan(inputs, out)
             with self._lock:
-                self._plans[sig] = plan
-        if target is out:
-            for k, a in enumerate(arrays):
-                if a.size and np.may_share_memory(a, out) and not (k in plan.identity and _ptr(a) == _ptr(out)):
-                    target = np.empty(out.shape, out.dtype)  # Overlap that is not element-for-element.
-                    break
-        ptrs = [_ptr(target)]
-        views: dict = {}
-        for src in plan.sources:
-            k, what = src
-            if isinstance(what, int):
-                ptrs.append(_ptr(arrays[k]) + what)
-            else:
-                v = views.get((k, what))
-                if v is None:
-                    v = views[(k, what)] = apply_chain(arrays[k], what)[0]
-                ptrs.append(_ptr(v))
-        err = ctypes.c_int32(0)
-        self._lib.fn((ctypes.c_void_p * len(ptrs))(*ptrs), plan.meta_ptr, ctypes.byref(err))
-        if err.value:
+                self._plans[key] = plan
+        if plan.meta is None:  # Strides that are not whole elements: work on copies.
+            self._run_copied(inputs, out)
+            return
+        objs = (out, *inputs)
+        if plan.copies:
+            objs += tuple(apply_chain(inputs[k], chain)[0] for k, chain in plan.copies)
+        rc = lib.call(objs, plan.meta_ptr)
+        if rc > 0:
             # An integer division met a zero divisor: the reference path raises the same error.
             np.copyto(out, run_reference(self.body, inputs))
-            return
-        if target is not out:
-            np.copyto(out, target)
+        elif rc < 0:  # -1: out overlaps an input; -2: misaligned data.
+            self._run_copied(inputs, out)
+
+    def _run_copied(self, inputs: list[np.ndarray], out: np.ndarray) -> None:
+        arrays = [a if _usable(a) else np.array(a, copy=True) for a in inputs]
+        tmp = np.empty(out.shape, out.dtype)
+        self.run(arrays, tmp)
+        np.copyto(out, tmp)
 
     # ------------------------------------------------------------ argument planning
     def _plan(self, arrays: list[np.ndarray], out: np.ndarray) -> _Plan:
         spec = self.spec
-        lay = spec.layout
+        if not all(_whole_strides(a) for a in arrays + [out]):
+            return _Plan(None, [])
         NO, L = spec.n_o, spec.n_o + spec.n_r
         sizes = np.array(spec.loop_sizes, np.int64)
         views: dict = {}
-        rows, offsets, sources = [], [], []
+        copies: list = []
+        rows, offsets, slots = [], [], []
         for lf in spec.leaves:
             ck = (lf.input, lf.chain)
             if ck not in views:
-                views[ck] = apply_chain(arrays[lf.input], lf.chain)
-            V, copied = views[ck]
+                V, copied = apply_chain(arrays[lf.input], lf.chain)
+                if copied:
+                    copies.append(ck)
+                    views[ck] = (V, (len(arrays) + len(copies), 0))
+                else:
+                    views[ck] = (V, (1 + lf.input, _ptr(V) - _ptr(arrays[lf.input])))
+            V, slot = views[ck]
             s = np.array(V.strides, np.int64) // V.itemsize
             rows.append(s @ lf.A if V.ndim else np.zeros(L, np.int64))
             offsets.append(int(s @ lf.b) if V.ndim else 0)
-            sources.append((lf.input, lf.chain) if copied else (lf.input, _ptr(V) - _ptr(arrays[lf.input])))
+            slots.append(slot)
         osv = np.zeros(L, np.int64)
         if out.ndim:
             osv[:NO] = np.array(out.strides, np.int64) // out.itemsize
@@ -285,21 +283,71 @@ class Kernel:
                   "fast_b": [int(fast_b)], "bm_b": [bm_b], "fast_post": [int(fast_post)], "bm_post": [bm_post],
                   "n": sizes, "lo": offsets, "ls": LS.reshape(-1), "os": OS[:NO], "gn": gsize, "gb": gbase,
                   "gc": GC.reshape(-1), "cb": spec.consts}
-        meta = np.zeros(lay.size, np.int64)
+        lay = spec.layout
+        kmeta = np.zeros(lay.size, np.int64)
         for name, (pos, _) in lay.offsets().items():
             vals = np.asarray(fields[name], np.int64).reshape(-1)
-            meta[pos:pos + len(vals)] = vals
-        identity = set()
-        if not spec.accs:
-            for k in range(len(arrays)):
-                mine = [j for j, lf in enumerate(spec.leaves) if lf.input == k]
-                if all(isinstance(sources[j][1], int) and sources[j][1] == 0 and offsets[j] == 0
-                       and spec.leaves[j].dtype.np.itemsize == out.itemsize and np.array_equal(LS[j], OS)
-                       for j in mine):
-                    identity.add(k)
-        return _Plan(meta, sources, OS, identity)
+            kmeta[pos:pos + len(vals)] = vals
+        # Per object (out, inputs, copies): byte extent around its data pointer, whether every leaf reading
+        # it reads exactly the element written at the same place (so out may be that input), alignment.
+        info = [_extent(out) + (0, out.dtype.alignment)]
+        for k, a in enumerate(arrays):
+            mine = [j for j, lf in enumerate(spec.leaves) if lf.input == k]
+            same = not spec.accs and all(slots[j] == (1 + k, 0) and offsets[j] == 0 and np.array_equal(LS[j], OS)
+                                         and spec.leaves[j].dtype.np.itemsize == out.itemsize for j in mine)
+            info.append(_extent(a) + (int(same), a.dtype.alignment))
+        info += [(0, 0, 0, 1)] * len(copies)
+        item_off, data_off = _ABI or (0, 0)
+        slots = [(0, 0)] + slots  # Pointer 0 is the output.
+        head = [item_off, data_off, len(slots), len(info)] + [v for sl in slots for v in sl]
+        meta = np.concatenate([np.array(head, np.int64), np.array(info, np.int64).reshape(-1), kmeta])
+        return _Plan(meta, copies)
+
+
+def _extent(a: np.ndarray) -> tuple[int, int]:
+    """Bytes [lo, hi) around the data pointer that `a` can touch."""
+    if a.size == 0:
+        return (0, 0)
+    lo = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s > 0) + a.itemsize
+    return (int(lo), int(hi))
+
+
+def _whole_strides(a: np.ndarray) -> bool:
+    return all(s % a.itemsize == 0 for s in a.strides)
+
+
+def _abi_offsets() -> tuple[int, int] | None:
+    """Offsets of a tuple's items and an ndarray's data pointer in their C structs, if they check out."""
+    item_off, data_off = tuple.__basicsize__, object.__basicsize__
+    a = np.zeros(3)
+    t = (a,)
+    try:
+        ok = (ctypes.c_void_p.from_address(id(t) + item_off).value == id(a)
+              and ctypes.c_void_p.from_address(id(a) + data_off).value == _ptr(a))
+    except (ValueError, OSError):
+        ok = False
+    return (item_off, data_off) if ok else None
+
+
+_ABI = _abi_offsets()
+
+
+def make_call(lib: ctypes.CDLL):
+    """The Python callable for a kernel library's ``loom_call(objects, meta) -> int32``."""
+    if _ABI is not None:
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object, ctypes.c_void_p)
+        return proto(("loom_call", lib))
+    proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+    fn = proto(("loom_call", lib))
+
+    def call(objs, meta_ptr):  # Portable path: a table of data pointers stands in for the tuple.
+        cells = np.array([_ptr(a) for a in objs], np.uintp)
+        refs = cells.ctypes.data + cells.itemsize * np.arange(len(objs), dtype=np.uintp)
+        return fn(refs.ctypes.data, meta_ptr)
+    return call
 
 
 def _usable(a: np.ndarray) -> bool:
     """Aligned, with strides in whole elements: the layout the C code indexes."""
-    return a.flags.aligned and all(s % a.itemsize == 0 for s in a.strides)
+    return a.flags.aligned and _whole_strides(a)
