@@ -39,6 +39,8 @@ def _encode(value: Any, where: str) -> Any:
         return {"dtype": value.name}
     if isinstance(value, (tuple, list)):
         return [_encode(v, where) for v in value]
+    if isinstance(value, Graph):  # Subgraphs: fused kernel bodies, loop conditions and bodies.
+        return {"graph": json.loads(to_json(value))}
     raise GraphError(f"loom.to_json: {where} holds a {type(value).__name__}, which the graph format "
                      "cannot store")
 
@@ -53,8 +55,10 @@ def _decode(value: Any, where: str) -> Any:
             return _dtype(value["dtype"], where)
         if set(value) == {"float"} and value["float"] in ("inf", "-inf", "nan"):
             return float(value["float"])
+        if set(value) == {"graph"} and isinstance(value["graph"], dict):
+            return from_json(json.dumps(value["graph"], allow_nan=False))
     raise GraphError(f"loom.from_json: {where}: cannot decode attr value {value!r} (expected a number, "
-                     'bool, string, null, list, {"dtype": name} or {"float": "inf" | "-inf" | "nan"})')
+                     'bool, string, null, list, {"dtype": name}, {"float": "inf" | "-inf" | "nan"} or {"graph": {...}})')
 
 
 def _dtype(name: Any, where: str) -> dt.DType:

@@ -92,6 +92,19 @@ def every_primitive_graph():
     outs.append(add("matmul", [x, add("permute", [y], perm=(1, 0))]))
     outs.append(add("argsort", [x], axis=1, descending=True))
     outs.append(add("argsort", [i], axis=0, descending=False))
+    # Subgraph-valued attrs: a fused kernel body and a data-dependent loop.
+    body = Graph()
+    a, b = body.add_input((3, 4), F32), body.add_input((3, 4), F32)
+    body.outputs = [body.add_node("exp", [body.add_node("mul", [a, b])])]
+    outs.append(add("fused", [x, y], body=body))
+    cond = Graph()
+    c = cond.add_input((), loom.int64)
+    cond.outputs = [cond.add_node("lt", [c, cond.add_constant(10, loom.int64)])]
+    step = Graph()
+    s0 = step.add_input((), loom.int64)
+    step.outputs = [step.add_node("add", [s0, step.add_constant(3, loom.int64)])]
+    start = add("const", [], value=1, shape=(), dtype=loom.int64)
+    outs.append(add("while_loop", [start], cond=cond, body=step, index=0))
     g.outputs = outs
     rng = np.random.default_rng(0)
     args = (rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32),
@@ -118,6 +131,8 @@ def test_attrs_are_restored_with_their_types():
             assert type(va) is type(vb), (a.op, k)
             if isinstance(va, float) and math.isnan(va):
                 assert math.isnan(vb)
+            elif isinstance(va, Graph):  # Subgraphs compare by their serialised form.
+                assert to_json(va) == to_json(vb), (a.op, k)
             else:
                 assert va == vb, (a.op, k)
     pads = h.find(op="pad")[0].attrs["pads"]
