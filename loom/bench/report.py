@@ -6,7 +6,7 @@ Examples
 ...          "max_ms": 1.7, "throughput": 85333.3, "unit": "samples", "ratio_to_best_peer": 1.0,
 ...          "compile_s": 0.2, "peak_rss_mb": 300.0}]
 >>> print(table(rows).splitlines()[2])
-mlp     torch          1.500   1.400   1.700      85333 samples/s    1.00      0.20      300       -  ok
+mlp       torch           1.500   1.400   1.700      85333 samples/s    1.00      0.20      300       -  ok
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def table(results: list[dict]) -> str:
     compiling), peak RSS is the worker's MiB, planned is loom's planned arena
     MiB for the traced step.
     """
-    head = (f"{'model':<7} {'framework':<13} {'median':>7} {'min':>7} {'max':>7} {'throughput':>20} "
+    head = (f"{'model':<9} {'framework':<13} {'median':>7} {'min':>7} {'max':>7} {'throughput':>20} "
             f"{'x best':>7} {'warm-up':>9} {'peak RSS':>8} {'planned':>7}  status")
-    units = (f"{'':<7} {'':<13} {'ms':>7} {'ms':>7} {'ms':>7} {'':>20} {'peer':>7} {'s':>9} {'MiB':>8} "
+    units = (f"{'':<9} {'':<13} {'ms':>7} {'ms':>7} {'ms':>7} {'':>20} {'peer':>7} {'s':>9} {'MiB':>8} "
              f"{'MiB':>7}")
     lines = [head, units]
     for r in results:
@@ -41,7 +41,7 @@ def table(results: list[dict]) -> str:
         thr = f"{r['throughput']:.0f} {r['unit']}/s" if ok else "-"
         status = "ok" if ok else f"{r.get('status')}: {r.get('reason', '')}"
         lines.append(
-            f"{r['model']:<7} {r['framework']:<13} {_fmt(r.get('median_ms'), '.3f'):>7} "
+            f"{r['model']:<9} {r['framework']:<13} {_fmt(r.get('median_ms'), '.3f'):>7} "
             f"{_fmt(r.get('min_ms'), '.3f'):>7} {_fmt(r.get('max_ms'), '.3f'):>7} {thr:>20} "
             f"{_fmt(r.get('ratio_to_best_peer'), '.2f'):>7} {_fmt(r.get('compile_s'), '.2f'):>9} "
             f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8} "

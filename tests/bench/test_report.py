@@ -55,7 +55,7 @@ def test_plot_writes_a_png(tmp_path):
 
 
 @pytest.mark.parametrize("module", ["loom.bench", "loom.bench.stats", "loom.bench.report", "loom.bench.machine",
-                                    "loom.bench.workloads"])
+                                    "loom.bench.workloads", "loom.bench.compare"])
 def test_docstring_examples(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
