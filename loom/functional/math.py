@@ -729,6 +729,69 @@ def signbit(x):
     return (x < 0) | ((x == 0) & (1.0 / x < 0))
 
 
+@_opmath
+def logaddexp(a, b):
+    """log(exp(a) + exp(b)) without overflow, as `torch.logaddexp`.
+
+    Examples
+    --------
+    >>> round(loom.logaddexp(loom.tensor(1000.0), loom.tensor(1000.0)).item(), 3)
+    1000.693
+    """
+    a, b = _float_pair("logaddexp", a, b)
+    return maximum(a, b) + log1p(exp(-abs(_finite_diff(a, b))))
+
+
+@_opmath
+def logaddexp2(a, b):
+    """log2(2**a + 2**b) without overflow, as `torch.logaddexp2`."""
+    a, b = _float_pair("logaddexp2", a, b)
+    return maximum(a, b) + log1p(exp2(-abs(_finite_diff(a, b)))) * (1.0 / math.log(2.0))
+
+
+def _float_pair(op, a, b):
+    d = dt.result_type(_t(a), b)
+    if not d.is_floating_point:
+        raise DTypeError(f"loom.{op}: expected floating point inputs, got {_t(a).dtype.name} and "
+                         f"{b.dtype.name if isinstance(b, Tensor) else type(b).__name__}")
+    return _as(a, d), _as(b, d)
+
+
+def _finite_diff(a, b):
+    """a - b, but 0 where a == b, so equal infinities give no NaN (value or gradient)."""
+    return where(a == b, const(0.0, (), a.dtype), a - b)
+
+
+@_opmath
+def logit(x, eps: float | None = None):
+    """log(x / (1 - x)); with `eps`, x is first clamped to [eps, 1 - eps]."""
+    x = _float(x)
+    if eps is not None:
+        x = clamp(x, eps, 1.0 - eps)
+    return log(x / (1.0 - x))
+
+
+def sgn(x):
+    """sign(x) for real tensors (PyTorch's complex-aware spelling)."""
+    return sign(x)
+
+
+def positive(x):
+    x = _t(x)
+    _no_bool("positive", x)
+    return x
+
+
+def fix(x):
+    """Round toward zero (an alias of trunc)."""
+    return trunc(x)
+
+
+def ldexp(x, other):
+    """x * 2**other, as `torch.ldexp`."""
+    return mul(x, exp2(other if isinstance(other, Tensor) else tensor(other)))
+
+
 def _check_float(op, x):
     if not x.dtype.is_floating_point:
         raise DTypeError(f"loom.{op}: expected a floating point tensor, got {x.dtype.name}")
@@ -744,7 +807,8 @@ METHODS = [
     "greater", "greater_equal", "less", "less_equal", "not_equal", "equal", "isnan", "isinf", "isfinite",
     "isposinf", "isneginf", "nan_to_num", "logical_not", "logical_and", "logical_or", "logical_xor",
     "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "xlogy", "hypot", "deg2rad", "rad2deg",
-    "sinc", "heaviside", "copysign", "signbit",
+    "sinc", "heaviside", "copysign", "signbit", "logaddexp", "logaddexp2", "logit", "sgn", "positive", "fix",
+    "ldexp",
 ]
 # Methods whose in-place twin `name_` PyTorch users expect.
 INPLACE = [
@@ -752,4 +816,5 @@ INPLACE = [
     "ceil", "trunc", "round", "abs", "sign", "neg", "square", "sigmoid", "relu", "pow", "add", "sub",
     "mul", "div", "floor_divide", "remainder", "fmod", "clamp", "clip", "clamp_min", "clamp_max", "lerp",
     "addcmul", "addcdiv", "atan2", "erf", "frac", "logical_not", "nan_to_num", "copysign", "hypot", "xlogy",
+    "logit", "sgn", "fix", "ldexp",
 ]

@@ -286,6 +286,22 @@ CASES += [
     Case("atan2_inplace", inplace("atan2"), (randn(4), randn(4))),
     Case("logical_not_inplace", inplace("logical_not"), (bools(4),)),
     Case("iadd_int_by_float_refused_like_torch", lambda m, a: a.clone().add_(1), (ints(3),)),
+    Case("logaddexp", fn("logaddexp"), (randn(3, 4), randn(4)), second_order=True),
+    Case("logaddexp_large", fn("logaddexp"), (lambda rng: np.array([1000.0, -1000.0, 5.0, 2.0], np.float32),
+                                               lambda rng: np.array([999.0, -1000.5, 5.0, -3.0], np.float32))),
+    Case("logaddexp_infinities", fn("logaddexp"), (specials(), divisors()), grad=False),
+    Case("logaddexp2", fn("logaddexp2"), (randn(5), randn(5)), second_order=True),
+    Case("logaddexp_int_and_float", fn("logaddexp"), (ints(4), randn(4))),
+    Case("logit", fn("logit"), (uniform(6, low=0.05, high=0.95),), second_order=True),
+    Case("logit_eps", fn("logit", eps=0.1), (uniform(8, low=0.0, high=1.0),)),
+    Case("sgn", fn("sgn"), (randn(5),)),
+    Case("positive", fn("positive"), (randn(5),)),
+    Case("fix", fn("fix"), (randn(5),)),
+    # Non-negative exponents only: PyTorch's ldexp backward computes 2**other in integers (0 for other < 0).
+    Case("ldexp", fn("ldexp"), (randn(4), ints(4, low=0, high=4))),
+    Case("ldexp_negative_exponent", fn("ldexp"), (randn(4), ints(4, low=-3, high=0)), grad=False),
+    Case("ldexp_int_base", fn("ldexp"), (ints(4), ints(4, high=4)), grad=False),
+    Case("logit_inplace", inplace("logit"), (uniform(4, low=0.1, high=0.9),)),
     # Gradients at the kinks themselves follow PyTorch's conventions.
     *[Case(f"{name}_at_kinks", body, (lambda rng: np.array([0.0, -1.0, 1.0, 6.0, -3.0, 3.0, 0.5, -0.0],
                                                             np.float32),))
