@@ -207,3 +207,14 @@ def test_random_shapes_and_dtypes():
     assert loom.rand(3, dtype=loom.bfloat16).dtype is loom.bfloat16
     assert loom.randn(3, requires_grad=True).requires_grad
     assert loom.randint(0, 3, (2,)).dtype is loom.int64
+
+
+def test_dropout_masks_are_reproducible():
+    x = loom.ones(1000)
+    loom.manual_seed(8)
+    a = loom.nn.functional.dropout(x, 0.5, training=True).tolist()
+    loom.manual_seed(8)
+    b = loom.nn.functional.dropout(x, 0.5, training=True).tolist()
+    assert a == b
+    kept = np.array(a) != 0
+    assert 0.45 < kept.mean() < 0.55 and set(np.unique(np.array(a))) <= {0.0, 2.0}
