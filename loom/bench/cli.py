@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
-import os
 import sys
 
 from loom.bench import harness, report
@@ -65,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
                    help="threads for every framework (torch.set_num_threads, OMP/OpenBLAS/MKL variables); "
                         "1 by default because on a shared machine more threads than idle cores make every "
                         "framework's OpenMP and BLAS threads spin-wait")
+    p.add_argument("--no-pin", action="store_true",
+                   help="do not pin the workers to --threads CPUs (pinning is what limits XLA's thread pools)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and batches")
     p.add_argument("--quick", action="store_true", help="a smoke run: 2 repeats of tiny blocks, 2 warm-up calls")
     p.add_argument("--loom-backend", choices=("c", "reference"), default="c",
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = harness.Options(models=args.models, frameworks=args.frameworks, repeats=repeats, steps=args.steps,
                            warmup=warmup, threads=args.threads, seed=args.seed, quick=args.quick,
                            loom_backend=loom_backend, loom_eager_backend=args.loom_eager_backend,
-                           timeout=args.timeout, cache_dir=cache_dir, log_dir=args.log_dir)
+                           timeout=args.timeout, cache_dir=cache_dir, log_dir=args.log_dir, pin=not args.no_pin)
     machine = machine_info()
     say(f"loom.bench: {machine['cpu_model']}, {machine['cores_available']} cores, {args.threads} thread(s), "
         f"load average {machine['load_average']}; {repeats} repeats, warm-up {warmup}")
@@ -141,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
           f"on {machine['cores_available']} cores")
     config = harness.options_dict(opts)
     config["loom_backend_requested"] = args.loom_backend
-    config["environment"] = {k: os.environ.get(k) for k in ("LOOM_CACHE_DIR", "LOOM_CODEGEN", "LOOM_CODEGEN_SYNC",
-                                                            "LOOM_BACKEND", "XLA_FLAGS")}
+    config["cpu_affinity"] = harness.worker_cpus(opts)
+    env = harness.worker_env(opts)
+    config["worker_environment"] = {k: env.get(k) for k in (*harness.THREAD_VARIABLES, "XLA_FLAGS", "JAX_PLATFORMS",
+                                                            "LOOM_CACHE_DIR", "LOOM_CODEGEN", "LOOM_CODEGEN_SYNC",
+                                                            "LOOM_BACKEND", "GOMP_SPINCOUNT")}
     doc = report.document(results, machine, versions(), config, ["python", "-m", "loom.bench", *argv], notes,
                           scaling, created)
     if args.json:

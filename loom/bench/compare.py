@@ -72,6 +72,7 @@ def main(model: str, frameworks: list[str], targets: list[Target], description: 
     p.add_argument("--steps", type=int, default=None, help="steps per timed block (default: the workload's)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-pin", action="store_true", help="do not pin the workers to --threads CPUs")
     p.add_argument("--loom-backend", choices=("c", "reference"), default="c")
     p.add_argument("--frameworks", default=",".join(frameworks), help="override the frameworks compared")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -82,7 +83,8 @@ def main(model: str, frameworks: list[str], targets: list[Target], description: 
     fws = [f for f in args.frameworks.split(",") if f]
     opts = harness.Options(models=[model], frameworks=fws, repeats=min(args.repeats, 2) if args.quick else args.repeats,
                            steps=args.steps, warmup=min(args.warmup, 2) if args.quick else args.warmup,
-                           threads=args.threads, quick=args.quick, loom_backend=args.loom_backend)
+                           threads=args.threads, quick=args.quick, loom_backend=args.loom_backend,
+                           pin=not args.no_pin)
     machine = machine_info()
     print(f"{description}\n{machine['cpu_model']}, {machine['cores_available']} cores, {args.threads} thread(s), "
           f"load average {machine['load_average']}")

@@ -15,6 +15,12 @@ first import, its own peak resident memory (``ru_maxrss`` of the worker, which
 includes the interpreter and the framework's import; the import baseline is
 reported beside it), and isolation: a variant that crashes or hangs becomes a
 "failed" row with a reason, not a dead benchmark.
+
+Each worker is pinned to `threads` CPUs, and besides wall time it reports the
+CPU time of all its threads per block. On a machine shared with other work,
+wall time mostly measures the scheduler; CPU time per step (and the ratios
+computed from it, ``cpu_ratio_to_best_peer``) stays close to what an idle
+machine would show, so both are recorded.
 """
 from __future__ import annotations
 
@@ -56,6 +62,7 @@ class Options:
     timeout: float = 1800.0           # Seconds a worker may take for one answer (build + warm-up included).
     cache_dir: str | None = None      # LOOM_CACHE_DIR for the workers; None keeps the environment's.
     log_dir: str | None = None        # Where workers' stderr goes; None: a temporary folder.
+    pin: bool = True                  # Pin each worker to `threads` CPUs (see `worker_cpus`).
     notes: list[str] = field(default_factory=list)
 
 
@@ -67,6 +74,19 @@ def framework_missing(framework: str) -> str | None:
     if module is not None and importlib.util.find_spec(module) is None:
         return f"{module} is not installed"
     return None
+
+
+def worker_cpus(opts: Options) -> list[int] | None:
+    """The CPUs every worker is pinned to: the first `threads` of those this process may use (None: no pinning).
+
+    Thread-count settings do not bind every framework (XLA's CPU runtime sizes
+    its thread pools from the CPU affinity, not from any variable), so the
+    affinity mask is what makes "N threads" mean the same for all of them.
+    """
+    if not opts.pin or not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[:opts.threads] if opts.threads < len(cpus) else None
 
 
 def worker_env(opts: Options) -> dict[str, str]:
@@ -94,9 +114,11 @@ class Worker:
                   "loom_eager_backend": opts.loom_eager_backend}
         self.log_path = log_path
         self._log = open(log_path, "wb")
+        cpus = worker_cpus(opts)
         self.proc = subprocess.Popen([sys.executable, "-m", "loom.bench.worker", json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     env=worker_env(opts), cwd=str(REPO_ROOT))
+                                     env=worker_env(opts), cwd=str(REPO_ROOT),
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         self._buf = b""
 
     def send(self, msg: dict) -> None:
@@ -199,6 +221,7 @@ def run(opts: Options, say: Callable[[str], None] = print) -> list[dict]:
             entry["compile_s"] = msg["warmup_s"]
             workers[fw] = worker
         blocks: dict[str, list[float]] = {fw: [] for fw in workers}
+        cpu: dict[str, list[float]] = {fw: [] for fw in workers}
         order = stats.interleave(list(workers), opts.repeats)
         for r, fw in order:
             if fw not in workers:
@@ -213,6 +236,8 @@ def run(opts: Options, say: Callable[[str], None] = print) -> list[dict]:
                 _fail(entries[fw], f"during timed repeat {r + 1}: {msg.get('reason', msg)}", say)
                 continue
             blocks[fw].append(msg["seconds"])
+            if "cpu_seconds" in msg:
+                cpu[fw].append(msg["cpu_seconds"])
         for fw, worker in workers.items():
             worker.send({"op": "finish"})
             msg = worker.recv(opts.timeout)
@@ -220,18 +245,27 @@ def run(opts: Options, say: Callable[[str], None] = print) -> list[dict]:
             entry = entries[fw]
             if msg.get("event") == "finish":
                 entry["peak_rss_mb"] = msg["peak_rss_mb"]
+                entry["os_threads"] = msg.get("os_threads")
                 entry["info"] = msg["info"]
                 planned = msg["info"].get("planned_peak_bytes")
                 if planned is not None:
                     entry["planned_peak_bytes"] = planned
             entry["block_seconds"] = blocks[fw]
             entry.update(stats.summarize(blocks[fw], steps))
+            if cpu[fw]:
+                # CPU time of all the worker's threads: steadier than wall time on a busy machine, and
+                # above it when a framework computes on several threads.
+                entry["block_cpu_seconds"] = cpu[fw]
+                entry["cpu_ms"] = stats.summarize(cpu[fw], steps)["median_ms"]
             entry["throughput"] = stats.throughput(entry["median_ms"], workload.samples_per_step)
             entry["status"] = "ok"
         load_after = load_average()
         ok = {fw: e["throughput"] for fw, e in entries.items() if e.get("status") == "ok"}
         ratios = stats.ratios_to_best_peer(ok)
         best = stats.best_peer(ok)
+        ok_cpu = {fw: stats.throughput(e["cpu_ms"], workload.samples_per_step) for fw, e in entries.items()
+                  if e.get("status") == "ok" and e.get("cpu_ms")}
+        cpu_ratios = stats.ratios_to_best_peer(ok_cpu)
         values = [e["first_value"] for e in entries.values() if e.get("status") == "ok"]
         for fw, e in entries.items():
             e["load_average_before"] = load_before
@@ -239,14 +273,20 @@ def run(opts: Options, say: Callable[[str], None] = print) -> list[dict]:
             if e.get("status") == "ok":
                 e["best_peer"] = best
                 e["ratio_to_best_peer"] = ratios[fw]
+                if fw in ok_cpu:
+                    e["cpu_throughput"] = ok_cpu[fw]
+                    e["cpu_best_peer"] = stats.best_peer(ok_cpu)
+                    e["cpu_ratio_to_best_peer"] = cpu_ratios[fw]
                 # All frameworks start from the same weights and batch: their first outputs must agree.
                 e["first_value_spread"] = max(values) - min(values) if values else None
         for fw in opts.frameworks:
             e = entries[fw]
             if e.get("status") == "ok":
                 ratio = e["ratio_to_best_peer"]
+                cpu_ratio = e.get("cpu_ratio_to_best_peer")
                 say(f"  {model}/{fw}: {e['median_ms']:.3f} ms/step (min {e['min_ms']:.3f}, max {e['max_ms']:.3f}), "
-                    f"{e['throughput']:.1f} {workload.unit}/s" + (f", {ratio:.2f}x best peer" if ratio else ""))
+                    f"{e['throughput']:.1f} {workload.unit}/s" + (f", {ratio:.2f}x best peer" if ratio else "")
+                    + (f" (CPU time: {e['cpu_ms']:.3f} ms/step, {cpu_ratio:.2f}x)" if cpu_ratio else ""))
     return results
 
 

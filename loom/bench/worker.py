@@ -7,7 +7,8 @@ call and the whole warm-up, which includes tracing and compiling), reports
 ``ready``, then serves commands, one JSON object a line on stdin:
 
 - ``{"op": "block", "steps": k}``: run k steps, wait for them, answer
-  ``{"event": "block", "seconds": s}``;
+  ``{"event": "block", "seconds": s, "cpu_seconds": c}`` (c: CPU time of
+  all the process's threads over the block);
 - ``{"op": "finish"}``: answer ``{"event": "finish", ...}`` with the peak
   resident memory and framework facts, then exit.
 
@@ -40,6 +41,14 @@ def rss_mb() -> float:
 def peak_rss_mb() -> float:
     """The process's peak resident set size so far in MiB (getrusage ru_maxrss, KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def os_threads() -> int | None:
+    """The number of OS threads of this process (None where /proc is unavailable)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
 
 
 def main(argv: list[str]) -> int:
@@ -86,12 +95,12 @@ def main(argv: list[str]) -> int:
         for line in sys.stdin:
             cmd = json.loads(line)
             if cmd["op"] == "block":
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 runner.run(int(cmd["steps"]))
-                send({"event": "block", "seconds": time.perf_counter() - t})
+                send({"event": "block", "seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c})
             elif cmd["op"] == "finish":
                 send({"event": "finish", "peak_rss_mb": peak_rss_mb(), "rss_end_mb": rss_mb(),
-                      "steps_run": runner.count, "info": runner.info()})
+                      "steps_run": runner.count, "os_threads": os_threads(), "info": runner.info()})
                 break
             else:
                 raise ValueError(f"unknown command {cmd!r}")

@@ -53,6 +53,8 @@ def test_smoke_run_json_schema(smoke):
     assert {"python", "numpy", "loom", "torch", "jax"} <= set(doc["versions"])
     c = doc["config"]
     assert c["repeats"] == 2 and c["threads"] == 1 and c["models"] == ["mlp"] and c["steps"] == 1
+    assert c["cpu_affinity"] in (None, [c["cpu_affinity"][0]])
+    assert c["worker_environment"]["OMP_NUM_THREADS"] == "1" and c["worker_environment"]["OPENBLAS_NUM_THREADS"] == "1"
     assert doc["scaling"] == {"requested": [1], "available": False, "ran": [1]}
     by_fw = {r["framework"]: r for r in doc["results"]}
     assert set(by_fw) == {"loom", "torch"}
@@ -60,12 +62,14 @@ def test_smoke_run_json_schema(smoke):
     assert RESULT_KEYS | OK_KEYS <= set(loom_row), sorted(RESULT_KEYS | OK_KEYS - set(loom_row))
     assert loom_row["status"] == "ok" and loom_row["repeats"] == 2 and len(loom_row["block_seconds"]) == 2
     assert loom_row["min_ms"] <= loom_row["median_ms"] <= loom_row["max_ms"]
+    assert len(loom_row["block_cpu_seconds"]) == 2 and loom_row["cpu_ms"] > 0 and loom_row["os_threads"] >= 1
     assert loom_row["throughput"] == pytest.approx(128e3 / loom_row["median_ms"])
     assert loom_row["peak_rss_mb"] > 10
     if HAS_TORCH:
         t = by_fw["torch"]
         assert t["status"] == "ok" and t["best_peer"] == "torch" and t["ratio_to_best_peer"] == pytest.approx(1.0)
         assert loom_row["ratio_to_best_peer"] == pytest.approx(loom_row["throughput"] / t["throughput"])
+        assert loom_row["cpu_ratio_to_best_peer"] == pytest.approx(t["cpu_ms"] / loom_row["cpu_ms"])
         # Same weights and batch: the first losses agree across frameworks.
         assert loom_row["first_value"] == pytest.approx(t["first_value"], rel=1e-5)
     else:
