@@ -161,7 +161,9 @@ def explain(fn: Callable | Graph, *args, level: int = 3) -> Explanation:
     Returns
     -------
     Explanation
-        ``print()`` it for the report; its fields hold the same data.
+        ``print()`` it for the report; its fields hold the same data. Kernel
+        sources come from ``loom.codegen.get_kernel`` (which also starts
+        building each kernel in the background, as a first compiled run would).
 
     Examples
     --------
