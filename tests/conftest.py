@@ -5,7 +5,7 @@ import pytest
 from tests.parity.harness import MODES
 
 # Execution modes the parity suite runs each case in (comma-separated), e.g. LOOM_PARITY_MODES=eager.
-_SELECTED = [m for m in os.environ.get("LOOM_PARITY_MODES", "eager,traced").split(",") if m]
+_SELECTED = [m for m in os.environ.get("LOOM_PARITY_MODES", "eager,compiled,traced").split(",") if m]
 
 
 @pytest.fixture(params=_SELECTED)

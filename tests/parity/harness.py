@@ -190,7 +190,7 @@ def _run_compiled(fn, args):
 
 
 def _run_traced(fn, args):
-    traced = loom.function(fn, backend=os.environ.get("LOOM_TRACE_BACKEND", "reference"))
+    traced = loom.function(fn, backend=os.environ.get("LOOM_TRACE_BACKEND", "c"))
     traced(*args)              # Warm-up call: eager.
     return traced(*args)       # Traced, compiled and replayed.
 
@@ -200,6 +200,8 @@ MODES: dict[str, Callable[[Callable, list], Any]] = {
     "eager": _run_eager,
     "compiled": _run_compiled,
     "traced": _run_traced,
+    # loom.function through the JAX/XLA plugin: the first call eager, the second traced and run by XLA.
+    "xla": lambda fn, args: [f(*args) for f in [loom.function(fn, backend="xla")] for _ in range(2)][-1],
 }
 
 
@@ -246,7 +248,7 @@ def run_case(case: Case, mode: str = "eager", seed: int = 0) -> None:
     l_in = _make(loom, arrays, set(grad_idx))
     fn = _loom_side(case, len(l_in), diff_idx, grad_idx, v_pos)
     args = l_in + [loom.tensor(c) for c in cots] + [loom.tensor(v) for v in vs]
-    if mode == "traced" and not case.traceable:
+    if mode in ("traced", "xla") and not case.traceable:
         import pytest
         with pytest.raises(loom.LoomError, match="loom.function: a traced function read the value"):
             MODES[mode](fn, args)
