@@ -6,7 +6,11 @@ protocol as ``python -m loom.bench``: warm-up apart, interleaved repeats,
 median of at least 5) and prints the table and one verdict line per target,
 for example::
 
-    mlp: loom-function 1.10 ms/step vs torch 1.22 ms/step: 1.11x torch eager (target >= 1.0x): met
+    mlp: loom.function 1.100 ms/step vs torch eager 1.220 ms/step: 1.11x torch eager (target >= 1.0x): met;
+    CPU time 1.090 vs 1.210 ms/step: 1.11x: met
+
+The second half compares CPU time per step (all threads of each framework's
+worker), which a busy machine disturbs far less than wall time.
 
 The machine's load average is printed beside the figures: on a shared
 machine it says how much to trust them.
@@ -38,10 +42,13 @@ def verdicts(results: list[dict], targets: list[Target], latency: bool = False) 
     Examples
     --------
     >>> rows = [{"model": "mlp", "framework": "loom-function", "status": "ok", "median_ms": 1.0,
-    ...          "throughput": 128000.0},
-    ...         {"model": "mlp", "framework": "torch", "status": "ok", "median_ms": 1.2, "throughput": 106666.7}]
-    >>> print(verdicts(rows, [Target("loom-function", "torch", 1.0)])[0])
+    ...          "throughput": 128000.0, "cpu_ms": 1.0},
+    ...         {"model": "mlp", "framework": "torch", "status": "ok", "median_ms": 1.2, "throughput": 106666.7,
+    ...          "cpu_ms": 0.9}]
+    >>> for part in verdicts(rows, [Target("loom-function", "torch", 1.0)])[0].split("; "):
+    ...     print(part)
     mlp: loom.function 1.000 ms/step vs torch eager 1.200 ms/step: 1.20x torch eager (target >= 1.0x): met
+    CPU time 1.000 vs 0.900 ms/step: 0.90x: MISSED
     """
     by_fw = {r["framework"]: r for r in results}
     lines = []
@@ -57,9 +64,13 @@ def verdicts(results: list[dict], targets: list[Target], latency: bool = False) 
         unit, scale = ("us", 1e3) if latency else ("ms/step", 1.0)
         line = (f"{model}: {NAMES[t.framework]} {a['median_ms'] * scale:.3f} {unit} vs {NAMES[t.baseline]} "
                 f"{b['median_ms'] * scale:.3f} {unit}: {ratio:.2f}x {NAMES[t.baseline]}")
+        cpu_ratio = b["cpu_ms"] / a["cpu_ms"] if a.get("cpu_ms") and b.get("cpu_ms") else None
         if t.ratio is not None:
             goal = "latency <= peer's" if latency else f">= {t.ratio:.1f}x"
             line += f" (target {goal}): {'met' if ratio >= t.ratio else 'MISSED'}"
+        if cpu_ratio is not None:
+            line += (f"; CPU time {a['cpu_ms'] * scale:.3f} vs {b['cpu_ms'] * scale:.3f} {unit}: {cpu_ratio:.2f}x"
+                     + (f": {'met' if cpu_ratio >= t.ratio else 'MISSED'}" if t.ratio is not None else ""))
         lines.append(line)
     return lines
 
