@@ -111,6 +111,7 @@ class Executable:
         self.plan = plan
         order = graph.topological_order()
         self._inputs = list(graph.inputs)
+        self._specs = [(tuple(n.shape), n.dtype.np) for n in self._inputs]
         outputs = list(graph.outputs)
         slot: dict[Node, int] = {}
         for n in self._inputs:
@@ -194,8 +195,10 @@ class Executable:
             raise LoomError(f"loom.Executable: the graph takes {len(self._inputs)} inputs "
                             f"({', '.join(_desc(n) for n in self._inputs) or 'none'}), got {len(values)}")
         arrays = []
-        for k, (node, v) in enumerate(zip(self._inputs, values)):
-            want = node.dtype.np
+        for k, (node, (shape, want), v) in enumerate(zip(self._inputs, self._specs, values)):
+            if type(v) is np.ndarray and v.dtype == want and v.shape == shape:
+                arrays.append(v)
+                continue
             if not isinstance(v, np.ndarray):
                 try:
                     v = np.asarray(v, want) if node.dtype is not dt.bfloat16 else dt.f32_to_bf16(
@@ -205,7 +208,7 @@ class Executable:
             if v.dtype != want:
                 raise DTypeError(f"loom.Executable: input {k} expects {_desc(node)}, got an array of "
                                  f"{v.dtype}{fmt_shape(v.shape)}")
-            if v.shape != tuple(node.shape):
+            if v.shape != shape:
                 raise ShapeError(f"loom.Executable: input {k} expects {_desc(node)}, got shape "
                                  f"{fmt_shape(v.shape)}")
             arrays.append(v)
