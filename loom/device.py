@@ -8,6 +8,8 @@ class Device:
     """A device such as ``loom.device("cpu")``."""
 
     __slots__ = ("type", "index")
+    type: str
+    index: int | None
 
     def __init__(self, spec: str | Device = "cpu", index: int | None = None) -> None:
         if isinstance(spec, Device):

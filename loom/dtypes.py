@@ -149,13 +149,14 @@ def result_type(*operands) -> DType:
             d = op.dtype
         else:
             tier, d = 2, scalar_dtype(op)
-        tiers[tier] = d if tiers[tier] is None else promote_pair(tiers[tier], d)
-    result = None
-    for d in tiers:
-        if d is None:
+        prev = tiers[tier]
+        tiers[tier] = d if prev is None else promote_pair(prev, d)
+    result: DType | None = None
+    for t in tiers:
+        if t is None:
             continue
-        if result is None or d.category > result.category:
-            result = d
+        if result is None or t.category > result.category:
+            result = t
     assert result is not None
     return result
 

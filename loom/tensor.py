@@ -719,7 +719,8 @@ class Tensor:
 
 # ================================================================ printing (PyTorch's layout)
 
-PRINT_OPTIONS = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80, "sci_mode": None}
+PRINT_OPTIONS: dict[str, Any] = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80,
+                                 "sci_mode": None}
 
 
 def set_printoptions(precision: int | None = None, threshold: int | None = None,
@@ -1060,7 +1061,7 @@ def binary(op: str, a, b) -> Tensor:
         raise DTypeError(f"loom.sub: subtraction with a bool operand is not supported (got {_describe(a)} "
                          f"and {_describe(b)}); to invert a mask use ~ or logical_not")
     if op == "pow" and d.category == 1 and not tb and not isinstance(b, (bool, np.bool_)):
-        info = np.iinfo(d.np)
+        info = np.iinfo(d.np)  # type: ignore[type-var]  # d is an integer type here.
         if b < 0:
             raise LoomValueError(f"loom.pow: integers to negative integer powers are not allowed "
                             f"({_describe(a)} ** {b}); use a float base")

@@ -1,6 +1,8 @@
 """TensorFlow-style GradientTape over loom's autograd."""
 from __future__ import annotations
 
+from typing import Any
+
 from loom.errors import AutogradError, LoomTypeError, LoomValueError
 
 # Tapes inside whose `with` block the program is: a gradient computed there is
@@ -27,7 +29,7 @@ class GradientTape:
         self._enabled: list = []  # Watched tensors this tape made require grad, only while recording.
         self._recording = False
         self._used = False
-        self._grad_ctx = None
+        self._grad_ctx: Any = None
 
     def __enter__(self) -> GradientTape:
         from loom.autograd.grad_mode import enable_grad
@@ -37,7 +39,7 @@ class GradientTape:
         self._grad_ctx.__enter__()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self._recording = False
         if self in _RECORDING:
             _RECORDING.remove(self)
@@ -45,7 +47,6 @@ class GradientTape:
         # Ops after the block must not record: watching does not change the tensor for good.
         for t in self._enabled:
             t.requires_grad = False
-        return False
 
     def watch(self, tensors) -> None:
         """Track `tensors` (a tensor or a nested list of them) as sources of gradients."""
@@ -99,7 +100,7 @@ class GradientTape:
             pairs = [(t, g) for k, (t, g) in enumerate(zip(targets, self._seeds(targets, output_gradients)))
                      if isinstance(t, Tensor) and t.requires_grad]
             live = [k for k, s in enumerate(srcs) if isinstance(s, Tensor) and s.requires_grad]
-            grads = [None] * len(srcs)
+            grads: list = [None] * len(srcs)
             if pairs and live:
                 found = grad([t for t, _ in pairs], [srcs[k] for k in live],
                              grad_outputs=[g if g is not None else ones_like(t) for t, g in pairs],

@@ -21,7 +21,9 @@ def share_external(array: np.ndarray) -> None:
     """Record that `array` is user-visible memory that may change under loom."""
     key = id(array)
     if key not in _EXTERNAL:
-        _EXTERNAL[key] = weakref.ref(array, lambda _, key=key: _EXTERNAL.pop(key, None))
+        def forget(_ref: weakref.ref, key: int = key) -> None:
+            _EXTERNAL.pop(key, None)
+        _EXTERNAL[key] = weakref.ref(array, forget)
 
 
 def _views_external(out: np.ndarray, inputs: list[np.ndarray]) -> bool:
