@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--sample-chars", type=int, default=300)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--prompt", default="\n")
+    p.add_argument("--eager", action="store_true",
+                   help="run the training step eagerly instead of tracing it with loom.function")
     args = p.parse_args(argv)
     path = require_data(args.data, "the tinyshakespeare text (input.txt)",
                         "It is the plain-text corpus described in /work/shared/data/README.md.")
@@ -229,14 +231,20 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{step / timer.elapsed():.2f} steps/s  ({timer})")
         return v
 
+    def train_step(x, y):
+        loss = lm_loss(model, x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+    # The whole step (forward, backward, AdamW) as one compiled graph, replayed every step.
+    step_fn = train_step if args.eager else loom.function(train_step)
+
     bar = progress(total=args.max_steps, desc="char-gpt", disable=args.no_progress)
     try:
         while step < args.max_steps:
             x, y = batch(train, rng.integers(0, len(train) - args.context - 1, args.batch_size), args.context)
-            loss = lm_loss(model, x, y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            loss = step_fn(x, y)
             sched.step()
             step += 1
             hist["step"].append(step)
