@@ -18,6 +18,7 @@ Layout:
 - `report`: the stdout table, JSON, Markdown and the bar chart;
 - `machine`: CPU, load and versions;
 - `compile_probe`: cold/warm compile time of a traced step and kernel-build counts;
+- `compare`: the head-to-head figures and targets of the ``benchmarks/`` scripts;
 - `cli`: the command line.
 
 Examples

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -63,7 +63,6 @@ class Options:
     cache_dir: str | None = None      # LOOM_CACHE_DIR for the workers; None keeps the environment's.
     log_dir: str | None = None        # Where workers' stderr goes; None: a temporary folder.
     pin: bool = True                  # Pin each worker to `threads` CPUs (see `worker_cpus`).
-    notes: list[str] = field(default_factory=list)
 
 
 def framework_missing(framework: str) -> str | None:
