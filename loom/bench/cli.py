@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--frameworks", type=_csv("framework", FRAMEWORKS), default=",".join(FRAMEWORKS),
                    help=f"comma-separated framework variants ({', '.join(FRAMEWORKS)}) or 'all'")
     p.add_argument("--repeats", type=int, default=7, help="timed blocks per framework (the median is reported)")
-    p.add_argument("--steps", type=int, default=None, help="steps per timed block (default: per workload)")
+    p.add_argument("--steps", type=int, default=None, help="steps per timed block (None: each workload's own)")
     p.add_argument("--warmup", type=int, default=3,
                    help="untimed calls first (loom.function traces and compiles on the second)")
     p.add_argument("--threads", type=int, default=1,
@@ -77,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cold-cache", action="store_true",
                    help="give the workers an empty LOOM_CACHE_DIR, so loom's warm-up includes every kernel build")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds a worker may take for one answer")
-    p.add_argument("--log-dir", default=None, help="folder for the workers' logs (default: a temporary folder)")
+    p.add_argument("--log-dir", default=None, help="folder for the workers' logs (None: a new temporary folder)")
     p.add_argument("--json", metavar="PATH", help="write the machine-readable results here")
     p.add_argument("--markdown", metavar="PATH", help="write a Markdown report here")
     p.add_argument("--plot", metavar="PATH.png", help="write a bar chart of throughput ratios here")

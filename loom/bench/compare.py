@@ -80,7 +80,7 @@ def main(model: str, frameworks: list[str], targets: list[Target], description: 
     """Parse the script's options, run `model` under `frameworks`, print the table and the verdicts."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--repeats", type=int, default=7, help="timed blocks per framework (at least 5 for figures)")
-    p.add_argument("--steps", type=int, default=None, help="steps per timed block (default: the workload's)")
+    p.add_argument("--steps", type=int, default=None, help="steps per timed block (None: the workload's own)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-pin", action="store_true", help="do not pin the workers to --threads CPUs")
