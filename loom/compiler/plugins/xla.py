@@ -489,7 +489,7 @@ class XlaExecutable:
                             f"{sorted(SUPPORTED)} (use backend='c' or 'reference' for this function)")
         self._specs = [(tuple(n.shape), n.dtype) for n in graph.inputs]
         self._out_dtypes = [o.dtype for o in graph.outputs]
-        self._out_is_input = [o in set(graph.inputs) for o in graph.outputs]
+        self._copied = [k for k, o in enumerate(graph.outputs) if o in set(graph.inputs)]
         # Constant arrays travel as arguments, placed once, rather than as literals in the program.
         self._const_nodes = list({n: None for n in nodes if n.op in ("buffer", "arange")})
         self._errors: list[tuple[type, str]] = []
@@ -515,15 +515,14 @@ class XlaExecutable:
 
     def _feed(self, k: int, array, shape: tuple, d: dt.DType) -> np.ndarray:
         array = np.asarray(array)
-        want = f"{d.name}{fmt_shape(shape)}"
         if d is dt.bfloat16 and array.dtype.kind == "f":
             array = dt.f32_to_bf16(array.astype(np.float32))  # Runtime scalars arrive as float32.
-        if array.dtype != d.np:
-            raise GraphError(f"loom.xla: input {k} expects {want}, got an array of {array.dtype}"
-                             f"{fmt_shape(array.shape)}")
-        if tuple(array.shape) != shape:
-            raise GraphError(f"loom.xla: input {k} expects {want}, got shape {fmt_shape(array.shape)}")
-        return _stored_to_host(array, d)
+        if array.dtype != d.np or array.shape != shape:
+            want = f"{d.name}{fmt_shape(shape)}"
+            got = (f"an array of {array.dtype}{fmt_shape(array.shape)}" if array.dtype != d.np
+                   else f"shape {fmt_shape(array.shape)}")
+            raise GraphError(f"loom.xla: input {k} expects {want}, got {got}")
+        return array.view(jnp.bfloat16) if d is dt.bfloat16 else array
 
     def __call__(self, *arrays) -> tuple:
         if len(arrays) != len(self._specs):
@@ -536,10 +535,9 @@ class XlaExecutable:
             if code:
                 cls, msg = self._errors[code - 1]
                 raise cls(msg)
-        result = []
-        for o, d, copy in zip(outs, self._out_dtypes, self._out_is_input):
-            a = _host_to_stored(np.asarray(o), d)
-            result.append(np.array(a) if copy else a)  # Never hand back the caller's own memory.
+        result = [_host_to_stored(np.asarray(o), d) for o, d in zip(outs, self._out_dtypes)]
+        for k in self._copied:
+            result[k] = np.array(result[k])  # Never hand back the caller's own memory.
         return tuple(result)
 
 
