@@ -50,6 +50,11 @@ def matmul(a, b) -> Tensor:
         raise ShapeError(f"loom.matmul: shapes {fmt_shape(a.shape)} and {fmt_shape(b.shape)} cannot be "
                          f"multiplied ({a2.shape[-2]}x{a2.shape[-1]} and {b2.shape[-2]}x{b2.shape[-1]})")
     batch = broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2]), op="matmul")
+    if b2.ndim == 2 and a2.ndim > 2 and not vb:
+        # A batch of rows times one matrix (every Linear on 3-d input): fold the batch into the
+        # rows, one GEMM forward and backward instead of a batched product over a broadcast weight.
+        rows = a2.reshape(-1, a2.shape[-1])
+        return apply("matmul", (rows, b2), {}).reshape(batch + (a2.shape[-2], b2.shape[-1]))
     a3 = broadcast_to(a2, batch + tuple(a2.shape[-2:]), "matmul")
     b3 = broadcast_to(b2, batch + tuple(b2.shape[-2:]), "matmul")
     out = apply("matmul", (a3, b3), {})

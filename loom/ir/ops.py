@@ -647,12 +647,16 @@ def _infer_scatter_add(inputs, attrs):
 
 def _scatter_add_impl(base, idx, src, attrs):
     ax = attrs["axis"]
-    out = np.array(base, copy=True)
+    out = np.array(base, copy=True, order="C")
     if out.ndim == 0:
         return out + src
     _check_bounds("scatter_add", idx, base.shape[ax])
     src = src[tuple(slice(0, s) for s in idx.shape)]
-    np.add.at(out, _open_index(idx, ax), src)
+    # One flat index per source element: np.add.at on 1-d indices is several times faster
+    # than on a tuple of index grids ("wrap" maps negative indices along the axis).
+    grids = np.broadcast_arrays(*_open_index(idx, ax))
+    flat = np.ravel_multi_index(tuple(grids), out.shape, mode="wrap")
+    np.add.at(out.reshape(-1), flat.reshape(-1), np.ascontiguousarray(src).reshape(-1))
     return out
 
 
