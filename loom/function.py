@@ -598,8 +598,8 @@ def _while_impl(*arrays_and_attrs):
     # take and give stored values, so convert at the loop's edges.
     dtypes = [p.dtype for p in body_g.inputs]
     values = [reference.from_compute(np.asarray(a), d) for a, d in zip(arrays, dtypes)]
-    while bool(cond_g.run(*values)[0]._array().reshape(())):
-        values = [t._array() for t in body_g.run(*values)]
+    while bool(_run_reference(cond_g, *values)[0].reshape(())):
+        values = list(_run_reference(body_g, *values))
     values = [reference.to_compute(v, d) for v, d in zip(values, dtypes)]
     _LOOP_CACHE[id(attrs["body"])] = (key, values)
     return values[attrs["index"]]
