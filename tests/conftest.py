@@ -6,6 +6,9 @@ from tests.parity.harness import MODES
 
 # Execution modes the parity suite runs each case in (comma-separated), e.g. LOOM_PARITY_MODES=eager.
 _SELECTED = [m for m in os.environ.get("LOOM_PARITY_MODES", "eager,compiled,traced").split(",") if m]
+_UNKNOWN = sorted(set(_SELECTED) - set(MODES))
+if _UNKNOWN:
+    raise pytest.UsageError(f"LOOM_PARITY_MODES names unknown modes {_UNKNOWN}; known: {sorted(MODES)}")
 
 
 @pytest.fixture(params=_SELECTED)

@@ -58,7 +58,8 @@ def _decode(value: Any, where: str) -> Any:
         if set(value) == {"graph"} and isinstance(value["graph"], dict):
             return from_json(json.dumps(value["graph"], allow_nan=False))
     raise GraphError(f"loom.from_json: {where}: cannot decode attr value {value!r} (expected a number, "
-                     'bool, string, null, list, {"dtype": name}, {"float": "inf" | "-inf" | "nan"} or {"graph": {...}})')
+                     'bool, string, null, list, {"dtype": name}, {"float": "inf" | "-inf" | "nan"} '
+                     'or {"graph": {...}})')
 
 
 def _dtype(name: Any, where: str) -> dt.DType:

@@ -99,7 +99,8 @@ def test_allow_unused_and_materialize_grads():
     gx, gz = loom.autograd.grad((x * 2).sum(), [x, z], materialize_grads=True)
     assert gz.tolist() == [0.0]
     tx, tz = torch.autograd.grad((torch.tensor([1.0, 2.0], requires_grad=True) * 2).sum(),
-                                 [torch.tensor([1.0, 2.0], requires_grad=True), torch.tensor([3.0], requires_grad=True)],
+                                 [torch.tensor([1.0, 2.0], requires_grad=True),
+                                  torch.tensor([3.0], requires_grad=True)],
                                  allow_unused=True, materialize_grads=True)
     assert tz.tolist() == gz.tolist()
 

@@ -118,7 +118,7 @@ def test_kill_during_save_leaves_a_complete_checkpoint(tmp_path):
     script.write_text(SAVER)
     env = dict(os.environ, PYTHONPATH=ROOT)
     rng = np.random.default_rng(0)
-    for trial in range(3):
+    for _ in range(3):
         proc = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, env=env)
         try:
             first = proc.stdout.readline()  # One complete checkpoint exists.
