@@ -4,9 +4,9 @@ import os
 import pytest
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def kernel_cache(request):
-    """LOOM_CODEGEN_SYNC=1 and a persistent LOOM_CACHE_DIR for the whole session (restored after)."""
+    """LOOM_CODEGEN_SYNC=1 and a persistent LOOM_CACHE_DIR for this package's tests (restored after)."""
     saved = {k: os.environ.get(k) for k in ("LOOM_CODEGEN_SYNC", "LOOM_CACHE_DIR")}
     os.environ["LOOM_CODEGEN_SYNC"] = "1"
     os.environ["LOOM_CACHE_DIR"] = os.environ.get("LOOM_TEST_CACHE_DIR") or str(

@@ -184,15 +184,31 @@ def _realize_all(result):
     return result
 
 
+class _SyncKernels:
+    """Build C kernels before their first call, so the compiled modes really run generated code."""
+
+    def __enter__(self):
+        self.saved = os.environ.get("LOOM_CODEGEN_SYNC")
+        os.environ["LOOM_CODEGEN_SYNC"] = "1"
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            os.environ.pop("LOOM_CODEGEN_SYNC", None)
+        else:
+            os.environ["LOOM_CODEGEN_SYNC"] = self.saved
+        return False
+
+
 def _run_compiled(fn, args):
-    with loom.backend("compiled"):
+    with loom.backend("compiled"), _SyncKernels():
         return _realize_all(fn(*args))
 
 
 def _run_traced(fn, args):
     traced = loom.function(fn, backend=os.environ.get("LOOM_TRACE_BACKEND", "c"))
     traced(*args)              # Warm-up call: eager.
-    return traced(*args)       # Traced, compiled and replayed.
+    with _SyncKernels():
+        return traced(*args)   # Traced, compiled and replayed.
 
 
 # Execution modes of loom's side: each runs the case's whole loom computation.
