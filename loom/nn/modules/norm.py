@@ -12,6 +12,20 @@ from loom.nn.parameter import Parameter
 from loom.tensor import Tensor, empty, ones, tensor, zeros
 
 
+
+def _affine_parameters(module: Module, shape, affine: bool, bias: bool, dtype) -> None:
+    """The per-element scale (and shift) of a normalisation layer, or None when it has none."""
+    module.register_parameter("weight", Parameter(empty(tuple(shape), dtype=dtype)) if affine else None)
+    module.register_parameter("bias", Parameter(empty(tuple(shape), dtype=dtype)) if affine and bias else None)
+
+
+def _reset_affine(module: Module) -> None:
+    """Scale 1 and shift 0, as PyTorch initialises normalisation layers."""
+    if module.weight is not None:
+        init.ones_(module.weight)
+    if module.bias is not None:
+        init.zeros_(module.bias)
+
 class _BatchNorm(Module):
     """Batch normalisation over dim 1, with PyTorch's running-statistics rules."""
 
@@ -139,22 +153,11 @@ class LayerNorm(Module):
         self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(empty(self.normalized_shape, dtype=dtype))
-            if bias:
-                self.bias = Parameter(empty(self.normalized_shape, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, self.normalized_shape, elementwise_affine, bias, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -183,22 +186,11 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = Parameter(empty(num_channels, dtype=dtype))
-            if bias:
-                self.bias = Parameter(empty(num_channels, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, (num_channels,), affine, bias, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
