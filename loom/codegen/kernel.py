@@ -10,7 +10,6 @@ import numpy as np
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.ir import ops
 from loom.ir.graph import Graph
-from loom.ir.node import Node
 from loom.runtime import reference
 
 from .c import KernelSpec
@@ -28,13 +27,7 @@ def par_min() -> int:
 
 def run_reference(body: Graph, arrays: list[np.ndarray]) -> np.ndarray:
     """Evaluate `body` on the NumPy reference interpreter (the semantics every kernel matches)."""
-    env: dict[Node, np.ndarray] = dict(zip(body.inputs, arrays))
-    with np.errstate(all="ignore"):
-        for node in body.topological_order():
-            if node not in env:
-                env[node] = node.buffer if node.op == "buffer" else reference.evaluate(
-                    node, [env[i] for i in node.inputs])
-    return env[body.outputs[0]]
+    return reference.run_subgraph(body, arrays)
 
 
 def apply_chain(array: np.ndarray, chain) -> tuple[np.ndarray, bool]:

@@ -30,7 +30,6 @@ value leaves the group):
 from __future__ import annotations
 
 import heapq
-import weakref
 
 import numpy as np
 
@@ -68,21 +67,11 @@ def _infer_fused(inputs, attrs):
     return tuple(out.shape), out.dtype
 
 
-_ORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def run_body(body: Graph, arrays: list[np.ndarray]) -> np.ndarray:
     """Evaluate a fused body on stored-form arrays with the reference interpreter."""
-    order = _ORDERS.get(body)
-    if order is None:
-        order = _ORDERS[body] = body.topological_order()
-    env: dict[Node, np.ndarray] = dict(zip(body.inputs, arrays))
-    with np.errstate(all="ignore"):
-        for node in order:
-            if node not in env:
-                env[node] = node.buffer if node.op == "buffer" else reference.evaluate(
-                    node, [env[i] for i in node.inputs])
-    return env[body.outputs[0]]
+    return reference.run_subgraph(body, arrays)
 
 
 def _fused_impl(*args):

@@ -108,3 +108,19 @@ def realize(targets: Iterable[Node]) -> None:
                 out = out.copy()  # A value, not a window onto memory that may change.
             node.buffer = out
             node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
+
+
+_ORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def run_subgraph(graph, arrays: list[np.ndarray]) -> np.ndarray:
+    """Evaluate a one-output subgraph (a fused body) on stored-form arrays, node by node."""
+    order = _ORDERS.get(graph)
+    if order is None:
+        order = _ORDERS[graph] = graph.topological_order()
+    env: dict[Node, np.ndarray] = dict(zip(graph.inputs, arrays))
+    with np.errstate(all="ignore"):
+        for node in order:
+            if node not in env:
+                env[node] = node.buffer if node.op == "buffer" else evaluate(node, [env[i] for i in node.inputs])
+    return env[graph.outputs[0]]
