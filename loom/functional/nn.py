@@ -285,6 +285,15 @@ def glu(input, dim: int = -1) -> Tensor:
 
 # ---------------------------------------------------------------- normalisation
 
+
+def _scale_shift(y: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
+    """Per-channel affine step of batch/instance norm on (N, C, *) values."""
+    if w is not None:
+        y = y * _channel_view(w, y.ndim)
+    if b is not None:
+        y = y + _channel_view(b, y.ndim)
+    return y
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Batch normalisation over every dim but the channel dim 1 of (N, C, *).
@@ -330,12 +339,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                             "mode (training=False)")
         centred = x - _channel_view(rm, x.ndim).to(x.dtype)
         var = _channel_view(rv, x.ndim).to(x.dtype)
-    y = centred * rsqrt(var + eps)
-    if w is not None:
-        y = y * _channel_view(w, x.ndim)
-    if b is not None:
-        y = y + _channel_view(b, x.ndim)
-    return y
+    return _scale_shift(centred * rsqrt(var + eps), w, b)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
@@ -379,12 +383,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
                             "use_input_stats=False")
         centred = x - _channel_view(rm, x.ndim).to(x.dtype)
         var = _channel_view(rv, x.ndim).to(x.dtype)
-    y = centred * rsqrt(var + eps)
-    if w is not None:
-        y = y * _channel_view(w, x.ndim)
-    if b is not None:
-        y = y + _channel_view(b, x.ndim)
-    return y
+    return _scale_shift(centred * rsqrt(var + eps), w, b)
 
 
 def _trailing_shape(op: str, x: Tensor, normalized_shape) -> tuple[int, ...]:
