@@ -37,6 +37,7 @@ class _Trace:
         self.external: dict[int, tuple[Node, Any]] = {}   # node id -> (node, weakref to its tensor)
         self.mutated: dict[int, tuple[Tensor, Node]] = {}  # id(tensor) -> (tensor, node before)
         self.grads: dict[int, tuple] = {}                  # id(tensor) -> (tensor, .grad before)
+        self.grad_reads: set[int] = set()                  # ids of tensors whose entry .grad matters
         self.scalars: list[tuple[Node, Callable[[], Any]]] = []
         self.guards: list[tuple[Callable[[], Any], Any]] = []
 
@@ -57,10 +58,13 @@ class _Trace:
         if id(t) not in self.mutated:
             self.mutated[id(t)] = (t, old)
 
-    def on_grad(self, t: Tensor, previous: Tensor | None) -> None:
+    def on_grad(self, t: Tensor, previous: Tensor | None, value: Tensor | None) -> None:
         # The first .grad seen keeps its identity across calls: results are written into it.
         if id(t) not in self.grads:
             self.grads[id(t)] = (t, previous)
+            # Unless the step first resets it (zero_grad), the result depends on the .grad it found.
+            if value is not None:
+                self.grad_reads.add(id(t))
 
 
 def tracing() -> bool:
@@ -143,7 +147,9 @@ class _Entry:
         self.out_spec: Any = None
         self.n_returned = 0
         self.mutated: list[Any] = []   # weakrefs of tensors written in place, in output order
-        self.grads: list[tuple[Any, Any, bool]] = []  # (weakref tensor, weakref earlier .grad, has value)
+        # ((("arg", position) or ("ref", weakref tensor)), weakref earlier .grad, has value)
+        self.grads: list[tuple[Any, Any, bool]] = []
+        self.grad_args: list[int] = []  # Tensor arguments whose existing .grad is fed as an input
         self.kernel_count = 0
         self.guards: list[tuple[Callable[[], Any], Any]] = []
 
@@ -263,7 +269,8 @@ class Function:
         parts = []
         for a in list(args) + [kwargs[k] for k in sorted(kwargs)]:
             if isinstance(a, Tensor):
-                parts.append(("T", a.dtype.name, tuple(a.shape), a.requires_grad))
+                # Whether an argument already holds a .grad decides if backward accumulates into it.
+                parts.append(("T", a.dtype.name, tuple(a.shape), a.requires_grad, a._grad is not None))
             elif isinstance(a, (np.ndarray,)):
                 raise LoomError("loom.function: pass loom tensors, not NumPy arrays "
                                 "(loom.from_numpy wraps one without copying)")
@@ -317,6 +324,16 @@ class Function:
             return t
         targs = [placeholder(a) if isinstance(a, Tensor) else a for a in args]
         tkwargs = {k: placeholder(v) if isinstance(v, Tensor) else v for k, v in sorted(kwargs.items())}
+        # An argument's existing .grad is an input too: backward accumulates into it as eagerly.
+        grad_args = []
+        for k, (p, a) in enumerate(zip(placeholders, [a for a in list(args) + [kwargs[n] for n in sorted(kwargs)]
+                                                         if isinstance(a, Tensor)])):
+            if a._grad is not None:
+                g = a._grad
+                node = Node("input", (), {"shape": tuple(g.shape), "dtype": g.dtype}, tuple(g.shape), g.dtype)
+                p._grad = Tensor._wrap(node)
+                arg_nodes.append(node)
+                grad_args.append(k)
         _realize.active_trace = tr
         try:
             result = self.fn(*targs, **tkwargs)
@@ -335,8 +352,16 @@ class Function:
         arg_pos = {id(p): k for k, p in enumerate(placeholders)}
         entry.mutated = [("arg", arg_pos[id(t)]) if id(t) in arg_pos else ("ref", weakref.ref(t))
                          for t in mutated]
-        entry.grads = [(weakref.ref(t), weakref.ref(prev) if prev is not None else None, t.grad is not None)
+        entry.grad_args = grad_args
+        entry.grads = [(("arg", arg_pos[id(t)]) if id(t) in arg_pos else ("ref", weakref.ref(t)),
+                        weakref.ref(prev) if prev is not None and id(t) not in arg_pos else None,
+                        t.grad is not None)
                        for t, prev in tr.grads.values()]
+        # A captured tensor's .grad read by the trace is bound by identity: replaced or set to None
+        # between calls (zero_grad outside the step), the trace no longer describes the program.
+        for t, prev in tr.grads.values():
+            if id(t) not in arg_pos and id(t) in tr.grad_reads:
+                entry.guards.append((_grad_identity(weakref.ref(t), prev), True))
         # Undo the trace's effects: the replay that follows computes them for real.
         for t, old in tr.mutated.values():
             t._node = old
@@ -348,7 +373,9 @@ class Function:
         return entry
 
     def _replay(self, entry: _Entry, args, kwargs):
-        arrays = [a._array() for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(a, Tensor)]
+        tensor_args = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(a, Tensor)]
+        arrays = [a._array() for a in tensor_args]
+        arrays += [tensor_args[k]._grad._array() for k in entry.grad_args]
         for ref, _, _ in entry.externals:
             arrays.append(ref()._array())
         for getter, d in entry.scalars:
@@ -364,20 +391,19 @@ class Function:
         outs = entry.exe(*arrays)
         values = [_buffer_tensor(o, n.dtype) for o, n in zip(outs, entry.graph.outputs)]
         k = entry.n_returned
-        tensor_args = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(a, Tensor)]
         for kind, ref in entry.mutated:
             t = tensor_args[ref] if kind == "arg" else ref()
             if t is not None:
                 _write_back(t, values[k])
             k += 1
-        for ref, prev_ref, has in entry.grads:
-            t = ref()
+        for (kind, ref), prev_ref, has in entry.grads:
+            t = tensor_args[ref] if kind == "arg" else ref()
             if t is None:
                 k += int(has)
                 continue
             if has:
-                # Write into the gradient tensor the trace started from, so it stays the same object.
-                target = prev_ref() if prev_ref is not None else None
+                # Write into the gradient tensor the call started from, so it stays the same object.
+                target = t._grad if kind == "arg" else (prev_ref() if prev_ref is not None else None)
                 if target is None:
                     target = values[k]
                 else:
@@ -391,6 +417,18 @@ class Function:
     def explain(self) -> str:
         """The traced graphs of this function, one per specialisation."""
         return "\n\n".join(str(e.graph) for e in self._cache.values())
+
+
+def _grad_identity(ref, grad) -> Callable[[], bool]:
+    """A guard: the tensor behind `ref` still holds the very `.grad` object (or None) the trace read."""
+    gref = weakref.ref(grad) if grad is not None else None
+
+    def check() -> bool:
+        t = ref()
+        if t is None:
+            return False
+        return t._grad is None if gref is None else t._grad is gref()
+    return check
 
 
 def _write_back(t: Tensor, value: Tensor) -> None:

@@ -103,7 +103,7 @@ class Tensor:
             raise ShapeError(f"loom: assigned grad has shape {fmt_shape(value.shape)} but the tensor has "
                              f"shape {fmt_shape(self.shape)}")
         if _realize.active_trace is not None:
-            _realize.active_trace.on_grad(self, self._grad)
+            _realize.active_trace.on_grad(self, self._grad, value)
         self._grad = value
 
     # ------------------------------------------------------------ metadata

@@ -219,3 +219,60 @@ def test_returns_structures_and_bad_arguments():
         f(np.ones(2))
     with pytest.raises(loom.LoomError, match="hashable"):
         f([loom.ones(2)])
+
+
+# ---------------------------------------------------------------- .grad of arguments and captured tensors
+
+def test_grad_of_tensor_argument_accumulates_like_eager():
+    w = loom.tensor([1.0, -2.0], requires_grad=True)
+
+    @loom.function(backend=BACKEND)
+    def f(x):
+        loss = (x * x).sum()
+        loss.backward()
+        return loss
+
+    seen = []
+    for _ in range(4):
+        f(w)
+        seen.append(w.grad.tolist())
+    assert seen == [[2.0, -4.0], [4.0, -8.0], [6.0, -12.0], [8.0, -16.0]]
+    w.grad = None
+    f(w)  # A fresh .grad after set-to-None, as eagerly.
+    assert w.grad.tolist() == [2.0, -4.0]
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+@pytest.mark.parametrize("zero_inside", [True, False])
+def test_grads_of_arguments_and_parameters_match_eager(set_to_none, zero_inside):
+    def run(traced):
+        loom.manual_seed(0)
+        lin = nn.Linear(3, 2)
+        x = loom.tensor([1.0, -2.0, 0.5], requires_grad=True)
+        opt = loom.optim.SGD(list(lin.parameters()), lr=0.1, momentum=0.5)
+
+        def step(x):
+            if zero_inside:
+                opt.zero_grad(set_to_none=set_to_none)
+            loss = (lin(x) ** 2).sum()
+            loss.backward()
+            opt.step()
+            return loss
+
+        fn = loom.function(step, backend=BACKEND) if traced else step
+        out = []
+        for i in range(5):
+            if not zero_inside and i == 3:
+                opt.zero_grad(set_to_none=set_to_none)  # Between calls, outside the step.
+            loss = fn(x)
+            out.append([loss.item(), x.grad.tolist(), lin.weight.grad.tolist(), lin.weight.tolist()])
+        return out
+
+    eager, traced = run(False), run(True)
+    np.testing.assert_allclose(np.array(_flat(traced)), np.array(_flat(eager)), rtol=1e-5, atol=1e-6)
+
+
+def _flat(obj):
+    if isinstance(obj, (list, tuple)):
+        return [v for o in obj for v in _flat(o)]
+    return [obj]
