@@ -18,7 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from loom import dtypes as dt
-from loom.autograd.grad_mode import is_grad_enabled
+from loom.alias import rederive_all
+from loom.autograd.grad_mode import is_grad_enabled, no_grad
 from loom.errors import LoomError, fmt_shape
 from loom.ir.graph import Graph
 from loom.ir.node import Node
@@ -365,6 +366,8 @@ class Function:
         # Undo the trace's effects: the replay that follows computes them for real.
         for t, old in tr.mutated.values():
             t._node = old
+            if t._views:
+                rederive_all(t)  # Aliases derived from traced values take the real one again.
         for t, prev in tr.grads.values():
             t._grad = prev
         entry.exe = _compile(graph, self.level, self.backend)
@@ -432,13 +435,21 @@ def _grad_identity(ref, grad) -> Callable[[], bool]:
 
 
 def _write_back(t: Tensor, value: Tensor) -> None:
-    """Give `t` its new value, through the user's array when it shares memory with NumPy."""
+    """Give `t` its new value, through the user's array when it shares memory with NumPy.
+
+    A tensor that shares storage with others (a view, or a root with live views) is written
+    like an in-place copy, so every alias sees the value.
+    """
+    if t._root is not None or t._views:
+        with no_grad():
+            t._assign(value, "copy_")
+        return
     if t._alias is not None and t._alias.shape == value._node.buffer.shape:
         np.copyto(t._alias, value._node.buffer)
         t._node = Node("buffer", (), {}, tuple(t._alias.shape), t.dtype, buffer=t._alias)
     else:
         t._node = value._node
-    t._version += 1
+    t._vc.value += 1
 
 
 def _buffer_tensor(array: np.ndarray, dtype: dt.DType) -> Tensor:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from loom import alias as _alias_mod
 from loom import dtypes as dt
 from loom.autograd.grad_mode import is_grad_enabled
 from loom.errors import (AutogradError, DeviceError, DTypeError, LoomError, LoomIndexError, LoomTypeError,
@@ -42,7 +43,7 @@ class Context:
         self.prim = prim
         self.inputs = inputs
         self.attrs = attrs
-        self.versions = tuple(t._version for t in inputs)
+        self.versions = tuple(t._vc.value for t in inputs)
 
     @property
     def name(self) -> str:
@@ -61,8 +62,9 @@ class Tensor:
     [[2.0, 4.0], [6.0, 8.0]]
     """
 
-    __slots__ = ("_node", "requires_grad", "_grad", "_ctx", "_version", "_retains_grad",
-                 "_hooks", "_alias", "_past", "__weakref__", "__dict__")
+    __slots__ = ("_node", "requires_grad", "_grad", "_ctx", "_vc", "_retains_grad",
+                 "_hooks", "_alias", "_past", "_root", "_path", "_vdiff", "_layout", "_views",
+                 "__weakref__", "__dict__")
     __array_priority__ = 1000  # NumPy defers mixed operators to loom.
 
     def __init__(self, data: Any = None, dtype=None, requires_grad: bool = False) -> None:
@@ -76,19 +78,32 @@ class Tensor:
         self._ctx = ctx
         self.requires_grad = requires_grad
         self._grad: Tensor | None = None
-        self._version = 0
+        self._vc = _alias_mod.VersionCounter()
         self._retains_grad = False
         self._hooks: list | None = None
         self._alias: np.ndarray | None = None
         # Earlier values of a non-leaf changed in place, by version: ops that read the tensor
         # before the change route their gradient into the history of the value they read.
         self._past: dict[int, Tensor] | None = None
+        # Storage sharing (loom/alias.py): the root alias of the storage, the movement steps
+        # from its value to this tensor's, whether writes are differentiable, the strides and
+        # offset PyTorch would report, and (on a root) weak references to its aliases.
+        self._root: Tensor | None = None
+        self._path: tuple = ()
+        self._vdiff = False
+        self._layout: tuple | None = None
+        self._views: list | None = None
 
     @classmethod
     def _wrap(cls, node: Node, ctx: Context | None = None, requires_grad: bool = False) -> Tensor:
         t = cls.__new__(cls)
         t._init(node, ctx, requires_grad)
         return t
+
+    @property
+    def _version(self) -> int:
+        """In-place writes seen by this tensor's storage (shared by its views, as in PyTorch)."""
+        return self._vc.value
 
     @property
     def grad(self) -> Tensor | None:
@@ -292,8 +307,8 @@ class Tensor:
         return self
 
     def detach(self) -> Tensor:
-        """A tensor with the same value and no history."""
-        t = Tensor._wrap(self._node)
+        """A tensor sharing this one's storage, with no history (writes to it are seen here)."""
+        t = _alias_mod.alias(self, differentiable=False)
         t._owner = self.__dict__.get("_owner") or weakref.ref(self)  # Traces bind values to the original.
         return t
 
@@ -304,16 +319,31 @@ class Tensor:
 
     @property
     def data(self) -> Tensor:
-        return self.detach()
+        """This tensor's storage without history; as in PyTorch, writes to it are not versioned."""
+        t = _alias_mod.alias(self, differentiable=False, share_version=False)
+        t._owner = self.__dict__.get("_owner") or weakref.ref(self)
+        return t
 
     @data.setter
     def data(self, value: Tensor) -> None:
         if not isinstance(value, Tensor):
             raise LoomTypeError(f"loom: .data must be set to a Tensor, got {type(value).__name__}")
+        if value is self:
+            return
         old = self._node
+        # Like PyTorch, the tensor now uses `value`'s storage; its former aliases keep the old one.
+        if self._root is not None:
+            _alias_mod.unlink(self)
+        elif self._views:
+            _alias_mod.rehome(self)
         self._node = value._node
-        self._alias = None  # Like PyTorch, the tensor now uses `value`'s storage.
-        self._version += 1
+        self._alias = None
+        self._vc.value += 1
+        if value._root is None and not value._views and value._alias is None:
+            _alias_mod.link(self, value, (), None, differentiable=False, share_version=False)
+        else:
+            _alias_mod.link(value, self, (), _alias_mod.layout_of(value), differentiable=False,
+                            share_version=False)
         if _realize.active_trace is not None:
             _realize.active_trace.on_mutate(self, old)
 
@@ -409,10 +439,31 @@ class Tensor:
         return self
 
     def contiguous(self, memory_format=None) -> Tensor:
-        return self
+        """This tensor if its elements are in row-major order in its storage, else a copy that is."""
+        return self if _alias_mod.is_contiguous(self) else self.clone()
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return True
+        return _alias_mod.is_contiguous(self)
+
+    def stride(self, dim: int | None = None):
+        """Steps in elements between neighbours along each dim, as PyTorch reports them."""
+        strides = _alias_mod.layout_of(self)[0]
+        return strides if dim is None else strides[normalize_dim(dim, self.ndim, "stride")]
+
+    def storage_offset(self) -> int:
+        return _alias_mod.layout_of(self)[1]
+
+    @property
+    def _base(self) -> Tensor | None:
+        """The tensor whose storage this view shares (None for a tensor that is not a view)."""
+        return self._root
+
+    def _is_view(self) -> bool:
+        return self._root is not None
+
+    def as_strided(self, size, stride, storage_offset: int | None = None) -> Tensor:
+        """A view of this tensor's storage with the given sizes and strides (in elements)."""
+        return _alias_mod.as_strided(self, size, stride, storage_offset)
 
     def clone(self, memory_format=None) -> Tensor:
         """A copy that is its own node (gradient flows through)."""
@@ -452,7 +503,7 @@ class Tensor:
 
     def _snapshot(self) -> Tensor:
         t = Tensor._wrap(self._node, self._ctx, self.requires_grad)
-        t._version = self._version
+        t._vc = _alias_mod.VersionCounter(self._vc.value)
         t._owner = self.__dict__.get("_owner") or weakref.ref(self)  # Traces bind values to the original.
         return t
 
@@ -460,10 +511,13 @@ class Tensor:
         """Make `result` this tensor's new value (PyTorch's in-place ops, done functionally).
 
         `snapshot` is this tensor's current value as `_snapshot` made it, if the caller has one.
+        A write through a view becomes a new value of the storage's root, which every alias
+        then re-derives its value from (loom/alias.py).
         """
         if not isinstance(result, Tensor):
             result = as_tensor_like(result, self)
-        if tuple(result.shape) != tuple(self.shape) and (op not in _SHAPE_CHANGING or self._alias is not None):
+        shape_op = op in _SHAPE_CHANGING
+        if tuple(result.shape) != tuple(self.shape) and (not shape_op or self._alias is not None):
             raise ShapeError(f"loom.{op}: the result of shape {fmt_shape(result.shape)} cannot be "
                              f"written in place into a tensor of shape {fmt_shape(self.shape)}")
         if result.dtype is not self.dtype:
@@ -471,25 +525,43 @@ class Tensor:
                 raise DTypeError(f"loom.{op}: result type {result.dtype.name} can't be cast to the "
                                  f"in-place output type {self.dtype.name}")
             result = result.to(self.dtype)
-        if self.requires_grad and self._ctx is not None:
+        if self._root is not None and not shape_op:
+            _alias_mod.check_writable(self, op)
+            root = self._root
+            new, snap = _alias_mod.root_value_with(self, result)
+            root._commit(new, op, snap, self._vc, self._vdiff)
+            return self
+        old = self._node
+        self._commit(result, op, snapshot, self._vc, True, rederive=not shape_op)
+        if shape_op:
+            _alias_mod.reshaped_in_place(self, old)
+        return self
+
+    def _commit(self, result: Tensor, op: str, snapshot: Tensor | None, vc, differentiable: bool,
+                rederive: bool = True) -> None:
+        """Give this tensor (a storage root, or a view changing its own shape) the value `result`."""
+        if self.requires_grad and self._ctx is not None and vc is self._vc:
             snapshot = snapshot if snapshot is not None else self._snapshot()
             if self._past is None:
                 self._past = {}
-            self._past[self._version] = snapshot
-        if is_grad_enabled():
+            self._past[vc.value] = snapshot
+        if self._views:
+            _alias_mod.snapshot_group(self, vc)
+        if is_grad_enabled() and differentiable:
             if result.requires_grad and result._ctx is None:
                 # A leaf copied in: route the gradient to it through an identity node.
-                result = apply("reshape", (result,), {"shape": tuple(self.shape)})
+                result = apply("reshape", (result,), {"shape": tuple(result.shape)})
             elif self.requires_grad and not result.requires_grad and tuple(result.shape) == tuple(self.shape):
                 # As in PyTorch the tensor still requires grad; its old value gets a zero gradient.
                 keep = const(True, tuple(self.shape), dt.bool_)
                 result = apply("where", (keep, result, snapshot if snapshot is not None else self._snapshot()), {})
             self._ctx = result._ctx
             self.requires_grad = result.requires_grad
-        # Under no_grad the history is kept, as for a parameter updated by an optimiser.
+        # Otherwise (no_grad, or a write through .data or detach()) the history is kept,
+        # as for a parameter updated by an optimiser.
         old = self._node
         self._node = result._node
-        self._version += 1
+        vc.value += 1
         if _realize.active_trace is not None:
             _realize.active_trace.on_mutate(self, old)
         if self._alias is not None:
@@ -500,7 +572,8 @@ class Tensor:
                 old.buffer = np.array(self._alias)
             np.copyto(self._alias, self._node.buffer)
             self._node = Node("buffer", (), {}, self._node.shape, self.dtype, buffer=self._alias)
-        return self
+        if rederive and self._views:
+            _alias_mod.rederive_all(self)
 
     def _inplace(self, op: str, fn, *args, **kwargs) -> Tensor:
         self._check_inplace(op)

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from loom.autograd.grad_mode import set_grad_enabled
 from loom.errors import AutogradError, LoomTypeError, fmt_shape
-from loom.ir.ops import VJP_IGNORES_INPUT_VALUES, wants_needs
+from loom.ir.ops import vjp_reads_input, wants_needs
 
 
 def inputs_at_use(ctx, check: bool = False) -> list:
@@ -21,9 +21,9 @@ def inputs_at_use(ctx, check: bool = False) -> list:
     the backward rule cannot ignore raises, as PyTorch does.
     """
     out = []
-    for inp, v in zip(ctx.inputs, ctx.versions):
+    for k, (inp, v) in enumerate(zip(ctx.inputs, ctx.versions)):
         if inp._version != v:
-            if check and ctx.name not in VJP_IGNORES_INPUT_VALUES:
+            if check and vjp_reads_input(ctx.name, k, [i.requires_grad for i in ctx.inputs]):
                 raise AutogradError(
                     f"loom.backward: an input of {ctx.name} ({inp.dtype.name}{fmt_shape(inp.shape)}) "
                     f"was modified by an in-place operation after it was used (version {v} -> "
@@ -132,6 +132,11 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None):
     return found
 
 
+def _unlink(t) -> None:
+    from loom.alias import unlink  # loom.alias imports grad modes from this package.
+    unlink(t)
+
+
 def backward(tensors: Sequence, grad_tensors: Sequence | None = None, retain_graph: bool | None = None,
              create_graph: bool = False, inputs: Sequence | None = None) -> None:
     """Accumulate gradients of `tensors` into `.grad` of the leaves (or of `inputs`)."""
@@ -149,6 +154,7 @@ def backward(tensors: Sequence, grad_tensors: Sequence | None = None, retain_gra
         found = _run(tensors, seeds, create_graph, None)
     for leaf, g in found.values():
         g = g if create_graph else g.detach()
+        _unlink(g)  # As PyTorch's, a .grad has storage of its own, never a view of a temporary.
         leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
@@ -189,5 +195,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
                                     "to get None for it")
         elif not create_graph:
             g = g.detach()
+        if g is not None:
+            _unlink(g)
         result.append(g)
     return tuple(result)

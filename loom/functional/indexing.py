@@ -24,6 +24,7 @@ from typing import Callable, cast
 import numpy as np
 
 from loom import dtypes as dt
+from loom.alias import make_view
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.ir.ops import PRIMITIVES
 from loom.tensor import Tensor, apply, arange, broadcast_shapes, broadcast_to, const, normalize_dim, tensor
@@ -370,7 +371,9 @@ def getitem(x: Tensor, index) -> Tensor:
     [1, 11]
     """
     plan = _parse(tuple(x.shape), index, "getitem")
-    return _apply_plan(x, plan)
+    # Basic indexing (ints, slices with positive steps, None, Ellipsis) gives a view of x, as in
+    # PyTorch; advanced indices, masks and negative steps give a copy.
+    return make_view(x, _apply_plan(x, plan))
 
 
 def _as_value(x: Tensor, value) -> Tensor:

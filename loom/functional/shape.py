@@ -1,10 +1,10 @@
 """Movement ops: views, joins and splits, built on reshape/permute/expand/pad/slice/flip.
 
 Every op here follows PyTorch's name, signature and result (shape, dtype,
-values, gradient). Ops that PyTorch implements as views return new lazy
-tensors; loom has no aliasing views, so only an op that leaves the tensor
-unchanged (a reshape to the same shape, an identity permute) returns its
-input object itself.
+values, gradient). Ops that PyTorch implements as views return views: they
+share their input's storage, so an in-place write through either is seen by
+both (loom/alias.py). An op that leaves the tensor unchanged (a reshape to
+the same shape, an identity permute) returns its input object itself.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import math
 from typing import Sequence
 
 from loom import dtypes as dt
+from loom.alias import layout_of, make_view
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.tensor import Size, Tensor, apply, broadcast_shapes, const, normalize_dim, tensor
 
@@ -83,11 +84,15 @@ def reshape(x, *shape) -> Tensor:
                          f"(shape {fmt_shape(x.shape)})")
     if tuple(sizes) == tuple(x.shape):
         return x
-    return apply("reshape", (x,), {"shape": tuple(sizes)})
+    # A view of x where PyTorch's strides allow one, else a copy.
+    return make_view(x, apply("reshape", (x,), {"shape": tuple(sizes)}))
 
 
 def view(x, *shape) -> Tensor:
-    """Same as :func:`reshape` (loom has no strided views; a dtype view is not supported).
+    """`x` in a new shape, sharing its storage (a dtype view is not supported).
+
+    Like PyTorch's, it raises when `x`'s strides do not allow the new shape
+    without a copy (a transposed matrix flattened); `reshape` copies then.
 
     Examples
     --------
@@ -96,7 +101,13 @@ def view(x, *shape) -> Tensor:
     """
     if len(shape) == 1 and (isinstance(shape[0], dt.DType) or shape[0] in (float, int, bool)):
         raise LoomError("loom.view: reinterpreting a tensor as another dtype is not supported; use .to()")
-    return reshape(x, *shape)
+    x = _t(x)
+    out = reshape(x, *shape)
+    if out is not x and out._root is None:
+        raise ShapeError(f"loom.view: view size {list(out.shape)} is not compatible with the input's size "
+                         f"{fmt_shape(x.shape)} and stride {list(layout_of(x)[0])} (at least one dimension "
+                         "spans across two contiguous subspaces); use .reshape(...) instead")
+    return out
 
 
 def view_as(x, other) -> Tensor:
@@ -139,7 +150,7 @@ def permute(x, *dims) -> Tensor:
         raise ShapeError(f"loom.permute: repeated dim in {dims}")
     if perm == tuple(range(x.ndim)):
         return x
-    return apply("permute", (x,), {"perm": perm})
+    return make_view(x, apply("permute", (x,), {"perm": perm}))
 
 
 def transpose(x, dim0: int, dim1: int) -> Tensor:
@@ -257,7 +268,7 @@ def expand(x, *sizes) -> Tensor:
             raise ShapeError(f"loom.expand: the expanded size {target[lead + i]} must match the existing "
                              f"size {s} at non-singleton dim {lead + i}; input {fmt_shape(x.shape)}, "
                              f"target {fmt_shape(target)}")
-    return _broadcast(x, target, "expand")
+    return make_view(x, _broadcast(x, target, "expand"))
 
 
 def expand_as(x, other) -> Tensor:
@@ -401,7 +412,7 @@ def _slice_dim(x: Tensor, dim: int, start: int, stop: int, step: int = 1) -> Ten
     stops = list(x.shape)
     steps = [1] * x.ndim
     starts[dim], stops[dim], steps[dim] = start, stop, step
-    return apply("slice", (x,), {"starts": starts, "stops": stops, "steps": steps})
+    return make_view(x, apply("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}))
 
 
 def narrow(x, dim: int, start: int, length: int) -> Tensor:
@@ -1125,8 +1136,14 @@ def diagonal(x, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         length, start = max(0, min(n + offset, m)), -offset * m
     flat = reshape(y, batch + [n * m])
     if length == 0:
-        return _slice_dim(flat, len(batch), 0, 0)
-    return _slice_dim(flat, len(batch), start, start + (length - 1) * (m + 1) + 1, m + 1)
+        out = _slice_dim(flat, len(batch), 0, 0)
+    else:
+        out = _slice_dim(flat, len(batch), start, start + (length - 1) * (m + 1) + 1, m + 1)
+    # A view of x: the plane's two strides add up along the diagonal.
+    strides, off = layout_of(x)
+    keep = [strides[i] for i in range(x.ndim) if i not in (a, b)]
+    off += offset * strides[b] if offset >= 0 else -offset * strides[a]
+    return make_view(x, out, (tuple(keep) + (strides[a] + strides[b],), off if length else layout_of(x)[1]))
 
 
 def diag_embed(x, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -732,6 +732,22 @@ VJP_IGNORES_INPUT_VALUES = frozenset({
     "neg", "add", "sub", "exp", "expm1", "sqrt", "recip", "tan", "tanh", "cast", "sum", "reshape", "permute",
     "expand", "pad", "slice", "flip", "sign", "floor", "ceil", "round", "trunc", "floordiv",
 })
+
+
+# Backward rules that read an input's value only for the gradient of another input (d(a*b)/db = a):
+# a change to that input matters only when the other one requires grad. `where` reads only its condition.
+VJP_READS_FOR_OTHERS = frozenset({"mul", "matmul", "where"})
+
+
+def vjp_reads_input(name: str, k: int, requires: Sequence[bool]) -> bool:
+    """Whether the backward rule of `name` reads the value of input `k`, given which inputs require grad."""
+    if name in VJP_IGNORES_INPUT_VALUES:
+        return False
+    if name == "where":
+        return k == 0
+    if name in VJP_READS_FOR_OTHERS:
+        return any(r for i, r in enumerate(requires) if i != k)
+    return True
 
 
 def wants_needs(prim: Primitive) -> bool:

@@ -257,10 +257,16 @@ def test_misc_errors():
         loom.zeros(3).fliplr()
 
 
-def test_clone_is_a_copy_and_contiguous_is_identity():
+def test_clone_is_a_copy_and_contiguous_copies_only_when_needed():
     x = loom.arange(6).reshape(2, 3)
     y = x.clone()
     y.add_(1)
     assert x.tolist() == [[0, 1, 2], [3, 4, 5]]
     assert y.tolist() == [[1, 2, 3], [4, 5, 6]]
-    assert x.t().is_contiguous() and x.contiguous() is x
+    assert x.is_contiguous() and x.contiguous() is x
+    t = x.t()
+    assert not t.is_contiguous() and t.stride() == (1, 3)
+    c = t.contiguous()
+    assert c.is_contiguous() and c.tolist() == t.tolist()
+    c.zero_()  # A copy: the transposed view and its base keep their values.
+    assert x.tolist() == [[0, 1, 2], [3, 4, 5]]
