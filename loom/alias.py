@@ -314,7 +314,26 @@ def root_value_with(t: Tensor, result: Tensor) -> tuple[Tensor, Tensor | None]:
         new = result
         for step, old in zip(reversed(t._path), reversed(values)):
             new = _unapply_step(old, step, new)
+        if snap is not None and snap.requires_grad and not _reads(new._node, snap._node):
+            # The view covers the whole storage: as in PyTorch the old value still gets a (zero) gradient.
+            from loom import dtypes as dt
+            from loom.tensor import apply, const
+            new = apply("where", (const(True, tuple(new.shape), dt.bool_), new, snap), {})
     return new, (snap if t._vdiff else None)
+
+
+def _reads(node, target, limit: int = 64) -> bool:
+    """Whether `node` is computed from `target` (looked for among its nearest `limit` ancestors)."""
+    stack, seen = [node], set()
+    while stack and len(seen) < limit:
+        n = stack.pop()
+        if n is target:
+            return True
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.extend(n.inputs)
+    return False
 
 
 def _detached(t: Tensor) -> Tensor:

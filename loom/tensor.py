@@ -530,6 +530,9 @@ class Tensor:
             root = self._root
             new, snap = _alias_mod.root_value_with(self, result)
             root._commit(new, op, snap, self._vc, self._vdiff)
+            if not self._vdiff and is_grad_enabled() and result.requires_grad:
+                # A detached alias written with a value that requires grad gets that history itself.
+                self._node, self._ctx, self.requires_grad = result._node, result._ctx, True
             return self
         old = self._node
         self._commit(result, op, snapshot, self._vc, True, rederive=not shape_op)

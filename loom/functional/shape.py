@@ -795,7 +795,8 @@ def repeat(x, *sizes) -> Tensor:
     y = reshape(x, inter)
     y = expand(y, [v for r, s in zip(reps, x.shape) for v in (r, s)])
     out = reshape(y, [r * s for r, s in zip(reps, x.shape)])
-    return _copy(out) if out is x else out
+    # PyTorch's repeat always copies; a result that is still a view of x must not alias it.
+    return _copy(out) if out is x or out._root is not None else out
 
 
 def tile(x, dims) -> Tensor:
