@@ -230,9 +230,10 @@ def _pool() -> ThreadPoolExecutor:
 
 def _after_fork() -> None:
     """A forked child has no build threads: start afresh (its loaded kernels stay usable)."""
-    global _POOL, _LOCK
+    global _POOL, _LOCK, _ROOT_LOCK
     _POOL = None
     _LOCK = threading.Lock()
+    _ROOT_LOCK = threading.Lock()
     for key in [k for k, lib in _LIBS.items() if not lib.done.is_set()]:
         del _LIBS[key]
 
