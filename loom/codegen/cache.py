@@ -321,13 +321,13 @@ def get_kernel(body: Graph) -> Kernel:
     if root is None:
         return Kernel(body, spec, None, "no kernel cache directory is safe to use (see the KernelCacheWarning)")
     with _LOCK:
-        lib = _LIBS.get(key)
-        fresh = lib is None
-        if fresh:
+        found = _LIBS.get(key)
+        if found is None:
             lib = _LIBS[key] = _Lib(key, root)
         else:
+            lib = found
             _STATS["memory_hits"] += 1
-    if not fresh:
+    if found is not None:
         if sync:
             lib.done.wait()
         return Kernel(body, spec, lib)
