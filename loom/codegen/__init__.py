@@ -4,6 +4,8 @@
   call it as ``kernel(inputs, out)``.
 - `render(body)` gives the C source and argument layout (`loom.codegen.c`).
 - `stats()`, `cache_dir()`: cache counters and location.
+- `KernelCacheWarning`: loom refused a cache directory or a cached library
+  (see `loom.codegen.trust` and docs/kernel-cache.md).
 
 Examples
 --------
@@ -20,6 +22,7 @@ Examples
 from .c import KernelSpec, Unsupported, render
 from .cache import cache_dir, clear_memory, get_kernel, reset_stats, stats
 from .kernel import Kernel, run_reference
+from .trust import KernelCacheWarning
 
 __all__ = ["get_kernel", "Kernel", "KernelSpec", "Unsupported", "render", "stats", "reset_stats", "cache_dir",
-           "clear_memory", "run_reference"]
+           "clear_memory", "run_reference", "KernelCacheWarning"]

@@ -22,6 +22,8 @@ import subprocess
 import tempfile
 import threading
 
+from . import trust
+
 BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off",
               "-fwrapv", "-std=gnu11", "-w")
 MVEC_FLAGS = ("-DLOOM_MVEC",)
@@ -123,11 +125,14 @@ def libs(use_mvec: bool) -> tuple[str, ...]:
 
 
 def compile_shared(source: str, dest: str, use_mvec: bool, cc: str | None = None) -> None:
-    """Compile `source` to the shared object `dest`, atomically.
+    """Compile `source` to the shared object `dest`, atomically, and record its SHA-256 beside it.
 
     The source and the object are written to unique temporary names in the
     destination directory and renamed into place with `os.replace`, so
     processes racing to build the same kernel all end with a complete file.
+    The object and its hash index (``dest + ".sha256"``, see
+    `loom.codegen.trust`) are published together under the directory's lock,
+    so the index always describes the object beside it.
 
     Raises
     ------
@@ -139,7 +144,7 @@ def compile_shared(source: str, dest: str, use_mvec: bool, cc: str | None = None
     if path is None:
         raise BuildError(f"loom.codegen: C compiler {cc!r} not found (set LOOM_CC)")
     folder = os.path.dirname(dest)
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
     stem = os.path.basename(dest)[:-3] if dest.endswith(".so") else os.path.basename(dest)
     tag = f".{os.getpid()}.{threading.get_ident()}.{os.urandom(4).hex()}.tmp"
     c_tmp = os.path.join(folder, stem + tag + ".c")
@@ -156,7 +161,11 @@ def compile_shared(source: str, dest: str, use_mvec: bool, cc: str | None = None
             raise BuildError(f"loom.codegen: could not run {cc}: {e}") from None
         if r.returncode != 0:
             raise BuildError(f"loom.codegen: {cc} failed ({r.returncode}):\n{(r.stderr or r.stdout)[-4000:]}")
-        os.replace(so_tmp, dest)
+        os.chmod(so_tmp, 0o700)  # The compiler honours the umask; a group-writable library would be refused.
+        digest = trust.sha256_file(so_tmp)
+        with trust.locked(folder, exclusive=True):
+            os.replace(so_tmp, dest)
+            trust.write_index(dest, digest)
         os.replace(c_tmp, os.path.join(folder, stem + ".c"))
     finally:
         for p in (c_tmp, so_tmp):

@@ -7,6 +7,12 @@ done the kernel runs its body on the reference path. ``LOOM_CODEGEN_SYNC=1``
 builds in the calling thread instead. When the compiler is missing or fails
 the problem is logged once and the kernel stays on the reference path.
 
+Only code loom built is loaded (`loom.codegen.trust`): a cache directory that
+another user owns or can write is refused with a `KernelCacheWarning` and this
+process uses a fresh private directory instead; a library is loaded only if
+its SHA-256 matches the index written when it was built, and one that does
+not (or lacks the entry point) is rebuilt, with one warning per kind of fault.
+
 Environment: ``LOOM_CACHE_DIR``, ``LOOM_CODEGEN_SYNC``, ``LOOM_CODEGEN=0``
 (never compile), ``LOOM_CODEGEN_JOBS`` (parallel builds, default 2),
 ``LOOM_CC``, ``LOOM_MVEC``, ``LOOM_PAR_MIN``. Unless ``OMP_WAIT_POLICY`` or
@@ -16,16 +22,19 @@ kernel) instead of for ~0.3 s, which starves other work on busy machines.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import logging
 import os
+import shutil
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from loom.ir.graph import Graph
 
-from . import build
+from . import build, trust
 from .c import FORMAT_VERSION, Unsupported, render
 from .kernel import Kernel, make_call
 
@@ -37,22 +46,77 @@ if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
 _LOCK = threading.Lock()
 _LIBS: dict[str, _Lib] = {}
 _POOL: ThreadPoolExecutor | None = None
-_STATS = {"builds": 0, "build_failures": 0, "disk_hits": 0, "memory_hits": 0, "unsupported": 0}
+_STATS = {"builds": 0, "build_failures": 0, "disk_hits": 0, "memory_hits": 0, "unsupported": 0, "untrusted": 0}
 _WARNED: set[str] = set()
+_ROOT_LOCK = threading.Lock()
+_ROOTS: dict[str, str | None] = {}  # Configured cache directory -> the checked one in use (None: none is safe).
 
 
-def cache_dir() -> str:
-    """Where compiled kernels live (``LOOM_CACHE_DIR``, default ``~/.cache/loom``)."""
+def configured_cache_dir() -> str:
+    """The cache directory asked for (``LOOM_CACHE_DIR``, default ``~/.cache/loom``), before any check."""
     return os.environ.get("LOOM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "loom")
 
 
+def cache_dir() -> str:
+    """Where compiled kernels live: ``LOOM_CACHE_DIR`` (default ``~/.cache/loom``) if it is safe.
+
+    A directory that another user owns or can write (or whose parents they
+    can) is refused with a `KernelCacheWarning`, and a fresh private directory
+    serves this process instead; that one is returned then.
+    """
+    return _root() or configured_cache_dir()
+
+
+def _root() -> str | None:
+    configured = configured_cache_dir()
+    with _ROOT_LOCK:
+        if configured not in _ROOTS:
+            _ROOTS[configured] = _resolve_root(configured)
+        return _ROOTS[configured]
+
+
+def _resolve_root(configured: str) -> str | None:
+    """Check (creating 0700 what is missing) the configured directory, or make the private fallback."""
+    try:
+        root = trust.secure_root(configured)
+        trust.private_subdir(root, "kernels")
+        for name in sorted(os.listdir(os.path.join(root, "kernels"))):
+            if len(name) == 2 and all(c in "0123456789abcdef" for c in name):
+                trust.private_subdir(root, "kernels", name, create=False)
+        return root
+    except trust.Untrusted as e:
+        reason = str(e)
+    except OSError as e:
+        reason = f"it cannot be used ({e})"
+    advice = ("make it yours and not writable by others (chown, chmod go-w), or point LOOM_CACHE_DIR at a "
+              "directory only you can write")
+    try:
+        fallback = trust.private_fallback()
+    except (trust.Untrusted, OSError) as e:
+        warnings.warn(f"loom.codegen: not using the kernel cache directory {configured}: {reason}. No private "
+                      f"directory could be made either ({e}), so kernels run on the NumPy reference path; "
+                      f"{advice}", trust.KernelCacheWarning, stacklevel=4)
+        return None
+    atexit.register(_remove_fallback, fallback, os.getpid())
+    warnings.warn(f"loom.codegen: not using the kernel cache directory {configured}: {reason}. This process "
+                  f"keeps its kernels in the private directory {fallback} instead; {advice}",
+                  trust.KernelCacheWarning, stacklevel=4)
+    return fallback
+
+
+def _remove_fallback(path: str, pid: int) -> None:
+    if os.getpid() == pid:  # Not from a forked child: the parent may still use it.
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def stats() -> dict[str, int]:
-    """Counters since start-up (or `reset_stats`): builds, build_failures, disk_hits, memory_hits, unsupported.
+    """Counters since start-up (or `reset_stats`): builds, build_failures, disk_hits, memory_hits, unsupported,
+    untrusted (cached libraries refused and rebuilt).
 
     Examples
     --------
     >>> sorted(stats())
-    ['build_failures', 'builds', 'disk_hits', 'memory_hits', 'unsupported']
+    ['build_failures', 'builds', 'disk_hits', 'memory_hits', 'unsupported', 'untrusted']
     """
     with _LOCK:
         return dict(_STATS)
@@ -65,9 +129,11 @@ def reset_stats() -> None:
 
 
 def clear_memory() -> None:
-    """Forget loaded kernels (the disk cache stays): the next lookups go to disk."""
+    """Forget loaded kernels and checked directories (the disk cache stays): the next lookups go to disk."""
     with _LOCK:
         _LIBS.clear()
+    with _ROOT_LOCK:
+        _ROOTS.clear()
 
 
 def _warn_once(kind: str, msg: str) -> None:
@@ -80,12 +146,27 @@ def _warn_once(kind: str, msg: str) -> None:
         log.debug("%s", msg)
 
 
+def _reject(e: trust.Untrusted) -> None:
+    """A cached library loom will not load: count it and warn once per kind of fault."""
+    with _LOCK:
+        _STATS["untrusted"] += 1
+        first = f"untrusted:{e.kind}" not in _WARNED
+        _WARNED.add(f"untrusted:{e.kind}")
+    msg = f"loom.codegen: not loading a cached kernel: {e}; it is rebuilt"
+    if first:
+        warnings.warn(msg + " (others refused for this reason are rebuilt without a warning)",
+                      trust.KernelCacheWarning, stacklevel=3)
+    else:
+        log.debug("%s", msg)
+
+
 class _Lib:
     """One shared object: pending, ready or failed."""
 
-    def __init__(self, key: str, path: str):
+    def __init__(self, key: str, root: str):
         self.key = key
-        self.path = path
+        self.root = root
+        self.path = os.path.join(root, "kernels", key[:2], key + ".so")
         self.state = "pending"
         self.call = None
         self.error: str | None = None
@@ -96,9 +177,17 @@ class _Lib:
         return self.state == "ready"
 
     def load(self) -> None:
-        lib = ctypes.CDLL(self.path)  # ctypes.CDLL calls release the GIL.
+        """Load the library if loom built it; raise trust.Untrusted, FileNotFoundError or OSError if not."""
+        with trust.locked(os.path.dirname(self.path), exclusive=False):
+            trust.verify(self.path, self.root)
+            lib = ctypes.CDLL(self.path)  # ctypes.CDLL calls release the GIL.
+        try:
+            call = make_call(lib)
+        except AttributeError:
+            _unload(lib)  # Else a rebuilt file at the same path would get this handle back from dlopen.
+            raise trust.Untrusted("entry", f"kernel library {self.path} has no entry point loom_call") from None
         self._handle = lib
-        self.call = make_call(lib)
+        self.call = call
         self.state = "ready"
         self.done.set()
 
@@ -106,6 +195,13 @@ class _Lib:
         self.error = error
         self.state = "failed"
         self.done.set()
+
+
+def _unload(lib: ctypes.CDLL) -> None:
+    import _ctypes
+    dlclose = getattr(_ctypes, "dlclose", None)
+    if dlclose is not None:
+        dlclose(lib._handle)
 
 
 def kernel_key(source: str, use_mvec: bool, cc_id: str) -> str:
@@ -119,6 +215,7 @@ def kernel_key(source: str, use_mvec: bool, cc_id: str) -> str:
 
 
 def kernel_path(key: str) -> str:
+    """Where the library for `key` lives (in `cache_dir`); its hash index is this path + ``.sha256``."""
     return os.path.join(cache_dir(), "kernels", key[:2], key + ".so")
 
 
@@ -133,9 +230,10 @@ def _pool() -> ThreadPoolExecutor:
 
 def _after_fork() -> None:
     """A forked child has no build threads: start afresh (its loaded kernels stay usable)."""
-    global _POOL, _LOCK
+    global _POOL, _LOCK, _ROOT_LOCK
     _POOL = None
     _LOCK = threading.Lock()
+    _ROOT_LOCK = threading.Lock()
     for key in [k for k, lib in _LIBS.items() if not lib.done.is_set()]:
         del _LIBS[key]
 
@@ -146,10 +244,16 @@ if hasattr(os, "register_at_fork"):
 
 def _build(lib: _Lib, source: str, use_mvec: bool) -> None:
     try:
+        trust.private_subdir(lib.root, "kernels", lib.key[:2])
         build.compile_shared(source, lib.path, use_mvec)
         lib.load()
         with _LOCK:
             _STATS["builds"] += 1
+    except trust.Untrusted as e:  # What loom just built is not usable (no entry point, a directory gone bad).
+        with _LOCK:
+            _STATS["build_failures"] += 1
+        _warn_once(f"build-untrusted:{e.kind}", f"loom.codegen: kernel {lib.key[:12]} was built but not loaded: {e}")
+        lib.fail(str(e))
     except (build.BuildError, OSError) as e:
         with _LOCK:
             _STATS["build_failures"] += 1
@@ -213,25 +317,31 @@ def get_kernel(body: Graph) -> Kernel:
     use_mvec = spec.uses_mvec and build.mvec_available()
     key = kernel_key(spec.source, use_mvec, cc_id)
     sync = sync_mode()
+    root = _root()
+    if root is None:
+        return Kernel(body, spec, None, "no kernel cache directory is safe to use (see the KernelCacheWarning)")
     with _LOCK:
-        lib = _LIBS.get(key)
-        fresh = lib is None
-        if fresh:
-            lib = _LIBS[key] = _Lib(key, kernel_path(key))
+        found = _LIBS.get(key)
+        if found is None:
+            lib = _LIBS[key] = _Lib(key, root)
         else:
+            lib = found
             _STATS["memory_hits"] += 1
-    if not fresh:
+    if found is not None:
         if sync:
             lib.done.wait()
         return Kernel(body, spec, lib)
-    if os.path.exists(lib.path):
-        try:
-            lib.load()
-            with _LOCK:
-                _STATS["disk_hits"] += 1
-            return Kernel(body, spec, lib)
-        except OSError as e:  # A damaged file: build it again.
-            log.debug("loom.codegen: could not load %s (%s); rebuilding", lib.path, e)
+    try:
+        lib.load()
+        with _LOCK:
+            _STATS["disk_hits"] += 1
+        return Kernel(body, spec, lib)
+    except FileNotFoundError:  # Not built yet.
+        pass
+    except trust.Untrusted as e:  # Not what loom built (or not from here): never loaded, built again.
+        _reject(e)
+    except OSError as e:  # A damaged file: build it again.
+        log.debug("loom.codegen: could not load %s (%s); rebuilding", lib.path, e)
     if sync:
         _build(lib, spec.source, use_mvec)
     else:

@@ -1,5 +1,6 @@
 """The kernel cache: structural keys, disk persistence across processes, racing builds, background builds,
 and the reference fallback when the compiler is missing or fails."""
+import hashlib
 import json
 import logging
 import os
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 import loom
-from loom.codegen import cache, clear_memory, get_kernel, reset_stats, run_reference, stats
+from loom.codegen import KernelCacheWarning, cache, clear_memory, get_kernel, reset_stats, run_reference, stats
 from loom.ir import Graph
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -121,7 +122,11 @@ def test_concurrent_builds_of_one_kernel_race_safely(tmp_path):
     files = [f for _, _, fs in os.walk(tmp_path / "cache") for f in fs]
     assert not [f for f in files if ".tmp" in f], files  # No temporary left behind.
     key = results[0]["key"]
-    assert sorted(files) == [key + ".c", key + ".so"]
+    assert sorted(files) == [key + ".c", key + ".so", key + ".so.sha256"]
+    assert all(r["untrusted"] == 0 for r in results)  # No process saw a library that its index did not describe.
+    lib = os.path.join(tmp_path, "cache", "kernels", key[:2], key + ".so")
+    with open(lib, "rb") as f, open(lib + ".sha256") as idx:
+        assert idx.read().strip() == hashlib.sha256(f.read()).hexdigest()
     last = subprocess.run(_script(_CHILD.format(root=ROOT)), env=_child_env(tmp_path / "cache"),
                           capture_output=True, text=True, timeout=600)
     assert json.loads(last.stdout.strip().splitlines()[-1])["disk_hits"] == 1
@@ -177,8 +182,8 @@ def test_failing_compiler_falls_back_and_warns_once(fresh_cache, monkeypatch, ca
     assert stats()["build_failures"] == 2
 
 
-def test_damaged_cache_file_is_rebuilt(fresh_cache):
-    """A file at the kernel's path that does not load (written by someone else) is replaced by a build."""
+def test_damaged_cache_file_is_rebuilt(fresh_cache, monkeypatch):
+    """A file at the kernel's path that loom did not build is not loaded but replaced by a build."""
     from loom.codegen import build, render
     g = body(2)
     spec = render(g)
@@ -187,7 +192,9 @@ def test_damaged_cache_file_is_rebuilt(fresh_cache):
     os.makedirs(os.path.dirname(path))
     with open(path, "wb") as f:
         f.write(b"not a shared object")
-    k = get_kernel(g)
+    monkeypatch.setattr(cache, "_WARNED", set())
+    with pytest.warns(KernelCacheWarning, match="no hash index"):
+        k = get_kernel(g)
     assert k.key == key and stats()["builds"] == 1
     assert k.ready
     np.testing.assert_allclose(run(k, g, arrays(2)), run_reference(g, arrays(2)), rtol=1e-6)
