@@ -220,7 +220,7 @@ def stop(procs: Iterable[mp.process.BaseProcess], grace: float = 1.0) -> None:
     late = [p for p in procs if p.is_alive()]
     for p in late:
         p.terminate()
-        if hasattr(signal, "SIGCONT"):
+        if hasattr(signal, "SIGCONT") and p.pid is not None:
             try:  # A stopped process acts on SIGTERM only once continued.
                 os.kill(p.pid, signal.SIGCONT)
             except OSError:
