@@ -49,8 +49,8 @@ class DataLoader:
     drop_last : bool
         Drop the last incomplete batch. Default: False.
     timeout : float
-        With workers: raise `LoomError` if one batch takes longer than this many
-        seconds. Default: 0 (no limit).
+        With workers: raise `LoomError` if no batch arrives within this many
+        seconds of asking for it. Default: 0 (no limit).
     worker_init_fn : callable, optional
         Called as `worker_init_fn(worker_id)` in each worker after seeding.
     multiprocessing_context : str or context, optional
@@ -80,7 +80,8 @@ class DataLoader:
 
     A worker that raises makes iteration raise `LoomError` naming the worker
     and carrying the original traceback; a worker that dies (a crash, a
-    signal, `os._exit`) raises `LoomError` with its pid and exit code. Workers
+    signal, `os._exit`), even half-way through sending a batch, raises
+    `LoomError` at once, naming its id, pid and signal or exit code. Workers
     stop when the epoch ends, when the iterator is deleted, and on errors.
 
     Examples
@@ -255,10 +256,11 @@ class _SingleProcessIter:
 class _MultiProcessIter:
     """Batches fetched by worker processes and returned in sampler order.
 
-    Each worker has its own index queue; all answer through one result queue.
-    Task i goes to worker i mod num_workers (skipping workers whose iterable
-    copy is exhausted); results arriving early wait in `_task_info` until
-    their turn.
+    Each worker has its own index queue and answers through its own pipe
+    (`_mp.Inbox`), so a worker killed half-way through a batch can neither
+    block the main process nor corrupt another worker's messages. Task i goes
+    to worker i mod num_workers (skipping workers whose iterable copy is
+    exhausted); results arriving early wait in `_task_info` until their turn.
     """
 
     def __init__(self, loader: DataLoader) -> None:
@@ -269,18 +271,23 @@ class _MultiProcessIter:
         self._index_queues: list = []
         n = loader.num_workers
         ctx = _mp.context(loader.multiprocessing_context)
-        self._result_queue = ctx.Queue()
-        self._done = ctx.Event()
+        self._inbox = _mp.Inbox()
+        self._done = _mp.Flag(ctx)
         self._epoch = -1
         self._seed = seed_from(loader.generator, _OP)
         try:
             for wid in range(n):
                 q = ctx.Queue()
-                w = ctx.Process(target=worker_loop, daemon=True,
-                                args=(loader._fetcher(), q, self._result_queue, self._done, self._seed,
-                                      loader.worker_init_fn, wid, n))
-                w.start()
                 self._index_queues.append(q)
+                result_conn, worker_conn = _mp.pipe(ctx)
+                self._inbox.add(result_conn)
+                w = ctx.Process(target=worker_loop, daemon=True,
+                                args=(loader._fetcher(), q, worker_conn, self._done, self._seed,
+                                      loader.worker_init_fn, wid, n))
+                try:
+                    w.start()
+                finally:
+                    worker_conn.close()  # The worker holds the only writing end: its pipe ends when it does.
                 self._workers.append(w)
         except BaseException:
             self._shutdown()
@@ -327,23 +334,25 @@ class _MultiProcessIter:
         dead = [(wid, w) for wid, w in enumerate(self._workers) if not w.is_alive()]
         if dead:
             self._shutdown(grace=0.2)
-            what = "; ".join(f"worker {wid} ({_mp.describe_exit(w)})" for wid, w in dead)
-            raise LoomError(f"{_OP}: {what} exited unexpectedly. A worker died while loading data (for example "
-                            "a crash, os._exit, or a signal such as SIGKILL from the out-of-memory killer); "
-                            "check the dataset's __getitem__ / __iter__ and the system log")
+            what = "; ".join(_mp.describe_exit(f"DataLoader worker {wid}", w) for wid, w in dead)
+            raise LoomError(f"{_OP}: {what}, while batch {self._rcvd_idx} was awaited. A worker exited "
+                            "unexpectedly while loading data (for example a crash, os._exit, or a signal such as "
+                            "SIGKILL from the out-of-memory killer); check the dataset's __getitem__ / __iter__ "
+                            "and the system log")
 
     def _on_timeout(self) -> None:
         self._shutdown(grace=0.2)
         raise LoomError(f"{_OP}: timed out after {self._opts.timeout} seconds waiting for batch "
                         f"{self._rcvd_idx} from the workers")
 
-    def _get(self) -> tuple:
-        blob = _mp.get(self._result_queue, self._check_workers, self._opts.timeout, self._on_timeout)
+    def _get(self, deadline: float | None) -> tuple:
+        blob = self._inbox.get(self._workers, self._check_workers, deadline, self._on_timeout)
         return pickle.loads(blob)
 
     def __next__(self):
         if self._closed:
             raise StopIteration
+        deadline = _mp.deadline(self._opts.timeout)  # For this batch, however many messages come first.
         while True:
             # Skip tasks that will never be answered (exhausted iterable workers) or were already returned.
             while self._rcvd_idx < self._send_idx:
@@ -361,7 +370,7 @@ class _MultiProcessIter:
                 del self._task_info[self._rcvd_idx]
                 self._rcvd_idx += 1
                 return self._process(info[1])
-            epoch, idx, kind, payload = self._get()
+            epoch, idx, kind, payload = self._get(deadline)
             if epoch != self._epoch:
                 continue  # A late answer from an epoch the user left early (persistent workers).
             self._outstanding -= 1
@@ -404,7 +413,7 @@ class _MultiProcessIter:
         finally:
             for q in self._index_queues:
                 _mp.close_queue(q)
-            _mp.close_queue(self._result_queue)
+            self._inbox.close()
 
     def __del__(self) -> None:
         try:

@@ -1,13 +1,15 @@
 """A streaming input pipeline over record shards: reader -> transformers -> batcher, in separate processes.
 
-    reader process ──in_q──► transformer processes ──out_q──► batcher (the iterating process)
+    reader process ──in_q──► transformer processes ──one pipe each──► batcher (the iterating process)
 
 The reader walks the epoch's example order (a pure function of the seed and
 the epoch) and sends raw records; transformers check CRCs, decode and apply
 the transform; the batcher puts examples back in sequence order and collates
-batches. Both queues are bounded, and the reader also holds one credit per
-example in flight (returned when the batcher consumes it), so memory stays
-bounded whichever stage is slow.
+batches. in_q is bounded, and the reader also holds one credit per example in
+flight (returned when the batcher consumes it), so memory stays bounded
+whichever stage is slow. The batcher reads the transformers' pipes without
+ever blocking (`_mp.Inbox`), so a process killed half-way through sending an
+example is reported, not waited for.
 """
 from __future__ import annotations
 
@@ -112,9 +114,10 @@ def _put(q, item, stop) -> bool:
                 return False
 
 
-def _reader_loop(files, verify, order_args, start, num_workers, in_q, out_q, credits, stop, reader_done) -> None:
+def _reader_loop(files, verify, order_args, start, num_workers, in_q, out_conn, credits, stop, reader_done) -> None:
     watch = _mp.ParentWatch()
     readers = _Readers(files, verify)
+    out = _mp.Sender(out_conn, lambda: stop.is_set() or watch.parent_gone())
     try:
         for seq, (shard, rec) in enumerate(example_order(*order_args)):
             if seq < start:
@@ -133,16 +136,16 @@ def _reader_loop(files, verify, order_args, start, num_workers, in_q, out_q, cre
         pass
     except Exception:
         err = _mp.RemoteError(f"the record reader process (pid {os.getpid()})")
-        _put(out_q, pickle.dumps(("error", -1, err)), stop)
+        out.send(pickle.dumps(("error", -1, err)))
     finally:
         readers.close()
         if stop.is_set():
             in_q.cancel_join_thread()
-            out_q.cancel_join_thread()
 
 
-def _transform_loop(wid, files, verify, transform, seed, epoch, in_q, out_q, stop) -> None:
+def _transform_loop(wid, files, verify, transform, seed, epoch, in_q, out_conn, stop) -> None:
     watch = _mp.ParentWatch()
+    out = _mp.Sender(out_conn, lambda: stop.is_set() or watch.parent_gone())
     try:
         while True:
             try:
@@ -160,13 +163,10 @@ def _transform_loop(wid, files, verify, transform, seed, epoch, in_q, out_q, sto
                 err = _mp.RemoteError(f"transform worker {wid} (pid {os.getpid()}) on example {item[0]} of the "
                                       f"epoch ({files[item[1]]}, record {item[2]})")
                 blob = pickle.dumps(("error", item[0], err))
-            if not _put(out_q, blob, stop):
+            if not out.send(blob):
                 break
     except KeyboardInterrupt:
         pass
-    finally:
-        if stop.is_set():
-            out_q.cancel_join_thread()
 
 
 class RecordPipeline:
@@ -199,7 +199,7 @@ class RecordPipeline:
         Transformer processes; 0 runs reading and transforming in the
         iterating process (same batches, no processes). Default: 2.
     queue_size : int
-        Capacity of each queue and the most examples in flight. Default: 64.
+        Capacity of the reader's queue, and the most examples in flight. Default: 64.
     drop_last : bool
         Drop the epoch's last incomplete batch. Default: False.
     start_position : dict, optional
@@ -207,7 +207,8 @@ class RecordPipeline:
     verify : bool
         Check record CRCs. Default: True.
     timeout : float
-        Raise `LoomError` if no example arrives for this many seconds (0: no limit).
+        Raise `LoomError` if the next example does not arrive within this many
+        seconds of asking for it (0: no limit).
     multiprocessing_context : str or context, optional
         Start method for the processes. Default: the platform's.
 
@@ -218,7 +219,9 @@ class RecordPipeline:
     The order is deterministic for a (seed, epoch), whatever the timing of the
     processes: examples carry their sequence number and are reordered before
     batching. A transform that raises, a corrupt record and a process that dies
-    raise `LoomError` in the iterating process; the processes are then stopped.
+    (even half-way through sending an example) raise `LoomError` in the
+    iterating process, naming the process, its pid and the signal or exit
+    code; the processes are then stopped.
 
     Examples
     --------
@@ -374,28 +377,35 @@ class _ProcessSource:
         self.end = pipe.num_examples
         self.pending: dict[int, object] = {}
         self.in_q = ctx.Queue(pipe.queue_size)
-        self.out_q = ctx.Queue(pipe.queue_size)
+        self.inbox = _mp.Inbox()
         self.credits = ctx.Semaphore(pipe.queue_size)
-        self.stop = ctx.Event()
-        self.reader_done = ctx.Event()
+        self.stop = _mp.Flag(ctx)
+        self.reader_done = _mp.Flag(ctx)
+        self.workers: list = []
         try:
-            self.reader = ctx.Process(target=_reader_loop, daemon=True, name="loom-record-reader",
-                                      args=(pipe.files, pipe.verify, pipe._order_args(pipe.epoch), pipe.examples,
-                                            pipe.num_transform_workers, self.in_q, self.out_q, self.credits,
-                                            self.stop, self.reader_done))
-            self.reader.start()
-            self.procs.append(self.reader)
-            self.workers = []
+            self.reader = self._start(ctx, _reader_loop, "loom-record-reader",
+                                      (pipe.files, pipe.verify, pipe._order_args(pipe.epoch), pipe.examples,
+                                       pipe.num_transform_workers, self.in_q), (self.credits, self.stop,
+                                                                                 self.reader_done))
             for wid in range(pipe.num_transform_workers):
-                w = ctx.Process(target=_transform_loop, daemon=True, name=f"loom-record-transform-{wid}",
-                                args=(wid, pipe.files, pipe.verify, pipe.transform, pipe.seed, pipe.epoch,
-                                      self.in_q, self.out_q, self.stop))
-                w.start()
-                self.procs.append(w)
-                self.workers.append(w)
+                self.workers.append(self._start(ctx, _transform_loop, f"loom-record-transform-{wid}",
+                                                (wid, pipe.files, pipe.verify, pipe.transform, pipe.seed,
+                                                 pipe.epoch, self.in_q), (self.stop,)))
         except BaseException:
             self.close()
             raise
+
+    def _start(self, ctx, target, name: str, args: tuple, more_args: tuple):
+        """Start a process running target(*args, its pipe's end, *more_args); its messages arrive in `inbox`."""
+        inbox_conn, conn = _mp.pipe(ctx)
+        self.inbox.add(inbox_conn)
+        proc = ctx.Process(target=target, daemon=True, name=name, args=(*args, conn, *more_args))
+        try:
+            proc.start()
+        finally:
+            conn.close()  # The child holds the only writing end: its pipe ends when it does.
+        self.procs.append(proc)
+        return proc
 
     def __iter__(self):
         return self
@@ -404,8 +414,10 @@ class _ProcessSource:
         if self.next_seq >= self.end or self.closed:
             self.close()
             raise StopIteration
+        deadline = _mp.deadline(self.pipe.timeout)
         while self.next_seq not in self.pending:
-            kind, seq, payload = pickle.loads(_mp.get(self.out_q, self._check, self.pipe.timeout, self._on_timeout))
+            blob = self.inbox.get(self.procs, self._check, deadline, self._on_timeout)
+            kind, seq, payload = pickle.loads(blob)
             if kind == "error":
                 self.close(grace=0.2)
                 payload.reraise(_OP)
@@ -416,16 +428,15 @@ class _ProcessSource:
 
     def _check(self) -> None:
         done = self.reader_done.is_set()
-        dead = [(f"record reader ({_mp.describe_exit(self.reader)})", self.reader)] \
-            if not self.reader.is_alive() and (self.reader.exitcode != 0 or not done) else []
-        dead += [(f"transform worker {wid} ({_mp.describe_exit(w)})", w) for wid, w in enumerate(self.workers)
-                 if not w.is_alive() and (w.exitcode != 0 or not done)]
+        named = [("record reader", self.reader)] + [(f"transform worker {wid}", w)
+                                                      for wid, w in enumerate(self.workers)]
+        dead = [_mp.describe_exit(what, p) for what, p in named if not p.is_alive() and (p.exitcode != 0 or not done)]
         if dead:
             self.close(grace=0.2)
-            raise LoomError(f"{_OP}: {'; '.join(d for d, _ in dead)} exited unexpectedly while example "
-                            f"{self.next_seq} of the epoch was awaited (a crash, os._exit, or a signal such as "
-                            "SIGKILL from the out-of-memory killer)")
-        if not any(p.is_alive() for p in self.procs):
+            raise LoomError(f"{_OP}: {'; '.join(dead)}, while example {self.next_seq} of the epoch was awaited. "
+                            "A pipeline process exited unexpectedly (a crash, os._exit, or a signal such as SIGKILL "
+                            "from the out-of-memory killer)")
+        if self.inbox.drained() and not any(p.is_alive() for p in self.procs):
             self.close()
             raise LoomError(f"{_OP}: every pipeline process has exited but example {self.next_seq} of the epoch "
                             "never arrived (a process was lost while holding it)")
@@ -443,8 +454,8 @@ class _ProcessSource:
         try:
             _mp.stop(self.procs, grace)
         finally:
-            for q in (self.in_q, self.out_q):
-                _mp.close_queue(q)
+            _mp.close_queue(self.in_q)
+            self.inbox.close()
 
     def __del__(self) -> None:
         try:

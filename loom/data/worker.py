@@ -94,26 +94,32 @@ class Fetcher:
         return self.collate_fn(data)
 
 
-def send(result_queue, message: tuple, worker_id: int) -> None:
-    """Put `message` pickled here, so an unpicklable batch becomes an error the main process sees."""
+def send(sender: _mp.Sender, message: tuple, worker_id: int) -> bool:
+    """Send `message` pickled here, so an unpicklable batch becomes an error the main process sees; False: stop."""
     try:
         blob = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         err = _mp.RemoteError(f"DataLoader worker {worker_id} (pid {os.getpid()}) while pickling batch "
                               f"{message[1]} to send it to the main process")
         blob = pickle.dumps((message[0], message[1], "error", err), protocol=pickle.HIGHEST_PROTOCOL)
-    result_queue.put(blob)
+    return sender.send(blob)
 
 
-def worker_loop(fetcher: Fetcher, index_queue, result_queue, done_event, base_seed: int,
+def worker_loop(fetcher: Fetcher, index_queue, result_conn, done: _mp.Flag, base_seed: int,
                 init_fn: Callable | None, worker_id: int, num_workers: int) -> None:
     """A worker: take (epoch, batch index, indices, seed) tasks, answer (epoch, batch index, kind, payload).
 
     kind is "ok" (payload: the batch), "error" (a RemoteError) or "end" (an iterable
-    dataset's copy is exhausted; payload: the worker id). None stops the worker.
+    dataset's copy is exhausted; payload: the worker id). None, the `done` flag or
+    the main process's exit stops the worker.
     """
     global _worker_info
     watch = _mp.ParentWatch()
+
+    def should_stop() -> bool:
+        return done.is_set() or watch.parent_gone()
+
+    sender = _mp.Sender(result_conn, should_stop)
     try:
         seed = base_seed + worker_id
         random.seed(seed)
@@ -132,33 +138,29 @@ def worker_loop(fetcher: Fetcher, index_queue, result_queue, done_event, base_se
             try:
                 task = index_queue.get(timeout=0.5)
             except queue.Empty:
-                if watch.parent_gone() or done_event.is_set():
+                if should_stop():
                     break
                 continue
             if task is None:
                 break
             task_epoch, idx, index, seed = task
             if init_error is not None:
-                send(result_queue, (task_epoch, idx, "error", init_error), worker_id)
-                continue
-            if task_epoch != epoch:
-                epoch = task_epoch
-                fetcher.restart()
-            try:
-                data = fetcher.fetch(index, seed, idx)
-            except StopIteration:
-                send(result_queue, (task_epoch, idx, "end", worker_id), worker_id)
-                continue
-            except Exception:
-                data = None
-                send(result_queue, (task_epoch, idx, "error",
-                                    _mp.RemoteError(f"DataLoader worker {worker_id} (pid {os.getpid()}) "
-                                                    f"while fetching batch {idx}")), worker_id)
-                continue
-            send(result_queue, (task_epoch, idx, "ok", data), worker_id)
-            del data
+                message: tuple = (task_epoch, idx, "error", init_error)
+            else:
+                if task_epoch != epoch:
+                    epoch = task_epoch
+                    fetcher.restart()
+                try:
+                    message = (task_epoch, idx, "ok", fetcher.fetch(index, seed, idx))
+                except StopIteration:
+                    message = (task_epoch, idx, "end", worker_id)
+                except Exception:
+                    message = (task_epoch, idx, "error",
+                               _mp.RemoteError(f"DataLoader worker {worker_id} (pid {os.getpid()}) "
+                                               f"while fetching batch {idx}"))
+            sent = send(sender, message, worker_id)
+            del message
+            if not sent:
+                break
     except KeyboardInterrupt:
         pass  # The main process sees the interrupt too and shuts the workers down.
-    if done_event.is_set() or watch.parent_gone():
-        result_queue.cancel_join_thread()
-    result_queue.close()

@@ -193,7 +193,7 @@ def test_killed_reader_surfaces(shards):
     reader = [p for p in mp.active_children() if p.name == "loom-record-reader"]
     assert len(reader) == 1
     os.kill(reader[0].pid, signal.SIGKILL)
-    with pytest.raises(loom.LoomError, match=r"record reader \(pid \d+, killed by signal SIGKILL"):
+    with pytest.raises(loom.LoomError, match=r"record reader \(pid \d+\) was killed by signal SIGKILL"):
         for _ in it:
             pass
     assert _no_children()
