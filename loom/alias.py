@@ -43,11 +43,14 @@ class VersionCounter:
 # ---------------------------------------------------------------- layouts (strides, offset)
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for s in reversed(tuple(shape)):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
+    n = len(shape)
+    strides, acc = [1] * n, 1
+    for i in range(n - 1, -1, -1):
+        strides[i] = acc
+        s = shape[i]
+        if s > 1:
+            acc *= s
+    return tuple(strides)
 
 
 def layout_of(t: Tensor) -> tuple[tuple[int, ...], int]:
