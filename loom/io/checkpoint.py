@@ -18,8 +18,9 @@ shapes that match their byte ranges, ranges that tile the data exactly).
 A save writes to a temporary file in the target's directory, fsyncs it,
 renames it over the target and fsyncs the directory, so an exception or a kill
 mid-save leaves the previous checkpoint intact. The temporary file's name
-records the target, host and process id, so the next save to the same target
-can remove what a killed save left behind without touching a live save's file.
+records the target, host, process id and process start time, so the next save
+to the same target can remove what a killed save left behind without touching
+a live save's file.
 """
 from __future__ import annotations
 
@@ -187,7 +188,7 @@ def _serialize_header(tensors: dict[str, np.ndarray], dtypes: dict[str, str],
 
 
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
-_TEMP_RE = re.compile(r"([A-Za-z0-9-]+)\.([0-9]+)\.[0-9a-f]{8}")
+_TEMP_RE = re.compile(r"([A-Za-z0-9-]+)\.([0-9]+)-([0-9]+)\.[0-9a-f]{8}")
 
 
 def _temp_prefix(path: str) -> str:
@@ -197,16 +198,26 @@ def _temp_prefix(path: str) -> str:
     return f".tmp-{tag}."
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+def _start_time(pid: int) -> int:
+    """When process `pid` started (clock ticks since boot; Linux), 0 where unknown: tells a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _writer_alive(pid: int, started: int) -> bool:
+    """Whether the process that created a temporary file on this host still runs."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:  # EPERM: it exists but belongs to someone else.
-        return True
-    return True
+        pass
+    now = _start_time(pid)
+    # The same pid with another start time is a new process (a restarted container often reuses pids).
+    return not (started and now and now != started)
 
 
 def _remove_stale_temps(directory: str, prefix: str) -> None:
@@ -225,7 +236,7 @@ def _remove_stale_temps(directory: str, prefix: str) -> None:
         full = os.path.join(directory, name)
         try:
             if m[1] == _HOST and os.name == "posix":
-                stale = not _pid_alive(int(m[2]))
+                stale = not _writer_alive(int(m[2]), int(m[3]))
             else:  # A writer on another host (shared filesystem): only its silence tells.
                 stale = now - os.lstat(full).st_mtime > STALE_TEMP_AGE_S
             if stale:
@@ -236,7 +247,8 @@ def _remove_stale_temps(directory: str, prefix: str) -> None:
 
 def _create_temp(directory: str, prefix: str) -> tuple[int, str]:
     for _ in range(100):
-        tmp = os.path.join(directory, f"{prefix}{_HOST}.{os.getpid()}.{secrets.token_hex(4)}")
+        pid = os.getpid()
+        tmp = os.path.join(directory, f"{prefix}{_HOST}.{pid}-{_start_time(pid)}.{secrets.token_hex(4)}")
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
         except FileExistsError:
@@ -250,7 +262,7 @@ def save(obj: Any, f, metadata: dict[str, str] | None = None) -> None:
     The file is a safetensors file: ``safetensors`` and PyTorch read its tensors. Its
     metadata records a CRC-32 of every tensor and of the header, which `loom.load`
     verifies. The write goes to a temporary file beside `f` (named
-    ``.tmp-<name of f>.<host>.<pid>.<random>``), which is fsynced and renamed over `f`,
+    ``.tmp-<name of f>.<host>.<pid>-<start time>.<random>``), which is fsynced and renamed over `f`,
     and the directory is fsynced: after a crash or kill, `f` holds either the previous
     checkpoint or the new one, never a mix. Each save removes the temporary files that
     killed saves to the same `f` left behind (those of a process that no longer runs

@@ -397,8 +397,9 @@ def test_save_fsyncs_the_file_then_renames_then_fsyncs_the_directory(tmp_path, m
     assert sorted(os.listdir(tmp_path)) == ["c.safetensors"]
 
 
-def _temp_name(target, host, pid, token="0123abcd"):
-    return f"{ck._temp_prefix(str(target))}{host}.{pid}.{token}"
+def _temp_name(target, host, pid, started=None, token="0123abcd"):
+    started = ck._start_time(pid) if started is None else started
+    return f"{ck._temp_prefix(str(target))}{host}.{pid}-{started}.{token}"
 
 
 def test_stale_temp_files_of_the_target_are_removed_and_no_others(tmp_path):
@@ -409,10 +410,14 @@ def test_stale_temp_files_of_the_target_are_removed_and_no_others(tmp_path):
     names = {
         "dead writer": (_temp_name(target, ck._HOST, dead), None, False),
         "live writer": (_temp_name(target, ck._HOST, os.getppid()), None, True),
+        "this process": (_temp_name(target, ck._HOST, os.getpid(), token="0000beef"), None, True),
+        # A process killed before this one started with the same pid (as after a container restart).
+        "reused pid": (_temp_name(target, ck._HOST, os.getpid(), ck._start_time(os.getpid()) - 1, "0000dead"),
+                       None, not ck._start_time(os.getpid())),
         "other host, fresh": (_temp_name(target, "otherhost", dead), None, True),
-        "other host, silent": (_temp_name(target, "otherhost", dead, "00000001"), old, False),
+        "other host, silent": (_temp_name(target, "otherhost", dead, token="00000001"), old, False),
         "other target": (_temp_name(tmp_path / "ckpt.safetensors.bak", ck._HOST, dead), None, True),
-        "other target, longer": (f".tmp-ckpt.safetensors.x.{ck._HOST}.{dead}.0123abcd", None, True),
+        "other target, longer": (f".tmp-ckpt.safetensors.x.{ck._HOST}.{dead}-0.0123abcd", None, True),
         "not loom's": (".tmp-ckpt.safetensors.notes", old, True),
     }
     for name, mtime, _ in names.values():
