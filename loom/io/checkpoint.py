@@ -45,6 +45,8 @@ STRUCTURE_KEY = "loom.structure"
 TENSOR_CRC_KEY = "loom.crc32"
 HEADER_CRC_KEY = "loom.header_crc32"
 FORMAT_VERSION = 1
+# The safetensors format's own limit on the header, which keeps a corrupt length field from reading gigabytes.
+MAX_HEADER_BYTES = 100_000_000
 # A temporary file from another host whose writer cannot be asked is stale once untouched this long.
 STALE_TEMP_AGE_S = 3600.0
 
@@ -162,7 +164,7 @@ def _header_crc(header: dict) -> int:
 
 
 def _bytes_of(arr: np.ndarray) -> memoryview:
-    return memoryview(arr.reshape(-1).view(np.uint8))
+    return memoryview(arr.reshape(-1).view(np.uint8).data)
 
 
 def _serialize_header(tensors: dict[str, np.ndarray], dtypes: dict[str, str],
@@ -473,7 +475,7 @@ def _read_tensors(fh, base: int, entries: dict, crcs: dict[str, int] | None, fai
             raise fail(f"the data of tensor {name!r} ends early (the file is truncated)")
         if crcs is not None and zlib.crc32(view) != crcs[name]:
             raise fail(f"the data of tensor {name!r} does not match its checksum (the file is corrupt)")
-        if d is dt.bool_ and arr.size and view.obj.max() > 1:  # type: ignore[union-attr]
+        if d is dt.bool_ and arr.size and arr.view(np.uint8).max() > 1:
             raise fail(f"tensor {name!r} of dtype BOOL holds bytes other than 0 and 1")
         arrays[name] = arr.astype(d.np, copy=False)
     return arrays
@@ -490,8 +492,22 @@ def load(f, map_location=None, weights_only: bool = True) -> Any:
     foreign file (a PyTorch ``.pt`` pickle, a zip, a directory) raises `LoomError` saying
     which file and what is wrong; a missing file raises `FileNotFoundError`.
 
-    `map_location` and `weights_only` are accepted for PyTorch compatibility; loading
-    never unpickles or runs code, whatever they say.
+    Parameters
+    ----------
+    f : path of the checkpoint file
+    map_location, weights_only : accepted for PyTorch compatibility; loading never
+        unpickles or runs code, whatever they say
+
+    Returns
+    -------
+    The object given to `loom.save`, or for a safetensors file from another writer a dict
+    of its tensors by name.
+
+    Examples
+    --------
+    >>> loom.save({"w": loom.ones(2), "step": 3}, "/tmp/ckpt.safetensors")
+    >>> loom.load("/tmp/ckpt.safetensors")["w"].tolist()
+    [1.0, 1.0]
     """
     path = os.fspath(f)
 
@@ -525,14 +541,18 @@ def _load_open(fh, path: str, fail) -> Any:
     if len(prefix) < 8:
         raise fail("is empty" if not prefix else f"is {len(prefix)} bytes long, too short to be a safetensors file")
     (n,) = struct.unpack("<Q", prefix)
-    raw = fh.read(n) if 0 < n <= size - 8 else b""
-    if not raw.startswith(b"{"):
+    first = fh.read(1) if 0 < n <= size - 8 else b""
+    if first != b"{" or n > MAX_HEADER_BYTES:
         foreign = _foreign_format(path, prefix)
         if foreign is not None:
             raise fail(f"is {foreign}")
         if n > size - 8:
             raise fail(f"its header length field says {n} bytes but only {size - 8} follow "
                        "(a truncated file, or not a safetensors file)")
+        if n > MAX_HEADER_BYTES:
+            raise fail(f"its header length field says {n} bytes, more than the {MAX_HEADER_BYTES} "
+                       "the safetensors format allows (a corrupt file?)")
+    raw = first + fh.read(n - 1) if first else b""
     header = _parse_header(raw, fail)
     entries, meta = _check_layout(header, size - 8 - n, fail)
     crcs = _checksums(header, meta, entries, fail)

@@ -233,6 +233,14 @@ def test_malformed_file_gives_a_clear_error(tmp_path, case):
     _expect_clear_error(path, expected)
 
 
+def test_header_length_beyond_the_format_limit_is_not_read(tmp_path):
+    path = tmp_path / "sparse.safetensors"
+    with open(path, "wb") as fh:  # A sparse 200 MB file: its size costs no disk or time.
+        fh.write(struct.pack("<Q", 150_000_000) + b"{")
+        fh.truncate(200_000_000)
+    _expect_clear_error(path, "more than the 100000000 the safetensors format allows")
+
+
 def test_zip_pickle_and_directory_are_named(tmp_path):
     import torch
     pt = tmp_path / "model.pt"
