@@ -440,6 +440,10 @@ def _hex_crc(value: Any) -> int | None:
     return None
 
 
+_REWRITTEN = (f", or a tool rewrote it and copied loom's old checksums (leave out the {HEADER_CRC_KEY!r} and "
+              f"{TENSOR_CRC_KEY!r} metadata when rewriting a loom checkpoint)")
+
+
 def _checksums(header: dict, meta: dict[str, str], entries: dict, fail) -> dict[str, int] | None:
     """Verify the header's own CRC and return each tensor's expected CRC (None for unchecksummed files)."""
     if TENSOR_CRC_KEY not in meta and HEADER_CRC_KEY not in meta:
@@ -449,7 +453,7 @@ def _checksums(header: dict, meta: dict[str, str], entries: dict, fail) -> dict[
             raise fail(f"the header has no {key!r} entry beside the other checksum (the header is corrupt)")
     want = _hex_crc(meta[HEADER_CRC_KEY])
     if want is None or want != _header_crc(header):
-        raise fail("the header's checksum does not match its contents (the header is corrupt)")
+        raise fail(f"the header's checksum does not match its contents: the header is corrupt{_REWRITTEN}")
     try:
         crcs = json.loads(meta[TENSOR_CRC_KEY])
     except ValueError:
@@ -474,7 +478,7 @@ def _read_tensors(fh, base: int, entries: dict, crcs: dict[str, int] | None, fai
         if _read_exact(fh, view) != e - b:
             raise fail(f"the data of tensor {name!r} ends early (the file is truncated)")
         if crcs is not None and zlib.crc32(view) != crcs[name]:
-            raise fail(f"the data of tensor {name!r} does not match its checksum (the file is corrupt)")
+            raise fail(f"the data of tensor {name!r} does not match its checksum: the file is corrupt{_REWRITTEN}")
         if d is dt.bool_ and arr.size and arr.view(np.uint8).max() > 1:
             raise fail(f"tensor {name!r} of dtype BOOL holds bytes other than 0 and 1")
         arrays[name] = arr.astype(d.np, copy=False)

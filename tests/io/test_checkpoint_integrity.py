@@ -115,6 +115,22 @@ def test_checksums_are_in_the_metadata_and_readable_by_other_tools(tmp_path):
         loom.save({"w": loom.ones(1)}, path, metadata={ck.TENSOR_CRC_KEY: "x"})
 
 
+def test_a_checkpoint_rewritten_by_another_tool(tmp_path):
+    import safetensors
+    import safetensors.numpy
+    path = tmp_path / "c.safetensors"
+    loom.save({"w": loom.ones(3), "step": 5}, path)
+    with safetensors.safe_open(str(path), "numpy") as fh:
+        meta = fh.metadata()
+    arrays = {"w": np.full(3, 2.0, np.float32)}
+    safetensors.numpy.save_file(arrays, str(path), metadata=meta)  # Stale checksums copied along.
+    _expect_clear_error(path, "copied loom's old checksums")
+    kept = {k: v for k, v in meta.items() if k not in (ck.TENSOR_CRC_KEY, ck.HEADER_CRC_KEY)}
+    safetensors.numpy.save_file(arrays, str(path), metadata=kept)
+    back = loom.load(path)
+    assert back["step"] == 5 and back["w"].tolist() == [2.0, 2.0, 2.0]
+
+
 def test_files_from_other_writers_load_without_checksums(tmp_path):
     import safetensors.numpy
     import safetensors.torch
