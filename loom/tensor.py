@@ -438,6 +438,12 @@ class Tensor:
     def cpu(self) -> Tensor:
         return self
 
+    def cuda(self, device=None, non_blocking: bool = False) -> Tensor:
+        """This tensor on a CUDA device; this build of loom has none, so it raises DeviceError."""
+        _check_device("cuda" if device is None else (f"cuda:{device}" if isinstance(device, int) else device),
+                      "Tensor.cuda")
+        return self
+
     def contiguous(self, memory_format=None) -> Tensor:
         """This tensor if its elements are in row-major order in its storage, else a copy that is."""
         return self if _alias_mod.is_contiguous(self) else self.clone()
@@ -1359,20 +1365,24 @@ def _like(x: Tensor, dtype):
 
 
 def zeros_like(x: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    _check_device(device, "zeros_like")
     shape, d = _like(x, dtype)
     return full(shape, 0, dtype=d, requires_grad=requires_grad)
 
 
 def ones_like(x: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    _check_device(device, "ones_like")
     shape, d = _like(x, dtype)
     return full(shape, 1, dtype=d, requires_grad=requires_grad)
 
 
 def empty_like(x: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    _check_device(device, "empty_like")
     return zeros_like(x, dtype=dtype, requires_grad=requires_grad)
 
 
 def full_like(x: Tensor, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    _check_device(device, "full_like")
     shape, d = _like(x, dtype)
     return full(shape, fill_value, dtype=d, requires_grad=requires_grad)
 
@@ -1472,12 +1482,14 @@ def _fma(a, b, c) -> np.ndarray:
 
 def logspace(start, end, steps: int, base: float = 10.0, dtype=None, device=None,
              requires_grad: bool = False) -> Tensor:
+    _check_device(device, "logspace")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     vals = np.logspace(float(start), float(end), steps, base=base, dtype=np.float64)
     return tensor(vals, dtype=d, requires_grad=requires_grad)
 
 
 def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    _check_device(device, "eye")
     m = n if m is None else m
     if n < 0 or m < 0:
         raise ShapeError(f"loom.eye: sizes must be non-negative, got n={n}, m={m}")
@@ -1559,6 +1571,7 @@ def _rand_node(shape, d: dt.DType, generator: Generator | None) -> Tensor:
 
 def rand(*size, dtype=None, generator=None, device=None, requires_grad: bool = False) -> Tensor:
     """Uniform samples in [0, 1)."""
+    _check_device(device, "rand")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     if not d.is_floating_point:
         raise DTypeError(f"loom.rand: expected a floating point dtype, got {d.name}")
@@ -1567,6 +1580,7 @@ def rand(*size, dtype=None, generator=None, device=None, requires_grad: bool = F
 
 def randn(*size, dtype=None, generator=None, device=None, requires_grad: bool = False) -> Tensor:
     """Standard normal samples (Box-Muller over two counter-based uniform streams)."""
+    _check_device(device, "randn")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     if not d.is_floating_point:
         raise DTypeError(f"loom.randn: expected a floating point dtype, got {d.name}")
@@ -1584,6 +1598,7 @@ def randn(*size, dtype=None, generator=None, device=None, requires_grad: bool = 
 
 def randint(low, high=None, size=None, dtype=None, generator=None, device=None,
             requires_grad: bool = False) -> Tensor:
+    _check_device(device, "randint")
     if size is None and isinstance(high, (tuple, list, Size)):
         low, high, size = 0, low, high  # randint(high, size), as torch.
     if high is None:
@@ -1648,6 +1663,7 @@ def multinomial(probs: Tensor, num_samples: int, replacement: bool = False, gene
 
 
 def randperm(n: int, dtype=None, generator=None, device=None) -> Tensor:
+    _check_device(device, "randperm")
     u = _rand_node((n,), dt.float64, generator)
     idx = apply("argsort", (u,), {"axis": 0, "descending": False})
     return idx.to(dt.as_dtype(dtype) if dtype is not None else dt.int64)

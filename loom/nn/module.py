@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 
 from loom import dtypes as dt
 from loom.autograd.grad_mode import no_grad
-from loom.errors import LoomError, fmt_shape
+from loom.errors import DeviceError, LoomError, fmt_shape
 from loom.nn.parameter import Buffer, Parameter
 from loom.tensor import Tensor
 
@@ -533,7 +533,7 @@ class Module:
             from loom.device import device as _device
             dev = _device(device)
             if dev.type != "cpu":
-                raise LoomError(f"loom.nn.Module.to: device {dev} is not available; this build of loom "
+                raise DeviceError(f"loom.nn.Module.to: device {dev} is not available; this build of loom "
                                 "runs on the cpu")
         if dtype is None:
             return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 import warnings
 
 from loom.nn import functional as F
+from loom.tensor import _check_device
 from loom.nn.module import Module
 from loom.nn.parameter import Parameter
 from loom.tensor import Tensor, empty
@@ -230,6 +231,7 @@ class PReLU(Module):
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.num_parameters = num_parameters
         self.init = init
         self.weight = Parameter(empty(num_parameters, dtype=dtype))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from loom.nn import functional as F
+from loom.tensor import _check_device
 from loom.nn import init
 from loom.nn.module import Module
 from loom.nn.parameter import Parameter
@@ -28,6 +29,7 @@ class _ConvNd(Module):
                  groups: int = 1, bias: bool = True, padding_mode: str = "zeros", output_padding=0,
                  device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         name = f"loom.nn.{type(self).__name__}"
         n = self._nd
         if not isinstance(groups, int) or groups <= 0:
@@ -112,6 +114,7 @@ class _Conv(_ConvNd):
                  dtype=None) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
                          padding_mode, device=device, dtype=dtype)
+        _check_device(device, f"nn.{type(self).__name__}")
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         conv = getattr(F, f"conv{self._nd}d")
@@ -173,6 +176,7 @@ class _ConvTransposeNd(_ConvNd):
                  dtype=None) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
                          padding_mode, output_padding, device=device, dtype=dtype)
+        _check_device(device, f"nn.{type(self).__name__}")
 
     def _output_padding(self, input: Tensor, output_size) -> tuple:
         """The output_padding that makes the output `output_size` (PyTorch's rule)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from loom.nn import functional as F
+from loom.tensor import _check_device
 from loom.nn import init
 from loom.nn.module import Module
 from loom.nn.parameter import Parameter
@@ -48,6 +49,7 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
                  dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.in_features = in_features
         self.out_features = out_features
         self.weight = Parameter(empty((out_features, in_features), dtype=dtype))
@@ -84,6 +86,7 @@ class Bilinear(Module):
     def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True,
                  device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.in1_features = in1_features
         self.in2_features = in2_features
         self.out_features = out_features

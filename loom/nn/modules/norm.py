@@ -4,6 +4,7 @@ from __future__ import annotations
 import numbers
 
 from loom import dtypes as dt
+from loom.tensor import _check_device
 from loom.autograd.grad_mode import no_grad
 from loom.nn import functional as F
 from loom.nn import init
@@ -34,6 +35,7 @@ class _BatchNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.num_features = num_features
         self.eps = eps
         self.momentum = momentum
@@ -150,6 +152,7 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
@@ -179,6 +182,7 @@ class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
                  device=None, dtype=None, *, bias: bool = True) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         if num_channels % num_groups != 0:
             raise ValueError(f"loom.nn.GroupNorm: num_channels ({num_channels}) must be divisible by "
                              f"num_groups ({num_groups})")
@@ -212,6 +216,7 @@ class RMSNorm(Module):
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True,
                  device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine

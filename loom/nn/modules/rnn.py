@@ -12,6 +12,7 @@ import numbers
 import warnings
 
 from loom.errors import LoomError, ShapeError, fmt_shape
+from loom.tensor import _check_device
 from loom.functional.math import relu, sigmoid, tanh
 from loom.functional.shape import cat, stack
 from loom.nn import functional as F
@@ -59,6 +60,7 @@ class RNNBase(Module):
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  proj_size: int = 0, device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         name = f"loom.nn.{type(self).__name__}"
         if not isinstance(dropout, numbers.Number) or isinstance(dropout, bool) or not 0 <= dropout <= 1:
             raise ValueError(f"{name}: dropout should be a number in range [0, 1] representing the probability "
@@ -253,6 +255,7 @@ class RNN(RNNBase):
         self.nonlinearity = nonlinearity
         super().__init__(mode, input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          proj_size, dtype=dtype)
+        _check_device(device, f"nn.{type(self).__name__}")
 
     def forward(self, input: Tensor, hx: Tensor | None = None):
         """(output (L, N, D * H_out), h_n (D * num_layers, N, H_out))."""
@@ -290,6 +293,7 @@ class LSTM(RNNBase):
                  device=None, dtype=None) -> None:
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          proj_size, dtype=dtype)
+        _check_device(device, f"nn.{type(self).__name__}")
 
     def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None):
         x, batched, batch = self._prepare(input)
@@ -325,6 +329,7 @@ class GRU(RNNBase):
                  dtype=None, proj_size: int = 0) -> None:
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          proj_size, dtype=dtype)
+        _check_device(device, f"nn.{type(self).__name__}")
 
     def forward(self, input: Tensor, hx: Tensor | None = None):
         """(output (L, N, D * H_out), h_n (D * num_layers, N, H_out))."""
@@ -338,6 +343,7 @@ class RNNCellBase(Module):
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
@@ -380,6 +386,7 @@ class RNNCell(RNNCellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
                  device=None, dtype=None) -> None:
         super().__init__(input_size, hidden_size, bias, dtype=dtype)
+        _check_device(device, f"nn.{type(self).__name__}")
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"loom.nn.RNNCell: unknown nonlinearity: {nonlinearity}")
         self.nonlinearity = nonlinearity

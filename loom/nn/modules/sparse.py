@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from loom.autograd.grad_mode import no_grad
+from loom.tensor import _check_device
 from loom.errors import ShapeError, fmt_shape
 from loom.nn import functional as F
 from loom.nn import init
@@ -36,6 +37,7 @@ class Embedding(Module):
                  sparse: bool = False, _weight: Tensor | None = None, _freeze: bool = False, device=None,
                  dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         if padding_idx is not None:

@@ -6,6 +6,7 @@ import math
 from typing import Callable
 
 from loom import dtypes as dt
+from loom.tensor import _check_device
 from loom.errors import LoomError, ShapeError, fmt_shape
 from loom.nn import functional as F
 from loom.nn import init
@@ -193,6 +194,7 @@ class MultiheadAttention(Module):
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
                  vdim: int | None = None, batch_first: bool = False, device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"loom.nn.MultiheadAttention: embed_dim and num_heads must be greater than 0, got "
                              f"embed_dim={embed_dim} and num_heads={num_heads} instead")
@@ -326,6 +328,7 @@ class TransformerEncoderLayer(Module):
                  activation: str | Callable = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
                                             dtype=dtype)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
@@ -372,6 +375,7 @@ class TransformerDecoderLayer(Module):
                  activation: str | Callable = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
                                             dtype=dtype)
         self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
@@ -492,6 +496,7 @@ class Transformer(Module):
                  custom_decoder: Module | None = None, layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__()
+        _check_device(device, f"nn.{type(self).__name__}")
         if custom_encoder is not None:
             self.encoder = custom_encoder
         else:
