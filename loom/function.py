@@ -638,10 +638,14 @@ _LOOP_CACHE: dict[int, tuple] = {}
 
 def _while_impl(*arrays_and_attrs):
     *arrays, attrs = arrays_and_attrs
-    key = (id(attrs["body"]), tuple(id(a) for a in arrays))
+    # Each carried value is its own node over the same loop: the first runs it, the others reuse the
+    # result when they see the same inputs (compared by value: array ids and arena buffers get reused).
     hit = _LOOP_CACHE.get(id(attrs["body"]))
-    if hit is not None and hit[0] == key:
+    if hit is not None and hit[2] is attrs["body"] and len(hit[0]) == len(arrays) and all(
+            a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+            for a, b in zip(hit[0], (np.asarray(x) for x in arrays))):
         return hit[1][attrs["index"]]
+    key = tuple(np.array(a, copy=True) for a in arrays)
     cond_g, body_g = attrs["cond"], attrs["body"]
     # The interpreter hands primitives half-precision values in float32; the subgraphs
     # take and give stored values, so convert at the loop's edges.
@@ -650,7 +654,7 @@ def _while_impl(*arrays_and_attrs):
     while bool(_run_reference(cond_g, *values)[0].reshape(())):
         values = list(_run_reference(body_g, *values))
     values = [reference.to_compute(v, d) for v, d in zip(values, dtypes)]
-    _LOOP_CACHE[id(attrs["body"])] = (key, values)
+    _LOOP_CACHE[id(attrs["body"])] = (key, values, attrs["body"])  # The graph held: its id stays its own.
     return values[attrs["index"]]
 
 
