@@ -16,9 +16,9 @@ from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.functional.linalg import matmul
 from loom.functional.math import (
-    abs as _abs, clamp_min, exp, isinf, log, log1p, logsigmoid, minimum, rsqrt, sigmoid, sqrt, where,
+    abs as _abs, clamp_min, exp, log, log1p, logsigmoid, minimum, rsqrt, sigmoid, sqrt, where,
 )
-from loom.functional.reduce import amax, amin
+from loom.functional.reduce import amax, amin, scaled_pnorm
 from loom.functional.shape import chunk, repeat_interleave
 from loom.tensor import Tensor, _rand_node, apply, arange, const, normalize_dim, tensor
 
@@ -107,10 +107,7 @@ def _pnorm(x: Tensor, p, dim, keepdim: bool = False) -> Tensor:
         return (x != 0).to(x.dtype).sum(dim, keepdim)
     if p == 1:
         return _abs(x).sum(dim, keepdim)
-    s = (x * x).sum(dim, keepdim) if p == 2 else (_abs(x) ** p).sum(dim, keepdim)
-    zero = s == 0
-    root = sqrt(where(zero, 1.0, s)) if p == 2 else where(zero, 1.0, s) ** (1.0 / p)
-    return where(zero, 0.0, root)
+    return scaled_pnorm(x, float(p), dim, keepdim)
 
 
 def _floor_value(x: Tensor, low: float) -> Tensor:
@@ -206,9 +203,13 @@ def _softmax_input(op: str, input, dim, stacklevel, dtype) -> tuple[Tensor, int]
 
 
 def _shift(x: Tensor, d: int) -> Tensor:
-    """x minus its detached max along d, so exp never overflows (an infinite max shifts by 0)."""
-    m = amax(x.detach(), d, keepdim=True)
-    return x - where(isinf(m), 0.0, m)
+    """x minus its detached max along d, so exp never overflows.
+
+    An infinite max is subtracted too, as PyTorch does: a slice holding +inf, or
+    all -inf, becomes NaN (softmax and log_softmax are undefined there), while
+    -inf entries beside a finite max (masked logits) give probability 0.
+    """
+    return x - amax(x.detach(), d, keepdim=True)
 
 
 def _empty_along(x: Tensor, d: int) -> bool:
