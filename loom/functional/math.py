@@ -79,7 +79,36 @@ def exp2(x):
 
 @_opmath
 def erfc(x):
-    return 1.0 - erf(x)
+    """1 - erf(x), accurate in the right tail too (erfc(5) = 1.5e-12, not the 0 that 1 - erf(5) gives).
+
+    From `_ERFC_TAIL[dtype][0]` up, a continued fraction
+    erfc(x) = exp(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...)))),
+    cut after `_ERFC_TAIL[dtype][1]` terms (relative error below 1e-7 in float32 and 1e-14 in float64
+    there); below it 1 - erf(x) has no cancellation worth the name.
+
+    Examples
+    --------
+    >>> f"{loom.erfc(loom.tensor(5.0)).item():.4g}"
+    '1.537e-12'
+    """
+    x = _float(x)
+    start, terms = _ERFC_TAIL[x.dtype is dt.float64]
+    tail = x >= start
+    # The tail's inputs, kept in [start, 30] (erfc(30) is 0 even in float64) so no inf or NaN
+    # reaches the unused branch's gradient.
+    t = where(tail, where(x > 30.0, const(30.0, (), x.dtype), x), const(start, (), x.dtype))
+    f = t
+    for n in range(terms, 0, -1):
+        f = t + (n * 0.5) / f
+    # exp(-t^2) with t^2 split as th^2 + (t - th)(t + th), th = t rounded to 1/16: th^2 is exact, so the
+    # rounding of t^2 (relative error up to 81 ulps at t = 9) does not reach the exponent.
+    th = trunc(t * 16.0) * 0.0625
+    e = exp(-(th * th)) * exp(-((t - th) * (t + th)))
+    return where(tail, e / (f * math.sqrt(math.pi)), 1.0 - erf(x))
+
+
+# Where erfc's continued fraction takes over from 1 - erf, and how many terms it keeps: by float64 or not.
+_ERFC_TAIL = {False: (2.0, 16), True: (3.0, 24)}
 
 
 def _float(x) -> Tensor:

@@ -73,6 +73,29 @@ CASES = [
          reason="PyTorch's var gradient here is off by 1% (x - mean in float32); test_var_gradient_far_from_zero "
                 "holds loom's to float64"),
     Case("var_constant_rows", lambda m, x: (x.var(1), x.std(1)), (fixed([[1e4, 1e4, 1e4], [2.5, 2.5, 2.5]]),)),
+    # Normalisation layers on data offset from zero (PyTorch is exact here; at 1e4 + 0.01 noise it is not,
+    # and test_norm_layers_far_from_zero holds loom to float64 there).
+    Case("norm_layers_offset", lambda m, x: (m.nn.functional.layer_norm(x, (64,)),
+                                             m.nn.functional.group_norm(x.reshape(3, 4, 16), 2),
+                                             m.nn.functional.instance_norm(x.reshape(3, 4, 16)),
+                                             m.nn.functional.batch_norm(x.reshape(3, 4, 16), None, None,
+                                                                        training=True)),
+         (lambda rng: (100.0 + rng.standard_normal((3, 64))).astype(np.float32),), rtol=1e-3, atol=1e-4),
+    # ------------------------------------------------------------ losses at saturation
+    # p = 0 or 1 (a saturated sigmoid): a finite gradient. Where p(1 - p) < 1e-12 and the target agrees
+    # with p, PyTorch's gradient is 0 and loom's the exact one (test_bce_gradient_at_saturation).
+    Case("bce_saturated", lambda m, p, t: m.nn.functional.binary_cross_entropy(p, t, reduction="none"),
+         (fixed([0.0, 1e-30, 1e-8, 0.5, 1.0 - 1e-7, 1.0, 1e-45]),
+          fixed([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0])), grad_inputs=(0,)),
+    Case("bce_ordinary_second_order", lambda m, p, t: m.nn.functional.binary_cross_entropy(p, t),
+         (fixed([0.1, 0.5, 0.9, 0.3]), fixed([1.0, 0.0, 0.25, 1.0])), grad_inputs=(0,), second_order=True),
+    Case("soft_margin_ordinary", lambda m, x, y: m.nn.functional.soft_margin_loss(x, y, reduction="none"),
+         (fixed([-3.0, -1e-3, 0.0, 2.0, 15.0]), fixed([1.0, -1.0, 1.0, -1.0, 1.0])), grad_inputs=(0,),
+         second_order=True),
+    Case("cosine_embedding_ordinary", lambda m, a, b, y: m.nn.functional.cosine_embedding_loss(a, b, y),
+         (fixed([[1.0, 2.0, 0.5], [0.0, 0.0, 0.0], [3.0, -1.0, 2.0]]),
+          fixed([[2.0, -1.0, 1.0], [1.0, 1.0, 0.0], [3.0, -1.0, 2.0]]), fixed([1.0, -1.0, -1.0])),
+         grad_inputs=(0, 1)),
     # ------------------------------------------------------------ log1p / expm1 compositions
     Case("logsigmoid_extremes", lambda m, x: m.nn.functional.logsigmoid(x),
          (fixed([-1e4, -100.0, -30.0, -20.0, -1e-8, 0.0, 1e-8, 15.0, 20.0, 30.0, 100.0, 1e4, INF, -INF]),),
@@ -219,3 +242,70 @@ def test_var_gradient_far_from_zero():
         (g,) = loom.autograd.grad(y.sum(), [x])
         np.testing.assert_allclose(y.detach().numpy(), want, rtol=1e-6)
         np.testing.assert_allclose(g.numpy(), dwant, rtol=1e-6, atol=1e-6 * np.abs(dwant).max())
+
+
+def test_norm_layers_far_from_zero():
+    """layer_norm/group_norm/batch_norm of 1e4 + N(0, 0.01^2) in float32, against float64.
+
+    The float32 mean of such data is only known to half an ulp of 1e4, a twentieth of the spread, so
+    centring on it (PyTorch's result is off by 0.1 here) is not enough; loom centres shifted data.
+    """
+    a = (1e4 + 0.01 * np.random.default_rng(0).standard_normal((4, 256))).astype(np.float32)
+    a64 = a.astype(np.float64)
+
+    def ref(v, axes):
+        c = v - v.mean(axes, keepdims=True)
+        return c / np.sqrt((c * c).mean(axes, keepdims=True) + 1e-5)
+
+    F = loom.nn.functional
+    x = loom.tensor(a)
+    for got, want in [(F.layer_norm(x, (256,)), ref(a64, (1,))),
+                      (F.group_norm(x.reshape(4, 8, 32), 2), ref(a64.reshape(4, 2, 128), (2,)).reshape(4, 8, 32)),
+                      (F.batch_norm(x.t().reshape(64, 4, 4), None, None, training=True),
+                       ref(a64.T.reshape(64, 4, 4), (0, 2))),
+                      (F.instance_norm(x.reshape(4, 8, 32)), ref(a64.reshape(4, 8, 32), (2,)))]:
+        np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=2e-5)
+
+
+def test_losses_at_extremes_against_float64():
+    """soft_margin_loss and cosine_embedding_loss where PyTorch's float32 formulas overflow."""
+    F = loom.nn.functional
+    x = np.array([-1e4, -100.0, 0.0, 100.0, 1e4], np.float32)
+    y = np.array([1.0, 1.0, -1.0, -1.0, 1.0], np.float32)
+    z = -(x.astype(np.float64) * y)
+    want = np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))
+    xt = loom.tensor(x, requires_grad=True)
+    got = F.soft_margin_loss(xt, loom.tensor(y), reduction="none")
+    (g,) = loom.autograd.grad(got.sum(), [xt])
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(g.numpy(), -y / (1.0 + np.exp(-z)), rtol=1e-6, atol=1e-30)
+
+    a = np.array([[3e20, 4e20, 0.0], [1e-30, 2e-30, 2e-30], [1.0, 2.0, 2.0]], np.float32)
+    b = np.array([[3e20, 4e20, 1e19], [2e-30, -1e-30, 2e-30], [2.0, 1.0, -2.0]], np.float32)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    cos = (a64 * b64).sum(1) / np.sqrt(((a64 ** 2).sum(1) + 1e-12) * ((b64 ** 2).sum(1) + 1e-12))
+    got = F.cosine_embedding_loss(loom.tensor(a), loom.tensor(b), loom.tensor([1.0, 1.0, -1.0]), reduction="none")
+    np.testing.assert_allclose(got.numpy(), [1.0 - cos[0], 1.0 - cos[1], max(cos[2], 0.0)], rtol=1e-6, atol=1e-7)
+
+
+def test_erfc_tail_against_float64():
+    """erfc far in the right tail, where 1 - erf(x) is 0, to a few ulps of the exact value."""
+    import math
+    x = np.array([-3.0, 0.5, 1.5, 2.0, 2.5, 4.0, 5.0, 7.0, 9.0, 9.9, 15.0, 26.0], np.float64)
+    exact = np.array([math.erfc(v) for v in x])
+    for dtype, rtol in ((np.float32, 8e-6), (np.float64, 2e-13)):
+        got = loom.erfc(loom.tensor(x.astype(dtype))).numpy().astype(np.float64)
+        want = _float32_range(exact) if dtype is np.float32 else exact
+        normal = want > np.finfo(dtype).tiny
+        np.testing.assert_allclose(got[normal], want[normal], rtol=rtol, err_msg=dtype.__name__)
+        np.testing.assert_allclose(got[~normal], want[~normal], atol=4 * np.finfo(dtype).smallest_subnormal)
+
+
+def test_bce_gradient_at_saturation():
+    """binary_cross_entropy at p = 0 and 1 where the target agrees: value 0, gradient the exact +-1."""
+    p = loom.tensor([0.0, 1.0, 0.0, 1.0], requires_grad=True)
+    t = loom.tensor([0.0, 1.0, 1.0, 0.0])
+    loss = loom.nn.functional.binary_cross_entropy(p, t, reduction="none")
+    (g,) = loom.autograd.grad(loss.sum(), [p])
+    assert loss.detach().tolist() == [0.0, 0.0, 100.0, 100.0]
+    np.testing.assert_allclose(g.numpy(), [1.0, -1.0, -1e12, 1e12], rtol=1e-6)
