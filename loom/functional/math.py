@@ -747,7 +747,9 @@ def scale_of(m: Tensor) -> Tensor:
     where m is inf or NaN (those pass through unscaled). Dividing by it keeps squares and powers in
     range; the floor keeps the gradient's g * s / s from underflowing for subnormal inputs."""
     m = m.detach()
-    tiny = const(float(np.finfo(m.dtype.np).tiny), (), m.dtype)
+    # The smallest normal number; bfloat16 (stored as uint16 in NumPy) has float32's exponent range.
+    tiny = 2.0 ** -126 if m.dtype is dt.bfloat16 else float(np.finfo(m.dtype.np).tiny)
+    tiny = const(tiny, (), m.dtype)
     return where(m < math.inf, maximum(m, tiny), const(1.0, (), m.dtype))
 
 

@@ -161,6 +161,11 @@ CASES = [
          (fixed([[1.0, -2.0], [3.0, 0.5]]),), second_order=True),
     Case("cosine_similarity_tiny", lambda m, a, b: m.nn.functional.cosine_similarity(a, b, dim=1),
          (fixed([[3e-30, 4e-30], [0.0, 0.0], [1.0, 2.0]]), fixed([[3e-30, 4e-30], [1.0, 1.0], [-2.0, 1.0]]))),
+    Case("norms_half_precision", lambda m, x: (m.linalg.vector_norm(x.to(m.bfloat16), dim=1),
+                                               x.to(m.float16).norm(p=3, dim=1),
+                                               m.nn.functional.normalize(x.to(m.bfloat16), dim=1),
+                                               m.hypot(x.to(m.float16), x.to(m.float16) * 2)),
+         (fixed([[0.0, 0.0, 0.0], [3.0, -4.0, 12.0], [1e-3, 2e-3, -2e-3]]),)),
     Case("pairwise_distance_ordinary", lambda m, a, b: m.nn.functional.pairwise_distance(a, b),
          (fixed([[3.0, 0.0], [1.0, 1.0]]), fixed([[0.0, 4.0], [1.0, 1.0]]))),
 ]
