@@ -165,7 +165,8 @@ CASES = [
                                                x.to(m.float16).norm(p=3, dim=1),
                                                m.nn.functional.normalize(x.to(m.bfloat16), dim=1),
                                                m.hypot(x.to(m.float16), x.to(m.float16) * 2)),
-         (fixed([[0.0, 0.0, 0.0], [3.0, -4.0, 12.0], [1e-3, 2e-3, -2e-3]]),)),
+         (fixed([[0.0, 0.0, 0.0], [3.0, -4.0, 12.0], [0.1, 0.2, -0.2]]),), rtol=2e-2, atol=1e-2,
+         reason="the float32 gradient carries the half-precision roundings of the forward"),
     Case("pairwise_distance_ordinary", lambda m, a, b: m.nn.functional.pairwise_distance(a, b),
          (fixed([[3.0, 0.0], [1.0, 1.0]]), fixed([[0.0, 4.0], [1.0, 1.0]]))),
 ]
