@@ -563,19 +563,20 @@ def scaled_pnorm(x: Tensor, p: float, dim, keepdim: bool) -> Tensor:
 
     The sum runs over x / s with s the detached max |x| of each slice:
     s * ||x / s||_p is exact for any constant s, so value and gradient are
-    those of the norm, while ||(3e20, 4e20)|| and ||(3e-30, 4e-30)|| stay finite
-    and nonzero in float32. Slices that hold inf or NaN scale
-    by 1 (see `scale_of`). The gradient at an all-zero slice is zero (PyTorch's subgradient).
-    One helper for every p-norm in loom (norm, linalg.vector_norm, normalize,
-    cosine_similarity, pairwise_distance).
+    those of the norm, while ||(3e20, 4e20)|| and ||(3e-30, 4e-30)|| stay
+    finite and nonzero in float32. Slices holding inf or NaN scale by 1 (see
+    `scale_of`). The gradient at an all-zero slice is zero (PyTorch's
+    subgradient). One helper serves every p-norm in loom (norm,
+    linalg.vector_norm, normalize, cosine_similarity, pairwise_distance).
     """
     axes = normalize_dims(dim, x.ndim, "norm")
-    a = x.abs()
+    # p = 2 squares x itself, not |x|: the second derivative at a zero entry is then 2, not abs's 0.
+    a = x if p == 2 else x.abs()
     if builtins.any(x.shape[k] == 0 for k in axes):
         s = None  # Nothing to scale: the norm of no elements is 0.
     else:
         from loom.functional.math import scale_of
-        s = scale_of(_reduce("max", a, axes, True, "norm"))
+        s = scale_of(_reduce("max", x.abs(), axes, True, "norm"))
         a = a / s
     t = _reduce("sum", a * a if p == 2 else a ** p, axes, True, "norm")
     zero = t == 0

@@ -154,7 +154,7 @@ CASES = [
                                                     x.norm(dim=1), x.norm(p=3, dim=1)),
          (fixed([[0.0, 0.0, 0.0], [3.0, -4.0, 12.0]]),)),
     Case("vector_norm_second_order", lambda m, x: (m.linalg.vector_norm(x, dim=1), x.norm(p=3, dim=1)),
-         (fixed([[0.5, 1.0, -2.0], [3.0, -4.0, 12.0]]),), second_order=True),
+         (fixed([[0.5, 1.0, -2.0], [3.0, 0.0, 12.0]]),), second_order=True),
     Case("normalize_tiny_and_zero", lambda m, x: m.nn.functional.normalize(x, dim=1),
          (fixed([[3e-30, -4e-30, 0.0], [0.0, 0.0, 0.0], [1e-6, 2e-6, 2e-6], [1.0, 2.0, 2.0]]),)),
     Case("matrix_norm_ordinary", lambda m, x: (m.linalg.matrix_norm(x), m.linalg.norm(x)),
