@@ -33,6 +33,9 @@ class MinMax(NamedTuple):
     max: Tensor
 
 
+_HALF = (dt.float16, dt.bfloat16)
+
+
 def _t(x) -> Tensor:
     return x if isinstance(x, Tensor) else tensor(x)
 
@@ -156,6 +159,8 @@ def mean(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     [1.5, 4.0]
     """
     x = _float_input("mean", _t(x), dtype)
+    if x.dtype in _HALF:  # Accumulate in float32, as PyTorch: the mean of 1000 halves of 100 is not inf.
+        return mean(x.to(dt.float32), dim, keepdim).to(x.dtype)
     n = _count(x, dim, "mean")
     s = _reduce("sum", x, dim, keepdim, "mean")
     return s / n if n else s * float("nan")
@@ -207,6 +212,8 @@ def var(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -
     dim, correction = _var_args(dim, unbiased, correction)
     if not x.dtype.is_floating_point:
         raise DTypeError(f"loom.var: std and var need a floating point tensor, got {x.dtype.name}")
+    if x.dtype in _HALF:  # As mean: half-precision squares summed in float32.
+        return var(x.to(dt.float32), dim, keepdim=keepdim, correction=correction).to(x.dtype)
     n = _count(x, dim, "var")
     d, _ = centre(x, dim)
     s = _reduce("sum", d * d, dim, keepdim, "var")

@@ -72,6 +72,11 @@ CASES = [
          (lambda rng: (-3e5 + rng.standard_normal((40, 25))).astype(np.float32),), rtol=1e-3, grad=False,
          reason="PyTorch's var gradient here is off by 1% (x - mean in float32); test_var_gradient_far_from_zero "
                 "holds loom's to float64"),
+    # Half precision accumulates in float32 (PyTorch's opmath): a float16 sum of 1000 x 100 overflows.
+    Case("mean_var_half_precision", lambda m, x: (x.mean(), x.mean(0), x.var(), m.std_mean(x, 0)[0],
+                                                  x.mean(dtype=m.float32), x.to(m.bfloat16).var(0),
+                                                  m.nn.functional.layer_norm(x.t(), (1000,))),
+         (lambda rng: (100.0 + rng.standard_normal((1000, 2))).astype(np.float16),), grad=False),
     Case("var_constant_rows", lambda m, x: (x.var(1), x.std(1)), (fixed([[1e4, 1e4, 1e4], [2.5, 2.5, 2.5]]),)),
     # Normalisation layers on data offset from zero (PyTorch is exact here; at 1e4 + 0.01 noise it is not,
     # and test_norm_layers_far_from_zero holds loom to float64 there).
