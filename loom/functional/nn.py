@@ -233,6 +233,8 @@ def softmax(input, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> 
     x, d = _softmax_input("softmax", input, dim, _stacklevel, dtype)
     if _empty_along(x, d):
         return x.clone()
+    if x.dtype in (dt.float16, dt.bfloat16):  # Sum in float32, as PyTorch: 1e5 terms overflow float16.
+        return softmax(x.to(dt.float32), d).to(x.dtype)
     e = exp(_shift(x, d))
     return e / e.sum(d, keepdim=True)
 
@@ -248,6 +250,8 @@ def log_softmax(input, dim: int | None = None, _stacklevel: int = 3, dtype=None)
     x, d = _softmax_input("log_softmax", input, dim, _stacklevel, dtype)
     if _empty_along(x, d):
         return x.clone()
+    if x.dtype in (dt.float16, dt.bfloat16):  # As softmax.
+        return log_softmax(x.to(dt.float32), d).to(x.dtype)
     s = _shift(x, d)
     return s - log(exp(s).sum(d, keepdim=True))
 

@@ -459,6 +459,8 @@ def logsumexp(x, dim=None, keepdim: bool = False) -> Tensor:
     x = _t(x)
     if not x.dtype.is_floating_point:
         x = x.to(dt.get_default_dtype())
+    if x.dtype in _HALF:  # Accumulate in float32, as PyTorch (and as mean).
+        return logsumexp(x.to(dt.float32), dim, keepdim).to(x.dtype)
     axes = normalize_dims(dim, x.ndim, "logsumexp")
     if builtins.any(x.shape[a] == 0 for a in axes):
         return _reduce("sum", x.exp(), dim, keepdim, "logsumexp").log()  # log(0) = -inf.
@@ -576,6 +578,8 @@ def scaled_pnorm(x: Tensor, p: float, dim, keepdim: bool) -> Tensor:
     subgradient). One helper serves every p-norm in loom (norm,
     linalg.vector_norm, normalize, cosine_similarity, pairwise_distance).
     """
+    if x.dtype in _HALF:  # Accumulate in float32, as PyTorch: 1e5 scaled squares of 1 overflow float16.
+        return scaled_pnorm(x.to(dt.float32), p, dim, keepdim).to(x.dtype)
     axes = normalize_dims(dim, x.ndim, "norm")
     # p = 2 squares x itself, not |x|: the second derivative at a zero entry is then 2, not abs's 0.
     a = x if p == 2 else x.abs()

@@ -77,6 +77,9 @@ CASES = [
                                                   x.mean(dtype=m.float32), x.to(m.bfloat16).var(0),
                                                   m.nn.functional.layer_norm(x.t(), (1000,))),
          (lambda rng: (100.0 + rng.standard_normal((1000, 2))).astype(np.float16),), grad=False),
+    Case("softmax_norm_half_many_terms", lambda m, x: (m.softmax(x, 1), x.to(m.bfloat16).norm(dim=1),
+                                                       m.logsumexp(x.to(m.bfloat16), 1)),
+         (lambda rng: (0.1 + 0.01 * rng.standard_normal((2, 100000))).astype(np.float16),), grad=False),
     Case("var_constant_rows", lambda m, x: (x.var(1), x.std(1)), (fixed([[1e4, 1e4, 1e4], [2.5, 2.5, 2.5]]),)),
     # Normalisation layers on data offset from zero (PyTorch is exact here; at 1e4 + 0.01 noise it is not,
     # and test_norm_layers_far_from_zero holds loom to float64 there).
@@ -300,6 +303,18 @@ def test_losses_at_extremes_against_float64():
     cos = (a64 * b64).sum(1) / np.sqrt(((a64 ** 2).sum(1) + 1e-12) * ((b64 ** 2).sum(1) + 1e-12))
     got = F.cosine_embedding_loss(loom.tensor(a), loom.tensor(b), loom.tensor([1.0, 1.0, -1.0]), reduction="none")
     np.testing.assert_allclose(got.numpy(), [1.0 - cos[0], 1.0 - cos[1], max(cos[2], 0.0)], rtol=1e-6, atol=1e-7)
+
+
+def test_half_precision_sums_against_float64():
+    """float16 log_softmax/logsumexp/norm over 1e5 terms, whose float16 sums overflow: loom accumulates in
+    float32 (PyTorch's float16 logsumexp and log_softmax give inf here)."""
+    a = np.full((1, 100000), 0.1, np.float16)
+    a64 = a.astype(np.float64)
+    x = loom.tensor(a)
+    lse = np.log(np.exp(a64).sum(1))
+    for got, want in [(loom.logsumexp(x, 1), lse), (loom.log_softmax(x, 1)[:, :3], a64[:, :3] - lse),
+                      (x.norm(dim=1), np.sqrt((a64 ** 2).sum(1))), (x.mean(1), a64.mean(1))]:
+        np.testing.assert_allclose(got.to(loom.float32).numpy(), want, rtol=1e-3)
 
 
 def test_erfc_tail_against_float64():
