@@ -15,8 +15,7 @@ from __future__ import annotations
 from loom import dtypes as dt
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.functional.linalg import _zero_grad_link, matmul
-from loom.functional.math import where
-from loom.functional.reduce import amax, amin
+from loom.functional.reduce import amax, amin, scaled_pnorm
 from loom.functional.shape import diagonal as _diagonal
 from loom.functional.shape import roll, squeeze
 from loom.tensor import (
@@ -40,14 +39,6 @@ def _float_input(op: str, x, dtype) -> Tensor:
     if dtype is not None:
         x = x.to(dtype)
     return x
-
-
-def _root(s: Tensor, p: float) -> Tensor:
-    """s ** (1/p), with a zero gradient where s == 0 (PyTorch's subgradient) instead of NaN."""
-    zero = s == 0
-    safe = where(zero, 1.0, s)
-    r = safe.sqrt() if p == 2 else safe ** (1.0 / p)
-    return where(zero, 0.0, r)
 
 
 def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
@@ -81,8 +72,9 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Ten
         return _zero_grad_link((x != 0).to(x.dtype), x).sum(dims, keepdim)
     if p == 1:
         return x.abs().sum(dims, keepdim)
-    s = (x * x).sum(dims, keepdim) if p == 2 else (x.abs() ** p).sum(dims, keepdim)
-    return _root(s, p)
+    if p < 0:
+        return (x.abs() ** p).sum(dims, keepdim) ** (1.0 / p)
+    return scaled_pnorm(x, p, dims, keepdim)
 
 
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None) -> Tensor:

@@ -79,7 +79,36 @@ def exp2(x):
 
 @_opmath
 def erfc(x):
-    return 1.0 - erf(x)
+    """1 - erf(x), accurate in the right tail too (erfc(5) = 1.5e-12, not the 0 that 1 - erf(5) gives).
+
+    From `_ERFC_TAIL[dtype][0]` up, a continued fraction
+    erfc(x) = exp(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...)))),
+    cut after `_ERFC_TAIL[dtype][1]` terms (relative error below 1e-7 in float32 and 1e-14 in float64
+    there); below it 1 - erf(x) has no cancellation worth the name.
+
+    Examples
+    --------
+    >>> f"{loom.erfc(loom.tensor(5.0)).item():.4g}"
+    '1.537e-12'
+    """
+    x = _float(x)
+    start, terms = _ERFC_TAIL[x.dtype is dt.float64]
+    tail = x >= start
+    # The tail's inputs, kept in [start, 30] (erfc(30) is 0 even in float64) so no inf or NaN
+    # reaches the unused branch's gradient.
+    t = where(tail, where(x > 30.0, const(30.0, (), x.dtype), x), const(start, (), x.dtype))
+    f = t
+    for n in range(terms, 0, -1):
+        f = t + (n * 0.5) / f
+    # exp(-t^2) with t^2 split as th^2 + (t - th)(t + th), th = t rounded to 1/16: th^2 is exact, so the
+    # rounding of t^2 (relative error up to 81 ulps at t = 9) does not reach the exponent.
+    th = trunc(t * 16.0) * 0.0625
+    e = exp(-(th * th)) * exp(-((t - th) * (t + th)))
+    return where(tail, e / (f * math.sqrt(math.pi)), 1.0 - erf(x))
+
+
+# Where erfc's continued fraction takes over from 1 - erf, and how many terms it keeps: by float64 or not.
+_ERFC_TAIL = {False: (2.0, 16), True: (3.0, 24)}
 
 
 def _float(x) -> Tensor:
@@ -243,8 +272,11 @@ def mish(x, inplace: bool = False):
 def softplus(x, beta: float = 1.0, threshold: float = 20.0):
     x = _float(x)
     bx = x * beta if beta != 1.0 else x
-    # log(1 + e^bx) = max(bx, 0) + log1p(e^-|bx|): stable for every bx.
-    soft = maximum(bx, as_tensor_like(0.0, bx)) + log1p(exp(-abs(bx)))
+    # log(1 + e^bx) = max(bx, 0) + log1p(e^-|bx|): stable for every bx. Both pieces are selections on
+    # bx > 0, so at bx = 0 the gradient (and its derivative) is the smooth log1p(e^bx)'s, not a kink's.
+    pos = bx > 0
+    zero = const(0.0, (), bx.dtype)
+    soft = where(pos, bx, zero) + log1p(exp(where(pos, -bx, bx)))
     soft = soft / beta if beta != 1.0 else soft
     return where(bx > threshold, x, soft)
 
@@ -423,13 +455,29 @@ def acos(x):
 @_opmath
 def sinh(x):
     x = _float(x)
-    return (expm1(x) - expm1(-x)) * 0.5
+    small = abs(x) < 1.0
+    xs = where(small, x, const(0.0, (), x.dtype))  # Safe input: expm1 overflows for |x| > 88.7 in float32.
+    near = (expm1(xs) - expm1(-xs)) * 0.5          # No cancellation near 0.
+    return where(small, near, _half_exp(x) - _half_exp(-x))
+
+
+# ln 2 split into a head with few bits (x - head is exact for |x| >= 1) and exp(head - ln 2).
+_LN2_HEAD = 0.693359375
+_EXP_LN2_TAIL = math.exp(_LN2_HEAD - math.log(2.0))
+
+
+def _half_exp(x):
+    """exp(x) / 2 as exp(x - ln 2), finite wherever the result is (sinh/cosh of 89 in float32).
+
+    The gradient g * exp(x - ln 2) overflows only where it must, unlike exp(x) * 0.5.
+    """
+    return exp(x - _LN2_HEAD) * _EXP_LN2_TAIL
 
 
 @_opmath
 def cosh(x):
     x = _float(x)
-    return (exp(x) + exp(-x)) * 0.5
+    return _half_exp(x) + _half_exp(-x)
 
 
 @_opmath
@@ -443,7 +491,8 @@ def asinh(x):
     s = where(small, a, const(1.0, (), a.dtype))
     b = where(small, const(1.0, (), a.dtype), a)
     near = log1p(s + s * s / (sqrt(s * s + 1.0) + 1.0))
-    far = log(b) + log1p(sqrt(1.0 / (b * b) + 1.0))
+    r = 1.0 / b  # (1/b)^2 rather than 1/b^2: no b*b overflow, and no 0 * inf in the gradient at b = inf.
+    far = log(b) + log1p(sqrt(r * r + 1.0))
     v = where(small, near, far)
     return where(neg, -v, v)
 
@@ -457,7 +506,8 @@ def acosh(x):
     t = where(near_one, x, const(1.5, (), x.dtype)) - 1.0
     b = where(near_one, const(2.0, (), x.dtype), x)
     near = log1p(t + sqrt(t) * sqrt(t + 2.0))
-    far = log(b) + log1p(sqrt(1.0 - 1.0 / (b * b)))
+    r = 1.0 / b  # As in asinh: no b*b overflow, and no 0 * inf in the gradient at b = inf.
+    far = log(b) + log1p(sqrt(1.0 - r * r))
     return where(near_one, near, far)
 
 
@@ -671,13 +721,36 @@ def xlogy(x, y):
 
 @_opmath
 def hypot(a, b):
-    """sqrt(a**2 + b**2) for floating point tensors."""
+    """sqrt(a**2 + b**2) for floating point tensors, without overflow or underflow in the squares.
+
+    Examples
+    --------
+    >>> f"{loom.hypot(loom.tensor([3e19]), loom.tensor([4e19])).item():.4g}"
+    '5e+19'
+    """
     a, b = _t(a), _t(b)
     d = dt.result_type(a, b)
     if not d.is_floating_point:
         raise DTypeError(f"loom.hypot: expected floating point tensors, got {a.dtype.name} and {b.dtype.name}")
     a, b = a.to(d), b.to(d)
-    return sqrt(a * a + b * b)
+    # Scaled by s = max(|a|, |b|) (detached: s * sqrt((a/s)^2 + (b/s)^2) is exact for any constant s), so
+    # the squares neither overflow (3e19 in float32) nor underflow (1e-30). The gradient is a / hypot,
+    # NaN at (0, 0) as PyTorch's.
+    s = scale_of(maximum(abs(a), abs(b)))
+    x, y = a / s, b / s
+    h = sqrt(x * x + y * y) * s
+    return where(isinf(a) | isinf(b), const(math.inf, (), d), h)  # An infinity wins over NaN, as in C.
+
+
+def scale_of(m: Tensor) -> Tensor:
+    """A detached scale for the magnitudes `m`: m itself, at least the smallest normal number, and 1
+    where m is inf or NaN (those pass through unscaled). Dividing by it keeps squares and powers in
+    range; the floor keeps the gradient's g * s / s from underflowing for subnormal inputs."""
+    m = m.detach()
+    # The smallest normal number; bfloat16 (stored as uint16 in NumPy) has float32's exponent range.
+    tiny = 2.0 ** -126 if m.dtype is dt.bfloat16 else float(np.finfo(m.dtype.np).tiny)
+    tiny = const(tiny, (), m.dtype)
+    return where(m < math.inf, maximum(m, tiny), const(1.0, (), m.dtype))
 
 
 @_opmath
@@ -739,14 +812,14 @@ def logaddexp(a, b):
     1000.693
     """
     a, b = _float_pair("logaddexp", a, b)
-    return maximum(a, b) + log1p(exp(-abs(_finite_diff(a, b))))
+    return _log_add(a, b, exp, 1.0)
 
 
 @_opmath
 def logaddexp2(a, b):
     """log2(2**a + 2**b) without overflow, as `torch.logaddexp2`."""
     a, b = _float_pair("logaddexp2", a, b)
-    return maximum(a, b) + log1p(exp2(-abs(_finite_diff(a, b)))) * (1.0 / math.log(2.0))
+    return _log_add(a, b, exp2, 1.0 / math.log(2.0))
 
 
 def _float_pair(op, a, b):
@@ -757,9 +830,18 @@ def _float_pair(op, a, b):
     return _as(a, d), _as(b, d)
 
 
-def _finite_diff(a, b):
-    """a - b, but 0 where a == b, so equal infinities give no NaN (value or gradient)."""
-    return where(a == b, const(0.0, (), a.dtype), a - b)
+def _log_add(a, b, expf, scale):
+    """max(a, b) + scale * log1p(expf(-|a - b|)), the stable log-add-exp in base e or 2.
+
+    Both the max and -|a - b| are selections on a > b, so where a == b the
+    gradient (and its derivative) is the smooth branch's, not a kink's. Equal
+    infinities take a - b as 0: the value is that infinity and the gradient the
+    limit 1/2 each, where PyTorch gives NaN.
+    """
+    both_inf = (a == b) & (abs(a) == math.inf)
+    d = where(both_inf, const(0.0, (), a.dtype), a - b)
+    pos = d > 0
+    return where(pos, a, b) + log1p(expf(where(pos, -d, d))) * scale
 
 
 @_opmath
@@ -768,7 +850,7 @@ def logit(x, eps: float | None = None):
     x = _float(x)
     if eps is not None:
         x = clamp(x, eps, 1.0 - eps)
-    return log(x / (1.0 - x))
+    return log(x) - log1p(-x)  # Gradient 1/x + 1/(1-x): +inf (not NaN) at 0 and 1, as PyTorch's.
 
 
 def sgn(x):

@@ -16,9 +16,9 @@ from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.functional.linalg import matmul
 from loom.functional.math import (
-    abs as _abs, clamp_min, exp, isinf, log, log1p, logsigmoid, minimum, rsqrt, sigmoid, sqrt, where,
+    abs as _abs, clamp_min, exp, hypot, log, log1p, logsigmoid, minimum, rsqrt, sigmoid, where,
 )
-from loom.functional.reduce import amax, amin
+from loom.functional.reduce import amax, amin, centre, scaled_pnorm
 from loom.functional.shape import chunk, repeat_interleave
 from loom.tensor import Tensor, _rand_node, apply, arange, const, normalize_dim, tensor
 
@@ -107,10 +107,7 @@ def _pnorm(x: Tensor, p, dim, keepdim: bool = False) -> Tensor:
         return (x != 0).to(x.dtype).sum(dim, keepdim)
     if p == 1:
         return _abs(x).sum(dim, keepdim)
-    s = (x * x).sum(dim, keepdim) if p == 2 else (_abs(x) ** p).sum(dim, keepdim)
-    zero = s == 0
-    root = sqrt(where(zero, 1.0, s)) if p == 2 else where(zero, 1.0, s) ** (1.0 / p)
-    return where(zero, 0.0, root)
+    return scaled_pnorm(x, float(p), dim, keepdim)
 
 
 def _floor_value(x: Tensor, low: float) -> Tensor:
@@ -206,9 +203,13 @@ def _softmax_input(op: str, input, dim, stacklevel, dtype) -> tuple[Tensor, int]
 
 
 def _shift(x: Tensor, d: int) -> Tensor:
-    """x minus its detached max along d, so exp never overflows (an infinite max shifts by 0)."""
-    m = amax(x.detach(), d, keepdim=True)
-    return x - where(isinf(m), 0.0, m)
+    """x minus its detached max along d, so exp never overflows.
+
+    An infinite max is subtracted too, as PyTorch does: a slice holding +inf, or
+    all -inf, becomes NaN (softmax and log_softmax are undefined there), while
+    -inf entries beside a finite max (masked logits) give probability 0.
+    """
+    return x - amax(x.detach(), d, keepdim=True)
 
 
 def _empty_along(x: Tensor, d: int) -> bool:
@@ -232,6 +233,8 @@ def softmax(input, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> 
     x, d = _softmax_input("softmax", input, dim, _stacklevel, dtype)
     if _empty_along(x, d):
         return x.clone()
+    if x.dtype in (dt.float16, dt.bfloat16):  # Sum in float32, as PyTorch: 1e5 terms overflow float16.
+        return softmax(x.to(dt.float32), d).to(x.dtype)
     e = exp(_shift(x, d))
     return e / e.sum(d, keepdim=True)
 
@@ -247,6 +250,8 @@ def log_softmax(input, dim: int | None = None, _stacklevel: int = 3, dtype=None)
     x, d = _softmax_input("log_softmax", input, dim, _stacklevel, dtype)
     if _empty_along(x, d):
         return x.clone()
+    if x.dtype in (dt.float16, dt.bfloat16):  # As softmax.
+        return log_softmax(x.to(dt.float32), d).to(x.dtype)
     s = _shift(x, d)
     return s - log(exp(s).sum(d, keepdim=True))
 
@@ -326,8 +331,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if n <= 1:
             raise ShapeError(f"loom.batch_norm: expected more than 1 value per channel when training, got "
                              f"input of shape {fmt_shape(x.shape)}")
-        mu = x.mean(axes, keepdim=True)
-        centred = x - mu
+        centred, mu = centre(x, axes)
         var = (centred * centred).mean(axes, keepdim=True)
         if rm is not None:
             _update_running(rm, mu.reshape(c), momentum)
@@ -370,8 +374,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         if n <= 1:
             raise ShapeError(f"loom.instance_norm: expected more than 1 spatial element when training, got "
                              f"input of shape {fmt_shape(x.shape)}")
-        mu = x.mean(axes, keepdim=True)
-        centred = x - mu
+        centred, mu = centre(x, axes)
         var = (centred * centred).mean(axes, keepdim=True)
         if rm is not None:
             _update_running(rm, mu.reshape(x.shape[0], c).mean(0), momentum)
@@ -422,7 +425,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     _need_float("layer_norm", x)
     ns = _trailing_shape("layer_norm", x, normalized_shape)
     axes = tuple(range(x.ndim - len(ns), x.ndim))
-    centred = x - x.mean(axes, keepdim=True)
+    centred, _ = centre(x, axes)
     var = (centred * centred).mean(axes, keepdim=True)
     return _affine_trailing("layer_norm", centred * rsqrt(var + eps), ns, weight, bias)
 
@@ -464,7 +467,7 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
     w = _channel_vec("group_norm", "weight", weight, c, x)
     b = _channel_vec("group_norm", "bias", bias, c, x)
     g = x.reshape(n, num_groups, (c // num_groups) * math.prod(x.shape[2:]))
-    centred = g - g.mean(-1, keepdim=True)
+    centred, _ = centre(g, -1)
     var = (centred * centred).mean(-1, keepdim=True)
     y = (centred * rsqrt(var + eps)).reshape(tuple(x.shape))
     if w is not None:
@@ -814,6 +817,16 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     return nll * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
 
 
+def _bce_log(q: Tensor, value: Tensor) -> Tensor:
+    """A log term of binary_cross_entropy: `value` (log q, computed accurately by the caller) clamped at
+    -100, with gradient 1 / max(q, 1e-12) as PyTorch's (which clamps p(1 - p) at 1e-12), so p = 0 or 1
+    (a saturated sigmoid) gives a finite gradient, not the NaN of the clamped log's unused branch."""
+    eps = 1e-12
+    qs = where(q < eps, q - q.detach() + eps, q)  # max(q, eps) in value, slope 1 everywhere.
+    lq = log(qs)
+    return lq + (clamp_min(value.detach(), -100.0) - lq.detach())
+
+
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction: str = "mean") -> Tensor:
     """-(t log(x) + (1 - t) log(1 - x)) for probabilities x, each log clamped to >= -100 (as PyTorch).
@@ -828,7 +841,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     x, t = _t(input), _t(target)
     _need_float("binary_cross_entropy", x)
     _same_shape("binary_cross_entropy", x, t)
-    loss = -(t * clamp_min(log(x), -100.0) + (1.0 - t) * clamp_min(log(1.0 - x), -100.0))
+    xd = x.detach()
+    loss = -(t * _bce_log(x, log(xd)) + (1.0 - t) * _bce_log(1.0 - x, log1p(-xd)))
     if weight is not None:
         loss = loss * _t(weight)
     return _reduce_loss(loss, reduction)
@@ -1104,8 +1118,11 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
         raise ShapeError(f"loom.cosine_embedding_loss: expected two inputs of one shape (N, D) or (D,), got "
                          f"{fmt_shape(a.shape)} and {fmt_shape(b.shape)}")
     k = a.ndim - 1
-    eps = 1e-12
-    cos = (a * b).sum(k) / sqrt(((a * a).sum(k) + eps) * ((b * b).sum(k) + eps))
+    # cos = a.b / sqrt((|a|^2 + 1e-12)(|b|^2 + 1e-12)) (PyTorch's), each factor as hypot(|a|, 1e-6) of a
+    # scaled norm and divided in before the sum, so no square or product overflows (|a| = 1e20 is fine).
+    na = hypot(scaled_pnorm(a, 2.0, k, True), const(1e-6, (), a.dtype))
+    nb = hypot(scaled_pnorm(b, 2.0, k, True), const(1e-6, (), b.dtype))
+    cos = ((a / na) * (b / nb)).sum(k)
     loss = where(y == 1, 1.0 - cos, 0.0) + where(y == -1, clamp_min(cos - margin, 0.0), 0.0)
     return _reduce_loss(loss, reduction)
 
@@ -1120,7 +1137,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: s
     """
     reduction = _reduction("soft_margin_loss", size_average, reduce, reduction)
     x, y = _t(input), _t(target)
-    return _reduce_loss(log1p(exp(-y * x)), reduction)
+    return _reduce_loss(-logsigmoid(y * x), reduction)  # log1p(exp(-yx)) without overflow at yx = -100.
 
 
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,

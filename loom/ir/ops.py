@@ -315,7 +315,17 @@ _binary("maximum", np.maximum, _max_vjp)
 _binary("minimum", np.minimum, _min_vjp)
 _binary("floordiv", _np_floordiv, lambda g, x, y, out, a: (_zeros(x), _zeros(y)), no_bool=True)  # Steps.
 _binary("mod", _np_mod, lambda g, x, y, out, a: (g, -g * (x / y).floor()), no_bool=True)
-_binary("atan2", np.arctan2, lambda g, x, y, out, a: (g * y / (x * x + y * y), -g * x / (x * x + y * y)))
+
+
+def _atan2_vjp(g, x, y, out, a):
+    d = x * x + y * y
+    zero = d == 0  # At (0, 0), or where the squares underflow: a zero gradient (PyTorch's), not 0/0.
+    inv = 1.0 / P("where", zero, d + 1.0, d)
+    zeros = _zeros(g)
+    return P("where", zero, zeros, g * y * inv), P("where", zero, zeros, -g * x * inv)
+
+
+_binary("atan2", np.arctan2, _atan2_vjp)
 for _name, _fn in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
                    ("gt", np.greater), ("ge", np.greater_equal)):
     _binary(_name, _fn, kind="compare")
