@@ -321,6 +321,8 @@ def _check_coverage(app, exception):
 
 
 if __name__ == "__main__":
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     everything, missing = report()
     for n in missing:
         print(n)
