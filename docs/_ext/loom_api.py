@@ -288,7 +288,28 @@ def setup(app):
             text = importlib.import_module(self.arguments[0]).parser().format_help()
             return [nodes.literal_block(text, text, language="text")]
 
+    class Run(Directive):
+        """Run the (self-contained) code at build time and show it with what it printed."""
+        has_content = True
+
+        def run(self):
+            import contextlib
+            import io
+            import traceback
+
+            code = "\n".join(self.content)
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out):
+                    exec(compile(code, f"<loom-run in {self.state.document.current_source}>", "exec"), {})
+            except Exception:
+                raise self.error("loom-run: the code failed:\n" + traceback.format_exc()) from None
+            text = out.getvalue().rstrip("\n")
+            return [nodes.literal_block(code, code, language="python"),
+                    nodes.literal_block(text, text, language="text")]
+
     app.add_directive("loom-api", LoomApi)
+    app.add_directive("loom-run", Run)
     app.connect("autodoc-process-docstring", _notes_after_parameters, priority=400)  # Before napoleon.
     app.connect("autodoc-process-docstring", _escape_plain_text, priority=900)  # After it.
     app.add_directive("loom-command-help", CommandHelp)
