@@ -52,3 +52,7 @@ import loom
 html_theme = "furo"
 html_title = "loom"
 html_static_path = []
+
+# The API pages hold ~1,000 entries; listing each in the navigation tree made every page's sidebar
+# (and the build) several times slower. Entries are still in the index and in search.
+toc_object_entries = False
