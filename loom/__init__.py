@@ -95,6 +95,7 @@ __version__ = "0.1.0"
 
 from loom.function import Function, cond, dynamic_scalar, function, jit, tracing, while_loop  # noqa: E402,F401
 from loom.runtime.realize import backend, get_backend, set_backend  # noqa: E402,F401
-from loom._docstrings import attach as _attach_docstrings  # noqa: E402
+from loom._docstrings import attach as _attach_docstrings, attach_tensor as _attach_tensor_docstrings  # noqa: E402
 
 _attach_docstrings(globals())
+_attach_tensor_docstrings(Tensor)

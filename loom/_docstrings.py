@@ -1916,3 +1916,337 @@ def attach(namespace: dict) -> None:
         obj = namespace[name]
         if not (obj.__doc__ or "").strip():
             obj.__doc__ = doc
+
+
+# Tensor members without a docstring in loom/tensor.py: name -> text.
+TENSOR_DOCS: dict[str, str] = {}
+
+TENSOR_DOCS["shape"] = r"""The size of each dimension, a `loom.Size` (a tuple).
+
+    Examples
+    --------
+    >>> loom.zeros(2, 3).shape
+    loom.Size([2, 3])
+    """
+
+TENSOR_DOCS["size"] = r"""The shape (a `loom.Size`), or the size of dimension `dim` (negative counts from the end).
+
+    Examples
+    --------
+    >>> loom.zeros(2, 3).size(), loom.zeros(2, 3).size(-1)
+    (loom.Size([2, 3]), 3)
+    """
+
+TENSOR_DOCS["dtype"] = r"""The element type (`loom.float32`, `loom.int64`, ...).
+
+    Examples
+    --------
+    >>> loom.tensor([1, 2]).dtype
+    loom.int64
+    """
+
+TENSOR_DOCS["device"] = r"""The device the tensor lives on (always the CPU in this build).
+
+    Examples
+    --------
+    >>> loom.zeros(1).device
+    device(type='cpu')
+    """
+
+TENSOR_DOCS["ndim"] = r"""The number of dimensions.
+
+    Examples
+    --------
+    >>> loom.zeros(2, 3).ndim
+    2
+    """
+
+TENSOR_DOCS["dim"] = r"""The number of dimensions (as `ndim`).
+
+    Examples
+    --------
+    >>> loom.zeros(2, 3).dim()
+    2
+    """
+
+TENSOR_DOCS["numel"] = r"""The number of elements (alias `nelement`).
+
+    Examples
+    --------
+    >>> loom.zeros(2, 3).numel()
+    6
+    """
+
+TENSOR_DOCS["element_size"] = r"""Bytes per element.
+
+    Examples
+    --------
+    >>> loom.zeros(1, dtype=loom.float64).element_size()
+    8
+    """
+
+TENSOR_DOCS["is_leaf"] = r"""True unless the tensor was computed from tensors that require grad (leaves get `.grad`).
+
+    Examples
+    --------
+    >>> w = loom.ones(2, requires_grad=True)
+    >>> w.is_leaf, (w * 2).is_leaf
+    (True, False)
+    """
+
+TENSOR_DOCS["grad_fn"] = r"""The autograd record of the op that made this tensor, or None for a leaf.
+
+    Examples
+    --------
+    >>> loom.ones(2, requires_grad=True).grad_fn is None
+    True
+    """
+
+TENSOR_DOCS["is_floating_point"] = r"""Whether the dtype is a floating point type.
+
+    Examples
+    --------
+    >>> loom.tensor([1.0]).is_floating_point(), loom.tensor([1]).is_floating_point()
+    (True, False)
+    """
+
+TENSOR_DOCS["is_cuda"] = r"""False: this build of loom runs on the CPU only.
+
+    Examples
+    --------
+    >>> loom.zeros(1).is_cuda
+    False
+    """
+
+TENSOR_DOCS["item"] = r"""The value of a one-element tensor as a Python number (computes it).
+
+    Examples
+    --------
+    >>> loom.tensor([2.5]).item()
+    2.5
+    """
+
+TENSOR_DOCS["tolist"] = r"""The values as (nested) Python lists of numbers (computes them).
+
+    Examples
+    --------
+    >>> loom.arange(4).reshape(2, 2).tolist()
+    [[0, 1], [2, 3]]
+    """
+
+TENSOR_DOCS["requires_grad_"] = r"""Set `requires_grad` in place (floating point leaves only); returns the tensor.
+
+    Examples
+    --------
+    >>> loom.zeros(2).requires_grad_().requires_grad
+    True
+    """
+
+TENSOR_DOCS["detach_"] = r"""Make this tensor a leaf that does not require grad, in place.
+
+    Examples
+    --------
+    >>> y = loom.ones(2, requires_grad=True) * 2
+    >>> y.detach_().requires_grad
+    False
+    """
+
+TENSOR_DOCS["retain_grad"] = r"""Keep `.grad` for this non-leaf tensor when `backward()` runs.
+
+    Examples
+    --------
+    >>> w = loom.ones(2, requires_grad=True)
+    >>> y = w * 3
+    >>> y.retain_grad()
+    >>> y.sum().backward()
+    >>> y.grad.tolist()
+    [1.0, 1.0]
+    """
+
+TENSOR_DOCS["type"] = r"""With no argument the dtype's name; with a dtype, the tensor converted to it.
+
+    Examples
+    --------
+    >>> loom.zeros(1).type(), loom.zeros(1).type(loom.int64).dtype
+    ('loom.float32', loom.int64)
+    """
+
+TENSOR_DOCS["type_as"] = r"""This tensor converted to `other`'s dtype.
+
+    Examples
+    --------
+    >>> loom.tensor([1.7]).type_as(loom.tensor([1])).tolist()
+    [1]
+    """
+
+TENSOR_DOCS["float"] = r"""This tensor as float32.
+
+    Examples
+    --------
+    >>> loom.tensor([1]).float().dtype
+    loom.float32
+    """
+
+TENSOR_DOCS["double"] = r"""This tensor as float64.
+
+    Examples
+    --------
+    >>> loom.tensor([1]).double().dtype
+    loom.float64
+    """
+
+TENSOR_DOCS["half"] = r"""This tensor as float16.
+
+    Examples
+    --------
+    >>> loom.tensor([1.5]).half().dtype
+    loom.float16
+    """
+
+TENSOR_DOCS["bfloat16"] = r"""This tensor as bfloat16.
+
+    Examples
+    --------
+    >>> loom.tensor([1.5]).bfloat16().dtype
+    loom.bfloat16
+    """
+
+TENSOR_DOCS["int"] = r"""This tensor as int32 (floats are truncated toward zero).
+
+    Examples
+    --------
+    >>> loom.tensor([-1.7, 1.7]).int().tolist()
+    [-1, 1]
+    """
+
+TENSOR_DOCS["long"] = r"""This tensor as int64 (floats are truncated toward zero).
+
+    Examples
+    --------
+    >>> loom.tensor([2.9]).long().tolist()
+    [2]
+    """
+
+TENSOR_DOCS["short"] = r"""This tensor as int16.
+
+    Examples
+    --------
+    >>> loom.tensor([3]).short().dtype
+    loom.int16
+    """
+
+TENSOR_DOCS["char"] = r"""This tensor as int8.
+
+    Examples
+    --------
+    >>> loom.tensor([3]).char().dtype
+    loom.int8
+    """
+
+TENSOR_DOCS["byte"] = r"""This tensor as uint8.
+
+    Examples
+    --------
+    >>> loom.tensor([3]).byte().dtype
+    loom.uint8
+    """
+
+TENSOR_DOCS["bool"] = r"""This tensor as bool (nonzero is True).
+
+    Examples
+    --------
+    >>> loom.tensor([0.0, 2.0]).bool().tolist()
+    [False, True]
+    """
+
+TENSOR_DOCS["cpu"] = r"""This tensor (loom tensors are always on the CPU).
+
+    Examples
+    --------
+    >>> t = loom.zeros(1)
+    >>> t.cpu() is t
+    True
+    """
+
+TENSOR_DOCS["is_contiguous"] = r"""Whether the elements are in row-major order in storage (a transposed view is not).
+
+    Examples
+    --------
+    >>> x = loom.zeros(2, 3)
+    >>> x.is_contiguous(), x.t().is_contiguous()
+    (True, False)
+    """
+
+TENSOR_DOCS["storage_offset"] = r"""Elements between the start of the storage and this view's first element.
+
+    Examples
+    --------
+    >>> loom.arange(6)[2:].storage_offset()
+    2
+    """
+
+TENSOR_DOCS["copy_"] = r"""Write `src` (broadcast, converted to this dtype) into this tensor in place; views see it.
+
+    Examples
+    --------
+    >>> x = loom.zeros(2, 2)
+    >>> _ = x[0].copy_(loom.tensor([1, 2]))
+    >>> x.tolist()
+    [[1.0, 2.0], [0.0, 0.0]]
+    """
+
+TENSOR_DOCS["zero_"] = r"""Fill with zeros in place.
+
+    Examples
+    --------
+    >>> loom.ones(2).zero_().tolist()
+    [0.0, 0.0]
+    """
+
+TENSOR_DOCS["fill_"] = r"""Fill with `value` in place.
+
+    Examples
+    --------
+    >>> loom.zeros(2).fill_(7).tolist()
+    [7.0, 7.0]
+    """
+
+TENSOR_DOCS["T"] = r"""The dimensions reversed (`permute(n-1, ..., 0)`), a view.
+
+    Examples
+    --------
+    >>> loom.zeros(2, 3).T.shape
+    loom.Size([3, 2])
+    """
+
+TENSOR_DOCS["mT"] = r"""The last two dimensions swapped, a view.
+
+    Examples
+    --------
+    >>> loom.zeros(4, 2, 3).mT.shape
+    loom.Size([4, 3, 2])
+    """
+
+TENSOR_DOCS["H"] = r"""The conjugate transpose of a matrix (the transpose, for real tensors), a view.
+
+    Examples
+    --------
+    >>> loom.zeros(2, 3).H.shape
+    loom.Size([3, 2])
+    """
+
+TENSOR_DOCS["mH"] = r"""The last two dimensions swapped and conjugated (swapped, for real tensors), a view.
+
+    Examples
+    --------
+    >>> loom.zeros(4, 2, 3).mH.shape
+    loom.Size([4, 3, 2])
+    """
+
+
+def attach_tensor(cls: type) -> None:
+    """Give `Tensor` members (methods and properties) in `TENSOR_DOCS` their text, where theirs is empty."""
+    for name, doc in TENSOR_DOCS.items():
+        member = cls.__dict__[name]
+        if not (member.__doc__ or "").strip():
+            member.__doc__ = doc

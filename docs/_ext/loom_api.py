@@ -103,7 +103,9 @@ def _defining_module(obj, default: str) -> str:
 
 
 def _data_line(modname: str, name: str, obj) -> list[str]:
-    doc = DATA_DOCS.get(f"{modname}.{name}") or DATA_DOCS.get(type(obj).__name__) or ""
+    doc = DATA_DOCS.get(f"{modname}.{name}") or ""
+    if type(obj).__name__ == "DType":
+        doc = f"The ``{obj.name}`` dtype" + ("." if obj.name == name else f" (PyTorch's alias ``loom.{name}``).")
     lines = [f".. py:data:: {name}", f"   :module: {modname}", ""]
     if doc:
         lines += ["   " + doc, ""]
@@ -112,7 +114,6 @@ def _data_line(modname: str, name: str, obj) -> list[str]:
 
 # What a public non-callable value is (these have no docstring of their own).
 DATA_DOCS = {
-    "DType": "A loom dtype (see :class:`loom.dtype`); PyTorch's spelling of the same name.",
     "loom.default_generator": "The global :class:`loom.Generator` used by random functions without `generator=`.",
     "loom.compiler.PASSES": "Registered compiler passes by name: ``{name: Pass}`` (see :func:`register_pass`).",
     "loom.ir.PRIMITIVES": "The primitive op table: ``{name: Primitive}`` with each op's shape/dtype rule, "
@@ -317,12 +318,40 @@ def setup(app):
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
 
 
+# Classes whose public methods and properties are part of the checked API, not only the class itself.
+MEMBER_CLASSES = ["loom.Tensor"]
+
+
+def public_members(clsname: str) -> list[str]:
+    """The public methods and properties of a class (inherited from `object` aside)."""
+    modname, name = clsname.rsplit(".", 1)
+    cls = getattr(importlib.import_module(modname), name)
+    out = []
+    for n in sorted(dir(cls)):
+        if n.startswith("_") or hasattr(object, n):
+            continue
+        member = inspect.getattr_static(cls, n)
+        if isinstance(member, (property, staticmethod, classmethod)) or inspect.isfunction(member):
+            out.append(n)
+    return out
+
+
+def undocumented_members(clsname: str) -> list[str]:
+    modname, name = clsname.rsplit(".", 1)
+    cls = getattr(importlib.import_module(modname), name)
+    return [f"{clsname}.{n}" for n in public_members(clsname)
+            if not (getattr(inspect.getattr_static(cls, n), "__doc__", None) or "").strip()]
+
+
 def report() -> tuple[list[str], list[str]]:
     """(all public names, those without a docstring)."""
     everything, missing = [], []
     for m in PUBLIC_MODULES:
         everything += [f"{m}.{n}" for n in public_names(m)]
         missing += undocumented(m)
+    for c in MEMBER_CLASSES:
+        everything += [f"{c}.{n}" for n in public_members(c)]
+        missing += undocumented_members(c)
     return everything, missing
 
 
@@ -333,7 +362,8 @@ def _check_coverage(app, exception):
 
     everything, missing = report()
     objects = app.env.get_domain("py").objects
-    absent = [n for n in everything if n not in objects]
+    members = tuple(f"{c}." for c in MEMBER_CLASSES)
+    absent = [n for n in everything if n not in objects and not n.startswith(members)]
     problems = [f"  no docstring: {n}" for n in missing] + [f"  not in the API reference: {n}" for n in absent]
     if problems:
         raise ExtensionError(f"loom docs coverage: {len(problems)} public name(s) undocumented:\n" +
