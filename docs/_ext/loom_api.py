@@ -9,6 +9,7 @@ list without Sphinx).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -39,17 +40,10 @@ def public_names(modname: str) -> list[str]:
 
 
 def kind(obj) -> str:
+    """'class', 'function' (anything with a signature and a docstring of its own) or 'data'."""
     if inspect.isclass(obj):
         return "class"
-    if callable(obj) and not _is_loom_instance(obj):
-        return "function"
-    return "data"
-
-
-def _is_loom_instance(obj) -> bool:
-    return not inspect.isroutine(obj) and not inspect.isclass(obj) and not isinstance(obj, types.FunctionType) \
-        and type(obj).__module__.split(".")[0] == "loom" and not hasattr(obj, "__wrapped__") and \
-        not isinstance(obj, (types.MethodType, types.BuiltinFunctionType))
+    return "function" if inspect.isroutine(obj) else "data"
 
 
 def own_doc(obj) -> str:
@@ -68,10 +62,6 @@ def undocumented(modname: str) -> list[str]:
     mod = importlib.import_module(modname)
     return [f"{modname}.{n}" for n in public_names(modname)
             if kind(getattr(mod, n)) != "data" and not own_doc(getattr(mod, n))]
-
-
-def _section_title(defining: str) -> str:
-    return TITLES.get(defining, defining)
 
 
 # Section titles for the modules that define the names re-exported by `loom`.
@@ -98,7 +88,7 @@ TITLES = {
 
 def _defining_module(obj, default: str) -> str:
     if kind(obj) == "data":
-        return type(obj).__module__ if _is_loom_instance(obj) else default
+        return type(obj).__module__ if _is_loom_value(obj) else default
     return getattr(obj, "__module__", None) or default
 
 
@@ -133,6 +123,7 @@ def owner(obj, exported_by: list[str]) -> str:
     return max(prefixed or exported_by, key=len)
 
 
+@functools.cache
 def _exporters() -> dict[int, list[str]]:
     found: dict[int, list[str]] = {}
     for m in PUBLIC_MODULES:
@@ -168,7 +159,7 @@ def rst_for(modname: str, group: bool) -> list[str]:
     keys = [k for k in order if k in sections] + sorted(k for k in sections if k not in order)
     for key in keys:
         if group:
-            title = _section_title(key)
+            title = TITLES.get(key, key)
             lines += [title, "-" * len(title), ""]
         for n in sections[key]:
             obj = getattr(mod, n)
@@ -181,14 +172,10 @@ def rst_for(modname: str, group: bool) -> list[str]:
             elif k == "data":
                 lines += _data_line(modname, n, obj)
             elif k == "class":
-                opts = ["   :members:"] if CLASS_MEMBERS else []
-                lines += [f".. autoclass:: {modname}::{n}", *opts, ""]
+                lines += [f".. autoclass:: {modname}::{n}", "   :members:", ""]
             else:
                 lines += [f".. autofunction:: {modname}::{n}", ""]
     return lines
-
-
-CLASS_MEMBERS = True
 
 
 _CODE = re.compile(r"(``.+?``|`[^`]+`)")
