@@ -112,15 +112,20 @@ DATA_DOCS = {
 
 
 def owner(obj, exported_by: list[str]) -> str:
-    """The page that documents an object exported by several modules: the most specific one that defines it.
+    """The page that documents an object exported by several modules; the other pages link to it.
 
-    Among the public modules exporting it, prefer the longest whose name prefixes the defining module
-    (`loom.autograd` for `loom.autograd.tape.GradientTape`), else the longest (`loom.nn.functional`
-    over `loom` for `relu`); the other pages show a link to it.
+    The most specific exporting package that defines it (`loom.autograd` for
+    `loom.autograd.tape.GradientTape`); else `loom.nn.functional` for the
+    functions PyTorch keeps there (`relu`, `cross_entropy`); else `loom`.
     """
     defining = getattr(obj, "__module__", "") or ""
-    prefixed = [m for m in exported_by if defining == m or defining.startswith(m + ".")]
-    return max(prefixed or exported_by, key=len)
+    prefixed = [m for m in exported_by if m != "loom" and (defining == m or defining.startswith(m + "."))]
+    if prefixed:
+        return max(prefixed, key=len)
+    for preferred in ("loom.nn.functional", "loom"):
+        if preferred in exported_by:
+            return preferred
+    return exported_by[0]
 
 
 @functools.cache
