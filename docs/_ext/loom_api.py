@@ -176,6 +176,12 @@ def rst_for(modname: str, group: bool) -> list[str]:
                           f"   Same as :{role}:`{home}`.", ""]
             elif k == "data":
                 lines += _data_line(modname, n, obj)
+            elif k == "class" and obj.__name__ != n:
+                # Autodoc shows a class under another name only as "alias of"; give its summary instead.
+                summary = inspect.getdoc(obj).split("\n\n")[0].replace("\n", " ")
+                real = f"{obj.__module__}.{obj.__name__}"
+                lines += [f".. py:class:: {n}", f"   :module: {modname}", f"   :canonical: {real}", "",
+                          f"   {summary} PyTorch's spelling of `{real}`.", ""]
             elif k == "class":
                 lines += [f".. autoclass:: {modname}::{n}", "   :members:", ""]
             else:
