@@ -58,15 +58,30 @@ def promote_types(a, b):
 
 
 def result_type(a, b):
+    """The dtype an op on `a` and `b` (tensors or Python numbers) gives, by PyTorch's promotion rules.
+
+    Examples
+    --------
+    >>> loom.result_type(loom.tensor([1, 2]), 1.5)
+    loom.float32
+    """
     return _result_type(a, b)
 
 
 def can_cast(from_, to) -> bool:
+    """Whether PyTorch's casting rules allow an in-place op to write a `from_` value into a `to` tensor.
+
+    Examples
+    --------
+    >>> loom.can_cast(loom.int32, loom.float32), loom.can_cast(loom.float32, loom.int32)
+    (True, False)
+    """
     f, t = _dtypes.as_dtype(from_), _dtypes.as_dtype(to)
     return f.category <= t.category
 
 
 def is_floating_point(t) -> bool:
+    """Whether tensor `t` has a floating point dtype (float16, bfloat16, float32, float64)."""
     return t.dtype.is_floating_point
 
 
@@ -80,3 +95,7 @@ __version__ = "0.1.0"
 
 from loom.function import Function, cond, dynamic_scalar, function, jit, tracing, while_loop  # noqa: E402,F401
 from loom.runtime.realize import backend, get_backend, set_backend  # noqa: E402,F401
+from loom._docstrings import attach as _attach_docstrings, attach_tensor as _attach_tensor_docstrings  # noqa: E402
+
+_attach_docstrings(globals())
+_attach_tensor_docstrings(Tensor)

@@ -40,4 +40,11 @@ class Device:
 
 
 def device(spec="cpu", index: int | None = None) -> Device:
+    """A device, as `torch.device`: ``loom.device("cpu")``; CUDA devices raise `DeviceError` (cpu only).
+
+    Examples
+    --------
+    >>> loom.device("cpu")
+    device(type='cpu')
+    """
     return Device(spec, index)

@@ -92,10 +92,20 @@ def as_dtype(d) -> DType:
 
 
 def get_default_dtype() -> DType:
+    """The float dtype of tensors made from Python floats and of `randn`, `zeros`, ... (float32 at start)."""
     return _default_float
 
 
 def set_default_dtype(d) -> None:
+    """Make `d` (a floating point dtype) the default float dtype.
+
+    Examples
+    --------
+    >>> loom.set_default_dtype(loom.float64)
+    >>> loom.tensor([1.5]).dtype
+    loom.float64
+    >>> loom.set_default_dtype(loom.float32)
+    """
     global _default_float
     d = as_dtype(d)
     if not d.is_floating_point:

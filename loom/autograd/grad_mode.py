@@ -8,6 +8,14 @@ _state = threading.local()
 
 
 def is_grad_enabled() -> bool:
+    """Whether ops in this thread record history for backward (False inside `no_grad`).
+
+    Examples
+    --------
+    >>> with loom.no_grad():
+    ...     loom.is_grad_enabled()
+    False
+    """
     return getattr(_state, "enabled", True)
 
 

@@ -48,6 +48,7 @@ def _nproc(text: str) -> list[int]:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m loom.bench`` (its options are listed on this page)."""
     p = argparse.ArgumentParser(
         prog="python -m loom.bench",
         description="Benchmark loom against PyTorch and JAX on the same models, data and machine.",
@@ -90,6 +91,15 @@ def _executor_available() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``python -m loom.bench`` with `argv` (default: ``sys.argv[1:]``); returns the exit status.
+
+    Examples
+    --------
+    >>> from loom.bench import cli
+    >>> cli.main(["--list"])  # doctest: +ELLIPSIS
+    mlp ...
+    0
+    """
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     if args.list:

@@ -100,6 +100,7 @@ def probe(model: str, batch_sizes: list[int], backend: str = "c", seed: int = 0)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m loom.bench.compile_probe --model gpt``: print cold/warm compile times and kernel builds as JSON."""
     p = argparse.ArgumentParser(prog="python -m loom.bench.compile_probe", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="gpt", choices=BATCH_FIRST)
     p.add_argument("--batch-sizes", default="", help="comma-separated; default: the workload's batch, then half")

@@ -60,6 +60,7 @@ def document(results: list[dict], machine: dict, versions: dict, config: dict, c
 
 
 def write_json(doc: dict, path: str | Path) -> None:
+    """Write the results `document` to `path` as indented JSON (what ``--json PATH`` writes)."""
     Path(path).write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 

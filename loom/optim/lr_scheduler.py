@@ -96,6 +96,18 @@ class MultiStepLR(LRScheduler):
 
 
 class ExponentialLR(LRScheduler):
+    """Multiply every group's learning rate by `gamma` each epoch: lr = base_lr * gamma ** epoch.
+
+    Examples
+    --------
+    >>> opt = loom.optim.SGD([loom.nn.Parameter(loom.zeros(1))], lr=1.0)
+    >>> sched = loom.optim.lr_scheduler.ExponentialLR(opt, gamma=0.5)
+    >>> for _ in range(2):
+    ...     opt.step(); sched.step()
+    >>> sched.get_last_lr()
+    [0.25]
+    """
+
     def __init__(self, optimizer, gamma: float, last_epoch: int = -1) -> None:
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
@@ -133,6 +145,18 @@ class LinearLR(LRScheduler):
 
 
 class ConstantLR(LRScheduler):
+    """Scale the learning rate by `factor` for the first `total_iters` epochs, then use the base rate.
+
+    Examples
+    --------
+    >>> opt = loom.optim.SGD([loom.nn.Parameter(loom.zeros(1))], lr=0.9)
+    >>> sched = loom.optim.lr_scheduler.ConstantLR(opt, factor=0.5, total_iters=1)
+    >>> lrs = [sched.get_last_lr()[0]]
+    >>> opt.step(); sched.step()
+    >>> lrs + sched.get_last_lr()
+    [0.45, 0.9]
+    """
+
     def __init__(self, optimizer, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch: int = -1) -> None:
         self.factor, self.total_iters = factor, total_iters
         super().__init__(optimizer, last_epoch)

@@ -26,6 +26,7 @@ if _backend not in _BACKENDS:
 
 
 def get_backend() -> str:
+    """How eager values are computed now: ``'reference'`` (NumPy) or ``'compiled'`` (see `set_backend`)."""
     return _backend
 
 
