@@ -1525,7 +1525,9 @@ class Generator:
         return key
 
     def get_state(self) -> Tensor:
-        return tensor([self._seed, self._counter], dtype=dt.int64)
+        # A 64-bit unsigned seed is kept as the int64 with the same bits; set_state masks it back.
+        seed = self._seed - (1 << 64) if self._seed >= 1 << 63 else self._seed
+        return tensor([seed, self._counter], dtype=dt.int64)
 
     def set_state(self, state) -> None:
         seed, counter = (int(v) for v in (state.tolist() if isinstance(state, Tensor) else state))

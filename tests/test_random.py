@@ -218,3 +218,18 @@ def test_dropout_masks_are_reproducible():
     assert a == b
     kept = np.array(a) != 0
     assert 0.45 < kept.mean() < 0.55 and set(np.unique(np.array(a))) <= {0.0, 2.0}
+
+
+def test_rng_state_round_trips_for_every_64_bit_seed():
+    for s in (0, 1, 2**63 - 1, 2**63, 2**64 - 1):
+        loom.manual_seed(s)
+        state = loom.get_rng_state()
+        a = loom.rand(3).tolist()
+        loom.set_rng_state(state)
+        assert loom.rand(3).tolist() == a
+    for _ in range(20):
+        loom.seed()  # A random 64-bit seed: half of them are above the int64 range.
+        state = loom.get_rng_state()
+        a = loom.rand(2).tolist()
+        loom.set_rng_state(state)
+        assert loom.rand(2).tolist() == a
