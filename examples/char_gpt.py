@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
                    help="run the training step eagerly instead of tracing it with loom.function")
     args = p.parse_args(argv)
     path = require_data(args.data, "the tinyshakespeare text (input.txt)",
-                        "It is the plain-text corpus described in /work/shared/data/README.md.")
+                        "It is the input.txt of karpathy/char-rnn's data/tinyshakespeare; docs/data.md says more.")
     if args.smoke:
         args.layers, args.heads, args.d_model, args.context, args.batch_size = 1, 2, 32, 16, 8
         args.max_steps, args.eval_every, args.eval_batches, args.warmup = 30, 10, 2, 5

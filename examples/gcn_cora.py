@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seeds", type=int, nargs="+", help="several runs; reports the median (default: --seed)")
     args = p.parse_args(argv)
     path = require_data(args.data, "the Cora graph (cora.npz)",
-                        "It is the Planetoid split as NumPy arrays; see /work/shared/data/README.md.")
+                        "It is the Planetoid split of Cora as NumPy arrays; docs/data.md describes the file.")
     if args.smoke:
         args.epochs = min(args.epochs, 10)
         args.seeds = args.seeds or [args.seed]

@@ -286,8 +286,8 @@ class Cora:
     def __init__(self, path: str | os.PathLike | None = None) -> None:
         path = Path(path) if path is not None else data_dir() / "cora" / "cora.npz"
         if not path.exists():
-            raise _missing(path, "the Cora graph (cora.npz)", "Pass path= the cora.npz described in "
-                           "shared/data/README.md, or set LOOM_DATA_DIR.")
+            raise _missing(path, "the Cora graph (cora.npz)", "Pass path= a cora.npz as docs/data.md "
+                           "describes, or set LOOM_DATA_DIR.")
         self.path = path
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in self._KEYS if k not in z.files]
