@@ -453,7 +453,7 @@ def _mask_only(x: Tensor, index):
     return None
 
 
-def index_put_functional(x: Tensor, index, value) -> Tensor:
+def index_put_functional(x: Tensor, index, value, op: str = "setitem") -> Tensor:
     """x with `x[index] = value` applied, as a new tensor (what `Tensor.__setitem__` assigns).
 
     Every index kind `getitem` takes works here. `value` broadcasts to the shape
@@ -480,7 +480,7 @@ def index_put_functional(x: Tensor, index, value) -> Tensor:
             v = _value_like(x, value, rest, "setitem")
             mb = broadcast_to(_reshape(m, tuple(m.shape) + (1,) * len(rest)), tuple(x.shape), "setitem")
             return apply("where", (mb, broadcast_to(v, tuple(x.shape), "setitem"), x), {})
-    plan = _parse(tuple(x.shape), index, "setitem")
+    plan = _parse(tuple(x.shape), index, op)
     if plan.basic:
         v = _value_like(x, value, plan.shape, "setitem")
         sliced = [len(range(a, b, c)) for a, b, c in zip(plan.starts, plan.stops, plan.steps)]
@@ -520,7 +520,7 @@ def index_put(x, indices, values, accumulate: bool = False) -> Tensor:
     _same_dtype("index_put", x, values, "values")
     index = tuple(slice(None) if i is None else i for i in indices)
     if not accumulate:
-        return index_put_functional(x, index, values)
+        return index_put_functional(x, index, values, "index_put")
     plan = _parse(tuple(x.shape), index, "index_put")
     pos = _positions(x, plan)
     v = _value_like(x, values, pos.shape, "index_put")

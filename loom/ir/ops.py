@@ -754,8 +754,9 @@ def check_error(attrs: dict, value, row: bool = False) -> Exception:
     return cls(text.format(value=value))
 
 
-def _scalar_text(value, integer: bool) -> str:
-    return str(int(value)) if integer else repr(float(value))
+def value_text(value, dtype) -> str:
+    """How a check message shows a bad value: in the input's (computing) NumPy dtype, shortest form."""
+    return str(np.asarray(value).astype(dtype)[()])
 
 
 def _infer_check(inputs, attrs):
@@ -767,12 +768,11 @@ def _infer_check(inputs, attrs):
 
 def _check_impl(x, attrs):
     bad, rows = check_failure(x, attrs)
-    integer = x.dtype.kind in "iu"
     if bad.any():
-        raise check_error(attrs, _scalar_text(x[bad].flat[0], integer))
+        raise check_error(attrs, value_text(x[bad].flat[0], x.dtype))
     if rows is not None and rows.any():
         sums = np.sum(x, axis=-1)
-        raise check_error(attrs, _scalar_text(np.asarray(sums)[rows].flat[0], integer), row=True)
+        raise check_error(attrs, value_text(np.asarray(sums)[rows].flat[0], x.dtype), row=True)
     return x.view()
 
 
