@@ -26,7 +26,7 @@ def check(t: Tensor, op: str, message: str, *, low, high, closed: bool = False, 
     (`rows_message` then gets the row's sum). Use the returned tensor: the
     check runs where it is read.
     """
-    attrs = {"op": op, "low": low, "high": high, "closed": closed, "ignore": ignore, "error": error,
+    attrs = {"user_op": op, "low": low, "high": high, "closed": closed, "ignore": ignore, "error": error,
              "positive_rows": positive_rows, "message": message, "rows_message": rows_message}
     buf = t._node.buffer
     if buf is not None:
@@ -37,12 +37,12 @@ def check(t: Tensor, op: str, message: str, *, low, high, closed: bool = False, 
 
 
 def check_index(t: Tensor, op: str, size: int, where: str, *, negative: bool = False,
-                what: str = "index") -> Tensor:
+                what: str = "index", out_of: str = "bounds") -> Tensor:
     """`t` with its indices required in [0, size) (or [-size, size) with `negative`), PyTorch's rule per op.
 
     `where` says what is indexed ("dimension 1 with size 3"), for the message.
     """
     low = -size if negative else 0
-    message = (f"loom.{op}: {what} {{value}} is out of bounds for {where} "
+    message = (f"loom.{op}: {what} {{value}} is out of {out_of} for {where} "
                f"(expected {low} <= {what} < {size})")
     return check(t, op, message, low=low, high=size)

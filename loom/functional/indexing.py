@@ -924,7 +924,8 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
         num_classes = int(np.asarray(t.numpy(force=True)).max()) + 1  # Realises t: checked right away.
     if num_classes < 0:
         raise LoomError(f"loom.one_hot: num_classes must be -1 or non-negative, got {num_classes}")
-    t = check_index(t, "one_hot", num_classes, f"num_classes={num_classes}", what="class value")
+    t = check_index(t, "one_hot", num_classes, f"num_classes={num_classes}", what="class value",
+                    out_of="range")
     shape = tuple(t.shape) + (num_classes,)
     idx = _reshape(t, tuple(t.shape) + (1,))
     ones = const(1, tuple(idx.shape), dt.int64)

@@ -640,7 +640,7 @@ def embedding(input, weight, padding_idx: int | None = None, max_norm: float | N
         if not -v <= padding_idx < v:
             raise LoomIndexError(f"loom.embedding: padding_idx {padding_idx} must be within num_embeddings {v}")
         padding_idx %= v
-    idx = check_index(idx, "embedding", v, f"weight {fmt_shape(w.shape)} with {v} rows")
+    idx = check_index(idx, "embedding", v, f"weight {fmt_shape(w.shape)} with {v} rows", out_of="range")
     flat = idx.reshape(-1).to(dt.int64)
     n = flat.shape[0]
     if max_norm is not None:
