@@ -214,8 +214,11 @@ def test_traced_gradient_passes_through_the_check():
 MODES = ["eager-reference", "eager-compiled", "traced-c", "traced-reference", "traced-xla"]
 
 
-def in_mode(mode: str, fn: Callable, arg: np.ndarray) -> np.ndarray:
-    """fn applied to a pending float tensor holding `arg`, in `mode`; returns the computed value."""
+def in_mode(mode: str, fn: Callable, arg: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """fn applied to a pending float tensor holding `arg`, in `mode`; returns the computed value.
+
+    A traced mode first traces on `valid` (default: all 0.5), so the call on `arg` is a replay.
+    """
     if mode.startswith("eager"):
         with loom.backend(mode.split("-")[1]):
             return fn(loom.tensor(arg) * 1.0).numpy()
@@ -223,7 +226,7 @@ def in_mode(mode: str, fn: Callable, arg: np.ndarray) -> np.ndarray:
     if backend == "xla":
         pytest.importorskip("jax")
     step = loom.function(lambda p: fn(p * 1.0), backend=backend, warmup=0)
-    step(loom.tensor(np.full_like(arg, 0.5)))  # Traced on valid values; the call below replays.
+    step(loom.tensor(np.full_like(arg, 0.5) if valid is None else valid))
     return step(loom.tensor(arg)).numpy()
 
 
@@ -289,3 +292,15 @@ def test_check_survives_the_pipeline_and_folds_only_when_valid():
     exe = compile_graph(graph([2, -1, 1]))  # A constant that fails is not folded: the run raises.
     with pytest.raises(LoomIndexError, match=r"^loom\.gather: index -1 is bad$"):
         exe(x)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_masked_scatter_source_too_short(mode):
+    """A pending mask that selects more elements than the source holds is an error, not a wrapped read."""
+    def fn(p):
+        return loom.zeros(4).masked_scatter(p > 0.25, loom.tensor([1.0, 2.0]))
+    good = np.array([0.0, 1.0, 1.0, 0.0], np.float32)
+    np.testing.assert_array_equal(in_mode(mode, fn, good, good), [0.0, 1.0, 2.0, 0.0])
+    with pytest.raises(LoomValueError, match=r"^loom\.masked_scatter: number of elements of source \(2\) < "
+                                             r"number of ones in mask: .* element 2 \(expected 0 <= position < 2\)"):
+        in_mode(mode, fn, np.array([1.0, 1.0, 1.0, 0.0], np.float32), good)

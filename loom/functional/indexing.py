@@ -25,7 +25,7 @@ import numpy as np
 
 from loom import dtypes as dt
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
-from loom.functional.checks import check_index
+from loom.functional.checks import check, check_index
 from loom.ir.ops import PRIMITIVES
 from loom.tensor import Tensor, apply, arange, broadcast_shapes, broadcast_to, const, normalize_dim, tensor
 
@@ -355,8 +355,9 @@ def getitem(x: Tensor, index) -> Tensor:
     None, Ellipsis, integer tensors / lists / NumPy arrays (advanced indexing,
     broadcast together), boolean masks and 0-d bools, in any combination.
     A boolean mask is realised to know the result's shape; everything else
-    stays lazy. Out-of-range indices raise `LoomIndexError` when the index values
-    are known (ints, lists, arrays, computed tensors), else when the gather runs.
+    stays lazy. Out-of-range indices raise `LoomIndexError` at the call when the
+    index values are known (ints, lists, arrays, computed tensors), else when the
+    index is computed (a ``check`` node in the graph), in every backend and trace.
 
     Examples
     --------
@@ -824,7 +825,11 @@ def masked_scatter(x, mask, source) -> Tensor:
             raise LoomError("loom.masked_scatter: source is empty but the mask selects elements")
         return xb
     from loom.functional.reduce import cumsum
-    pos = _where(mb, cumsum(mb.to(dt.int64), 0) - 1, const(0, (), dt.int64))  # Bounds checked by gather.
+    pos = _where(mb, cumsum(mb.to(dt.int64), 0) - 1, const(0, (), dt.int64))
+    n = src.numel()
+    pos = check(pos, "masked_scatter", f"loom.masked_scatter: number of elements of source ({n}) < number of ones "
+                f"in mask: the mask asks for source element {{value}} (expected 0 <= position < {n})",
+                low=0, high=n, error="value")
     taken = _reshape(apply("gather", (src, pos), {"axis": 0}), shape)
     return apply("where", (_reshape(mb, shape), taken, xb), {})
 

@@ -13,8 +13,9 @@ reference, not jax's defaults:
   reductions propagate NaN; round is half to even; integer sums wrap in
   the input's type; sign(NaN) is 0; argsort is stable with NaN largest;
 - checks the reference makes at run time (gather/scatter_add index bounds,
-  integer division by zero) run inside the compiled function and raise the
-  same loom errors after the call.
+  integer division by zero, ``check`` nodes) run inside the compiled function
+  and raise the same loom errors after the call; a ``check`` also returns its
+  first bad value, so the message names it.
 
 64-bit types stay exact: tracing, compiling and every call run inside
 ``jax.enable_x64(True)``, a thread-local scope, so jax code elsewhere in the
