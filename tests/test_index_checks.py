@@ -190,6 +190,17 @@ def test_traced_state_changed_between_calls_is_checked():
         step()
 
 
+def test_trace_constant_index_is_checked_once_while_tracing():
+    """An index made of constants inside the function cannot change: checked at trace time, no node."""
+    step = loom.function(lambda x: x[:, [2, -1]], backend="c", warmup=0)
+    np.testing.assert_array_equal(step(loom.tensor(X)).numpy(), X[:, [2, -1]])
+    graph = next(iter(step._cache.values())).graph
+    assert "check" not in {n.op for n in graph}
+    bad = loom.function(lambda x: x[:, [2, 3]], backend="c", warmup=0)
+    with pytest.raises(LoomIndexError, match=r"^loom\.getitem: index 3 is out of bounds .*-3 <= index < 3"):
+        bad(loom.tensor(X))
+
+
 def test_traced_gradient_passes_through_the_check():
     """Gradients flow through checked values: embedding rows and binary_cross_entropy's input."""
     w = loom.tensor(W, requires_grad=True)

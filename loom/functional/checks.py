@@ -1,8 +1,8 @@
 """Checks on values a composite op cannot trust: indices, class targets, probabilities.
 
 A value computed already is checked at once, at the call. A pending value (a
-lazy eager tensor, or anything inside a `loom.function` trace, whose values
-change from call to call) is checked by a ``check`` node in the graph: it
+lazy eager tensor, or a value a `loom.function` trace computes or reads from
+outside, which change from call to call) is checked by a ``check`` node: it
 passes the value through to the op that reads it and raises the op's error
 when the value is computed, in every backend (reference, compiled, XLA).
 """
@@ -31,9 +31,10 @@ def check(t: Tensor, op: str, message: str, *, low, high, closed: bool = False, 
     buf = t._node.buffer
     if buf is not None:
         PRIMITIVES["check"].impl(to_compute(np.asarray(buf), t.dtype), attrs)
-        if _realize.active_trace is None:
-            return t  # Checked for good: a computed eager value never changes.
-    return apply("check", (t,), attrs)
+        trace = _realize.active_trace
+        if trace is None or t._node.id >= trace.start_id:
+            return t  # Checked for good: an eager value, or a constant of the trace, never changes.
+    return apply("check", (t,), attrs)  # Pending, or state a trace reads afresh on every call.
 
 
 def check_index(t: Tensor, op: str, size: int, where: str, *, negative: bool = False,
