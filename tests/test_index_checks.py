@@ -315,3 +315,14 @@ def test_masked_scatter_source_too_short(mode):
     with pytest.raises(LoomValueError, match=r"^loom\.masked_scatter: number of elements of source \(2\) < "
                                              r"number of ones in mask: .* element 2 \(expected 0 <= position < 2\)"):
         in_mode(mode, fn, np.array([1.0, 1.0, 1.0, 0.0], np.float32), good)
+
+
+def test_check_node_attrs_are_validated():
+    from loom.errors import GraphError
+    from loom.ir import Graph
+    g = Graph()
+    x = g.add_input((3,), loom.int64)
+    with pytest.raises(GraphError, match=r"loom\.check: missing attr 'message'"):
+        g.add_node("check", [x], {"low": 0, "high": 3})
+    with pytest.raises(GraphError, match=r"loom\.check: attr 'error' must be 'index' or 'value', got 'oops'"):
+        g.add_node("check", [x], {"low": 0, "high": 3, "message": "m {value}", "error": "oops"})

@@ -763,6 +763,13 @@ def _infer_check(inputs, attrs):
     x = inputs[0]
     if x.dtype is dt.bool_:
         raise DTypeError(f"loom.check: expected a numeric input, got {x.dtype.name}")
+    for key in ("low", "high", "message"):
+        if key not in attrs:
+            raise GraphError(f"loom.check: missing attr {key!r} (needs low, high and message; got {sorted(attrs)})")
+    if attrs.get("error", "index") not in ("index", "value"):
+        raise GraphError(f"loom.check: attr 'error' must be 'index' or 'value', got {attrs['error']!r}")
+    if attrs.get("positive_rows", False) and "rows_message" not in attrs:
+        raise GraphError("loom.check: positive_rows needs a rows_message")
     return tuple(x.shape), x.dtype
 
 
