@@ -1643,9 +1643,14 @@ def normal(mean=0.0, std=1.0, size=None, generator=None, dtype=None) -> Tensor:
 
 def multinomial(probs: Tensor, num_samples: int, replacement: bool = False, generator=None) -> Tensor:
     """Sample category indices from each row of (unnormalised) `probs`."""
-    p = probs.detach().to(dt.float64)
+    p = probs.detach()
     if p.ndim not in (1, 2):
         raise ShapeError(f"loom.multinomial: expected a 1-d or 2-d tensor, got {fmt_shape(p.shape)}")
+    from loom.functional.checks import check
+    p = check(p, "multinomial", "loom.multinomial: probability tensor contains either inf, nan or element < 0, "
+              "got {value} (expected 0 <= probability < inf)", low=0.0, high=math.inf, error="value",
+              positive_rows=True, rows_message="loom.multinomial: invalid multinomial distribution (sum of "
+              "probabilities <= 0): a row sums to {value}").to(dt.float64)
     rows = p.reshape(-1, p.shape[-1]) if p.ndim == 2 else p.reshape(1, -1)
     if not replacement and num_samples > rows.shape[1]:
         raise LoomError(f"loom.multinomial: cannot draw {num_samples} samples without replacement "

@@ -26,6 +26,7 @@ import numpy as np
 from loom import dtypes as dt
 from loom.alias import make_view
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
+from loom.functional.checks import check, check_index
 from loom.ir.ops import PRIMITIVES
 from loom.tensor import Tensor, apply, arange, broadcast_shapes, broadcast_to, const, normalize_dim, tensor
 
@@ -98,12 +99,14 @@ def _index_tensor(index, op: str, ndim1: bool = False) -> Tensor:
     return index
 
 
-def _check_known_bounds(index: Tensor, size: int, op: str, what: str) -> None:
-    """Early out-of-range check when the index values are already known."""
-    k = _known(index)
-    if k is not None and k.size and (k.min() < -size or k.max() >= size):
-        bad = int(k[(k < -size) | (k >= size)].flat[0])
-        raise LoomIndexError(f"loom.{op}: index {bad} is out of bounds for {what} with size {size}")
+def _in_bounds(index: Tensor, size: int, op: str, dim: int | None, negative: bool = False) -> Tensor:
+    """`index` checked against a dim of `size`: now when its values are known, else where it is computed.
+
+    `negative` allows [-size, size) (getitem, take, index_fill); otherwise PyTorch's
+    gather/scatter family wants [0, size).
+    """
+    where = "a 0-d tensor" if dim is None else f"dimension {dim} with size {size}"
+    return check_index(index, op, size, where, negative=negative)
 
 
 def _same_dtype(op: str, x: Tensor, other: Tensor, what: str) -> None:
@@ -268,11 +271,10 @@ def _parse(shape: tuple[int, ...], index, op: str) -> _Plan:
             plan.shape.append(length)
             d += 1
         elif kind == "select":
-            _check_known_bounds(p, shape[d], op, f"dimension {d}")
-            plan.selects.append((d, p))
+            plan.selects.append((d, _in_bounds(p, shape[d], op, d, negative=True)))
             d += 1
         elif kind == "adv":
-            _check_known_bounds(p, shape[d], op, f"dimension {d}")
+            p = _in_bounds(p, shape[d], op, d, negative=True)
             plan.shape.append(shape[d])
             plan.adv.append(_Adv(len(plan.shape) - 1, p, _known(p)))
             d += 1
@@ -294,7 +296,7 @@ def _apply_plan(x: Tensor, plan: _Plan) -> Tensor:
     y = x
     if plan.starts != [0] * x.ndim or plan.stops != list(x.shape) or plan.steps != [1] * x.ndim:
         y = apply("slice", (y,), {"starts": plan.starts, "stops": plan.stops, "steps": plan.steps})
-    for d, idx in plan.selects:  # A 0-d integer tensor selects one entry of its dim (bounds checked by gather).
+    for d, idx in plan.selects:  # A 0-d integer tensor selects one entry of its dim (bounds checked in _parse).
         shape = list(y.shape)
         shape[d] = 1
         y = apply("gather", (y, broadcast_to(_reshape(idx, [1] * y.ndim), shape)), {"axis": d})
@@ -317,26 +319,21 @@ def _advanced(y: Tensor, advs: list[_Adv]) -> Tensor:
     sizes = [y.shape[d] for d in dims]
     total = math.prod(sizes)
     if len(advs) == 1:
-        lin = broadcast_to(advs[0].index, bshape)  # gather wraps negative indices and checks bounds itself.
+        lin = broadcast_to(advs[0].index, bshape)  # The gather primitive wraps negative indices.
     else:
+        # Every index is bounds-checked already (_parse, index_select): only negatives need wrapping.
         parts: list[Tensor] = []
-        ok, stride = None, 1
+        stride = 1
         for a, n in zip(reversed(advs), reversed(sizes)):
             t = a.index
             if a.known is None or (a.known < 0).any():
                 t = _where(t < 0, t + n, t)
-            if a.known is None:
-                valid = (a.index >= -n) & (a.index < n)
-                ok = valid if ok is None else ok & valid
             parts.append(t * stride if stride != 1 else t)
             stride *= n
         lin = parts[0]
         for part in parts[1:]:
             lin = lin + part
         lin = broadcast_to(lin, bshape)
-        if ok is not None:
-            # An out-of-range index becomes `total`, which the gather primitive rejects when it runs.
-            lin = _where(broadcast_to(ok, bshape), lin, const(total, (), dt.int64))
     rest = [i for i in range(y.ndim) if i not in dims]
     rest_shape = [y.shape[i] for i in rest]
     z = _reshape(_permute(y, dims + rest), [total] + rest_shape)
@@ -359,8 +356,9 @@ def getitem(x: Tensor, index) -> Tensor:
     None, Ellipsis, integer tensors / lists / NumPy arrays (advanced indexing,
     broadcast together), boolean masks and 0-d bools, in any combination.
     A boolean mask is realised to know the result's shape; everything else
-    stays lazy. Out-of-range indices raise `LoomIndexError` when the index values
-    are known (ints, lists, arrays, computed tensors), else when the gather runs.
+    stays lazy. Out-of-range indices raise `LoomIndexError` at the call when the
+    index values are known (ints, lists, arrays, computed tensors), else when the
+    index is computed (a ``check`` node in the graph), in every backend and trace.
 
     Examples
     --------
@@ -459,7 +457,7 @@ def _mask_only(x: Tensor, index):
     return None
 
 
-def index_put_functional(x: Tensor, index, value) -> Tensor:
+def index_put_functional(x: Tensor, index, value, op: str = "setitem") -> Tensor:
     """x with `x[index] = value` applied, as a new tensor (what `Tensor.__setitem__` assigns).
 
     Every index kind `getitem` takes works here. `value` broadcasts to the shape
@@ -486,7 +484,7 @@ def index_put_functional(x: Tensor, index, value) -> Tensor:
             v = _value_like(x, value, rest, "setitem")
             mb = broadcast_to(_reshape(m, tuple(m.shape) + (1,) * len(rest)), tuple(x.shape), "setitem")
             return apply("where", (mb, broadcast_to(v, tuple(x.shape), "setitem"), x), {})
-    plan = _parse(tuple(x.shape), index, "setitem")
+    plan = _parse(tuple(x.shape), index, op)
     if plan.basic:
         v = _value_like(x, value, plan.shape, "setitem")
         sliced = [len(range(a, b, c)) for a, b, c in zip(plan.starts, plan.stops, plan.steps)]
@@ -526,7 +524,7 @@ def index_put(x, indices, values, accumulate: bool = False) -> Tensor:
     _same_dtype("index_put", x, values, "values")
     index = tuple(slice(None) if i is None else i for i in indices)
     if not accumulate:
-        return index_put_functional(x, index, values)
+        return index_put_functional(x, index, values, "index_put")
     plan = _parse(tuple(x.shape), index, "index_put")
     pos = _positions(x, plan)
     v = _value_like(x, values, pos.shape, "index_put")
@@ -550,10 +548,7 @@ def gather(x, dim: int, index) -> Tensor:
     """
     x, index = _t(x), _index_tensor(index, "gather")
     d = normalize_dim(dim, x.ndim, "gather")
-    if x.ndim == 0 and index.ndim == 0:
-        _check_known_bounds(index, 1, "gather", "a 0-d tensor")
-    elif x.ndim:
-        _check_known_bounds(index, x.shape[d], "gather", f"dimension {d}")
+    index = _in_bounds(index, x.shape[d] if x.ndim else 1, "gather", d if x.ndim else None)
     return apply("gather", (x, index), {"axis": d})
 
 
@@ -564,8 +559,7 @@ def _scatter_args(x, dim, index, src, op: str):
         _same_dtype(op, x, src, "src")
     else:
         src = const(src, tuple(index.shape), x.dtype)
-    if x.ndim:
-        _check_known_bounds(index, x.shape[d], op, f"dimension {d}")
+    index = _in_bounds(index, x.shape[d] if x.ndim else 1, op, d if x.ndim else None)
     return x, d, index, src
 
 
@@ -693,10 +687,10 @@ def index_select(x, dim: int, index) -> Tensor:
     """
     x, index = _t(x), _index_tensor(index, "index_select", ndim1=True)
     if x.ndim == 0:
-        _check_known_bounds(index, 1, "index_select", "a 0-d tensor")
+        index = _in_bounds(index, 1, "index_select", None)
         return _reshape(_advanced(_reshape(x, (1,)), [_Adv(0, index, _known(index))]), ())
     d = normalize_dim(dim, x.ndim, "index_select")
-    _check_known_bounds(index, x.shape[d], "index_select", f"dimension {d}")
+    index = _in_bounds(index, x.shape[d], "index_select", d)
     return _advanced(x, [_Adv(d, index, _known(index))])
 
 
@@ -712,10 +706,10 @@ def _index_source(x: Tensor, d: int, index: Tensor, source: Tensor, op: str) -> 
     return _reshape(source, want)
 
 
-def _index_prep(x, dim, index, op: str):
+def _index_prep(x, dim, index, op: str, negative: bool = False):
     x, index = _t(x), _index_tensor(index, op, ndim1=True)
     d = normalize_dim(dim, x.ndim, op)
-    _check_known_bounds(index, x.shape[d] if x.ndim else 1, op, f"dimension {d}")
+    index = _in_bounds(index, x.shape[d] if x.ndim else 1, op, d if x.ndim else None, negative)
     return x, d, index
 
 
@@ -764,7 +758,7 @@ def index_fill(x, dim: int, index, value) -> Tensor:
     >>> loom.zeros(2, 3).index_fill(1, loom.tensor([0, 2]), 7.0).tolist()
     [[7.0, 0.0, 7.0], [7.0, 0.0, 7.0]]
     """
-    x, d, index = _index_prep(x, dim, index, "index_fill")
+    x, d, index = _index_prep(x, dim, index, "index_fill", negative=True)  # As PyTorch: negatives wrap.
     v = _scalar_value(value, x, "index_fill")
     n = x.shape[d] if x.ndim else 1
     ones = const(True, (index.shape[0],), dt.bool_)
@@ -834,7 +828,11 @@ def masked_scatter(x, mask, source) -> Tensor:
             raise LoomError("loom.masked_scatter: source is empty but the mask selects elements")
         return xb
     from loom.functional.reduce import cumsum
-    pos = _where(mb, cumsum(mb.to(dt.int64), 0) - 1, const(0, (), dt.int64))  # Bounds checked by gather.
+    pos = _where(mb, cumsum(mb.to(dt.int64), 0) - 1, const(0, (), dt.int64))
+    n = src.numel()
+    pos = check(pos, "masked_scatter", f"loom.masked_scatter: number of elements of source ({n}) < number of ones "
+                f"in mask: the mask asks for source element {{value}} (expected 0 <= position < {n})",
+                low=0, high=n, error="value")
     taken = _reshape(apply("gather", (src, pos), {"axis": 0}), shape)
     return apply("where", (_reshape(mb, shape), taken, xb), {})
 
@@ -847,8 +845,11 @@ def take(x, index) -> Tensor:
     >>> loom.tensor([[4, 3], [5, 6]]).take(loom.tensor([0, -1])).tolist()
     [4, 6]
     """
-    x, index = _t(x), _index_tensor(index, "take")
-    _check_known_bounds(index, x.numel(), "take", "the flattened input")
+    return _take(_t(x), _index_tensor(index, "take"), "take")
+
+
+def _take(x: Tensor, index: Tensor, op: str) -> Tensor:
+    index = check_index(index, op, x.numel(), f"the flattened input with {x.numel()} elements", negative=True)
     flat = _reshape(x, (x.numel(),))
     out = apply("gather", (flat, _reshape(index, (index.numel(),))), {"axis": 0})
     return _reshape(out, tuple(index.shape))
@@ -865,7 +866,7 @@ def take_along_dim(x, indices, dim: int | None = None) -> Tensor:
     """
     x, indices = _t(x), _index_tensor(indices, "take_along_dim")
     if dim is None:
-        return take(x, _reshape(indices, (indices.numel(),)))
+        return _take(x, _reshape(indices, (indices.numel(),)), "take_along_dim")
     d = normalize_dim(dim, x.ndim, "take_along_dim")
     if x.ndim != indices.ndim:
         raise ShapeError(f"loom.take_along_dim: input {fmt_shape(x.shape)} and indices "
@@ -875,7 +876,9 @@ def take_along_dim(x, indices, dim: int | None = None) -> Tensor:
     common = list(broadcast_shapes(tuple(xs), tuple(ishape), op="take_along_dim"))
     xt, it = list(common), list(common)
     xt[d], it[d] = x.shape[d], indices.shape[d]
-    return gather(broadcast_to(x, xt, "take_along_dim"), d, broadcast_to(indices, it, "take_along_dim"))
+    indices = _in_bounds(indices, x.shape[d], "take_along_dim", d, negative=True)  # PyTorch wraps negatives.
+    return apply("gather", (broadcast_to(x, xt, "take_along_dim"), broadcast_to(indices, it, "take_along_dim")),
+                 {"axis": d})
 
 
 # ============================================================== value-dependent shapes
@@ -923,22 +926,16 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     t = _t(tensor)
     if t.dtype is not dt.int64:
         raise DTypeError(f"loom.one_hot: is only applicable to index tensors of dtype int64, got {t.dtype.name}")
-    k = _known(t)
     if num_classes == -1:
         if t.numel() == 0:
             raise LoomError("loom.one_hot: cannot infer the number of classes from an empty tensor")
-        k = np.asarray(t.numpy(force=True))
-        num_classes = int(k.max()) + 1
-    if k is not None and k.size and (k.min() < 0 or k.max() >= num_classes):
-        bad = int(k[(k < 0) | (k >= num_classes)].flat[0])
-        raise LoomIndexError(f"loom.one_hot: class value {bad} is out of range for num_classes={num_classes} "
-                             "(expected 0 <= value < num_classes)")
+        num_classes = int(np.asarray(t.numpy(force=True)).max()) + 1  # Realises t: checked right away.
     if num_classes < 0:
         raise LoomError(f"loom.one_hot: num_classes must be -1 or non-negative, got {num_classes}")
+    t = check_index(t, "one_hot", num_classes, f"num_classes={num_classes}", what="class value",
+                    out_of="range")
     shape = tuple(t.shape) + (num_classes,)
-    # Negative classes are sent out of range so the scatter rejects them at run time.
-    idx = _where(t < 0, const(num_classes, (), dt.int64), t)
-    idx = _reshape(idx, tuple(t.shape) + (1,))
+    idx = _reshape(t, tuple(t.shape) + (1,))
     ones = const(1, tuple(idx.shape), dt.int64)
     return apply("scatter_add", (_zeros(shape, dt.int64), idx, ones), {"axis": len(shape) - 1})
 

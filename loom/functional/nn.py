@@ -14,6 +14,7 @@ import numpy as np
 from loom import dtypes as dt
 from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
+from loom.functional.checks import check, check_index
 from loom.functional.linalg import matmul
 from loom.functional.math import (
     abs as _abs, clamp_min, exp, hypot, log, log1p, logsigmoid, minimum, rsqrt, sigmoid, where,
@@ -642,11 +643,7 @@ def embedding(input, weight, padding_idx: int | None = None, max_norm: float | N
         if not -v <= padding_idx < v:
             raise LoomIndexError(f"loom.embedding: padding_idx {padding_idx} must be within num_embeddings {v}")
         padding_idx %= v
-    vals = _realised_values(idx)
-    if vals is not None and vals.size and (vals.min() < 0 or vals.max() >= v):
-        bad = vals[(vals < 0) | (vals >= v)].flat[0]
-        raise LoomIndexError(f"loom.embedding: index {int(bad)} is out of range for weight "
-                             f"{fmt_shape(w.shape)} with {v} rows")
+    idx = check_index(idx, "embedding", v, f"weight {fmt_shape(w.shape)} with {v} rows", out_of="range")
     flat = idx.reshape(-1).to(dt.int64)
     n = flat.shape[0]
     if max_norm is not None:
@@ -700,12 +697,9 @@ class _Targets:
             if tuple(weight.shape) != (c,):
                 raise ShapeError(f"loom.{op}: weight of shape {fmt_shape(weight.shape)} must have one entry "
                                  f"per class, shape ({c},)")
-        vals = _realised_values(target)
-        if vals is not None and vals.size:
-            bad = (vals != ignore_index) & ((vals < 0) | (vals >= c))
-            if bad.any():
-                raise LoomIndexError(f"loom.{op}: target {int(vals[bad].flat[0])} is out of bounds for "
-                                     f"{c} classes (input {fmt_shape(x.shape)})")
+        target = check(target, op, f"loom.{op}: target {{value}} is out of bounds for {c} classes (input "
+                       f"{fmt_shape(x.shape)}); expected 0 <= target < {c} or target == ignore_index "
+                       f"({ignore_index})", low=0, high=c, ignore=ignore_index)
         self.c = c
         self.weight = weight
         self.valid = target != ignore_index
@@ -841,6 +835,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     x, t = _t(input), _t(target)
     _need_float("binary_cross_entropy", x)
     _same_shape("binary_cross_entropy", x, t)
+    x = check(x, "binary_cross_entropy", "loom.binary_cross_entropy: all elements of input should be between "
+              "0 and 1, got {value}", low=0.0, high=1.0, closed=True, error="value")
     xd = x.detach()
     loss = -(t * _bce_log(x, log(xd)) + (1.0 - t) * _bce_log(1.0 - x, log1p(-xd)))
     if weight is not None:

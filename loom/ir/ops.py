@@ -19,6 +19,7 @@ import numpy as np
 
 from loom import dtypes as dt
 from loom.errors import DTypeError, GraphError, LoomIndexError, LoomZeroDivisionError, ShapeError, fmt_shape
+from loom.errors import LoomValueError
 
 
 @dataclass(frozen=True)
@@ -734,6 +735,69 @@ def _argsort_impl(x, attrs):
 
 register("argsort", "sort", 1, _infer_argsort, _argsort_impl)
 
+
+
+# ---------------------------------------------------------------- value checks
+
+def check_failure(x, attrs: dict, xp: Any = np):
+    """Where `check` fails on `x`: (bad element mask, bad row mask or None), in NumPy or jax.numpy (`xp`).
+
+    One definition serves the reference interpreter and the compiler plugins, so
+    every backend rejects exactly the same values. Comparisons are written so
+    that NaN is always outside the range.
+    """
+    low, high = attrs["low"], attrs["high"]
+    inside = (x >= low) & ((x <= high) if attrs.get("closed", False) else (x < high))
+    ignore = attrs.get("ignore")
+    if ignore is not None:
+        inside = inside | (x == ignore)
+    rows = None
+    if attrs.get("positive_rows", False) and x.ndim:
+        rows = ~(xp.sum(xp.where(inside, x, xp.zeros_like(x)), axis=-1) > 0)
+    return ~inside, rows
+
+
+def check_error(attrs: dict, value, row: bool = False) -> Exception:
+    """The loom error a failed `check` raises; `value` is the first bad element (or the bad row's sum)."""
+    cls = LoomIndexError if attrs.get("error", "index") == "index" else LoomValueError
+    text = attrs["rows_message"] if row else attrs["message"]
+    return cls(text.format(value=value))
+
+
+def value_text(value, dtype) -> str:
+    """How a check message shows a bad value: in the input's (computing) NumPy dtype, shortest form."""
+    return str(np.asarray(value).astype(dtype)[()])
+
+
+def _infer_check(inputs, attrs):
+    x = inputs[0]
+    if x.dtype is dt.bool_:
+        raise DTypeError(f"loom.check: expected a numeric input, got {x.dtype.name}")
+    for key in ("low", "high", "message"):
+        if key not in attrs:
+            raise GraphError(f"loom.check: missing attr {key!r} (needs low, high and message; got {sorted(attrs)})")
+    if attrs.get("error", "index") not in ("index", "value"):
+        raise GraphError(f"loom.check: attr 'error' must be 'index' or 'value', got {attrs['error']!r}")
+    if attrs.get("positive_rows", False) and "rows_message" not in attrs:
+        raise GraphError("loom.check: positive_rows needs a rows_message")
+    return tuple(x.shape), x.dtype
+
+
+def _check_impl(x, attrs):
+    bad, rows = check_failure(x, attrs)
+    if bad.any():
+        raise check_error(attrs, value_text(x[bad].flat[0], x.dtype))
+    if rows is not None and rows.any():
+        sums = np.sum(x, axis=-1)
+        raise check_error(attrs, value_text(np.asarray(sums)[rows].flat[0], x.dtype), row=True)
+    return x.view()
+
+
+# A data-dependent check of a composite op (an index, a class target, a probability): passes its
+# input through unchanged and raises the op's own error when a value is outside [low, high)
+# ([low, high] with `closed`; `ignore` is always allowed; `positive_rows` also needs every
+# last-axis row to sum above 0). Consumers read its output, so it runs before them in every mode.
+register("check", "check", 1, _infer_check, _check_impl, lambda g, x, out, a: (g,))
 
 # Backward rules that read only their inputs' shapes and dtypes (or the output), not
 # their values. An input changed in place after such an op is harmless: its gradient

@@ -92,6 +92,11 @@ def every_primitive_graph():
     outs.append(add("matmul", [x, add("permute", [y], perm=(1, 0))]))
     outs.append(add("argsort", [x], axis=1, descending=True))
     outs.append(add("argsort", [i], axis=0, descending=False))
+    outs.append(add("check", [idx], user_op="gather", low=0, high=3, closed=False, ignore=None, error="index",
+                    positive_rows=False, message="loom.gather: index {value} is out of bounds", rows_message=""))
+    outs.append(add("check", [add("abs", [x])], user_op="multinomial", low=0.0, high=math.inf, closed=False,
+                    ignore=-1, error="value", positive_rows=True, message="bad {value}",
+                    rows_message="row sums to {value}"))
     # Subgraph-valued attrs: a fused kernel body and a data-dependent loop.
     body = Graph()
     a, b = body.add_input((3, 4), F32), body.add_input((3, 4), F32)

@@ -13,8 +13,9 @@ reference, not jax's defaults:
   reductions propagate NaN; round is half to even; integer sums wrap in
   the input's type; sign(NaN) is 0; argsort is stable with NaN largest;
 - checks the reference makes at run time (gather/scatter_add index bounds,
-  integer division by zero) run inside the compiled function and raise the
-  same loom errors after the call.
+  integer division by zero, ``check`` nodes) run inside the compiled function
+  and raise the same loom errors after the call; a ``check`` also returns its
+  first bad value, so the message names it.
 
 64-bit types stay exact: tracing, compiling and every call run inside
 ``jax.enable_x64(True)``, a thread-local scope, so jax code elsewhere in the
@@ -42,7 +43,7 @@ from loom import dtypes as dt
 from loom.errors import GraphError, LoomError, LoomIndexError, LoomZeroDivisionError, fmt_shape
 from loom.ir.graph import Graph, _dfs_order
 from loom.ir.node import Node
-from loom.ir.ops import PRIMITIVES, mix64
+from loom.ir.ops import PRIMITIVES, check_error, check_failure, mix64, value_text
 
 _JAX_DTYPE = {dt.bool_: jnp.bool_, dt.uint8: jnp.uint8, dt.int8: jnp.int8, dt.int16: jnp.int16,
               dt.int32: jnp.int32, dt.int64: jnp.int64, dt.float16: jnp.float16,
@@ -102,13 +103,25 @@ class _Lowering:
     def __init__(self, consts: dict[Node, Any]) -> None:
         self.consts = consts
         self.err = jnp.int32(0)  # 0: fine; k: errors[k - 1] happened (the first one wins).
-        self.errors: list[tuple[type, str]] = []
+        self.val = jnp.int64(0)  # The first error's bad value (its bits), for messages that show it.
+        # (cls, message), or (None, f) where f(value bits) builds the error.
+        self.errors: list[tuple[type | None, Any]] = []
 
-    def check(self, bad, cls: type, msg: str) -> None:
-        """Record that `bad` (a traced bool array) means the reference raises cls(msg)."""
+    def check(self, bad, cls: type | None, msg: Any, value=None) -> None:
+        """Record that `bad` (a traced bool array) means the reference raises cls(msg).
+
+        With `value` (the values `bad` marks), the first bad one travels out too and
+        `msg` is a function of its bits returning the error.
+        """
         self.errors.append((cls, msg))
         code = jnp.int32(len(self.errors))
-        self.err = jnp.where((self.err == 0) & jnp.any(bad), code, self.err)
+        hit = (self.err == 0) & jnp.any(bad)
+        if value is not None:
+            first = value.reshape(-1)[jnp.argmax(bad.reshape(-1))]
+            bits = (lax.bitcast_convert_type(first.astype(jnp.float64), jnp.int64) if _is_float(first)
+                    else first.astype(jnp.int64))
+            self.val = jnp.where(hit, bits, self.val)
+        self.err = jnp.where(hit, code, self.err)
 
     def graph(self, g: Graph, args: list) -> list:
         """Lower `g` applied to the traced values `args`; returns its outputs."""
@@ -151,17 +164,20 @@ class _Lowering:
             c = self.graph(cond, list(vals))[0].reshape(())
             return c if _is_bool(c) else _up(c) != 0  # bool(x): nonzero (NaN included) is true.
 
+        outer_val = self.val
+
         def step(state):
-            vals, err, _ = state
-            self.err = err
+            vals, err, val, _ = state
+            self.err, self.val = err, val
             vals = tuple(self.graph(body, list(vals)))
             go = truth(vals)
-            return vals, self.err, go
+            return vals, self.err, self.val, go
 
         self.err = jnp.int32(0)
         go = truth(init)
-        state = (tuple(init), self.err, go)
-        vals, err, _ = lax.while_loop(lambda s: s[2] & (s[1] == 0), step, state)
+        state = (tuple(init), self.err, self.val, go)
+        vals, err, val, _ = lax.while_loop(lambda s: s[3] & (s[1] == 0), step, state)
+        self.val = jnp.where(outer != 0, outer_val, val)
         self.err = jnp.where(outer != 0, outer, err)
         return list(vals)
 
@@ -368,6 +384,24 @@ def _scatter_add(lw, a, base, idx, src):
     return base.at[grids].add(src)
 
 
+def _check(lw, a, x):
+    """The `check` primitive: the reference's test (shared), its error raised after the call with the bad value."""
+    if x.size == 0:
+        return x
+    bad, rows = check_failure(x, a, jnp)
+    npd = np.dtype(x.dtype)
+
+    def error(row: bool):
+        def build(bits: int) -> Exception:
+            value = np.int64(bits).view(np.float64) if npd.kind == "f" else bits
+            return check_error(a, value_text(value, npd), row=row)
+        return build
+    lw.check(bad, None, error(False), x)
+    if rows is not None:
+        lw.check(rows, None, error(True), jnp.sum(x, axis=-1))
+    return x
+
+
 # ---------------------------------------------------------------- contraction and sorting
 
 def _matmul(lw, a, x, y):
@@ -450,6 +484,7 @@ _RULES: dict[str, Callable] = {
     "scatter_add": _scatter_add,
     "matmul": _matmul,
     "argsort": _argsort,
+    "check": _check,
 }
 
 # Primitives handled in _Lowering.node itself.
@@ -511,7 +546,7 @@ class XlaExecutable:
         outs = lw.graph(self.graph, list(args[:n]))
         outs = [_down(o, d) for o, d in zip(outs, self._out_dtypes)]
         self._errors = lw.errors
-        return tuple(outs), lw.err
+        return tuple(outs), lw.err, lw.val
 
     def _feed(self, k: int, array, shape: tuple, d: dt.DType) -> np.ndarray:
         array = np.asarray(array)
@@ -529,12 +564,12 @@ class XlaExecutable:
             raise GraphError(f"loom.xla: the compiled graph takes {len(self._specs)} inputs, got {len(arrays)}")
         feed = [self._feed(k, a, shape, d) for k, (a, (shape, d)) in enumerate(zip(arrays, self._specs))]
         with _x64():
-            outs, err = self._compiled(*feed, *self._consts)
+            outs, err, val = self._compiled(*feed, *self._consts)
         if self._errors:
             code = int(err)
             if code:
                 cls, msg = self._errors[code - 1]
-                raise cls(msg)
+                raise cls(msg) if cls is not None else msg(int(val))
         result = [_host_to_stored(np.asarray(o), d) for o, d in zip(outs, self._out_dtypes)]
         for k in self._copied:
             result[k] = np.array(result[k])  # Never hand back the caller's own memory.

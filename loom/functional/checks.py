@@ -1,0 +1,49 @@
+"""Checks on values a composite op cannot trust: indices, class targets, probabilities.
+
+A value computed already is checked at once, at the call. A pending value (a
+lazy eager tensor, or a value a `loom.function` trace computes or reads from
+outside, which change from call to call) is checked by a ``check`` node: it
+passes the value through to the op that reads it and raises the op's error
+when the value is computed, in every backend (reference, compiled, XLA).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from loom.ir.ops import PRIMITIVES
+from loom.runtime import realize as _realize
+from loom.runtime.reference import to_compute
+from loom.tensor import Tensor, apply
+
+
+def check(t: Tensor, op: str, message: str, *, low, high, closed: bool = False, ignore=None,
+          error: str = "index", positive_rows: bool = False, rows_message: str = "") -> Tensor:
+    """`t` with every element required to lie in [low, high) ([low, high] when `closed`), or equal `ignore`.
+
+    `message` names the op, the valid range and holds ``{value}`` for the first
+    bad element; `error` picks LoomIndexError ("index") or LoomValueError
+    ("value"). With `positive_rows` every last-axis row must also sum above 0
+    (`rows_message` then gets the row's sum). Use the returned tensor: the
+    check runs where it is read.
+    """
+    attrs = {"user_op": op, "low": low, "high": high, "closed": closed, "ignore": ignore, "error": error,
+             "positive_rows": positive_rows, "message": message, "rows_message": rows_message}
+    buf = t._node.buffer
+    if buf is not None:
+        PRIMITIVES["check"].impl(to_compute(np.asarray(buf), t.dtype), attrs)
+        trace = _realize.active_trace
+        if trace is None or t._node.id >= trace.start_id:
+            return t  # Checked for good: an eager value, or a constant of the trace, never changes.
+    return apply("check", (t,), attrs)  # Pending, or state a trace reads afresh on every call.
+
+
+def check_index(t: Tensor, op: str, size: int, where: str, *, negative: bool = False,
+                what: str = "index", out_of: str = "bounds") -> Tensor:
+    """`t` with its indices required in [0, size) (or [-size, size) with `negative`), PyTorch's rule per op.
+
+    `where` says what is indexed ("dimension 1 with size 3"), for the message.
+    """
+    low = -size if negative else 0
+    message = (f"loom.{op}: {what} {{value}} is out of {out_of} for {where} "
+               f"(expected {low} <= {what} < {size})")
+    return check(t, op, message, low=low, high=size)
