@@ -518,6 +518,8 @@ def _infer_pad(inputs, attrs):
 
 
 def _pad_impl(x, attrs):
+    if not attrs["pads"]:  # A 0-d value: np.pad reads an empty width list as floats.
+        return np.array(x, copy=True)
     return np.pad(x, [tuple(p) for p in attrs["pads"]], constant_values=attrs.get("value", 0))
 
 
