@@ -893,7 +893,10 @@ class _Source:
     def render_elementwise(self) -> list[str]:
         NO, L = self.n_o, self.L
         T = CTYPE[self.w.body.outputs[0].dtype]
-        lines = ["static void run_elem(const K *k, void **ptrs, int64_t lo, int64_t hi, int32_t *zfp) {",
+        # One copy of each run_* (noinline) serves the serial call and every thread, so a result never depends
+        # on the thread count through differently vectorised inlined copies.
+        lines = ["__attribute__((noinline)) static void run_elem(const K *k, void **ptrs, int64_t lo, int64_t hi, "
+                 "int32_t *zfp) {",
                  f"  {T} *OUT = ({T} *)ptrs[0];", *["  " + x for x in self.typed_ptrs(("post",))],
                  *["  " + x for x in self.consts()],
                  f"  int32_t zf = 0; int64_t ix[{L}] = {{0}};", "  " + self.unravel("lo", 0, NO),
@@ -984,7 +987,8 @@ class _Source:
         lines += self.body_text(w.post, lambda k: f"P{k}[o{k}]", None, 1)
         lines += [f"  OUT[loom_dot(ix, k->os, {NO})] = {self.out_var};", "  *zfp |= zf;", "}", ""]
         # Mode A: each output element reduces its whole range (contiguous reduced dims).
-        lines += ["static void run_A(const K *k, void **ptrs, int64_t lo, int64_t hi, int64_t RT, int32_t *zfp) {",
+        lines += ["__attribute__((noinline)) static void run_A(const K *k, void **ptrs, int64_t lo, int64_t hi, "
+                  "int64_t RT, int32_t *zfp) {",
                   f"  int64_t ix[{L}] = {{0}};", "  " + self.unravel("lo", 0, NO),
                   "  for (int64_t o = lo; o < hi; o++) {",
                   "    Acc A; acc_init(&A); red_part(k, ptrs, ix, 0, RT, &A, zfp); post_one(k, ptrs, ix, &A, zfp);",
@@ -999,7 +1003,8 @@ class _Source:
         NO, L = self.n_o, self.L
         w = self.w
         T = CTYPE[w.body.outputs[0].dtype]
-        lines = ["static void run_B(const K *k, void **ptrs, int64_t lo, int64_t hi, int64_t RT, int32_t *zfp) {",
+        lines = ["__attribute__((noinline)) static void run_B(const K *k, void **ptrs, int64_t lo, int64_t hi, "
+                 "int64_t RT, int32_t *zfp) {",
                  f"  {T} *OUT = ({T} *)ptrs[0];", *["  " + x for x in self.typed_ptrs(("pre", "post"))],
                  *["  " + x for x in self.consts()], "  int32_t zf = 0;",
                  f"  int64_t ix[{L}] = {{0}};", "  " + self.unravel("lo", 0, NO), "  int64_t o = lo;",
