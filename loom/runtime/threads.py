@@ -8,7 +8,9 @@ never computes on more threads than that count.
 Default: the number of CPUs this process may run on (its affinity mask, so a
 ``taskset`` or a container's CPU set is respected), or ``OMP_NUM_THREADS``
 when that is set, as in PyTorch. ``loom.set_num_threads`` changes it for every
-later kernel call and sets the BLAS library's count at once.
+later kernel call and matmul. Kernels go parallel from ``LOOM_PAR_MIN`` loop
+iterations, matmuls from ``LOOM_BLAS_PAR_MIN`` multiply-adds (`prepare_blas`
+sets the BLAS count, through threadpoolctl, just before each matmul).
 
 Idle threads sleep instead of spinning: unless ``OMP_WAIT_POLICY`` or
 ``GOMP_SPINCOUNT`` is set, this module sets ``OMP_WAIT_POLICY=PASSIVE``
@@ -19,8 +21,11 @@ one that spun.
 """
 from __future__ import annotations
 
+import operator
 import os
 import threading
+
+import numpy as np
 
 from loom.errors import LoomTypeError, LoomValueError
 
@@ -81,8 +86,11 @@ def set_num_threads(n: int) -> None:
     """Set how many threads loom's generated kernels and its BLAS matmuls use, as `torch.set_num_threads`.
 
     One count governs both pools, which take turns, so loom never computes on
-    more than `n` threads at once. Kernels read it on every call; the BLAS
-    library is set at once. Idle threads sleep rather than spin (see
+    more than `n` threads at once. Kernels read it on every call (loops of
+    fewer than ``LOOM_PAR_MIN`` iterations run on one thread); matmuls of
+    fewer than ``LOOM_BLAS_PAR_MIN`` multiply-adds (default 2**27) run on one
+    BLAS thread, larger ones on `n`. The BLAS count is process-wide, so NumPy
+    code outside loom sees it too. Idle threads sleep rather than spin (see
     ``docs/threads.md``).
 
     The default is the number of CPUs this process may run on (its affinity
@@ -111,9 +119,13 @@ def set_num_threads(n: int) -> None:
     1
     >>> loom.set_num_threads(old)
     """
-    if isinstance(n, bool) or not isinstance(n, int) and not hasattr(n, "__index__"):
-        raise LoomTypeError(f"loom.set_num_threads: expected an int number of threads, got {type(n).__name__} {n!r}")
-    n = int(n.__index__())
+    try:
+        if isinstance(n, (bool, np.bool_)):
+            raise TypeError
+        n = operator.index(n)
+    except TypeError:
+        raise LoomTypeError(f"loom.set_num_threads: expected an int number of threads, "
+                            f"got {type(n).__name__} {n!r}") from None
     if n < 1:
         raise LoomValueError(f"loom.set_num_threads: the number of threads must be at least 1, got {n}")
     with _LOCK:
@@ -168,9 +180,8 @@ def _set_blas(n: int) -> None:
 
 
 def _blas_controller():
-    """threadpoolctl's view of the BLAS libraries loaded in this process (NumPy's among them)."""
-    import numpy  # noqa: F401  (NumPy loads its BLAS at import; it must be loaded to be found.)
-    from threadpoolctl import ThreadpoolController
+    """threadpoolctl's view of the BLAS libraries loaded in this process (NumPy's, loaded by its import)."""
+    from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
     return ThreadpoolController().select(user_api="blas")
 

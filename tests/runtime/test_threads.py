@@ -66,7 +66,7 @@ def test_set_rejects_counts_below_one(bad):
         loom.set_num_threads(bad)
 
 
-@pytest.mark.parametrize("bad", [2.0, "2", None, True])
+@pytest.mark.parametrize("bad", [2.0, "2", None, True, np.True_])
 def test_set_rejects_non_integers(bad):
     before = loom.get_num_threads()
     with pytest.raises(loom.LoomTypeError, match="expected an int number of threads"):
