@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     env = harness.worker_env(opts)
     config["worker_environment"] = {k: env.get(k) for k in (*harness.THREAD_VARIABLES, "XLA_FLAGS", "JAX_PLATFORMS",
                                                             "LOOM_CACHE_DIR", "LOOM_CODEGEN", "LOOM_CODEGEN_SYNC",
-                                                            "LOOM_BACKEND", "GOMP_SPINCOUNT")}
+                                                            "LOOM_BACKEND", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY",
+                                                            "LOOM_PAR_MIN", "LOOM_BLAS_PAR_MIN")}
     doc = report.document(results, machine, versions(), config, ["python", "-m", "loom.bench", *argv], notes,
                           scaling, created)
     if args.json:

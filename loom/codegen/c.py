@@ -34,7 +34,7 @@ from loom.ir import ops
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 TILE = 256          # Output elements per accumulator tile when reducing over outer dims.
 BCAST_SLOTS = 2     # Leaves per phase that get a specialised "broadcast along the inner dim" loop.
 BLOCK = 1024        # Float32 sums add in float within blocks this long (then in double), like NumPy's pairwise.
@@ -661,7 +661,9 @@ static inline int64_t loom_ipow_u(int64_t x, int64_t y) {
 # which costs far less than asking NumPy for pointers. Misaligned data (-2) or an output overlapping an
 # input other than element for element (-1) is refused before any work; Python then retries with copies.
 _OBJECT_ENTRY = r"""
-int32_t loom_call(const char *objs, const int64_t *meta) {
+int64_t loom_last_team(void) { return __atomic_load_n(&loom_team, __ATOMIC_RELAXED); }
+
+int32_t loom_call(const char *objs, const int64_t *meta, int64_t nthreads) {
   const int64_t item_off = meta[0], data_off = meta[1], nslot = meta[2], nobj = meta[3];
   const int64_t *slot = meta + 4, *info = slot + 2 * nslot, *kmeta = info + 4 * nobj;
   char *data[nobj];
@@ -678,7 +680,7 @@ int32_t loom_call(const char *objs, const int64_t *meta) {
   void *ptrs[nslot];
   for (int64_t s = 0; s < nslot; s++) ptrs[s] = data[slot[2 * s]] + slot[2 * s + 1];
   int32_t err = 0;
-  loom_kernel(ptrs, kmeta, &err);
+  loom_kernel(ptrs, kmeta, &err, nthreads < 1 ? 1 : nthreads);
   return err;
 }
 """
@@ -891,7 +893,10 @@ class _Source:
     def render_elementwise(self) -> list[str]:
         NO, L = self.n_o, self.L
         T = CTYPE[self.w.body.outputs[0].dtype]
-        lines = ["static void run_elem(const K *k, void **ptrs, int64_t lo, int64_t hi, int32_t *zfp) {",
+        # One copy of each run_* (noinline) serves the serial call and every thread, so a result never depends
+        # on the thread count through differently vectorised inlined copies.
+        lines = ["__attribute__((noinline)) static void run_elem(const K *k, void **ptrs, int64_t lo, int64_t hi, "
+                 "int32_t *zfp) {",
                  f"  {T} *OUT = ({T} *)ptrs[0];", *["  " + x for x in self.typed_ptrs(("post",))],
                  *["  " + x for x in self.consts()],
                  f"  int32_t zf = 0; int64_t ix[{L}] = {{0}};", "  " + self.unravel("lo", 0, NO),
@@ -982,7 +987,8 @@ class _Source:
         lines += self.body_text(w.post, lambda k: f"P{k}[o{k}]", None, 1)
         lines += [f"  OUT[loom_dot(ix, k->os, {NO})] = {self.out_var};", "  *zfp |= zf;", "}", ""]
         # Mode A: each output element reduces its whole range (contiguous reduced dims).
-        lines += ["static void run_A(const K *k, void **ptrs, int64_t lo, int64_t hi, int64_t RT, int32_t *zfp) {",
+        lines += ["__attribute__((noinline)) static void run_A(const K *k, void **ptrs, int64_t lo, int64_t hi, "
+                  "int64_t RT, int32_t *zfp) {",
                   f"  int64_t ix[{L}] = {{0}};", "  " + self.unravel("lo", 0, NO),
                   "  for (int64_t o = lo; o < hi; o++) {",
                   "    Acc A; acc_init(&A); red_part(k, ptrs, ix, 0, RT, &A, zfp); post_one(k, ptrs, ix, &A, zfp);",
@@ -997,7 +1003,8 @@ class _Source:
         NO, L = self.n_o, self.L
         w = self.w
         T = CTYPE[w.body.outputs[0].dtype]
-        lines = ["static void run_B(const K *k, void **ptrs, int64_t lo, int64_t hi, int64_t RT, int32_t *zfp) {",
+        lines = ["__attribute__((noinline)) static void run_B(const K *k, void **ptrs, int64_t lo, int64_t hi, "
+                 "int64_t RT, int32_t *zfp) {",
                  f"  {T} *OUT = ({T} *)ptrs[0];", *["  " + x for x in self.typed_ptrs(("pre", "post"))],
                  *["  " + x for x in self.consts()], "  int32_t zf = 0;",
                  f"  int64_t ix[{L}] = {{0}};", "  " + self.unravel("lo", 0, NO), "  int64_t o = lo;",
@@ -1035,18 +1042,21 @@ class _Source:
 
     def entry(self, elementwise: bool) -> list[str]:
         NO, L = self.n_o, self.L
-        lines = ["void loom_kernel(void **ptrs, const int64_t *meta, int32_t *err) {",
+        lines = ["static int64_t loom_team;  /* Size of the last call's thread team, for loom_last_team. */",
+                 "static void loom_kernel(void **ptrs, const int64_t *meta, int32_t *err, int64_t nthreads) {",
                  "  K kk; memcpy(&kk, meta, sizeof kk); const K *k = &kk;",
                  f"  int64_t OT = 1; for (int d = 0; d < {NO}; d++) OT *= k->n[d];",
                  f"  int64_t RT = 1; for (int d = {NO}; d < {L}; d++) RT *= k->n[d];",
                  "  if (OT == 0) return;",
                  "  const int64_t work = OT * (RT > 0 ? RT : 1);",
-                 "  int nthr = work >= k->par_min ? omp_get_max_threads() : 1;",
-                 "  int32_t zf = 0;"]
+                 "  int nthr = work >= k->par_min ? (int)nthreads : 1;",
+                 "  int32_t zf = 0;",
+                 "  if (nthr <= 1) __atomic_store_n(&loom_team, 1, __ATOMIC_RELAXED);"]
         if elementwise:
             lines += ["  if (nthr <= 1) run_elem(k, ptrs, 0, OT, &zf);",
                       "  else {", "    #pragma omp parallel num_threads(nthr) reduction(|:zf)", "    {",
                       "      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();",
+                      "      if (t == 0) __atomic_store_n(&loom_team, nt, __ATOMIC_RELAXED);",
                       "      run_elem(k, ptrs, OT * t / nt, OT * (t + 1) / nt, &zf);", "    }", "  }"]
         else:
             lines += ["  if (nthr > 1 && OT < nthr) {",
@@ -1056,6 +1066,7 @@ class _Source:
                       "      Acc part[nthr]; for (int t = 0; t < nthr; t++) acc_init(&part[t]);",
                       "      #pragma omp parallel num_threads(nthr) reduction(|:zf)", "      {",
                       "        const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();",
+                      "        if (t == 0) __atomic_store_n(&loom_team, nt, __ATOMIC_RELAXED);",
                       f"        int64_t jx[{L}]; memcpy(jx, ix, sizeof jx);",
                       "        red_part(k, ptrs, jx, RT * t / nt, RT * (t + 1) / nt, &part[t], &zf);", "      }",
                       "      Acc tot; acc_init(&tot); for (int t = 0; t < nthr; t++) acc_merge(&tot, &part[t]);",
@@ -1067,6 +1078,7 @@ class _Source:
                       "  } else {",
                       "    #pragma omp parallel num_threads(nthr) reduction(|:zf)", "    {",
                       "      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();",
+                      "      if (t == 0) __atomic_store_n(&loom_team, nt, __ATOMIC_RELAXED);",
                       "      if (k->mode == 1) run_B(k, ptrs, OT * t / nt, OT * (t + 1) / nt, RT, &zf);",
                       "      else run_A(k, ptrs, OT * t / nt, OT * (t + 1) / nt, RT, &zf);", "    }", "  }"]
         lines += ["  if (zf) *err = zf;", "}", "", _OBJECT_ENTRY]

@@ -15,10 +15,9 @@ not (or lacks the entry point) is rebuilt, with one warning per kind of fault.
 
 Environment: ``LOOM_CACHE_DIR``, ``LOOM_CODEGEN_SYNC``, ``LOOM_CODEGEN=0``
 (never compile), ``LOOM_CODEGEN_JOBS`` (parallel builds, default 2),
-``LOOM_CC``, ``LOOM_MVEC``, ``LOOM_PAR_MIN``. Unless ``OMP_WAIT_POLICY`` or
-``GOMP_SPINCOUNT`` is set, loom sets ``GOMP_SPINCOUNT=10000`` before the first
-kernel loads libgomp: idle OpenMP threads spin briefly (warm for the next
-kernel) instead of for ~0.3 s, which starves other work on busy machines.
+``LOOM_CC``, ``LOOM_MVEC``, ``LOOM_PAR_MIN``. Thread counts and OpenMP's
+wait policy belong to `loom.runtime.threads`, imported before any kernel
+loads libgomp.
 """
 from __future__ import annotations
 
@@ -33,15 +32,13 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from loom.ir.graph import Graph
+from loom.runtime import threads  # noqa: F401  (Sets OpenMP's wait policy before a kernel loads libgomp.)
 
 from . import build, trust
 from .c import FORMAT_VERSION, Unsupported, render
 from .kernel import Kernel, make_call
 
 log = logging.getLogger("loom.codegen")
-
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    os.environ["GOMP_SPINCOUNT"] = "10000"
 
 _LOCK = threading.Lock()
 _LIBS: dict[str, _Lib] = {}

@@ -10,7 +10,7 @@ import numpy as np
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.ir import ops
 from loom.ir.graph import Graph
-from loom.runtime import reference
+from loom.runtime import reference, threads
 
 from .c import KernelSpec
 
@@ -18,7 +18,7 @@ PAR_MIN_DEFAULT = 32768  # Loop iterations below which a kernel runs on one thre
 
 
 def par_min() -> int:
-    """Work (loop iterations) from which kernels use all OpenMP threads (``LOOM_PAR_MIN``)."""
+    """Work (loop iterations) from which kernels use ``loom.get_num_threads()`` threads (``LOOM_PAR_MIN``)."""
     try:
         return max(1, int(os.environ.get("LOOM_PAR_MIN", PAR_MIN_DEFAULT)))
     except ValueError:
@@ -199,7 +199,7 @@ class Kernel:
         objs = (out, *inputs)
         if plan.copies:
             objs += tuple(apply_chain(inputs[k], chain)[0] for k, chain in plan.copies)
-        rc = lib.call(objs, plan.meta_ptr)
+        rc = lib.call(objs, plan.meta_ptr, threads.get_num_threads())
         if rc > 0:
             # An integer division met a zero divisor: the reference path raises the same error.
             np.copyto(out, run_reference(self.body, inputs))
@@ -327,17 +327,17 @@ _ABI = _abi_offsets()
 
 
 def make_call(lib: ctypes.CDLL):
-    """The Python callable for a kernel library's ``loom_call(objects, meta) -> int32``."""
+    """The Python callable for a kernel library's ``loom_call(objects, meta, threads) -> int32``."""
     if _ABI is not None:
-        proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object, ctypes.c_void_p)
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object, ctypes.c_void_p, ctypes.c_int64)
         return proto(("loom_call", lib))
-    proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+    proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
     fn = proto(("loom_call", lib))
 
-    def call(objs, meta_ptr):  # Portable path: a table of data pointers stands in for the tuple.
+    def call(objs, meta_ptr, nthreads):  # Portable path: a table of data pointers stands in for the tuple.
         cells = np.array([_ptr(a) for a in objs], np.uintp)
         refs = cells.ctypes.data + cells.itemsize * np.arange(len(objs), dtype=np.uintp)
-        return fn(refs.ctypes.data, meta_ptr)
+        return fn(refs.ctypes.data, meta_ptr, nthreads)
     return call
 
 

@@ -25,7 +25,7 @@ from loom.errors import DTypeError, GraphError, LoomError, ShapeError, fmt_shape
 from loom.ir import ops
 from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
-from loom.runtime import reference
+from loom.runtime import reference, threads
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -46,7 +46,10 @@ class _Step:
 def _matmul(node: Node) -> Callable:
     a, b = node.inputs
     if a.dtype.np in _BLAS_DTYPES:
+        macs = int(np.prod(node.shape, dtype=np.int64)) * int(a.shape[-1])
+
         def run(args, out):
+            threads.prepare_blas(macs)
             if out is None:
                 return np.matmul(args[0], args[1])
             np.matmul(args[0], args[1], out=out)  # OpenBLAS sgemm/dgemm.

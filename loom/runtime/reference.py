@@ -9,6 +9,7 @@ import numpy as np
 from loom import dtypes as dt
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
+from loom.runtime import threads
 
 _UPCAST = (dt.bfloat16, dt.float16)
 
@@ -88,6 +89,8 @@ def evaluate(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
     elif prim.kind == "source":
         out = prim.impl(node.attrs)
     else:
+        if node.op == "matmul":
+            threads.prepare_blas(int(np.prod(node.shape, dtype=np.int64)) * int(node.inputs[0].shape[-1]))
         in_dtypes = [i.dtype for i in node.inputs]
         arrays = [to_compute(a, d) for a, d in zip(arrays, in_dtypes)]
         out = np.asarray(prim.impl(*arrays, node.attrs))
