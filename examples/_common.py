@@ -12,13 +12,6 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-# One BLAS thread unless the environment says otherwise. This module is imported
-# before NumPy: on a machine shared by many processes, OpenBLAS's spinning worker
-# threads made the small batched matmuls of these examples up to 100x slower.
-# Set OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS / MKL_NUM_THREADS) to use more cores.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
 # Run from a checkout without `pip install -e .`: make the repository's loom importable.
 _REPO = Path(__file__).resolve().parent.parent
 if (_REPO / "loom" / "__init__.py").exists() and str(_REPO) not in sys.path:

@@ -17,8 +17,8 @@ epoch on N images drawn at random (without replacement) from the 60,000.
     python examples/fashion_cnn.py --epochs 3 --samples-per-epoch 30000
     python examples/fashion_cnn.py --smoke                    # a few batches, for tests
 
-On a machine shared by many processes, ``OPENBLAS_NUM_THREADS=1`` avoids
-OpenBLAS's spinning threads and makes the matmuls several times faster.
+loom decides its own thread use (``loom.set_num_threads``, docs/threads.md); on
+a machine that is never idle, ``loom.set_num_threads(1)`` can be faster.
 """
 from __future__ import annotations
 

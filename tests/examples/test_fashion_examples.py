@@ -24,8 +24,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def run_example(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    # One BLAS thread: on a shared machine OpenBLAS's spinning threads make small matmuls many times slower.
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
+    env = dict(os.environ)  # Default settings, as a user runs them: loom owns its threads.
     return subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=EXAMPLES.parent)
 
