@@ -605,6 +605,17 @@ def _while_impl(*arrays_and_attrs):
     return values[attrs["index"]]
 
 
+def _while_attrs(inputs, attrs):
+    from loom.ir import ops
+
+    ops._attr_names("while_loop", attrs, ("cond", "body", "index"))
+    for name in ("cond", "body"):
+        if not isinstance(attrs[name], Graph):
+            raise ops._bad_attr("while_loop", name, attrs[name], "a loom.ir.Graph", LoomError)
+    n = len(attrs["body"].outputs)
+    ops._int_attr("while_loop", "index", attrs["index"], 0, n, f" (one of the body's {n} outputs)")
+
+
 if "while_loop" not in PRIMITIVES:
     from loom.ir.ops import register
-    register("while_loop", "control", -1, _infer_while, _while_impl)
+    register("while_loop", "control", -1, _infer_while, _while_impl, check_attrs=_while_attrs)
