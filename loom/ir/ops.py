@@ -102,10 +102,11 @@ def _attr_names(op, attrs, required, optional=()) -> None:
             raise LoomValueError(f"loom.{op}: needs attr {k!r}, which is missing; {op} takes attrs "
                                  f"{list(required) + [f'{o} (optional)' for o in optional] or 'none'}")
     if len(attrs) > len(required):
-        extra = sorted(str(k) for k in attrs if k not in required and k not in optional)
-        if extra:
-            raise LoomValueError(f"loom.{op}: unknown attr(s) {extra}; {op} takes attrs "
-                                 f"{list(required) + [f'{o} (optional)' for o in optional] or 'none'}")
+        for key in attrs:
+            if key not in required and key not in optional:
+                extra = sorted(str(k) for k in attrs if k not in required and k not in optional)
+                raise LoomValueError(f"loom.{op}: unknown attr(s) {extra}; {op} takes attrs "
+                                     f"{list(required) + [f'{o} (optional)' for o in optional] or 'none'}")
 
 
 def _no_attrs(op):
@@ -117,7 +118,7 @@ def _no_attrs(op):
 
 def _int_attr(op, name, v, lo, hi, what="") -> None:
     """An int in [lo, hi)."""
-    if not _is_int(v):
+    if type(v) is not int and not isinstance(v, np.integer):
         raise _bad_attr(op, name, v, f"an int{what}", LoomTypeError)
     if not lo <= v < hi:
         raise _bad_attr(op, name, v, f"an int in [{lo}, {hi}){what}", LoomIndexError)
@@ -141,8 +142,12 @@ def _dtype_attr(op, name, v) -> None:
 
 
 def _ints_attr(op, name, v, length=None, what="a tuple of ints") -> None:
-    if not isinstance(v, (tuple, list)) or not all(type(s) is int or _is_int(s) for s in v):
+    # Plain loops, not all(<generator>): these run for every node the Tensor layer creates.
+    if type(v) is not tuple and type(v) is not list:
         raise _bad_attr(op, name, v, what, LoomTypeError)
+    for s in v:
+        if type(s) is not int and not isinstance(s, np.integer):
+            raise _bad_attr(op, name, v, what, LoomTypeError)
     if length is not None and len(v) != length:
         raise _bad_attr(op, name, v, f"{length} ints, one per dim of the input", ShapeError)
 
@@ -157,12 +162,12 @@ def _shape_attr(op, name, v, length=None) -> None:
 def _axes_attr(op, name, v, shape, scalar_axis=False) -> None:
     """Distinct axes in [0, ndim); `scalar_axis`: a 0-d input takes axis 0."""
     _ints_attr(op, name, v, what="a tuple of ints (axes)")
-    ndim = max(len(shape), 1) if scalar_axis else len(shape)
+    ndim = len(shape) or (1 if scalar_axis else 0)
     for ax in v:
         if not 0 <= ax < ndim:
             raise LoomIndexError(f"loom.{op}: attr {name!r} is {v!r}: axis {ax} out of range for shape "
                                  f"{fmt_shape(shape)}; expected axes in [0, {ndim})")
-    if len(set(v)) != len(v):
+    if len(v) > 1 and len(set(v)) != len(v):
         raise _bad_attr(op, name, v, "distinct axes (each at most once)")
 
 
@@ -695,14 +700,16 @@ def _pad_vjp(g, x, out, attrs):
 def _pad_attrs(inputs, attrs):
     _attr_names("pad", attrs, ("pads",), ("value",))
     pads, n = attrs["pads"], len(inputs[0].shape)
-    expected = f"{n} (low, high) pairs of non-negative ints, one per dim of the input"
     if not isinstance(pads, (tuple, list)) or len(pads) != n:
-        raise _bad_attr("pad", "pads", pads, expected, ShapeError)
+        raise _bad_attr("pad", "pads", pads, f"{n} (low, high) pairs of non-negative ints, one per dim of the "
+                        "input", ShapeError)
     for p in pads:
         if not isinstance(p, (tuple, list)) or len(p) != 2 or not (_is_int(p[0]) and _is_int(p[1])):
-            raise _bad_attr("pad", "pads", pads, expected, LoomTypeError)
+            raise _bad_attr("pad", "pads", pads, f"{n} (low, high) pairs of non-negative ints, one per dim "
+                            "of the input", LoomTypeError)
         if p[0] < 0 or p[1] < 0:
-            raise _bad_attr("pad", "pads", pads, expected, ShapeError)
+            raise _bad_attr("pad", "pads", pads, f"{n} (low, high) pairs of non-negative ints, one per dim "
+                            "of the input", ShapeError)
     if "value" in attrs:
         _number_attr("pad", "value", attrs["value"])
 
@@ -762,7 +769,7 @@ def _slice_attrs(inputs, attrs):
     n = len(shape)
     for name in ("starts", "stops", "steps"):
         _ints_attr("slice", name, attrs[name], n)
-    for d, (size, a, b, c) in enumerate(zip(shape, attrs["starts"], attrs["stops"], attrs["steps"])):
+    for d, size, a, b, c in zip(range(n), shape, attrs["starts"], attrs["stops"], attrs["steps"]):
         if c <= 0:
             raise _bad_attr("slice", "steps", attrs["steps"], f"positive steps (dim {d})", ShapeError)
         if not 0 <= a <= size:
@@ -798,8 +805,9 @@ def _axis_attrs(op, optional=()):
     """One `axis` in [0, ndim) of the first input (a 0-d input takes axis 0)."""
     def rule(inputs, attrs):
         _attr_names(op, attrs, ("axis",), optional)
-        n = max(len(inputs[0].shape), 1)
-        _int_attr(op, "axis", attrs["axis"], 0, n, f" (a dim of {fmt_shape(inputs[0].shape)})")
+        shape, axis = inputs[0].shape, attrs["axis"]
+        if type(axis) is not int or not 0 <= axis < (len(shape) or 1):  # The message is built only on error.
+            _int_attr(op, "axis", axis, 0, len(shape) or 1, f" (a dim of {fmt_shape(shape)})")
         for name in optional:
             if name in attrs:
                 _bool_attr(op, name, attrs[name])
