@@ -29,7 +29,8 @@ import loom
 from loom.ir import Graph
 from loom.ir.node import Node
 
-F32, F64, I32, I64, BOOL = loom.float32, loom.float64, loom.int32, loom.int64, loom.bool
+F16, BF16, F32, F64 = loom.float16, loom.bfloat16, loom.float32, loom.float64
+I32, I64, BOOL = loom.int32, loom.int64, loom.bool
 FLOATS = (F32, F64)
 INF = math.inf
 
@@ -67,6 +68,8 @@ class GraphBuilder:
         self.fresh: dict[int, int] = {}
         self.n_vars = 4
         self.var_sizes = [self._var_size() for _ in range(self.n_vars)]
+        if self.rz.random() < 0.15:  # Sometimes one long dim, so kernels meet longer loops.
+            self.var_sizes[0] = self.rz.randint(6, 40)
         self.n_ops = n_ops if n_ops is not None else self.rs.randint(5, 14)
 
     # ------------------------------------------------------------ sizes
@@ -245,7 +248,7 @@ class GraphBuilder:
         if op in ("add", "sub"):
             return self.add(Val(self.node(op, [x, y]), x.sym, exact, x.bound + y.bound))
         if op == "mul":
-            if _times(x.bound, y.bound) > 1e6 and d.is_floating_point:
+            if _times(x.bound, y.bound) > (1e3 if d is F16 else 1e6) and d.is_floating_point:
                 x, y = self.squash(x, 1.0), self.squash(y, 1.0)
             return self.add(Val(self.node(op, [x, y]), x.sym, x.exact and y.exact, _times(x.bound, y.bound)))
         if op in ("maximum", "minimum"):
@@ -290,11 +293,15 @@ class GraphBuilder:
         if x is None:
             return self.step_source()
         src = x.dtype
-        targets = [t for t in (F32, F64, I32, I64, BOOL) if t is not src]
+        targets = [t for t in (F16, BF16, F32, F64, I32, I64, BOOL) if t is not src]
         d = self.rs.choice(targets)
+        if d is BF16:  # Through bfloat16 and back: bfloat16 values are never graph inputs or outputs.
+            back = src if src.is_floating_point else F32
+            mid = Val(self.node("cast", [x], {"dtype": BF16}), x.sym, x.exact, x.bound)
+            return self.add(Val(self.node("cast", [mid], {"dtype": back}), x.sym, x.exact, x.bound))
         if src.is_floating_point and not d.is_floating_point:
             if not x.exact:
-                d = F64 if src is F32 else F32
+                d = F64 if src is not F64 else F32
             elif d is not BOOL:
                 # Out-of-range and NaN float-to-int conversions are undefined in C: clamp, and map NaN to 0.
                 lim = self.const(x.sym, src, 1000.0)
@@ -450,7 +457,7 @@ class GraphBuilder:
 
     # ------------------------------------------------------------ the graph
     def build(self) -> tuple[Graph, list[np.ndarray], list]:
-        self.input(self.random_sym(), self.rs.choice([F32, F32, F64, I32, I64, BOOL]))
+        self.input(self.random_sym(), self.rs.choice([F32, F32, F64, F16, I32, I64, BOOL]))
         if self.rs.random() < 0.5:
             self.input(self.random_sym(), self.rs.choice([F32, F64, I64]))
         for _ in range(self.n_ops):
@@ -459,8 +466,9 @@ class GraphBuilder:
         outs = [computed[-1]] + [computed[self.rs.randrange(len(computed))] for _ in range(self.rs.randint(0, 2))]
         outs = list({id(v): v for v in outs}.values())
         self.g.outputs = [v.node for v in outs]
-        # An inexact float64 output may carry float32 rounding errors from upstream (a cast).
-        coarse = "float32" if any(n.dtype is F32 for n in self.g) else "float64"
+        # An inexact output may carry the rounding errors of a narrower float type upstream (a cast).
+        present = {n.dtype for n in self.g}
+        coarse = next(d.name for d in (BF16, F16, F32, F64) if d in present or d is F64)
         return self.g, self.arrays, [True if v.exact else coarse for v in outs]
 
 

@@ -5,6 +5,7 @@ runs four ways:
 
 - reference: `Graph.run`, the NumPy reference interpreter;
 - eager: the graph replayed op by op through the Tensor layer (`apply`);
+- eager_compiled: the same replay under ``loom.backend("compiled")``;
 - compiled: `loom.compiler.compile` (all passes, generated C kernels, built
   before their first call);
 - traced: the same replay traced by `loom.function` and run from its plan.
@@ -30,7 +31,7 @@ from loom.tensor import apply
 
 from .fuzz_graphs import make_graph
 
-RTOL = {"float32": 2e-4, "float64": 1e-9}
+RTOL = {"bfloat16": 1.6e-2, "float16": 4e-3, "float32": 2e-4, "float64": 1e-9}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,6 +70,8 @@ def run_modes(graph, arrays) -> dict[str, list[np.ndarray]]:
     out = {"reference": _arrays(graph.run(*arrays))}
     out["compiled"] = _arrays(loom.compiler.compile(graph)(*[np.array(a) for a in arrays]))
     out["eager"] = _arrays(replay(graph, [loom.tensor(np.array(a)) for a in arrays]))
+    with loom.backend("compiled"):
+        out["eager_compiled"] = _arrays(replay(graph, [loom.tensor(np.array(a)) for a in arrays]))
     # A traced function draws fresh random numbers on every call (loom.function's contract), so its
     # `rand` sources are computed outside the trace, from the graph's own seeds.
     rands = {n: loom.tensor(r.numpy()) for n, r in zip(
@@ -88,8 +91,9 @@ def compare(want: np.ndarray, got: np.ndarray, exact) -> str | None:
         return f"{got.dtype}{list(got.shape)} instead of {want.dtype}{list(want.shape)}"
     if want.dtype.kind != "f" or exact is True:
         same = np.array_equal(got, want, equal_nan=want.dtype.kind == "f")
-        if same and want.dtype.kind == "f":  # -0.0 and 0.0 compare equal; their signs must match too.
-            same = np.array_equal(np.signbit(got), np.signbit(want))
+        if same and want.dtype.kind == "f":  # -0.0 and 0.0 compare equal; their signs must match too
+            number = ~np.isnan(want)          # (a NaN's sign bit means nothing: C and NumPy differ).
+            same = np.array_equal(np.signbit(got[number]), np.signbit(want[number]))
         return None if same else "differs (bitwise comparison)"
     finite = want[np.isfinite(want)]
     rtol = max(RTOL[want.dtype.name], RTOL.get(exact, 0.0))
@@ -99,14 +103,25 @@ def compare(want: np.ndarray, got: np.ndarray, exact) -> str | None:
 
 
 def check_graph(struct_seed: int, size_seed: int) -> list[str]:
-    """Every mismatch of one random graph, described for a report (empty: all modes agree)."""
+    """Every mismatch of one random graph, described for a report (empty: all modes agree).
+
+    Every other graph runs its kernels' OpenMP path (``LOOM_PAR_MIN=1``), whatever its size.
+    """
     graph, arrays, exact = make_graph(struct_seed, size_seed)
+    saved = os.environ.get("LOOM_PAR_MIN")
+    if size_seed % 2:
+        os.environ["LOOM_PAR_MIN"] = "1"
     try:
         results = run_modes(graph, arrays)
     except LoomError as e:
         return [f"graph ({struct_seed}, {size_seed}): a mode raised {type(e).__name__}: {e}\n{graph}"]
+    finally:
+        if saved is None:
+            os.environ.pop("LOOM_PAR_MIN", None)
+        else:
+            os.environ["LOOM_PAR_MIN"] = saved
     problems = []
-    for mode in ("compiled", "eager", "traced"):
+    for mode in ("compiled", "eager", "eager_compiled", "traced"):
         for k, (want, got) in enumerate(zip(results["reference"], results[mode])):
             why = compare(want, got, exact[k])
             if why:
@@ -141,6 +156,7 @@ def test_compare_catches_differences():
     a = np.array([1.0, np.nan, -0.0], np.float32)
     assert compare(a, a.copy(), True) is None
     assert compare(a, np.array([1.0, np.nan, 0.0], np.float32), True) is not None  # Sign of zero.
+    assert compare(a, np.array([1.0, -np.nan, -0.0], np.float32), True) is None  # Not of NaN.
     assert compare(a, np.array([1.0 + 1e-6, np.nan, -0.0], np.float32), True) is not None
     assert compare(a, np.array([1.0 + 1e-6, np.nan, -0.0], np.float32), "float32") is None
     assert compare(a, np.array([1.01, np.nan, -0.0], np.float32), "float32") is not None
