@@ -688,6 +688,8 @@ def _infer_pad(inputs, attrs):
 
 
 def _pad_impl(x, attrs):
+    if x.ndim == 0:  # No dims, no pads (np.pad refuses the empty pad list).
+        return x.copy()
     return np.pad(x, [tuple(p) for p in attrs["pads"]], constant_values=attrs.get("value", 0))
 
 

@@ -332,3 +332,14 @@ def test_public_ops_still_build_their_nodes():
     ]
     for got, want in checks:
         assert float(got.item() if isinstance(got, loom.Tensor) else got) == float(want)
+
+
+def test_pad_of_a_0d_value_takes_no_pads_and_runs():
+    """A 0-d input has no dims, so pads is empty; the reference path used to raise NumPy's TypeError."""
+    g = Graph()
+    x = g.add_input((), F32)
+    g.outputs = [g.add_node("pad", [x], {"pads": (), "value": 1.0})]
+    assert g.run(np.float32(2.5))[0].item() == 2.5
+    assert loom.compiler.compile(g)(np.array(2.5, np.float32))[0].item() == 2.5
+    with pytest.raises(GraphError, match=r"pad: attr 'pads' is \(\(0, 0\),\); expected 0 \(low, high\) pairs"):
+        g.add_node("pad", [x], {"pads": ((0, 0),)})
