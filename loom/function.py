@@ -584,16 +584,28 @@ def _infer_while(inputs, attrs):
     return tuple(o.shape), o.dtype
 
 
+# id(body) -> (weakref to body, copies of the loop's inputs, results): the nodes of one loop (one
+# per variable) share one run. A hit needs the same body and the same input values: array ids
+# are recycled once arrays are freed, and the executor reuses buffers in place.
 _LOOP_CACHE: dict[int, tuple] = {}
+
+
+def _same_values(kept: list[np.ndarray], arrays) -> bool:
+    if len(kept) != len(arrays):
+        return False
+    for k, a in zip(kept, arrays):
+        a = np.asarray(a)
+        if k.dtype != a.dtype or k.shape != a.shape or k.tobytes() != a.tobytes():
+            return False
+    return True
 
 
 def _while_impl(*arrays_and_attrs):
     *arrays, attrs = arrays_and_attrs
-    key = (id(attrs["body"]), tuple(id(a) for a in arrays))
-    hit = _LOOP_CACHE.get(id(attrs["body"]))
-    if hit is not None and hit[0] == key:
-        return hit[1][attrs["index"]]
     cond_g, body_g = attrs["cond"], attrs["body"]
+    hit = _LOOP_CACHE.get(id(body_g))
+    if hit is not None and hit[0]() is body_g and _same_values(hit[1], arrays):
+        return hit[2][attrs["index"]]
     # The interpreter hands primitives half-precision values in float32; the subgraphs
     # take and give stored values, so convert at the loop's edges.
     dtypes = [p.dtype for p in body_g.inputs]
@@ -601,7 +613,7 @@ def _while_impl(*arrays_and_attrs):
     while bool(_run_reference(cond_g, *values)[0].reshape(())):
         values = list(_run_reference(body_g, *values))
     values = [reference.to_compute(v, d) for v, d in zip(values, dtypes)]
-    _LOOP_CACHE[id(attrs["body"])] = (key, values)
+    _LOOP_CACHE[id(body_g)] = (weakref.ref(body_g), [np.array(a) for a in arrays], values)
     return values[attrs["index"]]
 
 
