@@ -359,7 +359,7 @@ class GraphBuilder:
             sym = tuple(("v", self.rs.randrange(self.n_vars)) if t == ("one",) and self.rs.random() < 0.8 else t
                         for t in x.sym)
             return self.add(Val(self.node("expand", [x], {"shape": self.shape(sym)}), sym, x.exact, x.bound))
-        if op == "pad" and rank >= 1:
+        if op == "pad":  # A 0-d value takes an empty pads list.
             pads, sym = [], []
             for t in x.sym:
                 if self.rs.random() < 0.5:
@@ -374,7 +374,7 @@ class GraphBuilder:
                 round(self.rz.uniform(-3, 3), 2) if d.is_floating_point else self.rz.randint(-3, 3))
             node = self.node("pad", [x], {"pads": tuple(pads), "value": value})
             return self.add(Val(node, tuple(sym), x.exact, max(x.bound, abs(float(value)))))
-        if op == "slice" and rank >= 1:
+        if op == "slice":
             starts, stops, steps, sym = [], [], [], []
             for t in x.sym:
                 n = self.size(t)
