@@ -153,10 +153,15 @@ def _ints_attr(op, name, v, length=None, what="a tuple of ints") -> None:
 
 
 def _shape_attr(op, name, v, length=None) -> None:
-    _ints_attr(op, name, v, length, "a tuple of non-negative ints")
-    for s in v:
+    if type(v) is not tuple and type(v) is not list:
+        raise _bad_attr(op, name, v, "a tuple of non-negative ints", LoomTypeError)
+    for s in v:  # One pass: type, then sign.
+        if type(s) is not int and not isinstance(s, np.integer):
+            raise _bad_attr(op, name, v, "a tuple of non-negative ints", LoomTypeError)
         if s < 0:
             raise _bad_attr(op, name, v, "a tuple of non-negative ints", ShapeError)
+    if length is not None and len(v) != length:
+        raise _bad_attr(op, name, v, f"{length} ints, one per dim of the input", ShapeError)
 
 
 def _axes_attr(op, name, v, shape, scalar_axis=False) -> None:
@@ -769,8 +774,9 @@ def _slice_attrs(inputs, attrs):
     _attr_names("slice", attrs, ("starts", "stops", "steps"))
     shape = inputs[0].shape
     n = len(shape)
-    for name in ("starts", "stops", "steps"):
-        _ints_attr("slice", name, attrs[name], n)
+    _ints_attr("slice", "starts", attrs["starts"], n)
+    _ints_attr("slice", "stops", attrs["stops"], n)
+    _ints_attr("slice", "steps", attrs["steps"], n)
     for d, size, a, b, c in zip(range(n), shape, attrs["starts"], attrs["stops"], attrs["steps"]):
         if c <= 0:
             raise _bad_attr("slice", "steps", attrs["steps"], f"positive steps (dim {d})", ShapeError)
