@@ -633,20 +633,28 @@ def _infer_while(inputs, attrs):
     return tuple(o.shape), o.dtype
 
 
+# id(body) -> (weakref to body, copies of the loop's inputs, results): the nodes of one loop (one
+# per variable) share one run. A hit needs the same body and the same input values: array ids
+# are recycled once arrays are freed, and the executor reuses buffers in place.
 _LOOP_CACHE: dict[int, tuple] = {}
+
+
+def _same_values(kept: list[np.ndarray], arrays) -> bool:
+    if len(kept) != len(arrays):
+        return False
+    for k, a in zip(kept, arrays):
+        a = np.asarray(a)
+        if k.dtype != a.dtype or k.shape != a.shape or k.tobytes() != a.tobytes():
+            return False
+    return True
 
 
 def _while_impl(*arrays_and_attrs):
     *arrays, attrs = arrays_and_attrs
-    # Each carried value is its own node over the same loop: the first runs it, the others reuse the
-    # result when they see the same inputs (compared by value: array ids and arena buffers get reused).
-    hit = _LOOP_CACHE.get(id(attrs["body"]))
-    if hit is not None and hit[2] is attrs["body"] and len(hit[0]) == len(arrays) and all(
-            a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
-            for a, b in zip(hit[0], (np.asarray(x) for x in arrays))):
-        return hit[1][attrs["index"]]
-    key = tuple(np.array(a, copy=True) for a in arrays)
     cond_g, body_g = attrs["cond"], attrs["body"]
+    hit = _LOOP_CACHE.get(id(body_g))
+    if hit is not None and hit[0]() is body_g and _same_values(hit[1], arrays):
+        return hit[2][attrs["index"]]
     # The interpreter hands primitives half-precision values in float32; the subgraphs
     # take and give stored values, so convert at the loop's edges.
     dtypes = [p.dtype for p in body_g.inputs]
@@ -654,10 +662,21 @@ def _while_impl(*arrays_and_attrs):
     while bool(_run_reference(cond_g, *values)[0].reshape(())):
         values = list(_run_reference(body_g, *values))
     values = [reference.to_compute(v, d) for v, d in zip(values, dtypes)]
-    _LOOP_CACHE[id(attrs["body"])] = (key, values, attrs["body"])  # The graph held: its id stays its own.
+    _LOOP_CACHE[id(body_g)] = (weakref.ref(body_g), [np.array(a) for a in arrays], values)
     return values[attrs["index"]]
+
+
+def _while_attrs(inputs, attrs):
+    from loom.ir import ops
+
+    ops._attr_names("while_loop", attrs, ("cond", "body", "index"))
+    for name in ("cond", "body"):
+        if not isinstance(attrs[name], Graph):
+            raise ops._bad_attr("while_loop", name, attrs[name], "a loom.ir.Graph", LoomError)
+    n = len(attrs["body"].outputs)
+    ops._int_attr("while_loop", "index", attrs["index"], 0, n, f" (one of the body's {n} outputs)")
 
 
 if "while_loop" not in PRIMITIVES:
     from loom.ir.ops import register
-    register("while_loop", "control", -1, _infer_while, _while_impl)
+    register("while_loop", "control", -1, _infer_while, _while_impl, check_attrs=_while_attrs)

@@ -945,6 +945,8 @@ def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
     if _realize.active_trace is not None:
         _realize.active_trace.on_read(inputs)
     nodes = tuple(t._node for t in inputs)
+    if prim.check_attrs is not None:  # The one attribute gate every node passes (see loom.ir.ops).
+        prim.check_attrs(nodes, attrs)
     shape, dtype = prim.infer(nodes, attrs) if op != "buffer" else (attrs["shape"], attrs["dtype"])
     device = nodes[0].device if nodes else "cpu"
     node = Node(op, nodes, attrs, tuple(shape), dtype, device)

@@ -276,3 +276,22 @@ def _flat(obj):
     if isinstance(obj, (list, tuple)):
         return [v for o in obj for v in _flat(o)]
     return [obj]
+
+
+def test_while_loop_results_follow_input_values_not_array_identity():
+    """The loop nodes share one run per input values: an array refilled in place (or a recycled id) reruns it."""
+    from loom.function import _while_impl
+    from loom.ir import Graph
+
+    cond = Graph()
+    c = cond.add_input((), loom.int64)
+    cond.outputs = [cond.add_node("lt", [c, cond.add_constant(10, loom.int64)])]
+    body = Graph()
+    b = body.add_input((), loom.int64)
+    body.outputs = [body.add_node("add", [b, body.add_constant(1, loom.int64)])]
+    attrs = {"cond": cond, "body": body, "index": 0}
+    a = np.array(3, np.int64)
+    assert int(_while_impl(a, attrs)) == 10
+    a[...] = 20  # Same array object, new value.
+    assert int(_while_impl(a, attrs)) == 20
+    assert int(_while_impl(np.array(4, np.int64), attrs)) == 10

@@ -84,8 +84,14 @@ def _fused_impl(*args):
     return reference.to_compute(run_body(body, stored), out.dtype)
 
 
+def _fused_attrs(inputs, attrs):
+    ops._attr_names("fused", attrs, ("body",))
+    if not isinstance(attrs["body"], Graph):
+        raise ops._bad_attr("fused", "body", attrs["body"], "a loom.ir.Graph", GraphError)
+
+
 if "fused" not in ops.PRIMITIVES:
-    ops.register("fused", "fused", -1, _infer_fused, _fused_impl)
+    ops.register("fused", "fused", -1, _infer_fused, _fused_impl, check_attrs=_fused_attrs)
 
 
 # ---------------------------------------------------------------- grouping

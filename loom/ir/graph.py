@@ -60,8 +60,14 @@ def _input_impl(attrs):
     raise GraphError("loom.input: a graph input has no value of its own; pass one to Graph.run")
 
 
+def _input_attrs(inputs, attrs):
+    ops._attr_names("input", attrs, ("shape", "dtype"))
+    ops._shape_attr("input", "shape", attrs["shape"])
+    ops._dtype_attr("input", "dtype", attrs["dtype"])
+
+
 if "input" not in ops.PRIMITIVES:
-    ops.register("input", "placeholder", 0, _infer_input, _input_impl)
+    ops.register("input", "placeholder", 0, _infer_input, _input_impl, check_attrs=_input_attrs)
 
 
 # ---------------------------------------------------------------- helpers

@@ -1,8 +1,14 @@
 """The primitive set: every loom op is one of these, or a composition of them.
 
-Each primitive is defined once, with all it needs beside it: a shape/dtype rule
-(`infer`), a NumPy reference implementation (`impl`) and a backward rule
-(`vjp`) written in primitives, so gradients of gradients work to any order.
+Each primitive is defined once, with all it needs beside it: an attribute rule
+(`check_attrs`), a shape/dtype rule (`infer`), a NumPy reference
+implementation (`impl`) and a backward rule (`vjp`) written in primitives, so
+gradients of gradients work to any order.
+
+`infer` below runs a primitive's attribute rule before its shape rule, and it
+is the one gate every node passes: the Tensor layer, `Graph.add_node`,
+`Graph.verify`, `from_json` and the compiler's passes all accept exactly the
+nodes it accepts, so a bad attribute never reaches a kernel.
 
 Elementwise primitives take inputs of one shape and one dtype; broadcasting
 and type promotion happen above, in the Tensor layer, as explicit `expand` and
@@ -18,8 +24,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from loom import dtypes as dt
-from loom.errors import DTypeError, GraphError, LoomIndexError, LoomZeroDivisionError, ShapeError, fmt_shape
-from loom.errors import LoomValueError
+from loom.errors import (DTypeError, GraphError, LoomIndexError, LoomTypeError, LoomValueError, LoomZeroDivisionError,
+                         ShapeError, fmt_shape)
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,9 @@ class Primitive:
     infer: Callable[[list, dict], tuple[tuple[int, ...], dt.DType]]
     impl: Callable[..., np.ndarray]
     vjp: Callable[..., tuple] | None = None
+    # check_attrs(inputs, attrs) raises a loom error naming the attr, its value and what was
+    # expected; None: the primitive declares no rule (its attrs go unchecked).
+    check_attrs: Callable[[list, dict], None] | None = None
 
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -48,8 +57,8 @@ def _zeros(like, value=0):
     return P("const", value=value, shape=tuple(like.shape), dtype=like.dtype)
 
 
-def register(name, kind, arity, infer, impl, vjp=None) -> Primitive:
-    p = Primitive(name, kind, arity, infer, impl, vjp)
+def register(name, kind, arity, infer, impl, vjp=None, check_attrs=None) -> Primitive:
+    p = Primitive(name, kind, arity, infer, impl, vjp, check_attrs)
     PRIMITIVES[name] = p
     return p
 
@@ -61,11 +70,110 @@ def infer(op: str, inputs: list, attrs: dict) -> tuple[tuple[int, ...], dt.DType
         raise GraphError(f"loom: unknown primitive {op!r}; known: {sorted(PRIMITIVES)}")
     if prim.arity >= 0 and len(inputs) != prim.arity:
         raise GraphError(f"loom.{op}: expected {prim.arity} inputs, got {len(inputs)}")
+    if prim.check_attrs is not None:
+        prim.check_attrs(inputs, attrs)
     return prim.infer(inputs, attrs)
 
 
 def _desc(inputs) -> str:
     return ", ".join(f"{i.dtype.name}{fmt_shape(i.shape)}" for i in inputs)
+
+
+# ---------------------------------------------------------------- attribute rules
+# Building blocks of the per-primitive `check_attrs` rules. Integers may be Python or NumPy
+# ints, never bools or floats; sequences may be tuples or lists (a Graph stores tuples).
+
+def _bad_attr(op, name, value, expected, cls=LoomValueError) -> Exception:
+    return cls(f"loom.{op}: attr {name!r} is {value!r}; expected {expected}")
+
+
+def _is_int(v) -> bool:
+    return type(v) is int or isinstance(v, np.integer)
+
+
+def _is_number(v) -> bool:
+    return type(v) in (int, float, bool) or isinstance(v, (np.integer, np.floating, np.bool_))
+
+
+def _attr_names(op, attrs, required, optional=()) -> None:
+    """The attrs are exactly `required` plus any of `optional`."""
+    for k in required:
+        if k not in attrs:
+            raise LoomValueError(f"loom.{op}: needs attr {k!r}, which is missing; {op} takes attrs "
+                                 f"{list(required) + [f'{o} (optional)' for o in optional] or 'none'}")
+    if len(attrs) > len(required):
+        for key in attrs:
+            if key not in required and key not in optional:
+                extra = sorted(str(k) for k in attrs if k not in required and k not in optional)
+                raise LoomValueError(f"loom.{op}: unknown attr(s) {extra}; {op} takes attrs "
+                                     f"{list(required) + [f'{o} (optional)' for o in optional] or 'none'}")
+
+
+def _no_attrs(op):
+    def rule(inputs, attrs):
+        if attrs:
+            _attr_names(op, attrs, ())
+    return rule
+
+
+def _int_attr(op, name, v, lo, hi, what="") -> None:
+    """An int in [lo, hi)."""
+    if type(v) is not int and not isinstance(v, np.integer):
+        raise _bad_attr(op, name, v, f"an int{what}", LoomTypeError)
+    if not lo <= v < hi:
+        raise _bad_attr(op, name, v, f"an int in [{lo}, {hi}){what}", LoomIndexError)
+
+
+def _bool_attr(op, name, v) -> None:
+    if type(v) is not bool and not isinstance(v, np.bool_):
+        raise _bad_attr(op, name, v, "a bool", LoomTypeError)
+
+
+def _number_attr(op, name, v, finite=False) -> None:
+    if not _is_number(v):
+        raise _bad_attr(op, name, v, "a number (bool, int or float)", LoomTypeError)
+    if finite and not math.isfinite(v):
+        raise _bad_attr(op, name, v, "a finite number")
+
+
+def _dtype_attr(op, name, v) -> None:
+    if not isinstance(v, dt.DType):
+        raise _bad_attr(op, name, v, f"a loom dtype (one of {[d.name for d in dt.ALL]})", DTypeError)
+
+
+def _ints_attr(op, name, v, length=None, what="a tuple of ints") -> None:
+    # Plain loops, not all(<generator>): these run for every node the Tensor layer creates.
+    if type(v) is not tuple and type(v) is not list:
+        raise _bad_attr(op, name, v, what, LoomTypeError)
+    for s in v:
+        if type(s) is not int and not isinstance(s, np.integer):
+            raise _bad_attr(op, name, v, what, LoomTypeError)
+    if length is not None and len(v) != length:
+        raise _bad_attr(op, name, v, f"{length} ints, one per dim of the input", ShapeError)
+
+
+def _shape_attr(op, name, v, length=None) -> None:
+    if type(v) is not tuple and type(v) is not list:
+        raise _bad_attr(op, name, v, "a tuple of non-negative ints", LoomTypeError)
+    for s in v:  # One pass: type, then sign.
+        if type(s) is not int and not isinstance(s, np.integer):
+            raise _bad_attr(op, name, v, "a tuple of non-negative ints", LoomTypeError)
+        if s < 0:
+            raise _bad_attr(op, name, v, "a tuple of non-negative ints", ShapeError)
+    if length is not None and len(v) != length:
+        raise _bad_attr(op, name, v, f"{length} ints, one per dim of the input", ShapeError)
+
+
+def _axes_attr(op, name, v, shape, scalar_axis=False) -> None:
+    """Distinct axes in [0, ndim); `scalar_axis`: a 0-d input takes axis 0."""
+    _ints_attr(op, name, v, what="a tuple of ints (axes)")
+    ndim = len(shape) or (1 if scalar_axis else 0)
+    for ax in v:
+        if not 0 <= ax < ndim:
+            raise LoomIndexError(f"loom.{op}: attr {name!r} is {v!r}: axis {ax} out of range for shape "
+                                 f"{fmt_shape(shape)}; expected axes in [0, {ndim})")
+    if len(v) > 1 and len(set(v)) != len(v):
+        raise _bad_attr(op, name, v, "distinct axes (each at most once)")
 
 
 # ---------------------------------------------------------------- sources
@@ -127,10 +235,48 @@ def _rand_impl(attrs):
     return out.reshape(attrs["shape"])
 
 
-register("buffer", "source", 0, _infer_source, None)
-register("const", "source", 0, _infer_source, lambda attrs: _const_impl(attrs))
-register("arange", "source", 0, _infer_source, lambda attrs: _arange_impl(attrs))
-register("rand", "source", 0, _infer_source, lambda attrs: _rand_impl(attrs))
+def _buffer_attrs(inputs, attrs):
+    # A Graph's buffer nodes record their shape and dtype; a Tensor's realised nodes carry none.
+    if attrs:
+        _attr_names("buffer", attrs, (), ("shape", "dtype"))
+        if "shape" in attrs:
+            _shape_attr("buffer", "shape", attrs["shape"])
+        if "dtype" in attrs:
+            _dtype_attr("buffer", "dtype", attrs["dtype"])
+
+
+def _const_attrs(inputs, attrs):
+    _attr_names("const", attrs, ("value", "shape", "dtype"))
+    _shape_attr("const", "shape", attrs["shape"])
+    d, value = attrs["dtype"], attrs["value"]
+    _dtype_attr("const", "dtype", d)
+    _number_attr("const", "value", value)
+    if not d.is_floating_point and not math.isfinite(value):
+        raise _bad_attr("const", "value", value, f"a finite value for a {d.name} constant")
+
+
+def _arange_attrs(inputs, attrs):
+    _attr_names("arange", attrs, ("start", "step", "shape", "dtype"))
+    _shape_attr("arange", "shape", attrs["shape"], 1)
+    _dtype_attr("arange", "dtype", attrs["dtype"])
+    _number_attr("arange", "start", attrs["start"], finite=True)
+    _number_attr("arange", "step", attrs["step"], finite=True)
+
+
+def _rand_attrs(inputs, attrs):
+    _attr_names("rand", attrs, ("seed", "shape", "dtype"))
+    _shape_attr("rand", "shape", attrs["shape"])
+    _int_attr("rand", "seed", attrs["seed"], 0, 1 << 64, " (a 64-bit key)")
+    d = attrs["dtype"]
+    _dtype_attr("rand", "dtype", d)
+    if not d.is_floating_point:
+        raise _bad_attr("rand", "dtype", d, "a floating point dtype (rand samples floats)", DTypeError)
+
+
+register("buffer", "source", 0, _infer_source, None, check_attrs=_buffer_attrs)
+register("const", "source", 0, _infer_source, lambda attrs: _const_impl(attrs), check_attrs=_const_attrs)
+register("arange", "source", 0, _infer_source, lambda attrs: _arange_impl(attrs), check_attrs=_arange_attrs)
+register("rand", "source", 0, _infer_source, lambda attrs: _rand_impl(attrs), check_attrs=_rand_attrs)
 
 
 # ---------------------------------------------------------------- elementwise
@@ -169,7 +315,8 @@ def _infer_unary(op, float_only=False, no_bool=False):
 
 
 def _unary(name, fn, vjp=None, float_only=True, no_bool=False):
-    register(name, "unary", 1, _infer_unary(name, float_only, no_bool), lambda x, attrs: fn(x), vjp)
+    register(name, "unary", 1, _infer_unary(name, float_only, no_bool), lambda x, attrs: fn(x), vjp,
+             check_attrs=_no_attrs(name))
 
 
 def _zero_grad(g, x, out, attrs):
@@ -211,7 +358,7 @@ _unary("ceil", np.ceil, _zero_grad, float_only=False)
 _unary("round", np.round, _zero_grad, float_only=False)  # Half to even, as PyTorch.
 _unary("trunc", np.trunc, _zero_grad, float_only=False)
 register("not", "unary", 1, lambda ins, a: (tuple(ins[0].shape), ins[0].dtype),
-         lambda x, attrs: np.logical_not(x) if x.dtype == np.bool_ else np.invert(x))
+         lambda x, attrs: np.logical_not(x) if x.dtype == np.bool_ else np.invert(x), check_attrs=_no_attrs("not"))
 
 
 def _infer_cast(inputs, attrs):
@@ -224,7 +371,13 @@ def _cast_vjp(g, x, out, attrs):
     return (g.to(x.dtype),)
 
 
-register("cast", "unary", 1, _infer_cast, None, _cast_vjp)  # impl lives in the evaluator (bfloat16).
+def _cast_attrs(inputs, attrs):
+    _attr_names("cast", attrs, ("dtype",))
+    _dtype_attr("cast", "dtype", attrs["dtype"])
+
+
+register("cast", "unary", 1, _infer_cast, None, _cast_vjp,  # impl lives in the evaluator (bfloat16).
+         check_attrs=_cast_attrs)
 
 
 def _infer_binary(op, out_bool=False, no_bool=False, int_only=False):
@@ -241,7 +394,7 @@ def _infer_binary(op, out_bool=False, no_bool=False, int_only=False):
 
 def _binary(name, fn, vjp=None, kind="binary", **kw):
     register(name, kind, 2, _infer_binary(name, out_bool=(kind == "compare"), **kw),
-             lambda x, y, attrs: fn(x, y), vjp)
+             lambda x, y, attrs: fn(x, y), vjp, check_attrs=_no_attrs(name))
 
 
 def _pow_vjp(g, x, y, out, a, needs=(True, True)):
@@ -351,7 +504,8 @@ def _where_vjp(g, c, a, b, out, attrs):
     return None, P("where", c, g, zero), P("where", c, zero, g)
 
 
-register("where", "ternary", 3, _infer_where, lambda c, a, b, attrs: np.where(c, a, b), _where_vjp)
+register("where", "ternary", 3, _infer_where, lambda c, a, b, attrs: np.where(c, a, b), _where_vjp,
+         check_attrs=_no_attrs("where"))
 
 
 # ---------------------------------------------------------------- reductions
@@ -448,10 +602,23 @@ def _infer_sum(inputs, attrs):
     return shape, d
 
 
-register("sum", "reduce", 1, _infer_sum, _np_reduce(np.sum), _sum_vjp)
-register("prod", "reduce", 1, _infer_reduce("prod"), _np_reduce(np.prod), _prod_vjp)
-register("max", "reduce", 1, _infer_reduce("max"), _np_reduce(np.max), _extreme_vjp)
-register("min", "reduce", 1, _infer_reduce("min"), _np_reduce(np.min), _extreme_vjp)
+def _reduce_attrs(op):
+    def rule(inputs, attrs):
+        _attr_names(op, attrs, ("axes",), ("keepdim",))
+        # A 0-d input reduces over axis 0 as PyTorch allows (dim=0 of a scalar).
+        _axes_attr(op, "axes", attrs["axes"], inputs[0].shape, scalar_axis=True)
+        if "keepdim" in attrs:
+            _bool_attr(op, "keepdim", attrs["keepdim"])
+    return rule
+
+
+register("sum", "reduce", 1, _infer_sum, _np_reduce(np.sum), _sum_vjp, check_attrs=_reduce_attrs("sum"))
+register("prod", "reduce", 1, _infer_reduce("prod"), _np_reduce(np.prod), _prod_vjp,
+         check_attrs=_reduce_attrs("prod"))
+register("max", "reduce", 1, _infer_reduce("max"), _np_reduce(np.max), _extreme_vjp,
+         check_attrs=_reduce_attrs("max"))
+register("min", "reduce", 1, _infer_reduce("min"), _np_reduce(np.min), _extreme_vjp,
+         check_attrs=_reduce_attrs("min"))
 
 
 # ---------------------------------------------------------------- movement
@@ -465,9 +632,14 @@ def _infer_reshape(inputs, attrs):
     return shape, x.dtype
 
 
+def _reshape_attrs(inputs, attrs):
+    _attr_names("reshape", attrs, ("shape",))
+    _shape_attr("reshape", "shape", attrs["shape"])
+
+
 register("reshape", "movement", 1, _infer_reshape,
          lambda x, attrs: np.reshape(x, attrs["shape"]),
-         lambda g, x, out, a: (g.reshape(x.shape),))
+         lambda g, x, out, a: (g.reshape(x.shape),), check_attrs=_reshape_attrs)
 
 
 def _infer_permute(inputs, attrs):
@@ -486,8 +658,16 @@ def _permute_vjp(g, x, out, attrs):
     return (g.permute(*inv),)
 
 
+def _permute_attrs(inputs, attrs):
+    _attr_names("permute", attrs, ("perm",))
+    perm, n = attrs["perm"], len(inputs[0].shape)
+    _ints_attr("permute", "perm", perm, n)
+    if sorted(perm) != list(range(n)):
+        raise _bad_attr("permute", "perm", perm, f"a permutation of 0..{n - 1} (each dim once)", ShapeError)
+
+
 register("permute", "movement", 1, _infer_permute,
-         lambda x, attrs: np.transpose(x, attrs["perm"]), _permute_vjp)
+         lambda x, attrs: np.transpose(x, attrs["perm"]), _permute_vjp, check_attrs=_permute_attrs)
 
 
 def _infer_expand(inputs, attrs):
@@ -504,8 +684,13 @@ def _expand_vjp(g, x, out, attrs):
     return (g.sum(axes, keepdim=True) if axes else g,)
 
 
+def _expand_attrs(inputs, attrs):
+    _attr_names("expand", attrs, ("shape",))
+    _shape_attr("expand", "shape", attrs["shape"], len(inputs[0].shape))
+
+
 register("expand", "movement", 1, _infer_expand,
-         lambda x, attrs: np.broadcast_to(x, attrs["shape"]), _expand_vjp)
+         lambda x, attrs: np.broadcast_to(x, attrs["shape"]), _expand_vjp, check_attrs=_expand_attrs)
 
 
 def _infer_pad(inputs, attrs):
@@ -518,8 +703,8 @@ def _infer_pad(inputs, attrs):
 
 
 def _pad_impl(x, attrs):
-    if not attrs["pads"]:  # A 0-d value: np.pad reads an empty width list as floats.
-        return np.array(x, copy=True)
+    if x.ndim == 0:  # No dims, no pads (np.pad refuses the empty pad list).
+        return x.copy()
     return np.pad(x, [tuple(p) for p in attrs["pads"]], constant_values=attrs.get("value", 0))
 
 
@@ -529,7 +714,24 @@ def _pad_vjp(g, x, out, attrs):
     return (P("slice", g, starts=starts, stops=stops, steps=[1] * x.ndim),)
 
 
-register("pad", "movement", 1, _infer_pad, _pad_impl, _pad_vjp)
+def _pad_attrs(inputs, attrs):
+    _attr_names("pad", attrs, ("pads",), ("value",))
+    pads, n = attrs["pads"], len(inputs[0].shape)
+    if not isinstance(pads, (tuple, list)) or len(pads) != n:
+        raise _bad_attr("pad", "pads", pads, f"{n} (low, high) pairs of non-negative ints, one per dim of the "
+                        "input", ShapeError)
+    for p in pads:
+        if not isinstance(p, (tuple, list)) or len(p) != 2 or not (_is_int(p[0]) and _is_int(p[1])):
+            raise _bad_attr("pad", "pads", pads, f"{n} (low, high) pairs of non-negative ints, one per dim "
+                            "of the input", LoomTypeError)
+        if p[0] < 0 or p[1] < 0:
+            raise _bad_attr("pad", "pads", pads, f"{n} (low, high) pairs of non-negative ints, one per dim "
+                            "of the input", ShapeError)
+    if "value" in attrs:
+        _number_attr("pad", "value", attrs["value"])
+
+
+register("pad", "movement", 1, _infer_pad, _pad_impl, _pad_vjp, check_attrs=_pad_attrs)
 
 
 def _slice_len(start, stop, step):
@@ -578,7 +780,25 @@ def _slice_vjp(g, x, out, attrs):
     return (P("pad", g, pads=pads, value=0),)
 
 
-register("slice", "movement", 1, _infer_slice, _slice_impl, _slice_vjp)
+def _slice_attrs(inputs, attrs):
+    _attr_names("slice", attrs, ("starts", "stops", "steps"))
+    shape = inputs[0].shape
+    n = len(shape)
+    _ints_attr("slice", "starts", attrs["starts"], n)
+    _ints_attr("slice", "stops", attrs["stops"], n)
+    _ints_attr("slice", "steps", attrs["steps"], n)
+    for d, size, a, b, c in zip(range(n), shape, attrs["starts"], attrs["stops"], attrs["steps"]):
+        if c <= 0:
+            raise _bad_attr("slice", "steps", attrs["steps"], f"positive steps (dim {d})", ShapeError)
+        if not 0 <= a <= size:
+            raise _bad_attr("slice", "starts", attrs["starts"], f"0 <= start <= {size} in dim {d} of "
+                            f"{fmt_shape(shape)}", ShapeError)
+        if not 0 <= b <= size:
+            raise _bad_attr("slice", "stops", attrs["stops"], f"0 <= stop <= {size} in dim {d} of "
+                            f"{fmt_shape(shape)}", ShapeError)
+
+
+register("slice", "movement", 1, _infer_slice, _slice_impl, _slice_vjp, check_attrs=_slice_attrs)
 
 
 def _infer_flip(inputs, attrs):
@@ -589,9 +809,27 @@ def _infer_flip(inputs, attrs):
     return tuple(x.shape), x.dtype
 
 
+def _flip_attrs(inputs, attrs):
+    _attr_names("flip", attrs, ("axes",))
+    _axes_attr("flip", "axes", attrs["axes"], inputs[0].shape)
+
+
 register("flip", "movement", 1, _infer_flip,
          lambda x, attrs: np.flip(x, tuple(attrs["axes"])) if attrs["axes"] else x,
-         lambda g, x, out, a: (P("flip", g, axes=tuple(a["axes"])),))
+         lambda g, x, out, a: (P("flip", g, axes=tuple(a["axes"])),), check_attrs=_flip_attrs)
+
+
+def _axis_attrs(op, optional=()):
+    """One `axis` in [0, ndim) of the first input (a 0-d input takes axis 0)."""
+    def rule(inputs, attrs):
+        _attr_names(op, attrs, ("axis",), optional)
+        shape, axis = inputs[0].shape, attrs["axis"]
+        if type(axis) is not int or not 0 <= axis < (len(shape) or 1):  # The message is built only on error.
+            _int_attr(op, "axis", axis, 0, len(shape) or 1, f" (a dim of {fmt_shape(shape)})")
+        for name in optional:
+            if name in attrs:
+                _bool_attr(op, name, attrs[name])
+    return rule
 
 
 def _check_index_dtype(op, idx):
@@ -640,7 +878,7 @@ def _gather_vjp(g, x, idx, out, attrs, needs=(True, False)):
     return P("scatter_add", _zeros(x), idx, g, axis=attrs["axis"]), None
 
 
-register("gather", "movement", 2, _infer_gather, _gather_impl, _gather_vjp)
+register("gather", "movement", 2, _infer_gather, _gather_impl, _gather_vjp, check_attrs=_axis_attrs("gather"))
 
 
 def _infer_scatter_add(inputs, attrs):
@@ -680,7 +918,8 @@ def _scatter_add_vjp(g, base, idx, src, out, attrs):
     return g, None, gs
 
 
-register("scatter_add", "movement", 3, _infer_scatter_add, _scatter_add_impl, _scatter_add_vjp)
+register("scatter_add", "movement", 3, _infer_scatter_add, _scatter_add_impl, _scatter_add_vjp,
+         check_attrs=_axis_attrs("scatter_add"))
 
 
 # ---------------------------------------------------------------- contraction
@@ -702,7 +941,8 @@ def _matmul_vjp(g, a, b, out, attrs, needs=(True, True)):
     return (g @ b.mT if needs[0] else None, a.mT @ g if needs[1] else None)
 
 
-register("matmul", "contraction", 2, _infer_matmul, lambda a, b, attrs: np.matmul(a, b), _matmul_vjp)
+register("matmul", "contraction", 2, _infer_matmul, lambda a, b, attrs: np.matmul(a, b), _matmul_vjp,
+         check_attrs=_no_attrs("matmul"))
 
 
 # ---------------------------------------------------------------- library primitives
@@ -735,7 +975,7 @@ def _argsort_impl(x, attrs):
     return np.argsort(key, axis=ax, kind="stable").astype(np.int64)
 
 
-register("argsort", "sort", 1, _infer_argsort, _argsort_impl)
+register("argsort", "sort", 1, _infer_argsort, _argsort_impl, check_attrs=_axis_attrs("argsort", ("descending",)))
 
 
 

@@ -9,6 +9,7 @@ import base64
 import json
 import math
 import os
+import re
 import tempfile
 from contextlib import suppress
 from typing import Any
@@ -24,6 +25,12 @@ FORMAT = "loom.graph"
 VERSION = 1
 
 _NODE_KEYS = ("id", "op", "inputs", "attrs", "shape", "dtype", "device", "name")
+
+# The deepest nesting of JSON arrays and objects from_json reads. A graph needs 6 levels and
+# each subgraph (a fused body, a loop body) about 5 more, so real graphs stay far below it; a
+# deeper document is refused up front instead of exhausting the interpreter's stack.
+MAX_NESTING = 100
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
 # ---------------------------------------------------------------- values
@@ -56,7 +63,7 @@ def _decode(value: Any, where: str) -> Any:
         if set(value) == {"float"} and value["float"] in ("inf", "-inf", "nan"):
             return float(value["float"])
         if set(value) == {"graph"} and isinstance(value["graph"], dict):
-            return from_json(json.dumps(value["graph"], allow_nan=False))
+            return _load(value["graph"])
     raise GraphError(f"loom.from_json: {where}: cannot decode attr value {value!r} (expected a number, "
                      'bool, string, null, list, {"dtype": name}, {"float": "inf" | "-inf" | "nan"} '
                      'or {"graph": {...}})')
@@ -70,9 +77,9 @@ def _dtype(name: Any, where: str) -> dt.DType:
 
 
 def _encode_buffer(node: Node) -> dict[str, Any]:
-    array = np.ascontiguousarray(node.buffer)
+    array = np.asarray(node.buffer)  # Not ascontiguousarray: it turns a 0-d array into shape [1].
     little = array.astype(array.dtype.newbyteorder("<"), copy=False)
-    return {"data": base64.b64encode(little.tobytes()).decode("ascii"), "dtype": node.dtype.name,
+    return {"data": base64.b64encode(little.tobytes(order="C")).decode("ascii"), "dtype": node.dtype.name,
             "shape": list(array.shape)}
 
 
@@ -146,16 +153,42 @@ def _reject_constant(token: str):
                      '{"float": "inf"}')
 
 
+def _nesting(text: str | bytes) -> int:
+    """How deep JSON arrays and objects nest in `text` (brackets inside strings do not count)."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    codes = np.frombuffer(_STRING.sub(b'""', raw), np.uint8)
+    step = (np.isin(codes, (ord("["), ord("{"))).astype(np.int64)
+            - np.isin(codes, (ord("]"), ord("}"))).astype(np.int64))
+    return int(np.cumsum(step).max(initial=0))
+
+
 def from_json(text: str | bytes) -> Graph:
     """Load a graph written by `to_json` (or by any writer that follows docs/graph-format.md).
 
-    Every node is checked against its primitive's shape/dtype rule, so a
-    malformed or inconsistent file raises GraphError instead of loading.
+    Every node is checked against its primitive's attribute and shape/dtype
+    rules (the checks of `Graph.add_node`), so a malformed or inconsistent
+    file raises GraphError instead of loading. Documents nesting deeper than
+    `MAX_NESTING` levels are refused.
     """
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise GraphError(f"loom.from_json: expected JSON text (str or bytes), got {type(text).__name__}")
+    depth = _nesting(text)
+    if depth > MAX_NESTING:
+        raise GraphError(f"loom.from_json: the document nests arrays/objects {depth} levels deep; the graph "
+                         f"format needs far fewer and loom reads at most {MAX_NESTING}")
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         raise GraphError(f"loom.from_json: not valid JSON: {e}") from None
+    except RecursionError:  # pragma: no cover - MAX_NESTING keeps far below the stack limit
+        raise GraphError(f"loom.from_json: the document nests too deeply (at most {MAX_NESTING} levels)") from None
+    except UnicodeDecodeError as e:
+        raise GraphError(f"loom.from_json: not valid UTF-8 JSON text: {e}") from None
+    return _load(doc)
+
+
+def _load(doc: Any) -> Graph:
+    """The graph described by a parsed document (the top level or a subgraph attr)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise GraphError(f'loom.from_json: not a loom graph (expected "format": "{FORMAT}")')
     version = doc.get("version")

@@ -364,3 +364,83 @@ def test_format_is_readable_without_loom():
     buf = nodes[doc["outputs"][2]]["buffer"]
     raw = base64.b64decode(buf["data"])
     assert list(struct.unpack("<4f", raw)) == want_c and buf["shape"] == [2, 2] and buf["dtype"] == "float32"
+
+
+# ---------------------------------------------------------------- 0-d buffers and deep nesting
+
+def test_zero_dim_buffers_round_trip():
+    g = Graph.from_tensors(loom.tensor(2.0) * 3, inputs=[])
+    h = assert_round_trip(g)
+    assert h.run()[0].item() == 6.0
+    buf = next(n for n in h if n.op == "buffer")
+    assert buf.shape == () and buf.buffer.shape == ()
+    entry = next(e for e in strict_loads(to_json(g))["nodes"] if e["op"] == "buffer")
+    assert entry["buffer"]["shape"] == [] and entry["shape"] == []
+    for value, d in ((True, loom.bool), (-7, loom.int8), (1.5, loom.bfloat16), (3, loom.int64)):
+        g = Graph()
+        g.outputs = [g.add_constant(np.array(value, d.np if d is not loom.bfloat16 else np.float32), d)]
+        assert g.outputs[0].op == "buffer" and g.outputs[0].shape == ()
+        assert_round_trip(g)
+
+
+def test_a_zero_dim_buffer_stored_as_one_element_is_refused():
+    """A writer that stores a 0-d buffer with shape [1] contradicts the node's shape."""
+    doc = strict_loads(to_json(Graph.from_tensors(loom.tensor(2.0) * 3, inputs=[])))
+    next(e for e in doc["nodes"] if e["op"] == "buffer")["buffer"]["shape"] = [1]
+    with pytest.raises(GraphError, match=r"records float32\[\] but the primitive gives float32\[1\]"):
+        from_json(json.dumps(doc))
+
+
+@pytest.mark.parametrize("depth", [200, 100_000])
+def test_deep_nesting_is_refused_with_a_clear_error(depth):
+    """No RecursionError however deep the document nests: the depth is checked before parsing."""
+    g = Graph()
+    g.outputs = [g.add_node("neg", [g.add_input((2,), F32)])]
+    doc = strict_loads(to_json(g))
+    doc["nodes"][1]["attrs"] = {"x": "PLACEHOLDER"}
+    text = json.dumps(doc).replace('"PLACEHOLDER"', "[" * depth + "]" * depth)
+    with pytest.raises(GraphError, match=rf"nests arrays/objects {depth + 4} levels deep.*at most 100"):
+        from_json(text)
+    with pytest.raises(GraphError, match="at most 100"):
+        from_json("[" * depth + "]" * depth)
+    with pytest.raises(GraphError, match="at most 100"):
+        from_json(('{"a":' * depth + "1" + "}" * depth).encode())
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    g = Graph()
+    g.outputs = [g.add_node("neg", [g.add_input((2,), F32, name="[" * 500 + '\\"{' * 300)])]
+    h = assert_round_trip(g, np.ones(2, np.float32))
+    assert h.inputs[0].name == g.inputs[0].name
+
+
+def test_nested_subgraphs_round_trip_within_the_limit():
+    """Fused bodies inside fused bodies: each level is loaded from the parsed document, not re-parsed."""
+    from loom.compiler import fuse  # noqa: F401  (registers "fused")
+
+    body = Graph()
+    body.outputs = [body.add_node("exp", [body.add_input((3,), F32)])]
+    for _ in range(8):
+        outer = Graph()
+        outer.outputs = [outer.add_node("fused", [outer.add_input((3,), F32)], {"body": body})]
+        body = outer
+    x = np.array([0.0, 1.0, -1.0], np.float32)
+    h = assert_round_trip(body, x)
+    np.testing.assert_allclose(h.run(x)[0].numpy(), np.exp(x), rtol=1e-6)
+    for _ in range(20):  # Far deeper than any real graph: refused cleanly, not with RecursionError.
+        outer = Graph()
+        outer.outputs = [outer.add_node("fused", [outer.add_input((3,), F32)], {"body": body})]
+        body = outer
+    with pytest.raises(GraphError, match="at most 100"):
+        from_json(to_json(body))
+
+
+def test_a_long_chain_of_nodes_round_trips():
+    """Depth of the graph itself (not of the JSON) needs no recursion anywhere."""
+    g = Graph()
+    n = g.add_input((2,), F32)
+    for _ in range(5000):
+        n = g.add_node("neg", [n])
+    g.outputs = [n]
+    h = from_json(to_json(g))
+    assert len(h) == 5001 and to_json(h) == to_json(g)

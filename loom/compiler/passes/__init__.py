@@ -133,7 +133,8 @@ def run_passes(graph: Graph, names: Sequence[str] | str, *, verify: bool = True,
     names : sequence of str
         Registered pass names (see `PASSES`); a name may repeat.
     verify : bool
-        Check the graph's invariants after every pass (`Graph.verify`).
+        Check the graph's invariants before the first pass and after every
+        pass (`Graph.verify`).
     copy : bool
         Work on a copy (the default). With False the passes edit `graph`
         itself, so its nodes keep their ids through the pipeline.
@@ -157,6 +158,8 @@ def run_passes(graph: Graph, names: Sequence[str] | str, *, verify: bool = True,
     if unknown:
         raise LoomError(f"loom.compiler.run_passes: unknown pass {unknown[0]!r}; registered passes: "
                         f"{', '.join(sorted(PASSES))} (add one with loom.compiler.register_pass)")
+    if verify:
+        graph.verify()  # A node no primitive accepts (say, edited attrs) never reaches a pass or a kernel.
     out = graph.copy() if copy else graph
     for name in names:
         out.meta.pop("memory", None)  # A plan describes the graph it was made for; any pass may change it.
