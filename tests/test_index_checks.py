@@ -322,7 +322,7 @@ def test_check_node_attrs_are_validated():
     from loom.ir import Graph
     g = Graph()
     x = g.add_input((3,), loom.int64)
-    with pytest.raises(GraphError, match=r"loom\.check: missing attr 'message'"):
+    with pytest.raises(GraphError, match=r"loom\.check: needs attr 'message', which is missing"):
         g.add_node("check", [x], {"low": 0, "high": 3})
-    with pytest.raises(GraphError, match=r"loom\.check: attr 'error' must be 'index' or 'value', got 'oops'"):
+    with pytest.raises(GraphError, match=r"loom\.check: attr 'error' is 'oops'; expected 'index' or 'value'"):
         g.add_node("check", [x], {"low": 0, "high": 3, "message": "m {value}", "error": "oops"})

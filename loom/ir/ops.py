@@ -1015,14 +1015,26 @@ def _infer_check(inputs, attrs):
     x = inputs[0]
     if x.dtype is dt.bool_:
         raise DTypeError(f"loom.check: expected a numeric input, got {x.dtype.name}")
-    for key in ("low", "high", "message"):
-        if key not in attrs:
-            raise GraphError(f"loom.check: missing attr {key!r} (needs low, high and message; got {sorted(attrs)})")
-    if attrs.get("error", "index") not in ("index", "value"):
-        raise GraphError(f"loom.check: attr 'error' must be 'index' or 'value', got {attrs['error']!r}")
-    if attrs.get("positive_rows", False) and "rows_message" not in attrs:
-        raise GraphError("loom.check: positive_rows needs a rows_message")
     return tuple(x.shape), x.dtype
+
+
+def _check_attrs(inputs, attrs):
+    _attr_names("check", attrs, ("low", "high", "message"),
+                ("user_op", "closed", "ignore", "error", "positive_rows", "rows_message"))
+    for name in ("low", "high"):
+        _number_attr("check", name, attrs[name])
+    if attrs.get("ignore") is not None:
+        _number_attr("check", "ignore", attrs["ignore"])
+    for name in ("message", "rows_message", "user_op"):
+        if name in attrs and not isinstance(attrs[name], str):
+            raise _bad_attr("check", name, attrs[name], "a str", LoomTypeError)
+    for name in ("closed", "positive_rows"):
+        if name in attrs:
+            _bool_attr("check", name, attrs[name])
+    if attrs.get("error", "index") not in ("index", "value"):
+        raise _bad_attr("check", "error", attrs["error"], "'index' or 'value'")
+    if attrs.get("positive_rows", False) and not attrs.get("rows_message"):
+        raise _bad_attr("check", "rows_message", attrs.get("rows_message"), "a message when positive_rows is set")
 
 
 def _check_impl(x, attrs):
@@ -1039,7 +1051,7 @@ def _check_impl(x, attrs):
 # input through unchanged and raises the op's own error when a value is outside [low, high)
 # ([low, high] with `closed`; `ignore` is always allowed; `positive_rows` also needs every
 # last-axis row to sum above 0). Consumers read its output, so it runs before them in every mode.
-register("check", "check", 1, _infer_check, _check_impl, lambda g, x, out, a: (g,))
+register("check", "check", 1, _infer_check, _check_impl, lambda g, x, out, a: (g,), check_attrs=_check_attrs)
 
 # Backward rules that read only their inputs' shapes and dtypes (or the output), not
 # their values. An input changed in place after such an op is harmless: its gradient

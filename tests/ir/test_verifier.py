@@ -121,6 +121,13 @@ TABLE: dict[str, tuple[list, dict, list]] = {
     "matmul": ([((2, 3), F32), ((3, 4), F32)], {}, [
         ({"transpose_a": True}, r"matmul: unknown attr\(s\) \['transpose_a'\]; matmul takes attrs none"),
     ]),
+    "check": ([((3,), I64)], {"user_op": "gather", "low": 0, "high": 3, "message": "bad {value}"}, [
+        ({"low": 0, "high": 3}, r"check: needs attr 'message', which is missing"),
+        ({"low": "0", "high": 3, "message": "m"}, r"check: attr 'low' is '0'; expected a number"),
+        ({"low": 0, "high": 3, "message": "m", "error": "fatal"}, r"check: attr 'error' is 'fatal'"),
+        ({"low": 0, "high": 3, "message": "m", "positive_rows": True}, r"check: attr 'rows_message' is None"),
+        ({"low": 0, "high": 3, "message": 7}, r"check: attr 'message' is 7; expected a str"),
+    ]),
     "argsort": ([((3, 4), F32)], {"axis": 1, "descending": True}, [
         ({"axis": 2}, r"argsort: attr 'axis' is 2; expected an int in \[0, 2\)"),
         ({"axis": 1, "descending": "yes"}, r"argsort: attr 'descending' is 'yes'; expected a bool"),
