@@ -171,7 +171,7 @@ def _set_blas(n: int) -> None:
     global _blas, _blas_now
     if _blas is None:
         try:
-            _blas = list(_blas_controller().lib_controllers)
+            _blas = _numpy_blas()
         except ImportError:  # threadpoolctl missing: the BLAS keeps its own count.
             _blas = []
     for lib in _blas:
@@ -186,9 +186,18 @@ def _blas_controller():
     return ThreadpoolController().select(user_api="blas")
 
 
+def _numpy_blas() -> list:
+    """The controllers of the BLAS that NumPy calls (loom's matmuls); other libraries' BLAS (SciPy's,
+    PyTorch's) loaded in the same process are theirs to manage."""
+    libs = list(_blas_controller().lib_controllers)
+    own = [lib for lib in libs if os.path.basename(os.path.dirname(lib.filepath)) in ("numpy.libs", ".dylibs")
+           and "numpy" in lib.filepath]
+    return own or libs  # A NumPy built against a system BLAS: that library is the one.
+
+
 def blas_num_threads() -> list[int]:
-    """The thread count each loaded BLAS library reports now (to check that loom's count reached it)."""
+    """The thread count the BLAS that loom's matmuls use reports now (to check that loom's count reached it)."""
     try:
-        return [int(info["num_threads"]) for info in _blas_controller().info()]
+        return [int(lib.get_num_threads()) for lib in _numpy_blas()]
     except ImportError:
         return []
