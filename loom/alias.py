@@ -257,6 +257,13 @@ def _apply_step(t: Tensor, step) -> Tensor:
     return take(flat, tensor(pos))
 
 
+def _inverse_perm(perm) -> tuple[int, ...]:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return tuple(inv)
+
+
 def _unapply_step(old: Tensor, step, new: Tensor) -> Tensor:
     """`old` (a step's input) with the step's output replaced by `new`."""
     from loom.ir.ops import PRIMITIVES
@@ -266,10 +273,7 @@ def _unapply_step(old: Tensor, step, new: Tensor) -> Tensor:
     if op == "reshape":
         return apply("reshape", (new,), {"shape": tuple(old.shape)})
     if op == "permute":
-        inv = [0] * len(attrs["perm"])
-        for i, p in enumerate(attrs["perm"]):
-            inv[p] = i
-        return apply("permute", (new,), {"perm": tuple(inv)})
+        return apply("permute", (new,), {"perm": _inverse_perm(attrs["perm"])})
     if op == "slice":
         if tuple(new.shape) == tuple(old.shape):
             return new
@@ -418,10 +422,7 @@ def reshaped_in_place(t: Tensor, old_node) -> None:
     shape = tuple(old_node.shape)
     for step in steps:
         if step[0] == "permute":
-            inv = [0] * len(step[1]["perm"])
-            for i, p in enumerate(step[1]["perm"]):
-                inv[p] = i
-            inverse.append(("permute", {"perm": tuple(inv)}))
+            inverse.append(("permute", {"perm": _inverse_perm(step[1]["perm"])}))
         else:
             inverse.append(("reshape", {"shape": shape}))
         shape = _step_shape(step, shape)
