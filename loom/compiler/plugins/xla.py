@@ -154,6 +154,10 @@ class _Lowering:
                 loops[key] = self.while_loop(node.attrs["cond"], node.attrs["body"], ins)
             return loops[key][node.attrs["index"]]
         rule = _RULES[op]
+        if op in _XLA_REWRITES and any(i.op in _XLA_REWRITES[op] for i in node.inputs):
+            # XLA's simplifier folds these pairs by identities that change NaN and inf results
+            # (log(pow(a, b)) becomes b * log(|a|), log(exp(x)) becomes x): keep them apart.
+            ins = [lax.optimization_barrier(x) for x in ins]
         return _down(rule(self, node.attrs, *[_up(x) for x in ins]), node.dtype)
 
     def while_loop(self, cond: Graph, body: Graph, init: list) -> list:
@@ -304,6 +308,10 @@ def _rounding(fn):
 
 def _logical_or_arith(logical, arith):
     return lambda lw, a, x, y: logical(x, y) if _is_bool(x) else arith(x, y)
+
+
+# Consumer op -> producer ops that XLA's algebraic simplifier rewrites the pair of.
+_XLA_REWRITES = {"log": ("pow", "exp"), "exp": ("log",), "pow": ("exp", "sqrt", "pow")}
 
 
 def _unary(fn):

@@ -21,7 +21,8 @@ from loom.ir import Graph, ops  # noqa: E402
 from tests.compiler.helpers import random_graphs  # noqa: E402
 from tests.compiler.plugins.helpers import compare, one_node, stored  # noqa: E402
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized: the same 300 graphs every run, so CI does not depend on what a random search happens to hit.
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
 def _chain(d=loom.float32, shape=(4, 5)):
