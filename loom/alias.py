@@ -119,17 +119,23 @@ def _step_layout(step, in_shape, layout):
 
 # ---------------------------------------------------------------- creating views
 
-def _path_between(base_node, out_node) -> list | None:
-    """The movement steps that lead from `base_node` to `out_node`, or None if it is not such a chain."""
-    steps = []
+def _chain_between(base_node, out_node) -> list | None:
+    """The movement nodes that lead from `base_node` to `out_node`, or None if it is not such a chain."""
+    nodes = []
     node = out_node
     while node is not base_node:
-        if node.op not in VIEW_PRIMS or len(node.inputs) != 1 or len(steps) >= _MAX_STEPS:
+        if node.op not in VIEW_PRIMS or len(node.inputs) != 1 or len(nodes) >= _MAX_STEPS:
             return None
-        steps.append((node.op, dict(node.attrs)))
+        nodes.append(node)
         node = node.inputs[0]
-    steps.reverse()
-    return steps
+    nodes.reverse()
+    return nodes
+
+
+def _path_between(base_node, out_node) -> list | None:
+    """The movement steps (op, attrs) that lead from `base_node` to `out_node`, or None."""
+    nodes = _chain_between(base_node, out_node)
+    return None if nodes is None else [(n.op, dict(n.attrs)) for n in nodes]
 
 
 def make_view(base: Tensor, out: Tensor, layout=None) -> Tensor:
@@ -145,18 +151,17 @@ def make_view(base: Tensor, out: Tensor, layout=None) -> Tensor:
         if out._root is (base._root if base._root is not None else base):
             return out
         unlink(out)  # A view of an intermediate of the view function: it aliases `base` instead.
-    path = _path_between(base._node, out._node)
-    if path is None:
+    nodes = _chain_between(base._node, out._node)
+    if nodes is None:
         return out
+    path = tuple((n.op, dict(n.attrs)) for n in nodes)
     if layout is None:
         layout = layout_of(base)
-        shape = tuple(base.shape)
-        for step in path:
-            layout = _step_layout(step, shape, layout)
+        for step, node in zip(path, nodes):
+            layout = _step_layout(step, node.inputs[0].shape, layout)
             if layout is None:
                 return out
-            shape = _step_shape(step, shape)
-    link(base, out, tuple(path), layout, differentiable=True)
+    link(base, out, path, layout, differentiable=True)
     return out
 
 
