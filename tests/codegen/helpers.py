@@ -1,12 +1,31 @@
 """Shared helpers for the codegen tests: build bodies, run them compiled and on the reference path, compare."""
 from __future__ import annotations
 
+import contextlib
+import os
+
 import numpy as np
 
 import loom
 from loom import dtypes as dt
 from loom.codegen import get_kernel, run_reference
 from loom.ir import Graph
+
+@contextlib.contextmanager
+def persistent_sync_kernels(config):
+    """LOOM_CODEGEN_SYNC=1 and a LOOM_CACHE_DIR that persists between runs (.pytest_cache); restored after."""
+    saved = {k: os.environ.get(k) for k in ("LOOM_CODEGEN_SYNC", "LOOM_CACHE_DIR")}
+    os.environ["LOOM_CODEGEN_SYNC"] = "1"
+    os.environ["LOOM_CACHE_DIR"] = os.environ.get("LOOM_TEST_CACHE_DIR") or str(config.cache.mkdir("loom-kernels"))
+    try:
+        yield os.environ["LOOM_CACHE_DIR"]
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
 
 FLOATS = (loom.float32, loom.float64)
 INTS = (loom.int8, loom.int16, loom.int32, loom.int64, loom.uint8)

@@ -29,6 +29,8 @@ import loom
 from loom.errors import LoomError
 from loom.tensor import apply
 
+from tests.codegen.helpers import persistent_sync_kernels
+
 from .fuzz_graphs import make_graph
 
 RTOL = {"bfloat16": 1.6e-2, "float16": 4e-3, "float32": 2e-4, "float64": 1e-9}
@@ -37,16 +39,8 @@ RTOL = {"bfloat16": 1.6e-2, "float16": 4e-3, "float32": 2e-4, "float64": 1e-9}
 @pytest.fixture(scope="module", autouse=True)
 def sync_kernels(request):
     """Kernels are built before their first call (so compiled modes run C), cached between runs."""
-    saved = {k: os.environ.get(k) for k in ("LOOM_CODEGEN_SYNC", "LOOM_CACHE_DIR")}
-    os.environ["LOOM_CODEGEN_SYNC"] = "1"
-    os.environ["LOOM_CACHE_DIR"] = os.environ.get("LOOM_TEST_CACHE_DIR") or str(
-        request.config.cache.mkdir("loom-kernels"))
-    yield
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with persistent_sync_kernels(request.config):
+        yield
 
 
 def replay(graph, tensors, fixed=None):
