@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from loom.bench import stats
+from loom.bench import roofline, stats
 from loom.bench.machine import load_average
 from loom.bench.workloads import FRAMEWORKS, get
 
@@ -188,6 +188,7 @@ def run(opts: Options, say: Callable[[str], None] = print) -> list[dict]:
     log_dir = Path(opts.log_dir or tempfile.mkdtemp(prefix="loom-bench-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     results: list[dict] = []
+    roof = roofline_probe(opts, log_dir, say)
     for model in opts.models:
         workload = get(model)
         steps = opts.steps or (workload.quick_steps if opts.quick else workload.steps)
@@ -283,10 +284,39 @@ def run(opts: Options, say: Callable[[str], None] = print) -> list[dict]:
             if e.get("status") == "ok":
                 ratio = e["ratio_to_best_peer"]
                 cpu_ratio = e.get("cpu_ratio_to_best_peer")
+                roofline.annotate([e], roof)
                 say(f"  {model}/{fw}: {e['median_ms']:.3f} ms/step (min {e['min_ms']:.3f}, max {e['max_ms']:.3f}), "
                     f"{e['throughput']:.1f} {workload.unit}/s" + (f", {ratio:.2f}x best peer" if ratio else "")
-                    + (f" (CPU time: {e['cpu_ms']:.3f} ms/step, {cpu_ratio:.2f}x)" if cpu_ratio else ""))
+                    + (f" (CPU time: {e['cpu_ms']:.3f} ms/step, {cpu_ratio:.2f}x)" if cpu_ratio else "")
+                    + (f", {e['gflops']:.1f} GFLOP/s = {100 * e['sgemm_fraction']:.0f}% of sgemm"
+                       if e.get("sgemm_fraction") is not None else ""))
     return results
+
+
+def roofline_probe(opts: Options, log_dir: Path, say: Callable[[str], None] = print) -> dict:
+    """FLOPs per step of each model and the sgemm rate at `opts.threads`, measured like a worker would.
+
+    Runs `loom.bench.roofline` in a subprocess with the workers' environment
+    and CPU pinning; on failure the results simply carry no roofline columns.
+    """
+    cpus = worker_cpus(opts)
+    config = {"models": list(opts.models), "threads": opts.threads, "seed": opts.seed}
+    log_path = log_dir / "roofline.log"
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "loom.bench.roofline", json.dumps(config)],
+                                  stdout=subprocess.PIPE, stderr=log, env=worker_env(opts), cwd=str(REPO_ROOT),
+                                  preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+                                  timeout=opts.timeout)
+            roof = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
+            say(f"roofline: no figures ({type(e).__name__}; see {log_path})")
+            return {}
+    say(f"roofline: sgemm {roof['sgemm_gflops']:.1f} GFLOP/s on {opts.threads} thread(s); FLOPs per step: "
+        + ", ".join(f"{m} {f['total'] / 1e9:.3f} G" for m, f in roof.get("flops", {}).items()))
+    for m, err in roof.get("errors", {}).items():
+        say(f"roofline: {m}: FLOPs not counted ({err})")
+    return roof
 
 
 def options_dict(opts: Options) -> dict:

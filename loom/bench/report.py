@@ -5,8 +5,11 @@ Examples
 >>> rows = [{"model": "mlp", "framework": "torch", "status": "ok", "median_ms": 1.5, "min_ms": 1.4,
 ...          "max_ms": 1.7, "throughput": 85333.3, "unit": "samples", "ratio_to_best_peer": 1.0,
 ...          "compile_s": 0.2, "peak_rss_mb": 300.0}]
->>> table(rows).splitlines()[2].split()
-['mlp', 'torch', '1.500', '1.400', '1.700', '-', '85333', 'samples/s', '1.00', '-', '0.20', '300', '-', 'ok']
+>>> row = table(rows).splitlines()[2].split()
+>>> row[:8]
+['mlp', 'torch', '1.500', '1.400', '1.700', '-', '85333', 'samples/s']
+>>> row[8:]
+['1.00', '-', '-', '-', '0.20', '300', '-', 'ok']
 """
 from __future__ import annotations
 
@@ -27,25 +30,30 @@ def table(results: list[dict]) -> str:
     """The results as a fixed-width text table (ms per step, throughput, ratio to the best peer, memory).
 
     Times are milliseconds per step (CPU: the median CPU time of all the
-    framework's threads per step; "x best (CPU)" compares those), warm-up is seconds (first call, tracing,
-    compiling), peak RSS is the worker's MiB, planned is loom's planned arena
+    framework's threads per step; "x best (CPU)" compares those), GFLOP/s is the step's FLOPs (counted on
+    loom's traced step, the same for every framework) over the median time and %sgemm that rate over the
+    machine's measured float32 GEMM rate at the same thread count (`loom.bench.roofline`), warm-up is
+    seconds (first call, tracing, compiling), peak RSS is the worker's MiB, planned is loom's planned arena
     MiB for the traced step.
     """
     head = (f"{'model':<9} {'framework':<13} {'median':>8} {'min':>8} {'max':>8} {'CPU':>8} {'throughput':>20} "
-            f"{'x best':>7} {'x best':>7} {'warm-up':>9} {'peak RSS':>8} {'planned':>7}  status")
+            f"{'x best':>7} {'x best':>7} {'GFLOP':>7} {'%sgemm':>6} {'warm-up':>9} {'peak RSS':>8} {'planned':>7}"
+            "  status")
     units = (f"{'':<9} {'':<13} {'ms':>8} {'ms':>8} {'ms':>8} {'ms':>8} {'':>20} {'peer':>7} {'(CPU)':>7} "
-             f"{'s':>9} {'MiB':>8} {'MiB':>7}")
+             f"{'/s':>7} {'':>6} {'s':>9} {'MiB':>8} {'MiB':>7}")
     lines = [head, units]
     for r in results:
         ok = r.get("status") == "ok"
         planned = r.get("planned_peak_bytes")
         thr = f"{r['throughput']:.0f} {r['unit']}/s" if ok else "-"
         status = "ok" if ok else f"{r.get('status')}: {r.get('reason', '')}"
+        frac = r.get("sgemm_fraction")
         lines.append(
             f"{r['model']:<9} {r['framework']:<13} {_fmt(r.get('median_ms'), '.3f'):>8} "
             f"{_fmt(r.get('min_ms'), '.3f'):>8} {_fmt(r.get('max_ms'), '.3f'):>8} {_fmt(r.get('cpu_ms'), '.3f'):>8} "
             f"{thr:>20} "
             f"{_fmt(r.get('ratio_to_best_peer'), '.2f'):>7} {_fmt(r.get('cpu_ratio_to_best_peer'), '.2f'):>7} "
+            f"{_fmt(r.get('gflops'), '.1f'):>7} {_fmt(frac * 100 if frac is not None else None, '.0f'):>6} "
             f"{_fmt(r.get('compile_s'), '.2f'):>9} "
             f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8} "
             f"{_fmt(planned / 2**20 if planned is not None else None, '.2f'):>7}  {status}")
@@ -83,8 +91,9 @@ def markdown(doc: dict) -> str:
         "time of all the worker's threads; peak RSS is ru_maxrss of each framework's own worker process.",
         f"- loom.function backend: {c['loom_backend']}; loom eager backend: {c['loom_eager_backend']}", "",
         "| model | framework | median ms/step | min | max | CPU ms/step | throughput | x best peer "
-        "| x best peer (CPU) | warm-up s | peak RSS MiB | planned MiB | load (1 min) before/after | status |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| x best peer (CPU) | GFLOP/s | % of sgemm | warm-up s | peak RSS MiB | planned MiB "
+        "| load (1 min) before/after | status |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in doc["results"]:
         ok = r.get("status") == "ok"
@@ -96,6 +105,8 @@ def markdown(doc: dict) -> str:
             f"| {_fmt(r.get('max_ms'), '.3f')} | {_fmt(r.get('cpu_ms'), '.3f')} | "
             + (f"{r['throughput']:.0f} {r['unit']}/s" if ok else "-")
             + f" | {_fmt(r.get('ratio_to_best_peer'), '.2f')} | {_fmt(r.get('cpu_ratio_to_best_peer'), '.2f')} "
+            f"| {_fmt(r.get('gflops'), '.1f')} "
+            f"| {_fmt(r['sgemm_fraction'] * 100 if r.get('sgemm_fraction') is not None else None, '.0f')} "
             f"| {_fmt(r.get('compile_s'), '.2f')} "
             f"| {_fmt(r.get('peak_rss_mb'), '.0f')} | {_fmt(planned / 2**20 if planned else None, '.2f')} "
             f"| {load} | {'ok' if ok else r.get('status') + ': ' + r.get('reason', '')} |")

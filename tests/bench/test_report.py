@@ -17,7 +17,7 @@ def _doc():
           "peak_rss_mb": 120.0, "load_average_before": [1.0, 1.0, 1.0], "load_average_after": [2.0, 1.0, 1.0]}
     rows = [
         dict(ok, model="mlp", framework="loom-function", throughput=64000.0, ratio_to_best_peer=1.25,
-             cpu_ratio_to_best_peer=1.5,
+             cpu_ratio_to_best_peer=1.5, gflops=40.0, sgemm_fraction=0.5,
              planned_peak_bytes=3 * 2**20),
         dict(ok, model="mlp", framework="torch", throughput=51200.0, ratio_to_best_peer=1.0),
         {"model": "mlp", "framework": "jax", "status": "skipped", "reason": "jax is not installed",
@@ -37,7 +37,10 @@ def test_table_rows_and_columns():
     assert lines[0].split()[:5] == ["model", "framework", "median", "min", "max"]
     fn = lines[2].split()
     assert fn[:6] == ["mlp", "loom-function", "2.000", "1.500", "3.000", "2.500"]
-    assert fn[6:11] == ["64000", "samples/s", "1.25", "1.50", "1.25"] and "3.00" in fn and fn[-1] == "ok"
+    assert fn[6:13] == ["64000", "samples/s", "1.25", "1.50", "40.0", "50", "1.25"] and "3.00" in fn
+    assert fn[-1] == "ok"
+    torch_row = lines[3].split()
+    assert torch_row[10:12] == ["-", "-"]  # No roofline figures: dashes, not zeros.
     assert lines[4].endswith("skipped: jax is not installed")
     assert lines[5].endswith("failed: no answer within 5 s")
 
@@ -45,7 +48,8 @@ def test_table_rows_and_columns():
 def test_markdown_has_protocol_machine_and_every_row():
     md = report.markdown(_doc())
     assert "Test CPU" in md and "AVX-512: no" in md and "7 repeats" in md and "- a note" in md
-    row = ("| mlp | loom-function | 2.000 | 1.500 | 3.000 | 2.500 | 64000 samples/s | 1.25 | 1.50 | 1.25 | 120 | 3.00 "
+    row = ("| mlp | loom-function | 2.000 | 1.500 | 3.000 | 2.500 | 64000 samples/s | 1.25 | 1.50 | 40.0 | 50 | 1.25 "
+           "| 120 | 3.00 "
            "| 1.0/2.0 | ok |")
     assert row in md
     assert "| mlp | jax | - |" in md and "skipped: jax is not installed" in md
