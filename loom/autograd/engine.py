@@ -37,6 +37,33 @@ def inputs_at_use(ctx, check: bool = False) -> list:
     return out
 
 
+class _Freed:
+    """What a tensor's backward record becomes once a backward pass without ``retain_graph`` went through it.
+
+    The saved inputs are let go (so their memory can be freed, as in PyTorch);
+    a second backward through the same graph raises instead of reusing them.
+    """
+
+    __slots__ = ("prim", "attrs")
+    inputs: tuple = ()
+    versions: tuple = ()
+
+    def __init__(self, ctx):
+        self.prim = ctx.prim
+        self.attrs = ctx.attrs
+
+    @property
+    def name(self) -> str:
+        return self.prim.name
+
+
+def _check_not_freed(ctx) -> None:
+    if type(ctx) is _Freed:
+        raise AutogradError(f"loom.backward: trying to backward through the graph a second time (through "
+                            f"{ctx.name}); its saved values were freed by the first backward. Pass "
+                            "retain_graph=True to the first backward (or autograd.grad) to keep them")
+
+
 def _order(roots):
     """Tensors reachable from `roots` through recorded history, consumers before producers."""
     order, seen = [], set()
@@ -54,6 +81,7 @@ def _order(roots):
             seen.add(id(t))
             stack.append((t, True))
             if t._ctx is not None:
+                _check_not_freed(t._ctx)
                 for i in inputs_at_use(t._ctx):
                     if i is not None and i.requires_grad and id(i) not in seen:
                         stack.append((i, False))
@@ -87,8 +115,11 @@ def _seed_grads(outputs, grad_outputs, op: str):
     return seeds
 
 
-def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None):
-    """Propagate gradients; returns {id(tensor): (tensor, grad)} for leaves or `stop_at` tensors."""
+def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_graph: bool = True):
+    """Propagate gradients; returns {id(tensor): (tensor, grad)} for leaves or `stop_at` tensors.
+
+    Without `retain_graph`, each record the pass goes through lets go of its saved inputs.
+    """
     grads: dict[int, object] = {}
     for out, g in zip(outputs, seeds):
         grads[id(out)] = grads[id(out)] + g if id(out) in grads else g
@@ -122,6 +153,8 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None):
                                         needs=tuple(u is not None and u.requires_grad for u in used))
             else:
                 in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs)
+            if not retain_graph:
+                t._ctx = _Freed(ctx)
             for inp, gi in zip(used, in_grads):
                 if gi is None or inp is None or not inp.requires_grad:
                     continue
@@ -146,12 +179,13 @@ def backward(tensors: Sequence, grad_tensors: Sequence | None = None, retain_gra
     if isinstance(grad_tensors, Tensor):
         grad_tensors = [grad_tensors]
     tensors = list(tensors)
+    retain = create_graph if retain_graph is None else bool(retain_graph)
     seeds = _seed_grads(tensors, grad_tensors, "backward")
     if inputs is not None:
         inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-        found = _run(tensors, seeds, create_graph, {id(i) for i in inputs})
+        found = _run(tensors, seeds, create_graph, {id(i) for i in inputs}, retain)
     else:
-        found = _run(tensors, seeds, create_graph, None)
+        found = _run(tensors, seeds, create_graph, None, retain)
     for leaf, g in found.values():
         g = g if create_graph else g.detach()
         _unlink(g)  # As PyTorch's, a .grad has storage of its own, never a view of a temporary.
@@ -182,7 +216,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
             raise AutogradError(f"loom.autograd.grad: input {k} ({i.dtype.name}{fmt_shape(i.shape)}) "
                                 "does not require grad")
     seeds = _seed_grads(outputs, grad_outputs, "autograd.grad")
-    found = _run(outputs, seeds, create_graph, {id(i) for i in inputs})
+    retain = create_graph if retain_graph is None else bool(retain_graph)
+    found = _run(outputs, seeds, create_graph, {id(i) for i in inputs}, retain)
     result = []
     for k, i in enumerate(inputs):
         g = found.get(id(i), (None, None))[1]

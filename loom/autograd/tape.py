@@ -104,7 +104,7 @@ class GradientTape:
             if pairs and live:
                 found = grad([t for t, _ in pairs], [srcs[k] for k in live],
                              grad_outputs=[g if g is not None else ones_like(t) for t, g in pairs],
-                             allow_unused=True, create_graph=bool(_RECORDING))
+                             allow_unused=True, create_graph=bool(_RECORDING), retain_graph=True)
                 for k, g in zip(live, found):
                     grads[k] = g
         finally:

@@ -104,11 +104,17 @@ def realize(targets: Iterable[Node]) -> None:
     """Compute every pending node behind `targets`, turning each into a buffer node."""
     order = pending_order(targets)
     with np.errstate(all="ignore"):
-        for node in order:
+        for k in range(len(order)):
+            # The order list lets go of each node as it is computed, and a computed node lets go of
+            # its inputs: an intermediate that no tensor holds is freed after its last use, as
+            # PyTorch frees it, instead of living until the whole pending graph is done.
+            node = order[k]
+            order[k] = None
             arrays = [i.buffer for i in node.inputs]
             out = evaluate(node, arrays)
             if _EXTERNAL and _views_external(out, arrays):
                 out = out.copy()  # A value, not a window onto memory that may change.
+            del arrays
             node.buffer = out
             node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import loom
+from loom.errors import AutogradError
 
 
 def both(fn):
@@ -219,10 +220,22 @@ def test_register_hook_requires_grad():
         loom.ones(2).register_hook(lambda g: g)
 
 
-def test_backward_twice_through_the_same_graph_is_allowed():
-    # loom keeps the graph (it is just more DAG), so retain_graph is never needed.
+def test_backward_frees_the_graph_unless_retained():
+    # As in PyTorch: a backward pass lets go of the saved values (so their memory is freed);
+    # a second pass through the same graph needs retain_graph=True on the first.
     x = loom.tensor([1.0, 2.0], requires_grad=True)
     y = (x * x).sum()
-    y.backward()
+    y.backward(retain_graph=True)
     y.backward()
     assert x.grad.tolist() == [4.0, 8.0]
+    with pytest.raises(AutogradError, match="backward through the graph a second time"):
+        y.backward()
+    z = (x * 3).sum()
+    (g,) = loom.autograd.grad(z, x)
+    assert g.tolist() == [3.0, 3.0]
+    with pytest.raises(AutogradError, match="retain_graph=True"):
+        loom.autograd.grad(z, x)
+    w = (x ** 3).sum()
+    (g,) = loom.autograd.grad(w, x, create_graph=True)   # create_graph keeps the graph by default
+    (gg,) = loom.autograd.grad(g.sum(), x)
+    assert gg.tolist() == [6.0, 12.0]
