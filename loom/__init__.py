@@ -47,7 +47,7 @@ for _mod in functional._modules():
 del _mod, _name
 
 from loom import data, io, nn, optim, utils  # noqa: E402,F401
-from loom import linalg, ops  # noqa: E402,F401
+from loom import linalg, ops, profiler  # noqa: E402,F401
 from loom import compiler  # noqa: E402,F401
 from loom.io import load, save  # noqa: E402,F401
 

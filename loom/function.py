@@ -21,6 +21,7 @@ from loom import dtypes as dt
 from loom.alias import rederive_all
 from loom.autograd.grad_mode import is_grad_enabled, no_grad
 from loom.errors import LoomError, fmt_shape
+from loom import profiler as _profiler
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
@@ -293,10 +294,21 @@ class Function:
             return self.fn(*args, **kwargs)
         key = self._key(args, kwargs)
         entry = self._cache.get(key)
+        if _profiler.ACTIVE is None:
+            if entry is None or not self._guard_ok(entry):
+                entry = self._trace(args, kwargs)
+                self._cache[key] = entry
+            return self._replay(entry, args, kwargs)
+        name = getattr(self.fn, "__name__", "fn")
+        t0 = _profiler.now_us()
         if entry is None or not self._guard_ok(entry):
             entry = self._trace(args, kwargs)
             self._cache[key] = entry
-        return self._replay(entry, args, kwargs)
+            _profiler.record(f"loom.function trace {name}", "compile", t0, _profiler.now_us())
+            t0 = _profiler.now_us()
+        out = self._replay(entry, args, kwargs)
+        _profiler.record(f"loom.function step {name}", "function", t0, _profiler.now_us())
+        return out
 
     def _guard_ok(self, entry: _Entry) -> bool:
         for getter, value in entry.guards:

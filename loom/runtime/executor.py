@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from loom import dtypes as dt
+from loom import profiler as _profiler
 from loom.errors import DTypeError, GraphError, LoomError, ShapeError, fmt_shape
 from loom.ir import ops
 from loom.ir.graph import CONSTANT_OPS, Graph
@@ -236,7 +237,13 @@ class Executable:
                     dst = fresh[st.out] = np.empty(st.node.shape, st.node.dtype.np)
                 else:
                     dst = None
-                env[st.out] = st.run([env[a] for a in st.args], dst)
+                if _profiler.ACTIVE is None:
+                    env[st.out] = st.run([env[a] for a in st.args], dst)
+                else:
+                    t0 = _profiler.now_us()
+                    env[st.out] = st.run([env[a] for a in st.args], dst)
+                    _profiler.record(_step_name(st.node), _STEP_CATEGORY.get(st.node.op, "op"), t0,
+                                     _profiler.now_us(), shape=tuple(st.node.shape))
                 for s in st.free:
                     env[s] = None
             results = []
@@ -258,6 +265,18 @@ class Executable:
         ready = sum(k.ready for k in self.kernels)
         return (f"<loom.Executable: {len(self._steps)} steps, {len(self.kernels)} kernels ({ready} compiled), "
                 f"arena {self._arena_bytes} B>")
+
+
+_STEP_CATEGORY = {"fused": "kernel", "matmul": "gemm"}
+
+
+def _step_name(node: Node) -> str:
+    """A step's name in profiles: the op, or for a fused kernel the ops of its body."""
+    if node.op != "fused":
+        return node.op
+    body = node.attrs.get("body")
+    ops_ = [n.op for n in body.topological_order() if n.op != "input"] if body is not None else []
+    return "fused[" + ",".join(ops_[:6]) + (",..." if len(ops_) > 6 else "") + "]"
 
 
 def _desc(node: Node) -> str:

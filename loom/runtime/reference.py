@@ -8,6 +8,7 @@ import numpy as np
 
 from loom import dtypes as dt
 from loom.ir.node import Node
+from loom import profiler as _profiler
 from loom.ir.ops import PRIMITIVES
 from loom.runtime import threads
 
@@ -111,7 +112,12 @@ def realize(targets: Iterable[Node]) -> None:
             node = order[k]
             order[k] = None
             arrays = [i.buffer for i in node.inputs]
-            out = evaluate(node, arrays)
+            if _profiler.ACTIVE is not None:
+                t0 = _profiler.now_us()
+                out = evaluate(node, arrays)
+                _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
+            else:
+                out = evaluate(node, arrays)
             if _EXTERNAL and _views_external(out, arrays):
                 out = out.copy()  # A value, not a window onto memory that may change.
             del arrays
