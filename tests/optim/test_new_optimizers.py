@@ -246,3 +246,118 @@ def test_traced_step_equals_eager(name, kw):
     for a, b in zip(tp, ep):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert fn.trace_count == 1
+
+
+# ---------------------------------------------------------------------------- schedulers
+
+SCHEDULES = [
+    ("Warm restarts", lambda m, o: m.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=5)),
+    ("Warm restarts T_mult=2", lambda m, o: m.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+        o, T_0=3, T_mult=2, eta_min=0.01)),
+    ("CyclicLR", lambda m, o: m.optim.lr_scheduler.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=4)),
+    ("CyclicLR triangular2", lambda m, o: m.optim.lr_scheduler.CyclicLR(
+        o, base_lr=0.01, max_lr=0.1, step_size_up=3, step_size_down=5, mode="triangular2")),
+    ("CyclicLR exp_range", lambda m, o: m.optim.lr_scheduler.CyclicLR(
+        o, base_lr=0.01, max_lr=0.1, step_size_up=4, mode="exp_range", gamma=0.9, base_momentum=0.7,
+        max_momentum=0.95)),
+    ("CyclicLR scale_fn", lambda m, o: m.optim.lr_scheduler.CyclicLR(
+        o, base_lr=0.01, max_lr=0.1, step_size_up=2, scale_fn=lambda x: 1.0 / (1.0 + x), scale_mode="iterations",
+        cycle_momentum=False)),
+    ("PolynomialLR", lambda m, o: m.optim.lr_scheduler.PolynomialLR(o, total_iters=10, power=2.0)),
+    ("PolynomialLR linear", lambda m, o: m.optim.lr_scheduler.PolynomialLR(o)),
+    ("MultiplicativeLR", lambda m, o: m.optim.lr_scheduler.MultiplicativeLR(o, lambda e: 0.95 if e % 2 else 0.9)),
+]
+
+
+def _run_schedule(lib, make, opt_name, steps=24):
+    p = lib.zeros(2, requires_grad=True)
+    opt = getattr(lib.optim, opt_name)([p], lr=0.1, **({"momentum": 0.9} if opt_name == "SGD" else {}))
+    sched = make(lib, opt)
+    lrs, moms = [opt.param_groups[0]["lr"]], []
+    for _ in range(steps):
+        opt.step()
+        sched.step()
+        g = opt.param_groups[0]
+        lrs.append(g["lr"])
+        moms.append(g["betas"][0] if "betas" in g else g.get("momentum", 0.0))
+    return lrs, moms, sched.get_last_lr()
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "Adam"])
+@pytest.mark.parametrize("name,make", SCHEDULES, ids=[s[0] for s in SCHEDULES])
+def test_schedule_matches_torch(name, make, opt_name):
+    t_lrs, t_moms, t_last = _run_schedule(torch, make, opt_name)
+    l_lrs, l_moms, l_last = _run_schedule(loom, make, opt_name)
+    np.testing.assert_allclose(l_lrs, t_lrs, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(l_moms, t_moms, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(l_last, t_last, rtol=1e-9, atol=1e-12)
+    assert len(set(np.round(l_lrs, 12))) > 3  # The schedule moved.
+
+
+@pytest.mark.parametrize("T_mult", [1, 2, 3])
+def test_warm_restarts_fractional_epochs_match_torch(T_mult):
+    epochs = [0.0, 0.25, 0.5, 1.75, 2.0, 3.3, 4.99, 5.0, 7.5, 9.1, 12.0, 20.6, 30.2, 2.5]
+    out = {}
+    for lib in (torch, loom):
+        opt = lib.optim.SGD([lib.zeros(1, requires_grad=True)], lr=0.2)
+        sched = lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=T_mult, eta_min=0.001)
+        lrs = []
+        for e in epochs:
+            sched.step(e)
+            lrs.append(opt.param_groups[0]["lr"])
+        for _ in range(5):  # Plain steps continue from the last fractional epoch.
+            sched.step()
+            lrs.append(opt.param_groups[0]["lr"])
+        out[lib.__name__] = (lrs, sched.last_epoch, sched.T_cur, sched.T_i)
+    np.testing.assert_allclose(out["loom"][0], out["torch"][0], rtol=1e-9, atol=1e-12)
+    assert out["loom"][1:] == pytest.approx(out["torch"][1:])
+
+
+METRICS = [1.0, 0.9, 0.9, 0.9, 0.95, 0.8999, 0.9, 0.91, 0.92, 0.93, 0.5, 0.5, 0.5, 0.5, 0.5, 0.49999, 0.5, 0.6,
+           0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6]
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),
+    dict(patience=2),
+    dict(mode="max", patience=1, factor=0.5),
+    dict(patience=1, threshold=0.05, threshold_mode="abs"),
+    dict(mode="max", patience=1, threshold=0.01, threshold_mode="abs"),
+    dict(patience=1, threshold=0.2),
+    dict(patience=0, cooldown=2, factor=0.5),
+    dict(patience=0, min_lr=0.02, factor=0.3),
+    dict(patience=0, factor=0.9, eps=0.005),
+], ids=["defaults", "patience", "max", "abs", "max-abs", "rel-threshold", "cooldown", "min_lr", "eps"])
+def test_reduce_on_plateau_matches_torch(kw):
+    out = {}
+    for lib in (torch, loom):
+        ps = [lib.zeros(1, requires_grad=True), lib.zeros(1, requires_grad=True)]
+        opt = lib.optim.SGD([{"params": [ps[0]]}, {"params": [ps[1]], "lr": 0.05}], lr=0.1)
+        sched = lib.optim.lr_scheduler.ReduceLROnPlateau(opt, **kw)
+        lrs = []
+        for m in METRICS * 2:
+            sched.step(m)
+            lrs.append([g["lr"] for g in opt.param_groups])
+        out[lib.__name__] = (lrs, sched.get_last_lr(), sched.best, sched.num_bad_epochs, sched.last_epoch)
+    np.testing.assert_allclose(out["loom"][0], out["torch"][0], rtol=1e-12)
+    assert out["loom"][1:] == out["torch"][1:]
+    assert out["loom"][0][-1] != out["loom"][0][0]  # Some plateau reduced the lr.
+
+
+def test_reduce_on_plateau_min_lr_per_group_and_errors():
+    ps = [loom.zeros(1, requires_grad=True), loom.zeros(1, requires_grad=True)]
+    opt = loom.optim.SGD([{"params": [ps[0]]}, {"params": [ps[1]]}], lr=1.0)
+    sched = loom.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.1, min_lr=[0.5, 0.0])
+    for _ in range(4):
+        sched.step(loom.tensor(1.0))  # A 0-d tensor metric, as a validation loss often is.
+    assert sched.get_last_lr() == [0.5, pytest.approx(1e-3)]
+    with pytest.raises(loom.LoomError, match="factor"):
+        loom.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=1.5)
+    with pytest.raises(loom.LoomError, match="min_lrs"):
+        loom.optim.lr_scheduler.ReduceLROnPlateau(opt, min_lr=[0.1])
+    with pytest.raises(loom.LoomError, match="mode"):
+        loom.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="lowest")
+    with pytest.raises(loom.LoomError, match="T_0"):
+        loom.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=0)
+    with pytest.raises(loom.LoomError, match="momentum"):
+        loom.optim.lr_scheduler.CyclicLR(loom.optim.Adagrad(ps), 0.01, 0.1)
