@@ -530,14 +530,14 @@ def load(f, map_location=None, weights_only: bool = True) -> Any:
     from loom.io.torch_format import is_torch_zip, torch_load
     if not isinstance(f, (str, os.PathLike)) and hasattr(f, "read"):
         # A file object: PyTorch's format reads from one (safetensors needs a path to map).
-        return torch_load(f, map_location, weights_only)
+        return torch_load(f, map_location, weights_only=weights_only)
     path = os.fspath(f)
 
     def fail(problem: str) -> LoomError:
         return LoomError(f"loom.load: {path!r}: {problem}")
 
     if os.path.isfile(path) and is_torch_zip(path):
-        return torch_load(path, map_location, weights_only)
+        return torch_load(path, map_location, weights_only=weights_only)
 
     try:
         fh = open(path, "rb", buffering=0)

@@ -115,11 +115,11 @@ class _Writer(pickle._Pickler):  # type: ignore[name-defined]
 
     dispatch = pickle._Pickler.dispatch.copy()  # type: ignore[attr-defined]
 
-    def __init__(self, file, storages: dict[int, _StorageRef]) -> None:
+    def __init__(self, file, storages: dict[int, _StorageRef], protocol: int = 2) -> None:
         from loom.device import Device
         from loom.nn.parameter import Parameter
         from loom.tensor import Size, Tensor
-        super().__init__(file, protocol=2)
+        super().__init__(file, protocol=protocol)
         self.storages = storages
         self.types = (Device, Parameter, Size, Tensor)
 
@@ -191,7 +191,8 @@ def _is_path(f) -> bool:
     return isinstance(f, (str, os.PathLike))
 
 
-def torch_save(obj: Any, f) -> None:
+def torch_save(obj: Any, f, pickle_module: Any = None, pickle_protocol: int = 2,
+               _use_new_zipfile_serialization: bool = True) -> None:
     """Write `obj` in PyTorch's zip checkpoint format, which `torch.load` reads.
 
     Tensors (views and tensors sharing storage included, each storage written
@@ -208,6 +209,10 @@ def torch_save(obj: Any, f) -> None:
         A path is written atomically (a temporary file beside it, fsynced and
         renamed over it, as `loom.save` does); a file object is written from its
         current position.
+    pickle_module : accepted for PyTorch compatibility; only Python's pickle is used
+    pickle_protocol : int
+        The pickle protocol of ``data.pkl`` (2, PyTorch's default, to 5).
+    _use_new_zipfile_serialization : must be True: the legacy format is not written
 
     Examples
     --------
@@ -215,10 +220,19 @@ def torch_save(obj: Any, f) -> None:
     >>> loom.io.torch_load("/tmp/model.pt")["w"].tolist()
     [1.0, 1.0]
     """
+    if not _use_new_zipfile_serialization:
+        raise LoomError("loom.io.torch_save: the legacy (pre-1.6, non-zip) format is not written; "
+                        "leave _use_new_zipfile_serialization at True")
+    if pickle_module is not None and pickle_module is not pickle:
+        raise LoomError(f"loom.io.torch_save: pickle_module={pickle_module!r} is not supported; only Python's "
+                        "pickle writes PyTorch's format here")
+    if not isinstance(pickle_protocol, int) or not 2 <= pickle_protocol <= pickle.HIGHEST_PROTOCOL:
+        raise LoomError(f"loom.io.torch_save: pickle_protocol must be an integer from 2 to "
+                        f"{pickle.HIGHEST_PROTOCOL}, got {pickle_protocol!r}")
     storages: dict[int, _StorageRef] = {}
     buf = io.BytesIO()
     try:
-        _Writer(buf, storages).dump(obj)
+        _Writer(buf, storages, pickle_protocol).dump(obj)
     except RecursionError:
         raise LoomError("loom.io.torch_save: the object is nested too deeply to pickle") from None
     except (pickle.PicklingError, TypeError, AttributeError) as e:
@@ -522,7 +536,8 @@ def _check_map_location(map_location) -> None:
                         "leave map_location out or pass 'cpu'")
 
 
-def torch_load(f, map_location=None, weights_only: bool = True) -> Any:
+def torch_load(f, map_location=None, pickle_module: Any = None, *, weights_only: bool | None = True,
+               mmap: bool | None = None, **pickle_load_args: Any) -> Any:
     """Read a checkpoint in PyTorch's zip format (`torch.save`'s, or `torch_save`'s).
 
     With ``weights_only=True`` (the default, as in PyTorch) the pickle may name
@@ -548,8 +563,12 @@ def torch_load(f, map_location=None, weights_only: bool = True) -> Any:
     f : str or os.PathLike or binary file object
     map_location : None, 'cpu', a loom/torch CPU device, a dict or a callable
         Accepted for PyTorch compatibility; everything loads on the CPU.
+    pickle_module : accepted for PyTorch compatibility; only Python's pickle is used
     weights_only : bool
-        Restrict unpickling to tensors, containers and plain values (default True).
+        Restrict unpickling to tensors, containers and plain values (default True;
+        None means True, as in PyTorch 2.6 and later).
+    mmap : accepted for PyTorch compatibility; storages are always read into memory
+    pickle_load_args : accepted for PyTorch compatibility (``encoding``) and ignored
 
     Examples
     --------
@@ -557,6 +576,10 @@ def torch_load(f, map_location=None, weights_only: bool = True) -> Any:
     >>> loom.io.torch_load("/tmp/model.pt")["step"]
     3
     """
+    if pickle_module is not None and pickle_module is not pickle:
+        raise LoomError(f"loom.io.torch_load: pickle_module={pickle_module!r} is not supported; only Python's "
+                        "pickle reads PyTorch's format here")
+    weights_only = True if weights_only is None else bool(weights_only)
     _check_map_location(map_location)
     where = repr(os.fspath(f)) if _is_path(f) else f"<{type(f).__name__}>"
 

@@ -272,3 +272,19 @@ def test_loom_save_keeps_its_own_format_for_pt_names(tmp_path):
     assert loom.load(tmp_path / "x.pt")["w"].tolist() == [1.0, 1.0]
     loom.io.torch_save({"w": loom.ones(2)}, tmp_path / "y.pt")
     assert loom.load(tmp_path / "y.pt")["w"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_pickle_protocols_both_ways(tmp_path, protocol):
+    tb = torch.arange(6.0).reshape(2, 3)
+    torch.save({"v": tb[:, 1:], "set": {1, 2}, "b": b"xy"}, tmp_path / "t.pt", pickle_protocol=protocol)
+    r = loom.io.torch_load(tmp_path / "t.pt")
+    assert r["v"].tolist() == [[1.0, 2.0], [4.0, 5.0]] and r["set"] == {1, 2} and r["b"] == b"xy"
+    x = loom.arange(6.0).reshape(2, 3)
+    loom.io.torch_save({"v": x[:, 1:], "x": x}, tmp_path / "l.pt", pickle_protocol=protocol)
+    # PyTorch's own weights_only unpickler stops at protocol 4's FRAME opcode, even in files torch.save wrote.
+    t = torch.load(tmp_path / "l.pt", weights_only=protocol == 2)
+    assert t["v"].tolist() == [[1.0, 2.0], [4.0, 5.0]]
+    assert t["v"].untyped_storage().data_ptr() == t["x"].untyped_storage().data_ptr()
+    with pytest.raises(LoomError, match="legacy"):
+        loom.io.torch_save({}, tmp_path / "x.pt", _use_new_zipfile_serialization=False)
