@@ -33,7 +33,7 @@ import os
 import pickle
 import secrets
 import zipfile
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -128,11 +128,11 @@ class _Writer(pickle._Pickler):  # type: ignore[name-defined]
             module, name = "torch", obj.name
         else:
             module, name = obj.module, obj.name
-        self.write(pickle.GLOBAL + f"{module}\n{name}\n".encode())
-        self.memoize(obj)
+        self.write(pickle.GLOBAL + f"{module}\n{name}\n".encode())  # type: ignore[attr-defined]
+        self.memoize(obj)  # type: ignore[attr-defined]
 
-    dispatch[_Global] = _save_name
-    dispatch[dt.DType] = _save_name
+    dispatch[_Global] = _save_name  # type: ignore[assignment]
+    dispatch[dt.DType] = _save_name  # type: ignore[assignment]
 
     def persistent_id(self, obj):
         if isinstance(obj, _StorageRef):
@@ -272,7 +272,7 @@ class _Storage:
     def __init__(self, reader: _Reader, key: str, dtype: dt.DType | None, numel: int) -> None:
         self.reader, self.key, self.dtype, self.numel = reader, key, dtype, numel
         self.array: np.ndarray | None = None
-        self.root = None
+        self.root: Any = None  # The loom Tensor the storage's tensors are views of.
 
     def _load(self, d: dt.DType) -> np.ndarray:
         if self.array is None:
@@ -441,7 +441,7 @@ class _Reader:
             else "little"
         if order not in ("little", "big"):
             raise fail(f"its byteorder record says {order!r}, not 'little' or 'big'")
-        self.byteorder = "<" if order == "little" else ">"
+        self.byteorder: Literal["<", ">"] = "<" if order == "little" else ">"
 
     def storage(self, key, storage_type, numel) -> _Storage:
         key = str(key)
@@ -464,10 +464,10 @@ class _Reader:
         np_dtype = np.dtype(np.uint8) if untyped else d.np.newbyteorder(self.byteorder)
         arr = np.empty(numel, np_dtype)
         with self.z.open(info) as src:
-            view = memoryview(arr.view(np.uint8).reshape(-1))
+            view = arr.view(np.uint8).reshape(-1).data
             got = 0
             while got < len(view):
-                n = src.readinto(view[got:])
+                n = src.readinto(view[got:])  # type: ignore[attr-defined]
                 if not n:
                     raise self.fail(f"the record of storage {key!r} ends early (a truncated file)")
                 got += n
@@ -633,6 +633,9 @@ def _load_from(fh, weights_only: bool, fail) -> Any:
 def is_torch_zip(path) -> bool:
     """Whether the file at `path` is a zip archive with one top-level ``<folder>/data.pkl`` (torch.save's)."""
     try:
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"PK\x03\x04":
+                return False
         with zipfile.ZipFile(path) as z:
             return any(n.endswith("/data.pkl") and n.count("/") == 1 for n in z.namelist())
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):

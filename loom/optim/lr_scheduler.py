@@ -371,7 +371,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         if not isinstance(eta_min, (float, int)):
             raise LoomError(f"loom.optim.CosineAnnealingWarmRestarts: expected a float eta_min, got {eta_min!r}")
         self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
-        self.T_cur = last_epoch
+        self.T_cur: float = last_epoch
         super().__init__(optimizer, last_epoch)
 
     def _lr_at(self, epoch):
