@@ -529,7 +529,15 @@ def load(f, map_location=None, weights_only: bool = True) -> Any:
     """
     from loom.io.torch_format import is_torch_zip, torch_load
     if not isinstance(f, (str, os.PathLike)) and hasattr(f, "read"):
-        # A file object: PyTorch's format reads from one (safetensors needs a path to map).
+        # A file object: PyTorch's format reads from one; loom's safetensors checkpoints are read from paths.
+        if getattr(f, "seekable", lambda: False)():
+            start = f.tell()
+            head = f.read(4)
+            f.seek(start)
+            if head != b"PK\x03\x04":
+                raise LoomError(f"loom.load: the {type(f).__name__} does not hold a PyTorch zip checkpoint; "
+                                "loom.load reads file objects only in that format (loom.io.torch_load), and "
+                                "loom's own safetensors checkpoints from a path")
         return torch_load(f, map_location, weights_only=weights_only)
     path = os.fspath(f)
 

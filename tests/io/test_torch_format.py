@@ -118,6 +118,8 @@ def test_file_objects_both_ways():
     assert loom.io.torch_load(tbuf)["w"].tolist() == [2.0, 2.0, 2.0]
     tbuf.seek(0)
     assert loom.load(tbuf)["w"].tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(LoomError, match="from a path"):
+        loom.load(io.BytesIO(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "))
 
 
 def test_state_dict_from_torch_loads_into_loom_module(tmp_path):
