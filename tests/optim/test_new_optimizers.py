@@ -361,3 +361,46 @@ def test_reduce_on_plateau_min_lr_per_group_and_errors():
         loom.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=0)
     with pytest.raises(loom.LoomError, match="momentum"):
         loom.optim.lr_scheduler.CyclicLR(loom.optim.Adagrad(ps), 0.01, 0.1)
+
+
+def _convert(value, to_loom):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_convert(v, to_loom) for v in value)
+    if to_loom and isinstance(value, torch.Tensor):
+        return loom.tensor(value.detach().numpy())
+    if not to_loom and isinstance(value, loom.Tensor):
+        return torch.tensor(value.numpy())
+    return value
+
+
+@pytest.mark.parametrize("kw", [dict(max_iter=3, history_size=4), dict(max_iter=3, line_search_fn="strong_wolfe")],
+                         ids=["fixed", "wolfe"])
+def test_lbfgs_state_dict_moves_between_torch_and_loom(kw):
+    arrays = _arrays()
+    tp, tloss = _lbfgs_problem(torch, arrays)
+    lp, lloss = _lbfgs_problem(loom, arrays)
+    topt = torch.optim.LBFGS(tp, **kw)
+    topt.step(_closure(topt, tloss))
+    with loom.no_grad():
+        for a, b in zip(lp, tp):
+            a.copy_(loom.tensor(b.detach().numpy()))
+    tsd = topt.state_dict()
+    lopt = loom.optim.LBFGS(lp, **kw)
+    lopt.load_state_dict({"state": {i: {k: _convert(v, True) for k, v in st.items()} for i, st in tsd["state"].items()},
+                          "param_groups": tsd["param_groups"]})
+    for _ in range(2):
+        topt.step(_closure(topt, tloss))
+        lopt.step(_closure(lopt, lloss))
+        _assert_close(lp, tp, rtol=1e-5, atol=1e-5)
+    lsd = lopt.state_dict()
+    assert lsd["state"][0]["n_iter"] == topt.state[tp[0]]["n_iter"] and isinstance(lsd["state"][0]["old_dirs"], list)
+    tp2, tloss2 = _lbfgs_problem(torch, arrays)
+    with torch.no_grad():
+        for a, b in zip(tp2, lp):
+            a.copy_(torch.tensor(b.detach().numpy()))
+    topt2 = torch.optim.LBFGS(tp2, **kw)
+    topt2.load_state_dict({"state": {i: {k: _convert(v, False) for k, v in st.items()}
+                                     for i, st in lsd["state"].items()}, "param_groups": lsd["param_groups"]})
+    topt2.step(_closure(topt2, tloss2))
+    lopt.step(_closure(lopt, lloss))
+    _assert_close(lp, tp2, rtol=1e-5, atol=1e-5)
