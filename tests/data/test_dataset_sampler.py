@@ -281,3 +281,16 @@ def test_sampler_takes_its_generator_key_when_iteration_starts():
     key_after.next_key()
     assert g.next_key() == key_after.next_key()
     assert len(list(it)) == 10
+
+
+def test_dataloader_over_a_huge_replacement_sampler_starts_at_once():
+    # A GPT trainer's pattern: an "infinite" sampler behind a DataLoader.
+    ds = ld.TensorDataset(loom.arange(100.0))
+    sampler = ld.RandomSampler(ds, replacement=True, num_samples=10**10, generator=loom.Generator(3))
+    loader = ld.DataLoader(ds, sampler=sampler, batch_size=4)
+    start = time.perf_counter()
+    batches = [b[0].tolist() for b, _ in zip(loader, range(3))]
+    assert time.perf_counter() - start < 2.0
+    assert len(loader) == 10**10 // 4 and all(len(b) == 4 for b in batches)
+    assert batches == [b[0].tolist() for b, _ in zip(ld.DataLoader(ds, sampler=ld.RandomSampler(
+        ds, replacement=True, num_samples=10**10, generator=loom.Generator(3)), batch_size=4), range(3))]
