@@ -339,9 +339,7 @@ def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, bac
 def _rebuild_parameter(data, requires_grad, backward_hooks=None, state=None):
     from loom.nn.parameter import Parameter
     p = Parameter(data, bool(requires_grad))
-    if isinstance(state, dict):
-        for k, v in state.items():
-            setattr(p, k, v)
+    _set_public_state(p, state)
     return p
 
 
@@ -350,12 +348,18 @@ def _rebuild_from_type_v2(func, new_type, args, state):
     out = func(*args)
     if new_type is Parameter and not isinstance(out, Parameter):
         out = Parameter(out, out.requires_grad)
-    if isinstance(state, tuple):  # (dict, slots)
+    if isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
         state = {**(state[0] or {}), **(state[1] or {})}
+    _set_public_state(out, state)
+    return out
+
+
+def _set_public_state(tensor, state) -> None:
+    """Restore a tensor's user attributes; private names (loom's own bookkeeping) are never set from a file."""
     if isinstance(state, dict):
         for k, v in state.items():
-            setattr(out, k, v)
-    return out
+            if isinstance(k, str) and k.isidentifier() and not k.startswith("_"):
+                setattr(tensor, k, v)
 
 
 def _size(dims=()):

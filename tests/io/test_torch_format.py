@@ -290,3 +290,12 @@ def test_pickle_protocols_both_ways(tmp_path, protocol):
     assert t["v"].untyped_storage().data_ptr() == t["x"].untyped_storage().data_ptr()
     with pytest.raises(LoomError, match="legacy"):
         loom.io.torch_save({}, tmp_path / "x.pt", _use_new_zipfile_serialization=False)
+
+
+def test_tensor_state_from_a_file_sets_only_public_attributes(tmp_path):
+    t = torch.ones(2)
+    t.note = "kept"
+    t._hidden = 1  # A private name is loom's bookkeeping on a loom tensor: a file must not set it.
+    torch.save({"t": t}, tmp_path / "t.pt")
+    r = loom.io.torch_load(tmp_path / "t.pt")["t"]
+    assert r.tolist() == [1.0, 1.0] and r.note == "kept" and not hasattr(r, "_hidden")
