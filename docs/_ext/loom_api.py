@@ -82,6 +82,7 @@ TITLES = {
     "loom.function": "Tracing: loom.function",
     "loom.runtime.realize": "Execution backend",
     "loom.io.checkpoint": "Checkpoints",
+    "loom.io.torch_format": "PyTorch checkpoints",
     "loom": "Type promotion and other helpers",
 }
 

@@ -17,6 +17,9 @@ from loom.errors import LoomTypeError, LoomValueError
 
 T_co = TypeVar("T_co", covariant=True)
 
+# Random draws with replacement come in chunks of this many: a pass of 10**10 samples holds one chunk at a time.
+_CHUNK = 1024
+
 
 def _check_bool(value, name: str, owner: str) -> None:
     if not isinstance(value, bool):
@@ -104,13 +107,20 @@ class RandomSampler(Sampler[int]):
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
     def __iter__(self) -> Iterator[int]:
-        n = len(self.data_source)
-        rng = numpy_rng(self.generator, "loom.data.RandomSampler")
+        # The pass's generator is taken now (as before the first index), the indices drawn lazily.
+        return self._draw(numpy_rng(self.generator, "loom.data.RandomSampler"), len(self.data_source),
+                          self.num_samples)
+
+    def _draw(self, rng: np.random.Generator, n: int, total: int) -> Iterator[int]:
+        """With replacement a chunk at a time, without one permutation at a time: nothing of size `total`."""
         if self.replacement:
-            return iter(rng.integers(0, n, size=self.num_samples).tolist())
-        parts = [rng.permutation(n) for _ in range(self.num_samples // n)]
-        parts.append(rng.permutation(n)[:self.num_samples % n])
-        return iter(np.concatenate(parts).tolist())
+            for start in range(0, total, _CHUNK):
+                yield from rng.integers(0, n, size=min(_CHUNK, total - start)).tolist()
+            return
+        for _ in range(total // n):
+            yield from rng.permutation(n).tolist()
+        if total % n:
+            yield from rng.permutation(n)[:total % n].tolist()
 
     def __len__(self) -> int:
         return self.num_samples
@@ -178,9 +188,19 @@ class WeightedRandomSampler(Sampler[int]):
         self.generator = generator
 
     def __iter__(self) -> Iterator[int]:
-        rng = numpy_rng(self.generator, "loom.data.WeightedRandomSampler")
+        return self._draw(numpy_rng(self.generator, "loom.data.WeightedRandomSampler"))
+
+    def _draw(self, rng: np.random.Generator) -> Iterator[int]:
+        """With replacement a chunk at a time (inverse CDF, as numpy's choice does); without, at most len(weights)."""
         p = self.weights / self.weights.sum()
-        return iter(rng.choice(len(p), size=self.num_samples, replace=self.replacement, p=p).tolist())
+        if not self.replacement:
+            yield from rng.choice(len(p), size=self.num_samples, replace=False, p=p).tolist()
+            return
+        cdf = np.cumsum(p)
+        cdf /= cdf[-1]
+        for start in range(0, self.num_samples, _CHUNK):
+            u = rng.random(min(_CHUNK, self.num_samples - start))
+            yield from cdf.searchsorted(u, side="right").tolist()
 
     def __len__(self) -> int:
         return self.num_samples

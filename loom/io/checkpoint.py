@@ -247,7 +247,7 @@ def _remove_stale_temps(directory: str, prefix: str) -> None:
             pass
 
 
-def _create_temp(directory: str, prefix: str) -> tuple[int, str]:
+def _create_temp(directory: str, prefix: str, opname: str) -> tuple[int, str]:
     for _ in range(100):
         pid = os.getpid()
         tmp = os.path.join(directory, f"{prefix}{_HOST}.{pid}-{_start_time(pid)}.{secrets.token_hex(4)}")
@@ -255,7 +255,7 @@ def _create_temp(directory: str, prefix: str) -> tuple[int, str]:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
         except FileExistsError:
             continue
-    raise LoomError(f"loom.save: could not create a temporary file in {directory!r}")
+    raise LoomError(f"{opname}: could not create a temporary file in {directory!r}")
 
 
 def save(obj: Any, f, metadata: dict[str, str] | None = None) -> None:
@@ -274,7 +274,9 @@ def save(obj: Any, f, metadata: dict[str, str] | None = None) -> None:
     Parameters
     ----------
     obj : a Tensor, or dicts/lists/tuples of Tensors, numbers, strings and None
-    f : path of the checkpoint file (conventionally ``*.safetensors``)
+    f : path of the checkpoint file (conventionally ``*.safetensors``). Whatever its
+        suffix (``.pt`` too), the file is in loom's safetensors format; write PyTorch's
+        zip format with `loom.io.torch_save`.
     metadata : extra string key/values stored in the safetensors header (the keys
         ``loom.structure``, ``loom.crc32`` and ``loom.header_crc32`` are reserved)
 
@@ -298,17 +300,25 @@ def save(obj: Any, f, metadata: dict[str, str] | None = None) -> None:
             raise LoomError(f"loom.save: metadata key {key!r} is reserved")
     meta[STRUCTURE_KEY] = doc
     head, order = _serialize_header(tensors, dtypes, meta)
+
+    def write(out) -> None:
+        out.write(head)
+        for key in order:
+            out.write(_bytes_of(tensors[key]))
+    atomic_write(path, write, "loom.save")
+
+
+def atomic_write(path: str, write, opname: str) -> None:
+    """Call `write(file)` on a temporary file beside `path`, fsync it and rename it over `path`."""
     if os.path.isdir(path):
-        raise LoomError(f"loom.save: {path!r} is a directory; give the path of a file to write")
+        raise LoomError(f"{opname}: {path!r} is a directory; give the path of a file to write")
     directory = os.path.dirname(os.path.abspath(path))
     prefix = _temp_prefix(path)
     _remove_stale_temps(directory, prefix)
-    fd, tmp = _create_temp(directory, prefix)
+    fd, tmp = _create_temp(directory, prefix, opname)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(head)
-            for key in order:
-                out.write(_bytes_of(tensors[key]))
+            write(out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -488,6 +498,10 @@ def _read_tensors(fh, base: int, entries: dict, crcs: dict[str, int] | None, fai
 def load(f, map_location=None, weights_only: bool = True) -> Any:
     """Read a checkpoint written by `loom.save` (or any safetensors file, as a dict of tensors).
 
+    A PyTorch zip checkpoint (a ``.pt`` file from `torch.save` or `loom.io.torch_save`),
+    given by path or as a binary file object, is read by `loom.io.torch_load` with
+    the given `map_location` and `weights_only` (restricted unpickling by default).
+
     A file written by `loom.save` is verified against the CRC-32 checksums recorded in it:
     a flipped byte anywhere in it raises `LoomError` naming the file and the corrupt part
     (the header, or the tensor whose data changed). Safetensors files from other writers
@@ -498,9 +512,9 @@ def load(f, map_location=None, weights_only: bool = True) -> Any:
 
     Parameters
     ----------
-    f : path of the checkpoint file
-    map_location, weights_only : accepted for PyTorch compatibility; loading never
-        unpickles or runs code, whatever they say
+    f : path of the checkpoint file (or a binary file object holding a PyTorch checkpoint)
+    map_location, weights_only : as `loom.io.torch_load` takes them, for a PyTorch
+        checkpoint; a safetensors file is never unpickled, whatever they say
 
     Returns
     -------
@@ -513,10 +527,25 @@ def load(f, map_location=None, weights_only: bool = True) -> Any:
     >>> loom.load("/tmp/ckpt.safetensors")["w"].tolist()
     [1.0, 1.0]
     """
+    from loom.io.torch_format import is_torch_zip, torch_load
+    if not isinstance(f, (str, os.PathLike)) and hasattr(f, "read"):
+        # A file object: PyTorch's format reads from one; loom's safetensors checkpoints are read from paths.
+        if getattr(f, "seekable", lambda: False)():
+            start = f.tell()
+            head = f.read(4)
+            f.seek(start)
+            if head != b"PK\x03\x04":
+                raise LoomError(f"loom.load: the {type(f).__name__} does not hold a PyTorch zip checkpoint; "
+                                "loom.load reads file objects only in that format (loom.io.torch_load), and "
+                                "loom's own safetensors checkpoints from a path")
+        return torch_load(f, map_location, weights_only=weights_only)
     path = os.fspath(f)
 
     def fail(problem: str) -> LoomError:
         return LoomError(f"loom.load: {path!r}: {problem}")
+
+    if os.path.isfile(path) and is_torch_zip(path):
+        return torch_load(path, map_location, weights_only=weights_only)
 
     try:
         fh = open(path, "rb", buffering=0)

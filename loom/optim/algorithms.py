@@ -1,10 +1,13 @@
-"""The update rules: SGD, Adam, AdamW, RMSprop, Adagrad (PyTorch's formulas, step for step).
+"""The update rules: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD and
+LBFGS (PyTorch's formulas, step for step).
 
 State tensors are updated in place and step counts are tensors, so a whole
 training step traces into one graph under `loom.function`; hyperparameters a
 scheduler may change (lr, momentum, betas) are read afresh on every call.
 """
 from __future__ import annotations
+
+import numpy as np
 
 import loom
 from loom import dtypes as dt
@@ -175,3 +178,525 @@ class Adagrad(Optimizer):
         s = state["sum"]
         s.add_(g * g)
         p.sub_(g / (s.sqrt() + self._dyn(group, "eps")) * clr)
+
+
+class Adadelta(Optimizer):
+    """Adadelta (Zeiler): steps scaled by running averages of squared gradients and squared updates.
+
+    Examples
+    --------
+    >>> w = loom.ones(2, requires_grad=True)
+    >>> opt = loom.optim.Adadelta([w], lr=1.0)
+    >>> (w * w).sum().backward(); opt.step()
+    >>> round(w.tolist()[0], 6)
+    0.996838
+    """
+
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *, maximize=False) -> None:
+        _check("Adadelta", lr=lr, eps=eps, weight_decay=weight_decay)
+        if not 0.0 <= rho <= 1.0:
+            raise LoomError(f"loom.optim.Adadelta: invalid rho {rho}; expected a value in [0, 1]")
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize))
+
+    def _update(self, p, g, group, state):
+        if not state:
+            state["step"] = loom.tensor(0.0)
+            state["square_avg"] = loom.zeros_like(p)
+            state["acc_delta"] = loom.zeros_like(p)
+        state["step"].add_(1.0)
+        if self._static(group, "weight_decay"):
+            g = g + p * self._dyn(group, "weight_decay")
+        rho, eps = self._dyn(group, "rho"), self._dyn(group, "eps")
+        sq, acc = state["square_avg"], state["acc_delta"]
+        sq.mul_(rho).add_(g * g * (1.0 - rho))
+        delta = (acc + eps).sqrt() / (sq + eps).sqrt() * g
+        acc.mul_(rho).add_(delta * delta * (1.0 - rho))
+        p.sub_(delta * self._dyn(group, "lr"))
+
+
+class Adamax(Optimizer):
+    """Adamax (Kingma & Ba): Adam with the infinity norm in place of the second moment.
+
+    Examples
+    --------
+    >>> w = loom.ones(2, requires_grad=True)
+    >>> opt = loom.optim.Adamax([w], lr=0.1)
+    >>> (w * w).sum().backward(); opt.step()
+    >>> round(w.tolist()[0], 6)
+    0.9
+    """
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+                 maximize=False) -> None:
+        _check("Adamax", lr=lr, eps=eps, weight_decay=weight_decay, betas=tuple(betas))
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      maximize=maximize))
+
+    def _update(self, p, g, group, state):
+        if not state:
+            state["step"] = loom.tensor(0.0)
+            state["exp_avg"] = loom.zeros_like(p)
+            state["exp_inf"] = loom.zeros_like(p)
+        step = _step_count(state)
+        if self._static(group, "weight_decay"):
+            g = g + p * self._dyn(group, "weight_decay")
+        b1, b2 = self._dyn(group, "betas", 0), self._dyn(group, "betas", 1)
+        m, u = state["exp_avg"], state["exp_inf"]
+        m.mul_(b1).add_(g * (1.0 - b1))
+        u.copy_(loom.maximum(u * b2, g.abs() + self._dyn(group, "eps")))
+        p.sub_(m / u * (self._dyn(group, "lr") / (1.0 - b1 ** step)))
+
+
+class NAdam(Optimizer):
+    """Adam with Nesterov momentum (Dozat), with momentum decay and optional decoupled weight decay.
+
+    Examples
+    --------
+    >>> w = loom.ones(2, requires_grad=True)
+    >>> opt = loom.optim.NAdam([w], lr=0.1, decoupled_weight_decay=True, weight_decay=0.01)
+    >>> (w * w).sum().backward(); opt.step()
+    >>> round(w.tolist()[0], 5)
+    0.89335
+    """
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3,
+                 decoupled_weight_decay=False, *, maximize=False) -> None:
+        _check("NAdam", lr=lr, eps=eps, weight_decay=weight_decay, momentum_decay=momentum_decay,
+               betas=tuple(betas))
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      momentum_decay=momentum_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay, maximize=maximize))
+
+    def _update(self, p, g, group, state):
+        if not state:
+            state["step"] = loom.tensor(0.0)
+            state["mu_product"] = loom.tensor(1.0)
+            state["exp_avg"] = loom.zeros_like(p)
+            state["exp_avg_sq"] = loom.zeros_like(p)
+        step = _step_count(state)
+        b1, b2 = self._dyn(group, "betas", 0), self._dyn(group, "betas", 1)
+        lr = self._dyn(group, "lr")
+        if self._static(group, "weight_decay"):
+            wd = self._dyn(group, "weight_decay")
+            if self._static(group, "decoupled_weight_decay"):
+                p.mul_(1.0 - lr * wd)
+            else:
+                g = g + p * wd
+        psi = self._dyn(group, "momentum_decay")
+        mu = b1 * (1.0 - 0.5 * 0.96 ** (step * psi))
+        mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((step + 1.0) * psi))
+        mu_product = state["mu_product"]
+        mu_product.mul_(mu.to(mu_product.dtype))  # Kept in float32, as PyTorch keeps it.
+        prod = mu_product.to(dt.float64)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.mul_(b1).add_(g * (1.0 - b1))
+        v.mul_(b2).add_(g * g * (1.0 - b2))
+        denom = (v / (1.0 - b2 ** step)).sqrt() + self._dyn(group, "eps")
+        p.sub_(g / denom * (lr * (1.0 - mu) / (1.0 - prod)))
+        p.sub_(m / denom * (lr * mu_next / (1.0 - prod * mu_next)))
+
+
+class RAdam(Optimizer):
+    """Rectified Adam (Liu et al.): plain momentum steps until the variance estimate is trustworthy.
+
+    Examples
+    --------
+    >>> w = loom.ones(2, requires_grad=True)
+    >>> opt = loom.optim.RAdam([w], lr=0.1)
+    >>> (w * w).sum().backward(); opt.step()
+    >>> round(w.tolist()[0], 6)
+    0.8
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 decoupled_weight_decay=False, *, maximize=False) -> None:
+        _check("RAdam", lr=lr, eps=eps, weight_decay=weight_decay, betas=tuple(betas))
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay, maximize=maximize))
+
+    def _update(self, p, g, group, state):
+        if not state:
+            state["step"] = loom.tensor(0.0)
+            state["exp_avg"] = loom.zeros_like(p)
+            state["exp_avg_sq"] = loom.zeros_like(p)
+        step = _step_count(state)
+        b1, b2 = self._dyn(group, "betas", 0), self._dyn(group, "betas", 1)
+        lr = self._dyn(group, "lr")
+        if self._static(group, "weight_decay"):
+            wd = self._dyn(group, "weight_decay")
+            if self._static(group, "decoupled_weight_decay"):
+                p.mul_(1.0 - lr * wd)
+            else:
+                g = g + p * wd
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.mul_(b1).add_(g * (1.0 - b1))
+        v.mul_(b2).add_(g * g * (1.0 - b2))
+        bc2 = 1.0 - b2 ** step
+        rho_inf = 2.0 / (1.0 - b2) - 1.0
+        rho_t = rho_inf - 2.0 * step * b2 ** step / bc2
+        # The rectified step where the variance is tractable (rho_t > 5), plain momentum before: chosen by
+        # value, so a traced step needs no retrace when it switches.
+        rect = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)).clamp(min=0.0)
+        scale = loom.where(rho_t > 5.0, rect.sqrt(), loom.zeros_like(rect))
+        adaptive = bc2.sqrt() / (v.sqrt() + self._dyn(group, "eps"))
+        update = loom.where(rho_t > 5.0, adaptive * scale, loom.ones_like(adaptive))
+        p.sub_(m / (1.0 - b1 ** step) * lr * update)
+
+
+class Rprop(Optimizer):
+    """Resilient backpropagation: per-element step sizes grown or shrunk by the gradient's sign.
+
+    Examples
+    --------
+    >>> w = loom.ones(2, requires_grad=True)
+    >>> opt = loom.optim.Rprop([w], lr=0.1)
+    >>> (w * w).sum().backward(); opt.step()
+    >>> round(w.tolist()[0], 6)
+    0.9
+    """
+
+    def __init__(self, params, lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), *, maximize=False) -> None:
+        _check("Rprop", lr=lr)
+        if not 0.0 < etas[0] < 1.0 < etas[1]:
+            raise LoomError(f"loom.optim.Rprop: invalid eta values {tuple(etas)}; expected "
+                            "0 < etaminus < 1 < etaplus")
+        super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes), maximize=maximize))
+
+    def _update(self, p, g, group, state):
+        if not state:
+            state["step"] = loom.tensor(0.0)
+            state["prev"] = loom.zeros_like(p)
+            state["step_size"] = loom.full_like(g, group["lr"])
+        state["step"].add_(1.0)
+        etaminus, etaplus = self._dyn(group, "etas", 0), self._dyn(group, "etas", 1)
+        prev, size = state["prev"], state["step_size"]
+        sign = (g * prev).sign()
+        # etaplus where the sign held, etaminus where it flipped, 1 where either gradient is zero.
+        factor = ((sign > 0).to(g.dtype) * etaplus + (sign < 0).to(g.dtype) * etaminus
+                  + (sign == 0).to(g.dtype))
+        size.copy_((size * factor).clamp(group["step_sizes"][0], group["step_sizes"][1]))
+        # After a sign change the step is skipped and the gradient forgotten.
+        g = loom.where(sign < 0, loom.zeros_like(g), g)
+        p.sub_(g.sign() * size)
+        prev.copy_(g)
+
+
+class ASGD(Optimizer):
+    """Averaged stochastic gradient descent (Polyak & Juditsky); the average is kept in state['ax'].
+
+    Examples
+    --------
+    >>> w = loom.ones(2, requires_grad=True)
+    >>> opt = loom.optim.ASGD([w], lr=0.1)
+    >>> (w * w).sum().backward(); opt.step()
+    >>> round(w.tolist()[0], 5)
+    0.79999
+    """
+
+    def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *,
+                 maximize=False) -> None:
+        _check("ASGD", lr=lr, weight_decay=weight_decay)
+        super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay,
+                                      maximize=maximize))
+
+    def _update(self, p, g, group, state):
+        if not state:
+            state["step"] = loom.tensor(0.0)
+            state["eta"] = loom.tensor(float(group["lr"]))
+            state["mu"] = loom.tensor(1.0)
+            state["ax"] = loom.zeros_like(p)
+        step = _step_count(state)
+        if self._static(group, "weight_decay"):
+            g = g + p * self._dyn(group, "weight_decay")
+        lr, lambd = self._dyn(group, "lr"), self._dyn(group, "lambd")
+        eta, mu, ax = state["eta"], state["mu"], state["ax"]
+        eta64 = eta.to(dt.float64)
+        p.mul_(1.0 - lambd * eta64)
+        p.sub_(g * eta64)
+        ax.copy_(loom.where(mu == 1.0, p, ax + (p - ax) * mu))
+        eta.copy_((lr / (1.0 + lambd * lr * step) ** self._dyn(group, "alpha")).to(eta.dtype))
+        mu.copy_((1.0 / loom.maximum(step - self._dyn(group, "t0"), loom.ones_like(step))).to(mu.dtype))
+
+
+# ----------------------------------------------------------------------------- L-BFGS
+
+
+def _cubic_min(x1, f1, g1, x2, f2, g2, bounds=None):
+    """The minimiser of the cubic through (x1, f1, g1) and (x2, f2, g2), clipped to `bounds`."""
+    lo, hi = bounds if bounds is not None else ((x1, x2) if x1 <= x2 else (x2, x1))
+    d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
+    d2_square = d1 * d1 - g1 * g2
+    if d2_square < 0:
+        return (lo + hi) / 2.0
+    d2 = np.sqrt(d2_square)
+    if x1 <= x2:
+        pos = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
+    else:
+        pos = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2))
+    return min(max(pos, lo), hi)
+
+
+def _strong_wolfe(evaluate, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_change=1e-9, max_ls=25):
+    """A line search for a step `t` along `d` meeting the strong Wolfe conditions (as PyTorch's LBFGS).
+
+    Slopes stay NumPy scalars of the parameters' dtype, so the tests compare in that precision as PyTorch's do.
+
+    `evaluate(t)` returns the loss and flat gradient at x + t * d. Returns (loss, grad, t, evaluations).
+    """
+    d_norm = float(np.abs(d).max())
+    f_new, g_new = evaluate(t)
+    evals = 1
+    gtd_new = np.dot(g_new, d)
+    t_prev, f_prev, g_prev, gtd_prev = 0.0, f, g, gtd
+    done = False
+    ls_iter = 0
+    bracket: list = []
+    bracket_f: list = []
+    bracket_g: list = []
+    bracket_gtd: list = []
+    while ls_iter < max_ls:
+        if f_new > f + c1 * t * gtd or (ls_iter > 1 and f_new >= f_prev):
+            bracket, bracket_f, bracket_g, bracket_gtd = [t_prev, t], [f_prev, f_new], [g_prev, g_new], \
+                [gtd_prev, gtd_new]
+            break
+        if abs(gtd_new) <= -c2 * gtd:
+            bracket, bracket_f, bracket_g, done = [t], [f_new], [g_new], True
+            break
+        if gtd_new >= 0:
+            bracket, bracket_f, bracket_g, bracket_gtd = [t_prev, t], [f_prev, f_new], [g_prev, g_new], \
+                [gtd_prev, gtd_new]
+            break
+        # Extrapolate.
+        tmp = t
+        t = _cubic_min(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, bounds=(t + 0.01 * (t - t_prev), t * 10))
+        t_prev, f_prev, g_prev, gtd_prev = tmp, f_new, g_new, gtd_new
+        f_new, g_new = evaluate(t)
+        evals += 1
+        gtd_new = np.dot(g_new, d)
+        ls_iter += 1
+    if ls_iter == max_ls:
+        bracket, bracket_f, bracket_g = [0.0, t], [f, f_new], [g, g_new]
+    # Zoom into the bracket.
+    insufficient = False
+    low, high = (0, 1) if bracket_f[0] <= bracket_f[-1] else (1, 0)
+    while not done and ls_iter < max_ls:
+        if abs(bracket[1] - bracket[0]) * d_norm < tolerance_change:
+            break
+        t = _cubic_min(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1])
+        eps = 0.1 * (max(bracket) - min(bracket))
+        if min(max(bracket) - t, t - min(bracket)) < eps:
+            # Too close to an end: move away from it, or note the lack of progress.
+            if insufficient or t >= max(bracket) or t <= min(bracket):
+                t = max(bracket) - eps if abs(t - max(bracket)) < abs(t - min(bracket)) else min(bracket) + eps
+                insufficient = False
+            else:
+                insufficient = True
+        else:
+            insufficient = False
+        f_new, g_new = evaluate(t)
+        evals += 1
+        gtd_new = np.dot(g_new, d)
+        ls_iter += 1
+        if f_new > f + c1 * t * gtd or f_new >= bracket_f[low]:
+            bracket[high], bracket_f[high], bracket_g[high], bracket_gtd[high] = t, f_new, g_new, gtd_new
+            low, high = (0, 1) if bracket_f[0] <= bracket_f[1] else (1, 0)
+        else:
+            if abs(gtd_new) <= -c2 * gtd:
+                done = True
+            elif gtd_new * (bracket[high] - bracket[low]) >= 0:
+                bracket[high], bracket_f[high] = bracket[low], bracket_f[low]
+                bracket_g[high], bracket_gtd[high] = bracket_g[low], bracket_gtd[low]
+            bracket[low], bracket_f[low], bracket_g[low], bracket_gtd[low] = t, f_new, g_new, gtd_new
+    return bracket_f[low], bracket_g[low], bracket[low], evals
+
+
+class LBFGS(Optimizer):
+    """L-BFGS (limited-memory BFGS), with PyTorch's options; `step` needs a closure returning the loss.
+
+    Each `step(closure)` runs up to `max_iter` iterations (and `max_eval` loss evaluations).
+    The search direction comes from the last `history_size` curvature pairs; the step length is
+    `lr`, or found by a strong-Wolfe line search with ``line_search_fn="strong_wolfe"``. Its
+    control flow depends on the values it computes, so it runs eagerly (not under `loom.function`).
+    The vector algebra runs on NumPy arrays in the parameters' dtype; only one parameter group
+    is supported, as in PyTorch.
+
+    Examples
+    --------
+    >>> w = loom.tensor([3.0, -1.0], requires_grad=True)
+    >>> opt = loom.optim.LBFGS([w], line_search_fn="strong_wolfe")
+    >>> def closure():
+    ...     opt.zero_grad()
+    ...     loss = ((w - 1.0) ** 2).sum()
+    ...     loss.backward()
+    ...     return loss
+    >>> _ = opt.step(closure)
+    >>> [round(v, 4) for v in w.tolist()]
+    [1.0, 1.0]
+    """
+
+    def __init__(self, params, lr=1.0, max_iter=20, max_eval=None, tolerance_grad=1e-7, tolerance_change=1e-9,
+                 history_size=100, line_search_fn=None) -> None:
+        _check("LBFGS", lr=lr)
+        if max_eval is None:
+            max_eval = max_iter * 5 // 4
+        if line_search_fn not in (None, "strong_wolfe"):
+            raise LoomError(f"loom.optim.LBFGS: line_search_fn must be None or 'strong_wolfe', "
+                            f"got {line_search_fn!r}")
+        super().__init__(params, dict(lr=lr, max_iter=max_iter, max_eval=max_eval, tolerance_grad=tolerance_grad,
+                                      tolerance_change=tolerance_change, history_size=history_size,
+                                      line_search_fn=line_search_fn))
+        if len(self.param_groups) != 1:
+            raise LoomError("loom.optim.LBFGS doesn't support per-parameter options (parameter groups)")
+        self._params = self.param_groups[0]["params"]
+
+    def add_param_group(self, group) -> None:
+        if self.param_groups:
+            raise LoomError("loom.optim.LBFGS doesn't support per-parameter options (parameter groups)")
+        super().add_param_group(group)
+
+    def _flat_grad(self) -> np.ndarray:
+        parts = [np.zeros(p.numel(), p.dtype.np) if p.grad is None else p.grad.numpy(force=True).reshape(-1)
+                 for p in self._params]
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def _values(self) -> list[np.ndarray]:
+        return [np.array(p.numpy(force=True), copy=True) for p in self._params]
+
+    def _set(self, values: list[np.ndarray]) -> None:
+        with loom.no_grad():
+            for p, v in zip(self._params, values):
+                p.copy_(loom.from_numpy(v))
+
+    def _add(self, t: float, direction: np.ndarray, base: list[np.ndarray] | None = None) -> None:
+        """params = (base or params) + t * direction, in the parameters' dtype as PyTorch's add_ computes it."""
+        base = base if base is not None else self._values()
+        out, offset = [], 0
+        for v in base:
+            n = v.size
+            step = direction[offset:offset + n].reshape(v.shape)
+            out.append((v + v.dtype.type(t) * step).astype(v.dtype, copy=False))
+            offset += n
+        self._set(out)
+
+    def step(self, closure=None):
+        if closure is None:
+            raise LoomError("loom.optim.LBFGS.step needs a closure that re-evaluates the model and returns the loss")
+        group = self.param_groups[0]
+        lr, max_iter, max_eval = group["lr"], group["max_iter"], group["max_eval"]
+        tol_grad, tol_change = group["tolerance_grad"], group["tolerance_change"]
+        history_size = group["history_size"]
+
+        def evaluate():
+            with loom.enable_grad():
+                loss = closure()
+            return loss, float(loss), self._flat_grad()
+
+        state = self.state[self._params[0]]
+        state.setdefault("func_evals", 0)
+        state.setdefault("n_iter", 0)
+        orig_loss, loss, flat_grad = evaluate()
+        evals = 1
+        state["func_evals"] += 1
+        if np.abs(flat_grad).max(initial=0.0) <= tol_grad:
+            return orig_loss
+
+        as_np = _as_numpy
+        d, t = as_np(state.get("d")), state.get("t")
+        old_dirs = [as_np(v) for v in state.get("old_dirs", [])]
+        old_stps = [as_np(v) for v in state.get("old_stps", [])]
+        ro = [as_np(v) for v in state.get("ro", [])]
+        h_diag = as_np(state.get("H_diag"))
+        prev_flat_grad, prev_loss = as_np(state.get("prev_flat_grad")), state.get("prev_loss")
+        t = float(t) if t is not None else None
+        one = flat_grad.dtype.type(1)
+
+        n_iter = 0
+        while n_iter < max_iter:
+            n_iter += 1
+            state["n_iter"] += 1
+            if state["n_iter"] == 1:
+                d = -flat_grad
+                old_dirs, old_stps, ro, h_diag = [], [], [], one
+            else:
+                y = flat_grad - prev_flat_grad
+                s = d * d.dtype.type(t)
+                ys = np.dot(y, s)
+                if ys > 1e-10:
+                    if len(old_dirs) == history_size:
+                        old_dirs.pop(0)
+                        old_stps.pop(0)
+                        ro.pop(0)
+                    old_dirs.append(y)
+                    old_stps.append(s)
+                    ro.append(one / ys)
+                    h_diag = ys / np.dot(y, y)
+                # Two-loop recursion: d = -H g.
+                al = [None] * len(old_dirs)
+                q = -flat_grad
+                for i in range(len(old_dirs) - 1, -1, -1):
+                    al[i] = np.dot(old_stps[i], q) * ro[i]
+                    q = q - al[i] * old_dirs[i]
+                d = r = q * h_diag
+                for i in range(len(old_dirs)):
+                    be_i = np.dot(old_dirs[i], r) * ro[i]
+                    r = r + (al[i] - be_i) * old_stps[i]
+                d = r
+            prev_flat_grad = flat_grad.copy()
+            prev_loss = loss
+            if state["n_iter"] == 1:
+                t = min(1.0, float(one / np.abs(flat_grad).sum())) * lr
+            else:
+                t = lr
+            gtd = np.dot(flat_grad, d)
+            if gtd > -tol_change:
+                break
+            ls_evals = 0
+            if group["line_search_fn"] == "strong_wolfe":
+                x0 = self._values()
+
+                def along(step, x0=x0, d=d):
+                    self._add(step, d, x0)
+                    _, value, grad = evaluate()
+                    self._set(x0)
+                    return value, grad
+                loss, flat_grad, t, ls_evals = _strong_wolfe(along, t, d, loss, flat_grad, gtd,
+                                                             tolerance_change=tol_change,
+                                                             max_ls=max_eval - evals)
+                self._add(t, d)
+                opt_cond = np.abs(flat_grad).max() <= tol_grad
+            else:
+                self._add(t, d)
+                opt_cond = False
+                if n_iter != max_iter:
+                    _, loss, flat_grad = evaluate()
+                    opt_cond = np.abs(flat_grad).max() <= tol_grad
+                    ls_evals = 1
+            evals += ls_evals
+            state["func_evals"] += ls_evals
+            if (n_iter == max_iter or evals >= max_eval or opt_cond
+                    or np.abs(d * d.dtype.type(t)).max() <= tol_change or abs(loss - prev_loss) < tol_change):
+                break
+
+        state["d"] = _as_tensor(d)
+        state["t"] = t
+        state["old_dirs"] = [_as_tensor(v) for v in old_dirs]
+        state["old_stps"] = [_as_tensor(v) for v in old_stps]
+        state["ro"] = [_as_tensor(v) for v in ro]
+        state["H_diag"] = _as_tensor(h_diag)
+        state["prev_flat_grad"] = _as_tensor(prev_flat_grad)
+        state["prev_loss"] = prev_loss
+        return orig_loss
+
+
+def _as_numpy(v):
+    """State values as NumPy (tensors after a load_state_dict or a previous step), None kept."""
+    if v is None or isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, loom.Tensor):
+        arr = v.numpy(force=True)
+        return arr[()] if arr.ndim == 0 else arr
+    return np.float32(v)
+
+
+def _as_tensor(v):
+    return None if v is None else loom.tensor(np.asarray(v))

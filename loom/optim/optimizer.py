@@ -1,6 +1,7 @@
 """The optimiser base: parameter groups, per-parameter state, state_dict round trips."""
 from __future__ import annotations
 
+import collections
 import copy
 from typing import Any, Iterable
 
@@ -28,7 +29,8 @@ class Optimizer:
 
     def __init__(self, params: Iterable, defaults: dict[str, Any]) -> None:
         self.defaults = defaults
-        self.state: dict[Tensor, dict[str, Any]] = {}
+        # A defaultdict(dict) keyed by parameter, as PyTorch's: `opt.state[p]` is {} before p's first step.
+        self.state: collections.defaultdict[Tensor, dict[str, Any]] = collections.defaultdict(dict)
         self.param_groups: list[dict[str, Any]] = []
         if isinstance(params, Tensor):
             raise TypeError(f"loom.optim.{type(self).__name__}: params must be an iterable of Tensors "
@@ -117,7 +119,7 @@ class Optimizer:
                     g = p.grad
                     if self._static(group, "maximize"):
                         g = -g
-                    self._update(p, g, group, self.state.setdefault(p, {}))
+                    self._update(p, g, group, self.state[p])
         self._finish_step()
         return loss
 
@@ -158,7 +160,7 @@ class Optimizer:
         by_index = {}
         for idx, p in params:
             by_index[int(idx)] = p
-        self.state = {}
+        self.state = collections.defaultdict(dict)
         for idx, st in state_dict["state"].items():
             p = by_index[int(idx)]
             restored = {}

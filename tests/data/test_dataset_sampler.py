@@ -1,5 +1,6 @@
 """Datasets, samplers and collation: PyTorch parity where results are deterministic, properties elsewhere."""
 import collections
+import time
 import warnings
 
 import numpy as np
@@ -227,3 +228,69 @@ def test_tensor_dataset_batch_fetch_equals_per_example():
     assert w.grad.tolist() == [[2.0, 2.0], [0.0, 0.0], [2.0, 2.0]]
     arrays = ld.TensorDataset(np.arange(4), np.arange(4) * 10).__getitems__([3, 1])
     assert [tuple(int(v) for v in ex) for ex in arrays] == [(3, 30), (1, 10)]
+
+
+def _first(sampler, k):
+    it = iter(sampler)
+    return [next(it) for _ in range(k)]
+
+
+def _peak_bytes(fn):
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        start = time.perf_counter()
+        out = fn()
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return out, peak, elapsed
+
+
+@pytest.mark.parametrize("make", [
+    lambda g: ld.RandomSampler(range(1000), replacement=True, num_samples=10**10, generator=g),
+    lambda g: ld.RandomSampler(range(1000), replacement=False, num_samples=10**10, generator=g),
+    lambda g: ld.WeightedRandomSampler([1.0, 2.0, 0.0, 4.0], 10**10, generator=g),
+], ids=["random-replacement", "random-permutations", "weighted"])
+def test_huge_num_samples_is_drawn_lazily_and_reproducibly(make):
+    # PyTorch draws such samplers lazily; 10**10 int64 indices would be 74.5 GiB.
+    out, peak, elapsed = _peak_bytes(lambda: _first(make(loom.Generator(7)), 50))
+    assert peak < 2_000_000, f"iterating 50 indices allocated {peak} bytes"
+    assert elapsed < 2.0
+    assert len(out) == 50 and all(isinstance(i, int) and 0 <= i < 1000 for i in out)
+    assert out == _first(make(loom.Generator(7)), 50)
+    assert out != _first(make(loom.Generator(8)), 50)
+    assert len(make(None)) == 10**10
+
+
+def test_chunked_replacement_draws_cover_chunk_boundaries():
+    r = list(ld.RandomSampler(range(5), replacement=True, num_samples=3000, generator=loom.Generator(1)))
+    assert len(r) == 3000 and set(r) == set(range(5))
+    assert r == list(ld.RandomSampler(range(5), replacement=True, num_samples=3000, generator=loom.Generator(1)))
+    w = list(ld.WeightedRandomSampler([0.0, 1.0, 3.0], 3000, generator=loom.Generator(0)))
+    assert len(w) == 3000 and set(w) == {1, 2}
+    assert 0.7 < w.count(2) / 3000 < 0.8
+
+
+def test_sampler_takes_its_generator_key_when_iteration_starts():
+    g = loom.Generator(4)
+    s = ld.RandomSampler(range(10), replacement=True, num_samples=10, generator=g)
+    it = iter(s)  # The key is drawn here, before the first index, as an eager draw would.
+    key_after = loom.Generator(4)
+    key_after.next_key()
+    assert g.next_key() == key_after.next_key()
+    assert len(list(it)) == 10
+
+
+def test_dataloader_over_a_huge_replacement_sampler_starts_at_once():
+    # A GPT trainer's pattern: an "infinite" sampler behind a DataLoader.
+    ds = ld.TensorDataset(loom.arange(100.0))
+    sampler = ld.RandomSampler(ds, replacement=True, num_samples=10**10, generator=loom.Generator(3))
+    loader = ld.DataLoader(ds, sampler=sampler, batch_size=4)
+    start = time.perf_counter()
+    batches = [b[0].tolist() for b, _ in zip(loader, range(3))]
+    assert time.perf_counter() - start < 2.0
+    assert len(loader) == 10**10 // 4 and all(len(b) == 4 for b in batches)
+    assert batches == [b[0].tolist() for b, _ in zip(ld.DataLoader(ds, sampler=ld.RandomSampler(
+        ds, replacement=True, num_samples=10**10, generator=loom.Generator(3)), batch_size=4), range(3))]
