@@ -1,0 +1,521 @@
+"""torchvision.transforms over loom: PIL images, uint8 NumPy images (HW or HWC) and loom Tensors ([..., C, H, W]).
+
+Each transform returns the kind of image it was given, as torchvision's do:
+a PIL image stays a PIL image (and is processed by Pillow, so results are
+Pillow's), an array stays an array, a Tensor stays a Tensor. `ToTensor`
+turns the first two into a float32 CHW tensor in [0, 1]. Resizing arrays and
+tensors uses Pillow's separable resampling (antialiased when shrinking, as
+torchvision's ``antialias=True``), written in NumPy, so it works without
+Pillow and gives Pillow's values up to rounding.
+
+Randomness comes from `loom.data.transforms`' generator (`get_rng`), which
+the DataLoader reseeds per worker and batch, or from the `generator`
+argument: a `numpy.random.Generator`. The draws differ from torchvision's
+(which uses torch's RNG); their distributions are the same.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Sequence
+
+import numpy as np
+
+from loom.data import transforms as _T
+from loom.data.transforms import Compose, Lambda, Normalize, _crop, _hw_axes, _lazy, _like, _np, _pad, _pad_arg, _rng
+from loom.errors import LoomTypeError, LoomValueError
+from loom.tensor import Tensor, from_numpy, tensor
+
+try:
+    from PIL import Image
+except ImportError:  # Pillow is optional: arrays and tensors work without it.
+    Image = None
+
+__all__ = ["CenterCrop", "Compose", "Grayscale", "InterpolationMode", "Lambda", "Normalize", "PILToTensor", "Pad",
+           "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToPILImage",
+           "ToTensor"]
+
+
+class InterpolationMode:
+    """The interpolation names of torchvision (`InterpolationMode.BILINEAR` == "bilinear")."""
+
+    NEAREST = "nearest"
+    BILINEAR = "bilinear"
+    BICUBIC = "bicubic"
+
+
+def is_pil(img) -> bool:
+    """Whether `img` is a PIL image (False when Pillow is not installed)."""
+    return Image is not None and isinstance(img, Image.Image)
+
+
+def _check(img, opname: str):
+    if is_pil(img) or isinstance(img, (np.ndarray, Tensor)):
+        return img
+    raise LoomTypeError(f"loom.torch.vision.transforms.{opname}: expected a PIL image, a NumPy image (HW or HWC) or a "
+                        f"loom Tensor [..., C, H, W], got {type(img).__name__}")
+
+
+def image_size(img) -> tuple[int, int]:
+    """(height, width) of a PIL image, HW/HWC array or [..., H, W] tensor."""
+    if is_pil(img):
+        return img.height, img.width
+    h_ax, w_ax = _hw_axes(img)
+    return int(img.shape[h_ax]), int(img.shape[w_ax])
+
+
+def _via_array(img, fn):
+    """Apply `fn` (array or tensor -> same) to `img`; a PIL image goes through a NumPy array and back."""
+    if is_pil(img):
+        out = fn(np.asarray(img))
+        return Image.fromarray(np.ascontiguousarray(out))
+    return fn(img)
+
+
+def _size_arg(size, opname: str) -> tuple[int, int]:
+    if isinstance(size, numbers.Integral):
+        return int(size), int(size)
+    size = tuple(int(s) for s in size)
+    if len(size) == 1:
+        return size[0], size[0]
+    if len(size) != 2 or min(size) <= 0:
+        raise LoomValueError(f"loom.torch.vision.transforms.{opname}: size should be a positive int or (h, w), "
+                             f"got {size}")
+    return size  # type: ignore[return-value]
+
+
+# Resampling ---------------------------------------------------------------------------------------------------------
+
+def _bilinear(x: np.ndarray) -> np.ndarray:
+    x = np.abs(x)
+    return np.where(x < 1.0, 1.0 - x, 0.0)
+
+
+def _bicubic(x: np.ndarray, a: float = -0.5) -> np.ndarray:
+    x = np.abs(x)
+    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    far = (((x - 5.0) * x + 8.0) * x - 4.0) * a
+    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
+
+
+_FILTERS = {"bilinear": (_bilinear, 1.0), "bicubic": (_bicubic, 2.0)}
+_PIL_FILTERS = {"nearest": 0, "bilinear": 2, "bicubic": 3}  # Image.NEAREST, BILINEAR, BICUBIC.
+
+
+def resample_matrix(in_size: int, out_size: int, mode: str = "bilinear", antialias: bool = True) -> np.ndarray:
+    """[out_size, in_size] weights resizing one axis as Pillow does (triangle/cubic filter, stretched when shrinking).
+
+    Examples
+    --------
+    >>> resample_matrix(4, 2).tolist()
+    [[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5]]
+    """
+    scale = in_size / out_size
+    weights = np.zeros((out_size, in_size))
+    if mode == "nearest":
+        src = np.minimum(np.floor((np.arange(out_size) + 0.5) * scale).astype(np.int64), in_size - 1)
+        weights[np.arange(out_size), src] = 1.0
+        return weights
+    if mode not in _FILTERS:
+        raise LoomValueError(f"loom.torch.vision.transforms: interpolation should be one of nearest, bilinear, "
+                             f"bicubic, got {mode!r}")
+    kernel, support = _FILTERS[mode]
+    stretch = max(scale, 1.0) if antialias else 1.0
+    support *= stretch
+    for i in range(out_size):
+        center = (i + 0.5) * scale
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), in_size)
+        w = kernel((np.arange(lo, hi) - center + 0.5) / stretch)
+        total = w.sum()
+        weights[i, lo:hi] = w / total if total != 0 else w
+    return weights
+
+
+def _resize_array(img, size: tuple[int, int], mode: str, antialias: bool):
+    """Resize an HW/HWC array or [..., H, W] tensor to `size` = (h, w)."""
+    h_ax, w_ax = _hw_axes(img)
+    in_h, in_w = int(img.shape[h_ax]), int(img.shape[w_ax])
+    wh = resample_matrix(in_h, size[0], mode, antialias)
+    ww = resample_matrix(in_w, size[1], mode, antialias)
+    if _lazy(img):  # Differentiable: two matmuls with loom ops.
+        return tensor(wh.astype(np.float32), dtype=img.dtype) @ img @ tensor(ww.T.astype(np.float32), dtype=img.dtype)
+    arr = _np(img)
+    work = arr.astype(np.float64)
+    if h_ax == 0:  # HW or HWC array.
+        out = np.einsum("oh,hw...->ow...", wh, work)
+        out = np.einsum("pw,ow...->op...", ww, out)
+    else:
+        out = np.einsum("oh,...hw->...ow", wh, work)
+        out = np.einsum("...ow,pw->...op", out, ww)
+    if arr.dtype.kind in "ui":
+        info = np.iinfo(arr.dtype)
+        out = np.clip(np.rint(out), info.min, info.max)
+    return _like(out.astype(arr.dtype), img)
+
+
+def _resize(img, size: tuple[int, int], mode: str, antialias: bool = True):
+    if is_pil(img):
+        return img.resize((size[1], size[0]), _PIL_FILTERS[mode])
+    return _resize_array(img, size, mode, antialias)
+
+
+def _interp(interpolation) -> str:
+    mode = getattr(interpolation, "value", interpolation)
+    if isinstance(mode, int):  # PIL constants, as old torchvision code passes them.
+        mode = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(mode, mode)
+    if mode not in _PIL_FILTERS:
+        raise LoomValueError(f"loom.torch.vision.transforms: interpolation should be one of "
+                             f"{list(_PIL_FILTERS)}, got {interpolation!r}")
+    return mode
+
+
+class Resize:
+    """Resize to `size`: (h, w), or an int that the shorter side becomes (keeping the aspect ratio).
+
+    Parameters
+    ----------
+    size : int or (h, w)
+    interpolation : {"bilinear", "nearest", "bicubic"} or InterpolationMode
+    max_size : int, optional
+        With an int `size`: the longer side's upper bound.
+    antialias : bool
+        Stretch the filter when shrinking (Pillow always does). Default: True.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.Resize(2)(np.zeros((4, 8), np.uint8)).shape
+    (2, 4)
+    """
+
+    def __init__(self, size, interpolation=InterpolationMode.BILINEAR, max_size: int | None = None,
+                 antialias: bool | None = True) -> None:
+        if not isinstance(size, numbers.Integral):
+            size = _size_arg(size, "Resize")
+        self.size, self.interpolation, self.max_size = size, _interp(interpolation), max_size
+        self.antialias = True if antialias is None else bool(antialias)
+
+    def output_size(self, h: int, w: int) -> tuple[int, int]:
+        if not isinstance(self.size, numbers.Integral):
+            return self.size
+        short, long = (h, w) if h <= w else (w, h)
+        new_short, new_long = int(self.size), int(int(self.size) * long / short)
+        if self.max_size is not None:
+            if self.max_size <= new_short:
+                raise LoomValueError(f"loom.torch.vision.transforms.Resize: max_size = {self.max_size} must be larger "
+                                     f"than the requested size {self.size}")
+            if new_long > self.max_size:
+                new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
+        return (new_short, new_long) if h <= w else (new_long, new_short)
+
+    def __call__(self, img):
+        img = _check(img, "Resize")
+        h, w = image_size(img)
+        size = self.output_size(h, w)
+        if size == (h, w):
+            return img
+        return _resize(img, size, self.interpolation, self.antialias)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(size={self.size}, interpolation={self.interpolation})"
+
+
+def _center_crop(img, size: tuple[int, int]):
+    th, tw = size
+    h, w = image_size(img)
+    if th > h or tw > w:  # torchvision pads with zeros first, splitting the excess (the odd pixel right/bottom).
+        pads = ((tw - w) // 2 if tw > w else 0, (th - h) // 2 if th > h else 0,
+                (tw - w + 1) // 2 if tw > w else 0, (th - h + 1) // 2 if th > h else 0)
+        img = _pad_any(img, pads, 0, "constant")
+        h, w = image_size(img)
+        if (h, w) == (th, tw):
+            return img
+    top, left = int(round((h - th) / 2.0)), int(round((w - tw) / 2.0))
+    return _crop_any(img, top, left, th, tw)
+
+
+def _crop_any(img, top: int, left: int, h: int, w: int):
+    if is_pil(img):
+        return img.crop((left, top, left + w, top + h))
+    return _crop(img, top, left, h, w)
+
+
+def _pad_any(img, pads: tuple[int, int, int, int], fill, mode: str):
+    return _via_array(img, lambda a: _pad(a, pads, fill, mode))
+
+
+class CenterCrop:
+    """Crop the central `size` window (padding with zeros if the image is smaller), as torchvision.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.CenterCrop(2)(np.arange(16).reshape(4, 4)).tolist()
+    [[5, 6], [9, 10]]
+    """
+
+    def __init__(self, size) -> None:
+        self.size = _size_arg(size, "CenterCrop")
+
+    def __call__(self, img):
+        return _center_crop(_check(img, "CenterCrop"), self.size)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(size={self.size})"
+
+
+class Pad:
+    """Pad the borders: `padding` an int, (left/right, top/bottom) or (left, top, right, bottom).
+
+    Parameters
+    ----------
+    padding : int or sequence
+    fill : number or tuple
+        The constant for ``padding_mode="constant"`` (a tuple gives one value per channel).
+    padding_mode : {"constant", "edge", "reflect", "symmetric"}
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.Pad((1, 0), fill=9)(np.zeros((1, 1), np.uint8)).tolist()
+    [[9, 0, 9]]
+    """
+
+    def __init__(self, padding, fill=0, padding_mode: str = "constant") -> None:
+        self.padding = _pad_arg(padding)
+        if padding_mode not in ("constant", "edge", "reflect", "symmetric"):
+            raise LoomValueError(f"loom.torch.vision.transforms.Pad: padding_mode should be constant, edge, reflect or "
+                                 f"symmetric, got {padding_mode!r}")
+        self.fill, self.padding_mode = fill, padding_mode
+
+    def __call__(self, img):
+        return _pad_any(_check(img, "Pad"), self.padding, self.fill, self.padding_mode)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(padding={self.padding}, fill={self.fill}, padding_mode={self.padding_mode})"
+
+
+class RandomCrop(_T.RandomCrop):
+    """torchvision.transforms.RandomCrop (see `loom.data.transforms.RandomCrop`), also for PIL images.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.RandomCrop(28, padding=4)(np.zeros((28, 28), np.uint8)).shape
+    (28, 28)
+    """
+
+    def __call__(self, img):
+        return _via_array(_check(img, "RandomCrop"), super().__call__)
+
+
+class RandomHorizontalFlip(_T.RandomHorizontalFlip):
+    """Mirror left-right with probability `p` (default 0.5); PIL images, arrays and tensors.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.RandomHorizontalFlip(p=1.0)(np.array([[1, 2, 3]])).tolist()
+    [[3, 2, 1]]
+    """
+
+    def __call__(self, img):
+        return _via_array(_check(img, type(self).__name__), super().__call__)
+
+
+class RandomVerticalFlip(_T.RandomVerticalFlip):
+    """Mirror top-bottom with probability `p` (default 0.5); PIL images, arrays and tensors.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.RandomVerticalFlip(p=1.0)(np.array([[1], [2]])).tolist()
+    [[2], [1]]
+    """
+
+    def __call__(self, img):
+        return _via_array(_check(img, type(self).__name__), super().__call__)
+
+
+class RandomResizedCrop:
+    """Crop a random area and aspect ratio, then resize to `size`, as torchvision.transforms.RandomResizedCrop.
+
+    Up to 10 tries draw an area fraction from `scale` and a log-uniform aspect
+    ratio from `ratio`; if none fits, the central crop with the ratio clamped
+    to `ratio` is used.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> t = transforms.RandomResizedCrop(8, generator=np.random.default_rng(0))
+    >>> t(np.zeros((20, 30, 3), np.uint8)).shape
+    (8, 8, 3)
+    """
+
+    def __init__(self, size, scale: Sequence[float] = (0.08, 1.0), ratio: Sequence[float] = (3 / 4, 4 / 3),
+                 interpolation=InterpolationMode.BILINEAR, antialias: bool | None = True,
+                 generator: np.random.Generator | None = None) -> None:
+        self.size = _size_arg(size, "RandomResizedCrop")
+        if scale[0] > scale[1] or ratio[0] > ratio[1]:
+            raise LoomValueError(f"loom.torch.vision.transforms.RandomResizedCrop: scale {tuple(scale)} and ratio "
+                                 f"{tuple(ratio)} should be (min, max)")
+        self.scale, self.ratio = tuple(scale), tuple(ratio)
+        self.interpolation, self.antialias = _interp(interpolation), antialias is not False
+        self.generator = generator
+
+    def get_params(self, img) -> tuple[int, int, int, int]:
+        """(top, left, height, width) of the crop."""
+        height, width = image_size(img)
+        area = height * width
+        rng = _rng(self.generator)
+        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for _ in range(10):
+            target_area = area * rng.uniform(self.scale[0], self.scale[1])
+            aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+            w = int(round(math.sqrt(target_area * aspect)))
+            h = int(round(math.sqrt(target_area / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+        in_ratio = width / height
+        if in_ratio < min(self.ratio):
+            w, h = width, int(round(width / min(self.ratio)))
+        elif in_ratio > max(self.ratio):
+            h, w = height, int(round(height * max(self.ratio)))
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __call__(self, img):
+        img = _check(img, "RandomResizedCrop")
+        top, left, h, w = self.get_params(img)
+        return _resize(_crop_any(img, top, left, h, w), self.size, self.interpolation, self.antialias)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(size={self.size}, scale={self.scale}, ratio={self.ratio})"
+
+
+class Grayscale:
+    """RGB to grey, with 1 or 3 output channels: Pillow's "L" conversion for PIL images and uint8 arrays
+    (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16), torchvision's 0.2989 R + 0.587 G + 0.114 B for float.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.Grayscale()(np.array([[[255, 0, 0]]], np.uint8)).tolist()
+    [[76]]
+    """
+
+    def __init__(self, num_output_channels: int = 1) -> None:
+        if num_output_channels not in (1, 3):
+            raise LoomValueError(f"loom.torch.vision.transforms.Grayscale: num_output_channels should be 1 or 3, got "
+                                 f"{num_output_channels}")
+        self.num_output_channels = num_output_channels
+
+    def __call__(self, img):
+        img = _check(img, "Grayscale")
+        n = self.num_output_channels
+        if is_pil(img):
+            grey = img.convert("L")
+            return grey if n == 1 else Image.merge("RGB", (grey, grey, grey))
+        if isinstance(img, np.ndarray):
+            if img.ndim == 2:
+                grey = img
+            elif img.shape[2] == 1:
+                grey = img[:, :, 0]
+            elif img.dtype == np.uint8:
+                rgb = img[:, :, :3].astype(np.uint32)
+                grey = ((rgb[..., 0] * 19595 + rgb[..., 1] * 38470 + rgb[..., 2] * 7471 + 0x8000) >> 16).astype(
+                    np.uint8)
+            else:
+                grey = (0.2989 * img[..., 0] + 0.587 * img[..., 1] + 0.114 * img[..., 2]).astype(img.dtype)
+            return grey if n == 1 else np.repeat(grey[:, :, None], 3, axis=2)
+        if img.ndim < 3 or img.shape[-3] not in (1, 3):
+            raise LoomValueError(f"loom.torch.vision.transforms.Grayscale: expected a [..., 1 or 3, H, W] tensor, "
+                                 f"got shape {tuple(img.shape)}")
+        if img.shape[-3] == 3:
+            r, g, b = img[..., 0:1, :, :], img[..., 1:2, :, :], img[..., 2:3, :, :]
+            img = 0.2989 * r + 0.587 * g + 0.114 * b
+        return img if n == 1 else img.expand(*img.shape[:-3], 3, *img.shape[-2:])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_output_channels={self.num_output_channels})"
+
+
+class ToTensor(_T.ToTensor):
+    """PIL image or HW/HWC array -> float32 CHW tensor, uint8 scaled to [0, 1] (as torchvision.transforms.ToTensor).
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.ToTensor()(np.full((1, 2), 255, np.uint8)).tolist()
+    [[[1.0, 1.0]]]
+    """
+
+    def __call__(self, pic) -> Tensor:
+        if is_pil(pic):
+            arr = np.asarray(pic)
+            if pic.mode == "1":
+                arr = arr.astype(np.uint8) * 255
+            return super().__call__(arr)
+        return super().__call__(pic)
+
+
+class PILToTensor:
+    """PIL image or array -> CHW tensor of the same dtype, values unscaled (torchvision.transforms.PILToTensor).
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.PILToTensor()(np.full((1, 2), 7, np.uint8)).tolist()
+    [[[7, 7]]]
+    """
+
+    def __call__(self, pic) -> Tensor:
+        arr = np.asarray(pic)
+        if arr.ndim == 2:
+            arr = arr[:, :, None]
+        return from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def to_uint8_hwc(pic) -> np.ndarray:
+    """A CHW tensor/array (float in [0, 1] or uint8) as a uint8 HW or HWC array, rounded as torchvision's save_image."""
+    arr = pic.numpy(force=True) if isinstance(pic, Tensor) else np.asarray(pic)
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3:
+        raise LoomValueError(f"loom.torch.vision: expected a CHW image, got shape {arr.shape}")
+    if arr.dtype.kind == "f":
+        arr = np.clip(arr * 255.0 + 0.5, 0, 255)
+    arr = arr.astype(np.uint8).transpose(1, 2, 0)
+    return arr[:, :, 0] if arr.shape[2] == 1 else np.ascontiguousarray(arr)
+
+
+class ToPILImage:
+    """CHW tensor (float in [0, 1], or uint8) -> PIL image (or uint8 HW/HWC array without Pillow).
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> img = transforms.ToPILImage()(loom.ones(1, 2, 2))
+    >>> np.asarray(img).tolist()
+    [[255, 255], [255, 255]]
+    """
+
+    def __init__(self, mode: str | None = None) -> None:
+        self.mode = mode
+
+    def __call__(self, pic):
+        if is_pil(pic):
+            return pic if self.mode is None else pic.convert(self.mode)
+        arr = to_uint8_hwc(pic)
+        if Image is None:
+            return arr
+        img = Image.fromarray(arr)
+        return img if self.mode is None else img.convert(self.mode)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
