@@ -107,8 +107,10 @@ def resample_matrix(in_size: int, out_size: int, mode: str = "bilinear", antiali
 
     Examples
     --------
-    >>> resample_matrix(4, 2).tolist()
-    [[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5]]
+    >>> resample_matrix(4, 2, "nearest").tolist()
+    [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
+    >>> resample_matrix(2, 4).round(2).tolist()[:2]
+    [[1.0, 0.0], [0.75, 0.25]]
     """
     scale = in_size / out_size
     weights = np.zeros((out_size, in_size))
@@ -141,16 +143,21 @@ def _resize_array(img, size: tuple[int, int], mode: str, antialias: bool):
     if _lazy(img):  # Differentiable: two matmuls with loom ops.
         return tensor(wh.astype(np.float32), dtype=img.dtype) @ img @ tensor(ww.T.astype(np.float32), dtype=img.dtype)
     arr = _np(img)
-    work = arr.astype(np.float64)
-    if h_ax == 0:  # HW or HWC array.
-        out = np.einsum("oh,hw...->ow...", wh, work)
-        out = np.einsum("pw,ow...->op...", ww, out)
-    else:
-        out = np.einsum("oh,...hw->...ow", wh, work)
-        out = np.einsum("...ow,pw->...op", out, ww)
-    if arr.dtype.kind in "ui":
+    integer = arr.dtype.kind in "ui"
+
+    def settle(x):  # Pillow rounds and clips integer images after each pass.
+        if not integer:
+            return x
         info = np.iinfo(arr.dtype)
-        out = np.clip(np.rint(out), info.min, info.max)
+        return np.clip(np.rint(x), info.min, info.max)
+
+    work = arr.astype(np.float64)
+    if h_ax == 0:  # HW or HWC array; Pillow resamples the width first.
+        out = settle(np.einsum("pw,hw...->hp...", ww, work))
+        out = settle(np.einsum("oh,hp...->op...", wh, out))
+    else:
+        out = settle(np.einsum("...hw,pw->...hp", work, ww))
+        out = settle(np.einsum("oh,...hp->...op", wh, out))
     return _like(out.astype(arr.dtype), img)
 
 
