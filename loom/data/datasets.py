@@ -216,8 +216,8 @@ class FashionMNIST(_IDXImages):
     classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                "Ankle boot"]
     default_dirs = (FASHION_MNIST_ROOT,)
-    hint = ("Pass download=True, install the Debian package dataset-fashion-mnist (apt-get install "
-            "dataset-fashion-mnist), or pass root= the folder holding the *-ubyte.gz files.")
+    hint = ("Or install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist), or pass "
+            "root= the folder holding the *-ubyte.gz files (or root/FashionMNIST/raw).")
 
 
 class MNIST(_IDXImages):
@@ -237,7 +237,7 @@ class MNIST(_IDXImages):
     name = "MNIST"
     classes = ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four", "5 - five", "6 - six", "7 - seven",
                "8 - eight", "9 - nine"]
-    hint = "Pass download=True, or root= a folder holding the *-ubyte.gz files (or root/MNIST/raw)."
+    hint = "Or pass root= a folder holding the *-ubyte.gz files (or root/MNIST/raw)."
 
 
 class _SafeUnpickler(pickle.Unpickler):
@@ -343,8 +343,8 @@ class CIFAR10(Dataset):
             res = RESOURCES[self.name][self.archive]
             archive = fetch(res, [self.root / self.archive], self.root if download else None,
                             f"the {self.name} archive",
-                            f"Looked for the unpacked batches in {folder} first. Pass download=True, or root= the "
-                            f"folder holding {self.folder}/ or {self.archive}.")
+                            f"(Looked for the unpacked batches in {folder} first.) Or pass root= the folder holding "
+                            f"{self.folder}/ or {self.archive}.")
             folder = _extract(archive, self.root, self.folder)
         images, labels = [], []
         for n in names:
@@ -500,7 +500,7 @@ class TinyShakespeare(Dataset):
             target = data_home() / "tinyshakespeare"
         res = dataclasses.replace(RESOURCES["TinyShakespeare"]["input.txt"], filename=candidates[0].name)
         path = fetch(res, candidates, target if download else None,
-                     "the tinyshakespeare text", "Pass download=True, path= the input.txt of karpathy/char-rnn's "
+                     "the tinyshakespeare text", "Or pass path= the input.txt of karpathy/char-rnn's "
                      "data/tinyshakespeare, or set LOOM_DATA_DIR.")
         if block_size < 1:
             raise LoomValueError(f"loom.data.datasets.TinyShakespeare: block_size should be positive, got {block_size}")
@@ -571,9 +571,8 @@ class Cora:
             out = candidates[-1]
             raw = out.parent / "raw"
             looked = ", ".join(str(c) for c in candidates)
-            hint = (f"(Looked for the converted graph at {looked} first.) Pass download=True to fetch the Planetoid "
-                    f"files into {raw} and convert them, path= a cora.npz as docs/data.md describes, or set "
-                    "LOOM_DATA_DIR.")
+            hint = (f"(Looked for the converted graph at {looked} first.) The Planetoid files are converted into "
+                    f"{out}. Or pass path= a cora.npz as docs/data.md describes, or set LOOM_DATA_DIR.")
             files = [fetch(res, [raw / name, out.parent / name], raw if download else None,
                            "the Cora graph (cora.npz or the Planetoid ind.cora.* files)", hint)
                      for name, res in RESOURCES["Cora"].items()]

@@ -196,8 +196,8 @@ def download(res: Resource, folder: str | os.PathLike, progress: bool = True, ti
              retries: int = 2, chunk_size: int = 1 << 16) -> Path:
     """Download `res` into `folder` (resuming a `.part` file, checking, renaming atomically); return its path.
 
-    Each URL is tried in turn, each up to `retries` extra times when the
-    transfer breaks off (every retry resumes where the last one stopped). A
+    Each URL is tried in turn; a transfer that breaks off is retried up to
+    `retries` times, each retry resuming where the last one stopped. A
     file already in `folder` under its final name is returned with no request.
 
     Raises
@@ -233,8 +233,10 @@ def download(res: Resource, folder: str | os.PathLike, progress: bool = True, ti
                 break
             except (OSError, http.client.HTTPException, DownloadError, ValueError) as e:  # URLError is an OSError.
                 last = e
-                client_error = isinstance(e, urllib.error.HTTPError) and 400 <= e.code < 500
-                if attempt == retries or client_error:
+                # No answer at all (name, refused connection, HTTP error) goes to the next mirror; a transfer
+                # that broke off is resumed.
+                unreachable = isinstance(e, urllib.error.URLError)
+                if attempt == retries or unreachable:
                     failures.append(f"{url}: {_reason(e)}")
                     break
                 time.sleep(min(0.2 * (attempt + 1), 1.0))
@@ -281,7 +283,7 @@ def fetch(res: Resource, candidates: Iterable[str | os.PathLike], download_to: s
     if download_to is None:
         raise LoomFileNotFoundError(
             f"loom.data: {what} ({res.filename}) not found. Looked at:\n  {looked}\nPass download=True to fetch it "
-            f"from {res.urls[0]} into {Path(download_to or data_home())}{'. ' + hint if hint else ''}")
+            f"from {res.urls[0]}.{chr(10) + hint if hint else ''}")
     try:
         return download(res, download_to, progress=progress)
     except DownloadError as e:
