@@ -493,15 +493,7 @@ class TinyShakespeare(Dataset):
 
     def __init__(self, path: str | os.PathLike | None = None, block_size: int = 128,
                  train: bool | None = True, download: bool = False) -> None:
-        if path is not None:
-            candidates, target = [Path(path).expanduser()], Path(path).expanduser().parent
-        else:
-            candidates = [data_dir() / "tinyshakespeare" / "input.txt", data_home() / "tinyshakespeare" / "input.txt"]
-            target = data_home() / "tinyshakespeare"
-        res = dataclasses.replace(RESOURCES["TinyShakespeare"]["input.txt"], filename=candidates[0].name)
-        path = fetch(res, candidates, target if download else None,
-                     "the tinyshakespeare text", "Or pass path= the input.txt of karpathy/char-rnn's "
-                     "data/tinyshakespeare, or set LOOM_DATA_DIR.")
+        path = self.locate(path, download)
         if block_size < 1:
             raise LoomValueError(f"loom.data.datasets.TinyShakespeare: block_size should be positive, got {block_size}")
         self.path = path
@@ -514,6 +506,19 @@ class TinyShakespeare(Dataset):
         if len(self.ids) <= block_size:
             raise LoomValueError(f"loom.data.datasets.TinyShakespeare: the split has {len(self.ids)} characters, not "
                                  f"more than block_size={block_size}")
+
+    @staticmethod
+    def locate(path: str | os.PathLike | None = None, download: bool = False) -> Path:
+        """The `input.txt` this class would read (found or downloaded), without reading it."""
+        if path is not None:
+            candidates, target = [Path(path).expanduser()], Path(path).expanduser().parent
+        else:
+            candidates = [data_dir() / "tinyshakespeare" / "input.txt", data_home() / "tinyshakespeare" / "input.txt"]
+            target = data_home() / "tinyshakespeare"
+        res = dataclasses.replace(RESOURCES["TinyShakespeare"]["input.txt"], filename=candidates[0].name)
+        return fetch(res, candidates, target if download else None,
+                     "the tinyshakespeare text", "Or pass path= the input.txt of karpathy/char-rnn's "
+                     "data/tinyshakespeare, or set LOOM_DATA_DIR.")
 
     def __len__(self) -> int:
         return len(self.ids) - self.block_size
@@ -561,6 +566,20 @@ class Cora:
     _KEYS = ("features", "labels", "edges", "train_idx", "val_idx", "test_idx")
 
     def __init__(self, path: str | os.PathLike | None = None, download: bool = False) -> None:
+        path = self.locate(path, download)
+        self.path = path
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in self._KEYS if k not in z.files]
+            if missing:
+                raise LoomError(f"loom.data.datasets.Cora: {path} lacks the arrays {missing}")
+            for k in self._KEYS:
+                setattr(self, k, z[k])
+        self.num_nodes, self.num_features = self.features.shape
+        self.num_classes = int(self.labels.max()) + 1
+
+    @staticmethod
+    def locate(path: str | os.PathLike | None = None, download: bool = False) -> Path:
+        """The `cora.npz` this class would read (found, converted or downloaded and converted), without reading it."""
         if path is not None:
             path = Path(path).expanduser()
             candidates = [path / "cora.npz" if path.is_dir() else path]
@@ -577,16 +596,7 @@ class Cora:
                            "the Cora graph (cora.npz or the Planetoid ind.cora.* files)", hint)
                      for name, res in RESOURCES["Cora"].items()]
             found = planetoid_to_npz(files[0].parent, out)
-        path = found
-        self.path = path
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in self._KEYS if k not in z.files]
-            if missing:
-                raise LoomError(f"loom.data.datasets.Cora: {path} lacks the arrays {missing}")
-            for k in self._KEYS:
-                setattr(self, k, z[k])
-        self.num_nodes, self.num_features = self.features.shape
-        self.num_classes = int(self.labels.max()) + 1
+        return found
 
     def gcn_edges(self, self_loops: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Both directions of every edge (plus self loops) and the GCN weights 1/sqrt(deg_i deg_j).
