@@ -44,9 +44,10 @@ def data_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
-# The published files. SHA-256 values are the ones published for these exact files (TensorFlow Datasets, Keras and
-# many independent projects agree on them); only tinyshakespeare's could be recomputed here from an original copy
-# (/work/shared/data). MD5s are torchvision's published values, checked only where no SHA-256 is known.
+# The published files. SHA-256 values are the ones published for these exact files by several independent projects
+# (e.g. TensorFlow Datasets for Fashion-MNIST, Keras for CIFAR-10); only tinyshakespeare's could be recomputed here,
+# from an original copy. MD5s are torchvision's published values, checked only where no SHA-256 is known. Sizes are
+# the published byte counts. docs/data.md lists what is verified how.
 _MNIST_URLS = ("https://ossci-datasets.s3.amazonaws.com/mnist/", "https://storage.googleapis.com/cvdf-datasets/mnist/",
                "http://yann.lecun.com/exdb/mnist/")
 _FASHION_URLS = ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
