@@ -267,6 +267,10 @@ class _SafeUnpickler(pickle.Unpickler):
 class _CSR:
     """The state of a pickled scipy.sparse.csr_matrix, enough to make it dense without SciPy."""
 
+    data: np.ndarray
+    indices: np.ndarray
+    indptr: np.ndarray
+
     def toarray(self) -> np.ndarray:
         rows, cols = self.__dict__.get("_shape") or self.__dict__["shape"]  # Older SciPy stored `shape`.
         out = np.zeros((rows, cols), self.data.dtype)
@@ -347,7 +351,7 @@ class CIFAR10(Dataset):
                             f"(Looked for the unpacked batches in {folder} first.) Or pass root= the folder holding "
                             f"{self.folder}/ or {self.archive}.")
             folder = _extract(archive, self.root, self.folder)
-        images, labels = [], []
+        images, labels = [], []  # type: tuple[list[np.ndarray], list[int]]
         for n in names:
             batch = _unpickle(folder / n)
             images.append(np.asarray(batch["data"], np.uint8).reshape(-1, 3, 32, 32))

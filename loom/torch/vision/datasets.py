@@ -11,6 +11,7 @@ and resumable (`loom.data.download`).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -20,7 +21,7 @@ from loom.data import datasets as _D
 try:
     from PIL import Image
 except ImportError:  # Without Pillow, images are uint8 NumPy arrays.
-    Image = None
+    Image = None  # type: ignore[assignment]
 
 __all__ = ["CIFAR10", "CIFAR100", "FashionMNIST", "MNIST", "VisionDataset"]
 
@@ -33,6 +34,9 @@ class VisionDataset:
     """What the torchvision data sets share here: `root`, the transforms, PIL items and torchvision's repr."""
 
     images: np.ndarray
+    root: Path
+    train: bool
+    transform: Callable | None
 
     def _item(self, img: np.ndarray, target: int, transform: Callable | None, target_transform: Callable | None):
         img = _to_image(img)
@@ -43,7 +47,7 @@ class VisionDataset:
         return img, target
 
     def __repr__(self) -> str:
-        lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}",
+        lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}",  # type: ignore[arg-type]
                  f"    Root location: {self.root}", f"    Split: {'Train' if self.train else 'Test'}"]
         if self.transform is not None:
             lines.append(f"    StandardTransform\nTransform: {self.transform!r}")

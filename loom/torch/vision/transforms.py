@@ -29,7 +29,7 @@ from loom.tensor import Tensor, from_numpy, tensor
 try:
     from PIL import Image
 except ImportError:  # Pillow is optional: arrays and tensors work without it.
-    Image = None
+    Image = None  # type: ignore[assignment]
 
 __all__ = ["CenterCrop", "Compose", "Grayscale", "InterpolationMode", "Lambda", "Normalize", "PILToTensor", "Pad",
            "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToPILImage",

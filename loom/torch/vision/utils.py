@@ -132,7 +132,8 @@ def save_image(tensor, fp: str | os.PathLike | BinaryIO, format: str | None = No
     b'\\x89PNG'
     """
     grid = make_grid(tensor, nrow=nrow, padding=padding, normalize=normalize, pad_value=pad_value,
-                     value_range=tuple(value_range) if value_range is not None else None, scale_each=scale_each)
+                     value_range=(value_range[0], value_range[1]) if value_range is not None else None,
+                     scale_each=scale_each)
     _save_pixels(to_uint8_hwc(grid), fp, format)
 
 
@@ -140,7 +141,7 @@ def _save_pixels(pixels: np.ndarray, fp, format: str | None) -> None:
     try:
         from PIL import Image
     except ImportError:
-        Image = None
+        Image = None  # type: ignore[assignment]
     if Image is not None:
         Image.fromarray(pixels).save(fp, format=format)
         return
