@@ -7,16 +7,19 @@ path for it: the first existing candidate path, else a download into the
 cache folder (`data_home()`), else a `LoomFileNotFoundError` that lists every
 path looked at and every URL tried, with the reason each failed.
 
-A download goes to ``<name>.part`` beside the target; an interrupted transfer
-is resumed with an HTTP Range request; the finished file is checked and only
-then renamed into place (``os.replace``), so a file under its final name was
-always verified. A file that fails its checksum is deleted, never kept.
+A download goes to ``<name>.part`` beside the target, under an exclusive lock
+on the folder (``.loom-download.lock``), so concurrent processes download it
+once; an interrupted transfer is resumed with an HTTP Range request; the
+finished file is checked and only then renamed into place (``os.replace``),
+so a file under its final name was always verified. A file that fails its
+checksum is deleted, never kept.
 
 Environment: ``LOOM_DATA_HOME`` (the cache folder; default
 ``$XDG_CACHE_HOME/loom/data``, i.e. ``~/.cache/loom/data``).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
@@ -218,6 +221,30 @@ def download(res: Resource, folder: str | os.PathLike, progress: bool = True, ti
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)
+    with _lock(folder / ".loom-download.lock"):
+        if target.is_file():  # Another process finished it while we waited for the lock.
+            return target
+        return _download_locked(res, folder, target, progress, timeout, retries, chunk_size)
+
+
+@contextlib.contextmanager
+def _lock(path: Path):
+    """An exclusive flock on `path`, so two processes never write one `.part` file (a no-op without fcntl)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _download_locked(res: Resource, folder: Path, target: Path, progress: bool, timeout: float, retries: int,
+                     chunk_size: int) -> Path:
     part = folder / (res.filename + ".part")
     failures: list[str] = []
     last: Exception | None = None
@@ -287,7 +314,7 @@ def fetch(res: Resource, candidates: Iterable[str | os.PathLike], download_to: s
             f"from {res.urls[0]}.{chr(10) + hint if hint else ''}")
     try:
         return download(res, download_to, progress=progress)
-    except DownloadError as e:
+    except (DownloadError, OSError) as e:  # OSError: the folder cannot be written.
         raise LoomFileNotFoundError(
             f"loom.data: {what} ({res.filename}) not found and the download failed. Looked at:\n  {looked}\n"
             f"Download: {e}{chr(10) + hint if hint else ''}") from e

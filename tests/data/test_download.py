@@ -51,7 +51,7 @@ def test_bad_checksum_is_rejected_and_not_kept(tmp_path):
         with pytest.raises(dl.ChecksumError, match="SHA-256") as e:
             dl.download(_res(base), tmp_path, progress=False)
         assert hashlib.sha256(PAYLOAD).hexdigest() in str(e.value) and base in str(e.value)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".loom-download.lock"]  # Only the (empty) lock file.
 
 
 def test_wrong_size_and_wrong_md5_are_rejected(tmp_path):
@@ -63,7 +63,7 @@ def test_wrong_size_and_wrong_md5_are_rejected(tmp_path):
         good_md5 = hashlib.md5(PAYLOAD).hexdigest()
         assert dl.download(_res(base, sha256=None, md5=good_md5), tmp_path, progress=False).stat().st_size == len(
             PAYLOAD)
-    assert [p.name for p in tmp_path.iterdir()] == ["blob.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".loom-download.lock", "blob.bin"]
 
 
 def test_unknown_checksum_checks_size_and_warns(tmp_path):
@@ -132,3 +132,21 @@ def test_plain_text_progress_without_tqdm(tmp_path, monkeypatch, capsys):
         dl.download(_res(base), tmp_path, progress=True, chunk_size=16_000)
     err = capsys.readouterr().err
     assert "blob.bin: downloading 250.0 KiB" in err and "100% of 250.0 KiB" in err
+
+
+def test_a_second_process_waits_for_the_lock_and_finds_the_file(tmp_path):
+    import fcntl
+    import threading
+
+    with serve({"blob.bin": PAYLOAD}) as (srv, base), open(tmp_path / ".loom-download.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # Another downloader holds the lock.
+        result = {}
+        waiter = threading.Thread(target=lambda: result.update(path=dl.download(_res(base), tmp_path,
+                                                                                  progress=False)))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and srv.requests == []  # It waits rather than writing the same .part file.
+        (tmp_path / "blob.bin").write_bytes(PAYLOAD)  # The other downloader finishes ...
+        fcntl.flock(held, fcntl.LOCK_UN)  # ... and lets go.
+        waiter.join(10)
+        assert result["path"] == tmp_path / "blob.bin" and srv.requests == []
