@@ -3,15 +3,21 @@ import doctest
 import gzip
 import importlib
 import io
+import os
 import pickle
 import struct
+import subprocess
+import sys
+import textwrap
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import loom
 from loom.torch.vision import datasets, transforms as T, utils
+from loom.torch.vision.transforms import functional as TF
 
 PIL = pytest.importorskip("PIL")
 from PIL import Image, ImageOps  # noqa: E402
@@ -22,7 +28,7 @@ GREY = RNG.integers(0, 256, (13, 17), dtype=np.uint8)
 
 
 @pytest.mark.parametrize("name", ["loom.torch.vision", "loom.torch.vision.transforms", "loom.torch.vision.utils",
-                                  "loom.torch.vision.datasets"])
+                                  "loom.torch.vision.datasets", "loom.torch.vision.transforms.functional"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), extraglobs={"loom": loom, "np": np},
                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
@@ -274,3 +280,92 @@ def test_cifar10_from_the_torchvision_folder(tmp_path):
     assert ds.data.shape == (3, 32, 32, 3) and ds.targets == [3, 1, 4] and ds.class_to_idx["c4"] == 4
     x, _ = datasets.CIFAR10(tmp_path, train=False, transform=T.ToTensor())[0]
     assert x.shape == (3, 32, 32)
+
+
+def test_functional_matches_the_classes_and_torchvision_crop_semantics():
+    img = Image.fromarray(RGB)
+    assert np.array_equal(np.asarray(TF.hflip(img)), RGB[:, ::-1]) and np.array_equal(TF.vflip(GREY), GREY[::-1])
+    assert np.array_equal(TF.resize(RGB, [6]), T.Resize(6)(RGB)) and TF.get_image_size(img) == [17, 13]
+    assert TF.get_dimensions(img) == [3, 13, 17] and TF.get_dimensions(T.ToTensor()(GREY)) == [1, 13, 17]
+    # crop past the border reads zeros (torchvision pads): 2 rows from row 12 of 13, 3 columns from column -1.
+    out = TF.crop(GREY, 12, -1, 2, 3)
+    assert out.tolist() == [[0, *GREY[12, :2].tolist()], [0, 0, 0]]
+    assert np.asarray(TF.crop(Image.fromarray(GREY), 12, -1, 2, 3)).tolist() == out.tolist()
+    x = TF.resized_crop(T.ToTensor()(RGB), 2, 3, 8, 8, [4, 4])
+    assert x.shape == (3, 4, 4)
+    np.testing.assert_allclose(TF.normalize(TF.to_tensor(GREY), [0.5], [0.5]).numpy(),
+                               (GREY / np.float32(255) - 0.5)[None] / 0.5, atol=1e-6)
+    assert np.asarray(TF.to_grayscale(img)).tolist() == np.asarray(img.convert("L")).tolist()
+
+
+def test_image_folder_and_dataset_folder(tmp_path):
+    for cls, colour in (("dog", (200, 10, 10)), ("cat", (10, 200, 10))):
+        (tmp_path / cls / "sub").mkdir(parents=True)
+        Image.new("RGB", (5, 4), colour).save(tmp_path / cls / "a.png")
+        Image.new("L", (5, 4), 7).save(tmp_path / cls / "sub" / "b.PNG")
+        (tmp_path / cls / "notes.txt").write_text("not an image")
+    ds = datasets.ImageFolder(str(tmp_path), transform=T.ToTensor())
+    assert ds.classes == ["cat", "dog"] and ds.class_to_idx == {"cat": 0, "dog": 1} and ds.targets == [0, 0, 1, 1]
+    x, y = ds[2]
+    assert y == 1 and x.shape == (3, 4, 5) and abs(x[0, 0, 0].item() - 200 / 255) < 1e-6
+    grey_as_rgb, _ = datasets.ImageFolder(tmp_path)[1]
+    assert grey_as_rgb.mode == "RGB" and grey_as_rgb.getpixel((0, 0)) == (7, 7, 7)
+    texts = datasets.DatasetFolder(tmp_path, loader=lambda p: Path(p).read_text(), extensions=(".txt",))
+    assert len(texts) == 2 and texts[1] == ("not an image", 1)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty"):
+        datasets.ImageFolder(tmp_path)
+    assert len(datasets.ImageFolder(tmp_path, allow_empty=True).classes) == 3
+    with pytest.raises(FileNotFoundError, match="no class folder"):
+        datasets.ImageFolder(tmp_path / "empty")
+
+
+def test_fake_data_is_deterministic_per_index():
+    ds = datasets.FakeData(size=5, image_size=(1, 6, 4), num_classes=3)
+    a, b = ds[2], ds[2]
+    assert a[0].mode == "L" and a[0].size == (4, 6) and np.array_equal(np.asarray(a[0]), np.asarray(b[0]))
+    assert a[1] == b[1] and all(0 <= ds[i][1] < 3 for i in range(5))
+    assert not np.array_equal(np.asarray(ds[0][0]), np.asarray(ds[1][0]))
+    with pytest.raises(IndexError):
+        ds[5]
+
+
+NO_PILLOW = textwrap.dedent("""
+    import gzip, sys, importlib.abc
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] == "PIL":
+                raise ImportError("Pillow is blocked for this test")
+    sys.meta_path.insert(0, Block())
+    import numpy as np
+    from pathlib import Path
+    from loom.torch.vision import datasets, transforms as T, utils
+    root = Path(sys.argv[1])
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    def idx(a):
+        return bytes([0, 0, 8, a.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in a.shape) + a.tobytes()
+    imgs = np.arange(2 * 28 * 28, dtype=np.uint64).reshape(2, 28, 28).astype(np.uint8)
+    (raw / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx(imgs)))
+    (raw / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx(np.array([4, 2], np.uint8))))
+    ds = datasets.MNIST(str(root), train=False,
+                        transform=T.Compose([T.Pad(2), T.CenterCrop(28), T.RandomHorizontalFlip(0.0),
+                                             T.Resize(14), T.ToTensor()]))
+    x, y = ds[1]
+    raw_img, _ = datasets.MNIST(str(root), train=False)[1]
+    assert type(raw_img) is np.ndarray and raw_img.shape == (28, 28) and y == 2 and x.shape == (1, 14, 14)
+    utils.save_image(x, root / "x.png")
+    assert "PIL" not in sys.modules and "matplotlib.image" not in sys.modules
+    print("ok", (root / "x.png").read_bytes()[:4])
+""")
+
+
+def test_everything_works_without_pillow(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.run([sys.executable, "-c", NO_PILLOW, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok b'\\x89PNG'" in proc.stdout
+    # Written by loom's own PNG writer (Pillow and matplotlib were unavailable there); it reads back here.
+    assert _read_png_by_hand((tmp_path / "x.png").read_bytes()).shape == (14, 14, 3)
+    assert Image.open(tmp_path / "x.png").size == (14, 14)

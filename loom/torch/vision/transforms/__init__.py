@@ -33,7 +33,7 @@ except ImportError:  # Pillow is optional: arrays and tensors work without it.
 
 __all__ = ["CenterCrop", "Compose", "Grayscale", "InterpolationMode", "Lambda", "Normalize", "PILToTensor", "Pad",
            "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToPILImage",
-           "ToTensor"]
+           "ToTensor", "functional"]
 
 
 class InterpolationMode:
@@ -526,3 +526,6 @@ class ToPILImage:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+from loom.torch.vision.transforms import functional  # noqa: E402  (torchvision's transforms.functional)
