@@ -293,7 +293,14 @@ def _extract(archive: Path, dest: Path, folder: str) -> Path:
             tar.extractall(tmp, filter="data")
         if not (tmp / folder).is_dir():
             raise LoomError(f"loom.data.datasets: {archive} does not hold the folder {folder}/")
-        os.replace(tmp / folder, dest / folder)
+        if not (dest / folder).exists():
+            os.replace(tmp / folder, dest / folder)
+        else:  # A partial earlier unpacking: complete it file by file.
+            for src in sorted((tmp / folder).rglob("*")):
+                if src.is_file():
+                    out = dest / folder / src.relative_to(tmp / folder)
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(src, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest / folder

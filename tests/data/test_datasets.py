@@ -196,6 +196,8 @@ def test_cifar10_download_extract_and_layout(tmp_path, monkeypatch):
     img, label = test[2]
     assert label == 2 and img.dtype == np.uint8 and np.array_equal(img, raw.transpose(1, 2, 0))
     assert test.classes[3] == "class3" and not list(tmp_path.glob(".cifar*"))
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()  # A damaged unpacking is completed from the archive.
+    assert D.CIFAR10(tmp_path).targets == train.targets
 
 
 def test_cifar100_fine_labels(tmp_path):
