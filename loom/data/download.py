@@ -250,14 +250,17 @@ def _download_locked(res: Resource, folder: Path, target: Path, progress: bool, 
     last: Exception | None = None
     for url in res.urls:
         for attempt in range(retries + 1):
+            resumed = part.exists()
             try:
                 _transfer(url, part, timeout, progress, res.filename, chunk_size)
                 _verify(part, res, url)
                 os.replace(part, target)
                 return target
             except ChecksumError as e:
-                failures.append(f"{url}: {e}")
                 last = e
+                if resumed and attempt < retries:  # The kept bytes may be stale: once more from the start.
+                    continue
+                failures.append(f"{url}: {e}")
                 break
             except (OSError, http.client.HTTPException, DownloadError, ValueError) as e:  # URLError is an OSError.
                 last = e

@@ -150,3 +150,10 @@ def test_a_second_process_waits_for_the_lock_and_finds_the_file(tmp_path):
         fcntl.flock(held, fcntl.LOCK_UN)  # ... and lets go.
         waiter.join(10)
         assert result["path"] == tmp_path / "blob.bin" and srv.requests == []
+
+
+def test_a_stale_part_file_that_spoils_the_checksum_is_fetched_again_whole(tmp_path):
+    (tmp_path / "blob.bin.part").write_bytes(b"x" * 1000)  # Left by an older, different file.
+    with serve({"blob.bin": PAYLOAD}) as (srv, base):
+        assert dl.download(_res(base), tmp_path, progress=False).read_bytes() == PAYLOAD
+        assert srv.requests == [("/blob.bin", "bytes=1000-"), ("/blob.bin", None)]
