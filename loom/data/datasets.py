@@ -110,8 +110,12 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     """
     path = os.fspath(path)
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (EOFError, gzip.BadGzipFile) as e:
+        raise LoomError(f"loom.data.datasets.read_idx: {path} is damaged ({e}); delete it and download it again, "
+                        "or pass a folder holding a good copy") from e
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
         raise LoomError(f"loom.data.datasets.read_idx: {path} is not an IDX file (magic {data[:4].hex()})")
     ndim = data[3]

@@ -52,6 +52,10 @@ def test_read_idx_rejects_truncated_files(tmp_path):
         D.read_idx(p)
     p.write_bytes(bytes([0, 0, 8, 1]) + (2).to_bytes(4, "big") + b"\x01\x02")
     assert D.read_idx(p).tolist() == [1, 2]
+    gz = tmp_path / "x-idx1-ubyte.gz"
+    gz.write_bytes(gzip.compress(p.read_bytes())[:-9])  # A download cut short.
+    with pytest.raises(loom.LoomError, match="damaged"):
+        D.read_idx(gz)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sklearn") is None, reason="scikit-learn is not installed")
