@@ -369,3 +369,25 @@ def test_everything_works_without_pillow(tmp_path):
     # Written by loom's own PNG writer (Pillow and matplotlib were unavailable there); it reads back here.
     assert _read_png_by_hand((tmp_path / "x.png").read_bytes()).shape == (14, 14, 3)
     assert Image.open(tmp_path / "x.png").size == (14, 14)
+
+
+def test_random_apply_choice_grayscale_and_convert_dtype():
+    add = T.Lambda(lambda v: v + 1)
+    assert T.RandomApply([add, add], p=1.0)(0) == 2 and T.RandomApply([add], p=0.0)(0) == 0
+    choose = T.RandomChoice([T.Lambda(lambda v: "a"), T.Lambda(lambda v: "b")], p=[1, 3],
+                            generator=np.random.default_rng(0))
+    picks = [choose(None) for _ in range(400)]
+    assert 0.15 < picks.count("a") / 400 < 0.35  # p = 1/4.
+    assert T.RandomChoice([add], generator=np.random.default_rng(0))(1) == 2
+    grey = T.RandomGrayscale(p=1.0)(Image.fromarray(RGB))
+    luma = np.asarray(Image.fromarray(RGB).convert("L"))
+    assert grey.mode == "RGB" and np.array_equal(np.asarray(grey)[:, :, 0], luma)
+    assert T.RandomGrayscale(p=0.0)(RGB) is RGB
+    u8 = loom.tensor(np.array([[[0, 1, 128, 255]]], np.uint8))
+    f = T.ConvertImageDtype(loom.float32)(u8)
+    np.testing.assert_allclose(f.numpy(), [[[0, 1 / 255, 128 / 255, 1]]], rtol=1e-6)
+    # torchvision: float -> uint8 is x * (255 + 1 - 0.001), truncated.
+    assert T.ConvertImageDtype(loom.uint8)(loom.tensor([[[0.0, 0.5, 0.999, 1.0]]])).tolist() == [[[0, 127, 255, 255]]]
+    assert T.ConvertImageDtype(loom.int32)(u8).tolist() == [[[0, 1 << 23, 128 << 23, 255 << 23]]]
+    with pytest.raises(loom.LoomTypeError, match="ConvertImageDtype"):
+        T.ConvertImageDtype(loom.float32)(RGB)

@@ -31,9 +31,9 @@ try:
 except ImportError:  # Pillow is optional: arrays and tensors work without it.
     Image = None  # type: ignore[assignment]
 
-__all__ = ["CenterCrop", "Compose", "Grayscale", "InterpolationMode", "Lambda", "Normalize", "PILToTensor", "Pad",
-           "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToPILImage",
-           "ToTensor", "functional"]
+__all__ = ["CenterCrop", "Compose", "ConvertImageDtype", "Grayscale", "InterpolationMode", "Lambda", "Normalize",
+           "PILToTensor", "Pad", "RandomApply", "RandomChoice", "RandomCrop", "RandomGrayscale", "RandomHorizontalFlip",
+           "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToPILImage", "ToTensor", "functional"]
 
 
 class InterpolationMode:
@@ -526,6 +526,131 @@ class ToPILImage:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+
+class RandomApply:
+    """Apply the list of transforms, in order, with probability `p` (default 0.5), else none of them.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.RandomApply([transforms.Lambda(lambda x: x + 1)], p=1.0)(1)
+    2
+    """
+
+    def __init__(self, transforms: Sequence, p: float = 0.5, generator: np.random.Generator | None = None) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise LoomValueError(f"loom.torch.vision.transforms.RandomApply: p should be in [0, 1], got {p}")
+        self.transforms, self.p, self.generator = list(transforms), p, generator
+
+    def __call__(self, img):
+        if _rng(self.generator).random() >= self.p:
+            return img
+        for t in self.transforms:
+            img = t(img)
+        return img
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(p={self.p}, transforms={self.transforms})"
+
+
+class RandomChoice:
+    """Apply one transform picked at random from the list (with probabilities `p`, default uniform).
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.RandomChoice([transforms.Lambda(lambda x: -x)], generator=np.random.default_rng(0))(3)
+    -3
+    """
+
+    def __init__(self, transforms: Sequence, p: Sequence[float] | None = None,
+                 generator: np.random.Generator | None = None) -> None:
+        self.transforms = list(transforms)
+        if not self.transforms or (p is not None and len(p) != len(self.transforms)):
+            raise LoomValueError(f"loom.torch.vision.transforms.RandomChoice: {len(self.transforms)} transforms and "
+                                 f"{None if p is None else len(p)} probabilities; need at least one, and as many "
+                                 "probabilities as transforms")
+        total = float(sum(p)) if p is not None else 0.0
+        self.p = [float(v) / total for v in p] if p is not None else None
+        self.generator = generator
+
+    def __call__(self, img):
+        k = int(_rng(self.generator).choice(len(self.transforms), p=self.p))
+        return self.transforms[k](img)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(transforms={self.transforms}, p={self.p})"
+
+
+class RandomGrayscale:
+    """`Grayscale` with probability `p` (default 0.1), keeping the number of channels.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.RandomGrayscale(p=1.0)(np.array([[[255, 0, 0]]], np.uint8)).tolist()
+    [[[76, 76, 76]]]
+    """
+
+    def __init__(self, p: float = 0.1, generator: np.random.Generator | None = None) -> None:
+        self.p, self.generator = p, generator
+
+    def __call__(self, img):
+        img = _check(img, "RandomGrayscale")
+        if _rng(self.generator).random() >= self.p:
+            return img
+        if is_pil(img):
+            channels = len(img.getbands())
+        elif isinstance(img, np.ndarray):
+            channels = 1 if img.ndim == 2 else int(img.shape[2])
+        else:
+            channels = int(img.shape[-3])
+        return Grayscale(3 if channels == 3 else 1)(img)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(p={self.p})"
+
+
+class ConvertImageDtype:
+    """Convert a tensor image to `dtype`, rescaling values as torchvision does (uint8 255 <-> float 1.0).
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.ConvertImageDtype(loom.float32)(loom.tensor([[[0, 255]]], dtype=loom.uint8)).tolist()
+    [[[0.0, 1.0]]]
+    """
+
+    def __init__(self, dtype) -> None:
+        self.dtype = dtype
+
+    def __call__(self, image: Tensor) -> Tensor:
+        if not isinstance(image, Tensor):
+            raise LoomTypeError(f"loom.torch.vision.transforms.ConvertImageDtype: expected a loom Tensor, got "
+                                f"{type(image).__name__}")
+        src, dst = image.dtype, self.dtype
+        if src == dst:
+            return image
+        if src.is_floating_point and dst.is_floating_point:
+            return image.to(dst)
+        arr = image.numpy(force=True)
+        if src.is_floating_point:  # [0, 1] -> 0..max, as torchvision: x * (max + 1 - 0.001), truncated.
+            top = np.iinfo(dst.np).max
+            return from_numpy((arr.astype(np.float64) * (top + 1.0 - 1e-3)).astype(dst.np))
+        top_src = int(np.iinfo(src.np).max)
+        if dst.is_floating_point:
+            return from_numpy((arr / np.float64(top_src)).astype(dst.np))
+        top_dst = int(np.iinfo(dst.np).max)
+        if top_src > top_dst:
+            out = arr.astype(np.int64) // ((top_src + 1) // (top_dst + 1))
+        else:
+            out = arr.astype(np.int64) * ((top_dst + 1) // (top_src + 1))
+        return from_numpy(out.astype(dst.np))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dtype={self.dtype})"
 
 
 from loom.torch.vision.transforms import functional  # noqa: E402  (torchvision's transforms.functional)
