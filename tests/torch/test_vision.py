@@ -391,3 +391,11 @@ def test_random_apply_choice_grayscale_and_convert_dtype():
     assert T.ConvertImageDtype(loom.int32)(u8).tolist() == [[[0, 1 << 23, 128 << 23, 255 << 23]]]
     with pytest.raises(loom.LoomTypeError, match="ConvertImageDtype"):
         T.ConvertImageDtype(loom.float32)(RGB)
+
+
+def test_torchvision_module_map_names_importable_modules():
+    import loom.torch.vision as vision
+    for tv_name, loom_name in vision.TORCHVISION_MODULES.items():
+        module = importlib.import_module(loom_name)
+        assert module.__name__ == loom_name and tv_name.split(".")[0] == "torchvision"
+    assert vision.transforms.functional.hflip is TF.hflip

@@ -16,4 +16,13 @@ Examples
 """
 from loom.torch.vision import datasets, transforms, utils
 
-__all__ = ["datasets", "transforms", "utils"]
+__all__ = ["TORCHVISION_MODULES", "datasets", "transforms", "utils"]
+
+# What `python -m loom.torch` maps `torchvision` and its submodules to (module name -> loom module name).
+TORCHVISION_MODULES = {
+    "torchvision": "loom.torch.vision",
+    "torchvision.datasets": "loom.torch.vision.datasets",
+    "torchvision.transforms": "loom.torch.vision.transforms",
+    "torchvision.transforms.functional": "loom.torch.vision.transforms.functional",
+    "torchvision.utils": "loom.torch.vision.utils",
+}
