@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.client
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +165,8 @@ def _fmt_bytes(n: int | None) -> str:
 
 def _transfer(url: str, part: Path, timeout: float, progress: bool, desc: str, chunk_size: int) -> None:
     """Append the rest of `url` to `part`, asking for the bytes past its current length (HTTP Range)."""
+    import urllib.error
+    import urllib.request  # Here, not at the top: with http.client and ssl it would add 15 ms to `import loom`.
     have = part.stat().st_size if part.exists() else 0
     headers = {"User-Agent": "loom-data/1"}
     if have:
@@ -245,6 +244,9 @@ def _lock(path: Path):
 
 def _download_locked(res: Resource, folder: Path, target: Path, progress: bool, timeout: float, retries: int,
                      chunk_size: int) -> Path:
+    import http.client
+    import urllib.error
+
     part = folder / (res.filename + ".part")
     failures: list[str] = []
     last: Exception | None = None
@@ -277,6 +279,8 @@ def _download_locked(res: Resource, folder: Path, target: Path, progress: bool, 
 
 
 def _reason(e: Exception) -> str:
+    import urllib.error
+
     if isinstance(e, urllib.error.HTTPError):
         return f"HTTP {e.code} {e.reason}"
     if isinstance(e, urllib.error.URLError):
