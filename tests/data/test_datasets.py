@@ -204,6 +204,13 @@ def test_cifar10_download_extract_and_layout(tmp_path, monkeypatch):
     assert D.CIFAR10(tmp_path).targets == train.targets
 
 
+def test_cifar_archive_with_unsafe_members_is_not_unpacked(tmp_path):
+    (tmp_path / "cifar-10-python.tar.gz").write_bytes(cifar_archive("../escape", {"test_batch": {}}))
+    with pytest.raises(loom.LoomError, match="unsafe"):
+        D.CIFAR10(tmp_path, train=False)
+    assert not (tmp_path.parent / "escape").exists()
+
+
 def test_cifar100_fine_labels(tmp_path):
     rng = np.random.default_rng(1)
     folder = tmp_path / "cifar-100-python"
