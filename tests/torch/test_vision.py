@@ -399,3 +399,47 @@ def test_torchvision_module_map_names_importable_modules():
         module = importlib.import_module(loom_name)
         assert module.__name__ == loom_name and tv_name.split(".")[0] == "torchvision"
     assert vision.transforms.functional.hflip is TF.hflip
+
+
+def test_color_jitter_pil_uses_image_enhance():
+    from PIL import ImageEnhance
+    img = Image.fromarray(RGB)
+    for kw, enhancer in (("brightness", ImageEnhance.Brightness), ("contrast", ImageEnhance.Contrast),
+                         ("saturation", ImageEnhance.Color)):
+        out = T.ColorJitter(**{kw: (1.7, 1.7)})(img)
+        assert np.array_equal(np.asarray(out), np.asarray(enhancer(img).enhance(1.7))), kw
+    hue = T.ColorJitter(hue=(0.25, 0.25))(img)
+    h = np.asarray(img.convert("HSV"))[:, :, 0].astype(int)
+    shifted = np.asarray(hue.convert("HSV"))[:, :, 0].astype(int)
+    assert hue.mode == "RGB" and np.mean(np.abs((shifted - h) % 256 - 64) <= 3) > 0.9  # 0.25 turn = 64 of 256.
+
+
+def test_color_jitter_tensor_formulas_by_hand():
+    import colorsys
+    x = loom.tensor(RNG.random((3, 4, 5)).astype(np.float32))
+    a = x.numpy().astype(np.float64)
+    grey = 0.2989 * a[0] + 0.587 * a[1] + 0.114 * a[2]
+    cases = {"brightness": np.clip(1.5 * a, 0, 1), "contrast": np.clip(0.6 * a + 0.4 * grey.mean(), 0, 1),
+             "saturation": np.clip(0.3 * a + 0.7 * grey, 0, 1)}
+    for kw, expected in cases.items():
+        f = {"brightness": 1.5, "contrast": 0.6, "saturation": 0.3}[kw]
+        np.testing.assert_allclose(T.ColorJitter(**{kw: (f, f)})(x).numpy(), expected, atol=1e-6, err_msg=kw)
+    out = T.ColorJitter(hue=(0.1, 0.1))(x).numpy()
+    for i, j in ((0, 0), (2, 3), (3, 4)):
+        h, s, v = colorsys.rgb_to_hsv(*a[:, i, j])
+        np.testing.assert_allclose(out[:, i, j], colorsys.hsv_to_rgb((h + 0.1) % 1.0, s, v), atol=1e-6)
+    red = loom.tensor(np.array([1.0, 0.0, 0.0], np.float32).reshape(3, 1, 1))
+    assert T.ColorJitter(hue=(0.5, 0.5))(red).flatten().tolist() == [0.0, 1.0, 1.0]
+
+
+def test_color_jitter_uint8_arrays_order_and_ranges():
+    img = np.array([[[100, 200, 0]]], np.uint8)
+    assert T.ColorJitter(brightness=(1.5, 1.5))(img).tolist() == [[[150, 255, 0]]]
+    assert T.ColorJitter()(img) is img
+    jitter = T.ColorJitter(0.4, 0.4, 0.4, 0.1, generator=np.random.default_rng(1))
+    order, factors = jitter.get_params()
+    assert sorted(order) == [0, 1, 2, 3] and all(0.6 <= f <= 1.4 for f in factors[:3]) and -0.1 <= factors[3] <= 0.1
+    out = jitter(Image.fromarray(RGB))
+    assert out.size == (17, 13) and out.mode == "RGB"
+    with pytest.raises(loom.LoomValueError, match="hue"):
+        T.ColorJitter(hue=0.6)

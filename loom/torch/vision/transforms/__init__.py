@@ -31,9 +31,10 @@ try:
 except ImportError:  # Pillow is optional: arrays and tensors work without it.
     Image = None  # type: ignore[assignment]
 
-__all__ = ["CenterCrop", "Compose", "ConvertImageDtype", "Grayscale", "InterpolationMode", "Lambda", "Normalize",
-           "PILToTensor", "Pad", "RandomApply", "RandomChoice", "RandomCrop", "RandomGrayscale", "RandomHorizontalFlip",
-           "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToPILImage", "ToTensor", "functional"]
+__all__ = ["CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "Grayscale", "InterpolationMode", "Lambda",
+           "Normalize", "PILToTensor", "Pad", "RandomApply", "RandomChoice", "RandomCrop", "RandomGrayscale",
+           "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToPILImage", "ToTensor",
+           "functional"]
 
 
 class InterpolationMode:
@@ -651,6 +652,154 @@ class ConvertImageDtype:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dtype={self.dtype})"
+
+
+
+def _rgb_to_hsv(rgb: np.ndarray) -> np.ndarray:
+    """[..., 3, H, W] RGB in [0, 1] -> HSV, each in [0, 1] (torchvision's formulas)."""
+    r, g, b = rgb[..., 0, :, :], rgb[..., 1, :, :], rgb[..., 2, :, :]
+    maxc, minc = rgb.max(axis=-3), rgb.min(axis=-3)
+    same = maxc == minc
+    span = maxc - minc
+    s = span / np.where(same, 1.0, maxc)
+    div = np.where(same, 1.0, span)
+    rc, gc, bc = (maxc - r) / div, (maxc - g) / div, (maxc - b) / div
+    h = np.where(maxc == r, bc - gc, np.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
+    h = np.where(same, 0.0, h)
+    return np.stack([np.fmod(h / 6.0 + 1.0, 1.0), s, maxc], axis=-3)
+
+
+def _hsv_to_rgb(hsv: np.ndarray) -> np.ndarray:
+    h, s, v = hsv[..., 0, :, :], hsv[..., 1, :, :], hsv[..., 2, :, :]
+    i = np.floor(h * 6.0)
+    f = h * 6.0 - i
+    i = i.astype(np.int64) % 6
+    p = np.clip(v * (1.0 - s), 0.0, 1.0)
+    q = np.clip(v * (1.0 - s * f), 0.0, 1.0)
+    t = np.clip(v * (1.0 - s * (1.0 - f)), 0.0, 1.0)
+    r = np.choose(i, [v, q, p, p, t, v])
+    g = np.choose(i, [t, v, v, q, p, p])
+    b = np.choose(i, [p, p, t, v, v, q])
+    return np.stack([r, g, b], axis=-3)
+
+
+def _jitter_chw(x: np.ndarray, op: str, factor: float, bound: float) -> np.ndarray:
+    """One ColorJitter step on a [..., C, H, W] float array in [0, `bound`] (torchvision's tensor rules)."""
+    if op == "hue":
+        if x.shape[-3] == 1:
+            return x
+        hsv = _rgb_to_hsv(x / bound)
+        hsv[..., 0, :, :] = np.fmod(hsv[..., 0, :, :] + factor, 1.0) % 1.0
+        return _hsv_to_rgb(hsv) * bound
+    if op == "brightness":
+        other = np.zeros_like(x)
+    else:
+        grey = x if x.shape[-3] == 1 else (0.2989 * x[..., 0:1, :, :] + 0.587 * x[..., 1:2, :, :]
+                                           + 0.114 * x[..., 2:3, :, :])
+        if bound == 255.0:
+            grey = np.floor(grey)  # torchvision's uint8 grey is truncated to uint8.
+        other = grey.mean(axis=(-3, -2, -1), keepdims=True) if op == "contrast" else grey
+    return np.clip(factor * x + (1.0 - factor) * other, 0.0, bound)
+
+
+class ColorJitter:
+    """Random brightness, contrast, saturation and hue changes, applied in a random order, as torchvision.
+
+    Each of `brightness`, `contrast`, `saturation` is a float x (factor drawn
+    from [max(0, 1 - x), 1 + x]) or a (min, max) pair; `hue` is x in [0, 0.5]
+    (shift drawn from [-x, x]) or a pair. PIL images use Pillow's
+    ImageEnhance (and an HSV shift for hue), as torchvision does; arrays and
+    tensors use torchvision's tensor formulas (blend with black, the mean
+    grey, the grey image; hue rotated in HSV). Tensors are not differentiated
+    through.
+
+    Examples
+    --------
+    >>> from loom.torch.vision import transforms
+    >>> transforms.ColorJitter(brightness=(0.5, 0.5))(loom.full((3, 1, 1), 0.8)).flatten().tolist()
+    [0.4000000059604645, 0.4000000059604645, 0.4000000059604645]
+    """
+
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0,
+                 generator: np.random.Generator | None = None) -> None:
+        self.brightness = self._range(brightness, "brightness", 1.0, (0.0, float("inf")))
+        self.contrast = self._range(contrast, "contrast", 1.0, (0.0, float("inf")))
+        self.saturation = self._range(saturation, "saturation", 1.0, (0.0, float("inf")))
+        self.hue = self._range(hue, "hue", 0.0, (-0.5, 0.5))
+        self.generator = generator
+
+    @staticmethod
+    def _range(value, name: str, center: float, bounds: tuple[float, float]) -> tuple[float, float] | None:
+        if isinstance(value, numbers.Number):
+            if value < 0:
+                raise LoomValueError(f"loom.torch.vision.transforms.ColorJitter: {name} should be non-negative, got "
+                                     f"{value}")
+            lo, hi = center - float(value), center + float(value)
+            if name != "hue":
+                lo = max(lo, 0.0)
+        else:
+            lo, hi = (float(v) for v in value)
+        if not bounds[0] <= lo <= hi <= bounds[1]:
+            raise LoomValueError(f"loom.torch.vision.transforms.ColorJitter: {name} range {(lo, hi)} should lie in "
+                                 f"{bounds}")
+        return None if lo == hi == center else (lo, hi)
+
+    def get_params(self) -> tuple[list[int], list[float | None]]:
+        """(the order of the four operations, each one's factor or None)."""
+        rng = _rng(self.generator)
+        order = [int(i) for i in rng.permutation(4)]
+        factors = [None if r is None else float(rng.uniform(r[0], r[1]))
+                   for r in (self.brightness, self.contrast, self.saturation, self.hue)]
+        return order, factors
+
+    def __call__(self, img):
+        img = _check(img, "ColorJitter")
+        order, factors = self.get_params()
+        names = ("brightness", "contrast", "saturation", "hue")
+        steps = [(names[i], factors[i]) for i in order if factors[i] is not None]
+        if not steps:
+            return img
+        if is_pil(img):
+            return self._pil(img, steps)
+        return self._array(img, steps)
+
+    @staticmethod
+    def _pil(img, steps):
+        from PIL import ImageEnhance
+        enhance = {"brightness": ImageEnhance.Brightness, "contrast": ImageEnhance.Contrast,
+                   "saturation": ImageEnhance.Color}
+        for op, factor in steps:
+            if op in enhance:
+                img = enhance[op](img).enhance(factor)
+            elif img.mode not in ("L", "1", "I", "F"):
+                mode = img.mode
+                h, s, v = img.convert("HSV").split()
+                hue = np.asarray(h).astype(np.int64) + int(np.int64(round(factor * 255)))
+                h = Image.fromarray((hue % 256).astype(np.uint8))
+                img = Image.merge("HSV", (h, s, v)).convert(mode)
+        return img
+
+    @staticmethod
+    def _array(img, steps):
+        arr = _np(img)
+        if isinstance(img, np.ndarray):  # HW or HWC -> CHW.
+            chw = arr[None] if arr.ndim == 2 else np.moveaxis(arr, 2, 0)
+        else:
+            chw = arr
+        work = chw.astype(np.float64)
+        uint8 = chw.dtype == np.uint8
+        for op, factor in steps:
+            work = _jitter_chw(work, op, factor, 255.0 if uint8 else 1.0)
+            if uint8:
+                work = np.floor(work)  # torchvision casts back to uint8 after every step (truncating).
+        out = work.astype(chw.dtype)
+        if isinstance(img, np.ndarray):
+            out = out[0] if arr.ndim == 2 else np.moveaxis(out, 0, 2)
+        return _like(np.ascontiguousarray(out), img)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(brightness={self.brightness}, contrast={self.contrast}, "
+                f"saturation={self.saturation}, hue={self.hue})")
 
 
 from loom.torch.vision.transforms import functional  # noqa: E402  (torchvision's transforms.functional)
