@@ -640,7 +640,7 @@ class ConvertImageDtype:
         if src.is_floating_point:  # [0, 1] -> 0..max, as torchvision: x * (max + 1 - 0.001), truncated.
             top = np.iinfo(dst.np).max
             return from_numpy((arr.astype(np.float64) * (top + 1.0 - 1e-3)).astype(dst.np))
-        top_src = int(np.iinfo(src.np).max)
+        top_src = int(np.iinfo(src.np).max)  # type: ignore[type-var]
         if dst.is_floating_point:
             return from_numpy((arr / np.float64(top_src)).astype(dst.np))
         top_dst = int(np.iinfo(dst.np).max)
@@ -730,7 +730,7 @@ class ColorJitter:
 
     @staticmethod
     def _range(value, name: str, center: float, bounds: tuple[float, float]) -> tuple[float, float] | None:
-        if isinstance(value, numbers.Number):
+        if isinstance(value, numbers.Real):
             if value < 0:
                 raise LoomValueError(f"loom.torch.vision.transforms.ColorJitter: {name} should be non-negative, got "
                                      f"{value}")
