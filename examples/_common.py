@@ -20,15 +20,16 @@ if (_REPO / "loom" / "__init__.py").exists() and str(_REPO) not in sys.path:
     except ImportError:
         sys.path.insert(0, str(_REPO))
 
-SHARED_DATA = Path(os.environ.get("LOOM_DATA_DIR", "/work/shared/data"))
 
-
-def example_parser(name: str, doc: str | None, data_default: str | Path | None) -> argparse.ArgumentParser:
+def example_parser(name: str, doc: str | None, data_default: str | Path | None,
+                   data_help: str | None = None) -> argparse.ArgumentParser:
     """An argument parser with the options every example shares.
 
-    ``--data PATH`` (when `data_default` is given), ``--out DIR`` (default
-    ``./out/<name>``), ``--seed``, ``--smoke`` (a tiny fast run for tests) and
-    ``--no-progress``.
+    ``--data PATH`` (when `data_default` or `data_help` is given), ``--out DIR``
+    (default ``./out/<name>``), ``--seed``, ``--smoke`` (a tiny fast run for
+    tests) and ``--no-progress``. With `data_help`, ``--data`` defaults to
+    `data_default` (None: the data set's own search, see `locate_data`) and
+    ``--download`` / ``--no-download`` are added.
 
     Examples
     --------
@@ -39,7 +40,15 @@ def example_parser(name: str, doc: str | None, data_default: str | Path | None) 
     first = (doc or name).strip().splitlines()[0]
     p = argparse.ArgumentParser(prog=f"{name}.py", description=first,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    if data_default is not None:
+    if data_help is not None:
+        p.add_argument("--data", default=data_default, help=data_help)
+        g = p.add_mutually_exclusive_group()
+        g.add_argument("--download", dest="download", action="store_true", default=None,
+                       help="download the data set if it is missing, even into --data (default: only when --data is "
+                            "not given, into ~/.cache/loom/data)")
+        g.add_argument("--no-download", dest="download", action="store_false",
+                       help="never download; use only files already on disk")
+    elif data_default is not None:
         p.add_argument("--data", default=str(data_default), help="path of the data set")
     p.add_argument("--out", default=os.path.join("out", name),
                    help="folder for the loss curve, checkpoints and logs")
@@ -69,6 +78,37 @@ def require_data(path: str | Path, what: str, hint: str = "") -> Path:
     msg += " Pass its location with --data PATH."
     print(msg, file=sys.stderr)
     raise SystemExit(2)
+
+
+def download_allowed(data: str | Path | None, download: bool | None) -> bool:
+    """Whether to download: as ``--download``/``--no-download`` say, else only when no ``--data`` path was given.
+
+    Examples
+    --------
+    >>> download_allowed(None, None), download_allowed("mine.txt", None), download_allowed(None, False)
+    (True, False, False)
+    """
+    return download if download is not None else data is None
+
+
+def locate_data(find, data: str | Path | None, download: bool | None, what: str) -> Path:
+    """`find(download_allowed)` (a data set's locate function), or exit 2 with its message when it fails.
+
+    The message lists the paths looked at and the URL (loom.data's own error)
+    and says how to pass the data or allow the download.
+
+    Examples
+    --------
+    >>> locate_data(lambda dl: Path(__file__), None, None, "this file").name
+    '_common.py'
+    """
+    allow = download_allowed(data, download)
+    try:
+        return Path(find(allow))
+    except FileNotFoundError as e:
+        how = "Pass its location with --data PATH" + ("" if allow else ", or --download to fetch it")
+        print(f"error: {what} is not available.\n{e}\n{how}.", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def progress(iterable: Iterable | None = None, total: int | None = None, desc: str = "",

@@ -2,11 +2,13 @@
 
 The four Fashion-MNIST examples (MLP, CNN, ResNet, DCGAN) load their data here,
 so the missing-data message, the fallback and the smoke-run subsets read the
-same everywhere. Fashion-MNIST comes from Debian's ``dataset-fashion-mnist``
-package (``/usr/share/datasets/fashion-mnist``) or ``--data DIR``. When it is
-absent the examples say so and train on scikit-learn's 8x8 digits, scaled up
-to 28x28 (each pixel repeated 3x3, then 2 pixels of zero border), unless
-``--no-fallback`` is given.
+same everywhere. Fashion-MNIST comes from ``--data DIR`` if given, else from
+Debian's ``dataset-fashion-mnist`` package (``/usr/share/datasets/fashion-mnist``)
+or loom's cache (``~/.cache/loom/data/FashionMNIST/raw``), where it is
+downloaded (30 MB, checksummed) when missing unless ``--no-download`` is
+given. When it cannot be had the examples say why and train on scikit-learn's
+8x8 digits, scaled up to 28x28 (each pixel repeated 3x3, then 2 pixels of zero
+border), unless ``--no-fallback`` is given.
 """
 from __future__ import annotations
 
@@ -18,25 +20,24 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from _common import Timer, example_parser, fmt_seconds, plot_curves, progress
+from _common import Timer, download_allowed, example_parser, fmt_seconds, plot_curves, progress
 
 import loom
 import loom.nn.functional as F
 from loom.data import DataLoader, Dataset, RandomSampler, Subset
 from loom.data import transforms as T
-from loom.data.datasets import FASHION_MNIST_ROOT, Digits, FashionMNIST
+from loom.data.datasets import Digits, FashionMNIST
 
-DEBIAN_PACKAGE = "dataset-fashion-mnist"
-FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 # Mean and standard deviation of the Fashion-MNIST training pixels (after ToTensor's scaling to [0, 1]).
 MEAN, STD = 0.2860, 0.3530
 normalize = T.Normalize((MEAN,), (STD,))
 
 
 def fashion_parser(name: str, doc: str | None) -> argparse.ArgumentParser:
-    """`_common.example_parser` with ``--data`` defaulting to Debian's folder, plus ``--no-fallback``."""
-    p = example_parser(name, doc, FASHION_MNIST_ROOT)
+    """`_common.example_parser` with ``--data``, ``--download``/``--no-download`` and ``--no-fallback``."""
+    p = example_parser(name, doc, None, "the folder holding the Fashion-MNIST *-ubyte.gz files (default: Debian's "
+                       "/usr/share/datasets/fashion-mnist, then ~/.cache/loom/data/FashionMNIST/raw, downloading "
+                       "there if missing)")
     p.add_argument("--no-fallback", action="store_true",
                    help="exit with an error instead of training on scikit-learn's digits when Fashion-MNIST is "
                         "missing")
@@ -58,33 +59,37 @@ def _digit_to_28(img: np.ndarray) -> np.ndarray:
     return np.pad(np.kron(img, np.ones((3, 3), img.dtype)), 2)
 
 
-def load_images(root: str | Path, fallback: bool = True) -> ImageData:
-    """Fashion-MNIST from `root`: ([1, 28, 28] float32 tensor in [0, 1], int label) pairs.
+def load_images(root: str | Path | None = None, fallback: bool = True, download: bool | None = None) -> ImageData:
+    """Fashion-MNIST ([1, 28, 28] float32 tensor in [0, 1], int label) pairs, found or downloaded.
+
+    `root` None searches Debian's folder and loom's cache and downloads into
+    the cache if needed; a `root` is used as it is, downloading into it only
+    with ``download=True`` (`_common.download_allowed`).
 
     Normalise whole batches (``normalize(x)``, a `loom.data.transforms.Normalize`)
     rather than single images: every lazy op costs the same Python overhead
     whatever its size, so per-image Normalize would cost more than the MLP's step.
 
-    If a file is missing this prints which one, that the Debian package
-    ``dataset-fashion-mnist`` provides it, and then either exits with status 2
-    (``fallback=False``) or returns scikit-learn's digits at 28x28 instead.
+    If the data cannot be had this prints loom.data's message (the paths looked
+    at, the URL, and that the Debian package ``dataset-fashion-mnist`` provides
+    it), then either exits with status 2 (``fallback=False``) or returns
+    scikit-learn's digits at 28x28 instead.
 
     Examples
     --------
-    >>> data = load_images("/usr/share/datasets/fashion-mnist")  # doctest: +SKIP
+    >>> data = load_images()  # doctest: +SKIP
     >>> len(data.train), len(data.test), data.train[0][0].shape
     (60000, 10000, loom.Size([1, 28, 28]))
     """
-    root = Path(root).expanduser()
     to_tensor = T.ToTensor()
-    missing = [f for f in FILES if not (root / f).is_file()]
-    if not missing:
-        return ImageData("Fashion-MNIST", FashionMNIST(root, train=True, transform=to_tensor),
-                         FashionMNIST(root, train=False, transform=to_tensor), FashionMNIST.classes)
-    what = f"the folder {str(root)!r}" if not root.is_dir() else f"{str(root / missing[0])!r}"
-    msg = (f"Fashion-MNIST not found: {what} does not exist. The Debian package {DEBIAN_PACKAGE} provides it "
-           f"(apt-get install {DEBIAN_PACKAGE}, files under {FASHION_MNIST_ROOT}); or pass --data DIR, the folder "
-           f"holding {', '.join(FILES)}.")
+    allow = download_allowed(root, download)
+    try:
+        return ImageData("Fashion-MNIST", FashionMNIST(root, train=True, transform=to_tensor, download=allow),
+                         FashionMNIST(root, train=False, transform=to_tensor, download=allow), FashionMNIST.classes)
+    except FileNotFoundError as e:
+        msg = f"Fashion-MNIST is not available. {e}"
+        if not allow:
+            msg += "\n(--download fetches it from the published mirrors.)"
     if not fallback:
         print(f"error: {msg}", file=sys.stderr)
         raise SystemExit(2)

@@ -17,15 +17,14 @@ from __future__ import annotations
 import math
 
 # _common comes before NumPy: it sets the number of BLAS threads.
-from _common import SHARED_DATA, Timer, example_parser, fmt_seconds, out_dir, plot_curves, progress, require_data
+from _common import Timer, example_parser, fmt_seconds, locate_data, out_dir, plot_curves, progress
 
 import numpy as np
 
 import loom
 import loom.nn as nn
 import loom.nn.functional as F
-
-DEFAULT_DATA = SHARED_DATA / "tinyshakespeare" / "input.txt"
+from loom.data.datasets import TinyShakespeare
 
 
 class CharVocab:
@@ -167,7 +166,9 @@ def lr_schedule(warmup: int, total: int, floor: float = 0.1):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = example_parser("char_gpt", __doc__, DEFAULT_DATA)
+    p = example_parser("char_gpt", __doc__, None,
+                       "tinyshakespeare's input.txt (default: $LOOM_DATA_DIR/tinyshakespeare, then the loom cache, "
+                       "downloading it there if missing; docs/data.md)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-model", type=int, default=128)
@@ -188,8 +189,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--eager", action="store_true",
                    help="run the training step eagerly instead of tracing it with loom.function")
     args = p.parse_args(argv)
-    path = require_data(args.data, "the tinyshakespeare text (input.txt)",
-                        "It is the input.txt of karpathy/char-rnn's data/tinyshakespeare; docs/data.md says more.")
+    path = locate_data(lambda download: TinyShakespeare.locate(args.data, download), args.data, args.download,
+                       "the tinyshakespeare text (input.txt of karpathy/char-rnn; docs/data.md)")
     if args.smoke:
         args.layers, args.heads, args.d_model, args.context, args.batch_size = 1, 2, 32, 16, 8
         args.max_steps, args.eval_every, args.eval_batches, args.warmup = 30, 10, 2, 5

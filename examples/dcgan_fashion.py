@@ -104,7 +104,7 @@ def main() -> None:
         args.steps, args.batch_size = 8, 32
 
     loom.manual_seed(args.seed)
-    data = load_images(args.data, fallback=not args.no_fallback)
+    data = load_images(args.data, fallback=not args.no_fallback, download=args.download)
     loader, _ = make_loaders(data, args.batch_size, args.seed, args.smoke)
     netG, netD = Generator(args.nz, args.width), Discriminator(args.width)
     netG.apply(weights_init)

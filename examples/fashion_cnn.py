@@ -61,7 +61,7 @@ def main() -> None:
         args.epochs, args.batch_size, args.samples_per_epoch = 2, 32, None
 
     loom.manual_seed(args.seed)
-    data = load_images(args.data, fallback=not args.no_fallback)
+    data = load_images(args.data, fallback=not args.no_fallback, download=args.download)
     train_loader, test_loader = make_loaders(data, args.batch_size, args.seed, args.smoke, args.samples_per_epoch)
     n_train, n_test = len(train_loader.sampler), len(test_loader.dataset)
     print(f"{data.name}: {n_train} of {len(train_loader.dataset)} train images per epoch, {n_test} test images; "

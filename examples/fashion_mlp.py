@@ -44,7 +44,7 @@ def main() -> None:
         args.epochs, args.batch_size = 3, 32
 
     loom.manual_seed(args.seed)
-    data = load_images(args.data, fallback=not args.no_fallback)
+    data = load_images(args.data, fallback=not args.no_fallback, download=args.download)
     train_loader, test_loader = make_loaders(data, args.batch_size, args.seed, args.smoke, test_batch_size=1000)
     n_train, n_test = len(train_loader.dataset), len(test_loader.dataset)
     print(f"{data.name}: {n_train} train / {n_test} test images; MLP 784-256-256-10, SGD momentum "

@@ -84,7 +84,7 @@ def main() -> None:
         args.epochs, args.batch_size, args.samples_per_epoch, args.lr = 2, 32, None, 0.05
 
     loom.manual_seed(args.seed)
-    data = load_images(args.data, fallback=not args.no_fallback)
+    data = load_images(args.data, fallback=not args.no_fallback, download=args.download)
     train_loader, test_loader = make_loaders(data, args.batch_size, args.seed, args.smoke, args.samples_per_epoch)
     n_train, n_test = len(train_loader.sampler), len(test_loader.dataset)
     model = ResNet(blocks=args.blocks)

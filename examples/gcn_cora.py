@@ -20,15 +20,14 @@ from __future__ import annotations
 import statistics
 
 # _common comes before NumPy: it sets the number of BLAS threads.
-from _common import SHARED_DATA, Timer, example_parser, fmt_seconds, out_dir, plot_curves, progress, require_data
+from _common import Timer, example_parser, fmt_seconds, locate_data, out_dir, plot_curves, progress
 
 import numpy as np
 
 import loom
 import loom.nn as nn
 import loom.nn.functional as F
-
-DEFAULT_DATA = SHARED_DATA / "cora" / "cora.npz"
+from loom.data.datasets import Cora
 
 
 def spmm(indices: loom.Tensor, values: loom.Tensor, dense: loom.Tensor, n_rows: int) -> loom.Tensor:
@@ -156,7 +155,9 @@ def train(data: dict[str, np.ndarray], args, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = example_parser("gcn_cora", __doc__, DEFAULT_DATA)
+    p = example_parser("gcn_cora", __doc__, None,
+                       "cora.npz (default: $LOOM_DATA_DIR/cora, then the loom cache, downloading and converting the "
+                       "Planetoid files there if missing; docs/data.md)")
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--dropout", type=float, default=0.5)
@@ -164,8 +165,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--weight-decay", type=float, default=5e-4, help="on the first layer only")
     p.add_argument("--seeds", type=int, nargs="+", help="several runs; reports the median (default: --seed)")
     args = p.parse_args(argv)
-    path = require_data(args.data, "the Cora graph (cora.npz)",
-                        "It is the Planetoid split of Cora as NumPy arrays; docs/data.md describes the file.")
+    path = locate_data(lambda download: Cora.locate(args.data, download), args.data, args.download,
+                       "the Cora graph (cora.npz: the Planetoid split as NumPy arrays; docs/data.md)")
     if args.smoke:
         args.epochs = min(args.epochs, 10)
         args.seeds = args.seeds or [args.seed]

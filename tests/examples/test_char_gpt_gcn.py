@@ -35,8 +35,8 @@ def run_example(name: str, *args: str, timeout: float = 120) -> subprocess.Compl
                           text=True, timeout=timeout, cwd=EXAMPLES.parent)
 
 
-def smoke(name: str, out: Path) -> str:
-    proc = run_example(name, "--smoke", "--no-progress", "--out", str(out))
+def smoke(name: str, out: Path, data: Path) -> str:
+    proc = run_example(name, "--smoke", "--no-progress", "--out", str(out), "--data", str(data))
     assert proc.returncode == 0, f"{name} --smoke failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -64,7 +64,7 @@ def example_module(name: str):
 
 @needs_cora
 def test_gcn_cora_smoke(tmp_path):
-    out = smoke("gcn_cora", tmp_path)
+    out = smoke("gcn_cora", tmp_path, CORA)
     assert "cora: 2708 nodes, 5278 edges, 1433 features, 140/500/1000 train/val/test" in out
     first, last = train_loss_drop(out)
     assert last < first - 0.03, f"GCN training loss did not go down over the smoke run: {first} -> {last}"
@@ -77,7 +77,7 @@ def test_gcn_cora_smoke(tmp_path):
 
 @needs_shakespeare
 def test_char_gpt_smoke(tmp_path):
-    out = smoke("char_gpt", tmp_path)
+    out = smoke("char_gpt", tmp_path, SHAKESPEARE)
     assert "vocab 65" in out
     first, last = train_loss_drop(out)
     assert first == pytest.approx(np.log(65), abs=0.3), "an untrained model should predict ~uniformly"

@@ -29,8 +29,16 @@ def run_example(name: str, *args: str, timeout: float = 600) -> subprocess.Compl
                           timeout=timeout, env=env, cwd=EXAMPLES.parent)
 
 
+def example_module(name: str):
+    """Import an example's module (its folder on sys.path, for `_common`)."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    return __import__(name)
+
+
 def smoke(name: str, out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
-    proc = run_example(name, "--smoke", "--no-progress", "--out", str(out), *extra)
+    # --no-download: the suite never fetches; without Debian's Fashion-MNIST the examples fall back to digits.
+    proc = run_example(name, "--smoke", "--no-progress", "--no-download", "--out", str(out), *extra)
     assert proc.returncode == 0, f"{name} --smoke failed:\n{proc.stdout}\n{proc.stderr}"
     return proc, json.loads((out / "metrics.json").read_text())
 
@@ -110,3 +118,36 @@ def test_missing_data_falls_back_to_digits(tmp_path):
     assert str(missing) in proc.stderr and "dataset-fashion-mnist" in proc.stderr
     assert "digits" in proc.stderr and metrics["data"] == "digits (fallback)"
     assert_classifier_run(proc, metrics, tmp_path / "out")
+
+
+def test_fresh_clone_downloads_fashion_mnist_into_the_cache(tmp_path, monkeypatch):
+    """With no local copy, `load_images()` downloads (here from a loopback server) into LOOM_DATA_HOME."""
+    import gzip
+    import hashlib
+
+    from loom.data import datasets as D
+    from loom.data.download import Resource
+    from tests.data._loopback import serve
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (3, 28, 28), dtype=np.uint8)
+    labels = np.array([1, 2, 3], np.uint8)
+
+    def idx(a):
+        return gzip.compress(bytes([0, 0, 8, a.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in a.shape)
+                             + a.tobytes())
+
+    files = {f"{s}-{k}": idx(a) for s in ("train", "t10k")
+             for k, a in (("images-idx3-ubyte.gz", images), ("labels-idx1-ubyte.gz", labels))}
+    fashion = example_module("_fashion")
+    monkeypatch.setenv("LOOM_DATA_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(D.FashionMNIST, "default_dirs", (str(tmp_path / "no-debian"),))
+    with serve(files) as (srv, base):
+        monkeypatch.setitem(D.RESOURCES, "FashionMNIST", {
+            f: Resource(f, (f"{base}/{f}",), sha256=hashlib.sha256(b).hexdigest()) for f, b in files.items()})
+        with pytest.raises(SystemExit):  # --no-download and nothing on disk: a clear exit, no request.
+            fashion.load_images(None, fallback=False, download=False)
+        assert srv.requests == []
+        data = fashion.load_images(None, fallback=False)
+    assert data.name == "Fashion-MNIST" and len(data.train) == 3 and data.train[2][1] == 3
+    assert (tmp_path / "cache" / "FashionMNIST" / "raw" / "t10k-labels-idx1-ubyte.gz").is_file()
