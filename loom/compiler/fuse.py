@@ -24,6 +24,7 @@ value leaves the group):
   so it gets its own kernel on the small shape;
 - matmul, gather, scatter_add, argsort and sources stay library nodes; a
   ``const`` feeding a group is copied into the body (a scalar in the kernel);
+- a group holds at most ``MAX_GROUP`` nodes (a longer chain becomes several kernels);
 - integer div/floordiv/mod stay unfused: dividing by zero is an error the
   reference path reports, and a kernel has no way to.
 """
@@ -43,6 +44,9 @@ ELEMENTWISE_KINDS = frozenset({"unary", "binary", "compare", "ternary"})
 FUSIBLE_MOVEMENT = frozenset({"reshape", "permute", "expand", "slice", "flip", "pad"})
 REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
 _CHECKED_DIVISION = frozenset({"div", "floordiv", "mod"})
+# Nodes per kernel at most: bounds the generated C (and the code generator's recursion) for very long
+# elementwise chains; a longer chain becomes several kernels.
+MAX_GROUP = 256
 # Elementwise ops costly enough that recomputing them for every copy an expand makes is a loss.
 EXPENSIVE = frozenset({"exp", "log", "log1p", "expm1", "sqrt", "recip", "div", "pow", "sin", "cos", "tan",
                        "tanh", "erf", "atan2"})
@@ -130,7 +134,7 @@ def find_groups(graph: Graph) -> list[list[Node]]:
         heap = [(-pos[i], i.id, i) for i in set(root.inputs)]
         heapq.heapify(heap)
         seen: set[Node] = set()
-        while heap:  # Latest first: every consumer of a candidate is decided before it.
+        while heap and len(members) < MAX_GROUP:  # Latest first: consumers are decided before it.
             _, _, p = heapq.heappop(heap)
             if p in seen:
                 continue

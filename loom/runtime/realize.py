@@ -19,19 +19,30 @@ from loom.runtime import reference
 # The trace in progress (set by loom.function while it traces), or None.
 active_trace = None
 
-_BACKENDS = ("reference", "compiled")
-_backend = os.environ.get("LOOM_BACKEND", "reference")
+_BACKENDS = ("auto", "reference", "compiled")
+_backend = os.environ.get("LOOM_BACKEND", "auto")
+# With the "auto" backend, pending graphs of at least this many nodes (a training step's forward,
+# backward and update) go through the compiler; smaller ones (one-off ops) run on the reference path,
+# where compiling would cost more than it saves.
+AUTO_MIN_NODES = int(os.environ.get("LOOM_AUTO_MIN_NODES", "48") or 48)
 if _backend not in _BACKENDS:
     raise LoomError(f"loom: LOOM_BACKEND={_backend!r} is not one of {_BACKENDS}")
 
 
 def get_backend() -> str:
-    """How eager values are computed now: ``'reference'`` (NumPy) or ``'compiled'`` (see `set_backend`)."""
+    """How eager values are computed now: ``'auto'``, ``'reference'`` or ``'compiled'`` (see `set_backend`)."""
     return _backend
 
 
 def set_backend(name: str) -> None:
-    """Choose how eager values are computed: 'reference' (NumPy) or 'compiled' (passes + C kernels)."""
+    """Choose how eager values are computed.
+
+    'compiled' sends every pending graph through the compiler (passes, fused C
+    kernels, a plan cached by the graph's structure, so a repeated training
+    step compiles once); 'reference' evaluates node by node with NumPy; 'auto'
+    (the default) compiles graphs of at least ``AUTO_MIN_NODES`` nodes and runs
+    smaller ones on the reference path. All three give the same results.
+    """
     global _backend
     if name not in _BACKENDS:
         raise LoomError(f"loom.set_backend: unknown backend {name!r}; expected one of {_BACKENDS}")
@@ -52,11 +63,26 @@ def backend(name: str) -> Iterator[None]:
 def _run(nodes: list[Node]) -> None:
     if not nodes:
         return
-    if _backend == "compiled":
+    if _backend == "compiled" or (_backend == "auto" and _large(nodes)):
         from loom.runtime.compiled import realize as compiled_realize
         compiled_realize(nodes)
     else:
         reference.realize(nodes)
+
+
+def _large(nodes: list[Node]) -> bool:
+    """Whether the pending graph behind `nodes` has at least AUTO_MIN_NODES nodes (counting stops there)."""
+    seen: set[int] = set()
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        if n.buffer is not None or n.id in seen:
+            continue
+        seen.add(n.id)
+        if len(seen) >= AUTO_MIN_NODES:
+            return True
+        stack.extend(n.inputs)
+    return False
 
 
 def realize_value(nodes: Iterable[Node]) -> None:
