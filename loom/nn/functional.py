@@ -8,7 +8,7 @@ from loom.functional.math import (  # noqa: F401
 from loom.functional.shape import pad  # noqa: F401
 
 # Public names of these modules are re-exported here (each module lists them in __all__).
-for _name in ("nn", "conv", "indexing"):
+for _name in ("nn", "conv", "indexing", "activation", "losses", "pooling", "sampling", "distance", "sparse"):
     try:
         _mod = _importlib.import_module(f"loom.functional.{_name}")
     except ModuleNotFoundError as _e:
