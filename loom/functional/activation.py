@@ -85,13 +85,12 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:
         raise ShapeError(f"loom.nn.functional.prelu: weight must be 0-d or 1-d, got {fmt_shape(w.shape)}")
     n = w.numel()
     if n != 1:
-        c = x.shape[1] if x.ndim >= 2 else (x.shape[0] if x.ndim == 1 else 1)
-        if x.ndim == 0 or n != c:
+        c = x.shape[1] if x.ndim >= 2 else 1
+        if n != c:
             raise ShapeError(f"loom.nn.functional.prelu: weight of {n} elements does not match the {c} "
-                             f"channels of input {fmt_shape(x.shape)} (channels are dim 1, or dim 0 of a "
-                             "1-d input)")
-        ch = 1 if x.ndim >= 2 else 0
-        w = w.reshape([n if d == ch else 1 for d in range(x.ndim)])
+                             f"channels of input {fmt_shape(x.shape)} (channels are dim 1; inputs of fewer "
+                             "than 2 dims have one)")
+        w = w.reshape([n if d == 1 else 1 for d in range(x.ndim)])
     elif w.ndim == 1 and x.ndim >= 1:
         w = w.reshape([1] * x.ndim)
     return where(x > 0, x, w * x)

@@ -153,7 +153,11 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
 
     coords = [_pad_coord(cd, spatial[a], padding_mode, align) for a, cd in enumerate(coords)]
     if mode == "nearest":
-        return read([_round(cd.detach()).to(dt.int64) for cd in coords], None).reshape([n, c] + out)
+        rounded = [_round(cd) for cd in coords]
+        # The weight is 1 in value, but depends on the grid through round, so the grid's gradient is zero
+        # (as PyTorch gives) rather than missing.
+        one = sum((r - r.detach() for r in rounded), const(1.0, (), x.dtype))
+        return read([r.detach().to(dt.int64) for r in rounded], one).reshape([n, c] + out)
     base = [floor(cd.detach()) for cd in coords]
     hi_w = [cd - b for cd, b in zip(coords, base)]
     lo_w = [1.0 - h for h in hi_w]
