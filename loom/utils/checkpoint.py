@@ -77,12 +77,17 @@ class _Segment:
         """Recompute the segment and return the gradient of output `index` for cotangent g."""
         n = len(self.tensor_pos)
         self.recompute_count += 1
+        create_graph = is_grad_enabled()
+        if not create_graph:
+            # Fresh leaves stand for the inputs, so the gradient stops at them instead of running on
+            # into the history before the segment (the outer backward pass covers that).
+            wrt = [t.detach().requires_grad_(True) for t in wrt[:n]] + wrt[n:]
         with enable_grad():
             outs = _tensors(self.run(wrt[:n]))
         out = outs[index]
         if not out.requires_grad:
             return [None] * len(wrt)
-        return list(_grad([out], wrt, [g], retain_graph=True, create_graph=is_grad_enabled(), allow_unused=True))
+        return list(_grad([out], wrt, [g], retain_graph=True, create_graph=create_graph, allow_unused=True))
 
 
 def _tensors(out) -> list:

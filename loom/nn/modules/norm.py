@@ -294,10 +294,6 @@ class _InstanceNorm(_BatchNorm):
                             self.momentum if self.momentum is not None else 0.0, self.eps)
         return y.squeeze(0) if unbatched else y
 
-    def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
-
 
 class InstanceNorm1d(_InstanceNorm):
     """Instance normalisation of (N, C, L) or (C, L) inputs.
@@ -348,7 +344,8 @@ class LocalResponseNorm(Module):
 
 class CrossMapLRN2d(Module):
     """Lua-Torch's cross-channel LRN of (N, C, H, W): x * (k + alpha / size * sum of x^2 over the
-    2 * ((size - 1) // 2 + 1) - 1 channels centred on each one)^-beta."""
+    2 * ((size - 1) // 2 + 1) - 1 channels centred on each one)^-beta, with that code's running sum
+    (which also counts channel 0 in every later window), as PyTorch computes it."""
 
     def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1) -> None:
         super().__init__()
@@ -361,12 +358,18 @@ class CrossMapLRN2d(Module):
         if input.ndim != 4:
             raise ValueError(f"loom.nn.CrossMapLRN2d: expected a 4-d (N, C, H, W) input, got "
                              f"{input.ndim}-d {list(input.shape)}")
-        half = int((self.size - 1) / 2 + 1) - 1
+        pre_pad = int((self.size - 1) / 2 + 1)
+        half = pre_pad - 1
         c = input.shape[1]
-        padded = F.pad(input * input, (0, 0, 0, 0, half, half))
+        sq = input * input
+        padded = F.pad(sq, (0, 0, 0, 0, half, half))
         acc = padded[:, 0:c]
         for j in range(1, 2 * half + 1):
             acc = acc + padded[:, j:j + c]
+        if c > pre_pad:
+            # Lua Torch's running sum never subtracts channel 0: every channel from pre_pad on includes it.
+            late = tensor([0.0] * pre_pad + [1.0] * (c - pre_pad), dtype=input.dtype).reshape(1, c, 1, 1)
+            acc = acc + sq[:, :1] * late
         return input * (acc * (self.alpha / self.size) + self.k) ** -self.beta
 
     def extra_repr(self) -> str:

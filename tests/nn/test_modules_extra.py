@@ -1,0 +1,390 @@
+"""Parity of the torch.nn layers added for issue 12: same weights (PyTorch's state_dict loaded into loom),
+same inputs, same outputs, gradients and buffers; plus weight/spectral norm, parametrize and checkpointing."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import loom
+from tests.nn.harness import ModuleCase, check_module, const, ints, randn, uniform
+
+
+def _pool_unpool(lib):
+    nn = lib.nn
+
+    class PoolUnpool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pool = nn.MaxPool2d(2, return_indices=True)
+            self.unpool = nn.MaxUnpool2d(2)
+
+        def forward(self, x):
+            return self.unpool(*self.pool(x))
+
+    return PoolUnpool()
+
+
+def _frac(lib, nsp):
+    samples = np.random.default_rng(3).random((2, 3, nsp)).astype(np.float32)
+    t = torch.from_numpy(samples) if lib is torch else loom.tensor(samples)
+    cls = lib.nn.FractionalMaxPool2d if nsp == 2 else lib.nn.FractionalMaxPool3d
+    return cls(2, output_size=(3,) * nsp, return_indices=True, _random_samples=t)
+
+
+def _distinct(*shape):
+    n = int(np.prod(shape))
+    return lambda rng: (rng.permutation(n).reshape(shape) * 0.37 - n * 0.1).astype(np.float32)
+
+
+def _label_lists(rng):
+    return np.array([[3, 0, -1, 1], [1, 2, 3, -1], [0, -1, 2, 2]], np.int64)
+
+
+ACT = [
+    ModuleCase("hardshrink", lambda lib: lib.nn.Hardshrink(0.3), (randn(4, 5),)),
+    ModuleCase("softshrink", lambda lib: lib.nn.Softshrink(), (randn(4, 5),)),
+    ModuleCase("threshold", lambda lib: lib.nn.Threshold(0.1, 20.0), (randn(4, 5),)),
+    ModuleCase("rrelu_eval", lambda lib: lib.nn.RReLU(0.2, 0.4), (randn(4, 5),), modes=("eval",)),
+    ModuleCase("softmax2d", lambda lib: lib.nn.Softmax2d(), (randn(2, 3, 4, 4),)),
+    ModuleCase("softmax2d_unbatched", lambda lib: lib.nn.Softmax2d(), (randn(3, 4, 4),)),
+    ModuleCase("cosine_similarity", lambda lib: lib.nn.CosineSimilarity(dim=1), (randn(4, 6), randn(4, 6))),
+    ModuleCase("pairwise_distance", lambda lib: lib.nn.PairwiseDistance(p=1.5, keepdim=True),
+               (randn(4, 6), randn(4, 6))),
+    ModuleCase("feature_alpha_dropout_eval", lambda lib: lib.nn.FeatureAlphaDropout(0.3), (randn(2, 3, 4),),
+               modes=("eval",)),
+]
+
+LOSSES = [
+    ModuleCase("poisson_nll", lambda lib: lib.nn.PoissonNLLLoss(full=True), (randn(4, 3), uniform(0, 3, 4, 3))),
+    ModuleCase("gaussian_nll", lambda lib: lib.nn.GaussianNLLLoss(full=True),
+               (randn(4, 3), randn(4, 3), uniform(0.5, 2, 4, 3))),
+    ModuleCase("margin_ranking", lambda lib: lib.nn.MarginRankingLoss(0.2),
+               (randn(5), randn(5), const(np.array([1, -1, 1, 1, -1], np.float32)))),
+    ModuleCase("hinge_embedding", lambda lib: lib.nn.HingeEmbeddingLoss(0.5),
+               (randn(5), const(np.array([1, -1, 1, 1, -1], np.float32)))),
+    ModuleCase("cosine_embedding", lambda lib: lib.nn.CosineEmbeddingLoss(0.1),
+               (randn(4, 3), randn(4, 3), const(np.array([1, -1, 1, -1], np.float32)))),
+    ModuleCase("soft_margin", lambda lib: lib.nn.SoftMarginLoss(),
+               (randn(5), const(np.array([1, -1, 1, 1, -1], np.float32))), call=lambda m, x, t: m(x, t.detach())),
+    ModuleCase("multilabel_soft_margin", lambda lib: lib.nn.MultiLabelSoftMarginLoss(),
+               (randn(4, 3), const(np.array([[1, 0, 1], [0, 0, 1], [1, 1, 1], [0, 0, 0]], np.float32)))),
+    ModuleCase("multilabel_margin", lambda lib: lib.nn.MultiLabelMarginLoss(), (randn(3, 4), _label_lists)),
+    ModuleCase("multi_margin", lambda lib: lib.nn.MultiMarginLoss(p=2, margin=0.5), (randn(5, 4), ints(0, 4, 5))),
+    ModuleCase("triplet_margin", lambda lib: lib.nn.TripletMarginLoss(margin=0.5, swap=True),
+               (randn(4, 6), randn(4, 6), randn(4, 6))),
+    ModuleCase("triplet_margin_with_distance", lambda lib: lib.nn.TripletMarginWithDistanceLoss(margin=0.3),
+               (randn(4, 6), randn(4, 6), randn(4, 6))),
+    ModuleCase("ctc", lambda lib: lib.nn.CTCLoss(blank=0, zero_infinity=True),
+               (randn(6, 2, 4), ints(1, 4, 2, 3), const([6, 5]), const([3, 2])),
+               call=lambda m, x, t, il, tl: m(x.log_softmax(2), t, il, tl)),
+    ModuleCase("nll_loss_2d", lambda lib: lib.nn.NLLLoss2d(), (randn(2, 3, 4, 4), ints(0, 3, 2, 4, 4)),
+               call=lambda m, x, t: m(x.log_softmax(1), t)),
+]
+
+NORM = [
+    ModuleCase("instance_norm1d", lambda lib: lib.nn.InstanceNorm1d(3), (randn(2, 3, 6),)),
+    ModuleCase("instance_norm1d_unbatched", lambda lib: lib.nn.InstanceNorm1d(3, affine=True), (randn(3, 6),)),
+    ModuleCase("instance_norm2d_affine_track", lambda lib: lib.nn.InstanceNorm2d(4, affine=True,
+                                                                                 track_running_stats=True),
+               (randn(2, 4, 5, 5, scale=2.0),), steps=2),
+    ModuleCase("instance_norm3d_momentum_none", lambda lib: lib.nn.InstanceNorm3d(2, momentum=None,
+                                                                                  track_running_stats=True),
+               (randn(2, 2, 3, 4, 3),), steps=2),
+    ModuleCase("local_response_norm", lambda lib: lib.nn.LocalResponseNorm(3, alpha=0.1), (randn(2, 5, 4, 4),)),
+    # PyTorch's hand-written CrossMapLRN2d backward is not the derivative of its forward (gradcheck fails on
+    # it); loom differentiates the forward, so only values are compared (the gradient is checked below).
+    ModuleCase("cross_map_lrn2d_odd", lambda lib: lib.nn.CrossMapLRN2d(3, alpha=0.1, beta=0.5, k=2),
+               (randn(2, 5, 3, 3),), grad=False),
+    ModuleCase("cross_map_lrn2d_even", lambda lib: lib.nn.CrossMapLRN2d(4, alpha=0.2), (randn(2, 6, 3, 3),),
+               grad=False),
+    ModuleCase("sync_batch_norm_single_process",
+               lambda lib: lib.nn.SyncBatchNorm(3) if lib is loom else lib.nn.BatchNorm2d(3),
+               (randn(4, 3, 2, 2),), steps=2),
+]
+
+PAD = [
+    ModuleCase(f"{kind}_pad{nsp}d", lambda lib, kind=kind, nsp=nsp: getattr(lib.nn, f"{kind}Pad{nsp}d")(
+        tuple(range(1, 2 * nsp + 1)) if kind != "Reflection" else 1),
+        (randn(*([2, 3] + [7] * nsp)),))
+    for kind in ("Zero", "Reflection", "Replication", "Circular") for nsp in (1, 2, 3)
+] + [
+    ModuleCase(f"constant_pad{nsp}d", lambda lib, nsp=nsp: getattr(lib.nn, f"ConstantPad{nsp}d")(2, 3.5),
+               (randn(*([2] + [3] * nsp)),)) for nsp in (1, 2, 3)
+] + [
+    ModuleCase("reflection_pad2d_unbatched", lambda lib: lib.nn.ReflectionPad2d((1, 2, 0, 3)), (randn(2, 4, 5),)),
+]
+
+SHAPE = [
+    ModuleCase("pixel_shuffle", lambda lib: lib.nn.PixelShuffle(2), (randn(2, 8, 3, 3),)),
+    ModuleCase("pixel_unshuffle", lambda lib: lib.nn.PixelUnshuffle(2), (randn(2, 2, 4, 6),)),
+    ModuleCase("channel_shuffle", lambda lib: lib.nn.ChannelShuffle(2), (randn(2, 4, 3, 3),), grad=False),
+    ModuleCase("fold", lambda lib: lib.nn.Fold((4, 5), (2, 2)), (randn(2, 12, 12),)),
+    ModuleCase("unfold", lambda lib: lib.nn.Unfold((2, 3), padding=1, stride=2), (randn(2, 3, 5, 6),)),
+    ModuleCase("upsample_nearest", lambda lib: lib.nn.Upsample(scale_factor=2), (randn(1, 2, 3, 4),)),
+    ModuleCase("upsample_nearest_1d_size", lambda lib: lib.nn.Upsample(size=7), (randn(1, 2, 3),)),
+    ModuleCase("upsample_nearest_3d", lambda lib: lib.nn.Upsample(scale_factor=(1, 2, 2)), (randn(1, 2, 2, 3, 3),)),
+    ModuleCase("upsample_bilinear_align", lambda lib: lib.nn.Upsample(size=(5, 7), mode="bilinear",
+                                                                      align_corners=True), (randn(1, 2, 3, 4),)),
+    ModuleCase("upsample_bicubic", lambda lib: lib.nn.Upsample(scale_factor=1.5, mode="bicubic"),
+               (randn(1, 2, 4, 4),), atol=2e-5),
+    ModuleCase("upsample_trilinear", lambda lib: lib.nn.Upsample(scale_factor=2, mode="trilinear"),
+               (randn(1, 1, 2, 3, 2),)),
+    ModuleCase("upsampling_nearest2d", lambda lib: lib.nn.UpsamplingNearest2d(scale_factor=3), (randn(1, 2, 2, 3),)),
+    ModuleCase("upsampling_bilinear2d", lambda lib: lib.nn.UpsamplingBilinear2d(size=(4, 6)), (randn(1, 2, 2, 3),)),
+]
+
+POOL = [
+    ModuleCase("adaptive_max_pool3d", lambda lib: lib.nn.AdaptiveMaxPool3d((2, 3, 2), return_indices=True),
+               (_distinct(1, 2, 4, 5, 4),)),
+    ModuleCase("lp_pool1d", lambda lib: lib.nn.LPPool1d(2, 3, stride=2), (randn(2, 3, 9),)),
+    ModuleCase("lp_pool2d", lambda lib: lib.nn.LPPool2d(1.5, 2), (uniform(0.1, 2, 2, 3, 6, 6),)),
+    ModuleCase("lp_pool3d", lambda lib: lib.nn.LPPool3d(2, 2), (randn(1, 2, 4, 4, 4),)),
+    ModuleCase("max_unpool2d", _pool_unpool, (_distinct(2, 3, 6, 6),)),
+    ModuleCase("fractional_max_pool2d", lambda lib: _frac(lib, 2), (_distinct(2, 3, 7, 8),)),
+    ModuleCase("fractional_max_pool3d", lambda lib: _frac(lib, 3), (_distinct(2, 3, 5, 6, 5),)),
+]
+
+EMB = [
+    ModuleCase("embedding_bag_mean", lambda lib: lib.nn.EmbeddingBag(10, 4),
+               (const(np.array([1, 2, 4, 5, 4, 3, 2, 9], np.int64)), const(np.array([0, 4], np.int64)))),
+    ModuleCase("embedding_bag_sum_padding", lambda lib: lib.nn.EmbeddingBag(10, 3, mode="sum", padding_idx=4),
+               (ints(0, 10, 3, 5),)),
+    ModuleCase("embedding_bag_max_weights", lambda lib: lib.nn.EmbeddingBag(10, 3, mode="max"),
+               (const(np.array([1, 2, 4, 5, 4, 3], np.int64)), const(np.array([0, 2, 2], np.int64)))),
+]
+
+CASES = ACT + LOSSES + NORM + PAD + SHAPE + POOL + EMB
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_module_parity(case):
+    check_module(case)
+
+
+def test_every_new_name_is_importable_from_loom_nn():
+    names = ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle",
+             "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm", "Fold", "Unfold",
+             "AdaptiveMaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "LPPool1d", "LPPool2d", "LPPool3d",
+             "FractionalMaxPool2d", "FractionalMaxPool3d", "ReflectionPad1d", "ReplicationPad3d", "ZeroPad2d",
+             "ConstantPad3d", "CircularPad2d", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss",
+             "MultiMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss", "TripletMarginLoss",
+             "TripletMarginWithDistanceLoss", "CTCLoss", "HingeEmbeddingLoss", "MarginRankingLoss", "Hardshrink",
+             "Softshrink", "Threshold", "RReLU", "Softmax2d", "ChannelShuffle", "CosineSimilarity",
+             "PairwiseDistance", "EmbeddingBag", "SyncBatchNorm", "CrossMapLRN2d", "FeatureAlphaDropout"]
+    missing = [n for n in names if not hasattr(loom.nn, n) or n not in loom.nn.__all__]
+    assert not missing
+
+
+def test_reprs_follow_pytorch():
+    assert repr(loom.nn.ReflectionPad2d(1)) == repr(torch.nn.ReflectionPad2d(1))
+    assert repr(loom.nn.PixelShuffle(3)) == repr(torch.nn.PixelShuffle(3))
+    assert repr(loom.nn.Upsample(scale_factor=2, mode="bilinear")) == \
+        repr(torch.nn.Upsample(scale_factor=2, mode="bilinear"))
+    assert repr(loom.nn.InstanceNorm2d(4)) == repr(torch.nn.InstanceNorm2d(4))
+    assert repr(loom.nn.Hardshrink(0.25)) == repr(torch.nn.Hardshrink(0.25))
+
+
+def test_instance_norm_errors_and_warnings():
+    with pytest.raises(ValueError, match=r"InstanceNorm2d: expected 3D or 4D input \(got 2D input\)"):
+        loom.nn.InstanceNorm2d(3)(loom.randn(3, 4))
+    with pytest.raises(ValueError, match="expected input's size at dim=1 to match num_features"):
+        loom.nn.InstanceNorm1d(3, affine=True)(loom.randn(2, 4, 5))
+    with pytest.warns(UserWarning, match="num_features is not used when affine=False"):
+        loom.nn.InstanceNorm1d(3)(loom.randn(2, 4, 5))
+
+
+def test_cross_map_lrn2d_gradient_is_the_forward_derivative():
+    x = np.random.default_rng(0).standard_normal((1, 5, 2, 2))
+    m = loom.nn.CrossMapLRN2d(3, alpha=0.1, beta=0.5, k=2)
+    t = loom.tensor(x, requires_grad=True)
+    g = loom.autograd.grad(m(t).sum(), t)[0].numpy()
+    num = np.zeros_like(x)
+    for idx in np.ndindex(*x.shape):  # Central differences in float64.
+        d = np.zeros_like(x)
+        d[idx] = 1e-6
+        num[idx] = (m(loom.tensor(x + d)).sum().item() - m(loom.tensor(x - d)).sum().item()) / 2e-6
+    np.testing.assert_allclose(g, num, rtol=1e-5, atol=1e-7)
+
+
+def test_sync_batch_norm_conversion_keeps_state():
+    net = loom.nn.Sequential(loom.nn.Conv2d(2, 3, 1), loom.nn.BatchNorm2d(3), loom.nn.ReLU())
+    net[1].running_mean.fill_(0.5)
+    conv = loom.nn.SyncBatchNorm.convert_sync_batchnorm(net)
+    assert isinstance(conv[1], loom.nn.SyncBatchNorm)
+    np.testing.assert_array_equal(conv[1].running_mean.numpy(), np.full(3, 0.5, np.float32))
+    assert list(conv.state_dict()) == list(net.state_dict())
+
+
+# ---------------------------------------------------------------- weight and spectral norm
+
+def _pair_norm_modules(make, x, steps=2, train=True):
+    torch.manual_seed(0)
+    tm, lm = make(torch), make(loom)
+    assert list(lm.state_dict()) == list(tm.state_dict())
+    lm.load_state_dict({k: loom.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    tm.train(train)
+    lm.train(train)
+    for step in range(steps):
+        tx, lx = torch.tensor(x, requires_grad=True), loom.tensor(x, requires_grad=True)
+        to, lo = tm(tx), lm(lx)
+        cot = np.random.default_rng(step).standard_normal(tuple(to.shape)).astype(np.float32)
+        tg = torch.autograd.grad(to, [tx] + list(tm.parameters()), torch.from_numpy(cot))
+        lg = loom.autograd.grad(lo, [lx] + list(lm.parameters()), loom.tensor(cot))
+        np.testing.assert_allclose(lo.detach().numpy(), to.detach().numpy(), rtol=1e-4, atol=1e-5)
+        for a, b in zip(lg, tg):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+        for (name, lb), tb in zip(lm.state_dict().items(), tm.state_dict().values()):
+            np.testing.assert_allclose(lb.numpy(), tb.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+_X = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+_XC = np.random.default_rng(1).standard_normal((2, 3, 6, 6)).astype(np.float32)
+
+
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_parametrizations_weight_norm(dim):
+    _pair_norm_modules(lambda lib: lib.nn.utils.parametrizations.weight_norm(lib.nn.Linear(5, 4), dim=dim), _X)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_parametrizations_spectral_norm(train):
+    _pair_norm_modules(lambda lib: lib.nn.utils.parametrizations.spectral_norm(lib.nn.Linear(5, 4)), _X,
+                       train=train)
+
+
+def test_parametrizations_spectral_norm_conv_transpose_uses_dim1():
+    _pair_norm_modules(lambda lib: lib.nn.utils.parametrizations.spectral_norm(lib.nn.ConvTranspose2d(3, 4, 3)),
+                       _XC)
+
+
+def test_hook_weight_norm_and_spectral_norm():
+    _pair_norm_modules(lambda lib: lib.nn.utils.weight_norm(lib.nn.Linear(5, 4)), _X)
+    _pair_norm_modules(lambda lib: lib.nn.utils.weight_norm(lib.nn.Conv2d(3, 2, 3), dim=None), _XC)
+    _pair_norm_modules(lambda lib: lib.nn.utils.spectral_norm(lib.nn.Linear(5, 4)), _X, steps=3)
+
+
+def test_remove_weight_and_spectral_norm_restore_a_plain_parameter():
+    utils = loom.nn.utils
+    m = utils.weight_norm(loom.nn.Linear(5, 4))
+    y = m(loom.tensor(_X)).detach().numpy()
+    utils.remove_weight_norm(m)
+    assert list(m.state_dict()) == ["bias", "weight"] and isinstance(m.weight, loom.nn.Parameter)
+    np.testing.assert_allclose(m(loom.tensor(_X)).detach().numpy(), y, rtol=1e-6)
+    p = utils.parametrizations.weight_norm(loom.nn.Linear(5, 4))
+    y = p(loom.tensor(_X)).detach().numpy()
+    utils.parametrize.remove_parametrizations(p, "weight")
+    assert type(p) is loom.nn.Linear and list(p.state_dict()) == ["bias", "weight"]
+    np.testing.assert_allclose(p(loom.tensor(_X)).detach().numpy(), y, rtol=1e-6)
+    s = utils.spectral_norm(loom.nn.Linear(5, 4))
+    utils.remove_spectral_norm(s)
+    assert list(s.state_dict()) == ["bias", "weight"]
+    with pytest.raises(loom.errors.LoomValueError, match="weight_norm of 'weight' not found"):
+        utils.remove_weight_norm(loom.nn.Linear(2, 2))
+
+
+def test_parametrize_custom_parametrization_and_assignment():
+    class Symmetric(loom.nn.Module):
+        def forward(self, x):
+            return x.triu() + x.triu(1).transpose(0, 1)
+
+        def right_inverse(self, a):
+            return a.triu()
+
+    m = loom.nn.utils.parametrize.register_parametrization(loom.nn.Linear(3, 3), "weight", Symmetric())
+    w = m.weight.detach().numpy()
+    np.testing.assert_array_equal(w, w.T)
+    assert loom.nn.utils.parametrize.is_parametrized(m, "weight") and loom.nn.Linear(2, 2).__class__ is not type(m)
+    target = loom.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 5.0], [3.0, 5.0, 6.0]])
+    m.weight = target
+    np.testing.assert_array_equal(m.weight.detach().numpy(), target.numpy())
+    # Gradients reach the original through the parametrization.
+    m(loom.ones(1, 3)).sum().backward()
+    assert m.parametrizations.weight.original.grad is not None
+    assert type(loom.nn.Linear(2, 2)) is loom.nn.Linear  # Other instances keep their class.
+
+
+# ---------------------------------------------------------------- checkpoint
+
+def _counting_net():
+    calls = {"n": 0}
+    net = loom.nn.Sequential(loom.nn.Linear(4, 8), loom.nn.Tanh(), loom.nn.Dropout(0.3), loom.nn.Linear(8, 8),
+                             loom.nn.GELU(), loom.nn.Linear(8, 2))
+    net[1].register_forward_hook(lambda mod, args, out: calls.__setitem__("n", calls["n"] + 1))
+    return net, calls
+
+
+def test_checkpoint_gradients_equal_plain_and_segment_is_recomputed():
+    from loom.utils.checkpoint import checkpoint
+    loom.manual_seed(0)
+    net, calls = _counting_net()
+    x = loom.randn(3, 4, requires_grad=True)
+    loom.manual_seed(11)
+    out = checkpoint(net, x, use_reentrant=False)
+    assert calls["n"] == 1
+    out.pow(2).sum().backward()
+    assert calls["n"] == 2  # The backward pass ran the segment's forward again.
+    got = [p.grad.numpy().copy() for p in net.parameters()] + [x.grad.numpy().copy()]
+    net.zero_grad()
+    x.grad = None
+    loom.manual_seed(11)  # Same dropout mask in the plain run.
+    plain = net(x)
+    plain.pow(2).sum().backward()
+    np.testing.assert_allclose(out.detach().numpy(), plain.detach().numpy(), rtol=1e-6)
+    want = [p.grad.numpy() for p in net.parameters()] + [x.grad.numpy()]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+
+
+def test_checkpoint_keeps_no_intermediates_in_the_history():
+    from loom.utils.checkpoint import checkpoint
+    net = loom.nn.Sequential(loom.nn.Linear(4, 4), loom.nn.Tanh(), loom.nn.Linear(4, 4))
+    x = loom.randn(2, 4, requires_grad=True)
+    y = checkpoint(net, x, use_reentrant=True)
+    # One step of history: straight to the input and the four parameters, no intermediate tensors.
+    assert y._ctx.name == "checkpoint"
+    held = {id(t) for t in y._ctx.inputs}
+    assert held == {id(x)} | {id(p) for p in net.parameters()}
+
+
+def test_checkpoint_second_order_and_tuple_outputs():
+    from loom.utils.checkpoint import checkpoint
+
+    def f(a, b, scale):
+        return (a.sin() * b).exp() * scale, a * b
+
+    a = loom.randn(3, requires_grad=True)
+    b = loom.randn(3, requires_grad=True)
+    u, v = checkpoint(f, a, b, 2.0, use_reentrant=False)
+    pu, pv = f(a, b, 2.0)
+    ga = loom.autograd.grad((u + v).sum(), [a, b], create_graph=True)
+    gp = loom.autograd.grad((pu + pv).sum(), [a, b], create_graph=True)
+    for g, p in zip(ga, gp):
+        np.testing.assert_allclose(g.detach().numpy(), p.detach().numpy(), rtol=1e-6)
+    h = loom.autograd.grad(ga[0].sum(), a)[0]
+    hp = loom.autograd.grad(gp[0].sum(), a)[0]
+    np.testing.assert_allclose(h.numpy(), hp.numpy(), rtol=1e-5)
+
+
+def test_checkpoint_sequential_matches_plain():
+    from loom.utils.checkpoint import checkpoint_sequential
+    net, calls = _counting_net()
+    net.eval()
+    x = loom.randn(5, 4, requires_grad=True)
+    y = checkpoint_sequential(net, 3, x, use_reentrant=False)
+    y.sum().backward()
+    assert calls["n"] == 2
+    got = [p.grad.numpy().copy() for p in net.parameters()]
+    net.zero_grad()
+    net(x).sum().backward()
+    for g, p in zip(got, net.parameters()):
+        np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_checkpoint_warns_without_use_reentrant_and_is_plain_under_no_grad():
+    from loom.utils.checkpoint import checkpoint
+    with pytest.warns(UserWarning, match="use_reentrant"):
+        checkpoint(lambda t: t * 2, loom.ones(2, requires_grad=True))
+    with loom.no_grad():
+        y = checkpoint(lambda t: t * 2, loom.ones(2, requires_grad=True), use_reentrant=False)
+    assert not y.requires_grad
