@@ -11,6 +11,11 @@ from loom.nn.modules.distance import CosineSimilarity, PairwiseDistance
 from loom.nn.modules.dropout import AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
 from loom.nn.modules.flatten import Flatten, Unflatten
 from loom.nn.modules.fold import Fold, Unfold
+from loom.nn.modules.lazy import (
+    LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d, LazyConv1d, LazyConv2d, LazyConv3d, LazyConvTranspose1d,
+    LazyConvTranspose2d, LazyConvTranspose3d, LazyInstanceNorm1d, LazyInstanceNorm2d, LazyInstanceNorm3d, LazyLinear,
+    LazyModuleMixin, UninitializedBuffer, UninitializedParameter,
+)
 from loom.nn.modules.linear import Bilinear, Identity, Linear
 from loom.nn.modules.loss import (
     BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, CTCLoss, GaussianNLLLoss, HingeEmbeddingLoss,
@@ -64,5 +69,8 @@ __all__ = [
     "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "CircularPad1d", "CircularPad2d",
     "CircularPad3d", "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "AdaptiveMaxPool3d", "LPPool1d", "LPPool2d",
     "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "FractionalMaxPool2d", "FractionalMaxPool3d",
-    "EmbeddingBag", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "EmbeddingBag", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "LazyLinear", "LazyConv1d",
+    "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyConvTranspose3d",
+    "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyInstanceNorm1d", "LazyInstanceNorm2d",
+    "LazyInstanceNorm3d", "LazyModuleMixin", "UninitializedParameter", "UninitializedBuffer",
 ]
