@@ -306,5 +306,33 @@ def _logsumexp3(a: Tensor, b: Tensor, c: Tensor | None) -> Tensor:
     return where(finite, log(where(finite, total, const(1.0, (), total.dtype))) + safe, m)
 
 
-NN_FUNCTIONAL = ["multi_margin_loss", "multilabel_margin_loss", "triplet_margin_with_distance_loss", "ctc_loss"]
+def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weight=None, reduction: str = "mean",
+                         ignore_index: int | None = None, label_smoothing: float = 0.0, options=None) -> Tensor:
+    """cross_entropy(linear(input, linear_weight), target), as `torch.nn.functional.linear_cross_entropy`.
+
+    `linear_weight` is (C, in_features) or (C, d1, ..., dK, in_features) for a K-dimensional loss; the
+    logits are then (N, C, d1, ..., dK). `ignore_index=None` ignores no target. `options` (PyTorch's
+    chunking configuration) is accepted; loom always evaluates the reference formula.
+
+    Examples
+    --------
+    >>> x, w = loom.randn(4, 3), loom.randn(5, 3)
+    >>> loom.nn.functional.linear_cross_entropy(x, w, loom.tensor([0, 1, 4, 2])).shape
+    loom.Size([])
+    """
+    from loom.functional.nn import cross_entropy
+    x, w = _t(input), _t(linear_weight)
+    if w.ndim < 2 or x.ndim < 1 or w.shape[-1] != x.shape[-1]:
+        raise ShapeError(f"loom.nn.functional.linear_cross_entropy: input {fmt_shape(x.shape)} and linear_weight "
+                         f"{fmt_shape(w.shape)} must share their last dim (in_features)")
+    out_dims = list(w.shape[:-1])
+    logits = x.matmul(w.reshape(-1, w.shape[-1]).transpose(0, 1)).reshape(list(x.shape[:-1]) + out_dims)
+    if linear_bias is not None:
+        logits = logits + _t(linear_bias)
+    return cross_entropy(logits, target, weight=weight, ignore_index=-100 if ignore_index is None else ignore_index,
+                         reduction=reduction, label_smoothing=label_smoothing)
+
+
+NN_FUNCTIONAL = ["multi_margin_loss", "multilabel_margin_loss", "triplet_margin_with_distance_loss", "ctc_loss",
+                 "linear_cross_entropy"]
 __all__ = NN_FUNCTIONAL

@@ -5,7 +5,8 @@ from loom.nn.modules.activation import (
     Mish, PReLU, ReLU, ReLU6, RReLU, Sigmoid, SiLU, Softmax, Softmax2d, Softmin, Softplus, Softshrink, Softsign,
     Tanh, Tanhshrink, Threshold,
 )
-from loom.nn.modules.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from loom.nn.modules.adaptive import AdaptiveLogSoftmaxWithLoss
+from loom.nn.modules.container import Container, ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from loom.nn.modules.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from loom.nn.modules.distance import CosineSimilarity, PairwiseDistance
 from loom.nn.modules.dropout import AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
@@ -19,9 +20,9 @@ from loom.nn.modules.lazy import (
 from loom.nn.modules.linear import Bilinear, Identity, Linear
 from loom.nn.modules.loss import (
     BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, CTCLoss, GaussianNLLLoss, HingeEmbeddingLoss,
-    HuberLoss, KLDivLoss, L1Loss, MarginRankingLoss, MSELoss, MultiLabelMarginLoss, MultiLabelSoftMarginLoss,
-    MultiMarginLoss, NLLLoss, NLLLoss2d, PoissonNLLLoss, SmoothL1Loss, SoftMarginLoss, TripletMarginLoss,
-    TripletMarginWithDistanceLoss,
+    HuberLoss, KLDivLoss, L1Loss, LinearCrossEntropyLoss, LinearCrossEntropyOptions, MarginRankingLoss, MSELoss,
+    MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss, NLLLoss, NLLLoss2d, PoissonNLLLoss,
+    SmoothL1Loss, SoftMarginLoss, TripletMarginLoss, TripletMarginWithDistanceLoss,
 )
 from loom.nn.modules.norm import (
     BatchNorm1d, BatchNorm2d, BatchNorm3d, CrossMapLRN2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d,
@@ -32,6 +33,7 @@ from loom.nn.modules.padding import (
     ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d, ReplicationPad3d, ZeroPad1d, ZeroPad2d,
     ZeroPad3d,
 )
+from loom.nn.modules.parallel import DataParallel
 from loom.nn.modules.pixelshuffle import ChannelShuffle, PixelShuffle, PixelUnshuffle
 from loom.nn.modules.pooling import (
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d,
@@ -73,4 +75,5 @@ __all__ = [
     "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyConvTranspose3d",
     "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyInstanceNorm1d", "LazyInstanceNorm2d",
     "LazyInstanceNorm3d", "LazyModuleMixin", "UninitializedParameter", "UninitializedBuffer",
+    "AdaptiveLogSoftmaxWithLoss", "Container", "DataParallel", "LinearCrossEntropyLoss", "LinearCrossEntropyOptions",
 ]

@@ -331,3 +331,66 @@ class CTCLoss(_Loss):
     def forward(self, log_probs: Tensor, targets: Tensor, input_lengths, target_lengths) -> Tensor:
         return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
                           self.zero_infinity)
+
+
+class LinearCrossEntropyOptions:
+    """PyTorch's chunking configuration for `linear_cross_entropy`; loom accepts and keeps it, and always
+    evaluates the reference formula."""
+
+    def __init__(self, allow_retain_graph: bool = False, batch_chunk_size: int | None = None,
+                 chunking_method: str | None = "auto", acc_policy: str = "auto", acc_dtype=None) -> None:
+        self.allow_retain_graph = allow_retain_graph
+        self.batch_chunk_size = batch_chunk_size
+        self.chunking_method = chunking_method
+        self.acc_policy = acc_policy
+        self.acc_dtype = acc_dtype
+
+    def __repr__(self) -> str:
+        return (f"LinearCrossEntropyOptions(allow_retain_graph={self.allow_retain_graph}, batch_chunk_size="
+                f"{self.batch_chunk_size}, chunking_method={self.chunking_method!r}, acc_policy="
+                f"{self.acc_policy!r}, acc_dtype={self.acc_dtype})")
+
+
+class LinearCrossEntropyLoss(_WeightedLoss):
+    """A linear classifier head and its cross entropy in one: loss(input, target) =
+    cross_entropy(linear(input), target).
+
+    Examples
+    --------
+    >>> head = loom.nn.LinearCrossEntropyLoss(8, 10, bias=True)
+    >>> head(loom.randn(4, 8), loom.tensor([1, 0, 9, 3])).shape
+    loom.Size([])
+    """
+
+    def __init__(self, in_features: int, num_classes: int, *, out_features: tuple[int, ...] = (), bias: bool = False,
+                 device=None, dtype=None, reduction: str = "mean", weight: Tensor | None = None,
+                 ignore_index: int | None = None, label_smoothing: float = 0.0,
+                 options: LinearCrossEntropyOptions | None = None) -> None:
+        if weight is not None and tuple(weight.shape) != (num_classes,):
+            raise ValueError(f"loom.nn.LinearCrossEntropyLoss: expected weight shape to be {(num_classes,)}, got "
+                             f"{tuple(weight.shape)}")
+        if not 0 <= label_smoothing <= 1:
+            raise ValueError(f"loom.nn.LinearCrossEntropyLoss: expected label_smoothing to be in range [0, 1], got "
+                             f"{label_smoothing}")
+        super().__init__(weight, None, None, reduction)
+        from loom.nn.modules.linear import Linear
+        import math
+        self.num_classes = num_classes
+        self.out_features = tuple(out_features)
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+        self.linear = Linear(in_features, math.prod(self.out_features) * num_classes, bias=bias, device=device,
+                             dtype=dtype)
+        self.options = options
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        w = self.linear.weight.reshape((self.num_classes, *self.out_features, self.linear.in_features))
+        b = self.linear.bias.reshape((self.num_classes, *self.out_features)) if self.linear.bias is not None else None
+        return F.linear_cross_entropy(input, w, target, linear_bias=b, weight=self.weight, reduction=self.reduction,
+                                      ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
+                                      options=self.options)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.linear.in_features}, num_classes={self.num_classes}, out_features="
+                f"{self.out_features}, bias={self.linear.bias is not None}, reduction={self.reduction}, "
+                f"ignore_index={self.ignore_index}, label_smoothing={self.label_smoothing}, options={self.options}")
