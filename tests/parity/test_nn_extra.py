@@ -211,16 +211,6 @@ BAGS = [
 CASES = ACTIVATIONS + LOSSES + POOLING + SAMPLING + DISTANCES + BAGS
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_parity(case, mode):
-    run_case(case, mode)
-
-
-def test_case_count():
-    assert len(CASES) >= 90
-    assert len({c.name for c in CASES}) == len(CASES)
-
-
 # ---------------------------------------------------------------- random ops
 
 def test_gumbel_softmax_soft_and_hard():
@@ -322,3 +312,43 @@ def test_new_functionals_stay_lazy():
     ys = [f.grid_sample(x, loom.zeros(1, 2, 2, 2), align_corners=False), f.local_response_norm(x, 3),
           f.lp_pool2d(x, 2, 2), f.hardshrink(x), f.channel_shuffle(x, 2)]
     assert all(y._node.buffer is None for y in ys)
+
+
+def _offs(*ends):
+    return lambda rng: np.array(ends, np.int32)
+
+
+def _mha(m, q, k, v, w_in, b_in, w_out, b_out):
+    out, weights = F(m).multi_head_attention_forward(q, k, v, 8, 2, w_in, b_in, None, None, False, 0.0, w_out, b_out,
+                                                     training=False)
+    return out, weights
+
+
+OTHERS = [
+    Case("grouped_mm_2d_3d", lambda m, a, b, o: F(m).grouped_mm(a, b, offs=o),
+         (randn(16, 8), randn(2, 8, 4), _offs(5, 16))),
+    Case("grouped_mm_3d_3d", lambda m, a, b: F(m).grouped_mm(a, b), (randn(2, 4, 8), randn(2, 8, 4))),
+    Case("grouped_mm_3d_2d", lambda m, a, b, o: F(m).grouped_mm(a, b, offs=o),
+         (randn(2, 4, 8), randn(8, 16), _offs(8, 16))),
+    Case("grouped_mm_2d_2d", lambda m, a, b, o: F(m).grouped_mm(a, b, offs=o),
+         (randn(4, 16), randn(16, 8), _offs(4, 16))),
+    Case("conv_tbc", lambda m, x, w, b: F(m).conv_tbc(x, w, b, 1), (randn(6, 2, 3), randn(3, 3, 4), randn(4))),
+    Case("multi_head_attention_forward", _mha,
+         (randn(5, 2, 8), randn(4, 2, 8), randn(4, 2, 8), randn(24, 8), randn(24), randn(8, 8), randn(8))),
+    Case("linear_cross_entropy", lambda m, x, w, t: F(m).linear_cross_entropy(x, w, t, label_smoothing=0.1),
+         (randn(6, 4), randn(5, 4), ints(6, high=5)), second_order=True),
+    Case("linear_cross_entropy_kdim", lambda m, x, w, b, t: F(m).linear_cross_entropy(x, w, t, linear_bias=b,
+                                                                                      reduction="none"),
+         (randn(6, 4), randn(5, 3, 4), randn(5, 3), ints(6, 3, high=5))),
+]
+CASES += OTHERS
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_parity(case, mode):
+    run_case(case, mode)
+
+
+def test_case_count():
+    assert len(CASES) >= 90
+    assert len({c.name for c in CASES}) == len(CASES)
