@@ -388,3 +388,97 @@ def test_checkpoint_warns_without_use_reentrant_and_is_plain_under_no_grad():
     with loom.no_grad():
         y = checkpoint(lambda t: t * 2, loom.ones(2, requires_grad=True), use_reentrant=False)
     assert not y.requires_grad
+
+
+# ---------------------------------------------------------------- lazy layers and the rest
+
+_X4 = np.random.default_rng(2).standard_normal((2, 3, 6, 6)).astype(np.float32)
+
+LAZY = [
+    ("LazyLinear", (4,), {}, _X4),
+    ("LazyConv1d", (6, 3), {"groups": 3}, _X4[0]),
+    ("LazyConv2d", (4, 3), {"padding": 1}, _X4),
+    ("LazyConv3d", (2, 2), {}, _X4[None]),
+    ("LazyConvTranspose1d", (4, 3), {}, _X4[0]),
+    ("LazyConvTranspose2d", (4, 3), {"stride": 2, "output_padding": 1}, _X4),
+    ("LazyConvTranspose3d", (2, 2), {}, _X4[None]),
+    ("LazyBatchNorm1d", (), {}, _X4[0]),
+    ("LazyBatchNorm2d", (), {}, _X4),
+    ("LazyBatchNorm3d", (), {"affine": False}, _X4[None]),
+    ("LazyInstanceNorm1d", (), {}, _X4[0, 0]),
+    ("LazyInstanceNorm2d", (), {"track_running_stats": False}, _X4),
+    ("LazyInstanceNorm3d", (), {}, _X4[None]),
+]
+
+
+@pytest.mark.parametrize("name,args,kwargs,x", LAZY, ids=[c[0] for c in LAZY])
+def test_lazy_layers_infer_shapes_and_become_the_plain_layer(name, args, kwargs, x):
+    torch.manual_seed(0)
+    tm, lm = getattr(torch.nn, name)(*args, **kwargs), getattr(loom.nn, name)(*args, **kwargs)
+    assert lm.has_uninitialized_params()
+    tx, lx = torch.tensor(x), loom.tensor(x)
+    tm(tx)
+    lm(lx)
+    assert type(lm).__name__ == type(tm).__name__ and repr(lm) == repr(tm)
+    assert [(k, tuple(v.shape)) for k, v in lm.state_dict().items()] == \
+        [(k, tuple(v.shape)) for k, v in tm.state_dict().items()]
+    assert all(type(p) is loom.nn.Parameter for p in lm.parameters())
+    lm.load_state_dict({k: loom.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    np.testing.assert_allclose(lm(lx).detach().numpy(), tm(tx).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_lazy_linear_trains_after_materialising():
+    m = loom.nn.LazyLinear(2)
+    opt_params = list(m.parameters())
+    assert isinstance(opt_params[0], loom.nn.UninitializedParameter)
+    m(loom.randn(3, 5)).sum().backward()
+    assert opt_params[0].shape == (2, 5) and opt_params[0].grad.shape == (2, 5)  # Same objects, now real.
+    with pytest.raises(loom.LoomError, match="uninitialized parameter"):
+        loom.nn.UninitializedParameter().numpy()
+
+
+def test_adaptive_log_softmax_with_loss():
+    torch.manual_seed(0)
+    kw = dict(cutoffs=[5, 12], head_bias=True)
+    tm, lm = torch.nn.AdaptiveLogSoftmaxWithLoss(8, 20, **kw), loom.nn.AdaptiveLogSoftmaxWithLoss(8, 20, **kw)
+    assert list(lm.state_dict()) == list(tm.state_dict())
+    lm.load_state_dict({k: loom.tensor(v.numpy()) for k, v in tm.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    t = np.array([1, 7, 15, 19, 0, 12])
+    tx, lx = torch.tensor(x, requires_grad=True), loom.tensor(x, requires_grad=True)
+    a, b = tm(tx, torch.tensor(t)), lm(lx, loom.tensor(t))
+    np.testing.assert_allclose(b.output.detach().numpy(), a.output.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.loss.item(), a.loss.item(), rtol=1e-6)
+    ga = torch.autograd.grad(a.loss, [tx] + list(tm.parameters()))
+    gb = loom.autograd.grad(b.loss, [lx] + list(lm.parameters()))
+    for u, v in zip(gb, ga):
+        np.testing.assert_allclose(u.numpy(), v.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lm.log_prob(lx).detach().numpy(), tm.log_prob(tx).detach().numpy(), atol=1e-6)
+    np.testing.assert_array_equal(lm.predict(lx).numpy(), tm.predict(tx).numpy())
+    with pytest.raises(loom.errors.LoomValueError, match=r"target values should be in \[0, 19\]"):
+        lm(lx, loom.tensor([0, 1, 2, 3, 4, 20]))
+
+
+@pytest.mark.parametrize("kw", [{"bias": True}, {"out_features": (3,), "label_smoothing": 0.1},
+                                {"ignore_index": 2, "reduction": "sum"}])
+def test_linear_cross_entropy_loss(kw):
+    torch.manual_seed(1)
+    tm, lm = torch.nn.LinearCrossEntropyLoss(8, 5, **kw), loom.nn.LinearCrossEntropyLoss(8, 5, **kw)
+    assert repr(lm) == repr(tm)
+    lm.load_state_dict({k: loom.tensor(v.numpy()) for k, v in tm.state_dict().items()})
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    t = rng.integers(0, 5, (6, 3) if "out_features" in kw else (6,))
+    np.testing.assert_allclose(lm(loom.tensor(x), loom.tensor(t)).item(), tm(torch.tensor(x), torch.tensor(t)).item(),
+                               rtol=1e-5)
+
+
+def test_data_parallel_and_container():
+    inner = loom.nn.Linear(3, 2)
+    dp = loom.nn.DataParallel(inner, device_ids=[0])
+    x = loom.randn(4, 3)
+    np.testing.assert_array_equal(dp(x).detach().numpy(), inner(x).detach().numpy())
+    assert list(dp.state_dict()) == list(torch.nn.DataParallel(torch.nn.Linear(3, 2)).state_dict())
+    with pytest.warns(DeprecationWarning, match="nn.Container is deprecated"):
+        c = loom.nn.Container(fc=loom.nn.Linear(2, 2))
+    assert list(c.state_dict()) == ["fc.weight", "fc.bias"]
