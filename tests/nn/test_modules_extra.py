@@ -482,3 +482,65 @@ def test_data_parallel_and_container():
     with pytest.warns(DeprecationWarning, match="nn.Container is deprecated"):
         c = loom.nn.Container(fc=loom.nn.Linear(2, 2))
     assert list(c.state_dict()) == ["fc.weight", "fc.bias"]
+
+
+# ---------------------------------------------------------------- nn.utils and nn.init additions
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_fuse_conv_bn_eval_matches_pytorch(transpose):
+    torch.manual_seed(0)
+    make = (lambda lib: lib.nn.ConvTranspose2d(3, 4, 3)) if transpose else (lambda lib: lib.nn.Conv2d(3, 4, 3))
+    tc, tb = make(torch).eval(), torch.nn.BatchNorm2d(4).eval()
+    with torch.no_grad():
+        tb.running_mean.uniform_(-1, 1)
+        tb.running_var.uniform_(0.5, 2)
+        tb.weight.uniform_(0.5, 2)
+        tb.bias.uniform_(-1, 1)
+    lc, lb = make(loom).eval(), loom.nn.BatchNorm2d(4).eval()
+    lc.load_state_dict({k: loom.tensor(v.numpy()) for k, v in tc.state_dict().items()})
+    lb.load_state_dict({k: loom.tensor(v.numpy()) for k, v in tb.state_dict().items()})
+    tf = torch.nn.utils.fuse_conv_bn_eval(tc, tb, transpose=transpose)
+    lf = loom.nn.utils.fuse_conv_bn_eval(lc, lb, transpose=transpose)
+    for (k, lv), tv in zip(lf.state_dict().items(), tf.state_dict().values()):
+        np.testing.assert_allclose(lv.numpy(), tv.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+    x = np.random.default_rng(0).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(lf(loom.tensor(x)).detach().numpy(), lb(lc(loom.tensor(x))).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(loom.errors.LoomValueError, match="only works in eval mode"):
+        loom.nn.utils.fuse_conv_bn_eval(lc.train(), lb)
+
+
+def test_fuse_linear_bn_eval():
+    lin, bn = loom.nn.Linear(3, 4).eval(), loom.nn.BatchNorm1d(4).eval()
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    fused = loom.nn.utils.fuse_linear_bn_eval(lin, bn)
+    x = loom.randn(5, 3)
+    np.testing.assert_allclose(fused(x).detach().numpy(), bn(lin(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_functional_call_swaps_and_restores():
+    net = loom.nn.Sequential(loom.nn.Linear(2, 3), loom.nn.BatchNorm1d(3))
+    before = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+    w = loom.randn(3, 2, requires_grad=True)
+    out = loom.nn.utils.stateless.functional_call(net.eval(), {"0.weight": w}, loom.ones(4, 2))
+    (g,) = loom.autograd.grad(out.sum(), [w])
+    assert g.shape == (3, 2) and float(g.abs().sum()) > 0
+    for k, v in net.state_dict().items():
+        np.testing.assert_array_equal(v.detach().numpy(), before[k])
+    with pytest.raises(loom.errors.LoomValueError, match="no parameter or buffer named 'nope'"):
+        loom.nn.utils.stateless.functional_call(net, {"nope": w}, loom.ones(4, 2))
+
+
+def test_init_sparse_and_deprecated_spellings():
+    loom.manual_seed(0)
+    w = loom.nn.init.sparse_(loom.empty(10, 4), sparsity=0.3, std=0.5)
+    zeros = (w.numpy() == 0).sum(0)
+    assert zeros.tolist() == [3, 3, 3, 3] and 0.2 < float(w.numpy()[w.numpy() != 0].std()) < 0.9
+    with pytest.warns(FutureWarning, match=r"nn.init.xavier_uniform is now deprecated in favor of"):
+        loom.nn.init.xavier_uniform(loom.empty(3, 3))
+    with pytest.warns(FutureWarning, match="clip_grad_norm is now deprecated"):
+        p = loom.nn.Parameter(loom.ones(2))
+        p.grad = loom.ones(2) * 10
+        loom.nn.utils.clip_grad_norm([p], 1.0)
+    np.testing.assert_allclose(np.linalg.norm(p.grad.numpy()), 1.0, rtol=1e-5)
