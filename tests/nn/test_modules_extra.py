@@ -544,3 +544,62 @@ def test_init_sparse_and_deprecated_spellings():
         p.grad = loom.ones(2) * 10
         loom.nn.utils.clip_grad_norm([p], 1.0)
     np.testing.assert_allclose(np.linalg.norm(p.grad.numpy()), 1.0, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- packed sequences
+
+@pytest.mark.parametrize("name,kw,enforce_sorted", [
+    ("LSTM", {"num_layers": 2, "bidirectional": True}, False),
+    ("LSTM", {"proj_size": 2}, False),
+    ("GRU", {}, True),
+    ("RNN", {"bidirectional": True, "nonlinearity": "relu"}, False),
+])
+def test_recurrent_layers_take_packed_sequences(name, kw, enforce_sorted):
+    from torch.nn.utils import rnn as tr
+    lr = loom.nn.utils.rnn
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    lens = [5, 3, 2] if enforce_sorted else [3, 5, 2]
+    torch.manual_seed(0)
+    tm, lm = getattr(torch.nn, name)(4, 6, **kw), getattr(loom.nn, name)(4, 6, **kw)
+    lm.load_state_dict({k: loom.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    tx, lx = torch.tensor(x, requires_grad=True), loom.tensor(x, requires_grad=True)
+    tp = tr.pack_padded_sequence(tx, lens, enforce_sorted=enforce_sorted)
+    lp = lr.pack_padded_sequence(lx, lens, enforce_sorted=enforce_sorted)
+    np.testing.assert_array_equal(lp.data.detach().numpy(), tp.data.detach().numpy())
+    assert lp.batch_sizes.tolist() == tp.batch_sizes.tolist()
+    assert (lp.sorted_indices is None) == (tp.sorted_indices is None)
+    to, th = tm(tp)
+    lo, lh = lm(lp)
+    assert isinstance(lo, lr.PackedSequence) and lo.batch_sizes.tolist() == to.batch_sizes.tolist()
+    th, lh = (th if isinstance(th, tuple) else (th,)), (lh if isinstance(lh, tuple) else (lh,))
+    for a, b in zip(lh, th):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+    tpad, tl = tr.pad_packed_sequence(to, batch_first=True, total_length=6)
+    lpad, ll = lr.pad_packed_sequence(lo, batch_first=True, total_length=6)
+    np.testing.assert_allclose(lpad.detach().numpy(), tpad.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert ll.tolist() == tl.tolist()
+    cot = rng.standard_normal(tuple(tpad.shape)).astype(np.float32)
+    gt = torch.autograd.grad((tpad * torch.from_numpy(cot)).sum() + sum(h.sum() for h in th),
+                             [tx] + list(tm.parameters()))
+    gl = loom.autograd.grad((lpad * loom.tensor(cot)).sum() + sum(h.sum() for h in lh), [lx] + list(lm.parameters()))
+    for a, b in zip(gl, gt):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_pack_sequence_round_trip_and_errors():
+    from torch.nn.utils import rnn as tr
+    lr = loom.nn.utils.rnn
+    rng = np.random.default_rng(1)
+    seqs = [rng.standard_normal((n, 2)).astype(np.float32) for n in (4, 2, 3)]
+    tp = tr.pack_sequence([torch.from_numpy(s) for s in seqs], enforce_sorted=False)
+    lp = lr.pack_sequence([loom.tensor(s) for s in seqs], enforce_sorted=False)
+    np.testing.assert_array_equal(lp.data.numpy(), tp.data.numpy())
+    assert lp.sorted_indices.tolist() == tp.sorted_indices.tolist()
+    assert lp.unsorted_indices.tolist() == tp.unsorted_indices.tolist()
+    for got, want in zip(lr.unpack_sequence(lp), seqs):
+        np.testing.assert_array_equal(got.numpy(), want)
+    with pytest.raises(loom.errors.LoomValueError, match="must be sorted in decreasing order"):
+        lr.pack_padded_sequence(loom.zeros(4, 2, 1), [2, 4])
+    with pytest.raises(loom.errors.LoomValueError, match="exceeds the 4 time steps"):
+        lr.pack_padded_sequence(loom.zeros(4, 2, 1), [5, 4])
