@@ -4,10 +4,13 @@
 history of one step: from each output straight to the tensors the segment
 reads that require grad (its tensor arguments, and the parameters and other
 leaves it touches). The intermediate tensors of the segment are not kept for
-backward. When backward reaches an output, `fn` is run again with gradients on
-(with the random state it first saw, so dropout draws the same masks) and the
-gradient of the recomputed output is taken; gradients are therefore those of
-the plain call, to any order.
+backward, and in eager mode the outputs are computed at once, so their graph
+nodes let go of the segment's intermediate nodes too. When backward reaches
+an output, `fn` is run again with gradients on (with the random state it
+first saw, so dropout draws the same masks) and the gradient of the recomputed
+output is taken; gradients are therefore those of the plain call, to any order.
+Under `loom.function` the trace keeps the recomputation in the plan as graph
+nodes; whether the compiler shares them with the forward's is its business.
 
 Examples
 --------
@@ -26,6 +29,7 @@ from typing import Any, Callable
 from loom.autograd.engine import grad as _grad
 from loom.autograd.grad_mode import enable_grad, is_grad_enabled
 from loom.errors import LoomTypeError, LoomValueError
+from loom.runtime.realize import realize_barrier
 from loom.tensor import Context, Tensor
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
@@ -167,6 +171,9 @@ def checkpoint(function: Callable, *args, use_reentrant: bool | None = None, con
         out = segment.run([detached[k] for k in tensor_pos])
     outs = _tensors(out)
     segment.leaves = _leaves_of(outs, {id(detached[k]) for k in tensor_pos})
+    # Compute the outputs now (in eager mode; a trace leaves this to its plan): their nodes then drop the
+    # segment's intermediate nodes, and backward rebuilds the segment from its inputs instead.
+    realize_barrier([o._node for o in outs if isinstance(o, Tensor)])
     wrt = [args[k] for k in tensor_pos] + segment.leaves
     segment.args = tuple(a if k not in tensor_pos else None for k, a in enumerate(args))
     wrapped = []

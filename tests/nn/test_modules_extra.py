@@ -347,6 +347,30 @@ def test_checkpoint_keeps_no_intermediates_in_the_history():
     assert held == {id(x)} | {id(p) for p in net.parameters()}
 
 
+def test_checkpoint_lets_go_of_the_segments_intermediates():
+    import gc
+    import weakref
+
+    from loom.utils.checkpoint import checkpoint
+    kept = []
+
+    def segment(x):
+        inner = x.sin() * 3.0
+        kept.append(weakref.ref(inner))
+        return inner.exp().sum()
+
+    x = loom.randn(4, requires_grad=True)
+    plain = segment(x)
+    ckpt = checkpoint(segment, x, use_reentrant=False)
+    gc.collect()
+    assert kept[0]() is not None  # The plain call's history holds its intermediate tensor.
+    assert kept[1]() is None      # The checkpointed call's does not.
+    assert ckpt._node.buffer is not None and ckpt._node.inputs == ()  # Computed; no graph behind it.
+    g1 = loom.autograd.grad(ckpt, x)[0]
+    g2 = loom.autograd.grad(plain, x)[0]
+    np.testing.assert_allclose(g1.numpy(), g2.numpy(), rtol=1e-6)
+
+
 def test_checkpoint_second_order_and_tuple_outputs():
     from loom.utils.checkpoint import checkpoint
 
@@ -603,3 +627,20 @@ def test_pack_sequence_round_trip_and_errors():
         lr.pack_padded_sequence(loom.zeros(4, 2, 1), [2, 4])
     with pytest.raises(loom.errors.LoomValueError, match="exceeds the 4 time steps"):
         lr.pack_padded_sequence(loom.zeros(4, 2, 1), [5, 4])
+
+
+def test_checkpoint_inside_a_traced_step():
+    from loom.utils.checkpoint import checkpoint
+    net = loom.nn.Sequential(loom.nn.Linear(4, 8), loom.nn.Tanh(), loom.nn.Linear(8, 2))
+
+    def grads(x, use_checkpoint):
+        y = checkpoint(net, x, use_reentrant=False) if use_checkpoint else net(x)
+        return loom.autograd.grad((y * y).sum(), list(net.parameters()) + [x])
+
+    step = loom.function(lambda x: grads(x, True))
+    x = loom.randn(3, 4, requires_grad=True)
+    for _ in range(3):
+        got = step(x)
+    assert step.trace_count == 1
+    for g, w in zip(got, grads(x, False)):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
