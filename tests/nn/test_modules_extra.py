@@ -644,3 +644,87 @@ def test_checkpoint_inside_a_traced_step():
     assert step.trace_count == 1
     for g, w in zip(got, grads(x, False)):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- Module hooks and helpers
+
+def _hooked_pair():
+    torch.manual_seed(0)
+    ts = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    ls = loom.nn.Sequential(loom.nn.Linear(3, 4), loom.nn.Tanh(), loom.nn.Linear(4, 2))
+    ls.load_state_dict({k: loom.tensor(v.numpy()) for k, v in ts.state_dict().items()})
+    return ts, ls
+
+
+def _arr(g):
+    return None if g is None else g.detach().numpy().copy()
+
+
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_full_backward_hooks_match_pytorch(input_grad):
+    import warnings
+    ts, ls = _hooked_pair()
+    rec = {"t": [], "l": []}
+    for key, s in (("t", ts), ("l", ls)):
+        def full(m, gi, go, key=key, tag="full"):
+            rec[key].append((tag, [_arr(g) for g in gi], [_arr(g) for g in go]))
+
+        def pre(m, go, key=key):
+            rec[key].append(("pre", [_arr(g) for g in go]))
+            return tuple(g * 2 for g in go)
+        s[0].register_full_backward_hook(full)
+        s[1].register_full_backward_hook(full)
+        s[1].register_full_backward_hook(lambda m, gi, go: tuple(g * 3 for g in gi))
+        s[2].register_full_backward_pre_hook(pre)
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    tx, lx = torch.tensor(x, requires_grad=input_grad), loom.tensor(x, requires_grad=input_grad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ts(tx).sum().backward()
+    ls(lx).sum().backward()
+    assert [r[0] for r in rec["l"]] == [r[0] for r in rec["t"]] == ["pre", "full", "full"]
+    for got, want in zip(rec["l"], rec["t"]):
+        for part_l, part_t in zip(got[1:], want[1:]):
+            for a, b in zip(part_l, part_t):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for p, q in zip(ls.parameters(), ts.parameters()):  # The hooks' replacements reached the parameters.
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6)
+    if input_grad:
+        np.testing.assert_allclose(lx.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_state_dict_and_load_hooks():
+    m = loom.nn.Linear(2, 2)
+    seen = []
+    m.register_state_dict_pre_hook(lambda mod, prefix, keep_vars: seen.append(("pre", prefix)))
+
+    def rename(mod, sd, prefix, meta):
+        sd[prefix + "extra"] = loom.ones(1)
+    h = m.register_state_dict_post_hook(rename)
+    sd = m.state_dict()
+    assert seen == [("pre", "")] and list(sd) == ["weight", "bias", "extra"]
+    h.remove()
+
+    def old_names(mod, sd, prefix, meta, strict, missing, unexpected, errors):
+        if prefix + "w" in sd:
+            sd[prefix + "weight"] = sd.pop(prefix + "w")
+    m.register_load_state_dict_pre_hook(old_names)
+    posts = []
+    m.register_load_state_dict_post_hook(lambda mod, keys: posts.append(list(keys.missing_keys)))
+    given = {"w": loom.full((2, 2), 7.0), "bias": loom.zeros(2)}
+    m.load_state_dict(given)
+    assert list(given) == ["w", "bias"]  # The caller's dict is left alone.
+    assert float(m.weight.sum()) == 28.0 and posts == [[]]
+
+
+def test_set_submodule_and_to_empty():
+    net = loom.nn.Sequential(loom.nn.Linear(2, 3), loom.nn.Sequential(loom.nn.ReLU()))
+    net.set_submodule("1.0", loom.nn.Tanh())
+    assert isinstance(net[1][0], loom.nn.Tanh)
+    with pytest.raises(AttributeError, match="has no submodule `5`"):
+        net.set_submodule("1.5", loom.nn.Tanh(), strict=True)
+    w = net[0].weight
+    net.to_empty()
+    assert net[0].weight is w and w.shape == (3, 2)
