@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections import OrderedDict, namedtuple
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from loom import dtypes as dt
 from loom.autograd.grad_mode import no_grad
@@ -82,6 +82,11 @@ class Module:
     """
 
     training: bool
+    # PyTorch's class attributes: whether __init__ forwards extra arguments to a super class (never here),
+    # the legacy pickling flag, and the state_dict destination type variable.
+    call_super_init: bool = False
+    dump_patches: bool = False
+    T_destination = TypeVar("T_destination", bound=dict)
 
     def __init__(self, *args, **kwargs) -> None:
         if args or kwargs:
@@ -651,6 +656,21 @@ class Module:
 
     def cuda(self, device=None) -> Module:
         return self.to("cuda" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
+
+    def _unavailable(self, kind: str, device=None) -> Module:
+        raise DeviceError(f"loom.nn.Module.{kind}: loom has no {kind} backend; modules run on the cpu (or cuda)")
+
+    def xpu(self, device=None) -> Module:
+        """Move to an Intel GPU: not available in loom (raises DeviceError, as PyTorch does without one)."""
+        return self._unavailable("xpu", device)
+
+    def ipu(self, device=None) -> Module:
+        """Move to a Graphcore IPU: not available in loom (raises DeviceError)."""
+        return self._unavailable("ipu", device)
+
+    def mtia(self, device=None) -> Module:
+        """Move to an MTIA device: not available in loom (raises DeviceError)."""
+        return self._unavailable("mtia", device)
 
     def share_memory(self) -> Module:
         return self

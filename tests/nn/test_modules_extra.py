@@ -728,3 +728,5 @@ def test_set_submodule_and_to_empty():
     w = net[0].weight
     net.to_empty()
     assert net[0].weight is w and w.shape == (3, 2)
+    with pytest.raises(loom.errors.DeviceError, match="loom.nn.Module.xpu: loom has no xpu backend"):
+        net.xpu()
