@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ["math", "reduce", "shape", "linalg", "indexing", "sort", "nn", "conv"]
+MODULES = ["math", "reduce", "shape", "linalg", "indexing", "sort", "nn", "conv", "activation", "losses", "pooling",
+           "sampling", "distance", "sparse", "grouped"]
 
 
 def _modules():

@@ -14,7 +14,8 @@ from loom.tensor import Tensor, full, rand, randn
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
            "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_",
-           "orthogonal_"]
+           "orthogonal_", "sparse_", "uniform", "normal", "constant", "eye", "dirac", "xavier_uniform",
+           "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal", "sparse"]
 
 
 def _write(tensor: Tensor, value: Tensor) -> Tensor:
@@ -250,3 +251,50 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     if rows < cols:
         q = q.T
     return _write(tensor, _tensor(gain * q.reshape(tuple(tensor.shape)), dtype=tensor.dtype))
+
+
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Tensor:
+    """Fill a 2-d tensor with N(0, std) values and zero a `sparsity` fraction of each column's entries.
+
+    Examples
+    --------
+    >>> w = loom.nn.init.sparse_(loom.empty(10, 3), sparsity=0.3)
+    >>> [int((w[:, j] == 0).sum()) for j in range(3)]
+    [3, 3, 3]
+    """
+    import numpy as np
+
+    from loom.tensor import tensor as _tensor
+    if tensor.ndim != 2:
+        raise ShapeError(f"loom.nn.init.sparse_: only tensors with 2 dimensions are supported, got shape "
+                         f"{fmt_shape(tensor.shape)}")
+    rows, cols = tensor.shape
+    zeros = int(math.ceil(sparsity * rows))
+    values = randn(rows, cols, dtype=tensor.dtype, generator=generator).numpy() * std
+    order = np.argsort(rand(rows, cols, generator=generator).numpy(), axis=0)  # A random row order per column.
+    for j in range(cols):
+        values[order[:zeros, j], j] = 0
+    return _write(tensor, _tensor(values, dtype=tensor.dtype))
+
+
+def _deprecated(name: str, fn):
+    def old(*args, **kwargs):
+        import warnings
+        warnings.warn(f"nn.init.{name} is now deprecated in favor of nn.init.{name}_.", FutureWarning, stacklevel=2)
+        return fn(*args, **kwargs)
+    old.__name__ = name
+    old.__doc__ = f"Deprecated spelling of `{name}_`."
+    return old
+
+
+uniform = _deprecated("uniform", uniform_)
+normal = _deprecated("normal", normal_)
+constant = _deprecated("constant", constant_)
+eye = _deprecated("eye", eye_)
+dirac = _deprecated("dirac", dirac_)
+xavier_uniform = _deprecated("xavier_uniform", xavier_uniform_)
+xavier_normal = _deprecated("xavier_normal", xavier_normal_)
+kaiming_uniform = _deprecated("kaiming_uniform", kaiming_uniform_)
+kaiming_normal = _deprecated("kaiming_normal", kaiming_normal_)
+orthogonal = _deprecated("orthogonal", orthogonal_)
+sparse = _deprecated("sparse", sparse_)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections import OrderedDict, namedtuple
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from loom import dtypes as dt
 from loom.autograd.grad_mode import no_grad
@@ -82,6 +82,11 @@ class Module:
     """
 
     training: bool
+    # PyTorch's class attributes: whether __init__ forwards extra arguments to a super class (never here),
+    # the legacy pickling flag, and the state_dict destination type variable.
+    call_super_init: bool = False
+    dump_patches: bool = False
+    T_destination = TypeVar("T_destination", bound=dict)
 
     def __init__(self, *args, **kwargs) -> None:
         if args or kwargs:
@@ -301,6 +306,29 @@ class Module:
                 raise AttributeError(f"loom.nn.Module.get_submodule: `{item}` is not an nn.Module")
         return mod
 
+    def set_submodule(self, target: str, module: Module, strict: bool = False) -> None:
+        """Put `module` at dotted path `target` (with `strict`, only where a submodule already is).
+
+        Examples
+        --------
+        >>> net = loom.nn.Sequential(loom.nn.Linear(2, 2), loom.nn.ReLU())
+        >>> net.set_submodule("1", loom.nn.Tanh())
+        >>> type(net[1]).__name__
+        'Tanh'
+        """
+        if target == "":
+            raise ValueError("loom.nn.Module.set_submodule: cannot set the submodule without a target name")
+        if not isinstance(module, Module):
+            raise TypeError(f"loom.nn.Module.set_submodule: {_typename(module)} is not an nn.Module")
+        path, _, name = target.rpartition(".")
+        parent = self.get_submodule(path)
+        if strict and not isinstance(parent._modules.get(name), Module):
+            raise AttributeError(f"loom.nn.Module.set_submodule: {parent._get_name()} has no submodule `{name}`")
+        if not strict and hasattr(parent, name) and name not in parent._modules:
+            raise AttributeError(f"loom.nn.Module.set_submodule: `{name}` of {parent._get_name()} is not an "
+                                 "nn.Module")
+        setattr(parent, name, module)
+
     def _get_member(self, target: str, kind: str, store: str):
         module_path, _, name = target.rpartition(".")
         mod = self.get_submodule(module_path)
@@ -332,6 +360,8 @@ class Module:
             destination, prefix, keep_vars = (list(args) + [destination, prefix, keep_vars][len(args):])[:3]
         if destination is None:
             destination = OrderedDict()
+        for hook in list(self._hooks_of("_state_dict_pre_hooks").values()):
+            hook(self, prefix, keep_vars)
         for name, p in self._parameters.items():
             if p is not None:
                 destination[prefix + name] = p if keep_vars else p.detach()
@@ -344,7 +374,45 @@ class Module:
         for name, m in self._modules.items():
             if m is not None:
                 m.state_dict(destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars)
+        for hook in list(self._hooks_of("_state_dict_hooks").values()):
+            result = hook(self, destination, prefix, {})
+            if result is not None:
+                destination = result
         return destination
+
+    def _hooks_of(self, kind: str) -> OrderedDict:
+        """The hook table `kind`, made on first use (modules unpickled from older loom lack it)."""
+        d = self.__dict__.get(kind)
+        if d is None:
+            d = OrderedDict()
+            object.__setattr__(self, kind, d)
+        return d
+
+    def _add_hook(self, kind: str, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        table = self._hooks_of(kind)
+        handle = RemovableHandle(table)
+        table[handle.id] = hook
+        if prepend:
+            table.move_to_end(handle.id, last=False)
+        return handle
+
+    def register_state_dict_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """Call `hook(module, prefix, keep_vars)` before `state_dict` collects this module's entries."""
+        return self._add_hook("_state_dict_pre_hooks", hook)
+
+    def register_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
+        """Call `hook(module, state_dict, prefix, local_metadata)` after `state_dict` collected this module;
+        it may edit the dict in place."""
+        return self._add_hook("_state_dict_hooks", hook)
+
+    def register_load_state_dict_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """Call `hook(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+        error_msgs)` before this module's entries are loaded; it may edit `state_dict` in place."""
+        return self._add_hook("_load_state_dict_pre_hooks", hook)
+
+    def register_load_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
+        """Call `hook(module, incompatible_keys)` after `load_state_dict`; it may edit the key lists in place."""
+        return self._add_hook("_load_state_dict_post_hooks", hook)
 
     def get_extra_state(self) -> Any:
         """Override (with `set_extra_state`) to save non-tensor state in the state_dict."""
@@ -412,11 +480,21 @@ class Module:
                             f"got {type(state_dict).__name__}")
         missing: list[str] = []
         errors: list[str] = []
+        pre_unexpected: list[str] = []
+        if any(m.__dict__.get("_load_state_dict_pre_hooks") for m in self.modules()):
+            state_dict = OrderedDict(state_dict)  # Hooks may edit it; the caller's dict stays as it was.
         for name, module in self.named_modules(remove_duplicate=False):
             prefix = name + "." if name else ""
+            for hook in list(module._hooks_of("_load_state_dict_pre_hooks").values()):
+                hook(module, state_dict, prefix, {}, strict, missing, pre_unexpected, errors)
             module._load_from_state_dict(state_dict, prefix, strict, missing, errors)
         missing = list(dict.fromkeys(missing))
         unexpected = [k for k in state_dict.keys() if not isinstance(k, str) or not self._claims(k)]
+        unexpected += [k for k in pre_unexpected if k not in unexpected]
+        result = _IncompatibleKeys(missing, unexpected)
+        for module in self.modules():
+            for hook in list(module._hooks_of("_load_state_dict_post_hooks").values()):
+                hook(module, result)
         if strict:
             if unexpected:
                 errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected)
@@ -426,7 +504,7 @@ class Module:
         if errors:
             raise LoomError(f"loom.nn.Module.load_state_dict: Error(s) in loading state_dict for "
                             f"{self._get_name()}:\n\t" + "\n\t".join(errors))
-        return _IncompatibleKeys(missing, unexpected)
+        return result
 
     def _claims(self, key: str) -> bool:
         """Whether `key` names a parameter, persistent buffer or extra state of this module tree."""
@@ -505,6 +583,20 @@ class Module:
                     b.data = new
         return self
 
+    def to_empty(self, *, device=None, recurse: bool = True) -> Module:
+        """Give every parameter and buffer new, uninitialised storage of the same shape and dtype."""
+        from loom.tensor import empty
+        if device is not None:
+            from loom.device import device as _device
+            if _device(device).type != "cpu":
+                raise DeviceError(f"loom.nn.Module.to_empty: device {device!r} is not available in this build")
+        mods = self.modules() if recurse else [self]
+        for m in mods:
+            for t in list(m._parameters.values()) + list(m._buffers.values()):
+                if t is not None:
+                    t.data = empty(tuple(t.shape), dtype=t.dtype)
+        return self
+
     def to(self, *args, **kwargs) -> Module:
         """Cast floating-point parameters and buffers: `to(dtype)`, `to(device)`, `to(tensor)`.
 
@@ -565,6 +657,21 @@ class Module:
     def cuda(self, device=None) -> Module:
         return self.to("cuda" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
 
+    def _unavailable(self, kind: str, device=None) -> Module:
+        raise DeviceError(f"loom.nn.Module.{kind}: loom has no {kind} backend; modules run on the cpu (or cuda)")
+
+    def xpu(self, device=None) -> Module:
+        """Move to an Intel GPU: not available in loom (raises DeviceError, as PyTorch does without one)."""
+        return self._unavailable("xpu", device)
+
+    def ipu(self, device=None) -> Module:
+        """Move to a Graphcore IPU: not available in loom (raises DeviceError)."""
+        return self._unavailable("ipu", device)
+
+    def mtia(self, device=None) -> Module:
+        """Move to an MTIA device: not available in loom (raises DeviceError)."""
+        return self._unavailable("mtia", device)
+
     def share_memory(self) -> Module:
         return self
 
@@ -607,7 +714,107 @@ class Module:
             self._forward_hooks.move_to_end(handle.id, last=False)
         return handle
 
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """Call `hook(module, grad_input, grad_output)` once the gradients of the module's tensor inputs are
+        computed; a non-None result replaces grad_input.
+
+        grad_input holds one entry per positional tensor argument (None where it needs no gradient).
+        A replacement reaches the gradient of the input whose gradient arrived last, so it is exact for
+        modules with one tensor input (the common case).
+
+        Examples
+        --------
+        >>> lin, seen = loom.nn.Linear(3, 2), []
+        >>> h = lin.register_full_backward_hook(lambda m, gi, go: seen.append((gi[0].shape, go[0].shape)))
+        >>> lin(loom.randn(4, 3, requires_grad=True)).sum().backward()
+        >>> seen
+        [(loom.Size([4, 3]), loom.Size([4, 2]))]
+        """
+        return self._add_hook("_backward_hooks", hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """Call `hook(module, grad_output)` when the gradients of the module's outputs are known; a non-None
+        result replaces grad_output (exactly for single-output modules)."""
+        return self._add_hook("_backward_pre_hooks", hook, prepend)
+
+    def register_backward_hook(self, hook: Callable) -> RemovableHandle:
+        """The deprecated non-full backward hook; loom calls it as `register_full_backward_hook` does."""
+        return self._add_hook("_backward_hooks", hook)
+
+    def _with_backward_hooks(self, args: tuple, call: Callable):
+        """Run `call(*args)` with identity markers on tensor inputs and outputs whose gradient hooks feed the
+        module's backward hooks."""
+        full = list(self._hooks_of("_backward_hooks").values())
+        pre = list(self._hooks_of("_backward_pre_hooks").values())
+        tensor_args = [k for k, a in enumerate(args) if isinstance(a, Tensor)]
+        marked = [k for k in tensor_args if args[k].requires_grad and args[k].dtype.is_floating_point]
+        grad_in: dict[int, Any] = {}
+        state: dict[str, Any] = {"out": None, "in_left": len(marked)}
+        args = tuple(a * 1.0 if k in marked else a for k, a in enumerate(args))
+
+        def inputs_done():
+            gi = tuple(grad_in.get(k) for k in tensor_args)
+            result = None
+            for hook in full:
+                new = hook(self, gi, state["out"])
+                if new is not None:
+                    gi = result = tuple(new)
+            return result
+
+        def on_input(k):
+            def fire(g):
+                grad_in[k] = g
+                state["in_left"] -= 1
+                if state["in_left"] == 0:
+                    new = inputs_done()
+                    if new is not None:
+                        return new[tensor_args.index(k)]
+                return None
+            return fire
+
+        for k in marked:
+            args[k].register_hook(on_input(k))
+        output = call(*args)
+        flat = list(output) if isinstance(output, (tuple, list)) else [output]
+        live = [i for i, o in enumerate(flat) if isinstance(o, Tensor) and o.requires_grad]
+        grad_out: dict[int, Any] = {}
+        left = {"n": len(live)}
+
+        def on_output(i):
+            def fire(g):
+                grad_out[i] = g
+                left["n"] -= 1
+                if left["n"]:
+                    return None
+                go = tuple(grad_out.get(j) for j in range(len(flat)))
+                replaced = None
+                for hook in pre:
+                    new = hook(self, go)
+                    if new is not None:
+                        go = replaced = tuple(new)
+                state["out"] = go
+                if not marked and full:
+                    inputs_done()
+                return None if replaced is None else replaced[i]
+            return fire
+
+        for i in live:
+            flat[i] = flat[i] * 1.0
+            flat[i].register_hook(on_output(i))
+        if isinstance(output, tuple):
+            return type(output)(flat) if not hasattr(output, "_fields") else type(output)(*flat)
+        if isinstance(output, list):
+            return flat
+        return flat[0]
+
     def _call_impl(self, *args, **kwargs):
+        if self.__dict__.get("_backward_hooks") or self.__dict__.get("_backward_pre_hooks"):
+            from loom.autograd.grad_mode import is_grad_enabled
+            if is_grad_enabled():
+                return self._with_backward_hooks(args, lambda *a: self._call_forward(*a, **kwargs))
+        return self._call_forward(*args, **kwargs)
+
+    def _call_forward(self, *args, **kwargs):
         if not self._forward_pre_hooks and not self._forward_hooks:
             return self.forward(*args, **kwargs)
         for hid, hook in list(self._forward_pre_hooks.items()):

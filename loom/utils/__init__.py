@@ -1,2 +1,2 @@
 """loom.utils: PyTorch's `torch.utils` spellings (`loom.utils.data` is `loom.data`)."""
-from loom.utils import data  # noqa: F401
+from loom.utils import checkpoint, data  # noqa: F401

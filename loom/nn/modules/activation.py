@@ -302,3 +302,83 @@ class GLU(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class _Shrink(Module):
+    _fn = "hardshrink"
+
+    def __init__(self, lambd: float = 0.5) -> None:
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, input: Tensor) -> Tensor:
+        return getattr(F, self._fn)(input, self.lambd)
+
+    def extra_repr(self) -> str:
+        return str(self.lambd)
+
+
+class Hardshrink(_Shrink):
+    """x where |x| > lambd, else 0.
+
+    Examples
+    --------
+    >>> loom.nn.Hardshrink()(loom.tensor([-1.0, 0.25])).tolist()
+    [-1.0, 0.0]
+    """
+
+    _fn = "hardshrink"
+
+
+class Softshrink(_Shrink):
+    """x shrunk towards 0 by lambd, and 0 within [-lambd, lambd]."""
+
+    _fn = "softshrink"
+
+
+class Threshold(Module):
+    """x where x > threshold, else `value`.
+
+    Examples
+    --------
+    >>> loom.nn.Threshold(0.1, 20.0)(loom.tensor([0.0, 1.0])).tolist()
+    [20.0, 1.0]
+    """
+
+    def __init__(self, threshold: float, value: float, inplace: bool = False) -> None:
+        super().__init__()
+        self.threshold = threshold
+        self.value = value
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"threshold={self.threshold}, value={self.value}" + (", inplace=True" if self.inplace else "")
+
+
+class RReLU(Module):
+    """Randomised leaky ReLU: slopes drawn from U(lower, upper) in training, their mean in eval."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False) -> None:
+        super().__init__()
+        self.lower = lower
+        self.upper = upper
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")
+
+
+class Softmax2d(Module):
+    """Softmax over the channels (dim -3) of (N, C, H, W) or (C, H, W) inputs."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        if input.ndim not in (3, 4):
+            raise ValueError(f"loom.nn.Softmax2d: expected a 3-d or 4-d input, got {input.ndim}-d "
+                             f"{list(input.shape)}")
+        return F.softmax(input, -3)

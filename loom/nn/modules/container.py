@@ -356,3 +356,15 @@ class ParameterDict(Module):
     def extra_repr(self) -> str:
         return "\n".join(f"  ({k}): Parameter containing: [{v.dtype!r} of size {'x'.join(map(str, v.shape))}]"
                          for k, v in self.items())
+
+
+class Container(Module):
+    """The deprecated `nn.Container`: a Module whose keyword arguments become its children."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__()
+        import warnings
+        warnings.warn("nn.Container is deprecated. All of it's functionality is now implemented in nn.Module. "
+                      "Subclass that instead.", DeprecationWarning, stacklevel=2)
+        for key, value in kwargs.items():
+            self.add_module(key, value)

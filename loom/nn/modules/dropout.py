@@ -59,3 +59,9 @@ class AlphaDropout(_DropoutNd):
     """Dropout that keeps the self-normalising mean and variance of SELU networks."""
 
     _fn = "alpha_dropout"
+
+
+class FeatureAlphaDropout(_DropoutNd):
+    """Alpha dropout of whole channels (for SELU networks with convolutions)."""
+
+    _fn = "feature_alpha_dropout"

@@ -235,3 +235,142 @@ class RMSNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class SyncBatchNorm(_BatchNorm):
+    """BatchNorm whose statistics span every process of a group; in one process it is BatchNorm.
+
+    loom computes the statistics of the tensor it is given; a data-parallel model whose batch is a
+    global (split) tensor gets the whole batch's statistics from the same code.
+    """
+
+    _ndims = (2, 3, 4, 5)
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, process_group=None, device=None, dtype=None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        self.process_group = process_group
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: Module, process_group=None) -> Module:
+        """`module` with every BatchNorm layer replaced by a SyncBatchNorm holding the same state."""
+        out = module
+        if isinstance(module, _BatchNorm) and not isinstance(module, (SyncBatchNorm, _InstanceNorm)):
+            out = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
+                      process_group)
+            out.load_state_dict(module.state_dict())
+            out.train(module.training)
+        for name, child in module.named_children():
+            out.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return out
+
+
+class _InstanceNorm(_BatchNorm):
+    """Normalisation of each sample's channels over their spatial positions."""
+
+    _no_batch_dim = 3
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
+                 track_running_stats: bool = False, device=None, dtype=None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+
+    def forward(self, input: Tensor) -> Tensor:
+        name = type(self).__name__
+        if input.ndim not in (self._no_batch_dim, self._no_batch_dim + 1):
+            raise ValueError(f"loom.nn.{name}: expected {self._no_batch_dim}D or {self._no_batch_dim + 1}D input "
+                             f"(got {input.ndim}D input)")
+        feature_dim = input.ndim - self._no_batch_dim
+        if input.shape[feature_dim] != self.num_features:
+            msg = (f"loom.nn.{name}: expected input's size at dim={feature_dim} to match num_features "
+                   f"({self.num_features}), but got: {input.shape[feature_dim]}.")
+            if self.affine:
+                raise ValueError(msg)
+            import warnings
+            warnings.warn(msg + " num_features is not used when affine=False", stacklevel=2)
+        unbatched = input.ndim == self._no_batch_dim
+        x = input.unsqueeze(0) if unbatched else input
+        y = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            self.training or not self.track_running_stats,
+                            self.momentum if self.momentum is not None else 0.0, self.eps)
+        return y.squeeze(0) if unbatched else y
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalisation of (N, C, L) or (C, L) inputs.
+
+    Examples
+    --------
+    >>> loom.nn.InstanceNorm1d(3)(loom.randn(2, 3, 5)).shape
+    loom.Size([2, 3, 5])
+    """
+
+    _no_batch_dim = 2
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalisation of (N, C, H, W) or (C, H, W) inputs."""
+
+    _no_batch_dim = 3
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalisation of (N, C, D, H, W) or (C, D, H, W) inputs."""
+
+    _no_batch_dim = 4
+
+
+class LocalResponseNorm(Module):
+    """x / (k + alpha * mean of x^2 over `size` neighbouring channels)^beta.
+
+    Examples
+    --------
+    >>> loom.nn.LocalResponseNorm(2)(loom.randn(1, 4, 3, 3)).shape
+    loom.Size([1, 4, 3, 3])
+    """
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> None:
+        super().__init__()
+        self.size = size
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class CrossMapLRN2d(Module):
+    """Lua-Torch's cross-channel LRN of (N, C, H, W): x * (k + alpha / size * sum of x^2 over the
+    2 * ((size - 1) // 2 + 1) - 1 channels centred on each one)^-beta, with that code's running sum
+    (which also counts channel 0 in every later window), as PyTorch computes it."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1) -> None:
+        super().__init__()
+        self.size = size
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+
+    def forward(self, input: Tensor) -> Tensor:
+        if input.ndim != 4:
+            raise ValueError(f"loom.nn.CrossMapLRN2d: expected a 4-d (N, C, H, W) input, got "
+                             f"{input.ndim}-d {list(input.shape)}")
+        pre_pad = int((self.size - 1) / 2 + 1)
+        half = pre_pad - 1
+        c = input.shape[1]
+        sq = input * input
+        padded = F.pad(sq, (0, 0, 0, 0, half, half))
+        acc = padded[:, 0:c]
+        for j in range(1, 2 * half + 1):
+            acc = acc + padded[:, j:j + c]
+        if c > pre_pad:
+            # Lua Torch's running sum never subtracts channel 0: every channel from pre_pad on includes it.
+            late = tensor([0.0] * pre_pad + [1.0] * (c - pre_pad), dtype=input.dtype).reshape(1, c, 1, 1)
+            acc = acc + sq[:, :1] * late
+        return input * (acc * (self.alpha / self.size) + self.k) ** -self.beta
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"

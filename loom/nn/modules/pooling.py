@@ -159,3 +159,133 @@ class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
     """Max pooling of (N, C, H, W) inputs to a fixed output size."""
 
     _fn = "adaptive_max_pool2d"
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    """Max pooling of (N, C, D, H, W) inputs to a fixed output size."""
+
+    _fn = "adaptive_max_pool3d"
+
+
+class _LPPoolNd(Module):
+    _fn = "lp_pool2d"
+
+    def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False) -> None:
+        super().__init__()
+        self.norm_type = norm_type
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.ceil_mode = ceil_mode
+
+    def forward(self, input: Tensor) -> Tensor:
+        return getattr(F, self._fn)(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return (f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"ceil_mode={self.ceil_mode}")
+
+
+class LPPool1d(_LPPoolNd):
+    """Power-average pooling (sum of x^p over each window)^(1/p) over (N, C, L) inputs.
+
+    Examples
+    --------
+    >>> loom.nn.LPPool1d(2, 2)(loom.tensor([[[3.0, 4.0]]])).tolist()
+    [[[5.0]]]
+    """
+
+    _fn = "lp_pool1d"
+
+
+class LPPool2d(_LPPoolNd):
+    """Power-average pooling over (N, C, H, W) inputs."""
+
+    _fn = "lp_pool2d"
+
+
+class LPPool3d(_LPPoolNd):
+    """Power-average pooling over (N, C, D, H, W) inputs."""
+
+    _fn = "lp_pool3d"
+
+
+class _MaxUnpoolNd(Module):
+    _fn = "max_unpool2d"
+
+    def __init__(self, kernel_size, stride=None, padding=0) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+
+    def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:
+        return getattr(F, self._fn)(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    """Inverse of MaxPool1d: values back at their indices, zeros elsewhere."""
+
+    _fn = "max_unpool1d"
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    """Inverse of MaxPool2d: values back at their indices, zeros elsewhere.
+
+    Examples
+    --------
+    >>> pool, unpool = loom.nn.MaxPool2d(2, return_indices=True), loom.nn.MaxUnpool2d(2)
+    >>> unpool(*pool(loom.ones(1, 1, 4, 4))).shape
+    loom.Size([1, 1, 4, 4])
+    """
+
+    _fn = "max_unpool2d"
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    """Inverse of MaxPool3d."""
+
+    _fn = "max_unpool3d"
+
+
+class _FractionalMaxPoolNd(Module):
+    _fn = "fractional_max_pool2d"
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices: bool = False,
+                 _random_samples=None) -> None:
+        super().__init__()
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"loom.nn.{type(self).__name__} requires specifying either an output size, or a "
+                             "pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError(f"loom.nn.{type(self).__name__}: only one of output_size and output_ratio may be "
+                             "specified")
+        self.kernel_size = kernel_size
+        self.output_size = output_size
+        self.output_ratio = output_ratio
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+
+    def forward(self, input: Tensor):
+        return getattr(F, self._fn)(input, self.kernel_size, self.output_size, self.output_ratio,
+                                    self.return_indices, _random_samples=self._random_samples)
+
+
+class FractionalMaxPool2d(_FractionalMaxPoolNd):
+    """Max pooling over (N, C, H, W) with windows at pseudo-random, increasing starts.
+
+    Examples
+    --------
+    >>> loom.nn.FractionalMaxPool2d(3, output_ratio=(0.5, 0.5))(loom.randn(1, 2, 10, 10)).shape
+    loom.Size([1, 2, 5, 5])
+    """
+
+    _fn = "fractional_max_pool2d"
+
+
+class FractionalMaxPool3d(_FractionalMaxPoolNd):
+    """Fractional max pooling over (N, C, D, H, W)."""
+
+    _fn = "fractional_max_pool3d"

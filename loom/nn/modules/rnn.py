@@ -13,7 +13,7 @@ import warnings
 
 from loom.errors import LoomError, ShapeError, fmt_shape
 from loom.tensor import _check_device
-from loom.functional.math import relu, sigmoid, tanh
+from loom.functional.math import relu, sigmoid, tanh, where
 from loom.functional.shape import cat, stack
 from loom.nn import functional as F
 from loom.nn import init
@@ -130,8 +130,7 @@ class RNNBase(Module):
     def _check_input(self, input: Tensor) -> None:
         name = f"loom.nn.{type(self).__name__}"
         if not isinstance(input, Tensor):
-            raise TypeError(f"{name}: expected a loom.Tensor input, got {type(input).__name__} (PackedSequence "
-                            "inputs are not supported; pad the batch and pass lengths through a mask)")
+            raise TypeError(f"{name}: expected a loom.Tensor or PackedSequence input, got {type(input).__name__}")
         if input.ndim not in (2, 3):
             raise ShapeError(f"{name}: expected input to be 2-d (L, H_in) or 3-d, got {input.ndim}-d input of "
                              f"shape {fmt_shape(input.shape)}")
@@ -154,11 +153,19 @@ class RNNBase(Module):
             return _gru_step(x_proj, state, w_hh, b_hh)
         return _rnn_step(x_proj, state, w_hh, b_hh, self.mode == "RNN_RELU")
 
-    def _run(self, input: Tensor, hx):
-        """Sequence-first input (L, N, H_in) and per-(layer, direction) states -> (output, final states)."""
+    def _run(self, input: Tensor, hx, lengths=None):
+        """Sequence-first input (L, N, H_in) and per-(layer, direction) states -> (output, final states).
+
+        With `lengths` (one per batch element, from a PackedSequence), steps past a sequence's end leave its
+        state unchanged and output zeros, so the final states are those at each sequence's last step.
+        """
         num_directions = 2 if self.bidirectional else 1
         seq_len = input.shape[0]
         layer_input = input
+        masks = None
+        if lengths is not None:
+            from loom.tensor import tensor as _tensor
+            masks = [_tensor((lengths > t).reshape(-1, 1)) for t in range(seq_len)]
         finals = []
         for layer in range(self.num_layers):
             outs = []
@@ -169,7 +176,15 @@ class RNNBase(Module):
                 steps: list = [None] * seq_len
                 order = range(seq_len - 1, -1, -1) if direction == 1 else range(seq_len)
                 for t in order:
-                    steps[t], state = self._step(proj[t], state, w_hh, b_hh, w_hr)
+                    out_t, new_state = self._step(proj[t], state, w_hh, b_hh, w_hr)
+                    if masks is not None:
+                        keep = masks[t]
+                        if isinstance(new_state, tuple):
+                            new_state = tuple(where(keep, a, b) for a, b in zip(new_state, state))
+                        else:
+                            new_state = where(keep, new_state, state)
+                        out_t = where(keep, out_t, out_t.detach() * 0.0)
+                    steps[t], state = out_t, new_state
                 outs.append(stack(steps))
                 finals.append(state)
             layer_input = outs[0] if num_directions == 1 else cat(outs, dim=2)
@@ -207,8 +222,29 @@ class RNNBase(Module):
         self._check_hidden(hx, (num, batch, size), what)
         return hx
 
+    def _unpack(self, input):
+        """A PackedSequence as (sequence-first padded input, lengths); any other input as (input, None)."""
+        from loom.nn.utils.rnn import PackedSequence, pad_packed_sequence
+        if not isinstance(input, PackedSequence):
+            return input, None
+        padded, lengths = pad_packed_sequence(input)
+        if padded.shape[-1] != self.input_size:
+            raise ShapeError(f"loom.nn.{type(self).__name__}: input.size(-1) must be equal to input_size. Expected "
+                             f"{self.input_size}, got {padded.shape[-1]}")
+        return padded, lengths.numpy()
+
+    def _repack(self, output: Tensor, lengths, like):
+        """The padded output packed as the input PackedSequence `like` was."""
+        from loom.nn.utils.rnn import pack_padded_sequence
+        return pack_padded_sequence(output, lengths, enforce_sorted=like.sorted_indices is None)
+
     def _forward_single_state(self, input: Tensor, hx: Tensor | None):
         """RNN's and GRU's forward: one hidden state per layer and direction."""
+        padded, lengths = self._unpack(input)
+        if lengths is not None:
+            h0 = self._hidden(hx, True, padded.shape[1], self.hidden_size, padded.dtype, "hx")
+            out, finals = self._run(padded, [h0[i] for i in range(h0.shape[0])], lengths)
+            return self._repack(out, lengths, input), stack(finals)
         x, batched, batch = self._prepare(input)
         h0 = self._hidden(hx, batched, batch, self.hidden_size, x.dtype, "hx")
         out, finals = self._run(x, [h0[i] for i in range(h0.shape[0])])
@@ -296,16 +332,22 @@ class LSTM(RNNBase):
         _check_device(device, f"nn.{type(self).__name__}")
 
     def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None):
-        x, batched, batch = self._prepare(input)
+        padded, lengths = self._unpack(input)
+        if lengths is not None:
+            x, batched, batch = padded, True, padded.shape[1]
+        else:
+            x, batched, batch = self._prepare(input)
         real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
         if hx is not None and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
             raise LoomError("loom.nn.LSTM: hx must be a tuple (h_0, c_0)")
         h0 = self._hidden(None if hx is None else hx[0], batched, batch, real_hidden, x.dtype, "hidden[0]")
         c0 = self._hidden(None if hx is None else hx[1], batched, batch, self.hidden_size, x.dtype, "hidden[1]")
         num = h0.shape[0]
-        out, finals = self._run(x, [(h0[i], c0[i]) for i in range(num)])
+        out, finals = self._run(x, [(h0[i], c0[i]) for i in range(num)], lengths)
         h_n = stack([h for h, _ in finals])
         c_n = stack([c for _, c in finals])
+        if lengths is not None:
+            return self._repack(out, lengths, input), (h_n, c_n)
         if not batched:
             h_n, c_n = h_n.squeeze(1), c_n.squeeze(1)
         return self._finish(out, batched), (h_n, c_n)
