@@ -8,7 +8,7 @@
   into a `loom.nn.Module` whose weights are trainable parameters.
 
 The ``onnx`` package (and ``onnxruntime`` to run exported models) is needed
-only when these functions are called: ``pip install loom[onnx]``. Importing
+only when these functions are called: ``pip install loom-dl[onnx]``. Importing
 ``loom`` or ``loom.onnx`` imports neither. The ``"onnxruntime"`` compiler
 plugin (``loom.function(fn, backend="onnxruntime")``) uses the same lowering.
 """
@@ -23,7 +23,7 @@ def _need_onnx(what: str) -> None:
     except ImportError as e:
         from loom.errors import LoomError
         raise LoomError(f"loom.onnx.{what}: needs the 'onnx' package ({e}); install it with "
-                        "pip install 'loom[onnx]' (or pip install onnx onnxruntime)") from None
+                        "pip install 'loom-dl[onnx]' (or pip install onnx onnxruntime)") from None
 
 
 def export(model_or_fn: Any, example_args: Any, path: Any = None, input_names: Sequence[str] | None = None,
@@ -111,12 +111,12 @@ def load(path: Any):
 
     Examples
     --------
-    >>> import loom, loom.nn as nn
+    >>> import numpy as np, loom, loom.nn as nn
     >>> model = nn.Sequential(nn.Linear(4, 3), nn.Tanh()).eval()
     >>> proto = loom.onnx.export(model, loom.randn(2, 4))
     >>> imported = loom.onnx.load(proto)
     >>> x = loom.randn(2, 4)
-    >>> bool(loom.allclose(imported(x), model(x), atol=1e-6))
+    >>> np.allclose(imported(x).detach().numpy(), model(x).detach().numpy(), atol=1e-6)
     True
     """
     _need_onnx("load")

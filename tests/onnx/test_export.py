@@ -1,0 +1,165 @@
+"""loom.onnx.export: the example models exported with a dynamic batch, checked by onnx and run by onnxruntime.
+
+Every model is exported once at batch 2, passes ``onnx.checker`` with
+``full_check=True`` and runs in onnxruntime at two batch sizes with outputs
+within 1e-5 of loom's. The GCN is exported with a dynamic edge count instead.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import loom
+import loom.nn as nn
+from loom.ir.node import Node
+from loom.onnx._export import IR_VERSION
+from tests.onnx import _models
+
+TOL = 1e-5
+
+
+def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def max_diff(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+CASES = {name: (model, make, input_name) for name, model, make, input_name in _models.cases()}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_export_runs_in_onnxruntime_at_two_batch_sizes(name, tmp_path):
+    model, make, input_name = CASES[name]
+    if name == "resnet":  # Give BatchNorm running statistics that are not the identity.
+        model.train()
+        with loom.no_grad():
+            model(make(8, seed=3))
+    model.eval()
+    path = tmp_path / f"{name}.onnx"
+    proto = loom.onnx.export(model, (make(2),), path, input_names=[input_name],
+                             dynamic_axes={input_name: {0: "batch"}})
+    saved = onnx.load(str(path))
+    onnx.checker.check_model(saved, full_check=True)
+    assert saved.ir_version == IR_VERSION == 10
+    assert saved.opset_import[0].version == 17
+    dim = saved.graph.input[0].type.tensor_type.shape.dim[0]
+    assert dim.dim_param == "batch"
+    assert saved.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    # Weights are initializers named after the parameters.
+    inits = {t.name for t in proto.graph.initializer}
+    params = {n for n, _ in model.named_parameters()}
+    assert params & inits, f"no parameter name among the initializers {sorted(inits)[:8]}"
+    sess = ort_session(saved)
+    for batch in (2, 5):
+        x = make(batch, seed=batch)
+        expected = model(x).detach().numpy()
+        (got,) = sess.run(None, {input_name: x.numpy()})
+        assert got.shape == expected.shape
+        assert max_diff(got, expected) <= TOL, f"{name} at batch {batch}: {max_diff(got, expected)}"
+
+
+def test_gcn_export_with_a_dynamic_edge_count():
+    fn, args, names, adjacency = _models.gcn_case()
+    dyn = {"adj_indices": {1: "edges"}, "adj_values": {0: "edges"}}
+    proto = loom.onnx.export(fn, args, input_names=names, dynamic_axes=dyn)
+    onnx.checker.check_model(proto, full_check=True)
+    ops = {n.op_type for n in proto.graph.node}
+    assert {"GatherElements", "ScatterElements"} <= ops
+    sess = ort_session(proto)
+    for n_edges in (20, 9):
+        a_idx, a_val = adjacency(n_edges)
+        feeds = [args[0], args[1], a_idx, a_val]
+        expected = fn(*feeds).detach().numpy()
+        (got,) = sess.run(None, {n: t.numpy() for n, t in zip(names, feeds)})
+        assert max_diff(got, expected) <= TOL
+
+
+def test_static_export_and_default_names():
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh()).eval()
+
+    def two_outputs(x, y):
+        return model(x), (x * y).sum(1)
+    proto = loom.onnx.export(two_outputs, (_models.randn(2, 4), _models.randn(2, 4, seed=1)))
+    assert [i.name for i in proto.graph.input] == ["x", "y"]
+    assert [o.name for o in proto.graph.output] == ["output0", "output1"]
+    assert [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim] == [2, 4]
+    x, y = _models.randn(2, 4, seed=5), _models.randn(2, 4, seed=6)
+    got = ort_session(proto).run(None, {"x": x.numpy(), "y": y.numpy()})
+    for g, e in zip(got, two_outputs(x, y)):
+        assert max_diff(g, e.detach().numpy()) <= TOL
+
+
+def test_elementwise_and_integer_semantics_match_loom():
+    def fn(x, k):
+        a = (x.abs() + 1).log1p() + x.expm1() * x.trunc() - x.floor() / (x.ceil() + 10)
+        b = (k // 3) * 2 + k % 3 - (k > 1).to(loom.int64)
+        c = loom.where(x > 0, x.sign(), x.round()) + x.flip(1).cumsum(1)
+        return a, b, c, x.argsort(1), x.max(1).values
+    x = loom.from_numpy(np.array([[-2.5, 1.5, 0.3, -0.7], [3.2, -4.1, 0.0, 2.2]], np.float32))
+    k = loom.from_numpy(np.array([[-7, 5, 0, 9], [4, -1, 2, -9]], np.int64))
+    proto = loom.onnx.export(fn, (x, k), input_names=["x", "k"], dynamic_axes={"x": {0: "b"}, "k": {0: "b"}})
+    onnx.checker.check_model(proto, full_check=True)
+    got = ort_session(proto).run(None, {"x": x.numpy(), "k": k.numpy()})
+    for g, e in zip(got, fn(x, k)):
+        e = e.numpy()
+        assert g.dtype == e.dtype and g.shape == e.shape
+        assert max_diff(g, e) <= TOL
+
+
+def test_unsupported_primitive_names_the_op_and_node():
+    with pytest.raises(loom.LoomError, match=r"primitive 'atan2' \(node %\d+"):
+        loom.onnx.export(lambda x: loom.atan2(x, x + 1), (_models.randn(3),))
+
+
+def test_graph_that_changes_with_the_batch_is_refused():
+    def fn(x):
+        return x.sum() if x.shape[0] == 2 else x.exp()  # Structure depends on the batch size.
+    with pytest.raises(loom.LoomError, match="changes structure when a dynamic axis changes"):
+        loom.onnx.export(fn, (_models.randn(2, 3),), input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+
+
+def test_dropout_in_training_mode_is_refused():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
+    with pytest.raises(loom.LoomError, match=r"model\.eval\(\)"):
+        loom.onnx.export(model, (_models.randn(2, 4),))
+
+
+def test_bad_arguments():
+    model = nn.Linear(4, 2)
+    with pytest.raises(loom.LoomError, match="not an input"):
+        loom.onnx.export(model, (_models.randn(2, 4),), dynamic_axes={"y": {0: "batch"}})
+    with pytest.raises(loom.LoomError, match="opset must be an int"):
+        loom.onnx.export(model, (_models.randn(2, 4),), opset=9)
+    with pytest.raises(loom.LoomError, match="out of range"):
+        loom.onnx.export(model, (_models.randn(2, 4),), input_names=["x"], dynamic_axes={"x": {2: "b"}})
+
+
+def test_conv2d_primitive_maps_to_onnx_conv():
+    """A ``conv2d`` library primitive (if loom's IR grows one) lowers to ONNX Conv."""
+    from loom import dtypes as dt
+    from loom.onnx._export import IR_VERSION
+    from loom.onnx._lower import Lowering
+
+    x = Node("input", (), {}, (2, 4, 9, 9), dt.float32)
+    w = Node("input", (), {}, (6, 2, 3, 3), dt.float32)
+    conv = Node("conv2d", (x, w), {"stride": (2, 2), "padding": (1, 1), "dilation": 1, "groups": 2},
+                (2, 6, 5, 5), dt.float32)
+    lw = Lowering(17)
+    out = lw.node(conv, ["x", "w"])
+    (node,) = lw.nodes
+    assert node.op_type == "Conv"
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs == {"strides": [2, 2], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 2}
+    vi = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(lw.nodes, "conv", [vi("x", 1, [2, 4, 9, 9]), vi("w", 1, [6, 2, 3, 3])],
+                                   [vi(out, 1, [2, 6, 5, 5])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    xs, ws = _models.randn(2, 4, 9, 9), _models.randn(6, 2, 3, 3, seed=1)
+    (got,) = ort_session(model).run(None, {"x": xs.numpy(), "w": ws.numpy()})
+    expected = loom.nn.functional.conv2d(xs, ws, stride=2, padding=1, groups=2).numpy()
+    assert max_diff(got, expected) <= TOL
