@@ -70,6 +70,10 @@ def _attr_name(name: str, used: set) -> str:
 class OnnxModule(nn.Module):
     """An imported ONNX graph: float initializers are parameters, forward interprets the nodes with loom ops.
 
+    Float initializers of one or more dims become trainable parameters (those
+    feeding BatchNormalization's mean and variance become buffers); 0-d and
+    integer initializers are constants.
+
     Attributes
     ----------
     input_names, output_names : list of str
@@ -93,7 +97,7 @@ class OnnxModule(nn.Module):
         self._static: dict[str, np.ndarray] = {}
         for t in graph.initializer:
             array = numpy_helper.to_array(t)
-            if array.dtype.kind == "f":
+            if array.dtype.kind == "f" and array.ndim > 0:  # Scalars are constants of the graph, not weights.
                 attr = _attr_name(t.name, used)
                 value = loom.from_numpy(np.array(array))
                 if t.name in stats:
@@ -621,6 +625,52 @@ def _mod(m, ins, a, node):
     return _np_or_loom(np.mod, loom.remainder)(m, ins, a, node)
 
 
+def _pad(m, ins, a, node):
+    x = ins[0]
+    ndim = len(_shape_of(x))
+    pads = _static_shape(ins[1]) if len(ins) > 1 else list(a["pads"])
+    value = ins[2] if len(ins) > 2 and ins[2] is not None else np.array(a.get("value", 0.0))
+    value = float(np.asarray(_need_static(value, "Pad value")).reshape(-1)[0])
+    axes = _static_shape(ins[3]) if len(ins) > 3 and ins[3] is not None else list(range(ndim))
+    axes = [_norm_axis(v, ndim) for v in axes]
+    mode = a.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if min(pads, default=0) < 0 or mode not in ("constant", "reflect", "edge"):
+        raise LoomError(f"loom.onnx: Pad node {node.name!r}: negative pads or mode {mode!r} are not supported")
+    k = len(axes)
+    full = [(0, 0)] * ndim
+    for j, ax in enumerate(axes):
+        full[ax] = (pads[j], pads[k + j])
+    if _is_static(x):
+        return np.pad(x, full, mode=mode, **({"constant_values": value} if mode == "constant" else {}))
+    flat = []
+    for lo, hi in reversed(full):
+        flat += [lo, hi]
+    mode = {"edge": "replicate"}.get(mode, mode)
+    return F.pad(x, flat, mode=mode, value=value if mode == "constant" else None)
+
+
+def _scatter_elements(m, ins, a, node):
+    base, idx, src = _tensor(ins[0]), _tensor(ins[1]).to(loom.int64), _tensor(ins[2])
+    ax = _norm_axis(a.get("axis", 0), base.ndim)
+    idx = loom.where(idx < 0, idx + base.shape[ax], idx)
+    red = a.get("reduction", b"none")
+    red = red.decode() if isinstance(red, bytes) else red
+    if red == "add":
+        return base.scatter_add(ax, idx, src)
+    if red == "none":
+        return base.scatter(ax, idx, src)
+    raise LoomError(f"loom.onnx: ScatterElements node {node.name!r}: reduction {red!r} is not supported")
+
+
+def _topk(m, ins, a, node):
+    x = _tensor(ins[0])
+    k = int(np.asarray(_need_static(ins[1], "TopK k")).reshape(-1)[0])
+    values, indices = loom.topk(x, k, dim=a.get("axis", -1), largest=bool(a.get("largest", 1)),
+                                sorted=bool(a.get("sorted", 1)))
+    return [values, indices]
+
+
 def _bool_fn(np_fn, loom_fn):
     return _np_or_loom(np_fn, loom_fn)
 
@@ -636,6 +686,11 @@ _OPS: dict[str, Callable] = {
     "Mul": _np_or_loom(np.multiply, lambda x, y: x * y),
     "Div": _np_or_loom(lambda x, y: x / y if x.dtype.kind == "f" else _int_div(x, y), _div),
     "Pow": _pow,
+    "Pad": _pad,
+    "ScatterElements": _scatter_elements,
+    "TopK": _topk,
+    "Sign": _unary(np.sign, loom.sign),
+    "Round": _unary(np.round, loom.round),
     "Mod": _mod,
     "Trilu": _trilu,
     "Sqrt": _unary(np.sqrt, loom.sqrt),
