@@ -69,7 +69,7 @@ def export(model_or_fn: Any, example_args: Any, path: Any = None, input_names: S
 
     Raises
     ------
-    LoomError
+    loom.LoomError
         For a primitive with no ONNX mapping (the message names the op and
         node), a model whose graph structure changes with a dynamic axis, or
         bad names and axes.
@@ -96,7 +96,7 @@ def load(path: Any):
     arithmetic after it are evaluated at trace time from loom's static
     shapes. Covers the operators PyTorch's exporter emits for MLPs, CNNs,
     ResNets, transformers and LSTMs (see ``docs/onnx.md`` for the list); an
-    unsupported operator raises a `LoomError` naming it and its node.
+    unsupported operator raises a `loom.LoomError` naming it and its node.
 
     Parameters
     ----------
