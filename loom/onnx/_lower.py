@@ -78,16 +78,11 @@ class Lowering:
         if key in self._cache:
             return self._cache[key]
         out = None
-        for sym, coef in d.terms:
-            name, axis = self.symbols[sym]
-            skey = ("sym", sym)
-            if skey not in self._cache:
-                if self.opset >= 15:
-                    self._cache[skey] = self.emit("Shape", [name], "dim", start=axis, end=axis + 1)
-                else:
-                    shape = self.emit("Shape", [name], "shape")
-                    self._cache[skey] = self.emit("Gather", [shape, self.ints([axis])], "dim")
-            term = self._cache[skey]
+        for mono, coef in d.terms:
+            term = None
+            for sym in mono:
+                value = self._symbol(sym)
+                term = value if term is None else self.emit("Mul", [term, value], "dim")
             if coef != 1:
                 term = self.emit("Mul", [term, self.ints([coef])], "dim")
             out = term if out is None else self.emit("Add", [out, term], "dim")
@@ -95,6 +90,18 @@ class Lowering:
             out = self.emit("Add", [out, self.ints([d.const])], "dim")
         self._cache[key] = out
         return out
+
+    def _symbol(self, sym: str) -> str:
+        """The run-time size of a dynamic symbol, read from the input that carries it."""
+        key = ("sym", sym)
+        if key not in self._cache:
+            name, axis = self.symbols[sym]
+            if self.opset >= 15:
+                self._cache[key] = self.emit("Shape", [name], "dim", start=axis, end=axis + 1)
+            else:
+                shape = self.emit("Shape", [name], "shape")
+                self._cache[key] = self.emit("Gather", [shape, self.ints([axis])], "dim")
+        return self._cache[key]
 
     def shape(self, dims) -> str:
         """A 1-D int64 tensor holding the sizes `dims` (ints and Dims) at run time."""

@@ -23,13 +23,17 @@ _PASSES = ("prune", "cse", "simplify")
 
 @dataclass(frozen=True)
 class Dim:
-    """A size that depends on the dynamic symbols: ``const + sum(coef * symbol)``."""
+    """A size that depends on the dynamic symbols: ``const + sum(coef * product of symbols)``.
+
+    `terms` holds (monomial, coef) pairs, a monomial being a sorted tuple of
+    symbol names (``("batch",)``, or ``("batch", "time")`` for ``batch * time``).
+    """
 
     const: int
-    terms: tuple[tuple[str, int], ...]
+    terms: tuple[tuple[tuple[str, ...], int], ...]
 
     def __str__(self) -> str:
-        parts = [f"{a}*{s}" if a != 1 else s for s, a in self.terms]
+        parts = ["*".join(([str(a)] if a != 1 else []) + list(mono)) for mono, a in self.terms]
         if self.const:
             parts.append(str(self.const))
         return " + ".join(parts) or "0"
@@ -37,9 +41,19 @@ class Dim:
     @property
     def symbol(self) -> str | None:
         """The symbol name when the size is exactly one symbol."""
-        if self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1:
-            return self.terms[0][0]
+        if self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1 and len(self.terms[0][0]) == 1:
+            return self.terms[0][0][0]
         return None
+
+    def at(self, sizes: dict[str, int]) -> int:
+        """The size for the given symbol values."""
+        total = self.const
+        for mono, a in self.terms:
+            v = a
+            for sym in mono:
+                v *= sizes[sym]
+            total += v
+        return total
 
 
 @dataclass
@@ -130,8 +144,19 @@ def _resize(array: np.ndarray, axis: int, size: int) -> np.ndarray:
     return np.ascontiguousarray(np.take(array, idx, axis=axis))
 
 
+MAX_SYMBOLS = 3
+
+
 def trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, str]]) -> Traced:
-    """Trace `fn`; with `dynamic` ({arg index: {axis: symbol}}) also find the symbolic sizes."""
+    """Trace `fn`; with `dynamic` ({arg index: {axis: symbol}}) also find the symbolic sizes.
+
+    Sizes are fitted as multilinear polynomials of the symbols (``b``, ``8*b``,
+    ``b*t``) from traces at the base sizes shifted by one in every subset of
+    the symbols, then checked against one more trace with every symbol two
+    larger; a size the fit does not predict (``t*t``) is refused.
+    """
+    import itertools
+
     import loom
 
     leaves, rebuild = _flatten_args(example_args)
@@ -139,15 +164,21 @@ def trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, str
     for k, axes in dynamic.items():
         for axis, name in axes.items():
             symbols.setdefault(name, (k, axis))
+    if len(symbols) > MAX_SYMBOLS:
+        raise LoomError(f"loom.onnx.export: at most {MAX_SYMBOLS} dynamic axis names are supported, got "
+                        f"{sorted(symbols)}")
     base_size = {s: max(2, leaves[k].shape[ax]) for s, (k, ax) in symbols.items()}
 
     def args_at(sizes: dict[str, int]) -> list:
         out = []
         for k, t in enumerate(leaves):
+            if not dynamic.get(k):
+                out.append(t)
+                continue
             array = t.numpy()
-            for axis, name in dynamic.get(k, {}).items():
+            for axis, name in dynamic[k].items():
                 array = _resize(array, axis, sizes[name])
-            out.append(loom.from_numpy(np.array(array)) if dynamic.get(k) else t)
+            out.append(loom.from_numpy(np.array(array)))
         return out
 
     base_args = args_at(base_size) if symbols else leaves
@@ -157,19 +188,23 @@ def trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, str
     sym_shapes = {id(n): tuple(n.shape) for n in nodes}
     if not symbols:
         return Traced(graph, len(leaves), externals, sym_attrs, sym_shapes, {})
-    diffs: dict[str, list] = {}
-    for name in symbols:
-        variant, _ = trace_once(fn, args_at({**base_size, name: base_size[name] + 1}), rebuild)
-        other = list(variant)
-        _same_structure(graph, nodes, variant, other)
-        diffs[name] = other
+    names = sorted(symbols)
+    subsets = [frozenset(c) for r in range(len(names) + 1) for c in itertools.combinations(names, r)]
+    corners: dict[frozenset, list] = {frozenset(): nodes}
+    for sub in subsets[1:]:
+        variant, _ = trace_once(fn, args_at({s: base_size[s] + (s in sub) for s in names}), rebuild)
+        corners[sub] = _same_structure(graph, nodes, variant)
+    check_sizes = {s: base_size[s] + 2 for s in names}
+    check_graph, _ = trace_once(fn, args_at(check_sizes), rebuild)
+    check_nodes = _same_structure(graph, nodes, check_graph)
+    fit = _Fit(subsets, base_size, check_sizes)
     for i, n in enumerate(nodes):
-        variants = {s: diffs[s][i] for s in symbols}
-        sym_shapes[id(n)] = tuple(_sym(v, {s: variants[s].shape[d] for s in symbols}, base_size, n, "shape")
-                                  for d, v in enumerate(n.shape))
+        shapes = {sub: corners[sub][i].shape for sub in subsets}
+        sym_shapes[id(n)] = tuple(fit(n, "shape", {sub: v[d] for sub, v in shapes.items()}, check_nodes[i].shape[d])
+                                  for d in range(len(n.shape)))
         if n.attrs:
-            sym_attrs[id(n)] = {key: _sym_tree(val, {s: variants[s].attrs[key] for s in symbols}, base_size, n,
-                                               key) for key, val in n.attrs.items()}
+            sym_attrs[id(n)] = {key: fit.tree(n, key, {sub: corners[sub][i].attrs[key] for sub in subsets},
+                                              check_nodes[i].attrs[key]) for key in n.attrs}
         if n.op == "buffer" and any(isinstance(d, Dim) for d in sym_shapes[id(n)]):
             raise LoomError(f"loom.onnx.export: the constant %{n.id} ({n.dtype.name}{list(n.shape)}) has a size "
                             "that follows a dynamic axis, so it cannot be stored in the ONNX file; build it from "
@@ -177,51 +212,77 @@ def trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, str
     return Traced(graph, len(leaves), externals, sym_attrs, sym_shapes, symbols)
 
 
-def _same_structure(base: Graph, nodes: list, variant: Graph, other: list) -> None:
+class _Fit:
+    """Multilinear fit of an integer over the symbols from its values at the corner traces."""
+
+    def __init__(self, subsets: list[frozenset], base: dict[str, int], check: dict[str, int]) -> None:
+        self.subsets, self.base, self.check = subsets, base, check
+
+    def __call__(self, node, key: str, values: dict[frozenset, Any], checked: Any):
+        first = values[frozenset()]
+        if all(v == first for v in values.values()) and checked == first:
+            return first
+        if not all(_is_int(v) for v in [*values.values(), checked]):
+            raise LoomError(f"loom.onnx.export: attr {key!r} of %{node.id} ({node.op}) is {first!r} and changes "
+                            "with the dynamic axes; only integer sizes may follow a dynamic axis. Export with "
+                            "static shapes")
+        # g[T]: coefficient of prod_{s in T} (S_s - base_s) (Moebius inversion over the corners).
+        g = {t: sum((-1) ** (len(t) - len(u)) * int(values[u]) for u in self.subsets if u <= t) for t in self.subsets}
+        mono: dict[tuple, int] = {}
+        for t, coef in g.items():
+            if not coef:
+                continue
+            for v in self.subsets:  # prod (S_s - b_s) over T = sum over V in T of prod_V S * prod_{T-V} (-b).
+                if v <= t:
+                    c = coef
+                    for s in t - v:
+                        c *= -self.base[s]
+                    mono[tuple(sorted(v))] = mono.get(tuple(sorted(v)), 0) + c
+        const = mono.pop((), 0)
+        dim = Dim(const, tuple((m, a) for m, a in sorted(mono.items()) if a))
+        if dim.at(self.check) != checked:
+            raise LoomError(f"loom.onnx.export: {key} of %{node.id} ({node.op}) is not a multilinear function of the "
+                            f"dynamic axes (fitted {dim}, which predicts {dim.at(self.check)} at sizes {self.check}; "
+                            f"the trace there has {checked}); export with static shapes")
+        return dim.const if not dim.terms else dim
+
+    def tree(self, node, key: str, values: dict[frozenset, Any], checked: Any):
+        first = values[frozenset()]
+        if isinstance(first, (tuple, list)):
+            if not all(isinstance(v, (tuple, list)) and len(v) == len(first) for v in [*values.values(), checked]):
+                raise LoomError(f"loom.onnx.export: attr {key!r} of %{node.id} ({node.op}) changes length with the "
+                                "dynamic axes; export with static shapes")
+            return tuple(self.tree(node, key, {s: v[i] for s, v in values.items()}, checked[i])
+                         for i in range(len(first)))
+        if isinstance(first, (Graph, str, type(None))) or hasattr(first, "category"):
+            return first
+        return self(node, key, values, checked)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _same_structure(base: Graph, nodes: list, variant: Graph) -> list:
+    """The variant's nodes, in the base's order; refuses a graph whose structure differs."""
+    other = list(variant)
     index = {n: i for i, n in enumerate(nodes)}
     vindex = {n: i for i, n in enumerate(other)}
+    bad = None
     ok = len(nodes) == len(other)
     if ok:
         for a, b in zip(nodes, other):
             if a.op != b.op or [index[i] for i in a.inputs] != [vindex[i] for i in b.inputs] \
                     or set(a.attrs) != set(b.attrs) or a.dtype is not b.dtype:
-                ok = False
-                bad = a
+                ok, bad = False, a
                 break
-    else:
-        bad = None
     ok = ok and [index[o] for o in base.outputs] == [vindex[o] for o in variant.outputs]
     if not ok:
         where = f" (first difference at %{bad.id} {bad.op})" if bad is not None else ""
         raise LoomError("loom.onnx.export: the model's graph changes structure when a dynamic axis changes "
                         f"size{where}, so it cannot be exported with that axis dynamic; export it with static "
                         "shapes (no dynamic_axes)")
-
-
-def _sym(base, variants: dict[str, Any], base_size: dict[str, int], node, key: str):
-    """`base` as an int, or as a Dim when it changes with a symbol; refuses non-integer changes."""
-    if all(v == base for v in variants.values()):
-        return base
-    if not isinstance(base, (int, np.integer)) or isinstance(base, bool) or \
-            not all(isinstance(v, (int, np.integer)) for v in variants.values()):
-        raise LoomError(f"loom.onnx.export: attr {key!r} of %{node.id} ({node.op}) is {base!r} and changes with "
-                        f"the dynamic axes ({variants!r}); only integer sizes may follow a dynamic axis. Export "
-                        "with static shapes")
-    terms = tuple((s, int(v) - int(base)) for s, v in sorted(variants.items()) if v != base)
-    const = int(base) - sum(a * base_size[s] for s, a in terms)
-    return Dim(const, terms)
-
-
-def _sym_tree(base, variants: dict[str, Any], base_size, node, key):
-    if isinstance(base, (tuple, list)):
-        if not all(isinstance(v, (tuple, list)) and len(v) == len(base) for v in variants.values()):
-            raise LoomError(f"loom.onnx.export: attr {key!r} of %{node.id} ({node.op}) changes length with the "
-                            "dynamic axes; export with static shapes")
-        return tuple(_sym_tree(b, {s: v[i] for s, v in variants.items()}, base_size, node, key)
-                     for i, b in enumerate(base))
-    if isinstance(base, (Graph, str, type(None))) or hasattr(base, "category"):
-        return base
-    return _sym(base, variants, base_size, node, key)
+    return other
 
 
 def external_names(model: Any, externals: list) -> list[str]:

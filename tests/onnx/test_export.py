@@ -163,3 +163,34 @@ def test_conv2d_primitive_maps_to_onnx_conv():
     (got,) = ort_session(model).run(None, {"x": xs.numpy(), "w": ws.numpy()})
     expected = loom.nn.functional.conv2d(xs, ws, stride=2, padding=1, groups=2).numpy()
     assert max_diff(got, expected) <= TOL
+
+
+def test_gpt_with_dynamic_batch_and_time():
+    """Sizes like batch * time (the GPT's token rows) are fitted as products of the symbols."""
+    model = CASES["gpt"][0].eval()
+    proto = loom.onnx.export(model, (_models.tokens(2, context=5),), input_names=["idx"],
+                             dynamic_axes={"idx": {0: "batch", 1: "time"}})
+    onnx.checker.check_model(proto, full_check=True)
+    assert [d.dim_param for d in proto.graph.input[0].type.tensor_type.shape.dim] == ["batch", "time"]
+    sess = ort_session(proto)
+    for batch, time in ((2, 5), (3, 8), (1, 2)):
+        x = _models.tokens(batch, context=time, seed=batch)
+        (got,) = sess.run(None, {"idx": x.numpy()})
+        assert max_diff(got, model(x).detach().numpy()) <= TOL
+
+
+def test_example_batch_of_one_and_axes_as_a_list():
+    model = nn.Linear(4, 3).eval()
+    proto = loom.onnx.export(model, (_models.randn(1, 4),), input_names=["x"], dynamic_axes={"x": [0]})
+    assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "x_dim0"
+    x = _models.randn(4, 4, seed=2)
+    (got,) = ort_session(proto).run(None, {"x": x.numpy()})
+    assert max_diff(got, model(x).detach().numpy()) <= TOL
+
+
+def test_size_not_multilinear_in_the_axes_is_refused():
+    def outer(x):
+        b, t = x.shape
+        return (x.unsqueeze(2) * x.unsqueeze(1)).reshape(b, t * t)  # t * t: quadratic in the time axis.
+    with pytest.raises(loom.LoomError, match="not a multilinear function of the dynamic axes"):
+        loom.onnx.export(outer, (_models.randn(2, 3),), input_names=["x"], dynamic_axes={"x": {1: "time"}})
