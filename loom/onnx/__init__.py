@@ -36,8 +36,9 @@ def export(model_or_fn: Any, example_args: Any, path: Any = None, input_names: S
     ONNX operators; parameters and buffers the model reads become
     initializers named after them. Sizes that follow a dynamic axis are
     computed from the input's run-time shape, so the model runs at any size
-    of that axis: the model is traced once more per dynamic axis name (at a
-    size one larger) to find which sizes follow it. Call ``model.eval()``
+    of that axis: the model is traced a few more times at shifted sizes, and
+    every size that changes is fitted as a multilinear polynomial of the
+    dynamic axes (``batch``, ``batch * time``). Call ``model.eval()``
     first: a model that draws random numbers (dropout in training mode)
     cannot be exported.
 
