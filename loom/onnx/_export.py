@@ -62,7 +62,7 @@ def _value_info(name: str, dtype, shape) -> onnx.ValueInfoProto:
 
 def export(model_or_fn: Any, example_args: Any, path: Any = None, input_names: Sequence[str] | None = None,
            output_names: Sequence[str] | None = None, dynamic_axes: dict | None = None,
-           opset: int = 17, check: bool = True) -> onnx.ModelProto:
+           opset: int = 17, check: bool = True, native_conv: bool = True) -> onnx.ModelProto:
     """Trace a loom module or function and write it as an ONNX model; see `loom.onnx.export`."""
     from loom.tensor import Tensor
 
@@ -85,7 +85,7 @@ def export(model_or_fn: Any, example_args: Any, path: Any = None, input_names: S
             if not 0 <= axis < leaves[k].ndim:
                 raise LoomError(f"loom.onnx.export: dynamic axis {axis} of input {names[k]!r} is out of range for "
                                 f"its shape {list(leaves[k].shape)}")
-    traced = trace(model_or_fn, args, dynamic)
+    traced = trace(model_or_fn, args, dynamic, native_conv)
     g = traced.graph
     placeholders = list(g.inputs)
     n_ext = len(traced.externals)

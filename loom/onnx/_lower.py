@@ -432,8 +432,24 @@ def _conv2d(lw: Lowering, n: Node, ins):
                    group=int(a.get("groups", 1)))
 
 
+def _onnx_conv(lw: Lowering, n: Node, ins):
+    """A convolution recorded whole while tracing for export (`loom.onnx._trace.native_convs`)."""
+    a = n.attrs
+    return lw.emit("Conv", ins, strides=list(a["strides"]), pads=list(a["pads"]), dilations=list(a["dilations"]),
+                   group=int(a["group"]))
+
+
+def _onnx_maxpool(lw: Lowering, n: Node, ins):
+    """A max pooling recorded whole while tracing for export (`loom.onnx._trace.native_convs`)."""
+    a = n.attrs
+    return lw.emit("MaxPool", ins, kernel_shape=list(a["kernel_shape"]), strides=list(a["strides"]),
+                   pads=list(a["pads"]), dilations=list(a["dilations"]))
+
+
 _RULES: dict[str, Callable] = {
     "buffer": _buffer,
+    "onnx_conv": _onnx_conv,
+    "onnx_maxpool": _onnx_maxpool,
     "const": _const,
     "arange": _arange,
     "rand": _rand,

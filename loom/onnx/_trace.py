@@ -9,6 +9,7 @@ shape arithmetic on the input's run-time shape.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -95,6 +96,67 @@ def _flatten_args(args) -> tuple[list, Callable]:
     return leaves, rebuild
 
 
+# The nodes a convolution and a max pooling become while a model is traced for export.
+CONV_OP, MAXPOOL_OP = "onnx_conv", "onnx_maxpool"
+
+
+def _library_infer(ins, attrs):
+    return tuple(attrs["shape"]), ins[0].dtype
+
+
+@contextmanager
+def native_convs():
+    """Record loom's batched convolutions and max poolings as one node each (lowered to ONNX Conv / MaxPool).
+
+    loom decomposes both into im2col movement ops (and a matmul, or a max and
+    a gather); the decomposition is still traced (it gives the output's shape)
+    and then pruned as dead code. The two primitives exist only while this
+    context is open.
+    """
+    from loom.functional import conv as C
+    from loom.ir import ops
+    from loom.tensor import Tensor, apply
+
+    conv_nd, max_pool = C._conv, C._max_pool
+
+    def conv(op, nsp, input, weight, bias, stride, padding, dilation, groups):
+        out = conv_nd(op, nsp, input, weight, bias, stride, padding, dilation, groups)
+        if not isinstance(input, Tensor) or input.ndim != nsp + 2 or not isinstance(weight, Tensor):
+            return out  # Unbatched input: keep the decomposition.
+        k = tuple(weight.shape[2:])
+        s = C._tuple(stride, nsp, "stride", op)
+        d = C._tuple(dilation, nsp, "dilation", op)
+        pads = C._conv_padding(padding, k, d, s, nsp, op)
+        inputs = (input, weight) + ((C._t(bias),) if bias is not None else ())
+        attrs = {"strides": s, "pads": tuple(lo for lo, _ in pads) + tuple(hi for _, hi in pads), "dilations": d,
+                 "group": int(groups), "shape": tuple(out.shape)}
+        return apply(CONV_OP, inputs, attrs)
+
+    def pool(op, nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+        out = max_pool(op, nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+        if return_indices or not isinstance(input, Tensor) or input.ndim != nsp + 2 \
+                or not input.dtype.is_floating_point:
+            return out
+        k, s, d, pads, o = C._pool_geometry(op, input, nsp, kernel_size, stride, padding, dilation, ceil_mode)
+        sizes = [(n + lo + hi - di * (ki - 1) - 1) // si + 1
+                 for n, (lo, hi), ki, si, di in zip(input.shape[2:], pads, k, s, d)]
+        if sizes != list(o):
+            return out  # ONNX's floor rule would give another size: keep the decomposition.
+        attrs = {"kernel_shape": k, "strides": s, "dilations": d,
+                 "pads": tuple(lo for lo, _ in pads) + tuple(hi for _, hi in pads), "shape": tuple(out.shape)}
+        return apply(MAXPOOL_OP, (input,), attrs)
+
+    ops.register(CONV_OP, "library", -1, _library_infer, None)
+    ops.register(MAXPOOL_OP, "library", 1, _library_infer, None)
+    C._conv, C._max_pool = conv, pool
+    try:
+        yield
+    finally:
+        C._conv, C._max_pool = conv_nd, max_pool
+        ops.PRIMITIVES.pop(CONV_OP, None)
+        ops.PRIMITIVES.pop(MAXPOOL_OP, None)
+
+
 def trace_once(fn: Callable, args: Sequence, rebuild: Callable, passes=_PASSES) -> tuple[Graph, list]:
     """One trace of `fn` on placeholders shaped like the tensors `args`; returns (graph, externals)."""
     from loom.autograd.grad_mode import no_grad
@@ -147,7 +209,15 @@ def _resize(array: np.ndarray, axis: int, size: int) -> np.ndarray:
 MAX_SYMBOLS = 3
 
 
-def trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, str]]) -> Traced:
+def trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, str]], native_conv: bool = True) -> Traced:
+    """Trace `fn` (see `_trace`), convolutions recorded whole when `native_conv`."""
+    if not native_conv:
+        return _trace(fn, example_args, dynamic)
+    with native_convs():
+        return _trace(fn, example_args, dynamic)
+
+
+def _trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, str]]) -> Traced:
     """Trace `fn`; with `dynamic` ({arg index: {axis: symbol}}) also find the symbolic sizes.
 
     Sizes are fitted as multilinear polynomials of the symbols (``b``, ``8*b``,

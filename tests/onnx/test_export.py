@@ -194,3 +194,25 @@ def test_size_not_multilinear_in_the_axes_is_refused():
         return (x.unsqueeze(2) * x.unsqueeze(1)).reshape(b, t * t)  # t * t: quadratic in the time axis.
     with pytest.raises(loom.LoomError, match="not a multilinear function of the dynamic axes"):
         loom.onnx.export(outer, (_models.randn(2, 3),), input_names=["x"], dynamic_axes={"x": {1: "time"}})
+
+
+@pytest.mark.parametrize("native_conv", [True, False])
+def test_convolutions_as_conv_nodes_or_as_loom_decomposition(native_conv):
+    """By default convs and max pools become ONNX Conv / MaxPool; native_conv=False keeps loom's im2col."""
+    from loom.ir.ops import PRIMITIVES
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, stride=2, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1,
+                                                                                          ceil_mode=True),
+                          nn.Conv2d(4, 6, (1, 3), dilation=(1, 2), groups=2, bias=False), nn.Flatten()).eval()
+    x = _models.randn(2, 3, 15, 21)
+    proto = loom.onnx.export(model, (x,), input_names=["x"], dynamic_axes={"x": {0: "batch"}},
+                             native_conv=native_conv)
+    onnx.checker.check_model(proto, full_check=True)
+    ops = {n.op_type for n in proto.graph.node}
+    assert ({"Conv", "MaxPool"} <= ops) == native_conv
+    assert not {"onnx_conv", "onnx_maxpool"} & set(PRIMITIVES)  # Registered only while tracing.
+    sess = ort_session(proto)
+    for batch in (2, 3):
+        xb = _models.randn(batch, 3, 15, 21, seed=batch)
+        (got,) = sess.run(None, {"x": xb.numpy()})
+        assert max_diff(got, model(xb).detach().numpy()) <= TOL
