@@ -38,9 +38,10 @@ def export(model_or_fn: Any, example_args: Any, path: Any = None, input_names: S
     computed from the input's run-time shape, so the model runs at any size
     of that axis: the model is traced a few more times at shifted sizes, and
     every size that changes is fitted as a multilinear polynomial of the
-    dynamic axes (``batch``, ``batch * time``). Call ``model.eval()``
-    first: a model that draws random numbers (dropout in training mode)
-    cannot be exported.
+    dynamic axes (``batch``, ``batch * time``). As ``torch.onnx.export``
+    does, a module is traced in eval mode (dropout off, BatchNorm running
+    statistics) and its modes are restored afterwards; a function that
+    draws random numbers cannot be exported.
 
     Parameters
     ----------

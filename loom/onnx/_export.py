@@ -85,14 +85,22 @@ def export(model_or_fn: Any, example_args: Any, path: Any = None, input_names: S
             if not 0 <= axis < leaves[k].ndim:
                 raise LoomError(f"loom.onnx.export: dynamic axis {axis} of input {names[k]!r} is out of range for "
                                 f"its shape {list(leaves[k].shape)}")
-    traced = trace(model_or_fn, args, dynamic, native_conv)
+    # As torch.onnx.export: a module is exported in inference mode (dropout off, BatchNorm statistics).
+    training = [m for m in model_or_fn.modules() if m.training] if hasattr(model_or_fn, "modules") else []
+    for m in training:
+        m.training = False
+    try:
+        traced = trace(model_or_fn, args, dynamic, native_conv)
+    finally:
+        for m in training:
+            m.training = True
     g = traced.graph
     placeholders = list(g.inputs)
     n_ext = len(traced.externals)
     if len(placeholders) != traced.n_args + n_ext:
         extra = [p.name for p in placeholders[traced.n_args + n_ext:]]
-        raise LoomError(f"loom.onnx.export: the model draws random numbers or reads run-time scalars ({extra}); "
-                        "call model.eval() to switch dropout off before exporting")
+        raise LoomError(f"loom.onnx.export: the model draws random numbers ({extra}), e.g. dropout with "
+                        "training=True; ONNX export takes inference graphs")
     symbols = {s: (names[k], axis) for s, (k, axis) in traced.symbols.items()}
     lw = Lowering(opset, symbols, traced.sym_attrs, traced.sym_shapes)
     feeds = {p: names[k] for k, p in enumerate(placeholders[:traced.n_args])}

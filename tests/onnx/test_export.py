@@ -122,10 +122,31 @@ def test_graph_that_changes_with_the_batch_is_refused():
         loom.onnx.export(fn, (_models.randn(2, 3),), input_names=["x"], dynamic_axes={"x": {0: "batch"}})
 
 
-def test_dropout_in_training_mode_is_refused():
-    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
-    with pytest.raises(loom.LoomError, match=r"model\.eval\(\)"):
-        loom.onnx.export(model, (_models.randn(2, 4),))
+def test_modules_are_exported_in_eval_mode_and_random_draws_are_refused():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.BatchNorm1d(4)).train()
+    proto = loom.onnx.export(model, (_models.randn(3, 4),))
+    assert model.training and all(m.training for m in model.modules())  # Modes restored.
+    x = _models.randn(3, 4, seed=1)
+    (got,) = ort_session(proto).run(None, {"input": x.numpy()})
+    assert max_diff(got, model.eval()(x).detach().numpy()) <= TOL
+    with pytest.raises(loom.LoomError, match="draws random numbers"):
+        loom.onnx.export(lambda x: loom.nn.functional.dropout(x, 0.5, training=True), (_models.randn(2, 4),))
+
+
+def test_import_loom_imports_no_onnx():
+    import subprocess
+    import sys
+    code = "import sys, loom, loom.onnx; assert not {'onnx', 'onnxruntime'} & set(sys.modules), sys.modules.keys()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=str(_models.EXAMPLES.parent))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_missing_onnx_package_is_named(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "onnx", None)  # Makes `import onnx` raise ImportError.
+    with pytest.raises(loom.LoomError, match=r"needs the 'onnx' package .*pip install"):
+        loom.onnx.export(nn.Linear(2, 2), (_models.randn(1, 2),))
 
 
 def test_bad_arguments():

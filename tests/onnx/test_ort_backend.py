@@ -85,3 +85,16 @@ def test_executable_checks_its_inputs():
         run(np.zeros(4, np.float32))
     with pytest.raises(loom.GraphError, match="takes 1 inputs"):
         run(a, a)
+
+
+def test_missing_onnxruntime_names_the_install(monkeypatch):
+    import sys
+
+    from loom.compiler import plugins
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError.
+    monkeypatch.delitem(sys.modules, "loom.compiler.plugins.ort", raising=False)
+    monkeypatch.setattr(plugins, "_PLUGINS", {k: v for k, v in plugins._PLUGINS.items() if k != "onnxruntime"})
+    monkeypatch.setitem(plugins._LAZY, "onnxruntime", ("loom.compiler.plugins.ort", "compile_graph", "onnx",
+                                                       "pip install 'loom-dl[onnx]'"))
+    with pytest.raises(loom.LoomError, match=r"'onnxruntime' plugin needs .*pip install 'loom-dl\[onnx\]'"):
+        get_plugin("onnxruntime")
