@@ -199,9 +199,10 @@ def _buffer(lw: Lowering, n: Node, ins):
 
 def _const(lw: Lowering, n: Node, ins):
     a = lw.attrs(n)
-    if isinstance(a["value"], Dim):
-        raise LoomError(f"loom.onnx: the constant %{n.id} has a value that follows a dynamic axis ({a['value']})")
-    value = lw.scalar(a["value"], n.dtype)
+    if isinstance(a["value"], Dim):  # A size used as a number (a mean's divisor): computed at run time.
+        value = lw.emit("Cast", [lw.emit("Squeeze", [lw.dim(a["value"]), lw.ints([0])])], to=ONNX_DTYPE[n.dtype])
+    else:
+        value = lw.scalar(a["value"], n.dtype)
     shape = tuple(a["shape"])
     if not shape:
         return lw.emit("Identity", [value])

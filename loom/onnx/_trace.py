@@ -301,6 +301,8 @@ class _Fit:
         first = values[frozenset()]
         if all(v == first for v in values.values()) and checked == first:
             return first
+        if all(isinstance(v, float) and v.is_integer() for v in [*values.values(), checked]):
+            values, checked = {k: int(v) for k, v in values.items()}, int(checked)  # A size as a float.
         if not all(_is_int(v) for v in [*values.values(), checked]):
             raise LoomError(f"loom.onnx.export: attr {key!r} of %{node.id} ({node.op}) is {first!r} and changes "
                             "with the dynamic axes; only integer sizes may follow a dynamic axis. Export with "

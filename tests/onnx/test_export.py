@@ -237,3 +237,15 @@ def test_convolutions_as_conv_nodes_or_as_loom_decomposition(native_conv):
         xb = _models.randn(batch, 3, 15, 21, seed=batch)
         (got,) = sess.run(None, {"x": xb.numpy()})
         assert max_diff(got, model(xb).detach().numpy()) <= TOL
+
+
+def test_batch_size_used_as_a_number():
+    """A mean over the dynamic axis divides by its size, computed at run time."""
+    def centre(x):
+        return x - x.mean(0, keepdim=True)
+    proto = loom.onnx.export(centre, (_models.randn(3, 4),), input_names=["x"], dynamic_axes={"x": {0: "b"}})
+    sess = ort_session(proto)
+    for batch in (3, 7):
+        x = _models.randn(batch, 4, seed=batch)
+        (got,) = sess.run(None, {"x": x.numpy()})
+        assert max_diff(got, centre(x).numpy()) <= TOL
