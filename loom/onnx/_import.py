@@ -690,6 +690,7 @@ _OPS: dict[str, Callable] = {
     "ScatterElements": _scatter_elements,
     "TopK": _topk,
     "Sign": _unary(np.sign, loom.sign),
+    "IsNaN": _unary(np.isnan, loom.isnan),
     "Round": _unary(np.round, loom.round),
     "Mod": _mod,
     "Trilu": _trilu,

@@ -6,6 +6,7 @@ the axis, so the ONNX model runs at any size of that axis.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -40,6 +41,7 @@ class Lowering:
         self.symbols = symbols or {}  # symbol -> (ONNX input name, axis)
         self.sym_attrs = sym_attrs or {}
         self.names: dict[Node, str] = {}
+        self._keep: list[Node] = []  # Proxy nodes whose ids key the symbolic tables.
         self._count = 0
         self._cache: dict[Any, str] = {}
 
@@ -161,7 +163,39 @@ class Lowering:
         if rule is None:
             raise LoomError(f"loom.onnx: no ONNX mapping for the primitive {node.op!r} (node %{node.id}, "
                             f"{node.dtype.name}{list(node.shape)}); ONNX export covers {sorted(SUPPORTED)}")
-        return rule(self, node, ins)
+        shape = self.sym_shape(node)
+        if node.op not in ("buffer", "const") and any(type(d) is int and d == 0 for d in shape) \
+                and node.dtype is not dt.bfloat16:
+            # No elements: any tensor of the right shape and type will do (and ONNX Runtime's
+            # broadcasting of size-0 dims differs from loom's).
+            zero = numpy_helper.from_array(np.zeros(1, node.dtype.np), "value")
+            return self.emit("ConstantOfShape", [self.shape(shape)], value=zero)
+        vi = 1 if node.op == "where" else 0
+        d = node.inputs[vi].dtype if len(node.inputs) > vi else None
+        wide = _WIDEN.get((node.op, d.name)) if d is not None else None
+        if wide is None:
+            return rule(self, node, ins)
+        # ONNX Runtime has no kernel for this op and type: compute in a wider type, cast back.
+        wdt = dt.from_name(wide)
+        proxies = []
+        for k, (i, name) in enumerate(zip(node.inputs, ins)):
+            if i.dtype is d and k >= vi:
+                ins[k] = self.emit("Cast", [name], to=ONNX_DTYPE[wdt])
+                proxies.append(Node(i.op, (), i.attrs, tuple(i.shape), wdt))
+            else:
+                proxies.append(i)
+        out_dtype = wdt if node.dtype is d else node.dtype
+        proxy = Node(node.op, tuple(proxies), node.attrs, tuple(node.shape), out_dtype)
+        self._keep.append(proxy)
+        for table in (self.sym_attrs, self.sym_shapes):
+            if id(node) in table:
+                table[id(proxy)] = table[id(node)]
+        for i, p in zip(node.inputs, proxies):
+            if p is not i and id(i) in self.sym_shapes:
+                self.sym_shapes[id(p)] = self.sym_shapes[id(i)]
+                self._keep.append(p)
+        out = rule(self, proxy, ins)
+        return self.emit("Cast", [out], to=ONNX_DTYPE[node.dtype]) if out_dtype is not node.dtype else out
 
 
 def tensor_proto(array: np.ndarray, d: dt.DType, name: str) -> onnx.TensorProto:
@@ -290,9 +324,26 @@ def _div(lw, n, ins):
     return _int_floor_div(lw, *ins)
 
 
+def _float_floordiv(lw, x: str, y: str, d: dt.DType) -> str:
+    """NumPy's float floor division (fmod-based, snapped), as loom's reference computes it."""
+    zero, one, half = lw.scalar(0, d), lw.scalar(1, d), lw.scalar(0.5, d)
+    mod = lw.emit("Mod", [x, y], fmod=1)
+    div = lw.emit("Div", [lw.emit("Sub", [x, mod]), y])
+    other_sign = lw.emit("Xor", [lw.emit("Less", [y, zero]), lw.emit("Less", [mod, zero])])
+    adjust = lw.emit("And", [lw.emit("Not", [lw.emit("Equal", [mod, zero])]), other_sign])
+    div = lw.emit("Where", [adjust, lw.emit("Sub", [div, one]), div])
+    floor = lw.emit("Floor", [div])
+    floor = lw.emit("Where", [lw.emit("Greater", [lw.emit("Sub", [div, floor]), half]),
+                              lw.emit("Add", [floor, one]), floor])
+    quotient = lw.emit("Div", [x, y])
+    signed_zero = lw.emit("Where", [lw.emit("Less", [quotient, zero]), lw.scalar(-0.0, d), zero])
+    floor = lw.emit("Where", [lw.emit("Equal", [div, zero]), signed_zero, floor])
+    return lw.emit("Where", [lw.emit("Equal", [y, zero]), quotient, floor])
+
+
 def _floordiv(lw, n, ins):
     if _is_float(n):
-        return lw.emit("Floor", [lw.emit("Div", ins)])
+        return _float_floordiv(lw, *ins, n.dtype)
     return _int_floor_div(lw, *ins)
 
 
@@ -300,7 +351,31 @@ def _mod(lw, n, ins):
     if not _is_float(n):
         return lw.emit("Mod", ins, fmod=0)  # Python's sign rule for integers.
     x, y = ins
-    return lw.emit("Sub", [x, lw.emit("Mul", [lw.emit("Floor", [lw.emit("Div", [x, y])]), y])])
+    zero = lw.scalar(0, n.dtype)
+    r = lw.emit("Mod", [x, y], fmod=1)  # C fmod, exact; then the divisor's sign.
+    other_sign = lw.emit("Xor", [lw.emit("Less", [r, zero]), lw.emit("Less", [y, zero])])
+    adjust = lw.emit("And", [lw.emit("Not", [lw.emit("Equal", [r, zero])]), other_sign])
+    return lw.emit("Where", [adjust, lw.emit("Add", [r, y]), r])
+
+
+def _atan2(lw, n, ins):
+    """atan2(y, x) from Atan and the quadrant (signed zeros follow the sign bit only through y's sign)."""
+    y, x = ins
+    d = n.dtype
+    zero, pi, half_pi = lw.scalar(0, d), lw.scalar(math.pi, d), lw.scalar(math.pi / 2, d)
+    base = lw.emit("Atan", [lw.emit("Div", [y, x])])
+    # The sign bit: -0.0 counts as negative (1 / -0.0 is -inf).
+    y_neg = lw.emit("Or", [lw.emit("Less", [y, zero]), lw.emit("Less", [lw.emit("Reciprocal", [y]), zero])])
+    x_neg = lw.emit("Or", [lw.emit("Less", [x, zero]), lw.emit("Less", [lw.emit("Reciprocal", [x]), zero])])
+    shifted = lw.emit("Where", [y_neg, lw.emit("Sub", [base, pi]), lw.emit("Add", [base, pi])])
+    out = lw.emit("Where", [x_neg, shifted, base])
+    on_axis = lw.emit("Where", [lw.emit("Greater", [y, zero]), half_pi,
+                                lw.emit("Where", [y_neg, lw.emit("Neg", [half_pi]), y])])
+    out = lw.emit("Where", [lw.emit("Equal", [x, zero]), on_axis, out])
+    both_inf = lw.emit("And", [lw.emit("IsInf", [x]), lw.emit("IsInf", [y])])
+    quarter = lw.emit("Where", [x_neg, lw.scalar(3 * math.pi / 4, d), lw.scalar(math.pi / 4, d)])
+    quarter = lw.emit("Where", [y_neg, lw.emit("Neg", [quarter]), quarter])
+    return lw.emit("Where", [both_inf, quarter, out])
 
 
 def _ne(lw, n, ins):
@@ -316,7 +391,10 @@ def _expm1(lw, n, ins):
 
 
 def _sign(lw, n, ins):
-    return lw.emit("Sign", ins)
+    out = lw.emit("Sign", ins)
+    if _is_float(n):  # sign(NaN) is 0 in loom.
+        out = lw.emit("Where", [lw.emit("IsNaN", ins), lw.scalar(0, n.dtype), out])
+    return out
 
 
 def _reduce(op: str):
@@ -330,14 +408,22 @@ def _reduce(op: str):
         src = n.inputs[0].dtype
         if src is dt.bool_:
             x = lw.emit("Cast", [x], to=TensorProto.INT64)
-        if op == "ReduceSum" or lw.opset >= 18:
-            out = lw.emit(op, [x, lw.ints(axes)], keepdims=keep)
-        else:
-            out = lw.emit(op, [x], axes=axes, keepdims=keep)
+        out = _reduced(lw, op, x, axes, keep)
         if src is dt.bool_:
             out = lw.emit("Cast", [out], to=TensorProto.BOOL)
+        elif src.is_floating_point and op in ("ReduceMax", "ReduceMin"):
+            # ONNX Runtime's max/min reductions may skip NaN; loom's propagate it.
+            nan = lw.emit("Cast", [lw.emit("IsNaN", [x])], to=ONNX_DTYPE[src])
+            any_nan = lw.emit("Cast", [_reduced(lw, "ReduceMax", nan, axes, keep)], to=TensorProto.BOOL)
+            out = lw.emit("Where", [any_nan, lw.scalar(math.nan, src), out])
         return out
     return rule
+
+
+def _reduced(lw: Lowering, op: str, x: str, axes: list, keep: int) -> str:
+    if op == "ReduceSum" or lw.opset >= 18:
+        return lw.emit(op, [x, lw.ints(axes)], keepdims=keep)
+    return lw.emit(op, [x], axes=axes, keepdims=keep)
 
 
 def _reshape(lw, n, ins):
@@ -483,6 +569,7 @@ _RULES: dict[str, Callable] = {
     "minimum": _logical_or("And", "Min"),
     "floordiv": _floordiv,
     "mod": _mod,
+    "atan2": _atan2,
     "eq": _simple("Equal"),
     "ne": _ne,
     "lt": _simple("Less"),
@@ -513,3 +600,15 @@ _RULES: dict[str, Callable] = {
 }
 
 SUPPORTED = frozenset(_RULES) | {"input"}
+
+# (primitive, input dtype) -> the dtype it computes in, where ONNX Runtime's CPU kernels lack the
+# input's type (probed on onnxruntime 1.32). Integer results wrap on the cast back, as loom's do;
+# float64 erf/tan lose precision to float32.
+_WIDEN: dict[tuple[str, str], str] = {
+    **{(op, "bool"): "int32" for op in ("lt", "le", "gt", "ge", "where")},
+    **{(op, t): "int32" for op in ("pow", "sum", "prod") for t in ("uint8", "int8", "int16")},
+    **{(op, "int16"): "int32" for op in ("maximum", "minimum", "where", "max", "min", "pad")},
+    **{(op, "float64"): "float32" for op in ("erf", "tan")},
+    ("scatter_add", "float16"): "float32",
+    ("neg", "uint8"): "int32",
+}

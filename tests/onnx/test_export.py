@@ -98,21 +98,30 @@ def test_elementwise_and_integer_semantics_match_loom():
         a = (x.abs() + 1).log1p() + x.expm1() * x.trunc() - x.floor() / (x.ceil() + 10)
         b = (k // 3) * 2 + k % 3 - (k > 1).to(loom.int64)
         c = loom.where(x > 0, x.sign(), x.round()) + x.flip(1).cumsum(1)
-        return a, b, c, x.argsort(1), x.max(1).values
-    x = loom.from_numpy(np.array([[-2.5, 1.5, 0.3, -0.7], [3.2, -4.1, 0.0, 2.2]], np.float32))
-    k = loom.from_numpy(np.array([[-7, 5, 0, 9], [4, -1, 2, -9]], np.int64))
+        d = loom.atan2(x, x.flip(1)) + loom.fmod(x, 0.7) + x.remainder(-0.7) + x // 0.3
+        return a, b, c, d, x.argsort(1), x.max(1).values, x.amin(1)
+    x = loom.from_numpy(np.array([[-2.5, 1.5, 0.3, -0.7], [3.2, -4.1, 0.0, 2.2], [np.nan, 1.0, -0.0, 5.0]],
+                                 np.float32))
+    k = loom.from_numpy(np.array([[-7, 5, 0, 9], [4, -1, 2, -9], [3, 3, -3, 8]], np.int64))
     proto = loom.onnx.export(fn, (x, k), input_names=["x", "k"], dynamic_axes={"x": {0: "b"}, "k": {0: "b"}})
     onnx.checker.check_model(proto, full_check=True)
     got = ort_session(proto).run(None, {"x": x.numpy(), "k": k.numpy()})
-    for g, e in zip(got, fn(x, k)):
+    for k_out, (g, e) in enumerate(zip(got, fn(x, k))):
         e = e.numpy()
         assert g.dtype == e.dtype and g.shape == e.shape
-        assert max_diff(g, e) <= TOL
+        if k_out == 4:  # argsort: the row holding NaN may order differently (TopK); compare the others.
+            g, e = g[:2], e[:2]
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=TOL, err_msg=f"output {k_out}")  # NaN where loom has NaN.
+
+
+def _count_down(x):
+    """A data-dependent loop: a ``while_loop`` node, which has no ONNX mapping."""
+    return loom.while_loop(lambda v: v.sum() > 0, lambda v: v - 1, x)
 
 
 def test_unsupported_primitive_names_the_op_and_node():
-    with pytest.raises(loom.LoomError, match=r"primitive 'atan2' \(node %\d+"):
-        loom.onnx.export(lambda x: loom.atan2(x, x + 1), (_models.randn(3),))
+    with pytest.raises(loom.LoomError, match=r"primitive 'while_loop' \(node %\d+"):
+        loom.onnx.export(_count_down, (_models.randn(3),))
 
 
 def test_graph_that_changes_with_the_batch_is_refused():
