@@ -369,8 +369,11 @@ def _atan2(lw, n, ins):
     x_neg = lw.emit("Or", [lw.emit("Less", [x, zero]), lw.emit("Less", [lw.emit("Reciprocal", [x]), zero])])
     shifted = lw.emit("Where", [y_neg, lw.emit("Sub", [base, pi]), lw.emit("Add", [base, pi])])
     out = lw.emit("Where", [x_neg, shifted, base])
-    on_axis = lw.emit("Where", [lw.emit("Greater", [y, zero]), half_pi,
-                                lw.emit("Where", [y_neg, lw.emit("Neg", [half_pi]), y])])
+    # x = +-0: +-pi/2 by y's sign; at the origin +-0 or +-pi by the sign bits, as C's atan2.
+    origin = lw.emit("Where", [x_neg, lw.emit("Where", [y_neg, lw.emit("Neg", [pi]), pi]), y])
+    vertical = lw.emit("Where", [lw.emit("Greater", [y, zero]), half_pi,
+                                 lw.emit("Where", [lw.emit("Less", [y, zero]), lw.emit("Neg", [half_pi]), y])])
+    on_axis = lw.emit("Where", [lw.emit("Equal", [y, zero]), origin, vertical])
     out = lw.emit("Where", [lw.emit("Equal", [x, zero]), on_axis, out])
     both_inf = lw.emit("And", [lw.emit("IsInf", [x]), lw.emit("IsInf", [y])])
     quarter = lw.emit("Where", [x_neg, lw.scalar(3 * math.pi / 4, d), lw.scalar(math.pi / 4, d)])
@@ -611,4 +614,5 @@ _WIDEN: dict[tuple[str, str], str] = {
     **{(op, "float64"): "float32" for op in ("erf", "tan")},
     ("scatter_add", "float16"): "float32",
     ("neg", "uint8"): "int32",
+    **{("argsort", t): "int32" for t in ("bool", "uint8", "int8", "int16")},
 }
