@@ -7,13 +7,14 @@ traced graph (a new input shape retraces, as for every backend).
 
 Scope: inference graphs are the target (forward passes of MLPs, CNNs,
 transformers), though any graph whose primitives all have an ONNX mapping
-runs, training steps included. Refused, with a `LoomError` naming them:
+runs, training steps included (the parity suite passes on it with
+``LOOM_TRACE_BACKEND=onnxruntime``). Refused, with a `LoomError` naming them:
 float16/bfloat16 values (loom computes them in float32 and rounds each result,
 ONNX Runtime computes natively), and primitives with no mapping
-(``while_loop``, ``atan2``). Differences from the reference interpreter:
-run-time checks (gather index bounds, integer division by zero) are not made,
-``argsort`` uses TopK (not guaranteed stable), and results agree within
-floating-point rounding, not bitwise.
+(``while_loop``). Differences from the reference interpreter: run-time checks
+(gather index bounds, integer division by zero) are not made, ``argsort``
+uses TopK (not guaranteed stable), float64 ``erf``/``tan`` compute in float32,
+and results agree within floating-point rounding, not bitwise.
 """
 from __future__ import annotations
 
