@@ -16,6 +16,8 @@ Built-in plugins:
 
 - ``"xla"``: lowers the graph to `jax.lax` / `jax.numpy` under one `jax.jit`
   (`loom.compiler.plugins.xla`; needs ``pip install jax``).
+- ``"onnxruntime"``: lowers the graph to ONNX and runs it in an ONNX Runtime
+  session (`loom.compiler.plugins.ort`; needs ``pip install 'loom-dl[onnx]'``).
 
 See ``docs/plugins.md`` for the interface in full and an example plugin.
 """
@@ -37,6 +39,7 @@ _PLUGINS: dict[str, Plugin] = {}
 # Plugins that ship with loom, imported on first use: name -> (module, factory attr, package, install hint).
 _LAZY: dict[str, tuple[str, str, str, str]] = {
     "xla": ("loom.compiler.plugins.xla", "compile_graph", "jax", "pip install jax==0.10.2"),
+    "onnxruntime": ("loom.compiler.plugins.ort", "compile_graph", "onnx", "pip install 'loom-dl[onnx]'"),
 }
 
 
@@ -125,7 +128,8 @@ def get_plugin(name: str) -> Plugin:
         module = importlib.import_module(module_name)
     except ImportError as e:
         missing = getattr(e, "name", None) or ""
-        if missing == package or missing.startswith(package + "."):
+        if missing == package or missing.startswith(package + ".") or (name == "onnxruntime" and
+                                                                        missing.startswith("onnxruntime")):
             raise LoomError(f"loom.function: the {name!r} plugin needs the package {package!r}, which is not "
                             f"installed ({e}); install it with: {hint}") from None
         raise
