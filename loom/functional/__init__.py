@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ["math", "reduce", "shape", "linalg", "indexing", "sort", "nn", "conv"]
+MODULES = ["math", "reduce", "shape", "linalg", "indexing", "sort", "nn", "conv", "compat"]
 
 
 def _modules():

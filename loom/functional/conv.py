@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from loom import dtypes as dt
+from loom.autocast import float32_op, lower_op
 from loom.errors import DTypeError, ShapeError, fmt_shape
 from loom.functional.indexing import gather
 from loom.functional.math import div, isnan, minimum, where
@@ -213,6 +214,7 @@ def _check_groups(groups, op: str) -> int:
     return int(groups)
 
 
+@lower_op
 def _conv(op: str, nsp: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
     x, unbatched = _batched(input, nsp, op)
     w = _t(weight)
@@ -320,6 +322,7 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _I
     return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
 
 
+@lower_op
 def _conv_transpose(op: str, nsp: int, input, weight, bias, stride, padding, output_padding, groups,
                     dilation) -> Tensor:
     x, unbatched = _batched(input, nsp, op)
@@ -641,6 +644,7 @@ def max_pool2d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | No
                      return_indices)
 
 
+@float32_op
 def max_pool3d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | None = None,
                padding: _IntOrTuple = 0, dilation: _IntOrTuple = 1, ceil_mode: bool = False,
                return_indices: bool = False):
@@ -730,6 +734,7 @@ def avg_pool2d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | No
                      divisor_override)
 
 
+@float32_op
 def avg_pool3d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | None = None,
                padding: _IntOrTuple = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
@@ -860,6 +865,7 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     return _adaptive_avg("adaptive_avg_pool2d", 2, input, output_size)
 
 
+@float32_op
 def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     """3-d adaptive average pooling; see `adaptive_avg_pool2d`.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from loom import dtypes as dt
+from loom.autocast import keep_op, lower_op
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.tensor import Tensor, apply, broadcast_shapes, broadcast_to, const, tensor
 
@@ -23,6 +24,7 @@ def _same_dtype(op: str, a: Tensor, b: Tensor, what: str = "operands") -> None:
                          f"{a.dtype.name} and {b.dtype.name}")
 
 
+@lower_op
 def matmul(a, b) -> Tensor:
     """Matrix product with PyTorch's rules: 1-d operands are vectors, batch dims broadcast.
 
@@ -67,6 +69,7 @@ def matmul(a, b) -> Tensor:
     return out
 
 
+@lower_op
 def mm(a, b) -> Tensor:
     """Product of two matrices (no broadcasting).
 
@@ -91,6 +94,7 @@ def _check_bmm(op: str, a: Tensor, b: Tensor) -> None:
                          f"multiplied ({a.shape[1]}x{a.shape[2]} and {b.shape[1]}x{b.shape[2]})")
 
 
+@lower_op
 def bmm(a, b) -> Tensor:
     """Batched product of (b, n, m) and (b, m, p) tensors (no broadcasting).
 
@@ -104,6 +108,7 @@ def bmm(a, b) -> Tensor:
     return matmul(a, b)
 
 
+@keep_op
 def mv(a, v) -> Tensor:
     """Product of a matrix and a vector.
 
@@ -128,6 +133,7 @@ def _dot(op: str, a, b) -> Tensor:
     return matmul(a, b)
 
 
+@keep_op
 def dot(a, b) -> Tensor:
     """Inner product of two 1-d tensors of one dtype (the result keeps that dtype).
 
@@ -139,6 +145,7 @@ def dot(a, b) -> Tensor:
     return _dot("dot", a, b)
 
 
+@keep_op
 def vdot(a, b) -> Tensor:
     """Dot product conjugating the first argument (the same as :func:`dot` for real tensors).
 
@@ -212,6 +219,7 @@ def _scaled_sum(op: str, input, prod: Tensor, beta, alpha) -> Tensor:
     return (input if beta == 1 else input * beta) + out
 
 
+@lower_op
 def addmm(input, mat1, mat2, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * (mat1 @ mat2); input broadcasts to the product's shape.
 
@@ -223,6 +231,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1) -> Tensor:
     return _scaled_sum("addmm", input, mm(mat1, mat2), beta, alpha)
 
 
+@keep_op
 def addmv(input, mat, vec, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * (mat @ vec).
 
@@ -234,6 +243,7 @@ def addmv(input, mat, vec, *, beta=1, alpha=1) -> Tensor:
     return _scaled_sum("addmv", input, mv(mat, vec), beta, alpha)
 
 
+@keep_op
 def addr(input, vec1, vec2, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * outer(vec1, vec2).
 
@@ -245,6 +255,7 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1) -> Tensor:
     return _scaled_sum("addr", input, outer(vec1, vec2), beta, alpha)
 
 
+@lower_op
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * bmm(batch1, batch2).
 
@@ -256,6 +267,7 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:
     return _scaled_sum("baddbmm", input, bmm(batch1, batch2), beta, alpha)
 
 
+@lower_op
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * sum over the batch of bmm(batch1, batch2).
 

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from loom import dtypes as dt
+from loom.autocast import float32_op, keep_op, lower_op
 from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.functional.checks import check, check_index
@@ -136,6 +137,7 @@ def _update_running(buf: Tensor, new: Tensor, momentum: float) -> None:
 
 # ---------------------------------------------------------------- linear maps
 
+@lower_op
 def linear(input, weight, bias=None) -> Tensor:
     """y = input @ weight.T + bias.
 
@@ -165,6 +167,7 @@ def linear(input, weight, bias=None) -> Tensor:
     return out
 
 
+@keep_op
 def bilinear(input1, input2, weight, bias=None) -> Tensor:
     """y[..., o] = sum_ij input1[..., i] weight[o, i, j] input2[..., j] + bias[o].
 
@@ -731,6 +734,7 @@ def _nll(tg: _Targets, logp: Tensor, reduction: str) -> tuple[Tensor, Tensor]:
     return loss.sum() / wt.sum(), wt
 
 
+@float32_op
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
              reduction: str = "mean") -> Tensor:
     """Negative log likelihood of class-index targets given log-probabilities (N, C, *) or (C,).
@@ -750,6 +754,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
     return _nll(_Targets("nll_loss", x, t, weight, ignore_index), x, reduction)[0]
 
 
+@float32_op
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Cross entropy between logits (N, C, *) or (C,) and class indices or class probabilities.
@@ -821,6 +826,7 @@ def _bce_log(q: Tensor, value: Tensor) -> Tensor:
     return lq + (clamp_min(value.detach(), -100.0) - lq.detach())
 
 
+@float32_op
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction: str = "mean") -> Tensor:
     """-(t log(x) + (1 - t) log(1 - x)) for probabilities x, each log clamped to >= -100 (as PyTorch).
@@ -844,6 +850,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce_loss(loss, reduction)
 
 
+@float32_op
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction: str = "mean", pos_weight=None) -> Tensor:
     """Binary cross entropy of sigmoid(input), in the stable form (1 - t) x - w_pos log(sigmoid(x)).
@@ -870,6 +877,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _reduce_loss(loss, reduction)
 
 
+@float32_op
 def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
            log_target: bool = False) -> Tensor:
     """Pointwise KL divergence t (log t - input) for log-probabilities `input`.
@@ -907,6 +915,7 @@ def _weighted(op: str, loss: Tensor, x: Tensor, weight, reduction: str, mean_by_
     return _reduce_loss(loss, reduction)
 
 
+@float32_op
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None) -> Tensor:
     """(input - target)^2, reduced; with `weight`, `mean` divides by the sum of the weights.
 
@@ -921,6 +930,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     return _weighted("mse_loss", diff * diff, _t(input), weight, reduction, True)
 
 
+@float32_op
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None) -> Tensor:
     """|input - target|, reduced; with `weight`, `mean` divides by the sum of the weights.
 
@@ -939,6 +949,7 @@ def _huber(d: Tensor, delta: float) -> Tensor:
     return where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta)
 
 
+@float32_op
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
                    beta: float = 1.0) -> Tensor:
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target); beta=0 is the L1 loss.
@@ -957,6 +968,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     return _reduce_loss(loss, reduction)
 
 
+@float32_op
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None) -> Tensor:
     """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta); `weight` scales each element.
 
@@ -972,6 +984,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     return _weighted("huber_loss", _huber(x - t, delta), _t(input), weight, reduction, False)
 
 
+@float32_op
 def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, size_average=None,
                      eps: float = 1e-8, reduce=None, reduction: str = "mean") -> Tensor:
     """Poisson negative log likelihood: exp(x) - t x (log_input) or x - t log(x + eps).
@@ -991,6 +1004,7 @@ def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, 
     return _reduce_loss(loss, reduction)
 
 
+@float32_op
 def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
                       reduction: str = "mean") -> Tensor:
     """0.5 (log(var) + (input - target)^2 / var), with var clamped to >= eps in value.
@@ -1066,6 +1080,7 @@ def _same_rank(op: str, *ts: Tensor) -> None:
                          + ", ".join(fmt_shape(t.shape) for t in ts))
 
 
+@float32_op
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None,
                         reduction: str = "mean") -> Tensor:
     """max(0, -target * (input1 - input2) + margin).
@@ -1082,6 +1097,7 @@ def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_averag
     return _reduce_loss(clamp_min(-y * (a - b) + margin, 0.0), reduction)
 
 
+@float32_op
 def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,
                          reduction: str = "mean") -> Tensor:
     """x where target is 1, max(0, margin - x) where target is -1.
@@ -1098,6 +1114,7 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
     return _reduce_loss(loss, reduction)
 
 
+@float32_op
 def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None,
                           reduction: str = "mean") -> Tensor:
     """1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where target is -1.
@@ -1123,6 +1140,7 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
     return _reduce_loss(loss, reduction)
 
 
+@float32_op
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """log(1 + exp(-target * input)).
 
@@ -1136,6 +1154,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: s
     return _reduce_loss(-logsigmoid(y * x), reduction)  # log1p(exp(-yx)) without overflow at yx = -100.
 
 
+@float32_op
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
                                 reduction: str = "mean") -> Tensor:
     """Mean over classes of the per-class logistic loss of (N, C) logits against 0/1 targets.
@@ -1155,6 +1174,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     return _reduce_loss(loss, reduction)
 
 
+@float32_op
 def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2, eps: float = 1e-6,
                         swap: bool = False, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """max(0, d(a, p) - d(a, n) + margin) with d the pairwise p-distance.
@@ -1177,6 +1197,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
 
 # ---------------------------------------------------------------- attention
 
+@lower_op
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> Tensor:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from loom import dtypes as dt
+from loom.autocast import float32_op
 from loom.autograd.grad_mode import is_grad_enabled
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.tensor import Tensor, apply, arange, const, normalize_dim, normalize_dims, tensor
@@ -125,6 +126,7 @@ def nansum(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     return sum(x, dim, keepdim, dtype)
 
 
+@float32_op
 def prod(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     """Product over `dim` (all dims when None); bool and integer inputs multiply in int64.
 
