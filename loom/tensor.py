@@ -192,21 +192,26 @@ class Tensor:
 
     @property
     def is_cpu(self) -> bool:
+        """True: every loom tensor lives on the cpu."""
         return True
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element."""
         return self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
+        """Bytes of all elements (numel * itemsize)."""
         return self.numel() * self.dtype.itemsize
 
     @property
     def retains_grad(self) -> bool:
+        """Whether `retain_grad()` was called on this non-leaf tensor."""
         return self._retains_grad
 
     def ndimension(self) -> int:
+        """The number of dims (PyTorch's older spelling of `dim()`)."""
         return self.ndim
 
     def get_device(self) -> int:
@@ -214,27 +219,34 @@ class Tensor:
         return -1
 
     def is_signed(self) -> bool:
+        """Whether the dtype holds negative values (False for bool and uint8)."""
         return self.dtype.is_signed
 
     def is_complex(self) -> bool:
-        return False  # loom has no complex dtypes.
+        """False: loom has no complex dtypes."""
+        return False
 
     def is_conj(self) -> bool:
+        """False: a real tensor has no pending conjugation."""
         return False
 
     def is_neg(self) -> bool:
+        """False: loom has no lazy negation bit."""
         return False
 
     def is_inference(self) -> bool:
+        """False: loom's inference_mode makes ordinary tensors."""
         return False
 
     def is_nonzero(self) -> bool:
+        """Whether the single element is nonzero (an error for more than one element)."""
         if self.numel() != 1:
             raise LoomError(f"loom.Tensor.is_nonzero: a tensor with {self.numel()} elements (shape "
                             f"{fmt_shape(self.shape)}) has no single truth value")
         return bool(self.item() != 0)
 
     def is_same_size(self, other: Tensor) -> bool:
+        """Whether `other` has this tensor's shape."""
         return tuple(self.shape) == tuple(other.shape)
 
     def pin_memory(self, device=None) -> Tensor:
@@ -242,6 +254,7 @@ class Tensor:
         return self
 
     def is_pinned(self, device=None) -> bool:
+        """False: no pinned host memory without a GPU."""
         return False
 
     def share_memory_(self) -> Tensor:
@@ -249,9 +262,11 @@ class Tensor:
         return self
 
     def is_shared(self) -> bool:
+        """False: loom tensors are not in shared memory."""
         return False
 
     def xpu(self, device=None, non_blocking: bool = False) -> Tensor:
+        """This tensor on an Intel GPU; this build has none, so it raises DeviceError."""
         _check_device("xpu", "Tensor.xpu")
         return self
 
@@ -262,18 +277,23 @@ class Tensor:
         return tensor(src, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
 
     def new_full(self, size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """A tensor of `size` filled with `fill_value`, of this tensor's dtype unless `dtype` is given."""
         return full(size, fill_value, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
 
     def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """Zeros of `size`, of this tensor's dtype unless `dtype` is given."""
         return zeros(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
 
     def new_ones(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """Ones of `size`, of this tensor's dtype unless `dtype` is given."""
         return ones(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
 
     def new_empty(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """A tensor of `size` (zero-filled), of this tensor's dtype unless `dtype` is given."""
         return empty(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
 
     def new_empty_strided(self, size, stride, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """As `new_empty`; loom chooses the strides itself."""
         return empty(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
 
     def new(self, *args, device=None) -> Tensor:

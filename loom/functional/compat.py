@@ -7,14 +7,9 @@ find every name on `Tensor` and at the top level.
 """
 from __future__ import annotations
 
-import math
-
 from loom import dtypes as dt
-from loom.errors import DTypeError, LoomValueError, ShapeError, fmt_shape
-from loom.functional import linalg as _linalg
+from loom.errors import DTypeError, LoomValueError
 from loom.functional import math as _math
-from loom.functional import reduce as _reduce
-from loom.functional import shape as _shape
 from loom.tensor import Tensor, tensor
 
 

@@ -81,6 +81,16 @@ class OptimizedModule(Module):
         except AttributeError:
             return getattr(self._modules["_orig_mod"], name)
 
+    # Containers (Sequential, ModuleList) index and iterate as the original does.
+    def __getitem__(self, idx):
+        return self._orig_mod[idx]
+
+    def __len__(self) -> int:
+        return len(self._orig_mod)
+
+    def __iter__(self):
+        return iter(self._orig_mod)
+
 
 def compile(model=None, *, fullgraph: bool = False, dynamic=None, backend="inductor", mode=None,  # noqa: A001
             options=None, disable: bool = False):
