@@ -1,8 +1,10 @@
 """Autocast: matmul-like ops compute in a lower float type inside `with loom.autocast():` (PyTorch's CPU autocast).
 
 The ops that PyTorch's CPU autocast runs in lower precision (matmul, linear,
-convolutions, attention, ...) call `lower` on their inputs; the losses it runs
-in float32 call `full`. Outside an autocast region both return their inputs
+convolutions, attention, ...) call `lower` on their tensor arguments first; the
+ops it runs in float32 (the losses, prod, 3-d pooling) call `full`; ops built on
+lower-precision ones that PyTorch leaves in their inputs' type (mv, dot) are
+marked `keep_op`. Outside an autocast region both return their inputs
 unchanged. Only float tensors other than float64 are cast, as in PyTorch.
 """
 from __future__ import annotations
@@ -87,26 +89,6 @@ class autocast:
             with type(self)(self.dtype, self.enabled):
                 return fn(*args, **kwargs)
         return wrapper
-
-
-def _casting(fn, target):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if not getattr(_state, "enabled", False):
-            return fn(*args, **kwargs)
-        to = target()
-        return fn(*_cast(args, to), **dict(zip(kwargs, _cast(kwargs.values(), to))))
-    return wrapper
-
-
-def lower_op(fn):
-    """Mark `fn` as an op autocast runs in lower precision: its float tensor arguments are cast first."""
-    return _casting(fn, get_dtype)
-
-
-def float32_op(fn):
-    """Mark `fn` as an op autocast runs in float32 (the losses, prod): its float tensor arguments are cast."""
-    return _casting(fn, lambda: dt.float32)
 
 
 def keep_op(fn):

@@ -38,3 +38,5 @@ def install_methods(cls) -> None:
             setattr(cls, name + "_", _inplace_method(name, getattr(mod, name)))
         for name, fn in getattr(mod, "PROPERTIES", {}).items():
             setattr(cls, name, property(fn))
+        for name, fn in getattr(mod, "TENSOR_METHODS", {}).items():  # Methods with no top-level function.
+            setattr(cls, name, fn)

@@ -7,10 +7,18 @@ find every name on `Tensor` and at the top level.
 """
 from __future__ import annotations
 
+import itertools
+import math
+
+import numpy as np
+
 from loom import dtypes as dt
-from loom.errors import DTypeError, LoomValueError
+from loom.errors import DTypeError, LoomError, LoomTypeError, LoomValueError, ShapeError, fmt_shape
+from loom.functional import indexing as _indexing
 from loom.functional import math as _math
-from loom.tensor import Tensor, tensor
+from loom.functional import reduce as _reduce
+from loom.functional import shape as _shape
+from loom.tensor import Tensor, arange, full, normalize_dim, tensor, zeros
 
 
 def _t(x) -> Tensor:
@@ -31,7 +39,7 @@ _ALIASES = {
     "arccos": _math.acos, "arcsin": _math.asin, "arctan": _math.atan, "arccosh": _math.acosh,
     "arcsinh": _math.asinh, "arctanh": _math.atanh, "arctan2": _math.atan2, "absolute": _math.abs,
     "negative": _math.neg, "multiply": _math.mul, "subtract": _math.sub, "divide": _math.div,
-    "true_divide": _math.div, "clip": _math.clamp, "greater": _math.gt if hasattr(_math, "gt") else None,
+    "true_divide": _math.div, "clip": _math.clamp, "unsafe_chunk": _shape.chunk, "unsafe_split": _shape.split,
 }
 _ALIASES = {k: v for k, v in _ALIASES.items() if v is not None}
 for _name, _fn in _ALIASES.items():
@@ -76,5 +84,689 @@ def allclose(input, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bo
     return bool(isclose(input, other, rtol, atol, equal_nan).all())
 
 
-METHODS = sorted(_ALIASES) + ["isclose", "allclose"]
-INPLACE = [n for n in _ALIASES if n != "clip"]
+
+# ---------------------------------------------------------------- differences, statistics, counting
+
+def diff(input, n: int = 1, dim: int = -1, prepend=None, append=None) -> Tensor:
+    """The n-th forward difference along `dim`, as `torch.diff`.
+
+    Examples
+    --------
+    >>> loom.diff(loom.tensor([1, 4, 9, 16])).tolist()
+    [3, 5, 7]
+    """
+    x = _t(input)
+    if x.ndim == 0:
+        raise ShapeError("loom.diff: expected a tensor with at least one dimension, got a 0-d tensor")
+    d = normalize_dim(dim, x.ndim, "diff")
+    parts = [p if p.ndim else p.expand(*x.shape[:d], 1, *x.shape[d + 1:])
+             for p in (_t(v) for v in (prepend, x, append) if v is not None)]
+    x = _shape.cat(parts, d) if len(parts) > 1 else x
+    for _ in range(n):
+        if x.shape[d] == 0:
+            break
+        a, b = _shape.narrow(x, d, 1, x.shape[d] - 1), _shape.narrow(x, d, 0, x.shape[d] - 1)
+        x = a ^ b if x.dtype is dt.bool_ else a - b
+    return x
+
+
+def cov(input, *, correction: int = 1, fweights=None, aweights=None) -> Tensor:
+    """Covariance of the rows of `input` (variables) over its columns (observations), as `torch.cov`.
+
+    Examples
+    --------
+    >>> loom.cov(loom.tensor([[0.0, 2.0], [1.0, 1.0]])).tolist()
+    [[2.0, -1.0], [-1.0, 0.5]]
+    """
+    x = _t(input)
+    if x.ndim > 2:
+        raise ShapeError(f"loom.cov: expected a tensor with at most 2 dimensions, got {fmt_shape(x.shape)}")
+    x = x.reshape(1, -1) if x.ndim < 2 else x
+    if not x.dtype.is_floating_point:
+        x = x.to(dt.get_default_dtype())
+    n = x.shape[1]
+    w = None
+    if fweights is not None:
+        w = _t(fweights).to(x.dtype)
+    if aweights is not None:
+        w = _t(aweights).to(x.dtype) if w is None else w * _t(aweights).to(x.dtype)
+    if w is None:
+        avg = x.mean(1)
+        wsum = float(n)
+        norm = wsum - correction
+        xm = x - avg.unsqueeze(1)
+        c = xm @ xm.t()
+    else:
+        wsum_t = w.sum()
+        avg = (x * w).sum(1) / wsum_t
+        xm = x - avg.unsqueeze(1)
+        c = (xm * w) @ xm.t()
+        if correction == 0:
+            norm = wsum_t
+        elif aweights is None:
+            norm = wsum_t - correction
+        else:
+            norm = wsum_t - correction * (w * _t(aweights).to(x.dtype)).sum() / wsum_t
+    c = c / _math.clamp(norm, min=0) if isinstance(norm, Tensor) else c / max(norm, 0)
+    return c.squeeze() if c.numel() == 1 else c
+
+
+def corrcoef(input) -> Tensor:
+    """Pearson correlation coefficients of the rows of `input`, as `torch.corrcoef` (clipped to [-1, 1]).
+
+    Examples
+    --------
+    >>> loom.corrcoef(loom.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])).tolist()
+    [[1.0, -1.0], [-1.0, 1.0]]
+    """
+    c = cov(input)
+    if c.ndim == 0:
+        return c / c
+    d = _shape.diagonal(c).sqrt()
+    c = c / d.unsqueeze(1) / d.unsqueeze(0)
+    return _math.clamp(c, -1.0, 1.0)
+
+
+def trace(input) -> Tensor:
+    """Sum of the main diagonal of a 2-d tensor, as `torch.trace`."""
+    x = _t(input)
+    if x.ndim != 2:
+        raise ShapeError(f"loom.trace: expected a matrix, got {fmt_shape(x.shape)}")
+    return _shape.diagonal(x).sum()
+
+
+def diagflat(input, offset: int = 0) -> Tensor:
+    """A 2-d tensor with the flattened `input` on diagonal `offset`, as `torch.diagflat`."""
+    return _shape.diag(_t(input).reshape(-1), offset)
+
+
+def dist(input, other, p: float = 2) -> Tensor:
+    """The p-norm of `input - other`, as `torch.dist`."""
+    return _reduce.norm(_t(input) - _t(other), p)
+
+
+def cross(input, other, dim=None) -> Tensor:
+    """Cross product of 3-vectors along `dim` (default: the first dim of size 3), as `torch.cross`."""
+    from loom.linalg import cross as _cross
+    a, b = _t(input), _t(other)
+    if dim is None:
+        sizes = [k for k, n in enumerate(a.shape) if n == 3]
+        if not sizes:
+            raise ShapeError(f"loom.cross: no dimension of size 3 in input {fmt_shape(a.shape)}")
+        dim = sizes[0]
+    return _cross(a, b, dim=dim)
+
+
+def _bin_indices(x: Tensor, bins: int, lo: float, hi: float):
+    """Bin of each element of `x` among `bins` equal bins over [lo, hi], and whether it falls in them."""
+    xf = x.to(dt.float64)
+    idx = ((xf - lo) * (bins / (hi - lo))).floor().to(dt.int64)
+    idx = _math.clamp(idx, 0, bins - 1)  # The upper edge belongs to the last bin.
+    inside = (xf >= lo) & (xf <= hi)
+    return idx, inside
+
+
+def histc(input, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # noqa: A002
+    """Histogram of `input` with `bins` equal-width bins over [min, max], as `torch.histc`.
+
+    When min and max are both 0 the data's own minimum and maximum are used.
+    Elements outside the range are ignored.
+
+    Examples
+    --------
+    >>> loom.histc(loom.tensor([1.0, 2.0, 1.0]), bins=4, min=0, max=3).tolist()
+    [0.0, 2.0, 1.0, 0.0]
+    """
+    x = _t(input).detach()
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"loom.histc: expected a floating point tensor, got {x.dtype.name}")
+    if bins <= 0:
+        raise LoomValueError(f"loom.histc: bins must be > 0, got {bins}")
+    lo, hi = float(min), float(max)
+    if lo == hi and x.numel():
+        lo, hi = float(x.min()), float(x.max())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise LoomValueError(f"loom.histc: max must be larger than min, got min={min}, max={max}")
+    idx, inside = _bin_indices(x.reshape(-1), bins, lo, hi)
+    return zeros(bins, dtype=x.dtype).scatter_add(0, idx, inside.to(x.dtype))
+
+
+def bincount(input, weights=None, minlength: int = 0) -> Tensor:
+    """Count of each value of a 1-d non-negative integer tensor, as `torch.bincount`.
+
+    Examples
+    --------
+    >>> loom.bincount(loom.tensor([0, 2, 2, 5])).tolist()
+    [1, 0, 2, 0, 0, 1]
+    """
+    x = _t(input)
+    if x.ndim != 1 or x.dtype.category != 1:
+        raise LoomValueError(f"loom.bincount: expected a 1-d integer tensor, got {x.dtype.name}{fmt_shape(x.shape)}")
+    if x.numel() and int(x.min()) < 0:
+        raise LoomValueError(f"loom.bincount: input values must be non-negative, got {int(x.min())}")
+    n = builtins_max(int(x.max()) + 1 if x.numel() else 0, minlength)
+    if weights is None:
+        return zeros(n, dtype=dt.int64).scatter_add(0, x.to(dt.int64), full(x.shape, 1, dtype=dt.int64))
+    w = _t(weights)
+    d = w.dtype if w.dtype.is_floating_point else dt.float64
+    return zeros(n, dtype=d).scatter_add(0, x.to(dt.int64), w.to(d))
+
+
+builtins_max = max
+
+
+def _tri_indices(op: str, row: int, col: int, offset: int, lower: bool, dtype) -> Tensor:
+    if row < 0 or col < 0:
+        raise LoomValueError(f"loom.{op}: row and col must be non-negative, got row={row}, col={col}")
+    r, c = (np.tril_indices if lower else np.triu_indices)(row, offset, col)
+    return tensor(np.stack([r, c]).astype(np.int64), dtype=dtype or dt.int64)
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None) -> Tensor:
+    """Indices (2, N) of the lower triangle of a row x col matrix, as `torch.tril_indices`.
+
+    Examples
+    --------
+    >>> loom.tril_indices(2, 2).tolist()
+    [[0, 1, 1], [0, 0, 1]]
+    """
+    return _tri_indices("tril_indices", row, col, offset, True, dtype)
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None) -> Tensor:
+    """Indices (2, N) of the upper triangle of a row x col matrix, as `torch.triu_indices`."""
+    return _tri_indices("triu_indices", row, col, offset, False, dtype)
+
+
+def block_diag(*tensors) -> Tensor:
+    """A block-diagonal matrix of the given 0-, 1- and 2-d tensors, as `torch.block_diag`.
+
+    Examples
+    --------
+    >>> loom.block_diag(loom.ones(1, 1), loom.ones(1, 2) * 2).tolist()
+    [[1.0, 0.0, 0.0], [0.0, 2.0, 2.0]]
+    """
+    mats = []
+    for t in (_t(v) for v in tensors):
+        if t.ndim > 2:
+            raise ShapeError(f"loom.block_diag: expected tensors of at most 2 dims, got {fmt_shape(t.shape)}")
+        mats.append(t.reshape(1, -1) if t.ndim < 2 else t)
+    if not mats:
+        return zeros(0, 0)
+    d = mats[0].dtype
+    for m in mats[1:]:
+        d = dt.promote_pair(d, m.dtype)
+    width = sum(m.shape[1] for m in mats)
+    rows, left = [], 0
+    for m in mats:
+        rows.append(_shape.pad(m.to(d), (left, width - left - m.shape[1])))
+        left += m.shape[1]
+    return _shape.cat(rows, 0)
+
+
+def cartesian_prod(*tensors) -> Tensor:
+    """All combinations of one element from each 1-d tensor, as `torch.cartesian_prod`.
+
+    Examples
+    --------
+    >>> loom.cartesian_prod(loom.tensor([1, 2]), loom.tensor([3, 4])).tolist()
+    [[1, 3], [1, 4], [2, 3], [2, 4]]
+    """
+    ts = [_t(v) for v in tensors]
+    if len(ts) == 1:
+        return ts[0]
+    grids = _shape.meshgrid(*ts, indexing="ij")
+    return _shape.stack([g.reshape(-1) for g in grids], 1)
+
+
+def combinations(input, r: int = 2, with_replacement: bool = False) -> Tensor:
+    """Length-`r` combinations of the elements of a 1-d tensor, as `torch.combinations`.
+
+    Examples
+    --------
+    >>> loom.combinations(loom.tensor([1, 2, 3])).tolist()
+    [[1, 2], [1, 3], [2, 3]]
+    """
+    x = _t(input)
+    if x.ndim != 1:
+        raise ShapeError(f"loom.combinations: expected a 1-d tensor, got {fmt_shape(x.shape)}")
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    idx = list(pick(range(x.shape[0]), r))
+    if not idx:
+        return zeros(0, r, dtype=x.dtype) if r else zeros(0, dtype=x.dtype)
+    return x[tensor(np.array(idx, dtype=np.int64))]
+
+
+def cdist(x1, x2, p: float = 2.0, compute_mode=None) -> Tensor:
+    """p-norm distances between the rows of `x1` (..., P, M) and `x2` (..., R, M), as `torch.cdist`.
+
+    Examples
+    --------
+    >>> loom.cdist(loom.tensor([[0.0, 0.0]]), loom.tensor([[3.0, 4.0]])).tolist()
+    [[5.0]]
+    """
+    a, b = _t(x1), _t(x2)
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-1]:
+        raise ShapeError(f"loom.cdist: expected (..., P, M) and (..., R, M) inputs, got {fmt_shape(a.shape)} and "
+                         f"{fmt_shape(b.shape)}")
+    diffs = a.unsqueeze(-2) - b.unsqueeze(-3)
+    if p == 0:
+        return (diffs != 0).to(a.dtype).sum(-1)
+    return _reduce.norm(diffs, p, dim=-1)
+
+
+def rsub(input, other, alpha=1) -> Tensor:
+    """`other - alpha * input`, as `torch.rsub`."""
+    return _math.sub(other if isinstance(other, Tensor) else _t(other).to(_t(input).dtype), input, alpha=alpha)
+
+
+def vander(x, N: int | None = None, increasing: bool = False) -> Tensor:
+    """The Vandermonde matrix of a 1-d tensor, as `torch.vander`.
+
+    Examples
+    --------
+    >>> loom.vander(loom.tensor([1, 2, 3]), N=3).tolist()
+    [[1, 1, 1], [4, 2, 1], [9, 3, 1]]
+    """
+    v = _t(x)
+    if v.ndim != 1:
+        raise ShapeError(f"loom.vander: expected a 1-d tensor, got {fmt_shape(v.shape)}")
+    n = v.shape[0] if N is None else N
+    if n < 0:
+        raise LoomValueError(f"loom.vander: N must be non-negative, got {n}")
+    d = v.dtype if v.dtype is not dt.bool_ else dt.int64
+    cols = [_math.pow(v.to(d), k) if k else full(v.shape, 1, dtype=d) for k in range(n)]
+    if not increasing:
+        cols = cols[::-1]
+    return _shape.stack(cols, 1) if cols else zeros(v.shape[0], 0, dtype=d)
+
+
+def unravel_index(indices, shape) -> tuple[Tensor, ...]:
+    """The coordinates in `shape` of flat `indices`, as `torch.unravel_index`.
+
+    Examples
+    --------
+    >>> [t.tolist() for t in loom.unravel_index(loom.tensor([4, 1]), (2, 3))]
+    [[1, 0], [1, 1]]
+    """
+    idx = _t(indices)
+    if idx.dtype.category != 1:
+        raise DTypeError(f"loom.unravel_index: expected an integer tensor, got {idx.dtype.name}")
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    total = math.prod(shape)
+    out = []
+    for k, size in enumerate(shape):
+        stride = math.prod(shape[k + 1:])
+        out.append(_math.remainder(_math.floor_divide(idx, stride), size) if total else idx)
+    return tuple(out)
+
+
+def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool = False) -> Tensor:
+    """Whether each element is among `test_elements`, as `torch.isin`.
+
+    Examples
+    --------
+    >>> loom.isin(loom.tensor([1, 2, 3]), loom.tensor([2, 5])).tolist()
+    [False, True, False]
+    """
+    e = _t(elements)
+    t = _t(test_elements).reshape(-1)
+    hit = (e.unsqueeze(-1) == t).any(-1) if t.numel() else full(e.shape, False, dtype=dt.bool_)
+    return ~hit if invert else hit
+
+
+def isreal(input) -> Tensor:
+    """True everywhere: loom's tensors are real."""
+    return full(_t(input).shape, True, dtype=dt.bool_)
+
+
+def chain_matmul(*matrices) -> Tensor:
+    """The product of the given matrices, as `torch.chain_matmul`."""
+    from loom.linalg import multi_dot
+    if len(matrices) == 1:
+        return _t(matrices[0])
+    return multi_dot(list(matrices))
+
+
+def _split_along(op: str, input, sections, dim: int, min_ndim: int) -> tuple[Tensor, ...]:
+    x = _t(input)
+    if x.ndim < min_ndim:
+        raise ShapeError(f"loom.{op}: expected a tensor with at least {min_ndim} dims, got {fmt_shape(x.shape)}")
+    if isinstance(sections, int) and x.shape[dim] % sections:
+        raise LoomValueError(f"loom.{op}: dim {dim} of size {x.shape[dim]} is not divisible by {sections}")
+    return _shape.tensor_split(x, sections, dim)
+
+
+def hsplit(input, sections) -> tuple[Tensor, ...]:
+    """Split along dim 1 (dim 0 for 1-d input), as `torch.hsplit`."""
+    x = _t(input)
+    return _split_along("hsplit", x, sections, 1 if x.ndim > 1 else 0, 1)
+
+
+def vsplit(input, sections) -> tuple[Tensor, ...]:
+    """Split along dim 0 of a tensor with at least 2 dims, as `torch.vsplit`."""
+    return _split_along("vsplit", input, sections, 0, 2)
+
+
+def dsplit(input, sections) -> tuple[Tensor, ...]:
+    """Split along dim 2 of a tensor with at least 3 dims, as `torch.dsplit`."""
+    return _split_along("dsplit", input, sections, 2, 3)
+
+
+def _scatter_into(input, src, index) -> Tensor:
+    y = _t(input).clone()
+    y[index] = _t(src)
+    return y
+
+
+def select_scatter(input, src, dim: int, index: int) -> Tensor:
+    """`input` with `src` written at `index` along `dim` (out of place), as `torch.select_scatter`."""
+    x = _t(input)
+    d = normalize_dim(dim, x.ndim, "select_scatter")
+    return _scatter_into(x, src, (slice(None),) * d + (index,))
+
+
+def slice_scatter(input, src, dim: int = 0, start=None, end=None, step: int = 1) -> Tensor:
+    """`input` with `src` written into the slice start:end:step along `dim`, as `torch.slice_scatter`."""
+    x = _t(input)
+    d = normalize_dim(dim, x.ndim, "slice_scatter")
+    return _scatter_into(x, src, (slice(None),) * d + (slice(start, end, step),))
+
+
+def diagonal_scatter(input, src, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """`input` with `src` written onto its diagonal, as `torch.diagonal_scatter`."""
+    x = _t(input)
+    d1, d2 = normalize_dim(dim1, x.ndim, "diagonal_scatter"), normalize_dim(dim2, x.ndim, "diagonal_scatter")
+    n1, n2 = x.shape[d1], x.shape[d2]
+    size = builtins_max(0, min(n1 + builtins_min(offset, 0), n2 - builtins_max(offset, 0)))
+    k = arange(size)
+    rows, cols = k - builtins_min(offset, 0), k + builtins_max(offset, 0)
+    perm = [d for d in range(x.ndim) if d not in (d1, d2)] + [d1, d2]
+    moved = x.permute(*perm)
+    # The diagonal is the last dim of `src` (as torch.diagonal returns it).
+    updated = moved.clone()
+    updated[(Ellipsis, rows, cols)] = _t(src)
+    inv = [0] * x.ndim
+    for pos, d in enumerate(perm):
+        inv[d] = pos
+    return updated.permute(*inv)
+
+
+builtins_min = min
+
+
+def trapezoid(y, x=None, *, dx=None, dim: int = -1) -> Tensor:
+    """Integral of `y` along `dim` by the trapezoid rule, with sample points `x` or spacing `dx`.
+
+    Examples
+    --------
+    >>> loom.trapezoid(loom.tensor([1.0, 2.0, 3.0])).item()
+    4.0
+    """
+    yt = _t(y)
+    d = normalize_dim(dim, yt.ndim, "trapezoid")
+    n = yt.shape[d]
+    if n == 0:
+        return yt.sum(d)
+    avg = (_shape.narrow(yt, d, 1, n - 1) + _shape.narrow(yt, d, 0, n - 1)) / 2
+    if x is not None:
+        xt = _t(x)
+        dxs = diff(xt, dim=-1 if xt.ndim == 1 else d)
+        if xt.ndim == 1:
+            dxs = dxs.reshape((n - 1,) + (1,) * (yt.ndim - d - 1))
+        return (avg * dxs).sum(d)
+    return avg.sum(d) * (1.0 if dx is None else dx)
+
+
+trapz = _alias(trapezoid, "trapz")
+
+
+def cumulative_trapezoid(y, x=None, *, dx=None, dim: int = -1) -> Tensor:
+    """Running trapezoid-rule integral of `y` along `dim`, as `torch.cumulative_trapezoid`."""
+    yt = _t(y)
+    d = normalize_dim(dim, yt.ndim, "cumulative_trapezoid")
+    n = yt.shape[d]
+    avg = (_shape.narrow(yt, d, 1, n - 1) + _shape.narrow(yt, d, 0, n - 1)) / 2
+    if x is not None:
+        xt = _t(x)
+        dxs = diff(xt, dim=-1 if xt.ndim == 1 else d)
+        if xt.ndim == 1:
+            dxs = dxs.reshape((n - 1,) + (1,) * (yt.ndim - d - 1))
+        avg = avg * dxs
+    elif dx is not None:
+        avg = avg * dx
+    return _reduce.cumsum(avg, d)
+
+
+def renorm(input, p: float, dim: int, maxnorm: float) -> Tensor:
+    """Each slice along `dim` rescaled to p-norm at most `maxnorm`, as `torch.renorm`.
+
+    Examples
+    --------
+    >>> loom.renorm(loom.tensor([[3.0, 4.0], [0.3, 0.4]]), 2, 0, 1.0).tolist()
+    [[0.6000000238418579, 0.800000011920929], [0.30000001192092896, 0.4000000059604645]]
+    """
+    x = _t(input)
+    d = normalize_dim(dim, x.ndim, "renorm")
+    others = [k for k in range(x.ndim) if k != d]
+    norms = _reduce.norm(x, p, dim=others, keepdim=True) if others else x.abs()
+    scale = _math.where(norms > maxnorm, maxnorm / (norms + 1e-7), 1.0)
+    return x * scale.to(x.dtype)
+
+
+def bitwise_left_shift(input, other) -> Tensor:
+    """`input << other` for integer tensors, as `torch.bitwise_left_shift`."""
+    a = _t(input)
+    if a.dtype.is_floating_point:
+        raise DTypeError(f"loom.bitwise_left_shift: expected integer operands, got {a.dtype.name}")
+    b = other if isinstance(other, Tensor) else tensor(other, dtype=a.dtype)
+    return a * _math.pow(full((), 2, dtype=b.dtype), b).to(a.dtype)
+
+
+def bitwise_right_shift(input, other) -> Tensor:
+    """`input >> other` (arithmetic: rounds toward minus infinity), as `torch.bitwise_right_shift`."""
+    a = _t(input)
+    if a.dtype.is_floating_point:
+        raise DTypeError(f"loom.bitwise_right_shift: expected integer operands, got {a.dtype.name}")
+    b = other if isinstance(other, Tensor) else tensor(other, dtype=a.dtype)
+    return _math.floor_divide(a, _math.pow(full((), 2, dtype=b.dtype), b).to(a.dtype))
+
+
+def angle(input) -> Tensor:
+    """The argument of a real number: pi for negative values, 0 otherwise (NaN stays NaN)."""
+    x = _t(input)
+    xf = x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
+    return _math.where(xf < 0, math.pi, _math.where(_math.isnan(xf), xf, 0.0 * xf))
+
+
+def conj(input) -> Tensor:
+    """`input` itself: a real tensor is its own conjugate."""
+    return _t(input)
+
+
+def resolve_conj(input) -> Tensor:
+    """`input` itself (no pending conjugation on a real tensor)."""
+    return _t(input)
+
+
+def resolve_neg(input) -> Tensor:
+    """`input` itself (loom has no lazy negation bit)."""
+    return _t(input)
+
+
+def real(input) -> Tensor:
+    """`input` itself: the real part of a real tensor."""
+    return _t(input)
+
+
+def nonzero_static(input, *, size: int, fill_value: int = -1) -> Tensor:
+    """`nonzero(input)` cut or padded with `fill_value` to exactly `size` rows."""
+    idx = _indexing.nonzero(_t(input))
+    n = idx.shape[0]
+    if n >= size:
+        return idx[:size]
+    return _shape.cat([idx, full((size - n, idx.shape[1]), fill_value, dtype=idx.dtype)], 0)
+
+
+def put(input, index, source, accumulate: bool = False) -> Tensor:
+    """`input` with `source` written at flat positions `index` (out of place), as `torch.put`."""
+    x = _t(input)
+    flat = x.reshape(-1)
+    n = flat.shape[0]
+    idx = _t(index).reshape(-1).to(dt.int64)
+    idx = _math.where(idx < 0, idx + n, idx)
+    return _indexing.index_put(flat, (idx,), _t(source).reshape(-1).to(x.dtype), accumulate).reshape(x.shape)
+
+
+def constant_pad_nd(input, pad, value: float = 0) -> Tensor:
+    """`nn.functional.pad(input, pad, value=value)`, as `torch.constant_pad_nd`."""
+    return _shape.pad(_t(input), tuple(pad), value=value)
+
+
+# ---------------------------------------------------------------- Tensor-only methods
+
+def _sum_to_size(self, *size) -> Tensor:
+    """Sum this tensor down to `size`, which it must broadcast from, as `Tensor.sum_to_size`."""
+    shape = tuple(size[0]) if len(size) == 1 and not isinstance(size[0], int) else tuple(size)
+    lead = self.ndim - len(shape)
+    if lead < 0 or any(s != 1 and s != n for s, n in zip(shape, self.shape[lead:])):
+        raise ShapeError(f"loom.sum_to_size: size {list(shape)} is not expandable to size {list(self.shape)}")
+    x = self.sum(tuple(range(lead))) if lead else self
+    dims = tuple(k for k, (s, n) in enumerate(zip(shape, x.shape)) if s == 1 and n != 1)
+    return x.sum(dims, keepdim=True) if dims else x
+
+
+def _unfold(self, dimension: int, size: int, step: int) -> Tensor:
+    """Windows of `size` elements every `step` along `dimension`, as a new last dim (a view, as PyTorch's).
+
+    Examples
+    --------
+    >>> loom.arange(5).unfold(0, 2, 2).tolist()
+    [[0, 1], [2, 3]]
+    """
+    d = normalize_dim(dimension, self.ndim, "unfold")
+    n = self.shape[d] if self.ndim else 1
+    if size > n or size < 0:
+        raise ShapeError(f"loom.unfold: maximum size for tensor at dimension {d} is {n} but size is {size}")
+    if step <= 0:
+        raise LoomValueError(f"loom.unfold: step is {step} but must be > 0")
+    strides = self.stride()
+    count = (n - size) // step + 1
+    shape = list(self.shape) + [size]
+    new_strides = list(strides) + [strides[d] if self.ndim else 1]
+    if self.ndim:
+        shape[d] = count
+        new_strides[d] = strides[d] * step
+    else:
+        shape, new_strides = [size], [1]
+    return self.as_strided(shape, new_strides, self.storage_offset())
+
+
+def _fill_diagonal_(self, fill_value, wrap: bool = False) -> Tensor:
+    """Fill the main diagonal in place (all dims equal, or a tall matrix with `wrap`), as PyTorch's."""
+    if self.ndim < 2 or (self.ndim > 2 and len(set(self.shape)) != 1):
+        raise ShapeError(f"loom.fill_diagonal_: expected a 2-d tensor or one with all dims equal, got "
+                         f"{fmt_shape(self.shape)}")
+    rows, cols = self.shape[0], self.shape[1]
+    if self.ndim == 2:
+        r = arange(rows).unsqueeze(1)
+        c = arange(cols).unsqueeze(0)
+        if wrap and rows > cols:
+            mask = (r % (cols + 1) == c) & (r - r % (cols + 1) + c < rows)
+        else:
+            mask = r == c
+    else:
+        coords = [arange(n).reshape([n if k == j else 1 for k in range(self.ndim)]) for j, n in enumerate(self.shape)]
+        mask = coords[0] == coords[1]
+        for c in coords[2:]:
+            mask = mask & (coords[0] == c)
+    return self.masked_fill_(mask, fill_value)
+
+
+def _where(self, condition, other) -> Tensor:
+    """`loom.where(condition, self, other)`, as `Tensor.where`."""
+    return _math.where(condition, self, other)
+
+
+def _multinomial(self, num_samples: int, replacement: bool = False, *, generator=None) -> Tensor:
+    """Samples from each row of `self` (unnormalised probabilities), as `Tensor.multinomial`."""
+    from loom.tensor import multinomial as _multinomial
+    return _multinomial(self, num_samples, replacement, generator)
+
+
+def _apply_(self, callable) -> Tensor:  # noqa: A002
+    """Replace each element by `callable(element)` in place (Python on the cpu, no autograd), as PyTorch's."""
+    if self.requires_grad:
+        raise LoomError("loom.apply_: can't call apply_() on a tensor that requires grad")
+    values = np.vectorize(callable, otypes=[self.numpy().dtype])(self.numpy()) if self.numel() else self.numpy()
+    return self.copy_(tensor(values, dtype=self.dtype))
+
+
+def _map_(self, other, callable) -> Tensor:  # noqa: A002
+    """Replace each element by `callable(self_element, other_element)` in place, as `Tensor.map_`."""
+    if self.requires_grad:
+        raise LoomError("loom.map_: can't call map_() on a tensor that requires grad")
+    b = np.broadcast_to(_t(other).numpy(force=True), tuple(self.shape))
+    values = np.vectorize(callable, otypes=[self.numpy().dtype])(self.numpy(), b) if self.numel() else self.numpy()
+    return self.copy_(tensor(values, dtype=self.dtype))
+
+
+def _as_subclass(self, cls) -> Tensor:
+    """This tensor as an instance of the Tensor subclass `cls`, sharing its storage."""
+    if not (isinstance(cls, type) and issubclass(cls, Tensor)):
+        raise LoomTypeError(f"loom.as_subclass: expected a subclass of loom.Tensor, got {cls!r}")
+    t = self.view_as(self)
+    t.__class__ = cls
+    return t
+
+
+# Ops whose in-place twin (`x.acos_()`) the other modules do not define: they get one here.
+_INPLACE_OF = ["acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "erfc", "exp2", "log10", "log2",
+               "deg2rad", "rad2deg", "sinc", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
+               "logical_and", "logical_or", "logical_xor", "eq", "ge", "gt", "le", "lt", "ne", "greater",
+               "greater_equal", "less", "less_equal", "not_equal", "heaviside", "xlogy",
+               "logit", "nan_to_num", "fix", "ldexp", "hypot", "copysign", "fmod", "remainder", "lerp",
+               "clamp_min", "clamp_max", "sgn", "square", "frac", "trunc", "digamma", "lgamma", "erfinv", "i0"]
+
+
+def _taken() -> set[str]:
+    """Tensor attribute names the other functional modules (and Tensor itself) already define."""
+    from loom.functional import _modules
+    names = set(Tensor.__dict__)
+    for mod in _modules():
+        if mod.__name__ == __name__:
+            continue
+        names.update(getattr(mod, "METHODS", []))
+        names.update(n + "_" for n in getattr(mod, "INPLACE", []))
+        names.update(getattr(mod, "PROPERTIES", {}))
+    return names
+
+
+def _sources():
+    from loom.functional import _modules
+    return [m for m in _modules() if m.__name__ != __name__]
+
+
+_TAKEN = _taken()
+for _name in _INPLACE_OF:
+    if _name + "_" in _TAKEN:
+        continue
+    for _mod in [None] + _sources():
+        _fn = globals().get(_name) if _mod is None else getattr(_mod, _name, None)
+        if _fn is not None:
+            globals()[_name] = _fn
+            break
+_NEW = ["diff", "cov", "corrcoef", "trace", "diagflat", "dist", "cross", "histc", "bincount", "renorm",
+        "bitwise_left_shift", "bitwise_right_shift", "angle", "conj", "resolve_conj", "resolve_neg", "real",
+        "nonzero_static", "put", "isreal", "unsafe_chunk", "unsafe_split", "hsplit", "vsplit", "dsplit",
+        "select_scatter", "slice_scatter", "diagonal_scatter", "conj_physical"]
+conj_physical = _alias(conj, "conj_physical")
+
+METHODS = [n for n in sorted(_ALIASES) + ["isclose", "allclose"] + _NEW if n not in _TAKEN]
+# Methods with no top-level function of the same name in PyTorch.
+TENSOR_METHODS = {n: globals()["_" + n] for n in ("sum_to_size", "unfold", "fill_diagonal_", "where", "multinomial",
+                                                  "apply_", "map_", "as_subclass") if n not in _TAKEN}
+INPLACE = [n for n in list(_ALIASES) + _INPLACE_OF + ["renorm", "bitwise_left_shift", "bitwise_right_shift", "put"]
+           if n != "clip" and n + "_" not in _TAKEN and n in globals()]

@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from loom import dtypes as dt
-from loom.autocast import float32_op, lower_op
+from loom import autocast as _autocast
 from loom.errors import DTypeError, ShapeError, fmt_shape
 from loom.functional.indexing import gather
 from loom.functional.math import div, isnan, minimum, where
@@ -214,8 +214,8 @@ def _check_groups(groups, op: str) -> int:
     return int(groups)
 
 
-@lower_op
 def _conv(op: str, nsp: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
+    input, weight, bias = _autocast.lower(input, weight, bias)
     x, unbatched = _batched(input, nsp, op)
     w = _t(weight)
     if w.ndim != nsp + 2:
@@ -322,9 +322,9 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _I
     return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
 
 
-@lower_op
 def _conv_transpose(op: str, nsp: int, input, weight, bias, stride, padding, output_padding, groups,
                     dilation) -> Tensor:
+    input, weight, bias = _autocast.lower(input, weight, bias)
     x, unbatched = _batched(input, nsp, op)
     w = _t(weight)
     if w.ndim != nsp + 2:
@@ -644,7 +644,6 @@ def max_pool2d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | No
                      return_indices)
 
 
-@float32_op
 def max_pool3d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | None = None,
                padding: _IntOrTuple = 0, dilation: _IntOrTuple = 1, ceil_mode: bool = False,
                return_indices: bool = False):
@@ -655,6 +654,7 @@ def max_pool3d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | No
     >>> loom.nn.functional.max_pool3d(loom.ones(1, 1, 2, 2, 2), 2).shape
     loom.Size([1, 1, 1, 1, 1])
     """
+    input, = _autocast.full(input)
     return _max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode,
                      return_indices)
 
@@ -734,7 +734,6 @@ def avg_pool2d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | No
                      divisor_override)
 
 
-@float32_op
 def avg_pool3d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | None = None,
                padding: _IntOrTuple = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
@@ -745,6 +744,7 @@ def avg_pool3d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | No
     >>> loom.nn.functional.avg_pool3d(loom.ones(1, 1, 2, 2, 2), 2).tolist()
     [[[[[1.0]]]]]
     """
+    input, = _autocast.full(input)
     return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
@@ -865,7 +865,6 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     return _adaptive_avg("adaptive_avg_pool2d", 2, input, output_size)
 
 
-@float32_op
 def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     """3-d adaptive average pooling; see `adaptive_avg_pool2d`.
 
@@ -874,6 +873,7 @@ def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     >>> loom.nn.functional.adaptive_avg_pool3d(loom.ones(1, 1, 3, 3, 3), 2).shape
     loom.Size([1, 1, 2, 2, 2])
     """
+    input, = _autocast.full(input)
     return _adaptive_avg("adaptive_avg_pool3d", 3, input, output_size)
 
 

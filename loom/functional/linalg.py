@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 from loom import dtypes as dt
-from loom.autocast import keep_op, lower_op
+from loom import autocast as _autocast
+from loom.autocast import keep_op
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.tensor import Tensor, apply, broadcast_shapes, broadcast_to, const, tensor
 
@@ -24,7 +25,6 @@ def _same_dtype(op: str, a: Tensor, b: Tensor, what: str = "operands") -> None:
                          f"{a.dtype.name} and {b.dtype.name}")
 
 
-@lower_op
 def matmul(a, b) -> Tensor:
     """Matrix product with PyTorch's rules: 1-d operands are vectors, batch dims broadcast.
 
@@ -38,6 +38,7 @@ def matmul(a, b) -> Tensor:
     >>> (loom.ones(2, 3, 4) @ loom.ones(4)).shape
     loom.Size([2, 3])
     """
+    a, b = _autocast.lower(a, b)
     a, b = _t(a), _t(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"loom.matmul: both arguments need at least 1 dimension, got "
@@ -69,7 +70,6 @@ def matmul(a, b) -> Tensor:
     return out
 
 
-@lower_op
 def mm(a, b) -> Tensor:
     """Product of two matrices (no broadcasting).
 
@@ -78,6 +78,7 @@ def mm(a, b) -> Tensor:
     >>> loom.mm(loom.ones(2, 3), loom.ones(3, 4)).shape
     loom.Size([2, 4])
     """
+    a, b = _autocast.lower(a, b)
     a, b = _t(a), _t(b)
     if a.ndim != 2 or b.ndim != 2:
         raise ShapeError(f"loom.mm: expected 2-d tensors, got {fmt_shape(a.shape)} and {fmt_shape(b.shape)}")
@@ -94,7 +95,6 @@ def _check_bmm(op: str, a: Tensor, b: Tensor) -> None:
                          f"multiplied ({a.shape[1]}x{a.shape[2]} and {b.shape[1]}x{b.shape[2]})")
 
 
-@lower_op
 def bmm(a, b) -> Tensor:
     """Batched product of (b, n, m) and (b, m, p) tensors (no broadcasting).
 
@@ -103,6 +103,7 @@ def bmm(a, b) -> Tensor:
     >>> loom.bmm(loom.ones(5, 2, 3), loom.ones(5, 3, 4)).shape
     loom.Size([5, 2, 4])
     """
+    a, b = _autocast.lower(a, b)
     a, b = _t(a), _t(b)
     _check_bmm("bmm", a, b)
     return matmul(a, b)
@@ -219,7 +220,6 @@ def _scaled_sum(op: str, input, prod: Tensor, beta, alpha) -> Tensor:
     return (input if beta == 1 else input * beta) + out
 
 
-@lower_op
 def addmm(input, mat1, mat2, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * (mat1 @ mat2); input broadcasts to the product's shape.
 
@@ -228,6 +228,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1) -> Tensor:
     >>> loom.addmm(loom.zeros(2), loom.ones(3, 4), loom.ones(4, 2), alpha=0.5).tolist()[0]
     [2.0, 2.0]
     """
+    input, mat1, mat2 = _autocast.lower(input, mat1, mat2)
     return _scaled_sum("addmm", input, mm(mat1, mat2), beta, alpha)
 
 
@@ -255,7 +256,6 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1) -> Tensor:
     return _scaled_sum("addr", input, outer(vec1, vec2), beta, alpha)
 
 
-@lower_op
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * bmm(batch1, batch2).
 
@@ -264,10 +264,10 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:
     >>> loom.baddbmm(loom.zeros(2, 1, 1), loom.ones(2, 1, 3), loom.ones(2, 3, 1)).shape
     loom.Size([2, 1, 1])
     """
+    input, batch1, batch2 = _autocast.lower(input, batch1, batch2)
     return _scaled_sum("baddbmm", input, bmm(batch1, batch2), beta, alpha)
 
 
-@lower_op
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * sum over the batch of bmm(batch1, batch2).
 
@@ -276,6 +276,7 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:
     >>> loom.addbmm(loom.zeros(1, 1), loom.ones(2, 1, 3), loom.ones(2, 3, 1)).tolist()
     [[6.0]]
     """
+    input, batch1, batch2 = _autocast.lower(input, batch1, batch2)
     b1, b2 = _t(batch1), _t(batch2)
     _check_bmm("addbmm", b1, b2)
     # One matmul over (n, b*m) x (b*m, p) sums the batch inside the contraction.

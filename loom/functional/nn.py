@@ -12,7 +12,8 @@ import warnings
 import numpy as np
 
 from loom import dtypes as dt
-from loom.autocast import float32_op, keep_op, lower_op
+from loom import autocast as _autocast
+from loom.autocast import keep_op
 from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.functional.checks import check, check_index
@@ -137,7 +138,6 @@ def _update_running(buf: Tensor, new: Tensor, momentum: float) -> None:
 
 # ---------------------------------------------------------------- linear maps
 
-@lower_op
 def linear(input, weight, bias=None) -> Tensor:
     """y = input @ weight.T + bias.
 
@@ -153,6 +153,7 @@ def linear(input, weight, bias=None) -> Tensor:
     >>> loom.nn.functional.linear(x, w).shape
     loom.Size([2, 4])
     """
+    input, weight, bias = _autocast.lower(input, weight, bias)
     x, w = _t(input), _t(weight)
     if w.ndim not in (1, 2):
         raise ShapeError(f"loom.linear: weight must be 1-d or 2-d (out_features, in_features), got "
@@ -734,7 +735,6 @@ def _nll(tg: _Targets, logp: Tensor, reduction: str) -> tuple[Tensor, Tensor]:
     return loss.sum() / wt.sum(), wt
 
 
-@float32_op
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
              reduction: str = "mean") -> Tensor:
     """Negative log likelihood of class-index targets given log-probabilities (N, C, *) or (C,).
@@ -748,13 +748,13 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
     >>> loom.nn.functional.nll_loss(logp, loom.tensor([0, 1])).item()
     2.5
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("nll_loss", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     _need_float("nll_loss", x)
     return _nll(_Targets("nll_loss", x, t, weight, ignore_index), x, reduction)[0]
 
 
-@float32_op
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Cross entropy between logits (N, C, *) or (C,) and class indices or class probabilities.
@@ -770,6 +770,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     >>> round(loom.nn.functional.cross_entropy(logits, loom.tensor([1, 3])).item(), 4)
     1.3863
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("cross_entropy", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     _need_float("cross_entropy", x)
@@ -826,7 +827,6 @@ def _bce_log(q: Tensor, value: Tensor) -> Tensor:
     return lq + (clamp_min(value.detach(), -100.0) - lq.detach())
 
 
-@float32_op
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction: str = "mean") -> Tensor:
     """-(t log(x) + (1 - t) log(1 - x)) for probabilities x, each log clamped to >= -100 (as PyTorch).
@@ -837,6 +837,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     >>> round(loom.nn.functional.binary_cross_entropy(p, loom.tensor([1.0, 0.0])).item(), 4)
     0.6931
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("binary_cross_entropy", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     _need_float("binary_cross_entropy", x)
@@ -850,7 +851,6 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce_loss(loss, reduction)
 
 
-@float32_op
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction: str = "mean", pos_weight=None) -> Tensor:
     """Binary cross entropy of sigmoid(input), in the stable form (1 - t) x - w_pos log(sigmoid(x)).
@@ -863,6 +863,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     >>> round(loom.nn.functional.binary_cross_entropy_with_logits(z, loom.tensor([1.0, 0.0])).item(), 4)
     0.6931
     """
+    input, target, weight, pos_weight = _autocast.full(input, target, weight, pos_weight)
     reduction = _reduction("binary_cross_entropy_with_logits", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     _need_float("binary_cross_entropy_with_logits", x)
@@ -877,7 +878,6 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _reduce_loss(loss, reduction)
 
 
-@float32_op
 def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
            log_target: bool = False) -> Tensor:
     """Pointwise KL divergence t (log t - input) for log-probabilities `input`.
@@ -891,6 +891,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     >>> loom.nn.functional.kl_div(logq, loom.tensor([0.5, 0.5]), reduction="sum").item()
     0.0
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("kl_div", size_average, reduce, reduction, extra=("batchmean",))
     x, t = _t(input), _t(target)
     _need_float("kl_div", x)
@@ -915,7 +916,6 @@ def _weighted(op: str, loss: Tensor, x: Tensor, weight, reduction: str, mean_by_
     return _reduce_loss(loss, reduction)
 
 
-@float32_op
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None) -> Tensor:
     """(input - target)^2, reduced; with `weight`, `mean` divides by the sum of the weights.
 
@@ -924,13 +924,13 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     >>> loom.nn.functional.mse_loss(loom.tensor([1.0, 3.0]), loom.tensor([0.0, 0.0])).item()
     5.0
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("mse_loss", size_average, reduce, reduction)
     x, t = _broadcast_pair("mse_loss", _t(input), _t(target))
     diff = x - t
     return _weighted("mse_loss", diff * diff, _t(input), weight, reduction, True)
 
 
-@float32_op
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None) -> Tensor:
     """|input - target|, reduced; with `weight`, `mean` divides by the sum of the weights.
 
@@ -939,6 +939,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
     >>> loom.nn.functional.l1_loss(loom.tensor([1.0, -3.0]), loom.tensor([0.0, 0.0])).item()
     2.0
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("l1_loss", size_average, reduce, reduction)
     x, t = _broadcast_pair("l1_loss", _t(input), _t(target))
     return _weighted("l1_loss", _abs(x - t), _t(input), weight, reduction, True)
@@ -949,7 +950,6 @@ def _huber(d: Tensor, delta: float) -> Tensor:
     return where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta)
 
 
-@float32_op
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
                    beta: float = 1.0) -> Tensor:
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target); beta=0 is the L1 loss.
@@ -959,6 +959,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     >>> loom.nn.functional.smooth_l1_loss(loom.tensor([0.5, 3.0]), loom.zeros(2), reduction="sum").item()
     2.625
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("smooth_l1_loss", size_average, reduce, reduction)
     if beta < 0:
         raise ValueError(f"loom.smooth_l1_loss: beta must be non-negative, got {beta}")
@@ -968,7 +969,6 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     return _reduce_loss(loss, reduction)
 
 
-@float32_op
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None) -> Tensor:
     """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta); `weight` scales each element.
 
@@ -977,6 +977,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     >>> loom.nn.functional.huber_loss(loom.tensor([0.5, 3.0]), loom.zeros(2), reduction="sum").item()
     2.625
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("huber_loss", None, None, reduction)
     if delta <= 0:
         raise ValueError(f"loom.huber_loss: delta must be positive, got {delta}")
@@ -984,7 +985,6 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     return _weighted("huber_loss", _huber(x - t, delta), _t(input), weight, reduction, False)
 
 
-@float32_op
 def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, size_average=None,
                      eps: float = 1e-8, reduce=None, reduction: str = "mean") -> Tensor:
     """Poisson negative log likelihood: exp(x) - t x (log_input) or x - t log(x + eps).
@@ -994,6 +994,7 @@ def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, 
     >>> loom.nn.functional.poisson_nll_loss(loom.zeros(2), loom.ones(2)).item()
     1.0
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("poisson_nll_loss", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     loss = exp(x) - t * x if log_input else x - t * log(x + eps)
@@ -1004,7 +1005,6 @@ def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, 
     return _reduce_loss(loss, reduction)
 
 
-@float32_op
 def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
                       reduction: str = "mean") -> Tensor:
     """0.5 (log(var) + (input - target)^2 / var), with var clamped to >= eps in value.
@@ -1017,6 +1017,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
     >>> loom.nn.functional.gaussian_nll_loss(loom.zeros(2), loom.zeros(2), loom.ones(2)).item()
     0.0
     """
+    input, target, var = _autocast.full(input, target, var)
     reduction = _reduction("gaussian_nll_loss", None, None, reduction)
     x, t = _t(input), _t(target)
     v = var if isinstance(var, Tensor) else const(float(var), tuple(x.shape), x.dtype)
@@ -1080,7 +1081,6 @@ def _same_rank(op: str, *ts: Tensor) -> None:
                          + ", ".join(fmt_shape(t.shape) for t in ts))
 
 
-@float32_op
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None,
                         reduction: str = "mean") -> Tensor:
     """max(0, -target * (input1 - input2) + margin).
@@ -1091,13 +1091,13 @@ def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_averag
     >>> f(loom.tensor([1.0]), loom.tensor([2.0]), loom.tensor([1.0])).item()
     1.0
     """
+    input1, input2, target = _autocast.full(input1, input2, target)
     reduction = _reduction("margin_ranking_loss", size_average, reduce, reduction)
     a, b, y = _t(input1), _t(input2), _t(target)
     _same_rank("margin_ranking_loss", a, b, y)
     return _reduce_loss(clamp_min(-y * (a - b) + margin, 0.0), reduction)
 
 
-@float32_op
 def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,
                          reduction: str = "mean") -> Tensor:
     """x where target is 1, max(0, margin - x) where target is -1.
@@ -1108,13 +1108,13 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
     >>> f(loom.tensor([0.3, 0.3]), loom.tensor([1.0, -1.0]), reduction="sum").item()
     1.0
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("hinge_embedding_loss", size_average, reduce, reduction)
     x, y = _t(input), _t(target)
     loss = where(y != 1, clamp_min(margin - x, 0.0), 0.0) + where(y != -1, x, 0.0)
     return _reduce_loss(loss, reduction)
 
 
-@float32_op
 def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None,
                           reduction: str = "mean") -> Tensor:
     """1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where target is -1.
@@ -1125,6 +1125,7 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
     >>> round(f(loom.tensor([[1.0, 0.0]]), loom.tensor([[1.0, 0.0]]), loom.tensor([1.0])).item(), 5)
     0.0
     """
+    input1, input2, target = _autocast.full(input1, input2, target)
     reduction = _reduction("cosine_embedding_loss", size_average, reduce, reduction)
     a, b, y = _t(input1), _t(input2), _t(target)
     if a.ndim not in (1, 2) or tuple(a.shape) != tuple(b.shape):
@@ -1140,7 +1141,6 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
     return _reduce_loss(loss, reduction)
 
 
-@float32_op
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """log(1 + exp(-target * input)).
 
@@ -1149,12 +1149,12 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: s
     >>> round(loom.nn.functional.soft_margin_loss(loom.zeros(2), loom.ones(2)).item(), 4)
     0.6931
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("soft_margin_loss", size_average, reduce, reduction)
     x, y = _t(input), _t(target)
     return _reduce_loss(-logsigmoid(y * x), reduction)  # log1p(exp(-yx)) without overflow at yx = -100.
 
 
-@float32_op
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
                                 reduction: str = "mean") -> Tensor:
     """Mean over classes of the per-class logistic loss of (N, C) logits against 0/1 targets.
@@ -1164,6 +1164,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     >>> round(loom.nn.functional.multilabel_soft_margin_loss(loom.zeros(1, 2), loom.ones(1, 2)).item(), 4)
     0.6931
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("multilabel_soft_margin_loss", size_average, reduce, reduction)
     x, y = _t(input), _t(target)
     loss = -(y * logsigmoid(x) + (1.0 - y) * logsigmoid(-x))
@@ -1174,7 +1175,6 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     return _reduce_loss(loss, reduction)
 
 
-@float32_op
 def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2, eps: float = 1e-6,
                         swap: bool = False, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """max(0, d(a, p) - d(a, n) + margin) with d the pairwise p-distance.
@@ -1185,6 +1185,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     >>> loom.nn.functional.triplet_margin_loss(a, a, a + 5.0).item()
     0.0
     """
+    anchor, positive, negative = _autocast.full(anchor, positive, negative)
     reduction = _reduction("triplet_margin_loss", size_average, reduce, reduction)
     a, pos, neg = _t(anchor), _t(positive), _t(negative)
     _same_rank("triplet_margin_loss", a, pos, neg)
@@ -1197,7 +1198,6 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
 
 # ---------------------------------------------------------------- attention
 
-@lower_op
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> Tensor:
@@ -1215,6 +1215,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     >>> loom.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).shape
     loom.Size([2, 4, 3, 8])
     """
+    query, key, value, attn_mask = _autocast.lower(query, key, value, attn_mask)
     op = "scaled_dot_product_attention"
     q, k, v = _t(query), _t(key), _t(value)
     _need_float(op, q, "query")

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from loom import dtypes as dt
-from loom.autocast import float32_op
+from loom import autocast as _autocast
 from loom.autograd.grad_mode import is_grad_enabled
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.tensor import Tensor, apply, arange, const, normalize_dim, normalize_dims, tensor
@@ -126,7 +126,6 @@ def nansum(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     return sum(x, dim, keepdim, dtype)
 
 
-@float32_op
 def prod(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     """Product over `dim` (all dims when None); bool and integer inputs multiply in int64.
 
@@ -137,6 +136,7 @@ def prod(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     >>> loom.tensor([[1.0, 2.0], [3.0, 4.0]]).prod(1).tolist()
     [2.0, 12.0]
     """
+    x, = _autocast.full(x)
     x = _t(x)
     return _reduce("prod", _accumulate_dtype(x, dtype), dim, keepdim)
 
