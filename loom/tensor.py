@@ -238,6 +238,10 @@ class Tensor:
         """False: loom's inference_mode makes ordinary tensors."""
         return False
 
+    def is_distributed(self) -> bool:
+        """False: loom.distributed is not available yet."""
+        return False
+
     def is_nonzero(self) -> bool:
         """Whether the single element is nonzero (an error for more than one element)."""
         if self.numel() != 1:
@@ -760,6 +764,31 @@ class Tensor:
             u = _rand_node(tuple(self.shape), dt.float64, generator)
             return (-(1.0 - u).log()) * (1.0 / lambd)  # 1 - u is in (0, 1]: the log is finite.
         return self._fill_random("exponential_", make)
+
+    def cauchy_(self, median: float = 0.0, sigma: float = 1.0, generator: Generator | None = None) -> Tensor:
+        """Fill with samples from the Cauchy distribution (inverse CDF of a uniform sample)."""
+        def make():
+            u = _rand_node(tuple(self.shape), dt.float64, generator)
+            return ((u - 0.5) * math.pi).tan() * sigma + median
+        return self._fill_random("cauchy_", make)
+
+    def log_normal_(self, mean: float = 1.0, std: float = 2.0, generator: Generator | None = None) -> Tensor:
+        """Fill with exp of samples from N(mean, std**2)."""
+        return self._fill_random("log_normal_", lambda: (randn(*self.shape, dtype=dt.float64, generator=generator)
+                                                          * std + mean).exp())
+
+    def geometric_(self, p: float, generator: Generator | None = None) -> Tensor:
+        """Fill with the number of Bernoulli(p) trials up to the first success (1, 2, ...)."""
+        if not 0 < p <= 1:
+            raise LoomValueError(f"loom.geometric_: p must be in (0, 1], got {p}")
+        self._check_inplace("geometric_")
+
+        def make():
+            u = _rand_node(tuple(self.shape), dt.float64, generator)
+            if p == 1:
+                return full(tuple(self.shape), 1.0, dtype=dt.float64)
+            return ((1.0 - u).log() / math.log1p(-p)).ceil().clamp(min=1.0)  # 1 - u is in (0, 1].
+        return self._assign(make().to(self.dtype), "geometric_")
 
     def bernoulli_(self, p=0.5, generator: Generator | None = None) -> Tensor:
         """Fill with 1 where a uniform sample is below `p` (a number or a broadcastable tensor), else 0."""

@@ -40,6 +40,7 @@ _ALIASES = {
     "arcsinh": _math.asinh, "arctanh": _math.atanh, "arctan2": _math.atan2, "absolute": _math.abs,
     "negative": _math.neg, "multiply": _math.mul, "subtract": _math.sub, "divide": _math.div,
     "true_divide": _math.div, "clip": _math.clamp, "unsafe_chunk": _shape.chunk, "unsafe_split": _shape.split,
+    "unsafe_split_with_sizes": getattr(_shape, "split_with_sizes", None),
 }
 _ALIASES = {k: v for k, v in _ALIASES.items() if v is not None}
 for _name, _fn in _ALIASES.items():
@@ -620,9 +621,179 @@ def put(input, index, source, accumulate: bool = False) -> Tensor:
     return _indexing.index_put(flat, (idx,), _t(source).reshape(-1).to(x.dtype), accumulate).reshape(x.shape)
 
 
+def fill(input, value) -> Tensor:
+    """A tensor shaped like `input` filled with `value` (out of place), as `torch.fill`."""
+    x = _t(input)
+    return full(x.shape, value.item() if isinstance(value, Tensor) else value, dtype=x.dtype)
+
+
+def matrix_power(input, n: int) -> Tensor:
+    """`input` (a square matrix or a batch of them) to the integer power `n`, as `torch.matrix_power`."""
+    from loom.linalg import matrix_power as _matrix_power
+    return _matrix_power(_t(input), n)
+
+
 def constant_pad_nd(input, pad, value: float = 0) -> Tensor:
     """`nn.functional.pad(input, pad, value=value)`, as `torch.constant_pad_nd`."""
     return _shape.pad(_t(input), tuple(pad), value=value)
+
+
+# ---------------------------------------------------------------- special functions
+# Computed in float64 from the ops above and cast back, so each is differentiable (to any order) and
+# accurate to float32 rounding; each branch of a `where` gets an input that is safe for it, so the
+# branch not taken cannot put a NaN into the gradient.
+
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+            -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+            1.5056327351493116e-7)
+
+
+def _special_input(op: str, x) -> tuple[Tensor, dt.DType]:
+    x = _t(x)
+    out = x.dtype if x.dtype.is_floating_point else dt.get_default_dtype()
+    return x.to(dt.float64), out
+
+
+def _lanczos_lgamma(x: Tensor) -> Tensor:
+    """log|Gamma(x)| for x >= 0.5 (Lanczos, g = 7)."""
+    z = x - 1.0
+    a = _LANCZOS[0] + sum(c / (z + k) for k, c in enumerate(_LANCZOS[1:], 1))
+    t = z + 7.5
+    return 0.5 * math.log(2 * math.pi) + (z + 0.5) * t.log() - t + a.log()
+
+
+def lgamma(input) -> Tensor:
+    """log |Gamma(x)| elementwise, as `torch.lgamma` (inf at 0 and the negative integers).
+
+    Examples
+    --------
+    >>> round(loom.lgamma(loom.tensor([5.0])).item(), 4)
+    3.1781
+    """
+    x, out = _special_input("lgamma", input)
+    right = x >= 0.5
+    pos = _math.where(right, x, 1.0 - x)  # >= 0.5 on both branches.
+    refl_x = _math.where(right, 0.25, x)   # Never an integer on the branch not taken.
+    lg = _lanczos_lgamma(pos)
+    refl = (math.pi / (refl_x * math.pi).sin().abs()).log() - lg
+    pole = (x <= 0) & (x == x.floor())
+    return _math.where(pole, math.inf, _math.where(right, lg, refl)).to(out)
+
+
+def _digamma_positive(x: Tensor) -> Tensor:
+    """psi(x) for x >= 0.5: recurrence up by 6, then the asymptotic series."""
+    shift = sum(1.0 / (x + k) for k in range(6))
+    y = x + 6.0
+    inv2 = 1.0 / (y * y)
+    series = inv2 * (1 / 12 - inv2 * (1 / 120 - inv2 * (1 / 252 - inv2 * (1 / 240 - inv2 / 132))))
+    return y.log() - 0.5 / y - series - shift
+
+
+def digamma(input) -> Tensor:
+    """The digamma function psi = d/dx log Gamma, as `torch.digamma` (-inf at 0, NaN at negative integers).
+
+    Examples
+    --------
+    >>> round(loom.digamma(loom.tensor([1.0])).item(), 6)
+    -0.577216
+    """
+    x, out = _special_input("digamma", input)
+    right = x >= 0.5
+    pos = _math.where(right, x, 1.0 - x)
+    refl_x = _math.where(right, 0.25, x)
+    psi = _digamma_positive(pos)
+    value = _math.where(right, psi, psi - math.pi / (refl_x * math.pi).tan())
+    pole = (x <= 0) & (x == x.floor())
+    value = _math.where(pole, _math.where(x == 0, -math.inf, math.nan), value)
+    return value.to(out)
+
+
+def polygamma(n: int, input) -> Tensor:
+    """The n-th derivative of digamma (n = 0 is digamma itself), as `torch.polygamma`."""
+    if not isinstance(n, int) or n < 0:
+        raise LoomValueError(f"loom.polygamma: n must be a non-negative int, got {n!r}")
+    if n == 0:
+        return digamma(input)
+    from loom.autograd import grad
+    from loom.functional.checks import check
+    x, out = _special_input("polygamma", input)
+    # Derivatives of the series written in primitives: exact to the series' accuracy, for x > 0.
+    x = check(x, "polygamma", f"loom.polygamma: n={n} is computed for x > 0 only, got {{value}}", low=1e-300,
+              high=math.inf, error="value")
+    xs = x.detach().requires_grad_(True)
+    y = _digamma_positive(xs)
+    g = y
+    for _ in range(n):
+        (g,) = grad([g.sum()], [xs], create_graph=True)
+    return g.detach().to(out)
+
+
+def mvlgamma(input, p: int) -> Tensor:
+    """The multivariate log-gamma of dimension `p`, as `torch.mvlgamma` (needs input > (p - 1) / 2)."""
+    x, out = _special_input("mvlgamma", input)
+    if p < 1:
+        raise LoomValueError(f"loom.mvlgamma: p must be >= 1, got {p}")
+    total = sum(lgamma(x - 0.5 * j).to(dt.float64) for j in range(p))
+    return (total + p * (p - 1) / 4 * math.log(math.pi)).to(out)
+
+
+def erfinv(input) -> Tensor:
+    """The inverse error function on (-1, 1) (+-inf at +-1, NaN outside), as `torch.erfinv`.
+
+    Giles' approximation refined by two Newton steps on erf.
+
+    Examples
+    --------
+    >>> round(loom.erfinv(loom.tensor([0.5])).item(), 6)
+    0.476936
+    """
+    x, out = _special_input("erfinv", input)
+    inside = x.abs() < 1
+    xs = _math.where(inside, x, 0.0)
+    w = -((1.0 - xs) * (1.0 + xs)).log()
+    central = w < 5.0
+    wc = _math.where(central, w, 5.0) - 2.5
+    p = 2.81022636e-08
+    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164,
+              0.246640727, 1.50140941):
+        p = c + p * wc
+    wt = _math.where(central, 9.0, w).sqrt() - 3.0
+    q = -0.000200214257
+    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
+              1.00167406, 2.83297682):
+        q = c + q * wt
+    y = _math.where(central, p, q) * xs
+    for _ in range(2):
+        y = y - (_math.erf(y) - xs) / ((2.0 / math.sqrt(math.pi)) * (-(y * y)).exp())
+    edge = _math.where(x.abs() == 1, x.detach() * math.inf, math.nan)  # Constant: no 0 * inf in the gradient.
+    return _math.where(inside, y, edge).to(out)
+
+
+def i0(input) -> Tensor:
+    """The modified Bessel function of the first kind, order 0, as `torch.i0`.
+
+    Examples
+    --------
+    >>> round(loom.i0(loom.tensor([1.0])).item(), 6)
+    1.266066
+    """
+    x, out = _special_input("i0", input)
+    ax = x.abs()
+    small = ax <= 15.0
+    xs = _math.where(small, ax, 0.0)
+    q = xs * xs * 0.25
+    term, total = None, None
+    for k in range(40, 0, -1):  # sum_k (x^2/4)^k / (k!)^2, by Horner from the top term.
+        term = q / (k * k) if term is None else q / (k * k) * (1.0 + term)
+    total = 1.0 + term
+    xl = _math.where(small, 20.0, ax)
+    inv = 1.0 / (8.0 * xl)
+    series, coef = 1.0, 1.0
+    for k in range(1, 12):
+        coef = coef * (2 * k - 1) ** 2 / k
+        series = series + coef * inv ** k
+    large = xl.exp() / (2 * math.pi * xl).sqrt() * series
+    return _math.where(small, total, large).to(out)
 
 
 # ---------------------------------------------------------------- Tensor-only methods
@@ -760,7 +931,8 @@ for _name in _INPLACE_OF:
             break
 _NEW = ["diff", "cov", "corrcoef", "trace", "diagflat", "dist", "cross", "histc", "bincount", "renorm",
         "bitwise_left_shift", "bitwise_right_shift", "angle", "conj", "resolve_conj", "resolve_neg", "real",
-        "nonzero_static", "put", "isreal", "unsafe_chunk", "unsafe_split", "hsplit", "vsplit", "dsplit",
+        "nonzero_static", "put", "isreal", "fill", "matrix_power", "lgamma", "digamma", "polygamma", "mvlgamma",
+        "erfinv", "i0", "unsafe_chunk", "unsafe_split", "hsplit", "vsplit", "dsplit",
         "select_scatter", "slice_scatter", "diagonal_scatter", "conj_physical"]
 conj_physical = _alias(conj, "conj_physical")
 
@@ -768,5 +940,6 @@ METHODS = [n for n in sorted(_ALIASES) + ["isclose", "allclose"] + _NEW if n not
 # Methods with no top-level function of the same name in PyTorch.
 TENSOR_METHODS = {n: globals()["_" + n] for n in ("sum_to_size", "unfold", "fill_diagonal_", "where", "multinomial",
                                                   "apply_", "map_", "as_subclass") if n not in _TAKEN}
-INPLACE = [n for n in list(_ALIASES) + _INPLACE_OF + ["renorm", "bitwise_left_shift", "bitwise_right_shift", "put"]
+INPLACE = [n for n in list(_ALIASES) + _INPLACE_OF + ["mvlgamma", "renorm", "bitwise_left_shift",
+                                                       "bitwise_right_shift", "put"]
            if n != "clip" and n + "_" not in _TAKEN and n in globals()]

@@ -338,6 +338,135 @@ def compiled_with_cxx11_abi() -> bool:
     return True
 
 
+class OutOfMemoryError(MemoryError):
+    """Raised by PyTorch when a device runs out of memory; here for `except torch.OutOfMemoryError`."""
+
+
+class AcceleratorError(RuntimeError):
+    """Raised by PyTorch for accelerator failures; here for `except torch.AcceleratorError`."""
+
+
+class FatalError(RuntimeError):
+    """PyTorch's fatal internal error type; here for `except` clauses."""
+
+
+def get_device_module(device=None):
+    """The device module (`torch.cpu`, `torch.cuda`, ...) for `device` (default: the cpu)."""
+    kind = "cpu" if device is None else Generator._device_type(device)
+    mods = {"cpu": "loom.torch.cpu", "cuda": "loom.torch.cuda", "mps": "loom.torch.mps"}
+    if kind not in mods:
+        raise _DeviceError(f"loom.torch.get_device_module: no module for device type {kind!r}")
+    return _importlib.import_module(mods[kind])
+
+
+def is_distributed(t: Tensor) -> bool:
+    return False
+
+
+def empty_strided(size, stride, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A zero-filled tensor of `size` (loom chooses strides itself), as `torch.empty_strided`."""
+    return _loom.empty(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def empty_permuted(size, physical_layout, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A zero-filled tensor of `size` (loom chooses the memory order), as `torch.empty_permuted`."""
+    return _loom.empty(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def frombuffer(buffer, *, dtype, count: int = -1, offset: int = 0, requires_grad: bool = False) -> Tensor:
+    """A 1-d tensor sharing memory with a Python buffer, as `torch.frombuffer`."""
+    import numpy as np
+    d = _dt.as_dtype(dtype)
+    if d is _dt.bfloat16:
+        raise _LoomTypeError("loom.torch.frombuffer: bfloat16 buffers are not supported; read float32")
+    arr = np.frombuffer(buffer, dtype=d.np, count=count, offset=offset)
+    t = _loom.from_numpy(arr if arr.flags.writeable else arr.copy())
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def range(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:  # noqa: A001
+    """Values from `start` to `end` inclusive by `step` (deprecated in PyTorch; use arange)."""
+    if end is None:
+        start, end = 0, start
+    n = int(_math.floor((end - start) / step)) + 1
+    d = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
+    vals = [start + k * step for k in builtins_range(max(n, 0))]
+    return _loom.tensor(vals, dtype=d, device=device, requires_grad=requires_grad)
+
+
+builtins_range = __builtins__["range"] if isinstance(__builtins__, dict) else __builtins__.range
+
+
+def _window(op: str, n: int, periodic: bool, dtype, requires_grad: bool, fn) -> Tensor:
+    if n < 0:
+        raise _LoomValueError(f"loom.torch.{op}: window_length must be non-negative, got {n}")
+    d = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
+    if n == 0:
+        return _loom.zeros(0, dtype=d, requires_grad=requires_grad)
+    if n == 1:
+        return _loom.ones(1, dtype=d, requires_grad=requires_grad)
+    m = n if periodic else n - 1
+    k = _loom.arange(n, dtype=_dt.float64)
+    return fn(k, m).to(d).requires_grad_(requires_grad)
+
+
+def hann_window(window_length: int, periodic: bool = True, *, dtype=None, device=None,
+                requires_grad: bool = False) -> Tensor:
+    """The Hann window, as `torch.hann_window`."""
+    return _window("hann_window", window_length, periodic, dtype, requires_grad,
+                   lambda k, m: 0.5 - 0.5 * (k * (2 * _math.pi / m)).cos())
+
+
+def hamming_window(window_length: int, periodic: bool = True, alpha: float = 0.54, beta: float = 0.46, *,
+                   dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """The Hamming window, as `torch.hamming_window`."""
+    return _window("hamming_window", window_length, periodic, dtype, requires_grad,
+                   lambda k, m: alpha - beta * (k * (2 * _math.pi / m)).cos())
+
+
+def blackman_window(window_length: int, periodic: bool = True, *, dtype=None, device=None,
+                    requires_grad: bool = False) -> Tensor:
+    """The Blackman window, as `torch.blackman_window`."""
+    return _window("blackman_window", window_length, periodic, dtype, requires_grad,
+                   lambda k, m: 0.42 - 0.5 * (k * (2 * _math.pi / m)).cos() + 0.08 * (k * (4 * _math.pi / m)).cos())
+
+
+def bartlett_window(window_length: int, periodic: bool = True, *, dtype=None, device=None,
+                    requires_grad: bool = False) -> Tensor:
+    """The Bartlett (triangular) window, as `torch.bartlett_window`."""
+    return _window("bartlett_window", window_length, periodic, dtype, requires_grad,
+                   lambda k, m: 1 - (k * (2.0 / m) - 1).abs())
+
+
+def kaiser_window(window_length: int, periodic: bool = True, beta: float = 12.0, *, dtype=None, device=None,
+                  requires_grad: bool = False) -> Tensor:
+    """The Kaiser window, as `torch.kaiser_window`."""
+    return _window("kaiser_window", window_length, periodic, dtype, requires_grad,
+                   lambda k, m: _loom.i0(beta * (1 - (k * (2.0 / m) - 1) ** 2).clamp(min=0).sqrt()) / _loom.i0(
+                       _loom.tensor(float(beta), dtype=_dt.float64)))
+
+
+def to_dlpack(t: Tensor):
+    """A DLPack capsule of `t`'s memory, as `torch.to_dlpack` (`torch.utils.dlpack.to_dlpack`)."""
+    return t.__dlpack__()
+
+
+def clear_autocast_cache() -> None:
+    """No-op: loom's autocast keeps no cast cache."""
+
+
+def is_autocast_cache_enabled() -> bool:
+    return False
+
+
+def set_autocast_cache_enabled(enabled: bool) -> None:
+    """No-op: loom's autocast keeps no cast cache."""
+
+
+def set_autocast_gpu_dtype(dtype) -> None:
+    """No-op: there is no GPU autocast here."""
+
+
 # ---------------------------------------------------------------- compile, save, load
 
 def compile(model=None, *, fullgraph: bool = False, dynamic=None, backend="inductor", mode=None,  # noqa: A001
@@ -374,7 +503,8 @@ from loom.torch._legacy import (  # noqa: E402,F401
     LongTensor, ShortTensor,
 )
 from loom.torch import (  # noqa: E402,F401
-    accelerator, amp, autograd, backends, cpu, cuda, distributed, jit, mps, nn, optim, random, utils, version,
+    accelerator, amp, autograd, backends, cpu, cuda, distributed, jit, mps, nn, optim, random, special, testing,
+    utils, version,
 )
 from loom.torch.amp import (  # noqa: E402,F401
     GradScaler, autocast, get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype, is_autocast_available,
@@ -384,5 +514,45 @@ from loom.torch.amp import (  # noqa: E402,F401
 from loom.torch.autograd import is_grad_enabled  # noqa: E402,F401
 from loom import functional, linalg  # noqa: E402,F401
 
-# `torch.vision` (torchvision's pieces) is imported when first asked for.
-_install(globals(), "loom", lazy={"vision": "loom.torch.vision"})
+
+
+def inplace_from(name: str, *sources):
+    """`name_` (e.g. `selu_`) as the op `name` found in `sources` whose result is written into its input."""
+    base = name[:-1]
+    for src in sources:
+        fn = getattr(src, base, None)
+        if callable(fn) and not isinstance(fn, type):
+            def inplace(input, *args, **kwargs):
+                return input.copy_(fn(input, *args, **kwargs))
+            inplace.__name__ = inplace.__qualname__ = name
+            inplace.__doc__ = f"In-place `{base}`: the result is written into `input`."
+            return inplace
+    raise AttributeError(name)
+
+
+def _tensor_method_function(name: str):
+    """`torch.name(input, ...)` for a Tensor method `name` loom has no function for: `input.name(...)`.
+
+    PyTorch gives most Tensor methods, in-place ones included (`torch.relu_`, `torch.clone`), a
+    top-level twin with the tensor first; an in-place name with no method (`torch.selu_`) writes the
+    out-of-place op's result into its input.
+    """
+    method = Tensor.__dict__.get(name)
+    if name.startswith("_") or not callable(method) or isinstance(method, (type, property)):
+        if name.endswith("_") and not name.startswith("_"):
+            return inplace_from(name, _loom, _importlib.import_module("loom.nn.functional"))
+        raise AttributeError(name)
+
+    def fn(input, *args, **kwargs):
+        return getattr(input, name)(*args, **kwargs)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"`input.{name}(...)`, as `torch.{name}`."
+    globals()[name] = fn
+    return fn
+
+
+# Names not defined here are loom's, then torch.nn.functional's (PyTorch exposes most of those at the
+# top level too: torch.dropout, torch.conv2d), then Tensor methods as functions; `torch.vision`
+# (torchvision's pieces) is imported when first asked for.
+_install(globals(), "loom", "loom.nn.functional", lazy={"vision": "loom.torch.vision"},
+         fallback=_tensor_method_function)

@@ -11,10 +11,11 @@ import importlib
 from types import ModuleType
 
 
-def install(globs: dict, *sources: str, lazy: dict[str, str] | None = None) -> None:
+def install(globs: dict, *sources: str, lazy: dict[str, str] | None = None, fallback=None) -> None:
     """Give the module whose globals are `globs` a `__getattr__` and `__dir__` over `sources` (module names).
 
-    `lazy` maps names to submodules imported when first asked for.
+    `lazy` maps names to submodules imported when first asked for; `fallback(name)`, if given, is asked
+    last and returns the object or raises AttributeError.
     """
     here = globs["__name__"]
     lazy = lazy or {}
@@ -40,6 +41,11 @@ def install(globs: dict, *sources: str, lazy: dict[str, str] | None = None) -> N
                 return getattr(mod, name)
             except AttributeError:
                 continue
+        if fallback is not None:
+            try:
+                return fallback(name)
+            except AttributeError:
+                pass
         raise AttributeError(f"module {here!r} has no attribute {name!r}: loom does not provide "
                              f"{here.replace('loom.torch', 'torch')}.{name} yet "
                              "(`python -m loom.torch.coverage` lists what is missing)")

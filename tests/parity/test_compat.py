@@ -100,6 +100,23 @@ CASES = [
     Case("clamp_min_max_inplace", lambda m, x: ((x * 1).clamp_min_(0.1), (x * 1).clamp_max_(-0.1)), (randn(6),)),
     Case("heaviside_", lambda m, x, y: (x * 1).heaviside_(y), (randn(6), randn(6)), grad=False,
          reason="PyTorch has no derivative for heaviside_"),
+    Case("lgamma", lambda m, x: m.lgamma(x), (uniform(40, low=-4.5, high=9.0),), second_order=True,
+         rtol=1e-4, atol=1e-5),
+    Case("lgamma_float64", lambda m, x: x.lgamma(), (uniform(30, low=-3.3, high=40.0, dtype=np.float64),),
+         rtol=1e-10, atol=1e-10),
+    Case("digamma", lambda m, x: m.digamma(x), (uniform(40, low=-4.5, high=9.0),), rtol=1e-4, atol=1e-4),
+    Case("digamma_float64", lambda m, x: x.digamma(), (uniform(30, low=0.1, high=50.0, dtype=np.float64),),
+         rtol=1e-9, atol=1e-9),
+    Case("polygamma", lambda m, x: (m.polygamma(1, x), m.polygamma(3, x)), (positive(10, low=0.2, high=8.0),),
+         grad=False, rtol=1e-4, atol=1e-4),
+    Case("mvlgamma", lambda m, x: m.mvlgamma(x, 3), (positive(8, low=1.2, high=6.0),), rtol=1e-4, atol=1e-5),
+    Case("erfinv", lambda m, x: m.erfinv(x), (uniform(40, low=-0.999, high=0.999),), rtol=1e-4, atol=1e-5),
+    Case("erfinv_float64_edges", lambda m: m.erfinv(m.tensor([-1.0, 1.0, 1.5, 0.0, 0.9999999], dtype=m.float64)),
+         (), grad=False),
+    Case("i0", lambda m, x: m.i0(x), (uniform(40, low=-30.0, high=30.0, dtype=np.float64),), rtol=1e-10),
+    Case("i0_float32", lambda m, x: x.i0(), (uniform(20, low=-5.0, high=5.0),)),
+    Case("special_inplace", lambda m, x: ((x * 1).lgamma_(), (x * 1).digamma_(), (x * 0.1).erfinv_(),
+                                          (x * 1).i0_()), (positive(6, low=0.5, high=3.0),), rtol=1e-4, atol=1e-5),
     Case("lerp_inplace", lambda m, a, b: (a * 1).lerp_(b, 0.3), (randn(5), randn(5))),
 ]
 
@@ -127,6 +144,13 @@ def test_bincount_and_histc_errors():
     with pytest.raises(loom.DTypeError, match="floating point"):
         loom.histc(loom.tensor([1, 2]))
     assert loom.histc(loom.tensor([2.0, 2.0]), bins=2).tolist() == [0.0, 2.0]
+
+
+def test_polygamma_rejects_non_positive_input():
+    with pytest.raises(loom.LoomValueError, match="x > 0"):
+        loom.polygamma(1, loom.tensor([-0.5, 1.0])).tolist()
+    with pytest.raises(loom.LoomValueError, match="non-negative int"):
+        loom.polygamma(-1, loom.ones(1))
 
 
 def test_python_callable_methods():
