@@ -116,8 +116,8 @@ def cov(input, *, correction: int = 1, fweights=None, aweights=None) -> Tensor:
 
     Examples
     --------
-    >>> loom.cov(loom.tensor([[0.0, 2.0], [1.0, 1.0]])).tolist()
-    [[2.0, -1.0], [-1.0, 0.5]]
+    >>> loom.cov(loom.tensor([[0.0, 1.0, 2.0], [2.0, 1.0, 0.0]])).tolist()
+    [[1.0, -1.0], [-1.0, 1.0]]
     """
     x = _t(input)
     if x.ndim > 2:
