@@ -34,8 +34,13 @@ class TorchAliasFinder(importlib.abc.MetaPathFinder):
         if head not in ALIASES:
             return None
         real = ALIASES[head] + ("." + rest if rest else "")
-        if importlib.util.find_spec(real) is None:
-            return None
+        try:
+            found = importlib.util.find_spec(real)
+        except ModuleNotFoundError:
+            found = None
+        if found is None:  # Never fall through to a real PyTorch: it would mix with loom's modules.
+            raise ModuleNotFoundError(f"No module named {fullname!r}: loom runs this script in place of PyTorch "
+                                      f"and {real} does not exist (yet)", name=fullname)
         spec = importlib.util.spec_from_loader(fullname, _AliasLoader(real))
         return spec
 

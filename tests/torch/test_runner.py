@@ -53,3 +53,12 @@ def test_runner_usage_and_missing_file(tmp_path):
     out = subprocess.run([sys.executable, "-m", "loom.torch", str(tmp_path / "nope.py")], capture_output=True,
                          text=True, env=env, timeout=120)
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_runner_never_falls_back_to_real_pytorch(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text("try:\n    import torch.no_such_module\nexcept ModuleNotFoundError as e:\n"
+                      "    print('missing', 'loom runs this script in place of PyTorch' in str(e))\n"
+                      "import sys\nprint('real', any(m.startswith('torch._C') for m in sys.modules))\n")
+    out = _run(["-m", "loom.torch", str(script)], tmp_path)
+    assert "missing True" in out and "real False" in out
