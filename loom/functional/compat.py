@@ -638,6 +638,115 @@ def constant_pad_nd(input, pad, value: float = 0) -> Tensor:
     return _shape.pad(_t(input), tuple(pad), value=value)
 
 
+# ---------------------------------------------------------------- integers and floats
+
+# Euclid's algorithm needs at most this many steps for operands of each width (Fibonacci worst case).
+_EUCLID_STEPS = {dt.uint8: 13, dt.int8: 12, dt.int16: 24, dt.int32: 47, dt.int64: 93}
+
+
+def gcd(input, other) -> Tensor:
+    """Greatest common divisor of integer tensors (non-negative; gcd(0, 0) = 0), as `torch.gcd`.
+
+    Examples
+    --------
+    >>> loom.gcd(loom.tensor([12, -18, 0]), loom.tensor([8, 12, 5])).tolist()
+    [4, 6, 5]
+    """
+    a, b = _t(input), _t(other)
+    d = dt.promote_pair(a.dtype, b.dtype)
+    if d.is_floating_point or d is dt.bool_:
+        raise DTypeError(f"loom.gcd: expected integer tensors, got {a.dtype.name} and {b.dtype.name}")
+    a, b = _shape.broadcast_tensors(a.to(d).abs(), b.to(d).abs())
+    for _ in range(_EUCLID_STEPS[d]):  # A fixed count keeps the graph static; finished pairs stay put.
+        nz = b != 0
+        a, b = _math.where(nz, b, a), _math.where(nz, _math.remainder(a, _math.where(nz, b, 1)), 0)
+    return a
+
+
+def lcm(input, other) -> Tensor:
+    """Least common multiple of integer tensors (non-negative; 0 if either is 0), as `torch.lcm`.
+
+    Examples
+    --------
+    >>> loom.lcm(loom.tensor([4, 6, 0]), loom.tensor([6, 4, 3])).tolist()
+    [12, 12, 0]
+    """
+    a, b = _t(input), _t(other)
+    g = gcd(a, b)
+    return _math.where(g == 0, 0, (_math.floor_divide(a, _math.where(g == 0, 1, g)) * b).abs()).to(g.dtype)
+
+
+def frexp(input):
+    """Mantissa in [0.5, 1) (signed) and integer exponent with input = mantissa * 2**exponent, as `torch.frexp`.
+
+    Examples
+    --------
+    >>> m, e = loom.frexp(loom.tensor([8.0, -3.0, 0.0]))
+    >>> m.tolist(), e.tolist()
+    ([0.5, -0.75, 0.0], [4, 2, 0])
+    """
+    x = _t(input)
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"loom.frexp: expected a floating point tensor, got {x.dtype.name}")
+    xf = x.to(dt.float64)
+    finite_nz = _math.isfinite(xf) & (xf != 0)
+    ax = _math.where(finite_nz, xf.abs(), 1.0)
+    e = ax.log2().floor() + 1
+    m = ax / _math.pow(2.0, e)
+    e = _math.where(m >= 1, e + 1, _math.where(m < 0.5, e - 1, e))  # Repair log2's rounding at the edges.
+    m = ax / _math.pow(2.0, e)
+    mant = _math.where(finite_nz, m * xf.sign(), xf)
+    return mant.to(x.dtype), _math.where(finite_nz, e, 0.0).to(dt.int32)
+
+
+def histogram(input, bins=100, *, range=None, weight=None, density: bool = False):  # noqa: A002
+    """Histogram of `input` (flattened) with `bins` equal bins or given edges, as `torch.histogram`.
+
+    Returns (hist, bin_edges); the last bin includes its upper edge.
+
+    Examples
+    --------
+    >>> h, edges = loom.histogram(loom.tensor([1.0, 2.0, 1.0]), bins=4, range=(0.0, 3.0))
+    >>> h.tolist(), edges.tolist()
+    ([0.0, 2.0, 1.0, 0.0], [0.0, 0.75, 1.5, 2.25, 3.0])
+    """
+    x = _t(input).detach()
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"loom.histogram: expected a floating point tensor, got {x.dtype.name}")
+    flat = x.reshape(-1)
+    if isinstance(bins, Tensor):
+        edges = bins.to(x.dtype)
+        from loom.functional.sort import searchsorted
+        n = edges.shape[0] - 1
+        idx = _math.clamp(searchsorted(edges, flat, right=True) - 1, 0, n - 1)
+        inside = (flat >= edges[0]) & (flat <= edges[-1])
+    else:
+        if range is not None:
+            lo, hi = float(range[0]), float(range[1])
+        else:
+            lo, hi = (float(flat.min()), float(flat.max())) if flat.numel() else (0.0, 0.0)
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        if lo > hi:
+            raise LoomValueError(f"loom.histogram: range must satisfy min <= max, got {range}")
+        n = int(bins)
+        edges = tensor(np.linspace(lo, hi, n + 1), dtype=x.dtype)
+        idx, inside = _bin_indices(flat, n, lo, hi)
+    w = inside.to(x.dtype) if weight is None else inside.to(x.dtype) * _t(weight).reshape(-1).to(x.dtype)
+    hist = zeros(n, dtype=x.dtype).scatter_add(0, idx, w)
+    if density:
+        hist = hist / (hist.sum() * diff(edges))
+    return hist, edges
+
+
+def _float_power_(self, exponent) -> Tensor:
+    """In-place `float_power`: the result is float64, so only a float64 tensor can hold it (as PyTorch)."""
+    if self.dtype is not dt.float64:
+        raise DTypeError(f"loom.float_power_: the base has dtype {self.dtype.name} but the operation's result "
+                         "requires dtype float64")
+    return self._inplace("float_power_", _math.float_power, exponent)
+
+
 # ---------------------------------------------------------------- special functions
 # Computed in float64 from the ops above and cast back, so each is differentiable (to any order) and
 # accurate to float32 rounding; each branch of a `where` gets an input that is safe for it, so the
@@ -931,7 +1040,8 @@ for _name in _INPLACE_OF:
             break
 _NEW = ["diff", "cov", "corrcoef", "trace", "diagflat", "dist", "cross", "histc", "bincount", "renorm",
         "bitwise_left_shift", "bitwise_right_shift", "angle", "conj", "resolve_conj", "resolve_neg", "real",
-        "nonzero_static", "put", "isreal", "fill", "matrix_power", "lgamma", "digamma", "polygamma", "mvlgamma",
+        "nonzero_static", "put", "isreal", "fill", "matrix_power", "gcd", "lcm", "frexp", "histogram",
+        "lgamma", "digamma", "polygamma", "mvlgamma",
         "erfinv", "i0", "unsafe_chunk", "unsafe_split", "hsplit", "vsplit", "dsplit",
         "select_scatter", "slice_scatter", "diagonal_scatter", "conj_physical"]
 conj_physical = _alias(conj, "conj_physical")
@@ -939,7 +1049,7 @@ conj_physical = _alias(conj, "conj_physical")
 METHODS = [n for n in sorted(_ALIASES) + ["isclose", "allclose"] + _NEW if n not in _TAKEN]
 # Methods with no top-level function of the same name in PyTorch.
 TENSOR_METHODS = {n: globals()["_" + n] for n in ("sum_to_size", "unfold", "fill_diagonal_", "where", "multinomial",
-                                                  "apply_", "map_", "as_subclass") if n not in _TAKEN}
-INPLACE = [n for n in list(_ALIASES) + _INPLACE_OF + ["mvlgamma", "renorm", "bitwise_left_shift",
+                                                  "apply_", "map_", "as_subclass", "float_power_") if n not in _TAKEN}
+INPLACE = [n for n in list(_ALIASES) + _INPLACE_OF + ["mvlgamma", "gcd", "lcm", "renorm", "bitwise_left_shift",
                                                        "bitwise_right_shift", "put"]
            if n != "clip" and n + "_" not in _TAKEN and n in globals()]

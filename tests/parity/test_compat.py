@@ -100,6 +100,21 @@ CASES = [
     Case("clamp_min_max_inplace", lambda m, x: ((x * 1).clamp_min_(0.1), (x * 1).clamp_max_(-0.1)), (randn(6),)),
     Case("heaviside_", lambda m, x, y: (x * 1).heaviside_(y), (randn(6), randn(6)), grad=False,
          reason="PyTorch has no derivative for heaviside_"),
+    Case("gcd_lcm", lambda m, a, b: (m.gcd(a, b), m.lcm(a, b), a.gcd(b)), (ints(30, low=-60, high=60),
+                                                                           ints(30, low=-60, high=60)), grad=False),
+    Case("gcd_int32_broadcast", lambda m, a, b: m.gcd(a, b), (ints(3, 1, low=0, high=1000, dtype=np.int32),
+                                                             ints(4, low=0, high=1000, dtype=np.int32)), grad=False),
+    Case("gcd_inplace", lambda m, a, b: a.clone().gcd_(b), (ints(5, high=50), ints(5, high=50)), grad=False),
+    Case("frexp", lambda m, x: m.frexp(x * 1e3), (randn(20),), grad=False),
+    Case("frexp_specials", lambda m: m.frexp(m.tensor([0.0, float("inf"), float("nan"), 1024.0, 0.5, -0.25])),
+         (), grad=False),
+    Case("histogram", lambda m, x: m.histogram(x, bins=6), (randn(40),), grad=False, traceable=False),
+    Case("histogram_range_weight_density", lambda m, x, w: m.histogram(x, bins=4, range=(-1.0, 1.0), weight=w,
+                                                                       density=True), (randn(30), positive(30)),
+         grad=False),
+    Case("histogram_edges", lambda m, x: m.histogram(x, bins=m.tensor([-2.0, -0.5, 0.0, 0.7, 2.0])), (randn(30),),
+         grad=False),
+    Case("float_power_float64", lambda m, x: (x * 1).float_power_(2.5), (positive(5, dtype=np.float64),)),
     Case("lgamma", lambda m, x: m.lgamma(x), (uniform(40, low=-4.5, high=9.0),), second_order=True,
          rtol=1e-4, atol=1e-5),
     Case("lgamma_float64", lambda m, x: x.lgamma(), (uniform(30, low=-3.3, high=40.0, dtype=np.float64),),
@@ -144,6 +159,11 @@ def test_bincount_and_histc_errors():
     with pytest.raises(loom.DTypeError, match="floating point"):
         loom.histc(loom.tensor([1, 2]))
     assert loom.histc(loom.tensor([2.0, 2.0]), bins=2).tolist() == [0.0, 2.0]
+
+
+def test_float_power_inplace_needs_float64():
+    with pytest.raises(loom.DTypeError, match="requires dtype float64"):
+        loom.ones(2).float_power_(2)
 
 
 def test_polygamma_rejects_non_positive_input():
