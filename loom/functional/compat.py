@@ -739,6 +739,21 @@ def histogram(input, bins=100, *, range=None, weight=None, density: bool = False
     return hist, edges
 
 
+def _polygamma(self, n: int) -> Tensor:
+    """`loom.polygamma(n, self)`: the method takes the order first, as `Tensor.polygamma`."""
+    return polygamma(n, self)
+
+
+def _polygamma_(self, n: int) -> Tensor:
+    """In-place `polygamma(n, self)`."""
+    return self._inplace("polygamma_", lambda s: polygamma(n, s))
+
+
+def _imag(self) -> Tensor:
+    """The imaginary part: PyTorch has it for complex tensors only, and loom has none."""
+    raise DTypeError(f"loom.Tensor.imag: not implemented for tensors with non-complex dtypes ({self.dtype.name})")
+
+
 def _float_power_(self, exponent) -> Tensor:
     """In-place `float_power`: the result is float64, so only a float64 tensor can hold it (as PyTorch)."""
     if self.dtype is not dt.float64:
@@ -1046,10 +1061,14 @@ _NEW = ["diff", "cov", "corrcoef", "trace", "diagflat", "dist", "cross", "histc"
         "select_scatter", "slice_scatter", "diagonal_scatter", "conj_physical"]
 conj_physical = _alias(conj, "conj_physical")
 
-METHODS = [n for n in sorted(_ALIASES) + ["isclose", "allclose"] + _NEW if n not in _TAKEN]
+METHODS = [n for n in sorted(_ALIASES) + ["isclose", "allclose"] + _NEW
+           if n not in _TAKEN and n not in ("fill", "real", "polygamma")]
 # Methods with no top-level function of the same name in PyTorch.
 TENSOR_METHODS = {n: globals()["_" + n] for n in ("sum_to_size", "unfold", "fill_diagonal_", "where", "multinomial",
-                                                  "apply_", "map_", "as_subclass", "float_power_") if n not in _TAKEN}
+                                                  "apply_", "map_", "as_subclass", "float_power_", "polygamma",
+                                                  "polygamma_") if n not in _TAKEN}
+# Attributes PyTorch computes as properties: `x.real` is x for a real tensor.
+PROPERTIES = {"real": real, "imag": _imag}
 INPLACE = [n for n in list(_ALIASES) + _INPLACE_OF + ["mvlgamma", "gcd", "lcm", "renorm", "bitwise_left_shift",
                                                        "bitwise_right_shift", "put"]
-           if n != "clip" and n + "_" not in _TAKEN and n in globals()]
+           if n != "clip" and not n.startswith("unsafe_") and n + "_" not in _TAKEN and n in globals()]

@@ -124,6 +124,8 @@ CASES = [
          rtol=1e-9, atol=1e-9),
     Case("polygamma", lambda m, x: (m.polygamma(1, x), m.polygamma(3, x)), (positive(10, low=0.2, high=8.0),),
          grad=False, rtol=1e-4, atol=1e-4),
+    Case("polygamma_method", lambda m, x: (x.polygamma(2), x.clone().polygamma_(1), x.real * 1),
+         (positive(6, low=0.5, high=5.0),), grad=False, rtol=1e-4, atol=1e-4),
     Case("mvlgamma", lambda m, x: m.mvlgamma(x, 3), (positive(8, low=1.2, high=6.0),), rtol=1e-4, atol=1e-5),
     Case("erfinv", lambda m, x: m.erfinv(x), (uniform(40, low=-0.999, high=0.999),), rtol=1e-4, atol=1e-5),
     Case("erfinv_float64_edges", lambda m: m.erfinv(m.tensor([-1.0, 1.0, 1.5, 0.0, 0.9999999], dtype=m.float64)),
