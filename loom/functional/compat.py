@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 
@@ -195,6 +196,8 @@ def cross(input, other, dim=None) -> Tensor:
         if not sizes:
             raise ShapeError(f"loom.cross: no dimension of size 3 in input {fmt_shape(a.shape)}")
         dim = sizes[0]
+        warnings.warn(f"loom.cross: without dim, the first dimension of size 3 ({dim}) is used, as PyTorch does; "
+                      "pass dim explicitly or use loom.linalg.cross", UserWarning, stacklevel=2)
     return _cross(a, b, dim=dim)
 
 
