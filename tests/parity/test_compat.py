@@ -5,6 +5,23 @@ import pytest
 import loom
 from tests.parity.harness import Case, bools, ints, positive, randn, run_case, uniform
 
+
+
+def _well_conditioned(*shape, dtype=np.float32):
+    return lambda rng: (rng.standard_normal(shape) + 3 * np.eye(shape[-1])).astype(dtype)
+
+
+def _spd(*shape, dtype=np.float32):
+    def make(rng):
+        a = rng.standard_normal(shape)
+        return (a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])).astype(dtype)
+    return make
+
+
+def _lower(*shape):
+    return lambda rng: np.linalg.cholesky(_spd(*shape, dtype=np.float64)(rng)).astype(np.float32)
+
+
 CASES = [
     Case("diff", lambda m, x: m.diff(x), (randn(3, 5),), second_order=True),
     Case("diff_n2_dim0_prepend", lambda m, x, p: m.diff(x, n=2, dim=0, prepend=p), (randn(3, 4), randn(1, 4))),
@@ -115,6 +132,20 @@ CASES = [
     Case("histogram_edges", lambda m, x: m.histogram(x, bins=m.tensor([-2.0, -0.5, 0.0, 0.7, 2.0])), (randn(30),),
          grad=False),
     Case("float_power_float64", lambda m, x: (x * 1).float_power_(2.5), (positive(5, dtype=np.float64),)),
+    Case("det", lambda m, a: m.det(a), (_well_conditioned(4, 4),), rtol=1e-4, atol=1e-4),
+    Case("det_batched_pivoting", lambda m, a: a.det(), (randn(3, 3, 3),), rtol=1e-4, atol=1e-4),
+    Case("slogdet", lambda m, a: m.slogdet(a), (randn(2, 4, 4),), rtol=1e-4, atol=1e-4),
+    Case("logdet", lambda m, a: m.logdet(a), (_spd(3, 3),), rtol=1e-4, atol=1e-4),
+    Case("inverse", lambda m, a: m.inverse(a), (_well_conditioned(2, 4, 4),), rtol=1e-4, atol=1e-5),
+    Case("inverse_float64_second_order", lambda m, a: a.inverse().sum(-1), (_well_conditioned(3, 3, dtype=np.float64),),
+         second_order=True),
+    Case("cholesky", lambda m, a: m.cholesky(a), (_spd(2, 4, 4),), rtol=1e-4, atol=1e-4),
+    Case("cholesky_upper", lambda m, a: a.cholesky(upper=True), (_spd(3, 3),), rtol=1e-4, atol=1e-4),
+    Case("cholesky_solve", lambda m, b, l: m.cholesky_solve(b, l), (randn(2, 3, 2), _lower(2, 3, 3)),
+         rtol=1e-4, atol=1e-4),
+    Case("cholesky_solve_upper", lambda m, b, l: m.cholesky_solve(b, l.mT, upper=True), (randn(3, 1), _lower(3, 3)),
+         rtol=1e-4, atol=1e-4),
+    Case("cholesky_inverse", lambda m, l: m.cholesky_inverse(l), (_lower(4, 4),), rtol=1e-4, atol=1e-4),
     Case("lgamma", lambda m, x: m.lgamma(x), (uniform(40, low=-4.5, high=9.0),), second_order=True,
          rtol=1e-4, atol=1e-5),
     Case("lgamma_float64", lambda m, x: x.lgamma(), (uniform(30, low=-3.3, high=40.0, dtype=np.float64),),
@@ -161,6 +192,15 @@ def test_bincount_and_histc_errors():
     with pytest.raises(loom.DTypeError, match="floating point"):
         loom.histc(loom.tensor([1, 2]))
     assert loom.histc(loom.tensor([2.0, 2.0]), bins=2).tolist() == [0.0, 2.0]
+
+
+def test_linalg_errors_name_the_problem():
+    with pytest.raises(loom.LoomValueError, match="singular"):
+        loom.inverse(loom.tensor([[1.0, 2.0], [2.0, 4.0]]) * 0).tolist()
+    with pytest.raises(loom.LoomValueError, match="not positive-definite"):
+        loom.cholesky(-loom.eye(2)).tolist()
+    with pytest.raises(loom.ShapeError, match="square"):
+        loom.det(loom.ones(2, 3))
 
 
 def test_float_power_inplace_needs_float64():
