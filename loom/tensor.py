@@ -67,8 +67,23 @@ class Tensor:
                  "__weakref__", "__dict__")
     __array_priority__ = 1000  # NumPy defers mixed operators to loom.
 
-    def __init__(self, data: Any = None, dtype=None, requires_grad: bool = False) -> None:
-        node = _node_from_data(data if data is not None else [], dtype)
+    def __init__(self, *args, dtype=None, device=None, requires_grad: bool = False) -> None:
+        """PyTorch's legacy constructor: `Tensor(2, 3)` is a 2x3 tensor of zeros, `Tensor(data)` copies `data`.
+
+        Both give the default float dtype unless `dtype` is given (`loom.tensor` infers it from the data).
+        """
+        _check_device(device, "Tensor")
+        d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+        if len(args) == 1 and isinstance(args[0], Size):
+            args = tuple(args[0])
+        if all(isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_)) for a in args):
+            node = _node_from_data(np.zeros(_shape_arg(args, "Tensor") if args else (0,), np.float32), d)
+        elif len(args) == 1 and not isinstance(args[0], (numbers.Number, np.bool_)):
+            node = _node_from_data(args[0], d)
+        else:
+            raise LoomTypeError(f"loom.Tensor: expected sizes (ints) or one sequence of data, got "
+                                f"{', '.join(type(a).__name__ for a in args)}; use loom.tensor(value) for a "
+                                "0-d tensor")
         self._init(node)
         if requires_grad:
             self.requires_grad_(True)
@@ -169,6 +184,125 @@ class Tensor:
     @property
     def is_cuda(self) -> bool:
         return False
+
+    # Other devices PyTorch can report; this build of loom runs on the cpu only.
+    is_xpu = is_mps = is_meta = is_ipu = is_xla = is_mtia = is_maia = is_vulkan = is_cuda
+    # Storage kinds loom does not have: every tensor is dense, strided and unquantized.
+    is_sparse = is_sparse_csr = is_quantized = is_mkldnn = is_nested = is_cuda
+
+    @property
+    def is_cpu(self) -> bool:
+        """True: every loom tensor lives on the cpu."""
+        return True
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all elements (numel * itemsize)."""
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether `retain_grad()` was called on this non-leaf tensor."""
+        return self._retains_grad
+
+    def ndimension(self) -> int:
+        """The number of dims (PyTorch's older spelling of `dim()`)."""
+        return self.ndim
+
+    def get_device(self) -> int:
+        """-1, the index PyTorch gives a cpu tensor."""
+        return -1
+
+    def is_signed(self) -> bool:
+        """Whether the dtype holds negative values (False for bool and uint8)."""
+        return self.dtype.is_signed
+
+    def is_complex(self) -> bool:
+        """False: loom has no complex dtypes."""
+        return False
+
+    def is_conj(self) -> bool:
+        """False: a real tensor has no pending conjugation."""
+        return False
+
+    def is_neg(self) -> bool:
+        """False: loom has no lazy negation bit."""
+        return False
+
+    def is_inference(self) -> bool:
+        """False: loom's inference_mode makes ordinary tensors."""
+        return False
+
+    def is_distributed(self) -> bool:
+        """False: loom.distributed is not available yet."""
+        return False
+
+    def is_nonzero(self) -> bool:
+        """Whether the single element is nonzero (an error for more than one element)."""
+        if self.numel() != 1:
+            raise LoomError(f"loom.Tensor.is_nonzero: a tensor with {self.numel()} elements (shape "
+                            f"{fmt_shape(self.shape)}) has no single truth value")
+        return bool(self.item() != 0)
+
+    def is_same_size(self, other: Tensor) -> bool:
+        """Whether `other` has this tensor's shape."""
+        return tuple(self.shape) == tuple(other.shape)
+
+    def pin_memory(self, device=None) -> Tensor:
+        """This tensor: pinning only matters for copies to a GPU, which this build does not have."""
+        return self
+
+    def is_pinned(self, device=None) -> bool:
+        """False: no pinned host memory without a GPU."""
+        return False
+
+    def share_memory_(self) -> Tensor:
+        """This tensor (loom's worker processes receive tensors by value)."""
+        return self
+
+    def is_shared(self) -> bool:
+        """False: loom tensors are not in shared memory."""
+        return False
+
+    def xpu(self, device=None, non_blocking: bool = False) -> Tensor:
+        """This tensor on an Intel GPU; this build has none, so it raises DeviceError."""
+        _check_device("xpu", "Tensor.xpu")
+        return self
+
+    # ------------------------------------------------------------ new tensors like this one
+    def new_tensor(self, data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """A new leaf holding a copy of `data`, of this tensor's dtype unless `dtype` is given."""
+        src = data.detach() if isinstance(data, Tensor) else data
+        return tensor(src, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """A tensor of `size` filled with `fill_value`, of this tensor's dtype unless `dtype` is given."""
+        return full(size, fill_value, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """Zeros of `size`, of this tensor's dtype unless `dtype` is given."""
+        return zeros(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """Ones of `size`, of this tensor's dtype unless `dtype` is given."""
+        return ones(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """A tensor of `size` (zero-filled), of this tensor's dtype unless `dtype` is given."""
+        return empty(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
+
+    def new_empty_strided(self, size, stride, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """As `new_empty`; loom chooses the strides itself."""
+        return empty(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
+
+    def new(self, *args, device=None) -> Tensor:
+        """Legacy `x.new(2, 3)` / `x.new(data)`: a new tensor of this tensor's dtype."""
+        return Tensor(*args, dtype=self.dtype, device=device)
 
     @property
     def node(self) -> Node:
@@ -397,9 +531,12 @@ class Tensor:
             return self
         return apply("cast", (self,), {"dtype": dtype})
 
-    def type(self, dtype=None):
+    def type(self, dtype=None, non_blocking: bool = False):
         if dtype is None:
             return f"loom.{self.dtype.name}"
+        legacy = getattr(dtype, "dtype", None)
+        if isinstance(dtype, type) and isinstance(legacy, dt.DType):
+            dtype = legacy  # A legacy tensor type such as torch.LongTensor (loom.torch).
         return self.to(dtype)
 
     def type_as(self, other: Tensor) -> Tensor:
@@ -627,6 +764,31 @@ class Tensor:
             u = _rand_node(tuple(self.shape), dt.float64, generator)
             return (-(1.0 - u).log()) * (1.0 / lambd)  # 1 - u is in (0, 1]: the log is finite.
         return self._fill_random("exponential_", make)
+
+    def cauchy_(self, median: float = 0.0, sigma: float = 1.0, generator: Generator | None = None) -> Tensor:
+        """Fill with samples from the Cauchy distribution (inverse CDF of a uniform sample)."""
+        def make():
+            u = _rand_node(tuple(self.shape), dt.float64, generator)
+            return ((u - 0.5) * math.pi).tan() * sigma + median
+        return self._fill_random("cauchy_", make)
+
+    def log_normal_(self, mean: float = 1.0, std: float = 2.0, generator: Generator | None = None) -> Tensor:
+        """Fill with exp of samples from N(mean, std**2)."""
+        return self._fill_random("log_normal_", lambda: (randn(*self.shape, dtype=dt.float64, generator=generator)
+                                                          * std + mean).exp())
+
+    def geometric_(self, p: float, generator: Generator | None = None) -> Tensor:
+        """Fill with the number of Bernoulli(p) trials up to the first success (1, 2, ...)."""
+        if not 0 < p <= 1:
+            raise LoomValueError(f"loom.geometric_: p must be in (0, 1], got {p}")
+        self._check_inplace("geometric_")
+
+        def make():
+            u = _rand_node(tuple(self.shape), dt.float64, generator)
+            if p == 1:
+                return full(tuple(self.shape), 1.0, dtype=dt.float64)
+            return ((1.0 - u).log() / math.log1p(-p)).ceil().clamp(min=1.0)  # 1 - u is in (0, 1].
+        return self._assign(make().to(self.dtype), "geometric_")
 
     def bernoulli_(self, p=0.5, generator: Generator | None = None) -> Tensor:
         """Fill with 1 where a uniform sample is below `p` (a number or a broadcastable tensor), else 0."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 MODULES = ["math", "reduce", "shape", "linalg", "indexing", "sort", "nn", "conv", "activation", "losses", "pooling",
-           "sampling", "distance", "sparse", "grouped"]
+           "sampling", "distance", "sparse", "grouped", "compat"]
 
 
 def _modules():
@@ -39,3 +39,5 @@ def install_methods(cls) -> None:
             setattr(cls, name + "_", _inplace_method(name, getattr(mod, name)))
         for name, fn in getattr(mod, "PROPERTIES", {}).items():
             setattr(cls, name, property(fn))
+        for name, fn in getattr(mod, "TENSOR_METHODS", {}).items():  # Methods with no top-level function.
+            setattr(cls, name, fn)

@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from loom import dtypes as dt
+from loom import autocast as _autocast
 from loom.errors import DTypeError, ShapeError, fmt_shape
 from loom.functional.indexing import gather
 from loom.functional.math import div, isnan, minimum, where
@@ -214,6 +215,7 @@ def _check_groups(groups, op: str) -> int:
 
 
 def _conv(op: str, nsp: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
+    input, weight, bias = _autocast.lower(input, weight, bias)
     x, unbatched = _batched(input, nsp, op)
     w = _t(weight)
     if w.ndim != nsp + 2:
@@ -322,6 +324,7 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _I
 
 def _conv_transpose(op: str, nsp: int, input, weight, bias, stride, padding, output_padding, groups,
                     dilation) -> Tensor:
+    input, weight, bias = _autocast.lower(input, weight, bias)
     x, unbatched = _batched(input, nsp, op)
     w = _t(weight)
     if w.ndim != nsp + 2:
@@ -651,6 +654,7 @@ def max_pool3d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | No
     >>> loom.nn.functional.max_pool3d(loom.ones(1, 1, 2, 2, 2), 2).shape
     loom.Size([1, 1, 1, 1, 1])
     """
+    input, = _autocast.full(input)
     return _max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode,
                      return_indices)
 
@@ -740,6 +744,7 @@ def avg_pool3d(input: Tensor, kernel_size: _IntOrTuple, stride: _IntOrTuple | No
     >>> loom.nn.functional.avg_pool3d(loom.ones(1, 1, 2, 2, 2), 2).tolist()
     [[[[[1.0]]]]]
     """
+    input, = _autocast.full(input)
     return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
@@ -868,6 +873,7 @@ def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     >>> loom.nn.functional.adaptive_avg_pool3d(loom.ones(1, 1, 3, 3, 3), 2).shape
     loom.Size([1, 1, 2, 2, 2])
     """
+    input, = _autocast.full(input)
     return _adaptive_avg("adaptive_avg_pool3d", 3, input, output_size)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 
 from loom import dtypes as dt
+from loom import autocast as _autocast
+from loom.autocast import keep_op
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.tensor import Tensor, apply, broadcast_shapes, broadcast_to, const, tensor
 
@@ -36,6 +38,7 @@ def matmul(a, b) -> Tensor:
     >>> (loom.ones(2, 3, 4) @ loom.ones(4)).shape
     loom.Size([2, 3])
     """
+    a, b = _autocast.lower(a, b)
     a, b = _t(a), _t(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"loom.matmul: both arguments need at least 1 dimension, got "
@@ -75,6 +78,7 @@ def mm(a, b) -> Tensor:
     >>> loom.mm(loom.ones(2, 3), loom.ones(3, 4)).shape
     loom.Size([2, 4])
     """
+    a, b = _autocast.lower(a, b)
     a, b = _t(a), _t(b)
     if a.ndim != 2 or b.ndim != 2:
         raise ShapeError(f"loom.mm: expected 2-d tensors, got {fmt_shape(a.shape)} and {fmt_shape(b.shape)}")
@@ -99,11 +103,13 @@ def bmm(a, b) -> Tensor:
     >>> loom.bmm(loom.ones(5, 2, 3), loom.ones(5, 3, 4)).shape
     loom.Size([5, 2, 4])
     """
+    a, b = _autocast.lower(a, b)
     a, b = _t(a), _t(b)
     _check_bmm("bmm", a, b)
     return matmul(a, b)
 
 
+@keep_op
 def mv(a, v) -> Tensor:
     """Product of a matrix and a vector.
 
@@ -128,6 +134,7 @@ def _dot(op: str, a, b) -> Tensor:
     return matmul(a, b)
 
 
+@keep_op
 def dot(a, b) -> Tensor:
     """Inner product of two 1-d tensors of one dtype (the result keeps that dtype).
 
@@ -139,6 +146,7 @@ def dot(a, b) -> Tensor:
     return _dot("dot", a, b)
 
 
+@keep_op
 def vdot(a, b) -> Tensor:
     """Dot product conjugating the first argument (the same as :func:`dot` for real tensors).
 
@@ -220,9 +228,11 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1) -> Tensor:
     >>> loom.addmm(loom.zeros(2), loom.ones(3, 4), loom.ones(4, 2), alpha=0.5).tolist()[0]
     [2.0, 2.0]
     """
+    input, mat1, mat2 = _autocast.lower(input, mat1, mat2)
     return _scaled_sum("addmm", input, mm(mat1, mat2), beta, alpha)
 
 
+@keep_op
 def addmv(input, mat, vec, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * (mat @ vec).
 
@@ -234,6 +244,7 @@ def addmv(input, mat, vec, *, beta=1, alpha=1) -> Tensor:
     return _scaled_sum("addmv", input, mv(mat, vec), beta, alpha)
 
 
+@keep_op
 def addr(input, vec1, vec2, *, beta=1, alpha=1) -> Tensor:
     """beta * input + alpha * outer(vec1, vec2).
 
@@ -253,6 +264,7 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:
     >>> loom.baddbmm(loom.zeros(2, 1, 1), loom.ones(2, 1, 3), loom.ones(2, 3, 1)).shape
     loom.Size([2, 1, 1])
     """
+    input, batch1, batch2 = _autocast.lower(input, batch1, batch2)
     return _scaled_sum("baddbmm", input, bmm(batch1, batch2), beta, alpha)
 
 
@@ -264,6 +276,7 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:
     >>> loom.addbmm(loom.zeros(1, 1), loom.ones(2, 1, 3), loom.ones(2, 3, 1)).tolist()
     [[6.0]]
     """
+    input, batch1, batch2 = _autocast.lower(input, batch1, batch2)
     b1, b2 = _t(batch1), _t(batch2)
     _check_bmm("addbmm", b1, b2)
     # One matmul over (n, b*m) x (b*m, p) sums the batch inside the contraction.

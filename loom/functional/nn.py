@@ -12,6 +12,8 @@ import warnings
 import numpy as np
 
 from loom import dtypes as dt
+from loom import autocast as _autocast
+from loom.autocast import keep_op
 from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.functional.checks import check, check_index
@@ -151,6 +153,7 @@ def linear(input, weight, bias=None) -> Tensor:
     >>> loom.nn.functional.linear(x, w).shape
     loom.Size([2, 4])
     """
+    input, weight, bias = _autocast.lower(input, weight, bias)
     x, w = _t(input), _t(weight)
     if w.ndim not in (1, 2):
         raise ShapeError(f"loom.linear: weight must be 1-d or 2-d (out_features, in_features), got "
@@ -165,6 +168,7 @@ def linear(input, weight, bias=None) -> Tensor:
     return out
 
 
+@keep_op
 def bilinear(input1, input2, weight, bias=None) -> Tensor:
     """y[..., o] = sum_ij input1[..., i] weight[o, i, j] input2[..., j] + bias[o].
 
@@ -744,6 +748,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
     >>> loom.nn.functional.nll_loss(logp, loom.tensor([0, 1])).item()
     2.5
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("nll_loss", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     _need_float("nll_loss", x)
@@ -765,6 +770,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     >>> round(loom.nn.functional.cross_entropy(logits, loom.tensor([1, 3])).item(), 4)
     1.3863
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("cross_entropy", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     _need_float("cross_entropy", x)
@@ -831,6 +837,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     >>> round(loom.nn.functional.binary_cross_entropy(p, loom.tensor([1.0, 0.0])).item(), 4)
     0.6931
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("binary_cross_entropy", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     _need_float("binary_cross_entropy", x)
@@ -856,6 +863,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     >>> round(loom.nn.functional.binary_cross_entropy_with_logits(z, loom.tensor([1.0, 0.0])).item(), 4)
     0.6931
     """
+    input, target, weight, pos_weight = _autocast.full(input, target, weight, pos_weight)
     reduction = _reduction("binary_cross_entropy_with_logits", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     _need_float("binary_cross_entropy_with_logits", x)
@@ -883,6 +891,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     >>> loom.nn.functional.kl_div(logq, loom.tensor([0.5, 0.5]), reduction="sum").item()
     0.0
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("kl_div", size_average, reduce, reduction, extra=("batchmean",))
     x, t = _t(input), _t(target)
     _need_float("kl_div", x)
@@ -915,6 +924,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     >>> loom.nn.functional.mse_loss(loom.tensor([1.0, 3.0]), loom.tensor([0.0, 0.0])).item()
     5.0
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("mse_loss", size_average, reduce, reduction)
     x, t = _broadcast_pair("mse_loss", _t(input), _t(target))
     diff = x - t
@@ -929,6 +939,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
     >>> loom.nn.functional.l1_loss(loom.tensor([1.0, -3.0]), loom.tensor([0.0, 0.0])).item()
     2.0
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("l1_loss", size_average, reduce, reduction)
     x, t = _broadcast_pair("l1_loss", _t(input), _t(target))
     return _weighted("l1_loss", _abs(x - t), _t(input), weight, reduction, True)
@@ -948,6 +959,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     >>> loom.nn.functional.smooth_l1_loss(loom.tensor([0.5, 3.0]), loom.zeros(2), reduction="sum").item()
     2.625
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("smooth_l1_loss", size_average, reduce, reduction)
     if beta < 0:
         raise ValueError(f"loom.smooth_l1_loss: beta must be non-negative, got {beta}")
@@ -965,6 +977,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     >>> loom.nn.functional.huber_loss(loom.tensor([0.5, 3.0]), loom.zeros(2), reduction="sum").item()
     2.625
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("huber_loss", None, None, reduction)
     if delta <= 0:
         raise ValueError(f"loom.huber_loss: delta must be positive, got {delta}")
@@ -981,6 +994,7 @@ def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, 
     >>> loom.nn.functional.poisson_nll_loss(loom.zeros(2), loom.ones(2)).item()
     1.0
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("poisson_nll_loss", size_average, reduce, reduction)
     x, t = _t(input), _t(target)
     loss = exp(x) - t * x if log_input else x - t * log(x + eps)
@@ -1003,6 +1017,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
     >>> loom.nn.functional.gaussian_nll_loss(loom.zeros(2), loom.zeros(2), loom.ones(2)).item()
     0.0
     """
+    input, target, var = _autocast.full(input, target, var)
     reduction = _reduction("gaussian_nll_loss", None, None, reduction)
     x, t = _t(input), _t(target)
     v = var if isinstance(var, Tensor) else const(float(var), tuple(x.shape), x.dtype)
@@ -1076,6 +1091,7 @@ def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_averag
     >>> f(loom.tensor([1.0]), loom.tensor([2.0]), loom.tensor([1.0])).item()
     1.0
     """
+    input1, input2, target = _autocast.full(input1, input2, target)
     reduction = _reduction("margin_ranking_loss", size_average, reduce, reduction)
     a, b, y = _t(input1), _t(input2), _t(target)
     _same_rank("margin_ranking_loss", a, b, y)
@@ -1092,6 +1108,7 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
     >>> f(loom.tensor([0.3, 0.3]), loom.tensor([1.0, -1.0]), reduction="sum").item()
     1.0
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("hinge_embedding_loss", size_average, reduce, reduction)
     x, y = _t(input), _t(target)
     loss = where(y != 1, clamp_min(margin - x, 0.0), 0.0) + where(y != -1, x, 0.0)
@@ -1108,6 +1125,7 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
     >>> round(f(loom.tensor([[1.0, 0.0]]), loom.tensor([[1.0, 0.0]]), loom.tensor([1.0])).item(), 5)
     0.0
     """
+    input1, input2, target = _autocast.full(input1, input2, target)
     reduction = _reduction("cosine_embedding_loss", size_average, reduce, reduction)
     a, b, y = _t(input1), _t(input2), _t(target)
     if a.ndim not in (1, 2) or tuple(a.shape) != tuple(b.shape):
@@ -1131,6 +1149,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: s
     >>> round(loom.nn.functional.soft_margin_loss(loom.zeros(2), loom.ones(2)).item(), 4)
     0.6931
     """
+    input, target = _autocast.full(input, target)
     reduction = _reduction("soft_margin_loss", size_average, reduce, reduction)
     x, y = _t(input), _t(target)
     return _reduce_loss(-logsigmoid(y * x), reduction)  # log1p(exp(-yx)) without overflow at yx = -100.
@@ -1145,6 +1164,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     >>> round(loom.nn.functional.multilabel_soft_margin_loss(loom.zeros(1, 2), loom.ones(1, 2)).item(), 4)
     0.6931
     """
+    input, target, weight = _autocast.full(input, target, weight)
     reduction = _reduction("multilabel_soft_margin_loss", size_average, reduce, reduction)
     x, y = _t(input), _t(target)
     loss = -(y * logsigmoid(x) + (1.0 - y) * logsigmoid(-x))
@@ -1165,6 +1185,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     >>> loom.nn.functional.triplet_margin_loss(a, a, a + 5.0).item()
     0.0
     """
+    anchor, positive, negative = _autocast.full(anchor, positive, negative)
     reduction = _reduction("triplet_margin_loss", size_average, reduce, reduction)
     a, pos, neg = _t(anchor), _t(positive), _t(negative)
     _same_rank("triplet_margin_loss", a, pos, neg)
@@ -1194,6 +1215,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     >>> loom.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).shape
     loom.Size([2, 4, 3, 8])
     """
+    query, key, value, attn_mask = _autocast.lower(query, key, value, attn_mask)
     op = "scaled_dot_product_attention"
     q, k, v = _t(query), _t(key), _t(value)
     _need_float(op, q, "query")

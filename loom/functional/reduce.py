@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from loom import dtypes as dt
+from loom import autocast as _autocast
 from loom.autograd.grad_mode import is_grad_enabled
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.tensor import Tensor, apply, arange, const, normalize_dim, normalize_dims, tensor
@@ -135,6 +136,7 @@ def prod(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     >>> loom.tensor([[1.0, 2.0], [3.0, 4.0]]).prod(1).tolist()
     [2.0, 12.0]
     """
+    x, = _autocast.full(x)
     x = _t(x)
     return _reduce("prod", _accumulate_dtype(x, dtype), dim, keepdim)
 

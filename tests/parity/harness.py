@@ -148,11 +148,12 @@ def _grad(lib, outputs, inputs, cotangents, create_graph):
     return loom.autograd.grad(outputs, inputs, cotangents, create_graph=create_graph, allow_unused=True)
 
 
-def _loom_side(case: Case, n_in: int, diff_idx: list[int], grad_pos: list[int], v_pos: list[int]):
+def _loom_side(case: Case, n_in: int, diff_idx: list[int], grad_pos: list[int], v_pos: list[int], lib=loom):
     """The whole loom computation of a case as one function of (inputs, cotangents, vs).
 
     It returns the flat outputs, the first-order gradients and the second-order
-    ones, so an execution mode (eager, compiled, traced) runs all of it.
+    ones, so an execution mode (eager, compiled, traced) runs all of it. `lib` is
+    the namespace the body gets: `loom`, or `loom.torch` (PyTorch's names over loom).
     """
     n_cot = len(diff_idx)
 
@@ -160,7 +161,7 @@ def _loom_side(case: Case, n_in: int, diff_idx: list[int], grad_pos: list[int], 
         xs = list(args[:n_in])
         cots = list(args[n_in:n_in + n_cot])
         vs = list(args[n_in + n_cot:])
-        flat = _flatten(case.body(loom, *xs))
+        flat = _flatten(case.body(lib, *xs))
         if not grad_pos or not diff_idx:
             return flat, [], []
         g_in = [xs[k] for k in grad_pos]
@@ -233,8 +234,12 @@ def _check_grads(case: Case, got, want, what: str, order: int) -> None:
         assert_close(case.name, lg, tg, rtol, atol, f"{what} of input {k}")
 
 
-def run_case(case: Case, mode: str = "eager", seed: int = 0) -> None:
-    """Run `case` in PyTorch and in loom (under `mode`) and compare everything it defines."""
+def run_case(case: Case, mode: str = "eager", seed: int = 0, lib=None) -> None:
+    """Run `case` in PyTorch and in loom (under `mode`) and compare everything it defines.
+
+    `lib` is the namespace loom's side of the body gets (default `loom`; `loom.torch` runs the same
+    body through PyTorch's names).
+    """
     assert torch is not None, "the parity suite needs torch (pip install -e .[test])"
     arrays = _materialise(case.inputs, seed)
     float_idx = [k for k, a in enumerate(arrays) if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
@@ -262,7 +267,7 @@ def run_case(case: Case, mode: str = "eager", seed: int = 0) -> None:
                                       [torch.from_numpy(v) for v in vs], False))
 
     l_in = _make(loom, arrays, set(grad_idx))
-    fn = _loom_side(case, len(l_in), diff_idx, grad_idx, v_pos)
+    fn = _loom_side(case, len(l_in), diff_idx, grad_idx, v_pos, loom if lib is None else lib)
     args = l_in + [loom.tensor(c) for c in cots] + [loom.tensor(v) for v in vs]
     if mode in ("traced", "xla") and not case.traceable:
         import pytest

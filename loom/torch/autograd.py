@@ -1,0 +1,39 @@
+"""`torch.autograd`: loom's autodiff under PyTorch's names (grad, backward, grad modes, Variable)."""
+from __future__ import annotations
+
+import contextlib
+
+from loom.autograd import (  # noqa: F401
+    backward, enable_grad, grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled,
+)
+from loom.torch._forward import install as _install
+from loom.tensor import Tensor
+
+_install(globals(), "loom.autograd")
+
+
+def Variable(data: Tensor, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802
+    """The pre-0.4 wrapper: the tensor itself (requiring grad if asked)."""
+    return data.requires_grad_(True) if requires_grad else data
+
+
+def set_detect_anomaly(mode: bool, check_nan: bool = True):
+    """Anomaly detection switch (loom's errors already name the failing op); usable as a context too."""
+    from loom import torch as _torch
+    previous = _torch.is_anomaly_enabled()
+    _torch.set_anomaly_enabled(mode, check_nan)
+
+    @contextlib.contextmanager
+    def region():
+        try:
+            yield
+        finally:
+            _torch.set_anomaly_enabled(previous)
+    return region()
+
+
+@contextlib.contextmanager
+def detect_anomaly(check_nan: bool = True):
+    """Context manager form of `set_detect_anomaly(True)`."""
+    with set_detect_anomaly(True, check_nan):
+        yield

@@ -1,0 +1,6 @@
+"""`torch.backends.mkl`: loom's CPU kernels do not use this library (generated C and the system BLAS)."""
+enabled = False
+
+
+def is_available() -> bool:
+    return False

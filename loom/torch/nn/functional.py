@@ -1,0 +1,17 @@
+"""`torch.nn.functional`: loom.nn.functional under PyTorch's name.
+
+An in-place name with no function of its own (`F.selu_`) writes the out-of-place op's result into its input.
+"""
+import loom.nn.functional as _F
+from loom.tensor import Tensor  # noqa: F401  (PyTorch's functional module exports it)
+from loom.torch._forward import install as _install
+
+
+def _fallback(name: str):
+    if name.endswith("_") and not name.startswith("_"):
+        from loom.torch import inplace_from
+        return inplace_from(name, _F)
+    raise AttributeError(name)
+
+
+_install(globals(), "loom.nn.functional", fallback=_fallback)
