@@ -337,7 +337,6 @@ def all_to_all_single(output, input, output_split_sizes: Sequence[int] | None = 
             raise ShapeError(f"loom.distributed.all_to_all_single: {name}_split_sizes {sizes} must have "
                              f"{g.size()} entries summing to {name} dim 0 ({n})")
         return sizes
-    row_in = int(np.prod(a.shape[1:], dtype=np.int64)) if a.ndim else 1
     row_out = int(np.prod(tuple(output.shape)[1:], dtype=np.int64)) if len(output.shape) else 1
     sin = splits(input_split_sizes, input, "input")
     sout = splits(output_split_sizes, output, "output")
