@@ -118,12 +118,15 @@ def _kill_leftovers(proc: subprocess.Popen, run_dir: Path) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    for pid in _ranks(run_dir, "pid").values():
-        if _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    pids = [pid for pid in _ranks(run_dir, "pid").values() if _alive(pid)]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + GRACE_S  # SIGKILL is asynchronous: return once they are gone.
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
 
 
 def launch(argv: list[str] | None = None) -> int:

@@ -93,6 +93,9 @@ elif r == 1:
     check("recv", buf, base(0) * 3)
     dist.isend(loom.tensor(base(1) - 1), dst=0).wait()
 
+s = loom.data.DistributedSampler(range(2 * n + 1), shuffle=False)  # Rank and size from the group.
+check("DistributedSampler default", list(s), [r, r + n] + ([] if r else [2 * n]) + ([0] if r else []))
+
 g = dist.new_group([0, 1])
 t = loom.tensor(base(r))
 dist.all_reduce(t, group=g)
