@@ -120,3 +120,15 @@ def test_uninitialised_group_raises_a_clear_error():
         loom.distributed.get_rank()
     with pytest.raises(loom.distributed.DistributedError, match="init_process_group"):
         loom.distributed.all_reduce(loom.ones(2))
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_ddp_example_trains():
+    cmd = [sys.executable, "-m", "loom.distributed.run", "--nproc", "2", str(ROOT / "examples" / "ddp_mlp.py"),
+           "--epochs", "2"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    losses = [float(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("epoch")]
+    assert len(losses) == 2 and losses[1] < losses[0], proc.stdout
+    assert float(proc.stdout.split("test accuracy")[1].split()[0]) > 0.8, proc.stdout
