@@ -91,6 +91,15 @@ def test_killed_rank_ends_the_job_naming_it(tmp_path):
 
 
 @needs_mpi
+def test_rank_that_raises_aborts_the_job_naming_it():
+    proc = launch("raise_rank.py")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "ValueError: rank 1 fails on purpose" in out and "passed an all_reduce" not in out, out
+    assert "loom.distributed.run: rank 1 (pid" in proc.stderr and "exited with code 1" in proc.stderr, out
+
+
+@needs_mpi
 def test_multi_node_arguments_set_torchrun_environment():
     proc = launch("env.py", extra=("--nnodes", "2", "--node-rank", "1", "--master", "10.1.2.3:4567"), nproc=1)
     out = proc.stdout + proc.stderr

@@ -178,8 +178,8 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None) ->
 
     Differentiable through the reverse exchange.
     """
-    import loom
-    flat_in = loom.cat([t.reshape(-1) for t in input_tensor_list])
+    from loom.functional.shape import cat
+    flat_in = cat([t.reshape(-1) for t in input_tensor_list])
     in_splits = [t.numel() for t in input_tensor_list]
     out_splits = [t.numel() for t in output_tensor_list]
     flat_out = _AllToAllSingle.apply(out_splits, in_splits, group, flat_in)

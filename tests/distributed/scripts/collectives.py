@@ -28,6 +28,10 @@ for op, ref in [(dist.ReduceOp.SUM, everyone.sum(0)), (dist.ReduceOp.AVG, everyo
     check(f"all_reduce {op.name}", t, ref)
     check(f"all_reduce {op.name} view", view, ref[0])
 
+base_t = loom.tensor(base(r))
+dist.all_reduce(base_t[1], op=dist.ReduceOp.MAX)  # Into a view: the base sees it.
+check("all_reduce into a view", base_t, np.stack([base(r)[0], everyone.max(0)[1]]))
+
 ti = loom.tensor(np.full(3, r + 1, dtype=np.int64))
 dist.all_reduce(ti)
 check("all_reduce int64", ti, np.full(3, n * (n + 1) // 2))
