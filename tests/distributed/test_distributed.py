@@ -53,6 +53,13 @@ def test_collectives_match_numpy_on_2_ranks():
 
 
 @needs_mpi
+@pytest.mark.slow
+def test_collectives_match_numpy_on_4_ranks():
+    out = _ok(launch("collectives.py", nproc=4), nproc=4)
+    assert "rank 3: new_group non-member ok" in out and "rank 3: all_to_all[3] ok" in out
+
+
+@needs_mpi
 def test_script_started_by_mpirun_directly():
     env = dict(_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     cmd = ["mpirun", "-n", "2", "--oversubscribe", "--bind-to", "none", sys.executable,
