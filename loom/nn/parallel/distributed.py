@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from loom.autograd.engine import queue_callback
+from loom.autograd import engine
 from loom.autograd.grad_mode import no_grad
 from loom.distributed import collectives as _coll
 from loom.distributed.process_group import DistributedError, _mpi, resolve
@@ -107,7 +107,6 @@ class DistributedDataParallel(Module):
         self.bucket_bytes_cap = int(cap * 1024 * 1024)
         self.require_backward_grad_sync = True
         object.__setattr__(self, "process_group", group)
-        object.__setattr__(self, "_queued", False)
         params = [p for p in module.parameters() if p.requires_grad]
         self._check_same_shapes(group, params)
         with no_grad():
@@ -143,14 +142,13 @@ class DistributedDataParallel(Module):
         return [len(b) for b in self._buckets]
 
     def _on_grad(self, grad):
-        if self.require_backward_grad_sync and not self._queued:
-            object.__setattr__(self, "_queued", True)
-            queue_callback(self._sync_gradients)
+        # Once per backward pass: the engine's queue is cleared by every backward and autograd.grad.
+        if self.require_backward_grad_sync and self._sync_gradients not in engine._post_backward:
+            engine.queue_callback(self._sync_gradients)
         return None
 
     def _sync_gradients(self) -> None:
         """Average every parameter's .grad across the group: one non-blocking all-reduce per bucket."""
-        object.__setattr__(self, "_queued", False)
         import loom
         group = self.process_group
         grads = [p.grad for b in self._buckets for p in b if p.grad is not None]
@@ -196,7 +194,6 @@ class DistributedDataParallel(Module):
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """Run the wrapped module (after broadcasting rank 0's buffers, with ``broadcast_buffers``)."""
-        object.__setattr__(self, "_queued", False)
         if self.broadcast_buffers:
             buffers = list(self.module.buffers())
             if buffers and self.process_group.size() > 1:

@@ -67,5 +67,27 @@ gathered = [loom.zeros_like(mine) for _ in range(n)]
 dist.all_gather(gathered, mine)
 assert not np.allclose(gathered[0].numpy(), gathered[1].numpy()), "no_sync gradients were synchronised"
 print(f"rank {r}: no_sync accumulation ok", flush=True)
+
+class WithUnused(loom.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used, self.unused, self.bn = loom.nn.Linear(3, 1), loom.nn.Linear(3, 1), loom.nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        return self.used(self.bn(x))
+
+
+m = WithUnused()
+if r == 0:  # Rank 0's running statistics move; broadcast_buffers gives them to every rank at each forward.
+    m.bn(loom.randn(4, 3) * 5 + 3)
+m = DDP(m, find_unused_parameters=True)
+(m(loom.ones(4, 3) * (r + 1)).sum()).backward()
+assert m.module.unused.weight.grad is None and m.module.used.weight.grad is not None
+m.eval()  # Training forwards move each rank's statistics with its own batch; the next forward re-broadcasts.
+m(loom.ones(1, 3))
+stats = [loom.zeros(3) for _ in range(n)]
+dist.all_gather(stats, m.module.bn.running_mean)
+np.testing.assert_allclose(stats[0].numpy(), stats[1].numpy(), rtol=0, atol=0)
+print(f"rank {r}: unused parameters and buffers ok", flush=True)
 dist.destroy_process_group()
 print(f"rank {r}: ALL OK", flush=True)
