@@ -50,6 +50,10 @@ def main() -> None:
                       LOCAL_WORLD_SIZE=str(local_size), NODE_RANK=str(node_rank), GROUP_RANK=str(node_rank))
     run_dir = Path(os.environ["LOOM_DIST_RUN_DIR"]) if os.environ.get("LOOM_DIST_RUN_DIR") else None
     _record(run_dir, "pid", world_rank, os.getpid())
+    if os.environ.get("LOOM_DIST_CONTROL") and os.environ.get("LOOM_DIST_TOKEN"):
+        from loom.distributed.control import start_heartbeats
+        start_heartbeats(os.environ["LOOM_DIST_CONTROL"], os.environ["LOOM_DIST_TOKEN"], world_rank, os.getpid(),
+                         float(os.environ.get("LOOM_DIST_HEARTBEAT_S", "1")))
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     sys.path.insert(0, str(Path(script).resolve().parent))

@@ -9,11 +9,13 @@ As root, Open MPI's run-as-root variables are set; ``--oversubscribe`` is
 added when more processes than CPUs are asked for; processes are not bound to
 cores, and each gets ``OMP_NUM_THREADS`` = CPUs / processes unless it is set.
 
-Failure: the launcher watches every rank. When one dies (SIGKILL, a crash) or
-exits with an error, it prints which rank, lets Open MPI abort the job, kills
-whatever is left after a grace period, and exits non-zero; nothing is left
-running. A rank that raises aborts the job too (the others would otherwise
-wait in their next collective forever).
+Failure: the launcher watches every rank. When one dies (SIGKILL, a crash),
+exits with an error, or stops sending heartbeats over the gRPC control plane
+(``loom.distributed.control``; a hung or stopped process) for
+``--heartbeat-timeout`` seconds, it prints which rank, lets Open MPI abort the
+job, kills whatever is left after a grace period, and exits non-zero; nothing
+is left running. A rank that raises aborts the job too (the others would
+otherwise wait in their next collective forever).
 
 ``--nnodes/--node-rank/--master`` are passed to the processes' environment as
 torchrun does, but joining separately launched machines is not implemented:
@@ -52,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mpirun", default=None, help="the mpirun to use (default: the one on PATH)")
     p.add_argument("--mpi-arg", dest="mpi_args", action="append", default=[],
                    help="an extra argument for mpirun (repeatable)")
+    p.add_argument("--heartbeat-timeout", type=float, default=10.0,
+                   help="seconds without a heartbeat after which a rank counts as failed (default 10; 0: off)")
+    p.add_argument("--control-host", default="127.0.0.1",
+                   help="address the gRPC control plane binds to (default loopback)")
     p.add_argument("script", help="the Python script to run on every process")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
@@ -73,7 +79,8 @@ def _mpirun_command(opts, mpirun: str) -> list[str]:
     if opts.hostfile is not None:
         cmd += ["--hostfile", opts.hostfile]
     for name in ("PYTHONPATH", "LOOM_DIST_RUN_DIR", "LOOM_DIST_NNODES", "LOOM_DIST_NODE_RANK", "MASTER_ADDR",
-                 "MASTER_PORT", "OMP_NUM_THREADS"):
+                 "MASTER_PORT", "OMP_NUM_THREADS", "LOOM_DIST_CONTROL", "LOOM_DIST_TOKEN",
+                 "LOOM_DIST_HEARTBEAT_S"):
         cmd += ["-x", name]
     cmd += list(opts.mpi_args)
     cmd += [sys.executable, "-m", "loom.distributed._worker", opts.script] + list(opts.args)
@@ -103,10 +110,14 @@ def _ranks(run_dir: Path, prefix: str) -> dict[int, int]:
     return out
 
 
-def _failures(run_dir: Path) -> list[str]:
-    """What went wrong so far: ranks that died without exiting, or exited with an error code."""
+def _failures(run_dir: Path, control=None, timeout: float = 0.0) -> list[str]:
+    """What went wrong so far: ranks that died without exiting, exited with an error code, or went silent."""
     pids, exits = _ranks(run_dir, "pid"), _ranks(run_dir, "exit")
-    found = [f"rank {r} (pid {pid}) died without exiting (killed by a signal, e.g. SIGKILL, or crashed)"
+    found = []
+    if control is not None and timeout > 0:
+        found += [f"rank {r} (pid {pid}) sent no heartbeat for {quiet:.1f} s (hung or stopped)"
+                  for r, (quiet, pid) in sorted(control.silent(timeout).items()) if r not in exits and _alive(pid)]
+    found += [f"rank {r} (pid {pid}) died without exiting (killed by a signal, e.g. SIGKILL, or crashed)"
              for r, pid in sorted(pids.items()) if r not in exits and not _alive(pid)]
     found += [f"rank {r} (pid {pids.get(r, '?')}) exited with code {code}"
               for r, code in sorted(exits.items()) if code != 0]
@@ -153,12 +164,41 @@ def launch(argv: list[str] | None = None) -> int:
     env.setdefault("OMP_NUM_THREADS", str(max(1, _cpus() // opts.nproc)))
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    control = _start_control(opts, env)
+    try:
+        return _supervise(opts, mpirun, env, run_dir, control)
+    finally:
+        if control is not None:
+            control.stop()
+
+
+def _start_control(opts, env: dict):
+    """The gRPC heartbeat server, or None when grpcio is missing or heartbeats are off."""
+    if opts.heartbeat_timeout <= 0:
+        return None
+    try:
+        from loom.distributed.control import ControlServer, new_token
+    except ImportError:
+        return None
+    try:
+        server = ControlServer(new_token(), host=opts.control_host)
+    except ImportError:
+        print("loom.distributed.run: grpcio is not installed; ranks are watched without heartbeats",
+              file=sys.stderr)
+        return None
+    env.update(LOOM_DIST_CONTROL=server.address, LOOM_DIST_TOKEN=server.token,
+               LOOM_DIST_HEARTBEAT_S=str(min(1.0, opts.heartbeat_timeout / 4)))
+    return server
+
+
+def _supervise(opts, mpirun: str, env: dict, run_dir: Path, control) -> int:
+    """Run mpirun and watch its ranks until it ends; returns the job's exit code."""
     proc = subprocess.Popen(_mpirun_command(opts, mpirun), env=env, start_new_session=True)
     failed_at, reported = None, []
     try:
         while proc.poll() is None:
             if failed_at is None:
-                reported = _failures(run_dir)
+                reported = _failures(run_dir, control, opts.heartbeat_timeout)
                 if reported:
                     failed_at = time.monotonic()
                     print("loom.distributed.run: " + "; ".join(reported) + "; aborting the job", file=sys.stderr,

@@ -79,14 +79,13 @@ def test_ddp_equals_single_process_and_no_sync_accumulates():
     assert "ddp equals single process after 10 steps" in out and "no_sync accumulation ok" in out
 
 
-@needs_mpi
-def test_killed_rank_ends_the_job_naming_it(tmp_path):
+def _ends_naming_rank_1(tmp_path, mode: str, reason: str, extra: tuple = ()) -> None:
     start = time.time()
-    proc = launch("kill_rank.py", str(tmp_path))
+    proc = launch("kill_rank.py", str(tmp_path), mode, extra=extra)
     end = time.time()
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "loom.distributed.run: rank 1" in proc.stderr and "died without exiting" in proc.stderr, out
+    assert "loom.distributed.run: rank 1" in proc.stderr and reason in proc.stderr, out
     assert "passed an all_reduce" not in out
     killed_at = float((tmp_path / "killed_at").read_text())
     assert end - killed_at < 10, f"the job took {end - killed_at:.1f} s to end after the kill\n{out}"
@@ -95,6 +94,17 @@ def test_killed_rank_ends_the_job_naming_it(tmp_path):
         pid = int((tmp_path / f"pid{r}").read_text())
         stat = Path(f"/proc/{pid}/stat")
         assert not stat.exists() or stat.read_text().split(") ")[-1][:1] == "Z", (r, stat.read_text())
+
+
+@needs_mpi
+def test_killed_rank_ends_the_job_naming_it(tmp_path):
+    _ends_naming_rank_1(tmp_path, "kill", "died without exiting")
+
+
+@needs_mpi
+def test_hung_rank_is_found_by_missing_heartbeats(tmp_path):
+    # SIGSTOP: the process lives on, so neither Open MPI nor the pid check sees it; the gRPC heartbeats stop.
+    _ends_naming_rank_1(tmp_path, "stop", "sent no heartbeat", extra=("--heartbeat-timeout", "2"))
 
 
 @needs_mpi
