@@ -69,9 +69,24 @@ def heartbeat_once(address: str, token: str, rank: int, pid: int, timeout: float
         call(json.dumps({"rank": rank, "pid": pid}).encode(), timeout=timeout, metadata=((_TOKEN_KEY, token),))
 
 
-def start_heartbeats(address: str, token: str, rank: int, pid: int, interval: float) -> threading.Thread:
-    """Send a heartbeat every `interval` seconds from a daemon thread, for as long as the process lives."""
+def start_heartbeats(address: str, token: str, rank: int, pid: int, interval: float,
+                     first_within: float = 10.0) -> threading.Thread:
+    """Send a heartbeat every `interval` seconds from a daemon thread, for as long as the process lives.
+
+    The first one is sent before returning (retried for up to `first_within`
+    seconds), so the launcher knows the rank before its program starts: a rank
+    that hangs early is still one whose heartbeats stop.
+    """
     import grpc
+    deadline = time.monotonic() + first_within
+    while True:
+        try:
+            heartbeat_once(address, token, rank, pid)
+            break
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
 
     def loop() -> None:
         channel = grpc.insecure_channel(address)

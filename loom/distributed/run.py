@@ -70,7 +70,7 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _mpirun_command(opts, mpirun: str) -> list[str]:
+def _mpirun_command(opts, mpirun: str, env: dict) -> list[str]:
     cmd = [mpirun, "-n", str(opts.nproc), "--bind-to", "none"]
     if opts.host is None and opts.hostfile is None and opts.nproc > _cpus():
         cmd.append("--oversubscribe")
@@ -81,7 +81,8 @@ def _mpirun_command(opts, mpirun: str) -> list[str]:
     for name in ("PYTHONPATH", "LOOM_DIST_RUN_DIR", "LOOM_DIST_NNODES", "LOOM_DIST_NODE_RANK", "MASTER_ADDR",
                  "MASTER_PORT", "OMP_NUM_THREADS", "LOOM_DIST_CONTROL", "LOOM_DIST_TOKEN",
                  "LOOM_DIST_HEARTBEAT_S"):
-        cmd += ["-x", name]
+        if name in env:  # -x forwards the variable to ranks on other machines too.
+            cmd += ["-x", name]
     cmd += list(opts.mpi_args)
     cmd += [sys.executable, "-m", "loom.distributed._worker", opts.script] + list(opts.args)
     return cmd
@@ -111,17 +112,24 @@ def _ranks(run_dir: Path, prefix: str) -> dict[int, int]:
 
 
 def _failures(run_dir: Path, control=None, timeout: float = 0.0) -> list[str]:
-    """What went wrong so far: ranks that died without exiting, exited with an error code, or went silent."""
+    """What went wrong so far: ranks that exited with an error code, died without exiting, or went silent.
+
+    A rank that fails by raising records its exit code before it aborts the job, so the ranks that the abort
+    then kills are consequences, not causes, and are named as such.
+    """
     pids, exits = _ranks(run_dir, "pid"), _ranks(run_dir, "exit")
-    found = []
-    if control is not None and timeout > 0:
-        found += [f"rank {r} (pid {pid}) sent no heartbeat for {quiet:.1f} s (hung or stopped)"
-                  for r, (quiet, pid) in sorted(control.silent(timeout).items()) if r not in exits and _alive(pid)]
-    found += [f"rank {r} (pid {pid}) died without exiting (killed by a signal, e.g. SIGKILL, or crashed)"
-             for r, pid in sorted(pids.items()) if r not in exits and not _alive(pid)]
-    found += [f"rank {r} (pid {pids.get(r, '?')}) exited with code {code}"
+    errors = [f"rank {r} (pid {pids.get(r, '?')}) exited with code {code}"
               for r, code in sorted(exits.items()) if code != 0]
-    return found
+    dead = [r for r, pid in sorted(pids.items()) if r not in exits and not _alive(pid)]
+    silent = []
+    if control is not None and timeout > 0:
+        silent = [f"rank {r} (pid {pid}) sent no heartbeat for {quiet:.1f} s (hung or stopped)"
+                  for r, (quiet, pid) in sorted(control.silent(timeout).items()) if r not in exits and _alive(pid)]
+    if errors:
+        ended = [f"rank {r} was ended by the abort" for r in dead]
+        return errors + silent + ended
+    return [f"rank {r} (pid {pids[r]}) died without exiting (killed by a signal, e.g. SIGKILL, or crashed)"
+            for r in dead] + silent
 
 
 def _kill_leftovers(proc: subprocess.Popen, run_dir: Path) -> None:
@@ -191,9 +199,15 @@ def _start_control(opts, env: dict):
     return server
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _supervise(opts, mpirun: str, env: dict, run_dir: Path, control) -> int:
     """Run mpirun and watch its ranks until it ends; returns the job's exit code."""
-    proc = subprocess.Popen(_mpirun_command(opts, mpirun), env=env, start_new_session=True)
+    # SIGTERM to the launcher takes the whole job down, as Ctrl-C does (mpirun runs in its own session).
+    signal.signal(signal.SIGTERM, _interrupt)
+    proc = subprocess.Popen(_mpirun_command(opts, mpirun, env), env=env, start_new_session=True)
     failed_at, reported = None, []
     try:
         while proc.poll() is None:

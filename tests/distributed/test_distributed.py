@@ -25,7 +25,14 @@ def _env():
 
 def launch(script: str, *args: str, nproc: int = 2, extra: tuple = ()) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "loom.distributed.run", "--nproc", str(nproc), *extra, str(SCRIPTS / script), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # The launcher takes its ranks down on SIGTERM; nothing is left spinning.
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"the job did not end within {TIMEOUT} s:\n{out}\n{err}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _ok(proc: subprocess.CompletedProcess, nproc: int = 2) -> str:
