@@ -26,9 +26,11 @@ from loom.errors import LoomTypeError, ShapeError, fmt_shape
 class Work:
     """A started operation, as ``torch.distributed.Work``: `wait` finishes it and fills its outputs."""
 
-    def __init__(self, requests: list, finish: Callable[[], object] | None = None, statuses: list | None = None):
+    def __init__(self, requests: list, finish: Callable[[], object] | None = None, statuses: list | None = None,
+                 keep: object = None):
         self._requests = requests
         self._statuses = statuses
+        self._keep = keep  # Buffers MPI still reads from or writes into until the requests complete.
         self._finish = finish
         self._done = False
         self._result: object = None
@@ -107,8 +109,12 @@ def _average(a: np.ndarray, op, size: int) -> np.ndarray:
     return (a / size).astype(a.dtype) if a.dtype.kind == "f" else (a // size).astype(a.dtype)
 
 
-def _launch(request, finish: Callable[[], object] | None, async_op: bool):
-    work = Work([request] if request is not None and not isinstance(request, list) else (request or []), finish)
+def _launch(request, finish: Callable[[], object] | None, async_op: bool, keep: object = None):
+    """Wrap a started MPI request: returned as a `Work` with ``async_op``, else waited for here.
+
+    `keep` holds the input buffers the request still reads until it completes.
+    """
+    work = Work([request], finish, keep=keep)
     if async_op:
         return work
     work.wait()
@@ -174,7 +180,7 @@ def all_gather(tensor_list: list, tensor, group: ProcessGroup | None = None, asy
     def finish():
         for k, o in enumerate(outs):
             _write(o, recv[k])
-    return _launch(req, finish, async_op)
+    return _launch(req, finish, async_op, keep=send)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group: ProcessGroup | None = None, async_op: bool = False):
@@ -193,7 +199,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group: ProcessGroup | No
                          f"must hold world_size ({g.size()}) times the input {fmt_shape(input_tensor.shape)}")
     recv = np.empty(send.size * g.size(), send.dtype)
     req = g._comm.Iallgather(send, recv)
-    return _launch(req, lambda: _write(output_tensor, recv), async_op)
+    return _launch(req, lambda: _write(output_tensor, recv), async_op, keep=send)
 
 
 def reduce_scatter(output, input_list: list, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None,
@@ -208,7 +214,7 @@ def reduce_scatter(output, input_list: list, op: ReduceOp = ReduceOp.SUM, group:
     send = np.stack([_read(t, f"input_list[{k}]", "reduce_scatter") for k, t in enumerate(ins)])
     recv = np.empty(send.shape[1:], send.dtype)
     req = g._comm.Ireduce_scatter_block(send, recv, _mpi_op(op, "reduce_scatter"))
-    return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op)
+    return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op, keep=send)
 
 
 def reduce_scatter_tensor(output, input, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None,
@@ -224,7 +230,7 @@ def reduce_scatter_tensor(output, input, op: ReduceOp = ReduceOp.SUM, group: Pro
                          f"world_size ({g.size()}) times the output {fmt_shape(output.shape)}")
     recv = np.empty(output.numel(), send.dtype)
     req = g._comm.Ireduce_scatter_block(send.reshape(-1), recv, _mpi_op(op, "reduce_scatter_tensor"))
-    return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op)
+    return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op, keep=send)
 
 
 def reduce(tensor, dst: int, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None, async_op: bool = False):
@@ -237,7 +243,7 @@ def reduce(tensor, dst: int, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | 
     recv = np.empty_like(send) if g.rank() == root else None
     req = g._comm.Ireduce(send, recv, _mpi_op(op, "reduce"), root=root)
     return _launch(req, lambda: _write(tensor, _average(recv, op, g.size())) if recv is not None else None,
-                   async_op)
+                   async_op, keep=send)
 
 
 def gather(tensor, gather_list: list | None = None, dst: int = 0, group: ProcessGroup | None = None,
@@ -261,7 +267,7 @@ def gather(tensor, gather_list: list | None = None, dst: int = 0, group: Process
     def finish():
         for k, o in enumerate(outs or []):
             _write(o, recv[k])
-    return _launch(req, finish, async_op)
+    return _launch(req, finish, async_op, keep=send)
 
 
 def scatter(tensor, scatter_list: list | None = None, src: int = 0, group: ProcessGroup | None = None,
@@ -281,7 +287,7 @@ def scatter(tensor, scatter_list: list | None = None, src: int = 0, group: Proce
     elif scatter_list:
         raise DistributedError("loom.distributed.scatter: scatter_list must be None (or empty) on ranks other than src")
     req = g._comm.Iscatter(send, recv, root=root)
-    return _launch(req, lambda: _write(tensor, recv), async_op)
+    return _launch(req, lambda: _write(tensor, recv), async_op, keep=send)
 
 
 def _alltoallv(g: ProcessGroup, sends: list[np.ndarray], recv_counts: list[int], dtype, finish_parts, async_op):
@@ -294,7 +300,7 @@ def _alltoallv(g: ProcessGroup, sends: list[np.ndarray], recv_counts: list[int],
 
     def finish():
         finish_parts([recv[d:d + c] for d, c in zip(rdispl, recv_counts)])
-    return _launch(req, finish, async_op)
+    return _launch(req, finish, async_op, keep=send)
 
 
 def all_to_all(output_tensor_list: list, input_tensor_list: list, group: ProcessGroup | None = None,
@@ -361,9 +367,7 @@ def isend(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0) -> 
         raise DistributedError("loom.distributed.isend: this process is not a member of the group")
     peer = g.group_rank(check_rank_arg(dst, "dst", "isend"), "isend")
     buf = _read(tensor, "tensor", "isend")
-    work = Work([g._comm.Isend(buf, dest=peer, tag=tag)])
-    work._buffer = buf  # type: ignore[attr-defined]  # Kept alive until the send completes.
-    return work
+    return Work([g._comm.Isend(buf, dest=peer, tag=tag)], keep=buf)
 
 
 def irecv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0) -> Work:

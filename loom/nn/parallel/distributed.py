@@ -106,13 +106,13 @@ class DistributedDataParallel(Module):
         self.find_unused_parameters = bool(find_unused_parameters)
         self.bucket_bytes_cap = int(cap * 1024 * 1024)
         self.require_backward_grad_sync = True
-        object.__setattr__(self, "process_group", group)
+        self.process_group = group
         params = [p for p in module.parameters() if p.requires_grad]
         self._check_same_shapes(group, params)
         with no_grad():
             _broadcast_coalesced(list(module.parameters()) + list(module.buffers()), group, 0)
-        object.__setattr__(self, "_buckets", self._make_buckets(params))
-        object.__setattr__(self, "_hook_handles", [p.register_hook(self._on_grad) for p in params])
+        self._buckets = self._make_buckets(params)
+        self._hook_handles = [p.register_hook(self._on_grad) for p in params]
 
     @staticmethod
     def _check_same_shapes(group, params: list) -> None:
