@@ -22,6 +22,7 @@ PUBLIC_MODULES = [
     "loom.optim.lr_scheduler", "loom.data", "loom.autograd", "loom.ops", "loom.profiler", "loom.compiler",
     "loom.io", "loom.onnx", "loom.linalg",
     "loom.ir", "loom.bench", "loom.bench.cli", "loom.bench.stats", "loom.bench.report", "loom.bench.compile_probe",
+    "loom.distributed", "loom.distributed.nn.functional", "loom.nn.parallel",
 ]
 
 

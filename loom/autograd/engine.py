@@ -165,6 +165,24 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
     return found
 
 
+# Callbacks queued during a backward pass run once it has accumulated every .grad (DDP's gradient all-reduce).
+_post_backward: list = []
+
+
+def queue_callback(fn) -> None:
+    """Run `fn()` when the current ``backward`` call has finished accumulating gradients into ``.grad``.
+
+    Meant for tensor hooks (``register_hook``) that need the final gradients,
+    as ``torch.autograd.Variable._execution_engine.queue_callback``.
+    """
+    _post_backward.append(fn)
+
+
+def _run_callbacks() -> None:
+    while _post_backward:
+        _post_backward.pop(0)()
+
+
 def _unlink(t) -> None:
     from loom.alias import unlink  # loom.alias imports grad modes from this package.
     unlink(t)
@@ -180,6 +198,7 @@ def backward(tensors: Sequence, grad_tensors: Sequence | None = None, retain_gra
         grad_tensors = [grad_tensors]
     tensors = list(tensors)
     retain = create_graph if retain_graph is None else bool(retain_graph)
+    _post_backward.clear()  # Left by a backward that raised.
     seeds = _seed_grads(tensors, grad_tensors, "backward")
     if inputs is not None:
         inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
@@ -190,6 +209,7 @@ def backward(tensors: Sequence, grad_tensors: Sequence | None = None, retain_gra
         g = g if create_graph else g.detach()
         _unlink(g)  # As PyTorch's, a .grad has storage of its own, never a view of a temporary.
         leaf.grad = g if leaf.grad is None else leaf.grad + g
+    _run_callbacks()
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
          create_graph: bool = False, allow_unused: bool = False, materialize_grads: bool = False):
@@ -218,6 +238,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     seeds = _seed_grads(outputs, grad_outputs, "autograd.grad")
     retain = create_graph if retain_graph is None else bool(retain_graph)
     found = _run(outputs, seeds, create_graph, {id(i) for i in inputs}, retain)
+    _post_backward.clear()  # autograd.grad accumulates nothing, so post-backward work does not apply.
     result = []
     for k, i in enumerate(inputs):
         g = found.get(id(i), (None, None))[1]

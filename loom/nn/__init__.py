@@ -14,5 +14,6 @@ from loom.nn.modules import *  # noqa: F401,F403
 from loom.nn.modules import __all__ as _modules_all
 from loom.nn.parameter import Buffer, Parameter
 from loom.nn import utils  # noqa: E402,F401
+from loom.nn import parallel  # noqa: E402,F401
 
-__all__ = ["functional", "init", "utils", "Module", "Parameter", "Buffer"] + [n for n in _modules_all if n != "Module"]
+__all__ = ["functional", "init", "utils", "parallel", "Module", "Parameter", "Buffer"] + [n for n in _modules_all if n != "Module"]

@@ -11,7 +11,8 @@ from loom.data import datasets
 
 MODULES = ["loom.data", "loom.data.dataset", "loom.data.sampler", "loom.data.collate", "loom.data.dataloader",
            "loom.data.worker", "loom.data.records", "loom.data.pipeline", "loom.data.transforms", "loom.data.text",
-           "loom.data._random", "loom.utils.data", "loom.data.datasets", "loom.data.download"]
+           "loom.data._random", "loom.utils.data", "loom.data.datasets", "loom.data.download",
+           "loom.data.distributed"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,37 @@
+"""Multi-process training over Open MPI, with ``torch.distributed``'s interface.
+
+A program written for PyTorch runs with ``import loom.distributed as dist``:
+`init_process_group`, ranks and groups, collectives on loom tensors (in place,
+as PyTorch's), point-to-point messages, and work handles for ``async_op=True``.
+Start it with ``python -m loom.distributed.run --nproc N script.py`` or
+``mpirun -n N python script.py``. mpi4py is imported by `init_process_group`,
+not by ``import loom``. See docs/distributed.md.
+
+Examples
+--------
+.. code-block:: python
+
+    import loom
+    import loom.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = loom.ones(2) * dist.get_rank()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+"""
+from loom.distributed.collectives import (
+    Work, all_gather, all_gather_into_tensor, all_reduce, all_to_all, all_to_all_single, barrier, broadcast, gather,
+    irecv, isend, recv, reduce, reduce_scatter, reduce_scatter_tensor, scatter, send,
+)
+from loom.distributed.process_group import (
+    Backend, DistributedError, GroupMember, ProcessGroup, ReduceOp, destroy_process_group, get_backend,
+    get_global_rank, get_process_group_ranks, get_rank, get_world_size, init_process_group, is_available,
+    is_initialized, new_group,
+)
+
+__all__ = [
+    "init_process_group", "destroy_process_group", "is_initialized", "is_available", "get_rank", "get_world_size",
+    "get_backend", "get_global_rank", "get_process_group_ranks", "new_group", "barrier", "ProcessGroup",
+    "GroupMember", "Backend", "ReduceOp", "Work", "DistributedError",
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+    "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv",
+]

@@ -1,0 +1,409 @@
+"""Collectives and point-to-point messages on loom tensors, over MPI, with PyTorch's signatures.
+
+Each call realises its tensors, runs the MPI operation on a NumPy copy of
+their values (MPI's buffer interface), and writes the result back into the
+destination tensors in place (``copy_`` under ``no_grad``), so every alias and
+view of a destination sees it, as in PyTorch. With ``async_op=True`` the MPI
+operation is started non-blocking and a `Work` is returned; the destination
+tensors receive their values when ``wait()`` is called.
+
+Float16 values travel as float32 (MPI has no half type); bfloat16 tensors are
+read as float32 already. Ranks given as ``src``/``dst`` are global ranks.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from loom.autograd.grad_mode import no_grad
+from loom.distributed.process_group import (
+    DistributedError, ProcessGroup, ReduceOp, _mpi, check_rank_arg, not_member_warning, resolve,
+)
+from loom.errors import LoomTypeError, ShapeError, fmt_shape
+
+
+class Work:
+    """A started operation, as ``torch.distributed.Work``: `wait` finishes it and fills its outputs."""
+
+    def __init__(self, requests: list, finish: Callable[[], object] | None = None, statuses: list | None = None,
+                 keep: object = None):
+        self._requests = requests
+        self._statuses = statuses
+        self._keep = keep  # Buffers MPI still reads from or writes into until the requests complete.
+        self._finish = finish
+        self._done = False
+        self._result: object = None
+
+    def _complete(self) -> None:
+        self._done = True
+        if self._finish is not None:
+            self._result = self._finish()
+
+    def wait(self, timeout=None) -> bool:
+        """Block until the operation is done and its output tensors hold the result; returns True."""
+        if not self._done:
+            if self._requests:
+                _mpi().Request.Waitall(self._requests, self._statuses)
+            self._complete()
+        return True
+
+    def is_completed(self) -> bool:
+        """Whether the operation has finished (testing it does not block)."""
+        if not self._done and (not self._requests or _mpi().Request.Testall(self._requests, self._statuses)):
+            self._complete()
+        return self._done
+
+    def is_success(self) -> bool:
+        """Whether the operation finished without error (errors raise in `wait`)."""
+        return self._done
+
+    def result(self):
+        """What the operation produced (the sender's rank for a receive), after `wait`."""
+        self.wait()
+        return self._result
+
+
+def _check_tensor(t, name: str, op: str):
+    from loom.tensor import Tensor
+    if not isinstance(t, Tensor):
+        raise LoomTypeError(f"loom.distributed.{op}: {name} must be a loom Tensor, got {type(t).__name__}")
+    return t
+
+
+def _read(t, name: str, op: str) -> np.ndarray:
+    """A private C-contiguous copy of `t`'s value in a dtype MPI can carry."""
+    _check_tensor(t, name, op)
+    a = t.detach().numpy()
+    dtype = np.float32 if a.dtype == np.float16 else a.dtype
+    return np.array(a, dtype=dtype, order="C", copy=True)
+
+
+def _empty_like(t, name: str, op: str) -> np.ndarray:
+    _check_tensor(t, name, op)
+    dtype = t.dtype.np
+    if dtype == np.float16 or t.dtype.name == "bfloat16":
+        dtype = np.dtype(np.float32)
+    return np.empty(tuple(t.shape), dtype=dtype)
+
+
+def _write(t, values: np.ndarray) -> None:
+    """Write `values` into `t` in place; every alias of `t` sees the new value."""
+    from loom.tensor import tensor
+    with no_grad():
+        t.copy_(tensor(np.asarray(values).reshape(tuple(t.shape)), dtype=t.dtype))
+
+
+def _mpi_op(op, name: str):
+    MPI = _mpi()
+    table = {ReduceOp.SUM: MPI.SUM, ReduceOp.AVG: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD, ReduceOp.MIN: MPI.MIN,
+             ReduceOp.MAX: MPI.MAX, ReduceOp.BAND: MPI.BAND, ReduceOp.BOR: MPI.BOR, ReduceOp.BXOR: MPI.BXOR}
+    if op not in table:
+        raise DistributedError(f"loom.distributed.{name}: op must be a loom.distributed.ReduceOp, got {op!r}")
+    return table[op]
+
+
+def _average(a: np.ndarray, op, size: int) -> np.ndarray:
+    if op is not ReduceOp.AVG:
+        return a
+    return (a / size).astype(a.dtype) if a.dtype.kind == "f" else (a // size).astype(a.dtype)
+
+
+def _launch(request, finish: Callable[[], object] | None, async_op: bool, keep: object = None):
+    """Wrap a started MPI request: returned as a `Work` with ``async_op``, else waited for here.
+
+    `keep` holds the input buffers the request still reads until it completes.
+    """
+    work = Work([request], finish, keep=keep)
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def _same_shape(t, ref, what: str, op: str) -> None:
+    if tuple(t.shape) != tuple(ref.shape):
+        raise ShapeError(f"loom.distributed.{op}: {what} has shape {fmt_shape(t.shape)} but the input has "
+                         f"shape {fmt_shape(ref.shape)}")
+
+
+def _list_of(tensors, n: int, name: str, op: str) -> list:
+    if not isinstance(tensors, (list, tuple)) or len(tensors) != n:
+        got = len(tensors) if isinstance(tensors, (list, tuple)) else type(tensors).__name__
+        raise DistributedError(f"loom.distributed.{op}: {name} must be a list of {n} tensors (one per rank of the "
+                               f"group), got {got}")
+    return [_check_tensor(t, f"{name}[{k}]", op) for k, t in enumerate(tensors)]
+
+
+def all_reduce(tensor, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None, async_op: bool = False):
+    """Reduce `tensor` across the group's ranks; every rank gets the result in `tensor` (in place).
+
+    Examples
+    --------
+    .. code-block:: python
+
+        t = loom.ones(3) * (dist.get_rank() + 1)
+        dist.all_reduce(t)                       # on 2 ranks: [3., 3., 3.] everywhere
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    """
+    g = resolve(group, "all_reduce")
+    if g is None:
+        return not_member_warning("all_reduce")
+    buf = _read(tensor, "tensor", "all_reduce")
+    req = g._comm.Iallreduce(_mpi().IN_PLACE, buf, _mpi_op(op, "all_reduce"))
+    return _launch(req, lambda: _write(tensor, _average(buf, op, g.size())), async_op)
+
+
+def broadcast(tensor, src: int, group: ProcessGroup | None = None, async_op: bool = False):
+    """Copy `tensor` of global rank `src` into `tensor` on every other rank of the group (in place)."""
+    g = resolve(group, "broadcast")
+    if g is None:
+        return not_member_warning("broadcast")
+    root = g.group_rank(check_rank_arg(src, "src", "broadcast"), "broadcast")
+    buf = _read(tensor, "tensor", "broadcast")
+    req = g._comm.Ibcast(buf, root=root)
+    return _launch(req, lambda: _write(tensor, buf) if g.rank() != root else None, async_op)
+
+
+def all_gather(tensor_list: list, tensor, group: ProcessGroup | None = None, async_op: bool = False):
+    """Fill ``tensor_list[r]`` with rank r's `tensor`, on every rank (each list entry written in place)."""
+    g = resolve(group, "all_gather")
+    if g is None:
+        return not_member_warning("all_gather")
+    outs = _list_of(tensor_list, g.size(), "tensor_list", "all_gather")
+    send = _read(tensor, "tensor", "all_gather")
+    for k, o in enumerate(outs):
+        _same_shape(o, tensor, f"tensor_list[{k}]", "all_gather")
+    recv = np.empty((g.size(),) + send.shape, send.dtype)
+    req = g._comm.Iallgather(send, recv)
+
+    def finish():
+        for k, o in enumerate(outs):
+            _write(o, recv[k])
+    return _launch(req, finish, async_op, keep=send)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group: ProcessGroup | None = None, async_op: bool = False):
+    """Concatenate every rank's `input_tensor` along dim 0 into `output_tensor` (in place).
+
+    `output_tensor` has ``world_size`` times the input's elements: shape
+    ``(world_size * n, ...)`` or ``(world_size, n, ...)``.
+    """
+    g = resolve(group, "all_gather_into_tensor")
+    if g is None:
+        return not_member_warning("all_gather_into_tensor")
+    send = _read(input_tensor, "input_tensor", "all_gather_into_tensor")
+    _check_tensor(output_tensor, "output_tensor", "all_gather_into_tensor")
+    if output_tensor.numel() != send.size * g.size():
+        raise ShapeError(f"loom.distributed.all_gather_into_tensor: output_tensor {fmt_shape(output_tensor.shape)} "
+                         f"must hold world_size ({g.size()}) times the input {fmt_shape(input_tensor.shape)}")
+    recv = np.empty(send.size * g.size(), send.dtype)
+    req = g._comm.Iallgather(send, recv)
+    return _launch(req, lambda: _write(output_tensor, recv), async_op, keep=send)
+
+
+def reduce_scatter(output, input_list: list, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None,
+                   async_op: bool = False):
+    """Reduce ``input_list[r]`` across ranks and leave the result in `output` on rank r (in place)."""
+    g = resolve(group, "reduce_scatter")
+    if g is None:
+        return not_member_warning("reduce_scatter")
+    ins = _list_of(input_list, g.size(), "input_list", "reduce_scatter")
+    for k, t in enumerate(ins):
+        _same_shape(t, output, f"input_list[{k}]", "reduce_scatter")
+    send = np.stack([_read(t, f"input_list[{k}]", "reduce_scatter") for k, t in enumerate(ins)])
+    recv = np.empty(send.shape[1:], send.dtype)
+    req = g._comm.Ireduce_scatter_block(send, recv, _mpi_op(op, "reduce_scatter"))
+    return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op, keep=send)
+
+
+def reduce_scatter_tensor(output, input, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None,
+                          async_op: bool = False):
+    """Reduce `input` across ranks and leave chunk r of the result (dim 0 split in world_size) in `output` on rank r."""
+    g = resolve(group, "reduce_scatter_tensor")
+    if g is None:
+        return not_member_warning("reduce_scatter_tensor")
+    send = _read(input, "input", "reduce_scatter_tensor")
+    _check_tensor(output, "output", "reduce_scatter_tensor")
+    if send.size != output.numel() * g.size():
+        raise ShapeError(f"loom.distributed.reduce_scatter_tensor: input {fmt_shape(input.shape)} must hold "
+                         f"world_size ({g.size()}) times the output {fmt_shape(output.shape)}")
+    recv = np.empty(output.numel(), send.dtype)
+    req = g._comm.Ireduce_scatter_block(send.reshape(-1), recv, _mpi_op(op, "reduce_scatter_tensor"))
+    return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op, keep=send)
+
+
+def reduce(tensor, dst: int, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None, async_op: bool = False):
+    """Reduce `tensor` across ranks into `tensor` on global rank `dst` (other ranks' tensors are left as they are)."""
+    g = resolve(group, "reduce")
+    if g is None:
+        return not_member_warning("reduce")
+    root = g.group_rank(check_rank_arg(dst, "dst", "reduce"), "reduce")
+    send = _read(tensor, "tensor", "reduce")
+    recv = np.empty_like(send) if g.rank() == root else None
+    req = g._comm.Ireduce(send, recv, _mpi_op(op, "reduce"), root=root)
+    return _launch(req, lambda: _write(tensor, _average(recv, op, g.size())) if recv is not None else None,
+                   async_op, keep=send)
+
+
+def gather(tensor, gather_list: list | None = None, dst: int = 0, group: ProcessGroup | None = None,
+           async_op: bool = False):
+    """Collect every rank's `tensor` into `gather_list` on global rank `dst` (None elsewhere)."""
+    g = resolve(group, "gather")
+    if g is None:
+        return not_member_warning("gather")
+    root = g.group_rank(check_rank_arg(dst, "dst", "gather"), "gather")
+    send = _read(tensor, "tensor", "gather")
+    outs = None
+    if g.rank() == root:
+        outs = _list_of(gather_list, g.size(), "gather_list", "gather")
+        for k, o in enumerate(outs):
+            _same_shape(o, tensor, f"gather_list[{k}]", "gather")
+    elif gather_list:
+        raise DistributedError("loom.distributed.gather: gather_list must be None (or empty) on ranks other than dst")
+    recv = np.empty((g.size(),) + send.shape, send.dtype) if outs is not None else None
+    req = g._comm.Igather(send, recv, root=root)
+
+    def finish():
+        for k, o in enumerate(outs or []):
+            _write(o, recv[k])
+    return _launch(req, finish, async_op, keep=send)
+
+
+def scatter(tensor, scatter_list: list | None = None, src: int = 0, group: ProcessGroup | None = None,
+            async_op: bool = False):
+    """Write ``scatter_list[r]`` of global rank `src` into `tensor` on rank r (in place)."""
+    g = resolve(group, "scatter")
+    if g is None:
+        return not_member_warning("scatter")
+    root = g.group_rank(check_rank_arg(src, "src", "scatter"), "scatter")
+    recv = _read(tensor, "tensor", "scatter")
+    send = None
+    if g.rank() == root:
+        ins = _list_of(scatter_list, g.size(), "scatter_list", "scatter")
+        for k, t in enumerate(ins):
+            _same_shape(t, tensor, f"scatter_list[{k}]", "scatter")
+        send = np.stack([_read(t, f"scatter_list[{k}]", "scatter") for k, t in enumerate(ins)]).astype(recv.dtype)
+    elif scatter_list:
+        raise DistributedError("loom.distributed.scatter: scatter_list must be None (or empty) on ranks other than src")
+    req = g._comm.Iscatter(send, recv, root=root)
+    return _launch(req, lambda: _write(tensor, recv), async_op, keep=send)
+
+
+def _alltoallv(g: ProcessGroup, sends: list[np.ndarray], recv_counts: list[int], dtype, finish_parts, async_op):
+    send = np.concatenate([s.reshape(-1) for s in sends]).astype(dtype) if sends else np.empty(0, dtype)
+    scounts = [s.size for s in sends]
+    sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]]).astype(int).tolist()
+    rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(int).tolist()
+    recv = np.empty(int(sum(recv_counts)), dtype)
+    req = g._comm.Ialltoallv([send, (scounts, sdispl)], [recv, (list(recv_counts), rdispl)])
+
+    def finish():
+        finish_parts([recv[d:d + c] for d, c in zip(rdispl, recv_counts)])
+    return _launch(req, finish, async_op, keep=send)
+
+
+def all_to_all(output_tensor_list: list, input_tensor_list: list, group: ProcessGroup | None = None,
+               async_op: bool = False):
+    """Send ``input_tensor_list[r]`` to rank r; ``output_tensor_list[r]`` receives rank r's (in place)."""
+    g = resolve(group, "all_to_all")
+    if g is None:
+        return not_member_warning("all_to_all")
+    ins = _list_of(input_tensor_list, g.size(), "input_tensor_list", "all_to_all")
+    outs = _list_of(output_tensor_list, g.size(), "output_tensor_list", "all_to_all")
+    sends = [_read(t, f"input_tensor_list[{k}]", "all_to_all") for k, t in enumerate(ins)]
+    dtype = sends[0].dtype
+
+    def finish(parts):
+        for o, p in zip(outs, parts):
+            _write(o, p)
+    return _alltoallv(g, sends, [o.numel() for o in outs], dtype, finish, async_op)
+
+
+def all_to_all_single(output, input, output_split_sizes: Sequence[int] | None = None,
+                      input_split_sizes: Sequence[int] | None = None, group: ProcessGroup | None = None,
+                      async_op: bool = False):
+    """Split `input` along dim 0 (evenly, or by `input_split_sizes`), send part r to rank r, and concatenate
+    what arrives, in rank order, into `output` (in place)."""
+    g = resolve(group, "all_to_all_single")
+    if g is None:
+        return not_member_warning("all_to_all_single")
+    a = _read(input, "input", "all_to_all_single")
+    _check_tensor(output, "output", "all_to_all_single")
+
+    def splits(sizes, t, name):
+        n = t.shape[0] if len(t.shape) else 0
+        if sizes is None:
+            if n % g.size():
+                raise ShapeError(f"loom.distributed.all_to_all_single: {name} dim 0 ({n}) is not divisible by "
+                                 f"the world size {g.size()}; pass {name}_split_sizes")
+            return [n // g.size()] * g.size()
+        sizes = [int(s) for s in sizes]
+        if len(sizes) != g.size() or sum(sizes) != n:
+            raise ShapeError(f"loom.distributed.all_to_all_single: {name}_split_sizes {sizes} must have "
+                             f"{g.size()} entries summing to {name} dim 0 ({n})")
+        return sizes
+    row_out = int(np.prod(tuple(output.shape)[1:], dtype=np.int64)) if len(output.shape) else 1
+    sin = splits(input_split_sizes, input, "input")
+    sout = splits(output_split_sizes, output, "output")
+    bounds = np.concatenate([[0], np.cumsum(sin)]).astype(int)
+    sends = [a[bounds[k]:bounds[k + 1]] for k in range(g.size())]
+    return _alltoallv(g, sends, [s * row_out for s in sout], a.dtype,
+                      lambda parts: _write(output, np.concatenate(parts)), async_op)
+
+
+def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_ids=None):
+    """Block until every rank of the group has reached this call."""
+    g = resolve(group, "barrier")
+    if g is None:
+        return not_member_warning("barrier")
+    return _launch(g._comm.Ibarrier(), None, async_op)
+
+
+def isend(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0) -> Work:
+    """Start sending `tensor` to global rank `dst`; returns a `Work` (call ``wait()``)."""
+    g = resolve(group, "isend")
+    if g is None:
+        raise DistributedError("loom.distributed.isend: this process is not a member of the group")
+    peer = g.group_rank(check_rank_arg(dst, "dst", "isend"), "isend")
+    buf = _read(tensor, "tensor", "isend")
+    return Work([g._comm.Isend(buf, dest=peer, tag=tag)], keep=buf)
+
+
+def irecv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0) -> Work:
+    """Start receiving into `tensor` from global rank `src` (any rank when None); ``wait()`` fills it.
+
+    ``Work.result()`` gives the sender's global rank.
+    """
+    g = resolve(group, "irecv")
+    if g is None:
+        raise DistributedError("loom.distributed.irecv: this process is not a member of the group")
+    MPI = _mpi()
+    peer = MPI.ANY_SOURCE if src is None else g.group_rank(check_rank_arg(src, "src", "irecv"), "irecv")
+    buf = _empty_like(tensor, "tensor", "irecv")
+    status = MPI.Status()
+    req = g._comm.Irecv(buf, source=peer, tag=tag)
+
+    def finish():
+        _write(tensor, buf)
+        return g._ranks[status.Get_source()]
+    return Work([req], finish, [status])
+
+
+def send(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0) -> None:
+    """Send `tensor` to global rank `dst`, blocking until the send buffer is free."""
+    isend(tensor, dst, group, tag).wait()
+
+
+def recv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0) -> int:
+    """Receive into `tensor` (in place) from global rank `src`, or from any rank when None; returns the sender."""
+    g = resolve(group, "recv")
+    if g is None:
+        raise DistributedError("loom.distributed.recv: this process is not a member of the group")
+    MPI = _mpi()
+    peer = MPI.ANY_SOURCE if src is None else g.group_rank(check_rank_arg(src, "src", "recv"), "recv")
+    buf = _empty_like(tensor, "tensor", "recv")
+    status = MPI.Status()
+    g._comm.Recv(buf, source=peer, tag=tag, status=status)
+    _write(tensor, buf)
+    return g._ranks[status.Get_source()]

@@ -1,0 +1,312 @@
+"""The default process group and its subgroups, over MPI communicators (mpi4py).
+
+mpi4py is imported when a group is first created, never by ``import loom``:
+loading it initialises MPI, which a single-process program does not need.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import warnings
+from typing import Any, Callable, Sequence
+
+from loom.errors import LoomError, LoomValueError
+
+
+class DistributedError(LoomError):
+    """A misuse of `loom.distributed` (no process group, wrong rank, unsupported backend) or a failed launch."""
+
+
+class ReduceOp(enum.Enum):
+    """How a reduction combines the ranks' values, as ``torch.distributed.ReduceOp``.
+
+    ``AVG`` is the sum divided by the group's size (for integer tensors, the
+    division truncates as the tensor's dtype does).
+    """
+
+    SUM = "sum"
+    AVG = "avg"
+    PRODUCT = "product"
+    MIN = "min"
+    MAX = "max"
+    BAND = "band"
+    BOR = "bor"
+    BXOR = "bxor"
+
+
+class Backend:
+    """Backend names accepted by `init_process_group`: ``"mpi"``, and ``"gloo"`` which runs on MPI on CPU.
+
+    ``"nccl"`` needs a GPU and is refused with a clear error.
+    """
+
+    MPI = "mpi"
+    GLOO = "gloo"
+    NCCL = "nccl"
+
+
+def _mpi():
+    """The mpi4py ``MPI`` module, imported on first use (it initialises MPI)."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise DistributedError("loom.distributed: mpi4py is not installed; install the extra with "
+                               "`pip install 'loom-dl[distributed]'` (it needs Open MPI: "
+                               "`apt-get install openmpi-bin libopenmpi-dev`)") from e
+    return MPI
+
+
+def is_available() -> bool:
+    """Whether loom.distributed can run: True iff mpi4py (and so MPI) can be imported.
+
+    Importing is not attempted (that would initialise MPI); the module is only looked up.
+    """
+    import importlib.util
+    try:
+        return importlib.util.find_spec("mpi4py") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class ProcessGroup:
+    """A set of ranks that run collectives together (an MPI communicator).
+
+    Ranks passed to collectives (``src``, ``dst``) are global ranks, as in
+    PyTorch; `rank` and `size` are the process's rank in this group and the
+    group's size.
+    """
+
+    def __init__(self, comm: Any, ranks: Sequence[int], backend: str) -> None:
+        self._comm = comm
+        self._ranks = list(ranks)
+        self._backend = backend
+
+    def rank(self) -> int:
+        """This process's rank within the group."""
+        return self._comm.Get_rank()
+
+    def size(self) -> int:
+        """How many ranks the group has."""
+        return len(self._ranks)
+
+    def group_rank(self, global_rank: int, op: str) -> int:
+        """The group rank of `global_rank`; raises naming `op` when it is not a member."""
+        if not isinstance(global_rank, int) or global_rank not in self._ranks:
+            raise DistributedError(f"loom.distributed.{op}: rank {global_rank!r} is not in the group "
+                                   f"(its global ranks are {self._ranks})")
+        return self._ranks.index(global_rank)
+
+    def __repr__(self) -> str:
+        return f"ProcessGroup(ranks={self._ranks}, backend={self._backend!r})"
+
+
+class GroupMember:
+    """Markers as in PyTorch: ``WORLD`` (the default group, once initialised) and ``NON_GROUP_MEMBER``."""
+
+    WORLD: ProcessGroup | None = None
+    NON_GROUP_MEMBER = object()
+
+
+_state: dict[str, Any] = {"world": None, "groups": []}
+
+
+def is_initialized() -> bool:
+    """Whether `init_process_group` has run (and `destroy_process_group` has not since)."""
+    return _state["world"] is not None
+
+
+def _world(op: str) -> ProcessGroup:
+    world = _state["world"]
+    if world is None:
+        raise DistributedError(f"loom.distributed.{op}: the default process group is not initialised; call "
+                               "loom.distributed.init_process_group() first (launch the program with "
+                               "`python -m loom.distributed.run --nproc N script.py` or `mpirun -n N`)")
+    return world
+
+
+def resolve(group, op: str) -> ProcessGroup | None:
+    """The group a call runs on: the default one for None; None when this process is not a member."""
+    if group is None or group is GroupMember.WORLD:
+        return _world(op)
+    if group is GroupMember.NON_GROUP_MEMBER:
+        return None
+    if not isinstance(group, ProcessGroup):
+        raise DistributedError(f"loom.distributed.{op}: group must be a ProcessGroup from new_group() or None, "
+                               f"got {type(group).__name__}")
+    return group
+
+
+def _normalise_backend(backend) -> str:
+    name = "mpi" if backend is None else str(backend).lower()
+    if "nccl" in name:
+        raise DistributedError(f"loom.distributed.init_process_group: backend {backend!r} needs a GPU and NCCL, "
+                               "which loom.distributed does not implement yet; use backend='mpi' (or 'gloo', "
+                               "which runs on MPI) on CPU")
+    if name in ("mpi", "gloo", "cpu:gloo", "cpu:mpi"):
+        return "mpi"
+    raise DistributedError(f"loom.distributed.init_process_group: unknown backend {backend!r}; expected "
+                           "'mpi' or 'gloo' (both run on Open MPI)")
+
+
+def init_process_group(backend: str | None = None, init_method: str | None = None, timeout=None,
+                       world_size: int = -1, rank: int = -1, store=None, group_name: str = "",
+                       pg_options=None, device_id=None) -> None:
+    """Join the job's default process group, as ``torch.distributed.init_process_group``.
+
+    The ranks and their count come from MPI: start the program with
+    ``python -m loom.distributed.run --nproc N script.py`` or ``mpirun -n N
+    python script.py``. A program started alone is a group of one.
+
+    Parameters
+    ----------
+    backend : str, optional
+        ``"mpi"`` (default) or ``"gloo"`` (run on MPI too); ``"nccl"`` raises.
+    init_method : str, optional
+        Accepted for compatibility (``"env://"``, ``"tcp://..."``); MPI's launcher does the rendezvous.
+    timeout, store, group_name, pg_options, device_id
+        Accepted for compatibility and ignored.
+    world_size, rank : int
+        If given (not -1), they must agree with what MPI reports; a mismatch raises.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import loom.distributed as dist
+        dist.init_process_group("gloo")
+        print(dist.get_rank(), "of", dist.get_world_size())
+    """
+    if is_initialized():
+        raise DistributedError("loom.distributed.init_process_group: trying to initialise the default process "
+                               "group twice; call destroy_process_group() first")
+    name = _normalise_backend(backend)
+    MPI = _mpi()
+    comm = MPI.COMM_WORLD.Dup()
+    size, me = comm.Get_size(), comm.Get_rank()
+    env_size = int(os.environ.get("WORLD_SIZE", size) or size)
+    if env_size != size:
+        comm.Free()
+        raise DistributedError(
+            f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es). "
+            "loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc N` or "
+            "`mpirun -n N` (one mpirun with --host/--hostfile spans machines; joining separately started "
+            "machines over --nnodes/--master is not implemented)")
+    for arg, have, what in ((world_size, size, "world_size"), (rank, me, "rank")):
+        if arg not in (-1, None) and arg != have:
+            comm.Free()
+            raise DistributedError(f"loom.distributed.init_process_group: {what}={arg} but MPI says this process "
+                                   f"has {what} {have}; leave {what} at -1 to take MPI's")
+    world = ProcessGroup(comm, range(size), name)
+    _state["world"] = world
+    GroupMember.WORLD = world
+    if size > 1:
+        _abort_on_uncaught_exception()
+
+
+def _abort_on_uncaught_exception() -> None:
+    """Make an uncaught exception in one rank end the whole job instead of leaving the others blocked."""
+    previous: Callable = sys.excepthook
+    if getattr(previous, "_loom_aborts", False):
+        return
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stderr.flush()
+        _mpi().COMM_WORLD.Abort(1)
+
+    hook._loom_aborts = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
+def destroy_process_group(group: ProcessGroup | None = None) -> None:
+    """Free `group`'s communicator, or with None every group and the default one."""
+    if group is None:
+        for g in _state["groups"] + ([_state["world"]] if _state["world"] is not None else []):
+            if g._comm is not None:
+                g._comm.Free()
+                g._comm = None
+        _state["groups"] = []
+        _state["world"] = None
+        GroupMember.WORLD = None
+        return
+    if group is GroupMember.NON_GROUP_MEMBER:
+        return
+    if group in _state["groups"]:
+        _state["groups"].remove(group)
+    if group._comm is not None:
+        group._comm.Free()
+        group._comm = None
+
+
+def new_group(ranks: Sequence[int] | None = None, timeout=None, backend: str | None = None,
+              pg_options=None, use_local_synchronization: bool = False):
+    """A group of the given global ranks (all ranks when None), as ``torch.distributed.new_group``.
+
+    Every rank of the default group must call it with the same `ranks`, in
+    the same order of calls. A rank outside `ranks` gets
+    ``GroupMember.NON_GROUP_MEMBER``, on which collectives do nothing.
+    """
+    world = _world("new_group")
+    if backend is not None:
+        _normalise_backend(backend)
+    members = list(range(world.size())) if ranks is None else sorted(int(r) for r in ranks)
+    bad = [r for r in members if not 0 <= r < world.size()]
+    if bad or len(set(members)) != len(members):
+        raise DistributedError(f"loom.distributed.new_group: ranks must be distinct and in [0, {world.size()}); "
+                               f"got {list(ranks) if ranks is not None else None}")
+    comm = world._comm.Create_group(world._comm.Get_group().Incl(members))
+    if world.rank() not in members:
+        return GroupMember.NON_GROUP_MEMBER
+    group = ProcessGroup(comm, members, world._backend)
+    _state["groups"].append(group)
+    return group
+
+
+def get_rank(group: ProcessGroup | None = None) -> int:
+    """This process's rank in `group` (the default group when None); -1 if it is not a member."""
+    g = resolve(group, "get_rank")
+    return -1 if g is None else g.rank()
+
+
+def get_world_size(group: ProcessGroup | None = None) -> int:
+    """How many ranks `group` (the default group when None) has; -1 if this process is not a member."""
+    g = resolve(group, "get_world_size")
+    return -1 if g is None else g.size()
+
+
+def get_backend(group: ProcessGroup | None = None) -> str:
+    """The backend name of `group`: always ``"mpi"`` (``"gloo"`` requests run on MPI)."""
+    g = resolve(group, "get_backend")
+    if g is None:
+        raise DistributedError("loom.distributed.get_backend: this process is not a member of the group")
+    return g._backend
+
+
+def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
+    """The global rank of the process that has rank `group_rank` in `group`."""
+    g = resolve(group, "get_global_rank")
+    if g is None or not 0 <= group_rank < g.size():
+        raise DistributedError(f"loom.distributed.get_global_rank: group rank {group_rank} is not in the group")
+    return g._ranks[group_rank]
+
+
+def get_process_group_ranks(group: ProcessGroup) -> list[int]:
+    """The global ranks that make up `group`, in group-rank order."""
+    g = resolve(group, "get_process_group_ranks")
+    if g is None:
+        raise DistributedError("loom.distributed.get_process_group_ranks: this process is not a member")
+    return list(g._ranks)
+
+
+def not_member_warning(op: str) -> None:
+    """PyTorch warns, and does nothing, when a collective runs on a group the process is not in."""
+    warnings.warn(f"loom.distributed.{op}: this process is not a member of the group; nothing done",
+                  stacklevel=3)
+
+
+def check_rank_arg(value, name: str, op: str) -> int:
+    """Validate a user-given global rank argument."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LoomValueError(f"loom.distributed.{op}: {name} must be an int rank, got {value!r}")
+    return value
