@@ -191,17 +191,21 @@ def test_data_parallel_is_transparent():
     assert torch.equal(dp(x), net(x)) and dp.module is net
     assert list(dp.state_dict()) == ["module.weight", "module.bias"]
     from loom.torch.nn.parallel import DistributedDataParallel as DDP
-    with pytest.raises(LoomError, match="loom.distributed is not available yet"):
+    with pytest.raises(LoomError, match="the default process group is not initialised"):
         DDP(net)
 
 
 def test_distributed_guards_take_the_single_process_path():
+    import loom.distributed
     import loom.torch.distributed as dist
-    assert dist.is_available() is False and dist.is_initialized() is False
+    assert dist.is_initialized() is False and dist.init_process_group is loom.distributed.init_process_group
     rank = dist.get_rank() if dist.is_initialized() else 0
     assert rank == 0
-    with pytest.raises(LoomError, match="no process group"):
-        dist.init_process_group(backend="gloo")
+    with pytest.raises(LoomError, match="not initialised"):
+        dist.get_world_size()
+    assert dist.is_nccl_available() is False
+    with pytest.raises(LoomError, match="object collectives are not provided"):
+        dist.all_gather_object([None], 1)
 
 
 def test_distributed_sampler_shards():
