@@ -1,5 +1,10 @@
 """Convolution, pooling and resampling, written in movement primitives and one matmul.
 
+conv1d and conv2d are the exception: they apply the ``conv2d`` library
+primitive (`loom.ir.conv`, native through oneDNN), whose backward rules are
+its two adjoint primitives. conv3d and the transposed convolutions below
+keep the decomposition.
+
 Everything here rests on one window extraction. `_windows` turns an axis of size
 n into two axes (k, o) holding out[j, t] = x[j*d + t*s] (kernel offset j,
 output position t) with no index tensors: k broadcast copies of the axis are
@@ -243,6 +248,16 @@ def _conv(op: str, nsp: int, input, weight, bias, stride, padding, dilation, gro
                          f"(dilated) kernel size {_sizes(eff)}; input {fmt_shape(x.shape)}, weight "
                          f"{fmt_shape(w.shape)}. The kernel can't be larger than the padded input")
     o = [(size - e) // si + 1 for size, e, si in zip(n, eff, s)]
+    if nsp in (1, 2):  # The conv2d library primitive (1-d as a 2-d convolution of height 1).
+        if nsp == 1:
+            x, w = x.unsqueeze(2), w.unsqueeze(2)
+            s, d, pads = (1,) + s, (1,) + d, [(0, 0)] + pads
+        attrs = {"stride": tuple(s), "padding": tuple(v for lo_hi in pads for v in lo_hi), "dilation": tuple(d),
+                 "groups": g}
+        y = apply("conv2d", (x, w), attrs)
+        if nsp == 1:
+            y = y.squeeze(2)
+        return _unbatch(_add_bias(y, bias, nsp), unbatched)
     x = _pad_axes(x, {2 + i: p for i, p in enumerate(pads)})
     cols = _unfold_nd(x, k, s, d, o)                      # (N, C, k1, o1, ..., kS, oS)
     perm = [1] + [2 + 2 * i for i in range(nsp)] + [0] + [3 + 2 * i for i in range(nsp)]
@@ -282,8 +297,9 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _I
            padding: _IntOrTuple | str = 0, dilation: _IntOrTuple = 1, groups: int = 1) -> Tensor:
     """2-d convolution (cross-correlation) over (N, C, H, W) or unbatched (C, H, W) input.
 
-    The windows of the padded input are gathered by strided movement ops (im2col)
-    and contracted with the weight in one matmul per group.
+    One ``conv2d`` library primitive (native through oneDNN where it is
+    installed, else im2col and one matmul per group in NumPy); its gradients
+    are the ``conv2d_input_grad`` and ``conv2d_weight_grad`` primitives.
 
     Parameters
     ----------
