@@ -600,6 +600,23 @@ def _max_pool(op: str, nsp: int, input, kernel_size, stride, padding, dilation, 
               return_indices):
     x, unbatched = _batched(input, nsp, op)
     k, s, d, pads, o = _pool_geometry(op, x, nsp, kernel_size, stride, padding, dilation, ceil_mode)
+    if nsp in (1, 2) and x.dtype.is_floating_point:
+        # The max_pool2d_index primitive picks each window's element; a gather takes its value (and the
+        # gradient, through gather's backward). 1-d pools as 2-d of height 1.
+        if nsp == 1:
+            x4, k, s, d, pads = x.unsqueeze(2), (1,) + k, (1,) + s, (1,) + d, [(0, 0)] + pads
+        else:
+            x4 = x
+        attrs = {"kernel_size": tuple(k), "stride": tuple(s), "padding": tuple(v for lo_hi in pads for v in lo_hi),
+                 "dilation": tuple(d)}
+        idx = apply("max_pool2d_index", (x4.detach(),), attrs)
+        n, c = x.shape[:2]
+        flat_idx = idx.reshape(n, c, -1)
+        values = apply("gather", (x.reshape(n, c, -1), flat_idx), {"axis": 2}).reshape(idx.shape)
+        if nsp == 1:
+            values, idx = values.squeeze(2), idx.squeeze(2)
+        values = _unbatch(values, unbatched)
+        return (values, _unbatch(idx, unbatched)) if return_indices else values
     xp = _pad_axes(x, {2 + i: p for i, p in enumerate(pads)}, _lowest(x.dtype))
     values, kidx = _first_max(_kernel_last(_unfold_nd(xp, k, s, d, o), nsp))
     values = _unbatch(values, unbatched)

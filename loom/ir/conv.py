@@ -24,6 +24,7 @@ import os
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from loom import dtypes as dt
 from loom.errors import DTypeError, ShapeError, fmt_shape
 from loom.ir.ops import P, _attr_names, _bad_attr, _desc, _int_attr, _ints_attr, _same_dtype, register
 
@@ -242,6 +243,76 @@ def _weight_grad_vjp(gz, x, gy, out, attrs, needs=(True, True)):
     gx = P("conv2d_input_grad", gy, gz, input_size=tuple(x.shape[2:]), **geo) if needs[0] else None
     ggy = P("conv2d", x, gz, **geo) if needs[1] else None
     return gx, ggy
+
+
+# ---------------------------------------------------------------- max pooling
+
+def _pool_attrs(inputs, attrs):
+    op = "max_pool2d_index"
+    _attr_names(op, attrs, ("kernel_size", "stride", "padding", "dilation"))
+    for name, n, lo in (("kernel_size", 2, 1), ("stride", 2, 1), ("padding", 4, 0), ("dilation", 2, 1)):
+        v = attrs[name]
+        _ints_attr(op, name, v, what=f"a tuple of {n} ints")
+        if len(v) != n:
+            raise _bad_attr(op, name, v, f"a tuple of {n} ints", ShapeError)
+        for s in v:
+            if s < lo:
+                raise _bad_attr(op, name, v, f"{n} ints >= {lo}", ShapeError)
+
+
+def _pool_out(x_shape, attrs):
+    k, s, p, d = attrs["kernel_size"], attrs["stride"], attrs["padding"], attrs["dilation"]
+    hw = (out_size(x_shape[2], k[0], s[0], p[0], p[1], d[0]), out_size(x_shape[3], k[1], s[1], p[2], p[3], d[1]))
+    for ax, (o, lo) in enumerate(zip(hw, (p[0], p[2]))):
+        # Every window must hold an input element: it starts inside the input or its low padding.
+        if o < 1 or (o - 1) * s[ax] - lo >= x_shape[2 + ax] or lo > d[ax] * (k[ax] - 1):
+            raise ShapeError(f"loom.max_pool2d_index: windows of {_show(attrs)} do not each cover an element of "
+                             f"input {fmt_shape(x_shape)}")
+    return hw
+
+
+def _infer_pool_index(inputs, attrs):
+    x = inputs[0]
+    if len(x.shape) != 4:
+        raise ShapeError(f"loom.max_pool2d_index: expects a 4-d input (N, C, H, W), got {_desc(inputs)}")
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"loom.max_pool2d_index: expects a floating point input, got {_desc(inputs)}")
+    return (x.shape[0], x.shape[1]) + _pool_out(x.shape, attrs), dt.int64
+
+
+def pool_index(x, attrs, xp=np):
+    """Flat index (h * W + w) of the element each max-pooling window picks, in NumPy or jax.numpy (`xp`).
+
+    PyTorch's rule: padding never wins, the first maximum (row-major) does,
+    except that a window holding NaN picks its last NaN.
+    """
+    k, s, p, d = attrs["kernel_size"], attrs["stride"], attrs["padding"], attrs["dilation"]
+    h, w = x.shape[2:]
+    ho, wo = _pool_out(x.shape, attrs)
+    xpad = xp.pad(x, ((0, 0), (0, 0), (p[0], p[1]), (p[2], p[3])), constant_values=-np.inf)
+    taps = [xpad[:, :, i * d[0]:i * d[0] + s[0] * (ho - 1) + 1:s[0], j * d[1]:j * d[1] + s[1] * (wo - 1) + 1:s[1]]
+            for i in range(k[0]) for j in range(k[1])]
+    win = xp.stack(taps, -1)  # (N, C, Ho, Wo, K)
+    rows = np.arange(ho)[:, None, None] * s[0] - p[0] + np.repeat(np.arange(k[0]) * d[0], k[1])  # (Ho, 1, K)
+    cols = np.arange(wo)[None, :, None] * s[1] - p[2] + np.tile(np.arange(k[1]) * d[1], k[0])   # (1, Wo, K)
+    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)  # (Ho, Wo, K): not padding
+    eager = xp is np  # NumPy may skip work by looking at values; a jax trace may not.
+    padded = not inside.all()
+    vals = xp.where(inside, win, -np.inf) if padded else win
+    best = xp.argmax(vals, -1)  # The first maximum (NaN counts as one; fixed below).
+    if padded:  # A window of -inf values picks its first real tap, not padding (PyTorch's initial index).
+        top = xp.take_along_axis(vals, best[..., None], -1)[..., 0]
+        best = xp.where(top == -np.inf, np.argmax(inside, -1), best)
+    nan = xp.isnan(win)
+    if not eager or nan.any():
+        last_nan = xp.max(xp.where(nan, np.arange(len(taps)), -1), -1)
+        best = xp.where(last_nan >= 0, last_nan, best)
+    flat = rows * w + cols  # (Ho, Wo, K)
+    return xp.take_along_axis(xp.broadcast_to(flat, win.shape), best[..., None], -1)[..., 0].astype(xp.int64)
+
+
+register("max_pool2d_index", "index", 1, _infer_pool_index, lambda x, attrs: pool_index(x, attrs),
+         check_attrs=_pool_attrs)
 
 
 for _op, _infer, _vjp in (("conv2d", _infer_conv2d, _conv2d_vjp),

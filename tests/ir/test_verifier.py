@@ -29,6 +29,7 @@ BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "floordiv", "
 EXTRA = {"bogus": 1}
 
 _GEO = {"stride": (1, 2), "padding": (1, 1, 0, 2), "dilation": (1, 1), "groups": 1}
+_POOL = {"kernel_size": (2, 3), "stride": (2, 2), "padding": (1, 1, 0, 1), "dilation": (1, 1)}
 _GEO1 = dict(_GEO, stride=(1, 1), padding=(0, 0, 0, 0))
 
 # op -> (input specs [(shape, dtype)], good attrs, [(bad attrs, regex the error must match)]).
@@ -147,6 +148,13 @@ TABLE: dict[str, tuple[list, dict, list]] = {
         (dict(_GEO1, kernel_size=(2, 2)), r"conv2d_weight_grad: output gradient \[2, 4, 5, 6\]"),
         (dict(_GEO1, kernel_size=(3, 3), groups=2),
          r"conv2d_weight_grad: 3 input channels do not split into groups=2"),
+    ]),
+    "max_pool2d_index": ([((2, 3, 7, 8), F32)], _POOL, [
+        (dict(_POOL, kernel_size=(0, 2)), r"max_pool2d_index: attr 'kernel_size' is \(0, 2\); expected 2 ints >= 1"),
+        (dict(_POOL, padding=(1, 1)), r"max_pool2d_index: attr 'padding' is \(1, 1\); expected a tuple of 4 ints"),
+        (dict(_POOL, stride=2), r"max_pool2d_index: attr 'stride' is 2; expected a tuple of 2 ints"),
+        (dict(_POOL, padding=(2, 2, 0, 0)), r"max_pool2d_index: windows of .* do not each cover an element"),
+        ({k: v for k, v in _POOL.items() if k != "dilation"}, r"max_pool2d_index: needs attr 'dilation'"),
     ]),
     "check": ([((3,), I64)], {"user_op": "gather", "low": 0, "high": 3, "message": "bad {value}"}, [
         ({"low": 0, "high": 3}, r"check: needs attr 'message', which is missing"),

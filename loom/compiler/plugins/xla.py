@@ -43,6 +43,7 @@ from loom import dtypes as dt
 from loom.errors import GraphError, LoomError, LoomIndexError, LoomZeroDivisionError, fmt_shape
 from loom.ir.graph import Graph, _dfs_order
 from loom.ir.node import Node
+from loom.ir.conv import pool_index
 from loom.ir.ops import PRIMITIVES, check_error, check_failure, mix64, value_text
 
 _JAX_DTYPE = {dt.bool_: jnp.bool_, dt.uint8: jnp.uint8, dt.int8: jnp.int8, dt.int16: jnp.int16,
@@ -522,6 +523,7 @@ _RULES: dict[str, Callable] = {
     "conv2d": _conv2d,
     "conv2d_input_grad": _conv2d_input_grad,
     "conv2d_weight_grad": _conv2d_weight_grad,
+    "max_pool2d_index": lambda lw, a, x: pool_index(x, a, jnp),  # The reference's own rule, on jax.numpy.
     "argsort": _argsort,
     "check": _check,
 }
