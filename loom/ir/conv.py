@@ -283,32 +283,41 @@ def _infer_pool_index(inputs, attrs):
 def pool_index(x, attrs, xp=np):
     """Flat index (h * W + w) of the element each max-pooling window picks, in NumPy or jax.numpy (`xp`).
 
-    PyTorch's rule: padding never wins, the first maximum (row-major) does,
-    except that a window holding NaN picks its last NaN.
+    PyTorch's loop, one pass per kernel tap over every window at once: start
+    at the window's first real (unpadded) element, move on `v > best or
+    isnan(v)`. So padding never wins, the first maximum does, and a window
+    holding NaN picks its last NaN.
     """
     k, s, p, d = attrs["kernel_size"], attrs["stride"], attrs["padding"], attrs["dilation"]
     h, w = x.shape[2:]
     ho, wo = _pool_out(x.shape, attrs)
-    xpad = xp.pad(x, ((0, 0), (0, 0), (p[0], p[1]), (p[2], p[3])), constant_values=-np.inf)
-    taps = [xpad[:, :, i * d[0]:i * d[0] + s[0] * (ho - 1) + 1:s[0], j * d[1]:j * d[1] + s[1] * (wo - 1) + 1:s[1]]
-            for i in range(k[0]) for j in range(k[1])]
-    win = xp.stack(taps, -1)  # (N, C, Ho, Wo, K)
-    rows = np.arange(ho)[:, None, None] * s[0] - p[0] + np.repeat(np.arange(k[0]) * d[0], k[1])  # (Ho, 1, K)
-    cols = np.arange(wo)[None, :, None] * s[1] - p[2] + np.tile(np.arange(k[1]) * d[1], k[0])   # (1, Wo, K)
-    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)  # (Ho, Wo, K): not padding
-    eager = xp is np  # NumPy may skip work by looking at values; a jax trace may not.
-    padded = not inside.all()
-    vals = xp.where(inside, win, -np.inf) if padded else win
-    best = xp.argmax(vals, -1)  # The first maximum (NaN counts as one; fixed below).
-    if padded:  # A window of -inf values picks its first real tap, not padding (PyTorch's initial index).
-        top = xp.take_along_axis(vals, best[..., None], -1)[..., 0]
-        best = xp.where(top == -np.inf, np.argmax(inside, -1), best)
-    nan = xp.isnan(win)
-    if not eager or nan.any():
-        last_nan = xp.max(xp.where(nan, np.arange(len(taps)), -1), -1)
-        best = xp.where(last_nan >= 0, last_nan, best)
-    flat = rows * w + cols  # (Ho, Wo, K)
-    return xp.take_along_axis(xp.broadcast_to(flat, win.shape), best[..., None], -1)[..., 0].astype(xp.int64)
+    xpad = xp.pad(x, ((0, 0), (0, 0), (p[0], p[1]), (p[2], p[3])), constant_values=-np.inf) if any(p) else x
+    rows = [np.arange(ho)[:, None] * s[0] - p[0] + i * d[0] for i in range(k[0])]  # (Ho, 1) per tap row
+    cols = [np.arange(wo)[None, :] * s[1] - p[2] + j * d[1] for j in range(k[1])]  # (1, Wo) per tap column
+    # The first real element of each window: its first row and first column inside the input.
+    first_row = np.select([r >= 0 for r in rows], rows, 0)
+    first_col = np.select([c >= 0 for c in cols], cols, 0)
+    shape = tuple(x.shape[:2]) + (ho, wo)
+    best = xp.full(shape, -np.inf, x.dtype)
+    flat = xp.broadcast_to((first_row * w + first_col).astype(np.int64), shape)
+    eager = xp is np
+    check_nan = not eager or bool(np.isnan(x).any())  # NumPy may look at values; a jax trace may not.
+    if eager:
+        flat = flat.copy()
+    for i in range(k[0]):
+        for j in range(k[1]):
+            tap = xpad[:, :, i * d[0]:i * d[0] + s[0] * (ho - 1) + 1:s[0], j * d[1]:j * d[1] + s[1] * (wo - 1) + 1:s[1]]
+            at = (rows[i] * w + cols[j]).astype(np.int64)
+            upd = tap > best
+            if check_nan:
+                upd = upd | xp.isnan(tap)
+            if eager:
+                np.copyto(best, tap, where=upd)
+                np.copyto(flat, at, where=upd)
+            else:
+                best = xp.where(upd, tap, best)
+                flat = xp.where(upd, at, flat)
+    return flat
 
 
 register("max_pool2d_index", "index", 1, _infer_pool_index, lambda x, attrs: pool_index(x, attrs),
