@@ -225,6 +225,18 @@ def _build() -> None:
     _done.set()
 
 
+def _after_fork() -> None:
+    """A forked child has no build thread: a build in flight in the parent starts afresh there."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    if _state["status"] == "building":
+        reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def reset() -> None:
     """Forget the loaded library (tests: the next call loads or builds it again)."""
     global _done
