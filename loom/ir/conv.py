@@ -303,18 +303,23 @@ def pool_index(x, attrs, xp=np):
     eager = xp is np
     check_nan = not eager or bool(np.isnan(x).any())  # NumPy may look at values; a jax trace may not.
     if eager:
-        flat = flat.copy()
+        flat, upd, step = flat.copy(), np.empty(shape, bool), np.empty(shape, np.int64)
     for i in range(k[0]):
         for j in range(k[1]):
             tap = xpad[:, :, i * d[0]:i * d[0] + s[0] * (ho - 1) + 1:s[0], j * d[1]:j * d[1] + s[1] * (wo - 1) + 1:s[1]]
             at = (rows[i] * w + cols[j]).astype(np.int64)
-            upd = tap > best
-            if check_nan:
-                upd = upd | xp.isnan(tap)
-            if eager:
-                np.copyto(best, tap, where=upd)
-                np.copyto(flat, at, where=upd)
+            if eager:  # Branch-free blends into buffers made once (a masked copy mispredicts).
+                np.greater(tap, best, out=upd)
+                if check_nan:
+                    upd |= np.isnan(tap)
+                np.maximum(best, tap, out=best)  # Equals where(upd, tap, best), NaN included.
+                np.subtract(at, flat, out=step)
+                step *= upd
+                flat += step
             else:
+                upd = tap > best
+                if check_nan:
+                    upd = upd | xp.isnan(tap)
                 best = xp.where(upd, tap, best)
                 flat = xp.where(upd, at, flat)
     return flat
