@@ -1,4 +1,4 @@
-"""Per-layer timing of loom's conv2d primitives: the native library (oneDNN) against the NumPy im2col + sgemm path.
+"""Per-layer timing of loom's conv2d primitives: oneDNN (plain and blocked layouts) against NumPy im2col + sgemm.
 
 The shapes are the `cnn` workload's (batch 64, 28x28): each forward, input
 gradient and weight gradient it runs, plus a few other shape classes (1x1,
@@ -7,6 +7,7 @@ strided, depthwise). Median of `--repeats` calls, ms.
     python benchmarks/conv_layers.py --threads 2
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -30,13 +31,13 @@ LAYERS = [  # name, x shape, w shape, attrs
 ]
 
 
-def median_ms(fn, repeats):
+def median_ms(fn, repeats, clock=time.perf_counter):
     fn()
     times = []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = clock()
         fn()
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     return 1e3 * statistics.median(times)
 
 
@@ -44,14 +45,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=loom.get_num_threads())
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--cpu", action="store_true", help="process CPU time instead of wall time (a loaded machine)")
     args = ap.parse_args()
     loom.set_num_threads(args.threads)
     if not native.available(timeout=300):
         print("native convolution library unavailable:", native._state["error"])
         return 1
     rng = np.random.default_rng(0)
-    print(f"threads {args.threads}, median of {args.repeats} (ms)")
-    print(f"{'layer':<30}{'op':<20}{'oneDNN':>10}{'im2col+sgemm':>14}{'ratio':>8}")
+    clock = time.process_time if args.cpu else time.perf_counter
+    print(f"threads {args.threads}, median of {args.repeats} ({'CPU' if args.cpu else 'wall'} ms), "
+          f"load average {os.getloadavg()}")
+    print(f"{'layer':<30}{'op':<20}{'plain':>8}{'blocked':>9}{'im2col+sgemm':>14}{'ref/plain':>10}{'ref/blocked':>12}")
     for name, xs, ws, attrs in LAYERS:
         x = rng.standard_normal(xs).astype(np.float32)
         w = rng.standard_normal(ws).astype(np.float32)
@@ -60,9 +64,11 @@ def main():
         calls = [("conv2d", x, w, attrs), ("conv2d_input_grad", gy, w, dict(attrs, input_size=xs[2:])),
                  ("conv2d_weight_grad", x, gy, dict(attrs, kernel_size=ws[2:]))]
         for op, a, b, at in calls:
-            t_native = median_ms(lambda: native.run(op, a, b, at), args.repeats)
-            t_ref = median_ms(lambda: ref.REFERENCE[op](a, b, at), args.repeats)
-            print(f"{name:<30}{op:<20}{t_native:>10.2f}{t_ref:>14.2f}{t_ref / t_native:>8.2f}")
+            t_plain = median_ms(lambda: native.run(op, a, b, at, blocked=False), args.repeats, clock)
+            t_blocked = median_ms(lambda: native.run(op, a, b, at, blocked=True), args.repeats, clock)
+            t_ref = median_ms(lambda: ref.REFERENCE[op](a, b, at), args.repeats, clock)
+            print(f"{name:<30}{op:<20}{t_plain:>8.2f}{t_blocked:>9.2f}{t_ref:>14.2f}{t_ref / t_plain:>10.2f}"
+                  f"{t_ref / t_blocked:>12.2f}")
     return 0
 
 

@@ -30,7 +30,7 @@ from loom.runtime import threads
 log = logging.getLogger("loom.codegen")
 
 KINDS = {"conv2d": 0, "conv2d_input_grad": 1, "conv2d_weight_grad": 2}
-FORMAT = "loom-conv-1"
+FORMAT = "loom-conv-3"
 LIBS = ("-ldnnl",)
 
 SOURCE = r"""/* loom's native convolution: conv2d forward and both adjoints through oneDNN's C API (2.x).
@@ -39,13 +39,14 @@ SOURCE = r"""/* loom's native convolution: conv2d forward and both adjoints thro
  *   kind 0  forward        a = x (N, C, H, W), b = w (O, C/G, kh, kw), out = y (N, O, Ho, Wo)
  *   kind 1  input grad     a = gy,              b = w,                  out = gx (N, C, H, W)
  *   kind 2  weight grad    a = x,               b = gy,                 out = gw (O, C/G, kh, kw)
+ *   + 4     the same, letting oneDNN choose its blocked layouts (reordered from and to plain ones)
  * p holds 18 int64: N C H W O kh kw Ho Wo G sh sw dh dw pt pb pl pr (dilation as in loom: 1 = dense).
- * All arrays are float32, C-contiguous (plain nchw / oihw layouts, so no reorders).
+ * All arrays are float32, C-contiguous (plain nchw / oihw layouts).
  *
- * Primitives are created once per (kind, threads, p) and kept in a small locked list; creating
- * one JIT-compiles code, executing it is cheap. oneDNN runs on OpenMP: the count is set on the
- * calling thread before creation and before each run, so it uses exactly loom's thread count.
- * Returns 0 on success, else a oneDNN status (>0) or -1 (out of memory).
+ * Primitives (and their reorders) are created once per (kind, threads, p) and kept in a small
+ * locked list; creating one JIT-compiles code, executing it is cheap. oneDNN runs on OpenMP: the
+ * count is set on the calling thread before creation and before each run, so it uses exactly
+ * loom's thread count. Returns 0 on success, else a oneDNN status (>0) or -1 (out of memory).
  */
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -58,6 +59,10 @@ typedef struct entry {
     int kind, nthreads;
     int64_t p[18];
     dnnl_primitive_t prim;
+    dnnl_primitive_t reorder[3];   /* Plain -> chosen for the two inputs, chosen -> plain for the output. */
+    dnnl_memory_desc_t plain[3], chosen[3];
+    pthread_mutex_t busy;          /* Held while a call uses the kept buffers; others allocate their own. */
+    void *kept[3];
     struct entry *next;
 } entry;
 
@@ -65,45 +70,78 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine = NULL;
 static entry *cache = NULL;
 
+static const dnnl_query_t QUERY[3][3] = {
+    {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md},
+    {dnnl_query_diff_dst_md, dnnl_query_weights_md, dnnl_query_diff_src_md},
+    {dnnl_query_src_md, dnnl_query_diff_dst_md, dnnl_query_diff_weights_md}};
+static const int ARG[3][3] = {
+    {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+    {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
+    {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS}};
+
 #define CHECK(call) do { dnnl_status_t s_ = (call); if (s_ != dnnl_success) { status = s_; goto done; } } while (0)
 
-static dnnl_status_t create(int kind, const int64_t *p, dnnl_primitive_t *out) {
+static dnnl_status_t create(entry *e) {
+    const int64_t *p = e->p;
+    int op = e->kind & 3, blocked = e->kind & 4;
     int64_t N = p[0], C = p[1], H = p[2], W = p[3], O = p[4], kh = p[5], kw = p[6], Ho = p[7], Wo = p[8];
     int64_t G = p[9];
     dnnl_dims_t src_dims = {N, C, H, W}, dst_dims = {N, O, Ho, Wo};
     dnnl_dims_t w_dims = {G, O / G, C / G, kh, kw};
     dnnl_dims_t strides = {p[10], p[11]}, dil = {p[12] - 1, p[13] - 1};
     dnnl_dims_t pad_l = {p[14], p[16]}, pad_r = {p[15], p[17]};
-    dnnl_memory_desc_t src, dst, wei;
+    dnnl_memory_desc_t src, dst, wei, src_p, dst_p, wei_p;
     dnnl_convolution_desc_t fwd_d, bwd_d;
-    dnnl_primitive_desc_t fwd_pd = NULL, bwd_pd = NULL;
+    dnnl_primitive_desc_t fwd_pd = NULL, bwd_pd = NULL, pd, rpd = NULL;
     dnnl_status_t status = dnnl_success;
-    CHECK(dnnl_memory_desc_init_by_tag(&src, 4, src_dims, dnnl_f32, dnnl_nchw));
-    CHECK(dnnl_memory_desc_init_by_tag(&dst, 4, dst_dims, dnnl_f32, dnnl_nchw));
-    CHECK(dnnl_memory_desc_init_by_tag(&wei, 5, w_dims, dnnl_f32, dnnl_goihw));
-    CHECK(dnnl_dilated_convolution_forward_desc_init(&fwd_d, kind == 0 ? dnnl_forward_inference : dnnl_forward_training,
+    CHECK(dnnl_memory_desc_init_by_tag(&src_p, 4, src_dims, dnnl_f32, dnnl_nchw));
+    CHECK(dnnl_memory_desc_init_by_tag(&dst_p, 4, dst_dims, dnnl_f32, dnnl_nchw));
+    CHECK(dnnl_memory_desc_init_by_tag(&wei_p, 5, w_dims, dnnl_f32, dnnl_goihw));
+    CHECK(dnnl_memory_desc_init_by_tag(&src, 4, src_dims, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_nchw));
+    CHECK(dnnl_memory_desc_init_by_tag(&dst, 4, dst_dims, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_nchw));
+    CHECK(dnnl_memory_desc_init_by_tag(&wei, 5, w_dims, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_goihw));
+    CHECK(dnnl_dilated_convolution_forward_desc_init(&fwd_d, op == 0 ? dnnl_forward_inference : dnnl_forward_training,
                                                      dnnl_convolution_direct, &src, &wei, NULL, &dst, strides, dil,
                                                      pad_l, pad_r));
     CHECK(dnnl_primitive_desc_create(&fwd_pd, &fwd_d, NULL, engine, NULL));
-    if (kind == 0) {
-        CHECK(dnnl_primitive_create(out, fwd_pd));
-    } else {
-        if (kind == 1)
+    pd = fwd_pd;
+    if (op != 0) {
+        if (op == 1)
             CHECK(dnnl_dilated_convolution_backward_data_desc_init(&bwd_d, dnnl_convolution_direct, &src, &wei, &dst,
                                                                    strides, dil, pad_l, pad_r));
         else
             CHECK(dnnl_dilated_convolution_backward_weights_desc_init(&bwd_d, dnnl_convolution_direct, &src, &wei,
                                                                       NULL, &dst, strides, dil, pad_l, pad_r));
         CHECK(dnnl_primitive_desc_create(&bwd_pd, &bwd_d, NULL, engine, fwd_pd));
-        CHECK(dnnl_primitive_create(out, bwd_pd));
+        pd = bwd_pd;
+    }
+    CHECK(dnnl_primitive_create(&e->prim, pd));
+    const dnnl_memory_desc_t *plain[3][3] = {{&src_p, &wei_p, &dst_p}, {&dst_p, &wei_p, &src_p},
+                                             {&src_p, &dst_p, &wei_p}};
+    for (int i = 0; i < 3; i++) {
+        e->plain[i] = *plain[op][i];
+        e->chosen[i] = *dnnl_primitive_desc_query_md(pd, QUERY[op][i], 0);
+        if (dnnl_memory_desc_equal(&e->plain[i], &e->chosen[i])) continue;
+        const dnnl_memory_desc_t *from = i < 2 ? &e->plain[i] : &e->chosen[i];
+        const dnnl_memory_desc_t *to = i < 2 ? &e->chosen[i] : &e->plain[i];
+        CHECK(dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL));
+        CHECK(dnnl_primitive_create(&e->reorder[i], rpd));
+        dnnl_primitive_desc_destroy(rpd);
+        rpd = NULL;
     }
 done:
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
     if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
     if (bwd_pd) dnnl_primitive_desc_destroy(bwd_pd);
+    if (status != dnnl_success) {
+        if (e->prim) dnnl_primitive_destroy(e->prim);
+        for (int i = 0; i < 3; i++)
+            if (e->reorder[i]) dnnl_primitive_destroy(e->reorder[i]);
+    }
     return status;
 }
 
-static dnnl_status_t lookup(int kind, int nthreads, const int64_t *p, dnnl_primitive_t *prim) {
+static dnnl_status_t lookup(int kind, int nthreads, const int64_t *p, entry **found) {
     dnnl_status_t status = dnnl_success;
     pthread_mutex_lock(&lock);
     if (engine == NULL) {
@@ -112,63 +150,79 @@ static dnnl_status_t lookup(int kind, int nthreads, const int64_t *p, dnnl_primi
     }
     for (entry *e = cache; e; e = e->next) {
         if (e->kind == kind && e->nthreads == nthreads && !memcmp(e->p, p, sizeof e->p)) {
-            *prim = e->prim;
+            *found = e;
             goto done;
         }
     }
     entry *e = calloc(1, sizeof *e);
     if (!e) { status = (dnnl_status_t)-1; goto done; }
-    status = create(kind, p, &e->prim);
-    if (status != dnnl_success) { free(e); goto done; }
     e->kind = kind;
     e->nthreads = nthreads;
     memcpy(e->p, p, sizeof e->p);
+    pthread_mutex_init(&e->busy, NULL);
+    status = create(e);
+    if (status != dnnl_success) { free(e); goto done; }
     e->next = cache;
     cache = e;
-    *prim = e->prim;
+    *found = e;
 done:
     pthread_mutex_unlock(&lock);
     return status;
 }
 
-static dnnl_status_t wrap(dnnl_memory_t *m, const_dnnl_primitive_t prim, dnnl_query_t what, const void *data) {
-    const_dnnl_primitive_desc_t pd;
-    dnnl_status_t s = dnnl_primitive_get_primitive_desc(prim, &pd);
-    if (s != dnnl_success) return s;
-    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
-    return dnnl_memory_create(m, md, engine, (void *)data);
+static dnnl_status_t run(dnnl_primitive_t prim, dnnl_stream_t stream, int nargs, const dnnl_exec_arg_t *args) {
+    dnnl_status_t s = dnnl_primitive_execute(prim, stream, nargs, args);
+    return s == dnnl_success ? dnnl_stream_wait(stream) : s;
 }
 
 int loom_conv2d(int kind, int nthreads, const int64_t *p, const float *a, const float *b, float *out) {
-    if (kind < 0 || kind > 2 || nthreads < 1) return (int)dnnl_invalid_arguments;
+    if (kind < 0 || kind > 6 || (kind & 3) == 3 || nthreads < 1) return (int)dnnl_invalid_arguments;
     omp_set_num_threads(nthreads);
-    dnnl_primitive_t prim;
-    dnnl_status_t status = lookup(kind, nthreads, p, &prim);
+    entry *e;
+    dnnl_status_t status = lookup(kind, nthreads, p, &e);
     if (status != dnnl_success) return (int)status;
-    dnnl_memory_t m[3] = {NULL, NULL, NULL};
+    int op = kind & 3;
+    dnnl_memory_t user[3] = {NULL, NULL, NULL}, work[3] = {NULL, NULL, NULL};
+    void *buf[3] = {NULL, NULL, NULL};
     dnnl_stream_t stream = NULL;
-    static const dnnl_query_t q[3][3] = {
-        {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md},
-        {dnnl_query_diff_dst_md, dnnl_query_weights_md, dnnl_query_diff_src_md},
-        {dnnl_query_src_md, dnnl_query_diff_dst_md, dnnl_query_diff_weights_md}};
-    static const int arg[3][3] = {
-        {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
-        {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
-        {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS}};
-    const void *data[3] = {a, b, out};
+    void *data[3] = {(void *)a, (void *)b, out};
     dnnl_exec_arg_t args[3];
-    for (int i = 0; i < 3; i++) {
-        CHECK(wrap(&m[i], prim, q[kind][i], data[i]));
-        args[i].arg = arg[kind][i];
-        args[i].memory = m[i];
-    }
+    /* Reorder buffers: the entry's kept ones (allocated once, so no page faults per call) unless
+       another thread is using them. */
+    int own = pthread_mutex_trylock(&e->busy) == 0;
     CHECK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
-    CHECK(dnnl_primitive_execute(prim, stream, 3, args));
-    CHECK(dnnl_stream_wait(stream));
+    for (int i = 0; i < 3; i++) {
+        CHECK(dnnl_memory_create(&user[i], &e->plain[i], engine, data[i]));
+        if (e->reorder[i]) {
+            size_t size = (dnnl_memory_desc_get_size(&e->chosen[i]) + 63) / 64 * 64;
+            void *mem = own ? e->kept[i] : NULL;
+            if (!mem) {
+                mem = aligned_alloc(64, size);
+                if (!mem) { status = (dnnl_status_t)-1; goto done; }
+                if (own) e->kept[i] = mem; else buf[i] = mem;
+            }
+            CHECK(dnnl_memory_create(&work[i], &e->chosen[i], engine, mem));
+        }
+        if (e->reorder[i] && i < 2) {
+            dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, work[i]}};
+            CHECK(run(e->reorder[i], stream, 2, r));
+        }
+        args[i].arg = ARG[op][i];
+        args[i].memory = work[i] ? work[i] : user[i];
+    }
+    CHECK(run(e->prim, stream, 3, args));
+    if (e->reorder[2]) {
+        dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, work[2]}, {DNNL_ARG_TO, user[2]}};
+        CHECK(run(e->reorder[2], stream, 2, r));
+    }
 done:
     if (stream) dnnl_stream_destroy(stream);
-    for (int i = 0; i < 3; i++)
-        if (m[i]) dnnl_memory_destroy(m[i]);
+    for (int i = 0; i < 3; i++) {
+        if (user[i]) dnnl_memory_destroy(user[i]);
+        if (work[i]) dnnl_memory_destroy(work[i]);
+        free(buf[i]);
+    }
+    if (own) pthread_mutex_unlock(&e->busy);
     return (int)status;
 }
 """
@@ -302,8 +356,31 @@ def out_shape(op, a, b, attrs):
     return (b.shape[1], a.shape[1] // attrs["groups"]) + tuple(attrs["kernel_size"])
 
 
-def run(op: str, a: np.ndarray, b: np.ndarray, attrs: dict, out: np.ndarray | None = None) -> np.ndarray | None:
-    """`op` on float32 arrays through the native library, into `out` if given; None if it is not available."""
+def choose(op: str, w_shape: tuple[int, ...], attrs: dict) -> str:
+    """The measured winner per shape class (benchmarks/conv_layers.py): "reference", "plain" or "blocked".
+
+    oneDNN's blocked layouts (direct JIT kernels, plus reorders from and to
+    the plain ones) win for 3x3-style convolutions with many channels and
+    for depthwise ones; plain layouts (its im2col + GEMM) win for pointwise
+    (1x1) ones and for a single input channel, where the NumPy path wins the
+    forward pass.
+    """
+    cin, g = w_shape[1], attrs["groups"]
+    if cin == 1 and g == 1:
+        return {"conv2d": "reference", "conv2d_input_grad": "plain", "conv2d_weight_grad": "blocked"}[op]
+    if w_shape[2:] == (1, 1) and tuple(attrs["stride"]) == (1, 1) and not any(attrs["padding"]):
+        return "plain"
+    return "blocked"
+
+
+def run(op: str, a: np.ndarray, b: np.ndarray, attrs: dict, out: np.ndarray | None = None,
+        blocked: bool | None = None) -> np.ndarray | None:
+    """`op` on float32 arrays through the native library, into `out` if given; None if it is not available.
+
+    `blocked`: let oneDNN pick its blocked layouts (and reorder to and from the plain ones) rather
+    than run on the plain layouts; None decides by shape class (`choose`, which may also answer
+    that the NumPy path is faster: then None is returned).
+    """
     fn = library()
     if fn is None or a.dtype != np.float32 or b.dtype != np.float32:
         return None
@@ -315,7 +392,13 @@ def run(op: str, a: np.ndarray, b: np.ndarray, attrs: dict, out: np.ndarray | No
     b = np.ascontiguousarray(b)
     dst = out if out is not None and out.flags.c_contiguous and out.dtype == np.float32 else np.empty(shape, np.float32)
     n = threads.get_num_threads() if macs >= threads.blas_par_min() else 1
-    status = fn(KINDS[op], n, p.ctypes.data, a.ctypes.data, b.ctypes.data, dst.ctypes.data)
+    if blocked is None:
+        w_shape = (int(p[4]), int(p[1]) // attrs["groups"], int(p[5]), int(p[6]))  # (O, C/G, kh, kw)
+        how = choose(op, w_shape, attrs)
+        if how == "reference":
+            return None
+        blocked = how == "blocked"
+    status = fn(KINDS[op] + (4 if blocked else 0), n, p.ctypes.data, a.ctypes.data, b.ctypes.data, dst.ctypes.data)
     if status != 0:
         log.debug("loom.codegen: oneDNN %s failed with status %d; using the NumPy path", op, status)
         return None

@@ -41,16 +41,30 @@ def test_native_matches_reference(geometry):
     rng = np.random.default_rng(0)
     for op, a, b, attrs in _calls(rng, *geometry):
         want = ref.REFERENCE[op](a, b, attrs)
-        got = native.run(op, a, b, attrs)
-        if not HAVE_DNNL:
-            assert got is None
-            continue
-        assert got.shape == want.shape and got.dtype == np.float32
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=op)
-        # Into a given output, and from non-contiguous inputs.
-        out = np.full(want.shape, np.nan, np.float32)
-        assert native.run(op, np.asfortranarray(a), b[..., ::-1][..., ::-1], attrs, out) is out
-        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=op)
+        for blocked in (False, True):  # oneDNN on plain layouts, and on its own blocked ones.
+            got = native.run(op, a, b, attrs, blocked=blocked)
+            if not HAVE_DNNL:
+                assert got is None
+                continue
+            assert got.shape == want.shape and got.dtype == np.float32
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=op)
+            # Into a given output, and from non-contiguous inputs.
+            out = np.full(want.shape, np.nan, np.float32)
+            assert native.run(op, np.asfortranarray(a), b[..., ::-1][..., ::-1], attrs, out, blocked=blocked) is out
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=op)
+
+
+def test_shape_classes_pick_the_measured_winner():
+    geo = {"stride": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1}
+    assert native.choose("conv2d", (32, 1, 3, 3), geo) == "reference"  # One input channel: NumPy wins forward.
+    assert native.choose("conv2d_weight_grad", (32, 1, 3, 3), geo) == "blocked"
+    assert native.choose("conv2d", (128, 64, 1, 1), geo) == "plain"
+    assert native.choose("conv2d", (64, 32, 3, 3), geo) == "blocked"
+    assert native.choose("conv2d", (128, 1, 3, 3), dict(geo, groups=128)) == "blocked"  # Depthwise.
+    x, w = np.ones((2, 1, 6, 6), np.float32), np.ones((4, 1, 3, 3), np.float32)
+    assert native.run("conv2d", x, w, geo) is None  # The caller takes the NumPy path...
+    y = loom.nn.functional.conv2d(loom.tensor(x), loom.tensor(w)).numpy()
+    np.testing.assert_array_equal(y, np.full((2, 4, 4, 4), 9, np.float32))  # ...and gets the same numbers.
 
 
 def test_primitive_uses_native_and_can_be_turned_off(monkeypatch):
@@ -109,7 +123,8 @@ def test_thread_count_and_failed_status(fresh_native, monkeypatch):
                           dict(attrs, kernel_size=(3, 3))) is None
     finally:
         loom.set_num_threads(old)
-    assert seen == [(0, 1), (2, 3)]  # Small convolutions on one thread, large ones on loom's count.
+    # Small convolutions on one thread, large ones on loom's count (kinds + 4: blocked layouts).
+    assert seen == [(4, 1), (6, 3)]
 
 
 def test_executor_runs_conv_steps_into_the_plan():
