@@ -31,7 +31,7 @@ from loom.errors import (DTypeError, GraphError, LoomIndexError, LoomTypeError, 
 @dataclass(frozen=True)
 class Primitive:
     name: str
-    kind: str  # source | unary | binary | compare | ternary | reduce | movement | contraction
+    kind: str  # source | unary | binary | compare | ternary | reduce | movement | contraction | sort | check | index
     arity: int
     infer: Callable[[list, dict], tuple[tuple[int, ...], dt.DType]]
     impl: Callable[..., np.ndarray]
