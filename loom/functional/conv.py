@@ -2,7 +2,8 @@
 
 conv1d and conv2d are the exception: they apply the ``conv2d`` library
 primitive (`loom.ir.conv`, native through oneDNN), whose backward rules are
-its two adjoint primitives. conv3d and the transposed convolutions below
+its two adjoint primitives; conv_transpose1d/2d apply its adjoint in the
+input, and max_pool1d/2d the ``max_pool2d_index`` primitive. The 3-d ops
 keep the decomposition.
 
 Everything here rests on one window extraction. `_windows` turns an axis of size
@@ -374,6 +375,17 @@ def _conv_transpose(op: str, nsp: int, input, weight, bias, stride, padding, out
     if any(v <= 0 for v in out):
         raise ShapeError(f"loom.{op}: input {fmt_shape(x.shape)} with weight {fmt_shape(w.shape)}, "
                          f"stride={list(s)}, padding={list(p)} gives a non-positive output size {_sizes(out)}")
+    if nsp in (1, 2) and all(v < si for v, si in zip(op_pad, s)):
+        # The adjoint of the conv2d primitive in its input (1-d as 2-d of height 1). With
+        # output_padding >= stride (allowed when dilation is larger) the sizes leave its range.
+        if nsp == 1:
+            x, w, s, d, p, out = x.unsqueeze(2), w.unsqueeze(2), (1,) + s, (1,) + d, (0,) + p, [1] + out
+        attrs = {"stride": tuple(s), "padding": tuple(v for pi in p for v in (pi, pi)), "dilation": tuple(d),
+                 "groups": g, "input_size": tuple(out)}
+        y = apply("conv2d_input_grad", (x, w), attrs)
+        if nsp == 1:
+            y = y.squeeze(2)
+        return _unbatch(_add_bias(y, bias, nsp), unbatched)
     cig, kk = c_in // g, math.prod(k)
     xm = x.permute([1, 0] + list(range(2, nsp + 2))).reshape(g, cig, n_batch * math.prod(i_sp))
     wm = w.reshape(g, cig, og * kk).permute(0, 2, 1)
