@@ -230,6 +230,7 @@ done:
 _LOCK = threading.Lock()
 _state = {"status": "unbuilt", "fn": None, "error": None}  # unbuilt | building | ready | failed
 _done = threading.Event()
+_LOADED: list = []
 
 
 def _key(cc_id: str) -> str:
@@ -249,7 +250,7 @@ def _load(path: str, root: str):
     fn = lib.loom_conv2d
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    fn._lib = lib  # Keep the library loaded while the function lives.
+    _LOADED.append(lib)  # Kept loaded for the life of the process, as kernel libraries are.
     return fn
 
 
