@@ -227,112 +227,199 @@ done:
 }
 """
 
-_LOCK = threading.Lock()
-_state = {"status": "unbuilt", "fn": None, "error": None}  # unbuilt | building | ready | failed
-_done = threading.Event()
+POOL_SOURCE = r"""/* loom's max-pooling window choice (the max_pool2d_index primitive), PyTorch's loop per window:
+ * start at the window's first element inside the input, move on `v > best || isnan(v)`.
+ * p holds 13 int64: N*C H W Ho Wo kh kw sh sw pt pl dh dw; out gets int64 flat indices h * W + w. */
+#include <math.h>
+#include <stdint.h>
+
+#define POOL(NAME, T)                                                                               \
+void NAME(int nthreads, const int64_t *p, const T *x, int64_t *out) {                              \
+    int64_t NC = p[0], H = p[1], W = p[2], Ho = p[3], Wo = p[4], kh = p[5], kw = p[6];              \
+    int64_t sh = p[7], sw = p[8], pt = p[9], pl = p[10], dh = p[11], dw = p[12];                    \
+    _Pragma("omp parallel for num_threads(nthreads) if(nthreads > 1)")                               \
+    for (int64_t c = 0; c < NC; c++) {                                                              \
+        const T *xc = x + c * H * W;                                                                \
+        int64_t *oc = out + c * Ho * Wo;                                                            \
+        for (int64_t oh = 0; oh < Ho; oh++) {                                                       \
+            for (int64_t ow = 0; ow < Wo; ow++) {                                                   \
+                int64_t idx = -1;                                                                   \
+                T best = -INFINITY;                                                                 \
+                for (int64_t i = 0; i < kh; i++) {                                                  \
+                    int64_t h = oh * sh - pt + i * dh;                                              \
+                    if (h < 0 || h >= H) continue;                                                  \
+                    for (int64_t j = 0; j < kw; j++) {                                              \
+                        int64_t w = ow * sw - pl + j * dw;                                          \
+                        if (w < 0 || w >= W) continue;                                              \
+                        T v = xc[h * W + w];                                                        \
+                        if (idx < 0) idx = h * W + w;                                               \
+                        if (v > best || isnan(v)) { best = v; idx = h * W + w; }                    \
+                    }                                                                               \
+                }                                                                                   \
+                oc[oh * Wo + ow] = idx;                                                             \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+}
+
+POOL(loom_max_pool2d_index_f32, float)
+POOL(loom_max_pool2d_index_f64, double)
+"""
+
 _LOADED: list = []
 
 
-def _key(cc_id: str) -> str:
-    from . import build
-    h = hashlib.sha256()
-    for part in (FORMAT, cc_id, " ".join(build.flags(False)), " ".join(LIBS), SOURCE):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()
+class NativeLibrary:
+    """One small C library built through the kernel cache's build and trust machinery, loaded once.
 
+    `state`: status (unbuilt | building | ready | failed), fn (the loaded entry points, a dict by
+    symbol), error. Builds run on the kernel build pool (in the calling thread with
+    ``LOOM_CODEGEN_SYNC=1``); on any failure the caller's NumPy path stays.
+    """
 
-def _load(path: str, root: str):
-    from . import trust
-    with trust.locked(os.path.dirname(path), exclusive=False):
-        trust.verify(path, root)
-        lib = ctypes.CDLL(path)
-    fn = lib.loom_conv2d
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    _LOADED.append(lib)  # Kept loaded for the life of the process, as kernel libraries are.
-    return fn
+    def __init__(self, name: str, fmt: str, source: str, libs: tuple[str, ...], symbols: dict[str, list],
+                 switch: str):
+        self.name, self.fmt, self.source, self.libs = name, fmt, source, libs
+        self.symbols, self.switch = symbols, switch
+        self.lock = threading.Lock()
+        self.state: dict = {"status": "unbuilt", "fn": None, "error": None}
+        self.done = threading.Event()
 
+    def key(self, cc_id: str) -> str:
+        from . import build
+        h = hashlib.sha256()
+        for part in (self.fmt, cc_id, " ".join(build.flags(False)), " ".join(self.libs), self.source):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
 
-def _build() -> None:
-    """Load the library from the cache, or build it there; on any failure the reference path stays."""
-    from . import build, cache, trust
-    fn, error = None, None
-    try:
-        cc_id = build.compiler_id()
-        root = cache._root()
-        if cc_id is None or root is None:
-            raise build.BuildError("no C compiler or no safe kernel cache directory")
-        key = _key(cc_id)
-        path = os.path.join(root, "kernels", key[:2], key + ".so")
-        trust.private_subdir(root, "kernels", key[:2])
+    def _load(self, path: str, root: str) -> dict:
+        from . import trust
+        with trust.locked(os.path.dirname(path), exclusive=False):
+            trust.verify(path, root)
+            lib = ctypes.CDLL(path)
+        fns = {}
+        for symbol, argtypes in self.symbols.items():
+            fn = getattr(lib, symbol)
+            fn.restype = ctypes.c_int if symbol == "loom_conv2d" else None
+            fn.argtypes = argtypes
+            fns[symbol] = fn
+        _LOADED.append(lib)  # Kept loaded for the life of the process, as kernel libraries are.
+        return fns
+
+    def _build(self) -> None:
+        """Load the library from the cache, or build it there; on any failure the reference path stays."""
+        from . import build, cache, trust
+        fns, error = None, None
         try:
-            fn = _load(path, root)
-        except (FileNotFoundError, trust.Untrusted, OSError):
-            build.compile_shared(SOURCE, path, False, extra_libs=LIBS)
-            fn = _load(path, root)
-    except (build.BuildError, trust.Untrusted, OSError, AttributeError) as e:
-        error = str(e)
-        log.info("loom.codegen: native convolution unavailable (oneDNN missing?), using the NumPy path: %s",
-                 error.splitlines()[0] if error else e)
-    with _LOCK:
-        _state.update(status="ready" if fn is not None else "failed", fn=fn, error=error)
-    _done.set()
+            cc_id = build.compiler_id()
+            root = cache._root()
+            if cc_id is None or root is None:
+                raise build.BuildError("no C compiler or no safe kernel cache directory")
+            key = self.key(cc_id)
+            path = os.path.join(root, "kernels", key[:2], key + ".so")
+            trust.private_subdir(root, "kernels", key[:2])
+            try:
+                fns = self._load(path, root)
+            except (FileNotFoundError, trust.Untrusted, OSError):
+                build.compile_shared(self.source, path, False, extra_libs=self.libs)
+                fns = self._load(path, root)
+        except (build.BuildError, trust.Untrusted, OSError, AttributeError) as e:
+            error = str(e)
+            log.info("loom.codegen: native %s unavailable, using the NumPy path: %s", self.name,
+                     error.splitlines()[0] if error else e)
+        with self.lock:
+            self.state.update(status="ready" if fns is not None else "failed", fn=fns, error=error)
+        self.done.set()
+
+    def reset(self) -> None:
+        """Forget the loaded library (tests: the next call loads or builds it again)."""
+        with self.lock:
+            self.state.update(status="unbuilt", fn=None, error=None)
+            self.done = threading.Event()
+
+    def after_fork(self) -> None:
+        self.lock = threading.Lock()
+        if self.state["status"] == "building":  # Its build thread is not in the child.
+            self.reset()
+
+    def enabled(self) -> bool:
+        return os.environ.get("LOOM_CODEGEN", "1") != "0" and os.environ.get(self.switch, "1") != "0"
+
+    def library(self):
+        """The loaded entry points, or None while they build (in the background) or when unavailable."""
+        if not self.enabled():
+            return None
+        state = self.state
+        if state["status"] == "ready":
+            return state["fn"]
+        if state["status"] == "unbuilt":
+            with self.lock:
+                start = state["status"] == "unbuilt"
+                if start:
+                    state["status"] = "building"
+            if start:
+                from . import cache
+                if cache.sync_mode():
+                    self._build()
+                else:
+                    cache._pool().submit(self._build)
+        if state["status"] == "building" and os.environ.get("LOOM_CODEGEN_SYNC", "0") not in ("", "0"):
+            self.done.wait()
+        return state["fn"] if state["status"] == "ready" else None
+
+    def available(self, timeout: float | None = None) -> bool:
+        """Whether the library is usable, waiting up to `timeout` seconds for its build."""
+        self.library()
+        if self.state["status"] == "building":
+            self.done.wait(timeout)
+        return self.state["status"] == "ready"
+
+
+_P = ctypes.c_void_p
+CONV = NativeLibrary("convolution (oneDNN missing?)", FORMAT, SOURCE, LIBS,
+                     {"loom_conv2d": [ctypes.c_int, ctypes.c_int, _P, _P, _P, _P]}, "LOOM_NATIVE_CONV")
+POOL = NativeLibrary("max pooling", "loom-pool-1", POOL_SOURCE, (),
+                     {f"loom_max_pool2d_index_{t}": [ctypes.c_int, _P, _P, _P] for t in ("f32", "f64")},
+                     "LOOM_NATIVE_CONV")
+_state = CONV.state
+reset = CONV.reset
+available = CONV.available
+
+
+def library():
+    """The convolution entry point, or None while it builds or when it is unavailable."""
+    fns = CONV.library()
+    return None if fns is None else fns["loom_conv2d"]
 
 
 def _after_fork() -> None:
-    """A forked child has no build thread: a build in flight in the parent starts afresh there."""
-    global _LOCK
-    _LOCK = threading.Lock()
-    if _state["status"] == "building":
-        reset()
+    CONV.after_fork()
+    POOL.after_fork()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def reset() -> None:
-    """Forget the loaded library (tests: the next call loads or builds it again)."""
-    global _done
-    with _LOCK:
-        _state.update(status="unbuilt", fn=None, error=None)
-        _done = threading.Event()
-
-
-def _enabled() -> bool:
-    return os.environ.get("LOOM_CODEGEN", "1") != "0" and os.environ.get("LOOM_NATIVE_CONV", "1") != "0"
-
-
-def library():
-    """The loaded entry point, or None while it builds (in the background) or when it is unavailable."""
-    if not _enabled():
+def max_pool2d_index(x: np.ndarray, attrs: dict, shape: tuple[int, ...],
+                     out: np.ndarray | None = None) -> np.ndarray | None:
+    """The max_pool2d_index primitive on a float32/float64 array in C; None if the library is not available."""
+    fns = POOL.library()
+    if fns is None or x.dtype not in (np.float32, np.float64) or 0 in x.shape:
         return None
-    status = _state["status"]
-    if status == "ready":
-        return _state["fn"]
-    if status == "unbuilt":
-        with _LOCK:
-            start = _state["status"] == "unbuilt"
-            if start:
-                _state["status"] = "building"
-        if start:
-            from . import cache
-            if cache.sync_mode():
-                _build()
-            else:
-                cache._pool().submit(_build)
-    if _state["status"] == "building" and os.environ.get("LOOM_CODEGEN_SYNC", "0") not in ("", "0"):
-        _done.wait()
-    return _state["fn"] if _state["status"] == "ready" else None
-
-
-def available(timeout: float | None = None) -> bool:
-    """Whether the native library is usable, waiting up to `timeout` seconds for its build."""
-    library()
-    if _state["status"] == "building":
-        _done.wait(timeout)
-    return _state["status"] == "ready"
+    k, s, p, d = attrs["kernel_size"], attrs["stride"], attrs["padding"], attrs["dilation"]
+    params = np.array([x.shape[0] * x.shape[1], x.shape[2], x.shape[3], shape[2], shape[3], k[0], k[1], s[0], s[1],
+                       p[0], p[2], d[0], d[1]], np.int64)
+    x = np.ascontiguousarray(x)
+    dst = out if out is not None and out.flags.c_contiguous and out.dtype == np.int64 else np.empty(shape, np.int64)
+    n = threads.get_num_threads() if x.size >= (1 << 20) else 1
+    fns["loom_max_pool2d_index_f32" if x.dtype == np.float32 else "loom_max_pool2d_index_f64"](
+        n, params.ctypes.data, x.ctypes.data, dst.ctypes.data)
+    if out is not None and dst is not out:
+        np.copyto(out, dst)
+        return out
+    return dst
 
 
 def _params(op, a, b, attrs, shape):

@@ -14,7 +14,8 @@ other two (and itself): gradients of any order stay within these primitives.
 
 The reference implementation is im2col by strides (a view, no index tables)
 and one batched matmul per call; float32 calls go to the native library
-(`loom.codegen.conv`, oneDNN when it is installed) unless ``LOOM_NATIVE_CONV=0``.
+(`loom.codegen.conv`, oneDNN when it is installed) unless ``LOOM_NATIVE_CONV=0``,
+which also keeps ``max_pool2d_index`` off its C loop.
 Half-precision inputs arrive widened to float32 (see `loom.runtime.reference`).
 """
 from __future__ import annotations
@@ -325,8 +326,16 @@ def pool_index(x, attrs, xp=np):
     return flat
 
 
-register("max_pool2d_index", "index", 1, _infer_pool_index, lambda x, attrs: pool_index(x, attrs),
-         check_attrs=_pool_attrs)
+def _pool_impl(x, attrs):
+    if native_enabled():
+        from loom.codegen import conv as native
+        out = native.max_pool2d_index(x, attrs, (x.shape[0], x.shape[1]) + _pool_out(x.shape, attrs))
+        if out is not None:
+            return out
+    return pool_index(x, attrs)
+
+
+register("max_pool2d_index", "index", 1, _infer_pool_index, _pool_impl, check_attrs=_pool_attrs)
 
 
 for _op, _infer, _vjp in (("conv2d", _infer_conv2d, _conv2d_vjp),

@@ -90,7 +90,7 @@ def fresh_native():
 
 def test_missing_onednn_falls_back_to_numpy(fresh_native, monkeypatch, tmp_path):
     monkeypatch.setenv("LOOM_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(native, "LIBS", ("-lloom_no_such_library",))  # As on a machine without libdnnl.
+    monkeypatch.setattr(native.CONV, "libs", ("-lloom_no_such_library",))  # As on a machine without libdnnl.
     from loom.codegen import cache
     cache.clear_memory()
     try:
@@ -111,7 +111,7 @@ def test_thread_count_and_failed_status(fresh_native, monkeypatch):
     def fake(kind, nthreads, p, a, b, out):
         seen.append((kind, nthreads))
         return 3  # A oneDNN error status: run() must hand back None and the caller use NumPy.
-    native._state.update(status="ready", fn=fake)
+    native._state.update(status="ready", fn={"loom_conv2d": fake})
     old = loom.get_num_threads()
     loom.set_num_threads(3)
     try:
@@ -144,3 +144,23 @@ def test_executor_runs_conv_steps_into_the_plan():
     got = exe(*args)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_native_pool_index_matches_numpy(dtype):
+    assert native.POOL.available(timeout=300), native.POOL.state["error"]
+    rng = np.random.default_rng(3)
+    cases = [  # x shape, kernel, stride, padding (top, bottom, left, right), dilation
+        ((2, 3, 8, 8), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1)),
+        ((2, 2, 7, 6), (3, 3), (2, 2), (1, 2, 1, 1), (1, 1)),    # ceil-mode style high padding
+        ((1, 2, 7, 8), (2, 3), (1, 1), (1, 1, 0, 0), (2, 2)),
+        ((1, 1, 1, 9), (1, 3), (1, 2), (0, 0, 1, 1), (1, 1)),    # a 1-d pool as 2-d
+    ]
+    for xs, k, s, p, d in cases:
+        attrs = {"kernel_size": k, "stride": s, "padding": p, "dilation": d}
+        for fill in (None, np.nan, -np.inf):
+            x = rng.permutation(np.prod(xs)).reshape(xs).astype(dtype)
+            if fill is not None:  # NaN: the last of a window wins; -inf windows: their first real element.
+                x[rng.random(xs) < 0.5] = fill
+            shape = xs[:2] + ref._pool_out(xs, attrs)
+            np.testing.assert_array_equal(native.max_pool2d_index(x, attrs, shape), ref.pool_index(x, attrs))
