@@ -253,7 +253,9 @@ void NAME(int nthreads, const int64_t *p, const T *x, int64_t *out) {           
                         if (w < 0 || w >= W) continue;                                              \
                         T v = xc[h * W + w];                                                        \
                         if (idx < 0) idx = h * W + w;                                               \
-                        if (v > best || isnan(v)) { best = v; idx = h * W + w; }                    \
+                        int upd = (v > best) | (v != v);  /* Branch-free: a random maximum mispredicts. */\
+                        idx = upd ? h * W + w : idx;                                                \
+                        best = upd ? v : best;                                                      \
                     }                                                                               \
                 }                                                                                   \
                 oc[oh * Wo + ow] = idx;                                                             \
@@ -379,7 +381,7 @@ class NativeLibrary:
 _P = ctypes.c_void_p
 CONV = NativeLibrary("convolution (oneDNN missing?)", FORMAT, SOURCE, LIBS,
                      {"loom_conv2d": [ctypes.c_int, ctypes.c_int, _P, _P, _P, _P]}, "LOOM_NATIVE_CONV")
-POOL = NativeLibrary("max pooling", "loom-pool-1", POOL_SOURCE, (),
+POOL = NativeLibrary("max pooling", "loom-pool-2", POOL_SOURCE, (),
                      {f"loom_max_pool2d_index_{t}": [ctypes.c_int, _P, _P, _P] for t in ("f32", "f64")},
                      "LOOM_NATIVE_CONV")
 _state = CONV.state
