@@ -29,7 +29,7 @@ from loom.ir.node import Node
 from loom.runtime import reference, threads
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-_CONV_OPS = frozenset({"conv2d", "conv2d_input_grad", "conv2d_weight_grad"})
+_CONV_OPS = frozenset({"conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d_index"})
 
 
 class _Step:
@@ -61,16 +61,19 @@ def _matmul(node: Node) -> Callable:
 
 
 def _conv(node: Node) -> Callable:
-    """A conv2d primitive (or an adjoint): float32 through the native library, straight into `out`."""
-    if node.dtype.np != np.float32:
+    """A conv2d primitive (or an adjoint, or max_pool2d_index): through the native library, straight into `out`."""
+    if node.inputs[0].dtype.np not in _BLAS_DTYPES or (node.op != "max_pool2d_index" and node.dtype.np != np.float32):
         return _reference(node)
     from loom.codegen import conv as native  # The runtime's one use of codegen, as kernels are for fused nodes.
 
     fallback = _reference(node)
-    op, attrs = node.op, node.attrs
+    op, attrs, shape = node.op, node.attrs, tuple(node.shape)
 
     def run(args, out):
-        done = native.run(op, args[0], args[1], attrs, out)
+        if op == "max_pool2d_index":
+            done = native.max_pool2d_index(args[0], attrs, shape, out)
+        else:
+            done = native.run(op, args[0], args[1], attrs, out)
         return done if done is not None else fallback(args, out)
     return run
 
