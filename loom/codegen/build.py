@@ -124,7 +124,8 @@ def libs(use_mvec: bool) -> tuple[str, ...]:
     return (MVEC_LIBS if use_mvec else ()) + LIBS
 
 
-def compile_shared(source: str, dest: str, use_mvec: bool, cc: str | None = None) -> None:
+def compile_shared(source: str, dest: str, use_mvec: bool, cc: str | None = None,
+                   extra_libs: tuple[str, ...] = ()) -> None:
     """Compile `source` to the shared object `dest`, atomically, and record its SHA-256 beside it.
 
     The source and the object are written to unique temporary names in the
@@ -132,7 +133,8 @@ def compile_shared(source: str, dest: str, use_mvec: bool, cc: str | None = None
     processes racing to build the same kernel all end with a complete file.
     The object and its hash index (``dest + ".sha256"``, see
     `loom.codegen.trust`) are published together under the directory's lock,
-    so the index always describes the object beside it.
+    so the index always describes the object beside it. `extra_libs` are
+    linked after loom's own (``-ldnnl`` for the native convolution).
 
     Raises
     ------
@@ -152,7 +154,7 @@ def compile_shared(source: str, dest: str, use_mvec: bool, cc: str | None = None
     try:
         with open(c_tmp, "w") as f:
             f.write(source)
-        cmd = [path, *flags(use_mvec), c_tmp, "-o", so_tmp, *libs(use_mvec)]
+        cmd = [path, *flags(use_mvec), c_tmp, "-o", so_tmp, *extra_libs, *libs(use_mvec)]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:

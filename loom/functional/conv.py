@@ -1,5 +1,11 @@
 """Convolution, pooling and resampling, written in movement primitives and one matmul.
 
+conv1d and conv2d are the exception: they apply the ``conv2d`` library
+primitive (`loom.ir.conv`, native through oneDNN), whose backward rules are
+its two adjoint primitives; conv_transpose1d/2d apply its adjoint in the
+input, and max_pool1d/2d the ``max_pool2d_index`` primitive. The 3-d ops
+keep the decomposition.
+
 Everything here rests on one window extraction. `_windows` turns an axis of size
 n into two axes (k, o) holding out[j, t] = x[j*d + t*s] (kernel offset j,
 output position t) with no index tensors: k broadcast copies of the axis are
@@ -245,6 +251,16 @@ def _conv(op: str, nsp: int, input, weight, bias, stride, padding, dilation, gro
                          f"(dilated) kernel size {_sizes(eff)}; input {fmt_shape(x.shape)}, weight "
                          f"{fmt_shape(w.shape)}. The kernel can't be larger than the padded input")
     o = [(size - e) // si + 1 for size, e, si in zip(n, eff, s)]
+    if nsp in (1, 2):  # The conv2d library primitive (1-d as a 2-d convolution of height 1).
+        if nsp == 1:
+            x, w = x.unsqueeze(2), w.unsqueeze(2)
+            s, d, pads = (1,) + s, (1,) + d, [(0, 0)] + pads
+        attrs = {"stride": tuple(s), "padding": tuple(v for lo_hi in pads for v in lo_hi), "dilation": tuple(d),
+                 "groups": g}
+        y = apply("conv2d", (x, w), attrs)
+        if nsp == 1:
+            y = y.squeeze(2)
+        return _unbatch(_add_bias(y, bias, nsp), unbatched)
     x = _pad_axes(x, {2 + i: p for i, p in enumerate(pads)})
     cols = _unfold_nd(x, k, s, d, o)                      # (N, C, k1, o1, ..., kS, oS)
     perm = [1] + [2 + 2 * i for i in range(nsp)] + [0] + [3 + 2 * i for i in range(nsp)]
@@ -284,8 +300,9 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _I
            padding: _IntOrTuple | str = 0, dilation: _IntOrTuple = 1, groups: int = 1) -> Tensor:
     """2-d convolution (cross-correlation) over (N, C, H, W) or unbatched (C, H, W) input.
 
-    The windows of the padded input are gathered by strided movement ops (im2col)
-    and contracted with the weight in one matmul per group.
+    One ``conv2d`` library primitive (native through oneDNN where it is
+    installed, else im2col and one matmul per group in NumPy); its gradients
+    are the ``conv2d_input_grad`` and ``conv2d_weight_grad`` primitives.
 
     Parameters
     ----------
@@ -361,6 +378,17 @@ def _conv_transpose(op: str, nsp: int, input, weight, bias, stride, padding, out
     if any(v <= 0 for v in out):
         raise ShapeError(f"loom.{op}: input {fmt_shape(x.shape)} with weight {fmt_shape(w.shape)}, "
                          f"stride={list(s)}, padding={list(p)} gives a non-positive output size {_sizes(out)}")
+    if nsp in (1, 2) and all(v < si for v, si in zip(op_pad, s)):
+        # The adjoint of the conv2d primitive in its input (1-d as 2-d of height 1). With
+        # output_padding >= stride (allowed when dilation is larger) the sizes leave its range.
+        if nsp == 1:
+            x, w, s, d, p, out = x.unsqueeze(2), w.unsqueeze(2), (1,) + s, (1,) + d, (0,) + p, [1] + out
+        attrs = {"stride": tuple(s), "padding": tuple(v for pi in p for v in (pi, pi)), "dilation": tuple(d),
+                 "groups": g, "input_size": tuple(out)}
+        y = apply("conv2d_input_grad", (x, w), attrs)
+        if nsp == 1:
+            y = y.squeeze(2)
+        return _unbatch(_add_bias(y, bias, nsp), unbatched)
     cig, kk = c_in // g, math.prod(k)
     xm = x.permute([1, 0] + list(range(2, nsp + 2))).reshape(g, cig, n_batch * math.prod(i_sp))
     wm = w.reshape(g, cig, og * kk).permute(0, 2, 1)
@@ -587,6 +615,23 @@ def _max_pool(op: str, nsp: int, input, kernel_size, stride, padding, dilation, 
               return_indices):
     x, unbatched = _batched(input, nsp, op)
     k, s, d, pads, o = _pool_geometry(op, x, nsp, kernel_size, stride, padding, dilation, ceil_mode)
+    if nsp in (1, 2) and x.dtype.is_floating_point:
+        # The max_pool2d_index primitive picks each window's element; a gather takes its value (and the
+        # gradient, through gather's backward). 1-d pools as 2-d of height 1.
+        if nsp == 1:
+            x4, k, s, d, pads = x.unsqueeze(2), (1,) + k, (1,) + s, (1,) + d, [(0, 0)] + pads
+        else:
+            x4 = x
+        attrs = {"kernel_size": tuple(k), "stride": tuple(s), "padding": tuple(v for lo_hi in pads for v in lo_hi),
+                 "dilation": tuple(d)}
+        idx = apply("max_pool2d_index", (x4.detach(),), attrs)
+        n, c = x.shape[:2]
+        flat_idx = idx.reshape(n, c, -1)
+        values = apply("gather", (x.reshape(n, c, -1), flat_idx), {"axis": 2}).reshape(idx.shape)
+        if nsp == 1:
+            values, idx = values.squeeze(2), idx.squeeze(2)
+        values = _unbatch(values, unbatched)
+        return (values, _unbatch(idx, unbatched)) if return_indices else values
     xp = _pad_axes(x, {2 + i: p for i, p in enumerate(pads)}, _lowest(x.dtype))
     values, kidx = _first_max(_kernel_last(_unfold_nd(xp, k, s, d, o), nsp))
     values = _unbatch(values, unbatched)

@@ -31,7 +31,7 @@ from loom.errors import (DTypeError, GraphError, LoomIndexError, LoomTypeError, 
 @dataclass(frozen=True)
 class Primitive:
     name: str
-    kind: str  # source | unary | binary | compare | ternary | reduce | movement | contraction
+    kind: str  # source | unary | binary | compare | ternary | reduce | movement | contraction | sort | check | index
     arity: int
     infer: Callable[[list, dict], tuple[tuple[int, ...], dt.DType]]
     impl: Callable[..., np.ndarray]
@@ -1064,7 +1064,7 @@ VJP_IGNORES_INPUT_VALUES = frozenset({
 
 # Backward rules that read an input's value only for the gradient of another input (d(a*b)/db = a):
 # a change to that input matters only when the other one requires grad. `where` reads only its condition.
-VJP_READS_FOR_OTHERS = frozenset({"mul", "matmul", "where"})
+VJP_READS_FOR_OTHERS = frozenset({"mul", "matmul", "where", "conv2d", "conv2d_input_grad", "conv2d_weight_grad"})
 
 
 def vjp_reads_input(name: str, k: int, requires: Sequence[bool]) -> bool:
@@ -1081,3 +1081,7 @@ def vjp_reads_input(name: str, k: int, requires: Sequence[bool]) -> bool:
 def wants_needs(prim: Primitive) -> bool:
     """Whether a backward rule accepts `needs`, to skip gradients nobody asked for."""
     return prim.vjp is not None and "needs" in prim.vjp.__code__.co_varnames
+
+
+# Library primitives defined in their own modules register themselves on import.
+from loom.ir import conv as _conv  # noqa: E402,F401

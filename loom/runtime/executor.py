@@ -1,4 +1,5 @@
-"""Run a compiled graph: fused nodes through generated kernels, matmul through BLAS, the rest by reference.
+"""Run a compiled graph: fused nodes through generated kernels, matmul and conv2d through libraries, the rest
+by reference.
 
 An `Executable` is built once per optimised graph (and its memory plan) and
 called many times. Everything decidable up front is decided at construction:
@@ -29,6 +30,7 @@ from loom.ir.node import Node
 from loom.runtime import reference, threads
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_CONV_OPS = frozenset({"conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d_index"})
 
 
 class _Step:
@@ -57,6 +59,24 @@ def _matmul(node: Node) -> Callable:
             return out
         return run
     return _reference(node)
+
+
+def _conv(node: Node) -> Callable:
+    """A conv2d primitive (or an adjoint, or max_pool2d_index): through the native library, straight into `out`."""
+    if node.inputs[0].dtype.np not in _BLAS_DTYPES or (node.op != "max_pool2d_index" and node.dtype.np != np.float32):
+        return _reference(node)
+    from loom.codegen import conv as native  # The runtime's one use of codegen, as kernels are for fused nodes.
+
+    fallback = _reference(node)
+    op, attrs, shape = node.op, node.attrs, tuple(node.shape)
+
+    def run(args, out):
+        if op == "max_pool2d_index":
+            done = native.max_pool2d_index(args[0], attrs, shape, out)
+        else:
+            done = native.run(op, args[0], args[1], attrs, out)
+        return done if done is not None else fallback(args, out)
+    return run
 
 
 def _reference(node: Node) -> Callable:
@@ -140,6 +160,8 @@ class Executable:
                 self.kernels.append(kernel)
             elif n.op == "matmul":
                 fn = _matmul(n)
+            elif n.op in _CONV_OPS:
+                fn = _conv(n)
             elif n.op in ops.PRIMITIVES:
                 fn = _reference(n)
             else:

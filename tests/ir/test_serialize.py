@@ -90,6 +90,14 @@ def every_primitive_graph():
     outs.append(add("gather", [x, idx], axis=0))
     outs.append(add("scatter_add", [add("const", [], value=0.0, shape=(3, 4), dtype=F32), idx, y], axis=0))
     outs.append(add("matmul", [x, add("permute", [y], perm=(1, 0))]))
+    img = add("reshape", [x], shape=(1, 1, 3, 4))
+    ker = add("reshape", [add("slice", [y], starts=(0, 0), stops=(2, 2), steps=(1, 1))], shape=(1, 1, 2, 2))
+    geo = {"stride": (1, 1), "padding": (0, 1, 1, 0), "dilation": (1, 1), "groups": 1}
+    conv = add("conv2d", [img, ker], **geo)
+    outs.append(add("conv2d_input_grad", [conv, ker], input_size=(3, 4), **geo))
+    outs.append(add("conv2d_weight_grad", [img, conv], kernel_size=(2, 2), **geo))
+    outs.append(add("max_pool2d_index", [img], kernel_size=(2, 2), stride=(1, 2), padding=(0, 0, 1, 1),
+                    dilation=(1, 1)))
     outs.append(add("argsort", [x], axis=1, descending=True))
     outs.append(add("argsort", [i], axis=0, descending=False))
     outs.append(add("check", [idx], user_op="gather", low=0, high=3, closed=False, ignore=None, error="index",

@@ -28,6 +28,10 @@ BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "floordiv", "
           "eq", "ne", "lt", "le", "gt", "ge"]
 EXTRA = {"bogus": 1}
 
+_GEO = {"stride": (1, 2), "padding": (1, 1, 0, 2), "dilation": (1, 1), "groups": 1}
+_POOL = {"kernel_size": (2, 3), "stride": (2, 2), "padding": (1, 1, 0, 1), "dilation": (1, 1)}
+_GEO1 = dict(_GEO, stride=(1, 1), padding=(0, 0, 0, 0))
+
 # op -> (input specs [(shape, dtype)], good attrs, [(bad attrs, regex the error must match)]).
 # Each regex names the op and the attr; the refused value and the expectation follow in the message.
 TABLE: dict[str, tuple[list, dict, list]] = {
@@ -120,6 +124,37 @@ TABLE: dict[str, tuple[list, dict, list]] = {
     ]),
     "matmul": ([((2, 3), F32), ((3, 4), F32)], {}, [
         ({"transpose_a": True}, r"matmul: unknown attr\(s\) \['transpose_a'\]; matmul takes attrs none"),
+    ]),
+    "conv2d": ([((2, 3, 7, 8), F32), ((4, 3, 3, 3), F32)], _GEO, [
+        (dict(_GEO, stride=(0, 1)), r"conv2d: attr 'stride' is \(0, 1\); expected 2 ints >= 1"),
+        (dict(_GEO, padding=(1, 1)), r"conv2d: attr 'padding' is \(1, 1\); expected a tuple of 4 ints"),
+        (dict(_GEO, padding=(1, 1, -1, 0)), r"conv2d: attr 'padding' is \(1, 1, -1, 0\); expected 4 ints >= 0"),
+        (dict(_GEO, dilation=(1.0, 1)), r"conv2d: attr 'dilation' is \(1\.0, 1\); expected a tuple of 2 ints"),
+        (dict(_GEO, groups=0), r"conv2d: attr 'groups' is 0; expected an int in \[1, "),
+        (dict(_GEO, groups=True), r"conv2d: attr 'groups' is True; expected an int"),
+        (dict(_GEO, groups=2), r"conv2d: input \[2, 3, 7, 8\] has 3 channels.*groups=2 expects 6"),
+        ({k: v for k, v in _GEO.items() if k != "stride"}, r"conv2d: needs attr 'stride'"),
+        (dict(_GEO, bias=True), r"conv2d: unknown attr\(s\) \['bias'\]"),
+        (dict(_GEO, padding=(0, 0, 0, 0), dilation=(4, 1)), r"conv2d: padded input size \(7, 8\) is smaller than"),
+    ]),
+    "conv2d_input_grad": ([((2, 4, 5, 6), F32), ((4, 3, 3, 3), F32)], dict(_GEO1, input_size=(7, 8)), [
+        (dict(_GEO, input_size=(7,)), r"conv2d_input_grad: attr 'input_size' is \(7,\); expected a tuple of 2"),
+        (dict(_GEO1, input_size=(9, 8)),
+         r"conv2d_input_grad: output gradient \[2, 4, 5, 6\] does not match the convolution output \[2, 4, 7, 6\]"),
+        (_GEO1, r"conv2d_input_grad: needs attr 'input_size'"),
+    ]),
+    "conv2d_weight_grad": ([((2, 3, 7, 8), F32), ((2, 4, 5, 6), F32)], dict(_GEO1, kernel_size=(3, 3)), [
+        (dict(_GEO, kernel_size=(0, 3)), r"conv2d_weight_grad: attr 'kernel_size' is \(0, 3\); expected 2 ints >= 1"),
+        (dict(_GEO1, kernel_size=(2, 2)), r"conv2d_weight_grad: output gradient \[2, 4, 5, 6\]"),
+        (dict(_GEO1, kernel_size=(3, 3), groups=2),
+         r"conv2d_weight_grad: 3 input channels do not split into groups=2"),
+    ]),
+    "max_pool2d_index": ([((2, 3, 7, 8), F32)], _POOL, [
+        (dict(_POOL, kernel_size=(0, 2)), r"max_pool2d_index: attr 'kernel_size' is \(0, 2\); expected 2 ints >= 1"),
+        (dict(_POOL, padding=(1, 1)), r"max_pool2d_index: attr 'padding' is \(1, 1\); expected a tuple of 4 ints"),
+        (dict(_POOL, stride=2), r"max_pool2d_index: attr 'stride' is 2; expected a tuple of 2 ints"),
+        (dict(_POOL, padding=(2, 2, 0, 0)), r"max_pool2d_index: windows of .* do not each cover an element"),
+        ({k: v for k, v in _POOL.items() if k != "dilation"}, r"max_pool2d_index: needs attr 'dilation'"),
     ]),
     "check": ([((3,), I64)], {"user_op": "gather", "low": 0, "high": 3, "message": "bad {value}"}, [
         ({"low": 0, "high": 3}, r"check: needs attr 'message', which is missing"),

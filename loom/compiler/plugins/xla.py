@@ -43,6 +43,7 @@ from loom import dtypes as dt
 from loom.errors import GraphError, LoomError, LoomIndexError, LoomZeroDivisionError, fmt_shape
 from loom.ir.graph import Graph, _dfs_order
 from loom.ir.node import Node
+from loom.ir.conv import pool_index
 from loom.ir.ops import PRIMITIVES, check_error, check_failure, mix64, value_text
 
 _JAX_DTYPE = {dt.bool_: jnp.bool_, dt.uint8: jnp.uint8, dt.int8: jnp.int8, dt.int16: jnp.int16,
@@ -416,6 +417,34 @@ def _matmul(lw, a, x, y):
     return jnp.matmul(x, y, precision=lax.Precision.HIGHEST)
 
 
+def _conv2d_fn(a):
+    """x, w -> conv2d(x, w) with the primitive's attrs (NCHW, OIHW)."""
+    p = a["padding"]
+
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, tuple(a["stride"]), ((p[0], p[1]), (p[2], p[3])),
+                                        rhs_dilation=tuple(a["dilation"]), feature_group_count=a["groups"],
+                                        dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=lax.Precision.HIGHEST)
+    return conv
+
+
+def _conv2d(lw, a, x, w):
+    return _conv2d_fn(a)(x, w)
+
+
+def _conv2d_input_grad(lw, a, gy, w):
+    """The transpose of conv2d in x: XLA derives the dilated convolution."""
+    x_shape = (gy.shape[0], w.shape[1] * a["groups"]) + tuple(a["input_size"])
+    conv = _conv2d_fn(a)
+    return jax.linear_transpose(lambda x: conv(x, w), jax.ShapeDtypeStruct(x_shape, gy.dtype))(gy)[0]
+
+
+def _conv2d_weight_grad(lw, a, x, gy):
+    w_shape = (gy.shape[1], x.shape[1] // a["groups"]) + tuple(a["kernel_size"])
+    conv = _conv2d_fn(a)
+    return jax.linear_transpose(lambda w: conv(x, w), jax.ShapeDtypeStruct(w_shape, gy.dtype))(gy)[0]
+
+
 def _argsort(lw, a, x):
     """Stable; ascending puts NaN last, descending puts NaN first (as the reference and PyTorch)."""
     if x.ndim == 0:
@@ -491,6 +520,10 @@ _RULES: dict[str, Callable] = {
     "gather": _gather,
     "scatter_add": _scatter_add,
     "matmul": _matmul,
+    "conv2d": _conv2d,
+    "conv2d_input_grad": _conv2d_input_grad,
+    "conv2d_weight_grad": _conv2d_weight_grad,
+    "max_pool2d_index": lambda lw, a, x: pool_index(x, a, jnp),  # The reference's own rule, on jax.numpy.
     "argsort": _argsort,
     "check": _check,
 }
