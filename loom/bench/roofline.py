@@ -44,8 +44,13 @@ def _node_flops(node) -> tuple[str, int]:
     op = node.op
     if op == "matmul":
         return "matmul", 2 * _numel(node.shape) * int(node.inputs[0].shape[-1])
-    if op == "conv2d":  # (x, weight[, bias]): 2 x output elements x (C_in/groups x kH x kW).
+    # A convolution and its two adjoints each cost 2 x (forward output elements) x (C_in/groups x kH x kW).
+    if op == "conv2d":                # (x, weight) -> y
         return "matmul", 2 * _numel(node.shape) * _numel(node.inputs[1].shape[1:])
+    if op == "conv2d_input_grad":     # (grad_y, weight) -> grad_x
+        return "matmul", 2 * _numel(node.inputs[0].shape) * _numel(node.inputs[1].shape[1:])
+    if op == "conv2d_weight_grad":    # (x, grad_y) -> grad_weight
+        return "matmul", 2 * _numel(node.inputs[1].shape) * _numel(node.shape[1:])
     if op == "fused":
         return "other", sum(_node_flops(n)[1] for n in node.attrs["body"])
     kind = getattr(ops.PRIMITIVES.get(op), "kind", None)

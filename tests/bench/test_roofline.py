@@ -48,3 +48,16 @@ def test_sgemm_rate_is_measured_and_annotation_uses_it():
     assert rows[0]["gflops"] == 200.0 and rows[0]["sgemm_fraction"] == 2.0
     assert rows[1]["flops_per_step"] == 4e8 and "gflops" not in rows[1]
     assert "flops_per_step" not in rows[2]
+
+
+def test_convolution_and_its_adjoints_cost_the_same():
+    g = loom.ir.Graph()
+    x = g.add_input((2, 3, 8, 8), loom.float32)
+    w = g.add_input((4, 3, 3, 3), loom.float32)
+    attrs = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
+    y = g.add_node("conv2d", [x, w], attrs)
+    gx = g.add_node("conv2d_input_grad", [y, w], dict(attrs, input_size=(8, 8)))
+    gw = g.add_node("conv2d_weight_grad", [x, y], dict(attrs, kernel_size=(3, 3)))
+    g.outputs = [gx, gw]
+    forward = 2 * (2 * 4 * 8 * 8) * (3 * 3 * 3)
+    assert roofline.count_flops(g)["matmul"] == 3 * forward
