@@ -25,7 +25,7 @@ from loom.errors import DTypeError, GraphError, LoomError, ShapeError, fmt_shape
 from loom.ir import ops
 from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
-from loom.runtime import reference, threads
+from loom.runtime import native, reference, threads
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -167,6 +167,7 @@ class Executable:
         self._arena_bytes = int(getattr(plan, "arena_bytes", 0) or 0) if plan is not None else 0
         self._arenas: list[tuple[np.ndarray, dict[int, np.ndarray]]] = []
         self._lock = threading.Lock()
+        self._native = native.build(self)  # The steps as one native program (None: LOOM_NATIVE=0).
 
     # ------------------------------------------------------------ memory
     def _acquire(self) -> tuple[np.ndarray, dict[int, np.ndarray]]:
@@ -219,6 +220,10 @@ class Executable:
 
     def __call__(self, *values) -> tuple[np.ndarray, ...]:
         arrays = self.check_inputs(values)
+        if self._native is not None:
+            results = self._native(arrays)
+            if results is not None:
+                return results
         env: list[Any] = [None] * self._n_slots
         env[:len(arrays)] = arrays
         for s, value in self._consts:
@@ -252,12 +257,14 @@ class Executable:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every kernel has finished building; True if all compiled."""
-        return all([k.wait(timeout) for k in self.kernels])
+        built = all([k.wait(timeout) for k in self.kernels])
+        return (self._native.wait(timeout) if self._native is not None else True) and built
 
     def __repr__(self) -> str:
         ready = sum(k.ready for k in self.kernels)
+        where = f"{self._native.segments()} native segments" if self._native is not None else "native off"
         return (f"<loom.Executable: {len(self._steps)} steps, {len(self.kernels)} kernels ({ready} compiled), "
-                f"arena {self._arena_bytes} B>")
+                f"{where}, arena {self._arena_bytes} B>")
 
 
 def _desc(node: Node) -> str:
