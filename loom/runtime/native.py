@@ -193,7 +193,7 @@ class _Step:
 class _Ctx:
     """What one concurrent call owns: an arena, its views, and the driver's control block."""
 
-    __slots__ = ("arena", "views", "ctl")
+    __slots__ = ("arena", "views", "ctl", "ctl_ptr")
 
     def __init__(self, nbytes: int):
         self.arena = np.empty(max(nbytes, 1) + _ALIGN, np.uint8)
@@ -293,13 +293,14 @@ class NativeProgram:
         self._locs = locs
         self._steps = steps
         self._nin = nin
-        self._table: tuple | None = None     # (prog array, its address, steps) of the current encoding.
+        self._table: tuple | None = None     # (prog, its address, steps, kept arrays) of the current encoding.
         self._encoded_for: tuple | None = None
         self._forced: set[int] = set()       # Exe step indices that stay in Python (a kernel refused C).
         self._ctxs: list[_Ctx] = []
         found = iter(exe.kernels)  # The executor made one kernel per fused step, in step order.
         self._kernels = [next(found) if st.node.op == "fused" else None for st in steps]
-        self._settled = False                # Encoded with the driver and every kernel done building.
+        self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
+        self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
 
     def _safe(self, r: int, index: dict, until: int, k: int, writes, own) -> bool:
         """Whether the memory of root slot `r` stays unwritten from step `k` through step `until`."""
@@ -501,11 +502,33 @@ class NativeProgram:
         return rec
 
     # ------------------------------------------------------------ running
-    def _acquire(self) -> _Ctx:
+    def _new_ctx(self) -> _Ctx:
+        from loom.codegen.kernel import _ABI
+
+        ctx = _Ctx(self.arena_bytes)
+        ctl = ctx.ctl
+        ctl[0], ctl[1] = _ABI if _ABI is not None else (0, 0)
+        ctl[2] = 1 + self._nin + len(self._out_specs) + len(self._const_arrays)
+        ctl[4] = threads.blas_par_min()
+        ctl[6] = self._blas.now.ctypes.data if self._blas is not None else 0
+        ctx.ctl_ptr = ctl.ctypes.data
+        return ctx
+
+    def _prepare(self, objs, ctx: _Ctx) -> tuple:
+        """(driver, table) for this call, encoding the table again when a kernel or the driver got built."""
+        from loom.codegen.driver import get_driver
+
+        driver = get_driver()
         with self._lock:
-            if self._ctxs:
-                return self._ctxs.pop()
-        return _Ctx(self.arena_bytes)
+            state = self._state(driver)
+            if self._table is None or self._encoded_for != state:
+                self._table = self._encode(driver, objs, ctx)
+                self._encoded_for = state
+            pending = any(k is not None and k._lib is not None and not k._lib.done.is_set() for k in self._kernels)
+            current = (driver, self._table)
+            if driver is not None and not pending:
+                self._fast = current
+        return current
 
     def __call__(self, arrays: list[np.ndarray]) -> tuple[np.ndarray, ...] | None:
         for a in arrays:
@@ -513,69 +536,46 @@ class NativeProgram:
             if not (f.c_contiguous and f.aligned):
                 return None
         outs = [np.empty(shape, d) for shape, d in self._out_specs]
-        ctx = self._acquire()
+        ctxs = self._ctxs
+        try:
+            ctx = ctxs.pop()  # One arena per concurrent call (list.pop and append are atomic).
+        except IndexError:
+            ctx = self._new_ctx()
         objs = (ctx.arena, *arrays, *outs, *self._const_arrays)
         try:
-            from loom.codegen.driver import get_driver
-
-            table = self._table
-            if self._settled and table is not None:
-                driver = get_driver()
+            fast = self._fast
+            driver, table = fast if fast is not None else self._prepare(objs, ctx)
+            if driver is not None:
+                self._run_native(table, driver, objs, ctx)
             else:
-                driver = get_driver()
-                state = self._state(driver)
-                if table is None or self._encoded_for != state:
-                    with self._lock:
-                        table = self._table = self._encode(driver, objs, ctx)
-                        self._encoded_for = state
-                        self._settled = driver is not None and not any(
-                            k is not None and k._lib is not None and not k._lib.done.is_set() for k in self._kernels)
-            self._run(table, driver, objs, ctx)
+                for step in table[2]:
+                    self._run_python(step, objs, ctx)
+            return tuple([objs[j] if j >= 0 else np.array(self._value(s, objs, ctx)) for s, j in self._results])
         finally:
-            with self._lock:
-                self._ctxs.append(ctx)
-        results = []
-        for s in self.exe._out_slots:
-            j = self._out_base.get(s)
-            results.append(objs[j] if j is not None else np.array(self._value(s, objs, ctx)))
-        return tuple(results)
+            ctxs.append(ctx)
 
-    def _run(self, table, driver, objs, ctx: _Ctx) -> None:
+    def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
         prog, prog_ptr, steps, _ = table
         n = len(steps)
         ctl = ctx.ctl
-        k = 0
-        if driver is not None:
-            from loom.codegen.kernel import _ABI
-            ctl[2] = len(objs)
-            ctl[3] = threads.get_num_threads()
-            ctl[4] = threads.blas_par_min()
-            ctl[6] = self._blas.now.ctypes.data if self._blas is not None else 0
-            if _ABI is not None:
-                ctl[0], ctl[1] = _ABI
-                call, arg = driver.run_objects, objs
-            else:
-                ctl[0] = ctl[1] = 0
-                cells = np.array([_ptr(o) for o in objs], np.uintp)
-                refs = cells.ctypes.data + cells.itemsize * np.arange(len(objs), dtype=np.uintp)
-                call, arg = driver.run_pointers, refs.ctypes.data
-            ctl_ptr = ctl.ctypes.data
-            while k < n:
-                k = call(prog_ptr, arg, ctl_ptr, k)
-                if k >= n:
-                    break
-                rc = int(ctl[_CTL_RC])
-                step = steps[k]
-                if rc < 0:  # Overlap or misalignment: this step runs from Python (on copies) from now on.
+        ctl[3] = threads.get_num_threads()
+        if ctl[0] or ctl[1]:
+            call, arg = driver.run_objects, objs
+        else:  # No fixed struct offsets: a table of pointers to data-pointer cells.
+            cells = np.array([_ptr(o) for o in objs], np.uintp)
+            refs = cells.ctypes.data + cells.itemsize * np.arange(len(objs), dtype=np.uintp)
+            call, arg = driver.run_pointers, refs.ctypes.data
+        k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
+        while k < n:
+            step = steps[k]
+            if step.kind == _KERNEL:  # It returned an error code: Python reruns it (and raises, or uses copies).
+                if ctl[_CTL_RC] < 0:  # Overlap or misalignment: the step stays in Python from now on.
                     with self._lock:
                         self._forced.add(self._steps.index(step.st))
-                        self._settled = False
-                self._run_python(_Step(_PY, step.st, step.args, step.dst) if step.kind == _KERNEL else step,
-                                 objs, ctx)
-                k += 1
-            return
-        for step in steps:
+                        self._fast = None
+                step = _Step(_PY, step.st, step.args, step.dst)
             self._run_python(step, objs, ctx)
+            k = call(prog_ptr, arg, ctx.ctl_ptr, k + 1)
 
     def wait(self, timeout: float | None = None) -> bool:
         from loom.codegen.driver import wait_driver
