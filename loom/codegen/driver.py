@@ -116,7 +116,10 @@ int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t st
         int64_t n = r[3];
         char *cells[n > 0 ? n : 1];
         const char *refs[n > 0 ? n : 1];
-        for (int64_t o = 0; o < n; o++) { cells[o] = base[r[4 + 2 * o]] + r[5 + 2 * o]; refs[o] = (const char *)&cells[o]; }
+        for (int64_t o = 0; o < n; o++) {
+          cells[o] = base[r[4 + 2 * o]] + r[5 + 2 * o];
+          refs[o] = (const char *)&cells[o];
+        }
         int32_t rc = ((loom_call_t)r[1])((const char *)refs, (const int64_t *)r[2], ctl[CTL_THREADS]);
         if (rc != 0) { ctl[CTL_RC] = rc; return k; }
         break;
