@@ -251,6 +251,29 @@ class NativeProgram:
                 nbytes = int(np.prod(node.shape, dtype=np.int64)) * d.itemsize
                 own[st.out] = _Loc(0, top, node.shape, strides, d)
                 top += -(-max(nbytes, 1) // _ALIGN) * _ALIGN
+        # A value whose only reader is a reshape returned as an output (or a matmul whose only reader is a
+        # transpose returned as one) is written straight into that output.
+        readers: dict[int, int] = {}
+        for st in steps:
+            for a in st.args:
+                readers[a] = readers.get(a, 0) + 1
+        by_out = {st.out: st for st in steps}
+        into_output = set()
+        for st in steps:
+            node, src = st.node, by_out.get(st.args[0]) if st.args else None
+            if node.op == "reshape" and st.out in self._out_base and src is not None and \
+                    src.node.op not in _VIEW_OPS and readers.get(src.out) == 1 and src.out not in self._out_base:
+                v = own[st.out]
+                own[src.out] = _Loc(v.base, 0, src.node.shape, _contiguous(src.node.shape, v.dtype.itemsize), v.dtype)
+                into_output.add(st.out)
+            elif node.op == "permute" and st.out in self._out_base and src is not None and src.node.op == "matmul" \
+                    and readers.get(src.out) == 1 and src.out not in self._out_base and self._blas is not None:
+                n = len(node.shape)
+                if tuple(node.attrs["perm"]) == tuple(range(n - 2)) + (n - 1, n - 2):
+                    v = own[st.out]
+                    strides = v.strides[:-2] + (v.strides[-1], v.strides[-2])
+                    own[src.out] = _Loc(v.base, 0, src.node.shape, strides, v.dtype)
+                    into_output.add(st.out)
         for st in steps:
             loc = own[st.out]
             if loc.base == 0:
@@ -290,6 +313,7 @@ class NativeProgram:
                     self._virtual.add(s)
                     continue
             locs[s] = own[s]
+        self._virtual |= into_output  # Written by their matmul: no step of their own.
         self._locs = locs
         self._steps = steps
         self._nin = nin
@@ -364,14 +388,23 @@ class NativeProgram:
         la, lb = self._gemm_layout(a), self._gemm_layout(b)
         if la is None or lb is None:
             return None
-        if self._overlaps(c, a) or self._overlaps(c, b):
+        if self._overlaps(c, a) or self._overlaps(c, b) or any(x % isz for x in c.strides):
+            return None
+        macs = int(np.prod(st.node.shape, dtype=np.int64)) * K
+        rs, cs = c.strides[-2] // isz, c.strides[-1] // isz
+        if cs == 1 or N == 1:
+            ldc, swap = (rs if M > 1 else N), False
+        elif rs == 1 or M == 1:  # C is stored transposed: compute C^T = B^T A^T.
+            ldc, swap = (cs if N > 1 else M), True
+        else:
             return None
         batch = []
         for n, sa, sb, sc in zip(c.shape[:-2], a.strides[:-2], b.strides[:-2], c.strides[:-2]):
             if n != 1:
-                batch.append((int(n), int(sa), int(sb), int(sc)))
-        macs = int(np.prod(st.node.shape, dtype=np.int64)) * K
-        return (int(isz == 8), la[0], lb[0], M, N, K, la[1], lb[1], N, a, b, c, batch, macs)
+                batch.append((int(n), int(sb), int(sa), int(sc)) if swap else (int(n), int(sa), int(sb), int(sc)))
+        if swap:
+            return (int(isz == 8), 1 - lb[0], 1 - la[0], N, M, K, lb[1], la[1], ldc, b, a, c, batch, macs)
+        return (int(isz == 8), la[0], lb[0], M, N, K, la[1], lb[1], ldc, a, b, c, batch, macs)
 
     @staticmethod
     def _gemm_layout(loc: _Loc) -> tuple[int, int] | None:
@@ -396,7 +429,10 @@ class NativeProgram:
         if loc.src >= 0:
             return _apply_view(loc.node, self._value(loc.src, objs, ctx))
         if loc.base != 0:
-            return objs[loc.base]
+            arr = objs[loc.base]
+            if arr.strides != loc.strides:  # A matmul writing a transposed output.
+                arr = np.lib.stride_tricks.as_strided(arr, loc.shape, loc.strides)
+            return arr
         view = ctx.views.get(s)
         if view is None:
             nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
