@@ -550,11 +550,13 @@ class NativeProgram:
         ctx.ctl_ptr = ctl.ctypes.data
         return ctx
 
-    def _prepare(self, objs, ctx: _Ctx) -> tuple:
+    def _prepare(self, objs, ctx: _Ctx) -> tuple | None:
         """(driver, table) for this call, encoding the table again when a kernel or the driver got built."""
-        from loom.codegen.driver import get_driver
+        from loom.codegen.driver import driver_done, get_driver
 
         driver = get_driver()
+        if driver is None and driver_done():  # It cannot be built here: the executor's own loop serves.
+            return None
         with self._lock:
             state = self._state(driver)
             if self._table is None or self._encoded_for != state:
@@ -579,8 +581,10 @@ class NativeProgram:
             ctx = self._new_ctx()
         objs = (ctx.arena, *arrays, *outs, *self._const_arrays)
         try:
-            fast = self._fast
-            driver, table = fast if fast is not None else self._prepare(objs, ctx)
+            fast = self._fast if self._fast is not None else self._prepare(objs, ctx)
+            if fast is None:
+                return None
+            driver, table = fast
             if driver is not None:
                 self._run_native(table, driver, objs, ctx)
             else:
