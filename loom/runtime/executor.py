@@ -11,6 +11,10 @@ Memory: with a `MemoryPlan` (``plan.offsets``, ``plan.arena_bytes``) every
 placed intermediate is a view into one arena (reused across calls, one per
 concurrent call); without one each intermediate gets its own array, freed
 after its last use. Outputs always get fresh arrays, never arena views.
+
+Native: unless ``LOOM_NATIVE=0``, the steps also become one native program
+(`loom.runtime.native`) that C runs with one crossing per native segment;
+calls go through it, and through the loop here only for inputs it hands back.
 """
 from __future__ import annotations
 

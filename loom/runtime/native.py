@@ -503,7 +503,7 @@ class NativeProgram:
             elif op in _VIEW_OPS:
                 view = _view_of(st.node, self._locs[st.args[0]])
                 dl = self._locs[s]
-                if view is not None:
+                if view is not None and not self._overlaps(dl, view):  # (NumPy copes with overlap.)
                     dims = _copy_dims(view.shape, view.strides, dl.strides)
                     rec = [_COPY, len(dims), dl.dtype.itemsize, view.base, view.off, dl.base, dl.off] + \
                         [v for d in dims for v in d]
