@@ -292,11 +292,11 @@ class NativeProgram:
             if st.node.op in _VIEW_OPS and st.args[0] in index:
                 last[st.args[0]] = max(last.get(st.args[0], -1), last.get(st.out, -1))
         gemm_args = {a for st in steps if st.node.op == "matmul" for a in st.args}
-        writes = []
-        for st in steps:
+        writes = np.zeros((3, len(steps)), np.int64)  # Per step: whether it writes the arena, from, to.
+        for j, st in enumerate(steps):
             loc = own[st.out]
             nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
-            writes.append((loc.base, loc.off, loc.off + nbytes))
+            writes[:, j] = (loc.base == 0, loc.off, loc.off + nbytes)
         root: dict[int, int] = {}
         self._virtual: set[int] = set()
         for k, st in enumerate(steps):
@@ -335,13 +335,11 @@ class NativeProgram:
             return True  # A fresh output: written once, by its own step.
         nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
         lo, hi = loc.off, loc.off + nbytes
-        for j in range(k, min(until, len(writes) - 1) + 1):
-            if j == index[r]:
-                continue
-            b, wlo, whi = writes[j]
-            if b == 0 and wlo < hi and lo < whi:
-                return False
-        return True
+        arena, wlo, whi = writes[:, k:until + 1]
+        hit = (arena != 0) & (wlo < hi) & (lo < whi)
+        if k <= index[r] <= until:
+            hit[index[r] - k] = False
+        return not hit.any()
 
     @staticmethod
     def _gemm_ok(loc: _Loc) -> bool:
