@@ -328,3 +328,20 @@ def test_kernel_refusal_is_rerun_from_python(monkeypatch):
     _same(exe(*arrays), want)
     assert exe._native._forced, "the refused kernels now run from Python"
     _same(exe(*arrays), want)
+
+
+def test_portable_pointer_table_path(monkeypatch):
+    # Where CPython's and NumPy's struct offsets are not known, the driver gets a table of data pointers.
+    from loom.codegen import kernel as kernel_mod
+
+    def fn(a, b):
+        return (a @ b).exp() * 2.0, a.T
+
+    exe = _compiled(fn, np.ones((3, 4), np.float32), np.ones((4, 5), np.float32))
+    arrays = _inputs(exe)
+    want = exe(*arrays)
+    monkeypatch.setattr(kernel_mod, "_ABI", None)
+    exe._native._ctxs.clear()
+    got = exe(*arrays)
+    assert exe._native._ctxs[0].ctl[0] == 0 and exe._native._ctxs[0].ctl[1] == 0
+    _same(got, want)
