@@ -288,31 +288,38 @@ class NativeProgram:
                 last[a] = k
         for s in out_slots:
             last[s] = len(steps)
-        for st in reversed(steps):
-            if st.node.op in _VIEW_OPS and st.args[0] in index:
-                last[st.args[0]] = max(last.get(st.args[0], -1), last.get(st.out, -1))
         gemm_args = {a for st in steps if st.node.op == "matmul" for a in st.args}
         writes = np.zeros((3, len(steps)), np.int64)  # Per step: whether it writes the arena, from, to.
         for j, st in enumerate(steps):
             loc = own[st.out]
             nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
             writes[:, j] = (loc.base == 0, loc.off, loc.off + nbytes)
-        root: dict[int, int] = {}
-        self._virtual: set[int] = set()
-        for k, st in enumerate(steps):
-            s = st.out
-            if st.node.op in _VIEW_OPS and s not in self._out_base and st.args[0] in locs:
-                src = st.args[0]
-                view = _view_of(st.node, locs[src])
-                r = root.get(src, src)
-                if view is not None and self._safe(r, index, last.get(s, k), k, writes, own) and \
-                        (s not in gemm_args or self._gemm_ok(view)):
-                    view.src, view.node = src, st.node
-                    locs[s] = view
-                    root[s] = r
-                    self._virtual.add(s)
-                    continue
-            locs[s] = own[s]
+        # Start from every view free and take back those whose source memory is written while they are read,
+        # counting only the writes of steps that still write; repeat until nothing changes.
+        free = {st.out for st in steps if st.node.op in _VIEW_OPS and st.out not in self._out_base}
+        while True:
+            root: dict[int, int] = {}
+            for st in steps:
+                s = st.out
+                locs[s] = own[s]
+                if s in free and st.args[0] in locs:
+                    view = _view_of(st.node, locs[st.args[0]])
+                    if view is not None and (s not in gemm_args or self._gemm_ok(view)):
+                        view.src, view.node = st.args[0], st.node
+                        locs[s] = view
+                        root[s] = root.get(st.args[0], st.args[0])
+                        continue
+                free.discard(s)
+            writes[0] = [st.out not in free and own[st.out].base == 0 for st in steps]
+            until = dict(last)  # A free view's source is read until the view's (or a free view of it's) last reader.
+            for st in reversed(steps):
+                if st.out in free:
+                    until[st.args[0]] = max(until.get(st.args[0], -1), until.get(st.out, index[st.out]))
+            unsafe = {s for s in free if not self._safe(root[s], index, until.get(s, index[s]), index[s], writes, own)}
+            if not unsafe:
+                break
+            free -= unsafe
+        self._virtual: set[int] = set(free)
         self._virtual |= into_output  # Written by their matmul: no step of their own.
         self._locs = locs
         self._steps = steps
@@ -440,9 +447,7 @@ class NativeProgram:
     def _run_python(self, step: _Step, objs, ctx: _Ctx) -> None:
         st = step.st
         dst = self._value(st.out, objs, ctx)
-        if step.kind == _COPY:
-            np.copyto(dst, _apply_view(st.node, self._value(st.args[0], objs, ctx)))
-        elif step.kind == _GEMM:
+        if step.kind == _GEMM:
             self._gemm_python(step.gemm, objs, ctx)
         else:
             st.run([self._value(a, objs, ctx) for a in st.args], dst)
@@ -501,6 +506,10 @@ class NativeProgram:
             elif op in _VIEW_OPS:
                 view = _view_of(st.node, self._locs[st.args[0]])
                 dl = self._locs[s]
+                if view is None and op == "reshape":  # Not a view: copy the source in C order.
+                    sl = self._locs[st.args[0]]
+                    view = _Loc(sl.base, sl.off, sl.shape, sl.strides, sl.dtype)
+                    dl = _Loc(dl.base, dl.off, sl.shape, _contiguous(sl.shape, dl.dtype.itemsize), dl.dtype)
                 if view is not None and not self._overlaps(dl, view):  # (NumPy copes with overlap.)
                     dims = _copy_dims(view.shape, view.strides, dl.strides)
                     rec = [_COPY, len(dims), dl.dtype.itemsize, view.base, view.off, dl.base, dl.off] + \
