@@ -147,7 +147,10 @@ def test_cnn_like_graph(monkeypatch):
 
     exe = _traced(fwd, loom.randn(2, 2, 8, 8))
     _check(exe, monkeypatch, exact_vs_python=False)
-    assert native._KERNEL in _kinds(exe)
+    kinds = _kinds(exe)
+    assert native._KERNEL in kinds and native._GEMM in kinds
+    assert native._COPY in kinds, "im2col's reshapes of strided views are C copies"
+    assert len(exe._native._virtual) > 0, "and its other views cost nothing"
 
 
 def test_reference_only_ops_split_segments(monkeypatch):
