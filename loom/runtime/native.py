@@ -183,11 +183,10 @@ def _copy_dims(shape, ss, ds) -> list[tuple[int, int, int]]:
 class _Step:
     """One table entry: what it is and how Python runs it when C does not."""
 
-    __slots__ = ("kind", "st", "args", "dst", "gemm", "kernel", "native")
+    __slots__ = ("kind", "st", "args", "dst", "gemm")
 
-    def __init__(self, kind, st, args, dst, gemm=None, kernel=None):
-        self.kind, self.st, self.args, self.dst, self.gemm, self.kernel = kind, st, args, dst, gemm, kernel
-        self.native = kind != _PY
+    def __init__(self, kind, st, args, dst, gemm=None):
+        self.kind, self.st, self.args, self.dst, self.gemm = kind, st, args, dst, gemm
 
 
 class _Ctx:
@@ -493,7 +492,7 @@ class NativeProgram:
                 if kern is not None and kern.ready and driver is not None:
                     rec = self._kernel_record(kern, st, objs, ctx, keep, kernel_mod)
                     if rec is not None:
-                        step = _Step(_KERNEL, st, st.args, s, kernel=kern)
+                        step = _Step(_KERNEL, st, st.args, s)
                     else:
                         rec = [_PY]
             elif op == "matmul":
