@@ -348,3 +348,27 @@ def test_portable_pointer_table_path(monkeypatch):
     got = exe(*arrays)
     assert exe._native._ctxs[0].ctl[0] == 0 and exe._native._ctxs[0].ctl[1] == 0
     _same(got, want)
+
+
+def test_kernel_still_building_runs_from_python_until_built(monkeypatch):
+    def fn(a):
+        return ((a * 2.0).exp() + 1.0).sum(1), (a - 3.0).tanh() @ a.T
+
+    exe = _compiled(fn, np.ones((5, 5), np.float32))
+    arrays = _inputs(exe)
+    want = exe(*arrays)
+    ref = _python_path(exe, monkeypatch)  # Shares the kernel libraries (and so their state) with exe.
+    lib = next(k for k in exe.kernels if k._lib is not None)._lib
+    monkeypatch.setattr(lib, "state", "pending")  # As while its build runs: Kernel.run takes the reference path.
+    lib.done.clear()
+    exe._native._fast = None
+    try:
+        got = exe(*arrays)
+        kinds = _kinds(exe)
+        assert native._PY in kinds and native._KERNEL in kinds and exe._native._fast is None
+        _same(got, ref(*arrays))
+    finally:
+        lib.done.set()
+    monkeypatch.setattr(lib, "state", "ready")
+    _same(exe(*arrays), want)
+    assert native._PY not in _kinds(exe) and exe._native._fast is not None
