@@ -131,11 +131,6 @@ int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t st
   }
   return nsteps;
 }
-
-/* One GEMM record run on its own (the Python tier of a plan uses the same call as loom_run). */
-void loom_gemm_step(const int64_t *prog, const int64_t *record, char *const *bases, int64_t *ctl) {
-  loom_gemm(prog, record, bases, ctl);
-}
 """
 
 _LOCK = threading.Lock()
@@ -143,7 +138,8 @@ _STATE: dict[str, object] = {}
 
 
 class Driver:
-    """The loaded driver library: ``run(prog, objs, ctl, start)`` and ``gemm(prog, record, bases, ctl)``."""
+    """The loaded driver library: ``run_objects(prog, objs, ctl, start)`` (objects as a tuple) and
+    ``run_pointers`` (the same with a table of pointers to data-pointer cells)."""
 
     def __init__(self, lib: ctypes.CDLL, path: str):
         self.path = path
@@ -152,8 +148,6 @@ class Driver:
         self.run_objects = proto(("loom_run", lib))
         proto = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
         self.run_pointers = proto(("loom_run", lib))
-        proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-        self.gemm = proto(("loom_gemm_step", lib))
 
 
 def _load(path: str, root: str) -> Driver:
