@@ -134,7 +134,14 @@ int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t st
 """
 
 _LOCK = threading.Lock()
-_STATE: dict[str, object] = {}
+
+
+class _State:
+    driver: Driver | None = None           # The loaded library.
+    done: threading.Event | None = None    # Set when its build (or load) has finished.
+
+
+_STATE = _State()
 
 
 class Driver:
@@ -191,48 +198,49 @@ def get_driver(wait: bool = False) -> Driver | None:
     """
     from . import cache
 
-    state = _STATE.get("driver")
-    if isinstance(state, Driver):
-        return state
+    if _STATE.driver is not None:
+        return _STATE.driver
+    sync = wait or cache.sync_mode()
     with _LOCK:
-        done = _STATE.get("done")
+        done = _STATE.done
         if done is None:
-            done = _STATE["done"] = threading.Event()
+            done = _STATE.done = threading.Event()
 
-            def work():
+            def work(event: threading.Event = done) -> None:
                 try:
-                    _STATE["driver"] = _build()
+                    _STATE.driver = _build()
                 finally:
-                    done.set()
-            if wait or cache.sync_mode():
+                    event.set()
+            if sync:
                 work()
             else:
                 cache._pool().submit(work)
-    if wait or cache.sync_mode():
+    if sync:
         done.wait()
-    return _STATE.get("driver")  # type: ignore[return-value]
+    return _STATE.driver
 
 
 def driver_done() -> bool:
     """Whether the driver's build (or load) has finished, successfully or not."""
-    done = _STATE.get("done")
-    return done is not None and done.is_set()  # type: ignore[attr-defined]
+    done = _STATE.done
+    return done is not None and done.is_set()
 
 
 def wait_driver(timeout: float | None = None) -> bool:
+    """Block until the driver is built (or `timeout` seconds pass); True if it is loaded."""
     get_driver()
-    done = _STATE["done"]
-    done.wait(timeout)  # type: ignore[attr-defined]
-    return isinstance(_STATE.get("driver"), Driver)
+    done = _STATE.done
+    if done is not None:
+        done.wait(timeout)
+    return _STATE.driver is not None
 
 
 def _after_fork() -> None:
     """A build thread does not survive fork: a child whose build was pending starts it again."""
     global _LOCK
     _LOCK = threading.Lock()
-    done = _STATE.get("done")
-    if done is not None and not done.is_set():  # type: ignore[attr-defined]
-        _STATE.clear()
+    if _STATE.done is not None and not _STATE.done.is_set():
+        _STATE.done = None
 
 
 if hasattr(os, "register_at_fork"):

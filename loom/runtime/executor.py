@@ -225,9 +225,9 @@ class Executable:
     def __call__(self, *values) -> tuple[np.ndarray, ...]:
         arrays = self.check_inputs(values)
         if self._native is not None:
-            results = self._native(arrays)
-            if results is not None:
-                return results
+            native_results = self._native(arrays)
+            if native_results is not None:
+                return native_results
         env: list[Any] = [None] * self._n_slots
         env[:len(arrays)] = arrays
         for s, value in self._consts:

@@ -59,9 +59,9 @@ class _Blas:
 
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
-        self.sgemm_addr = ctypes.cast(lib.scipy_cblas_sgemm, ctypes.c_void_p).value
-        self.dgemm_addr = ctypes.cast(lib.scipy_cblas_dgemm, ctypes.c_void_p).value
-        self.set_threads_addr = ctypes.cast(lib.scipy_openblas_set_num_threads, ctypes.c_void_p).value
+        self.sgemm_addr = _address(lib.scipy_cblas_sgemm)
+        self.dgemm_addr = _address(lib.scipy_cblas_dgemm)
+        self.set_threads_addr = _address(lib.scipy_openblas_set_num_threads)
         i, p = ctypes.c_int32, ctypes.c_void_p
         self.sgemm = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, ctypes.c_float, p, i, p,
                                       i, ctypes.c_float, p, i)(self.sgemm_addr)
@@ -78,6 +78,10 @@ class _Blas:
         if self.now[0] != want:
             self.set_threads(want)
             self.now[0] = want
+
+
+def _address(fn) -> int:
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
 
 
 _BLAS_LOCK = threading.Lock()
@@ -126,10 +130,10 @@ class _Loc:
 
     __slots__ = ("base", "off", "shape", "strides", "dtype", "src", "node")
 
-    def __init__(self, base: int, off: int, shape, strides, dtype, src: int = -1, node: Node | None = None):
+    def __init__(self, base: int, off: int, shape, strides, dtype, src: int = -1, node: Any = None):
         self.base, self.off, self.shape, self.strides, self.dtype = base, off, tuple(shape), tuple(strides), dtype
         self.src = src      # For a view: the slot it is derived from (-1: owns its memory).
-        self.node = node    # For a view: the view node (its op and attrs re-derive it in NumPy).
+        self.node: Node = node  # For a view: the view node (its op and attrs re-derive it in NumPy).
 
 
 def _contiguous(shape, itemsize: int) -> tuple[int, ...]:
@@ -200,6 +204,7 @@ class _Ctx:
         self.arena = self.arena[shift:shift + max(nbytes, 1)]
         self.views: dict[int, np.ndarray] = {}
         self.ctl = np.zeros(8, np.int64)
+        self.ctl_ptr = 0
 
 
 class NativeProgram:
@@ -454,6 +459,8 @@ class NativeProgram:
     def _gemm_python(self, g, objs, ctx: _Ctx) -> None:
         dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
         bl = self._blas
+        if bl is None:  # A GEMM step is only planned with the library loaded.
+            raise RuntimeError("loom internal: a GEMM step without a BLAS library")
         bl.prepare(macs)
         fn = bl.dgemm if dbl else bl.sgemm
         pa = _ptr(objs[a.base]) + a.off
@@ -490,11 +497,9 @@ class NativeProgram:
             elif op == "fused":
                 kern = self._kernels[k]
                 if kern is not None and kern.ready and driver is not None:
-                    rec = self._kernel_record(kern, st, objs, ctx, keep, kernel_mod)
-                    if rec is not None:
-                        step = _Step(_KERNEL, st, st.args, s)
-                    else:
-                        rec = [_PY]
+                    krec = self._kernel_record(kern, st, objs, ctx, keep, kernel_mod)
+                    if krec is not None:
+                        rec, step = krec, _Step(_KERNEL, st, st.args, s)
             elif op == "matmul":
                 g = self._gemm_plan(st)
                 if g is not None:
@@ -536,7 +541,7 @@ class NativeProgram:
         meta = plan.meta.copy()
         meta[0] = meta[1] = 0  # The driver passes a table of pointers to data-pointer cells.
         keep.append(meta)
-        fn = ctypes.cast(kern._lib._handle.loom_call, ctypes.c_void_p).value
+        fn = _address(kern._lib._handle.loom_call)
         locs = [self._locs[st.out]] + [self._locs[a] for a in st.args]
         rec = [_KERNEL, fn, meta.ctypes.data, len(locs)]
         for loc in locs:
