@@ -12,6 +12,10 @@ Memory: with a `MemoryPlan` (``plan.offsets``, ``plan.arena_bytes``) every
 placed intermediate is a view into one arena (reused across calls, one per
 concurrent call); without one each intermediate gets its own array, freed
 after its last use. Outputs always get fresh arrays, never arena views.
+
+Native: unless ``LOOM_NATIVE=0``, the steps also become one native program
+(`loom.runtime.native`) that C runs with one crossing per native segment;
+calls go through it, and through the loop here only for inputs it hands back.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from loom.errors import DTypeError, GraphError, LoomError, ShapeError, fmt_shape
 from loom.ir import ops
 from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
-from loom.runtime import reference, threads
+from loom.runtime import native, reference, threads
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _CONV_OPS = frozenset({"conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d_index"})
@@ -190,6 +194,7 @@ class Executable:
         self._arena_bytes = int(getattr(plan, "arena_bytes", 0) or 0) if plan is not None else 0
         self._arenas: list[tuple[np.ndarray, dict[int, np.ndarray]]] = []
         self._lock = threading.Lock()
+        self._native = native.build(self)  # The steps as one native program (None: LOOM_NATIVE=0).
 
     # ------------------------------------------------------------ memory
     def _acquire(self) -> tuple[np.ndarray, dict[int, np.ndarray]]:
@@ -242,6 +247,10 @@ class Executable:
 
     def __call__(self, *values) -> tuple[np.ndarray, ...]:
         arrays = self.check_inputs(values)
+        if self._native is not None:
+            native_results = self._native(arrays)
+            if native_results is not None:
+                return native_results
         env: list[Any] = [None] * self._n_slots
         env[:len(arrays)] = arrays
         for s, value in self._consts:
@@ -281,12 +290,14 @@ class Executable:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every kernel has finished building; True if all compiled."""
-        return all([k.wait(timeout) for k in self.kernels])
+        built = all([k.wait(timeout) for k in self.kernels])
+        return (self._native.wait(timeout) if self._native is not None else True) and built
 
     def __repr__(self) -> str:
         ready = sum(k.ready for k in self.kernels)
+        where = f"{self._native.segments()} native segments" if self._native is not None else "native off"
         return (f"<loom.Executable: {len(self._steps)} steps, {len(self.kernels)} kernels ({ready} compiled), "
-                f"arena {self._arena_bytes} B>")
+                f"{where}, arena {self._arena_bytes} B>")
 
 
 _STEP_CATEGORY = {"fused": "kernel", "matmul": "gemm"}

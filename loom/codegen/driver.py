@@ -1,0 +1,247 @@
+"""The native step driver: one generic C library that runs a compiled step's plan table without Python.
+
+A plan table (an int64 array written by `loom.runtime.native`) lists the
+steps of one compiled graph: generated kernels (called through their
+``loom_call`` with precomputed arguments), GEMMs (through a CBLAS library
+whose entry points the table names), strided copies, and steps Python must
+run. ``loom_run`` walks the table from a given step and returns at the first
+Python step or failing kernel, so Python crosses into C once per native
+segment. The library does not depend on the graph: it is built once per
+machine and kept in the kernel cache (`loom.codegen.cache`, checked by
+`loom.codegen.trust` like every kernel).
+
+Table layout (all int64): ``[nsteps, sgemm, dgemm, set_num_threads, offset of
+each step...]`` then one record per step:
+
+- kernel ``[1, loom_call, meta, nobj, (base, byte offset) * nobj]``
+- gemm ``[2, is_double, transa, transb, M, N, K, lda, ldb, ldc, (base, offset)
+  for A, B and C, batch dims, multiply-adds, (size, A, B, C byte strides) per
+  batch dim]``
+- copy ``[3, ndim, itemsize, src base, src offset, dst base, dst offset,
+  (size, src stride, dst stride) per dim]``
+- python ``[4]``
+
+Bases are the call's objects (the arena, inputs, outputs and constants), read
+with the same convention as ``loom_call`` (``ctl[0]``, ``ctl[1]``: tuple item and
+array data offsets; both 0 for a table of pointers to data-pointer cells).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+
+from . import build, trust
+
+log = logging.getLogger("loom.codegen")
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+
+typedef int32_t (*loom_call_t)(const char *, const int64_t *, int64_t);
+typedef void (*sgemm_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
+                        const float *, int32_t, float, float *, int32_t);
+typedef void (*dgemm_t)(int, int, int, int32_t, int32_t, int32_t, double, const double *, int32_t,
+                        const double *, int32_t, double, double *, int32_t);
+typedef void (*setnt_t)(int);
+
+enum { CTL_ITEM, CTL_DATA, CTL_NOBJ, CTL_THREADS, CTL_BLAS_MIN, CTL_RC, CTL_BLAS_NOW };
+
+static void loom_copy(int64_t nd, int64_t isz, const int64_t *d, char *src, char *dst) {
+  if (nd == 0) { memcpy(dst, src, isz); return; }
+  int64_t n = d[0], ss = d[1], ds = d[2];
+  if (nd == 1) {
+    if (ss == isz && ds == isz) { memcpy(dst, src, n * isz); return; }
+    switch (isz) {
+      case 1: for (int64_t i = 0; i < n; i++) dst[i * ds] = src[i * ss]; return;
+      case 2: for (int64_t i = 0; i < n; i++) *(uint16_t *)(dst + i * ds) = *(uint16_t *)(src + i * ss); return;
+      case 4: for (int64_t i = 0; i < n; i++) *(uint32_t *)(dst + i * ds) = *(uint32_t *)(src + i * ss); return;
+      case 8: for (int64_t i = 0; i < n; i++) *(uint64_t *)(dst + i * ds) = *(uint64_t *)(src + i * ss); return;
+      default: for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds, src + i * ss, isz); return;
+    }
+  }
+  for (int64_t i = 0; i < n; i++) loom_copy(nd - 1, isz, d + 3, src + i * ss, dst + i * ds);
+}
+
+static void loom_blas_threads(const int64_t *prog, int64_t *ctl, int64_t macs) {
+  int64_t want = macs >= ctl[CTL_BLAS_MIN] ? ctl[CTL_THREADS] : 1;
+  int64_t *now = (int64_t *)ctl[CTL_BLAS_NOW];
+  if (want < 1) want = 1;
+  if (__atomic_load_n(now, __ATOMIC_RELAXED) != want) {
+    ((setnt_t)prog[3])((int)want);
+    __atomic_store_n(now, want, __ATOMIC_RELAXED);
+  }
+}
+
+static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
+  int dbl = (int)r[1], ta = (int)r[2], tb = (int)r[3];
+  int32_t M = (int32_t)r[4], N = (int32_t)r[5], K = (int32_t)r[6];
+  int32_t lda = (int32_t)r[7], ldb = (int32_t)r[8], ldc = (int32_t)r[9];
+  char *A = base[r[10]] + r[11], *B = base[r[12]] + r[13], *C = base[r[14]] + r[15];
+  int64_t nbd = r[16], macs = r[17], nb = 1;
+  const int64_t *bd = r + 18;
+  for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
+  loom_blas_threads(prog, ctl, macs);
+  for (int64_t b = 0; b < nb; b++) {
+    int64_t rest = b, oa = 0, ob = 0, oc = 0;
+    for (int64_t j = nbd - 1; j >= 0; j--) {
+      int64_t i = rest % bd[4 * j]; rest /= bd[4 * j];
+      oa += i * bd[4 * j + 1]; ob += i * bd[4 * j + 2]; oc += i * bd[4 * j + 3];
+    }
+    if (dbl)
+      ((dgemm_t)prog[2])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0, (const double *)(A + oa), lda,
+                         (const double *)(B + ob), ldb, 0.0, (double *)(C + oc), ldc);
+    else
+      ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, (const float *)(A + oa), lda,
+                         (const float *)(B + ob), ldb, 0.0f, (float *)(C + oc), ldc);
+  }
+}
+
+/* Run steps from `start` until a Python step, a kernel that returns nonzero (its code goes to
+   ctl[CTL_RC]) or the end; return that step's index (nsteps at the end). */
+int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t start) {
+  const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ], item_off = ctl[CTL_ITEM], data_off = ctl[CTL_DATA];
+  char *base[nobj > 0 ? nobj : 1];
+  for (int64_t o = 0; o < nobj; o++) {
+    const char *obj = *(const char *const *)(objs + item_off + 8 * o);
+    base[o] = *(char *const *)(obj + data_off);
+  }
+  ctl[CTL_RC] = 0;
+  for (int64_t k = start; k < nsteps; k++) {
+    const int64_t *r = prog + prog[4 + k];
+    switch (r[0]) {
+      case 1: {
+        int64_t n = r[3];
+        char *cells[n > 0 ? n : 1];
+        const char *refs[n > 0 ? n : 1];
+        for (int64_t o = 0; o < n; o++) {
+          cells[o] = base[r[4 + 2 * o]] + r[5 + 2 * o];
+          refs[o] = (const char *)&cells[o];
+        }
+        int32_t rc = ((loom_call_t)r[1])((const char *)refs, (const int64_t *)r[2], ctl[CTL_THREADS]);
+        if (rc != 0) { ctl[CTL_RC] = rc; return k; }
+        break;
+      }
+      case 2: loom_gemm(prog, r, base, ctl); break;
+      case 3: loom_copy(r[1], r[2], r + 7, base[r[3]] + r[4], base[r[5]] + r[6]); break;
+      default: return k;
+    }
+  }
+  return nsteps;
+}
+"""
+
+_LOCK = threading.Lock()
+
+
+class _State:
+    driver: Driver | None = None           # The loaded library.
+    done: threading.Event | None = None    # Set when its build (or load) has finished.
+
+
+_STATE = _State()
+
+
+class Driver:
+    """The loaded driver library: ``run_objects(prog, objs, ctl, start)`` (objects as a tuple) and
+    ``run_pointers`` (the same with a table of pointers to data-pointer cells)."""
+
+    def __init__(self, lib: ctypes.CDLL, path: str):
+        self.path = path
+        self._lib = lib
+        proto = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p, ctypes.c_int64)
+        self.run_objects = proto(("loom_run", lib))
+        proto = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+        self.run_pointers = proto(("loom_run", lib))
+
+
+def _load(path: str, root: str) -> Driver:
+    with trust.locked(os.path.dirname(path), exclusive=False):
+        trust.verify(path, root)
+        lib = ctypes.CDLL(path)
+    if not hasattr(lib, "loom_run"):
+        raise trust.Untrusted("entry", f"driver library {path} has no entry point loom_run")
+    return Driver(lib, path)
+
+
+def _build() -> Driver | None:
+    from . import cache
+
+    cc_id = build.compiler_id()
+    root = cache._root()
+    if cc_id is None or root is None or os.environ.get("LOOM_CODEGEN", "1") == "0":
+        return None
+    key = cache.kernel_key("loom-step-driver\n" + SOURCE, False, cc_id)
+    path = os.path.join(root, "kernels", key[:2], key + ".so")
+    try:
+        return _load(path, root)
+    except FileNotFoundError:
+        pass
+    except (trust.Untrusted, OSError) as e:
+        log.debug("loom.codegen: rebuilding the step driver (%s)", e)
+    try:
+        trust.private_subdir(root, "kernels", key[:2])
+        build.compile_shared(SOURCE, path, False)
+        return _load(path, root)
+    except (build.BuildError, trust.Untrusted, OSError) as e:
+        log.warning("loom.codegen: building the native step driver failed (%s); compiled steps run from Python", e)
+        return None
+
+
+def get_driver(wait: bool = False) -> Driver | None:
+    """The driver library if it is loaded; starts its build (in the background unless `wait`) otherwise.
+
+    Returns None while it builds and when it cannot be built (no compiler,
+    no safe cache directory, ``LOOM_CODEGEN=0``).
+    """
+    from . import cache
+
+    if _STATE.driver is not None:
+        return _STATE.driver
+    sync = wait or cache.sync_mode()
+    with _LOCK:
+        done = _STATE.done
+        if done is None:
+            done = _STATE.done = threading.Event()
+
+            def work(event: threading.Event = done) -> None:
+                try:
+                    _STATE.driver = _build()
+                finally:
+                    event.set()
+            if sync:
+                work()
+            else:
+                cache._pool().submit(work)
+    if sync:
+        done.wait()
+    return _STATE.driver
+
+
+def driver_done() -> bool:
+    """Whether the driver's build (or load) has finished, successfully or not."""
+    done = _STATE.done
+    return done is not None and done.is_set()
+
+
+def wait_driver(timeout: float | None = None) -> bool:
+    """Block until the driver is built (or `timeout` seconds pass); True if it is loaded."""
+    get_driver()
+    done = _STATE.done
+    if done is not None:
+        done.wait(timeout)
+    return _STATE.driver is not None
+
+
+def _after_fork() -> None:
+    """A build thread does not survive fork: a child whose build was pending starts it again."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    if _STATE.done is not None and not _STATE.done.is_set():
+        _STATE.done = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

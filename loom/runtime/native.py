@@ -1,0 +1,656 @@
+"""A compiled step as one native program: the executor's steps written into a plan table that C walks.
+
+`NativeProgram` is built beside an `Executable` whose shapes are fixed. It
+decides, once, where every value lives (an arena offset, an input, a fresh
+output, a constant, or a strided view of one of these: reshape, permute,
+expand, slice and flip cost nothing), and writes each step as a record for
+the C driver (`loom.codegen.driver`):
+
+- fused nodes call their generated kernel's ``loom_call`` with the argument
+  block `Kernel` would compute for the same strides;
+- float32/float64 matmuls call ``cblas_sgemm``/``dgemm`` of the
+  ``scipy-openblas32`` wheel, transposes and leading dimensions read from the
+  operand strides (a transposed operand is never copied), batches as a loop;
+- views that must exist as values (outputs, views whose source memory is
+  reused before their last reader) become strided copies;
+- everything else (reference-only ops, ``check``, gather, scatter...) stays
+  a Python step that splits the program into native segments.
+
+A call crosses into C once per native segment. Tiers: until the driver
+library is built every step runs from Python, and a kernel that is not built
+yet is a Python step; both tiers run the same kernels, the same BLAS calls
+and the same copies on the same memory, so results are identical. A kernel
+that returns an error code is rerun from Python (an integer division by
+zero raises there; an overlap or misalignment is retried on copies and the
+step stays in Python). Inputs that are not C-contiguous and aligned send the
+call back to the executor's own path.
+
+``LOOM_NATIVE=0`` turns native programs off.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from loom.ir.node import Node
+from loom.runtime import threads
+
+_KERNEL, _GEMM, _COPY, _PY = 1, 2, 3, 4
+_VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
+_ALIGN = 64
+_INT32_MAX = 2**31 - 1
+_CTL_RC = 5
+
+
+def enabled() -> bool:
+    """Whether compiled graphs run as native programs (``LOOM_NATIVE``, default on)."""
+    return os.environ.get("LOOM_NATIVE", "1") not in ("", "0")
+
+
+# ---------------------------------------------------------------- BLAS
+
+class _Blas:
+    """The CBLAS of the ``scipy-openblas32`` wheel (prefixed symbols, 32-bit integers)."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib
+        self.sgemm_addr = _address(lib.scipy_cblas_sgemm)
+        self.dgemm_addr = _address(lib.scipy_cblas_dgemm)
+        self.set_threads_addr = _address(lib.scipy_openblas_set_num_threads)
+        i, p = ctypes.c_int32, ctypes.c_void_p
+        self.sgemm = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, ctypes.c_float, p, i, p,
+                                      i, ctypes.c_float, p, i)(self.sgemm_addr)
+        self.dgemm = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, ctypes.c_double, p, i,
+                                      p, i, ctypes.c_double, p, i)(self.dgemm_addr)
+        self.set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int)(self.set_threads_addr)
+        self.now = np.zeros(1, np.int64)  # The thread count last given (0: never); shared with the driver.
+        self.set_threads(1)
+        self.now[0] = 1
+
+    def prepare(self, macs: int) -> None:
+        """Threads as `threads.prepare_blas` decides them (the driver applies the same rule)."""
+        want = threads.get_num_threads() if macs >= threads.blas_par_min() else 1
+        if self.now[0] != want:
+            self.set_threads(want)
+            self.now[0] = want
+
+
+def _address(fn) -> int:
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
+_BLAS_LOCK = threading.Lock()
+_BLAS: list = []
+
+
+def blas() -> _Blas | None:
+    """The loaded BLAS, or None when ``scipy-openblas32`` is not installed (matmuls then run from Python)."""
+    if _BLAS:
+        return _BLAS[0]
+    with _BLAS_LOCK:
+        if not _BLAS:
+            found = None
+            try:
+                spec = importlib.util.find_spec("scipy_openblas32")
+                if spec is not None and spec.submodule_search_locations:
+                    folder = os.path.join(list(spec.submodule_search_locations)[0], "lib")
+                    names = sorted(n for n in os.listdir(folder) if n.startswith("libscipy_openblas")
+                                   and (".so" in n or n.endswith(".dylib")))
+                    if names:
+                        found = _Blas(ctypes.CDLL(os.path.join(folder, names[0])))
+            except (OSError, AttributeError, ImportError):
+                found = None
+            _BLAS.append(found)
+    return _BLAS[0]
+
+
+def _blas_operand(rows: int, cols: int, rs: int, cs: int) -> tuple[int, int] | None:
+    """(transposed, leading dimension) for a row-major CBLAS operand with element strides rs, cs; None if
+    no BLAS layout reads it."""
+    if cs == 1 or cols == 1:
+        ld = rs if rows > 1 else max(cols, 1)
+        if ld >= max(cols, 1):
+            return 0, ld
+    if rs == 1 or rows == 1:
+        ld = cs if cols > 1 else max(rows, 1)
+        if ld >= max(rows, 1):
+            return 1, ld
+    return None
+
+
+# ---------------------------------------------------------------- where values live
+
+class _Loc:
+    """A value's place: object `base` (0 the arena, then inputs, outputs, constants), byte `off`, strides."""
+
+    __slots__ = ("base", "off", "shape", "strides", "dtype", "src", "node")
+
+    def __init__(self, base: int, off: int, shape, strides, dtype, src: int = -1, node: Any = None):
+        self.base, self.off, self.shape, self.strides, self.dtype = base, off, tuple(shape), tuple(strides), dtype
+        self.src = src      # For a view: the slot it is derived from (-1: owns its memory).
+        self.node: Node = node  # For a view: the view node (its op and attrs re-derive it in NumPy).
+
+
+def _contiguous(shape, itemsize: int) -> tuple[int, ...]:
+    strides, acc = [], itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def _view_of(node: Node, src: _Loc) -> _Loc | None:
+    """The layout of view `node` of `src` without copying, or None if NumPy would need a copy."""
+    base = np.zeros(1, src.dtype)
+    fake = np.lib.stride_tricks.as_strided(base, src.shape, src.strides)
+    try:
+        if node.op == "reshape":
+            out = np.reshape(fake, tuple(node.attrs["shape"]), copy=False)
+        else:
+            from loom.ir.ops import PRIMITIVES
+            out = np.asarray(PRIMITIVES[node.op].impl(fake, node.attrs))
+    except (ValueError, TypeError):
+        return None
+    if out.shape != tuple(node.shape):
+        return None
+    delta = out.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return _Loc(src.base, src.off + delta, out.shape, out.strides, src.dtype)
+
+
+def _apply_view(node: Node, array: np.ndarray) -> np.ndarray:
+    if node.op == "reshape":
+        return np.reshape(array, tuple(node.attrs["shape"]), copy=False)
+    from loom.ir.ops import PRIMITIVES
+    return np.asarray(PRIMITIVES[node.op].impl(array, node.attrs))
+
+
+def _copy_dims(shape, ss, ds) -> list[tuple[int, int, int]]:
+    """(size, src stride, dst stride) per dim, with dims of size 1 dropped and contiguous runs merged."""
+    dims: list[tuple[int, int, int]] = []
+    for n, a, b in zip(shape, ss, ds):
+        if n == 1:
+            continue
+        if dims and dims[-1][1] == n * a and dims[-1][2] == n * b:
+            dims[-1] = (dims[-1][0] * n, a, b)
+        else:
+            dims.append((int(n), int(a), int(b)))
+    return dims
+
+
+# ---------------------------------------------------------------- the program
+
+class _Step:
+    """One table entry: what it is and how Python runs it when C does not."""
+
+    __slots__ = ("kind", "st", "args", "dst", "gemm")
+
+    def __init__(self, kind, st, args, dst, gemm=None):
+        self.kind, self.st, self.args, self.dst, self.gemm = kind, st, args, dst, gemm
+
+
+class _Ctx:
+    """What one concurrent call owns: an arena, its views, and the driver's control block."""
+
+    __slots__ = ("arena", "views", "ctl", "ctl_ptr")
+
+    def __init__(self, nbytes: int):
+        self.arena = np.empty(max(nbytes, 1) + _ALIGN, np.uint8)
+        shift = (-self.arena.ctypes.data) % _ALIGN
+        self.arena = self.arena[shift:shift + max(nbytes, 1)]
+        self.views: dict[int, np.ndarray] = {}
+        self.ctl = np.zeros(8, np.int64)
+        self.ctl_ptr = 0
+
+
+class NativeProgram:
+    """The native form of an `Executable` (see the module docstring); ``program(arrays)`` runs one call.
+
+    Returns None from a call it hands back to the executor (inputs that are
+    not C-contiguous and aligned).
+    """
+
+    def __init__(self, exe) -> None:
+        self.exe = exe
+        self._lock = threading.Lock()
+        self._blas = blas()
+        steps = exe._steps
+        nin = len(exe._inputs)
+        out_slots = exe._out_slots
+        produced = {st.out for st in steps}
+        self._out_base: dict[int, int] = {}
+        self._out_specs: list[tuple[tuple[int, ...], np.dtype]] = []
+        node_of = {st.out: st.node for st in steps}
+        for s in out_slots:
+            if s in produced and s not in self._out_base:
+                self._out_base[s] = 1 + nin + len(self._out_specs)
+                self._out_specs.append((tuple(node_of[s].shape), node_of[s].dtype.np))
+        locs: dict[int, _Loc] = {}
+        for k, node in enumerate(exe._inputs):
+            d = node.dtype.np
+            locs[k] = _Loc(1 + k, 0, node.shape, _contiguous(node.shape, d.itemsize), d)
+        nout = len(self._out_base)
+        self._const_arrays = []
+        for j, (s, value) in enumerate(exe._consts):
+            locs[s] = _Loc(1 + nin + nout, 0, value.shape, value.strides, value.dtype)
+            locs[s].base += j
+            self._const_arrays.append(value)
+        offsets = getattr(exe.plan, "offsets", {}) if exe.plan is not None else {}
+        top = int(getattr(exe.plan, "arena_bytes", 0) or 0) if exe.plan is not None else 0
+        top = -(-top // _ALIGN) * _ALIGN
+        own: dict[int, _Loc] = {}  # Each step's own memory (used unless the step is a free view).
+        for st in steps:
+            node, d = st.node, st.node.dtype.np
+            strides = _contiguous(node.shape, d.itemsize)
+            if st.out in self._out_base:
+                j = self._out_base[st.out]
+                own[st.out] = _Loc(j, 0, node.shape, strides, d)
+            elif node in offsets:
+                own[st.out] = _Loc(0, int(offsets[node]), node.shape, strides, d)
+            else:
+                nbytes = int(np.prod(node.shape, dtype=np.int64)) * d.itemsize
+                own[st.out] = _Loc(0, top, node.shape, strides, d)
+                top += -(-max(nbytes, 1) // _ALIGN) * _ALIGN
+        # A value whose only reader is a reshape returned as an output (or a matmul whose only reader is a
+        # transpose returned as one) is written straight into that output.
+        readers: dict[int, int] = {}
+        for st in steps:
+            for a in st.args:
+                readers[a] = readers.get(a, 0) + 1
+        by_out = {st.out: st for st in steps}
+        into_output = set()
+        for st in steps:
+            node, src = st.node, by_out.get(st.args[0]) if st.args else None
+            if node.op == "reshape" and st.out in self._out_base and src is not None and \
+                    src.node.op not in _VIEW_OPS and readers.get(src.out) == 1 and src.out not in self._out_base:
+                v = own[st.out]
+                own[src.out] = _Loc(v.base, 0, src.node.shape, _contiguous(src.node.shape, v.dtype.itemsize), v.dtype)
+                into_output.add(st.out)
+            elif node.op == "permute" and st.out in self._out_base and src is not None and src.node.op == "matmul" \
+                    and readers.get(src.out) == 1 and src.out not in self._out_base and self._blas is not None:
+                n = len(node.shape)
+                if tuple(node.attrs["perm"]) == tuple(range(n - 2)) + (n - 1, n - 2):
+                    v = own[st.out]
+                    strides = v.strides[:-2] + (v.strides[-1], v.strides[-2])
+                    own[src.out] = _Loc(v.base, 0, src.node.shape, strides, v.dtype)
+                    into_output.add(st.out)
+        for st in steps:
+            loc = own[st.out]
+            if loc.base == 0:
+                nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+                top = max(top, loc.off + nbytes)
+        self.arena_bytes = top
+        # Which views cost nothing: a view of memory nobody writes while the view (or a view of it) is read.
+        index = {st.out: k for k, st in enumerate(steps)}
+        last = {}
+        for k, st in enumerate(steps):
+            for a in st.args:
+                last[a] = k
+        for s in out_slots:
+            last[s] = len(steps)
+        gemm_args = {a for st in steps if st.node.op == "matmul" for a in st.args}
+        writes = np.zeros((3, len(steps)), np.int64)  # Per step: whether it writes the arena, from, to.
+        for j, st in enumerate(steps):
+            loc = own[st.out]
+            nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+            writes[:, j] = (loc.base == 0, loc.off, loc.off + nbytes)
+        # Start from every view free and take back those whose source memory is written while they are read,
+        # counting only the writes of steps that still write; repeat until nothing changes.
+        free = {st.out for st in steps if st.node.op in _VIEW_OPS and st.out not in self._out_base}
+        while True:
+            root: dict[int, int] = {}
+            for st in steps:
+                s = st.out
+                locs[s] = own[s]
+                if s in free and st.args[0] in locs:
+                    view = _view_of(st.node, locs[st.args[0]])
+                    if view is not None and (s not in gemm_args or self._gemm_ok(view)):
+                        view.src, view.node = st.args[0], st.node
+                        locs[s] = view
+                        root[s] = root.get(st.args[0], st.args[0])
+                        continue
+                free.discard(s)
+            writes[0] = [st.out not in free and own[st.out].base == 0 for st in steps]
+            until = dict(last)  # A free view's source is read until the view's (or a free view of it's) last reader.
+            for st in reversed(steps):
+                if st.out in free:
+                    until[st.args[0]] = max(until.get(st.args[0], -1), until.get(st.out, index[st.out]))
+            unsafe = {s for s in free if not self._safe(root[s], index, until.get(s, index[s]), index[s], writes, own)}
+            if not unsafe:
+                break
+            free -= unsafe
+        self._virtual: set[int] = set(free)
+        self._virtual |= into_output  # Written by their matmul: no step of their own.
+        self._locs = locs
+        self._steps = steps
+        self._nin = nin
+        self._table: tuple | None = None     # (prog, its address, steps, kept arrays) of the current encoding.
+        self._encoded_for: tuple | None = None
+        self._forced: set[int] = set()       # Exe step indices that stay in Python (a kernel refused C).
+        self._ctxs: list[_Ctx] = []
+        found = iter(exe.kernels)  # The executor made one kernel per fused step, in step order.
+        self._kernels = [next(found) if st.node.op == "fused" else None for st in steps]
+        self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
+        self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
+
+    def _safe(self, r: int, index: dict, until: int, k: int, writes, own) -> bool:
+        """Whether the memory of root slot `r` stays unwritten from step `k` through step `until`."""
+        if r not in index:
+            return True  # An input or a constant: never written.
+        loc = own[r]
+        if loc.base != 0:
+            return True  # A fresh output: written once, by its own step.
+        nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+        lo, hi = loc.off, loc.off + nbytes
+        arena, wlo, whi = writes[:, k:until + 1]
+        hit = (arena != 0) & (wlo < hi) & (lo < whi)
+        if k <= index[r] <= until:
+            hit[index[r] - k] = False
+        return not hit.any()
+
+    @staticmethod
+    def _gemm_ok(loc: _Loc) -> bool:
+        isz = loc.dtype.itemsize
+        if len(loc.shape) < 2 or any(s % isz for s in loc.strides[-2:]):
+            return False
+        return _blas_operand(loc.shape[-2], loc.shape[-1], loc.strides[-2] // isz, loc.strides[-1] // isz) is not None
+
+    # ------------------------------------------------------------ describing
+    def segments(self) -> int:
+        """Native segments of the plan once every kernel is built (runs of steps C runs between Python steps)."""
+        count, inside = 0, False
+        for k, st in enumerate(self._steps):
+            if st.out in self._virtual:
+                continue
+            native = self._planned_native(k, st)
+            if native and not inside:
+                count += 1
+            inside = native
+        return count
+
+    def _planned_native(self, k: int, st) -> bool:
+        if k in self._forced:
+            return False
+        op = st.node.op
+        if op == "fused":
+            kern = self._kernels[k]
+            return kern is not None and kern._lib is not None and not kern.failed
+        if op == "matmul":
+            return self._gemm_plan(st) is not None
+        return op in _VIEW_OPS
+
+    def _gemm_plan(self, st) -> tuple | None:
+        """The CBLAS arguments of a matmul step, or None when it runs from Python."""
+        if self._blas is None or st.node.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)):
+            return None
+        a, b, c = self._locs[st.args[0]], self._locs[st.args[1]], self._locs[st.out]
+        if a.dtype != st.node.dtype.np or b.dtype != st.node.dtype.np:
+            return None
+        isz = c.dtype.itemsize
+        M, K, N = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
+        if min(M, N, K) == 0 or max(M, N, K) > _INT32_MAX:
+            return None
+        la, lb = self._gemm_layout(a), self._gemm_layout(b)
+        if la is None or lb is None:
+            return None
+        if self._overlaps(c, a) or self._overlaps(c, b) or any(x % isz for x in c.strides):
+            return None
+        macs = int(np.prod(st.node.shape, dtype=np.int64)) * K
+        rs, cs = c.strides[-2] // isz, c.strides[-1] // isz
+        if cs == 1 or N == 1:
+            ldc, swap = (rs if M > 1 else N), False
+        elif rs == 1 or M == 1:  # C is stored transposed: compute C^T = B^T A^T.
+            ldc, swap = (cs if N > 1 else M), True
+        else:
+            return None
+        batch = []
+        for n, sa, sb, sc in zip(c.shape[:-2], a.strides[:-2], b.strides[:-2], c.strides[:-2]):
+            if n != 1:
+                batch.append((int(n), int(sb), int(sa), int(sc)) if swap else (int(n), int(sa), int(sb), int(sc)))
+        if swap:
+            return (int(isz == 8), 1 - lb[0], 1 - la[0], N, M, K, lb[1], la[1], ldc, b, a, c, batch, macs)
+        return (int(isz == 8), la[0], lb[0], M, N, K, la[1], lb[1], ldc, a, b, c, batch, macs)
+
+    @staticmethod
+    def _gemm_layout(loc: _Loc) -> tuple[int, int] | None:
+        isz = loc.dtype.itemsize
+        if any(s % isz for s in loc.strides[-2:]):
+            return None
+        res = _blas_operand(int(loc.shape[-2]), int(loc.shape[-1]), loc.strides[-2] // isz, loc.strides[-1] // isz)
+        if res is None or res[1] > _INT32_MAX:
+            return None
+        return res
+
+    def _overlaps(self, c: _Loc, x: _Loc) -> bool:
+        if c.base != x.base:
+            return False
+        lo_x, hi_x = _extent(x)
+        lo_c, hi_c = _extent(c)
+        return lo_x < hi_c and lo_c < hi_x
+
+    # ------------------------------------------------------------ values for Python steps
+    def _value(self, s: int, objs, ctx: _Ctx) -> np.ndarray:
+        loc = self._locs[s]
+        if loc.src >= 0:
+            return _apply_view(loc.node, self._value(loc.src, objs, ctx))
+        if loc.base != 0:
+            arr = objs[loc.base]
+            if arr.strides != loc.strides:  # A matmul writing a transposed output.
+                arr = np.lib.stride_tricks.as_strided(arr, loc.shape, loc.strides)
+            return arr
+        view = ctx.views.get(s)
+        if view is None:
+            nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+            view = ctx.views[s] = ctx.arena[loc.off:loc.off + nbytes].view(loc.dtype).reshape(loc.shape)
+        return view
+
+    def _run_python(self, step: _Step, objs, ctx: _Ctx) -> None:
+        st = step.st
+        dst = self._value(st.out, objs, ctx)
+        if step.kind == _GEMM:
+            self._gemm_python(step.gemm, objs, ctx)
+        else:
+            st.run([self._value(a, objs, ctx) for a in st.args], dst)
+
+    def _gemm_python(self, g, objs, ctx: _Ctx) -> None:
+        dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
+        bl = self._blas
+        if bl is None:  # A GEMM step is only planned with the library loaded.
+            raise RuntimeError("loom internal: a GEMM step without a BLAS library")
+        bl.prepare(macs)
+        fn = bl.dgemm if dbl else bl.sgemm
+        pa = _ptr(objs[a.base]) + a.off
+        pb = _ptr(objs[b.base]) + b.off
+        pc = _ptr(objs[c.base]) + c.off
+        for idx in np.ndindex(*[n for n, *_ in batch]):
+            oa = sum(i * d[1] for i, d in zip(idx, batch))
+            ob = sum(i * d[2] for i, d in zip(idx, batch))
+            oc = sum(i * d[3] for i, d in zip(idx, batch))
+            fn(101, 112 if ta else 111, 112 if tb else 111, M, N, K, 1.0, pa + oa, lda, pb + ob, ldb, 0.0,
+               pc + oc, ldc)
+
+    # ------------------------------------------------------------ encoding
+    def _state(self, driver) -> tuple:
+        ready = tuple(k.ready if k is not None else False for k in self._kernels)
+        return (driver is not None, ready, frozenset(self._forced))
+
+    def _encode(self, driver, objs, ctx: _Ctx) -> tuple:
+        """The table for the kernels built now (a kernel not built yet is a Python step)."""
+        from loom.codegen import kernel as kernel_mod
+
+        steps: list[_Step] = []
+        records: list[list[int]] = []
+        keep: list[Any] = []
+        for k, st in enumerate(self._steps):
+            s = st.out
+            if s in self._virtual:
+                continue
+            op = st.node.op
+            step = _Step(_PY, st, st.args, s)
+            rec = [_PY]
+            if k in self._forced:
+                pass
+            elif op == "fused":
+                kern = self._kernels[k]
+                if kern is not None and kern.ready and driver is not None:
+                    krec = self._kernel_record(kern, st, objs, ctx, keep, kernel_mod)
+                    if krec is not None:
+                        rec, step = krec, _Step(_KERNEL, st, st.args, s)
+            elif op == "matmul":
+                g = self._gemm_plan(st)
+                if g is not None:
+                    dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
+                    rec = [_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
+                           len(batch), macs] + [v for d in batch for v in d]
+                    step = _Step(_GEMM, st, st.args, s, gemm=g)
+            elif op in _VIEW_OPS:
+                view = _view_of(st.node, self._locs[st.args[0]])
+                dl = self._locs[s]
+                if view is None and op == "reshape":  # Not a view: copy the source in C order.
+                    sl = self._locs[st.args[0]]
+                    view = _Loc(sl.base, sl.off, sl.shape, sl.strides, sl.dtype)
+                    dl = _Loc(dl.base, dl.off, sl.shape, _contiguous(sl.shape, dl.dtype.itemsize), dl.dtype)
+                if view is not None and not self._overlaps(dl, view):  # (NumPy copes with overlap.)
+                    dims = _copy_dims(view.shape, view.strides, dl.strides)
+                    rec = [_COPY, len(dims), dl.dtype.itemsize, view.base, view.off, dl.base, dl.off] + \
+                        [v for d in dims for v in d]
+                    step = _Step(_COPY, st, st.args, s)
+            steps.append(step)
+            records.append(rec)
+        bl = self._blas
+        head = [len(records), bl.sgemm_addr if bl else 0, bl.dgemm_addr if bl else 0, bl.set_threads_addr if bl else 0]
+        offs, pos = [], len(head) + len(records)
+        for rec in records:
+            offs.append(pos)
+            pos += len(rec)
+        prog = np.array(head + offs + [v for rec in records for v in rec], np.int64)
+        return (prog, prog.ctypes.data, steps, keep)
+
+    def _kernel_record(self, kern, st, objs, ctx, keep, kernel_mod) -> list[int] | None:
+        args = [self._value(a, objs, ctx) for a in st.args]
+        out = self._value(st.out, objs, ctx)
+        if not all(kernel_mod._usable(a) for a in args + [out]):
+            return None
+        plan = kern._plan(args, out)
+        if plan.meta is None or plan.copies:
+            return None
+        meta = plan.meta.copy()
+        meta[0] = meta[1] = 0  # The driver passes a table of pointers to data-pointer cells.
+        keep.append(meta)
+        fn = _address(kern._lib._handle.loom_call)
+        locs = [self._locs[st.out]] + [self._locs[a] for a in st.args]
+        rec = [_KERNEL, fn, meta.ctypes.data, len(locs)]
+        for loc in locs:
+            rec += [loc.base, loc.off]
+        return rec
+
+    # ------------------------------------------------------------ running
+    def _new_ctx(self) -> _Ctx:
+        from loom.codegen.kernel import _ABI
+
+        ctx = _Ctx(self.arena_bytes)
+        ctl = ctx.ctl
+        ctl[0], ctl[1] = _ABI if _ABI is not None else (0, 0)
+        ctl[2] = 1 + self._nin + len(self._out_specs) + len(self._const_arrays)
+        ctl[4] = threads.blas_par_min()
+        ctl[6] = self._blas.now.ctypes.data if self._blas is not None else 0
+        ctx.ctl_ptr = ctl.ctypes.data
+        return ctx
+
+    def _prepare(self, objs, ctx: _Ctx) -> tuple | None:
+        """(driver, table) for this call, encoding the table again when a kernel or the driver got built."""
+        from loom.codegen.driver import driver_done, get_driver
+
+        driver = get_driver()
+        if driver is None and driver_done():  # It cannot be built here: the executor's own loop serves.
+            return None
+        with self._lock:
+            state = self._state(driver)
+            if self._table is None or self._encoded_for != state:
+                self._table = self._encode(driver, objs, ctx)
+                self._encoded_for = state
+            pending = any(k is not None and k._lib is not None and not k._lib.done.is_set() for k in self._kernels)
+            current = (driver, self._table)
+            if driver is not None and not pending:
+                self._fast = current
+        return current
+
+    def __call__(self, arrays: list[np.ndarray]) -> tuple[np.ndarray, ...] | None:
+        for a in arrays:
+            f = a.flags
+            if not (f.c_contiguous and f.aligned):
+                return None
+        outs = [np.empty(shape, d) for shape, d in self._out_specs]
+        ctxs = self._ctxs
+        try:
+            ctx = ctxs.pop()  # One arena per concurrent call (list.pop and append are atomic).
+        except IndexError:
+            ctx = self._new_ctx()
+        objs = (ctx.arena, *arrays, *outs, *self._const_arrays)
+        try:
+            fast = self._fast if self._fast is not None else self._prepare(objs, ctx)
+            if fast is None:
+                return None
+            driver, table = fast
+            if driver is not None:
+                self._run_native(table, driver, objs, ctx)
+            else:
+                for step in table[2]:
+                    self._run_python(step, objs, ctx)
+            return tuple([objs[j] if j >= 0 else np.array(self._value(s, objs, ctx)) for s, j in self._results])
+        finally:
+            ctxs.append(ctx)
+
+    def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
+        prog, prog_ptr, steps, _ = table
+        n = len(steps)
+        ctl = ctx.ctl
+        ctl[3] = threads.get_num_threads()
+        if ctl[0] or ctl[1]:
+            call, arg = driver.run_objects, objs
+        else:  # No fixed struct offsets: a table of pointers to data-pointer cells.
+            cells = np.array([_ptr(o) for o in objs], np.uintp)
+            refs = cells.ctypes.data + cells.itemsize * np.arange(len(objs), dtype=np.uintp)
+            call, arg = driver.run_pointers, refs.ctypes.data
+        k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
+        while k < n:
+            step = steps[k]
+            if step.kind == _KERNEL:  # It returned an error code: Python reruns it (and raises, or uses copies).
+                if ctl[_CTL_RC] < 0:  # Overlap or misalignment: the step stays in Python from now on.
+                    with self._lock:
+                        self._forced.add(self._steps.index(step.st))
+                        self._fast = None
+                step = _Step(_PY, step.st, step.args, step.dst)
+            self._run_python(step, objs, ctx)
+            k = call(prog_ptr, arg, ctx.ctl_ptr, k + 1)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        from loom.codegen.driver import wait_driver
+        return wait_driver(timeout)
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _extent(loc: _Loc) -> tuple[int, int]:
+    lo = loc.off + sum((n - 1) * s for n, s in zip(loc.shape, loc.strides) if s < 0)
+    hi = loc.off + sum((n - 1) * s for n, s in zip(loc.shape, loc.strides) if s > 0) + loc.dtype.itemsize
+    return lo, hi
+
+
+def build(exe) -> NativeProgram | None:
+    """The native program for `exe`, or None (``LOOM_NATIVE=0``, no compiled kernels, or empty values)."""
+    if not enabled() or os.environ.get("LOOM_CODEGEN", "1") == "0":
+        return None
+    for st in exe._steps:
+        if 0 in st.node.shape:
+            return None
+    for n in exe._inputs:
+        if 0 in n.shape:
+            return None
+    return NativeProgram(exe)
