@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from loom import profiler as _profiler
 from loom.ir.node import Node
 from loom.runtime import threads
 
@@ -616,6 +617,8 @@ class NativeProgram:
             cells = np.array([_ptr(o) for o in objs], np.uintp)
             refs = cells.ctypes.data + cells.itemsize * np.arange(len(objs), dtype=np.uintp)
             call, arg = driver.run_pointers, refs.ctypes.data
+        if _profiler.ACTIVE is not None:
+            call = _profiled(call, n)
         k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
         while k < n:
             step = steps[k]
@@ -625,12 +628,28 @@ class NativeProgram:
                         self._forced.add(self._steps.index(step.st))
                         self._fast = None
                 step = _Step(_PY, step.st, step.args, step.dst)
-            self._run_python(step, objs, ctx)
+            if _profiler.ACTIVE is not None:
+                t0 = _profiler.now_us()
+                self._run_python(step, objs, ctx)
+                node = step.st.node
+                _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
+            else:
+                self._run_python(step, objs, ctx)
             k = call(prog_ptr, arg, ctx.ctl_ptr, k + 1)
 
     def wait(self, timeout: float | None = None) -> bool:
         from loom.codegen.driver import wait_driver
         return wait_driver(timeout)
+
+
+def _profiled(call, n: int):
+    """`call` that records each native segment (the steps from `start` up to where it returned) as an event."""
+    def run(prog_ptr, arg, ctl_ptr, start):
+        t0 = _profiler.now_us()
+        k = call(prog_ptr, arg, ctl_ptr, start)
+        _profiler.record(f"native steps {start}-{min(k, n) - 1}", "native", t0, _profiler.now_us(), steps=k - start)
+        return k
+    return run
 
 
 def _ptr(a: np.ndarray) -> int:
