@@ -14,7 +14,7 @@ from loom.dtypes import (  # noqa: F401
 )
 from loom.errors import (  # noqa: F401
     AutogradError, DeviceError, DTypeError, GraphError, LoomError, LoomIndexError, LoomTypeError, LoomValueError,
-    LoomZeroDivisionError, ShapeError,
+    LoomZeroDivisionError, MemoryBudgetError, LoomWarning, ShapeError,
 )
 from loom.device import Device, device  # noqa: F401
 from loom.tensor import (  # noqa: F401
