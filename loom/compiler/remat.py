@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -181,21 +181,34 @@ class _State:
         return self.live.spans[self.live.slot_of[node]][1] >= at and node in self.alone
 
 
-def _chain(state: _State, node: Node, at: int, clones: dict[Node, None], extend: dict[Node, None],
-           depth: int) -> bool:
+def _chain(state: _State, node: Node, at: int, found: _Found, depth: int) -> bool:
     """Collect the clones (inputs first) and kept-longer values that recompute `node` at step `at`."""
     for i in node.inputs:
-        if i in clones or i in extend or state.available(i, at):
+        if i in found.clones or i in found.extend or i in found.subs or state.available(i, at):
             continue
-        if recomputable(i) and depth < MAX_DEPTH:
-            if not _chain(state, i, at, clones, extend, depth + 1):
+        earlier = next((c for c in found.copies.get(i, ()) if c in state.pos and state.pos[c] < at
+                        and state.available(c, at)), None)
+        if earlier is not None:
+            found.subs[i] = earlier  # A copy made for an earlier choice is still there: read it.
+        elif recomputable(i) and depth < MAX_DEPTH:
+            if not _chain(state, i, at, found, depth + 1):
                 return False
-            clones[i] = None
+            found.clones[i] = None
         elif i in state.alone:
-            extend[i] = None
+            found.extend[i] = None
         else:
             return False  # Its slot is overwritten in place: neither readable later nor extendable.
     return True
+
+
+@dataclass
+class _Found:
+    """What one choice needs: clones (inputs first), values kept longer, earlier copies read instead."""
+
+    copies: dict[Node, list[Node]]
+    clones: dict[Node, None] = field(default_factory=dict)
+    extend: dict[Node, None] = field(default_factory=dict)
+    subs: dict[Node, Node] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,53 +217,56 @@ class _Choice:
     at: int
     clones: list[Node]
     extend: list[Node]
+    subs: dict[Node, Node]
     saved: int
     cost: float
 
     @property
     def footprint(self) -> set[Node]:
-        return {self.node, *self.clones, *self.extend} | {i for n in self.clones for i in n.inputs} \
-            | set(self.node.inputs)
+        return {self.node, *self.clones, *self.extend, *self.subs, *self.subs.values()} \
+            | {i for n in self.clones for i in n.inputs}
 
 
-def _choices(graph: Graph, state: _State, peak: int) -> list[_Choice]:
+def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Node]],
+             futile: set[Node]) -> list[_Choice]:
     """Every value live across step `peak` without being read there, with what recomputing it takes."""
     out = []
     for n in state.alone:
         first, last = state.live.spans[n]
-        if not first < peak < last or not recomputable(n):
+        if not first < peak < last or not recomputable(n) or n in futile:
             continue
         readers = state.readers[n]
         if peak in readers:
             continue
         at = min(r for r in readers if r > peak)
-        clones: dict[Node, None] = {}
-        extend: dict[Node, None] = {}
-        if not _chain(state, n, at, clones, extend, 1):
+        found = _Found(copies)
+        if not _chain(state, n, at, found, 1):
             continue
+        clones, extend = found.clones, found.extend
         # Values kept longer cost their bytes at the peak if they would have been freed before it.
         grown = sum(state.live.sizes[e] for e in extend if state.live.spans[e][1] < peak)
         saved = state.live.sizes[n] - grown
         if saved <= 0:
             continue
         cost = _cost(n) + sum(_cost(c) for c in clones)
-        out.append(_Choice(n, at, [*clones, n], list(extend), saved, cost))
+        out.append(_Choice(n, at, [*clones, n], list(extend), found.subs, saved, cost))
     out.sort(key=lambda c: (-c.saved / (c.cost + 1.0), c.node.id))
     return out
 
 
-def _apply(graph: Graph, state: _State, choice: _Choice) -> int:
-    """Clone `choice`'s chain and rewire the readers from its step on; returns the nodes added."""
-    mapping: dict[Node, Node] = {}
+def _apply(graph: Graph, state: _State, choice: _Choice, copies: dict[Node, list[Node]]) -> list[Node]:
+    """Clone `choice`'s chain and rewire the readers from its step on; returns the clones."""
+    mapping: dict[Node, Node] = dict(choice.subs)
     for n in choice.clones:
         mapping[n] = graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs))
+        copies.setdefault(n, []).append(mapping[n])
     copy = mapping[choice.node]
     for reader in graph.consumers(choice.node):
         if state.pos[reader] >= choice.at:
             for k, i in enumerate(reader.inputs):
                 if i is choice.node:
                     graph.set_input(reader, k, copy)
-    return len(mapping)
+    return [mapping[n] for n in choice.clones]
 
 
 def _prune_dead(graph: Graph) -> None:
@@ -297,13 +313,15 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Grap
     best: tuple[int, Graph | None, tuple[int, int, int]] = (before.arena_bytes, None, (0, 0, 0))
     target = budget  # For the live bytes; lowered when placement needs room above them.
     stale = 0
+    copies: dict[Node, list[Node]] = {}  # Original -> the clones made of it so far.
+    futile: set[Node] = set()  # Clones that did not lower the peak they were made for.
     for _ in range(MAX_ROUNDS):
         if plan.arena_bytes <= budget:
             break
         state = _State(graph)
         peak = int(np.argmax(state.profile))
         if state.profile[peak] <= target:
-            target -= max(plan.arena_bytes - budget, 64)
+            target -= max(plan.arena_bytes - budget, budget // 64, 64)
             if target <= 0:
                 break
             continue
@@ -313,14 +331,16 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Grap
         need = int(state.profile[peak]) - target
         touched: set[Node] = set()
         applied = 0
-        for choice in _choices(graph, state, peak):
+        made: list[Node] = []
+        for choice in _choices(graph, state, peak, copies, futile):
             if need <= 0:
                 break
             foot = choice.footprint
             if foot & touched:
                 continue
             touched |= foot
-            report.recomputed += _apply(graph, state, choice)
+            made += _apply(graph, state, choice, copies)
+            report.recomputed += len(choice.clones)
             report.extra_flops += sum(flops(n) for n in choice.clones)
             report.values += 1
             need -= choice.saved
@@ -328,7 +348,12 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Grap
         if not applied:
             break
         _prune_dead(graph)
+        lower = plan.lower_bound
         plan = plan_memory(graph)
+        if plan.lower_bound >= lower:
+            # The clones landed no later than the peak (their reader's other inputs come first):
+            # moving them again would do the same.
+            futile.update(made)
         stale = stale + 1 if plan.arena_bytes >= best[0] else 0
         if stale >= MAX_STALE:
             break
