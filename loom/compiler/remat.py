@@ -186,18 +186,22 @@ def _chain(state: _State, node: Node, at: int, found: _Found, depth: int) -> boo
     for i in node.inputs:
         if i in found.clones or i in found.extend or i in found.subs or state.available(i, at):
             continue
-        earlier = next((c for c in found.copies.get(i, ()) if c in state.pos and state.pos[c] < at
-                        and state.available(c, at)), None)
+        earlier = next((c for c in reversed(found.copies.get(i, ())) if c in state.pos and state.pos[c] < at),
+                       None)
         if earlier is not None:
-            found.subs[i] = earlier  # A copy made for an earlier choice is still there: read it.
+            # A copy made for an earlier choice: read it, kept alive until `at` if need be, rather
+            # than recompute it again (one recomputed segment serves the segment's whole backward).
+            found.subs[i] = earlier
+            if not state.available(earlier, at):
+                found.extend[earlier] = None
         elif recomputable(i) and depth < MAX_DEPTH:
             if not _chain(state, i, at, found, depth + 1):
                 return False
             found.clones[i] = None
-        elif i in state.alone:
-            found.extend[i] = None
         else:
-            return False  # Its slot is overwritten in place: neither readable later nor extendable.
+            # Kept alive until `at`; a later node that meant to overwrite it in place then gets a
+            # slot of its own (`plan_memory` only honours in-place marks on last readers).
+            found.extend[i] = None
     return True
 
 
@@ -244,8 +248,11 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
             continue
         clones, extend = found.clones, found.extend
         # Values kept longer cost their bytes at the peak if they would have been freed before it.
-        grown = sum(state.live.sizes[e] for e in extend if state.live.spans[e][1] < peak)
-        saved = state.live.sizes[n] - grown
+        grown = sum(state.live.sizes[e] for e in extend if state.live.spans[state.live.slot_of[e]][1] < peak)
+        # Cloned inputs whose late readers move to their clones stop crossing the peak too.
+        freed = sum(state.live.sizes[c] for c in clones if c in state.alone and state.live.spans[c][0] < peak
+                    and not any(peak <= r < at for r in state.readers[c]) and state.live.spans[c][1] > peak)
+        saved = state.live.sizes[n] + freed - grown
         if saved <= 0:
             continue
         cost = _cost(n) + sum(_cost(c) for c in clones)
@@ -260,12 +267,14 @@ def _apply(graph: Graph, state: _State, choice: _Choice, copies: dict[Node, list
     for n in choice.clones:
         mapping[n] = graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs))
         copies.setdefault(n, []).append(mapping[n])
-    copy = mapping[choice.node]
-    for reader in graph.consumers(choice.node):
-        if state.pos[reader] >= choice.at:
-            for k, i in enumerate(reader.inputs):
-                if i is choice.node:
-                    graph.set_input(reader, k, copy)
+    # Every cloned value's readers from the choice's step on read the clone (Chen's recomputed
+    # segment serves the whole backward of the segment), not only the chosen value's.
+    for n in choice.clones:
+        for reader in graph.consumers(n):
+            if reader in state.pos and state.pos[reader] >= choice.at:
+                for k, i in enumerate(reader.inputs):
+                    if i is n:
+                        graph.set_input(reader, k, mapping[n])
     return [mapping[n] for n in choice.clones]
 
 
