@@ -216,3 +216,42 @@ def test_gpt_step_under_decreasing_budgets_is_bit_identical(small_gpt):
         previous = _arena(fn)
         _assert_same(losses, base_losses)
         _assert_same(params, base_params)
+
+
+# ---------------------------------------------------------------- eager: loom.set_memory_budget
+
+def _eager_run(steps, budget=None):
+    from loom.runtime import compiled
+
+    model, step = _mlp()
+    data = _mlp_data()
+    loom.set_memory_budget(budget)
+    try:
+        with loom.backend("compiled"):
+            losses = [step(*data[k % len(data)]).detach().numpy().copy() for k in range(steps)]
+            params = [p.detach().numpy().copy() for p in model.parameters()]
+    finally:
+        loom.set_memory_budget(None)
+    reports = [exe.graph.meta["remat"] for (_, b), exe in compiled._CACHE.items()
+               if b is not None and b[0] == budget and "remat" in exe.graph.meta]
+    return losses, params, reports
+
+
+def test_eager_memory_budget_is_bit_identical():
+    base_losses, base_params, _ = _eager_run(2)
+    with pytest.warns(loom.LoomWarning, match="cannot be met"):
+        losses, params, reports = _eager_run(2, 3000)
+    assert reports and any(r.recomputed > 0 and r.arena_after < r.arena_before for r in reports)
+    _assert_same(losses, base_losses)
+    _assert_same(params, base_params)
+    assert loom.get_memory_budget() is None
+
+
+def test_set_memory_budget_parses_and_rejects():
+    loom.set_memory_budget("2MiB", strict=True)
+    try:
+        assert loom.get_memory_budget() == 2 * 2**20
+    finally:
+        loom.set_memory_budget(None)
+    with pytest.raises(loom.LoomValueError, match="loom.set_memory_budget: cannot read memory_budget"):
+        loom.set_memory_budget("2 megs")
