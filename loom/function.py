@@ -542,7 +542,8 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     >>> [round(v, 4) for v in w.tolist()]
     [0.7, 0.7, 0.7]
     """
-    options = dict(level=level, backend=backend, warmup=warmup, memory_budget=memory_budget, strict=strict)
+    options: dict[str, Any] = dict(level=level, backend=backend, warmup=warmup, memory_budget=memory_budget,
+                                  strict=strict)
     if fn is None:
         return lambda f: Function(f, **options)
     return Function(fn, **options)
