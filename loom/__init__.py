@@ -14,7 +14,7 @@ from loom.dtypes import (  # noqa: F401
 )
 from loom.errors import (  # noqa: F401
     AutogradError, DeviceError, DTypeError, GraphError, LoomError, LoomIndexError, LoomTypeError, LoomValueError,
-    LoomZeroDivisionError, ShapeError,
+    LoomZeroDivisionError, MemoryBudgetError, LoomWarning, ShapeError,
 )
 from loom.device import Device, device  # noqa: F401
 from loom.tensor import (  # noqa: F401
@@ -96,6 +96,7 @@ __version__ = "0.1.0"
 
 from loom.function import Function, cond, dynamic_scalar, function, jit, tracing, while_loop  # noqa: E402,F401
 from loom.runtime.realize import backend, get_backend, set_backend  # noqa: E402,F401
+from loom.runtime.compiled import get_memory_budget, set_memory_budget  # noqa: E402,F401
 from loom.runtime.threads import get_num_threads, set_num_threads  # noqa: E402,F401
 get_num_threads()  # Decide the default now, so NumPy's BLAS uses loom's count from the first matmul.
 

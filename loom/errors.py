@@ -41,5 +41,13 @@ class AutogradError(LoomError):
     """A gradient that cannot be computed as asked."""
 
 
+class MemoryBudgetError(LoomError):
+    """A memory budget the compiler cannot meet (raised when the caller asked for strict=True)."""
+
+
+class LoomWarning(UserWarning):
+    """Something loom did differently from what was asked, and kept running (e.g. a missed memory budget)."""
+
+
 def fmt_shape(shape) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"

@@ -20,7 +20,7 @@ import numpy as np
 from loom import dtypes as dt
 from loom.alias import rederive_all
 from loom.autograd.grad_mode import is_grad_enabled, no_grad
-from loom.errors import LoomError, fmt_shape
+from loom.errors import LoomError, LoomValueError, fmt_shape
 from loom import profiler as _profiler
 from loom.ir.graph import Graph
 from loom.ir.node import Node
@@ -154,6 +154,7 @@ class _Entry:
         self.grad_args: list[int] = []  # Tensor arguments whose existing .grad is fed as an input
         self.kernel_count = 0
         self.guards: list[tuple[Callable[[], Any], Any]] = []
+        self.remat: Any = None  # The rematerialisation report when compiled under a memory budget.
 
 
 def _node_attrs(node: Node) -> dict:
@@ -257,12 +258,22 @@ def _run_reference(graph: Graph, *arrays):
 class Function:
     """A traced, compiled Python function. Create it with `loom.function` (or `loom.jit`)."""
 
-    def __init__(self, fn: Callable, level: int = 3, backend: str = "c", warmup: int = 1) -> None:
+    def __init__(self, fn: Callable, level: int = 3, backend: str = "c", warmup: int = 1,
+                 memory_budget: int | str | None = None, strict: bool = False) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.level = level
         self.backend = backend
         self.warmup = warmup
+        self.memory_budget: int | None = None
+        self.strict = bool(strict)
+        if memory_budget is not None:
+            from loom.compiler.remat import parse_budget
+
+            self.memory_budget = parse_budget(memory_budget)
+            if backend != "c" or level != 3:
+                raise LoomValueError(f"loom.function: memory_budget needs the static memory plan of the 'c' "
+                                     f"backend at level 3, got backend={backend!r}, level={level!r}")
         self._calls = 0
         self._cache: dict[Any, _Entry] = {}
         self.trace_count = 0
@@ -382,7 +393,11 @@ class Function:
                 rederive_all(t)  # Aliases derived from traced values take the real one again.
         for t, prev in tr.grads.values():
             t._grad = prev
+        if self.memory_budget is not None:
+            graph.meta["memory_budget"] = (self.memory_budget, self.strict)
         entry.exe = _compile(graph, self.level, self.backend)
+        optimized = getattr(entry.exe, "graph", None)
+        entry.remat = optimized.meta.get("remat") if isinstance(optimized, Graph) else None
         entry.kernel_count = sum(1 for n in graph if n.op == "fused")
         self.trace_count += 1
         return entry
@@ -430,8 +445,14 @@ class Function:
         return _unflatten(entry.out_spec, values[:entry.n_returned])
 
     def explain(self) -> str:
-        """The traced graphs of this function, one per specialisation."""
-        return "\n\n".join(str(e.graph) for e in self._cache.values())
+        """The traced graphs of this function, one per specialisation (with its memory budget report)."""
+        return "\n\n".join(str(e.graph) + (f"\n{e.remat}" if e.remat is not None else "")
+                           for e in self._cache.values())
+
+    @property
+    def memory_reports(self) -> list:
+        """One `loom.compiler.remat.RematReport` per specialisation compiled under `memory_budget`."""
+        return [e.remat for e in self._cache.values() if e.remat is not None]
 
 
 def _grad_identity(ref, grad) -> Callable[[], bool]:
@@ -468,7 +489,8 @@ def _buffer_tensor(array: np.ndarray, dtype: dt.DType) -> Tensor:
     return Tensor._wrap(Node("buffer", (), {}, tuple(array.shape), dtype, buffer=array))
 
 
-def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", warmup: int = 1):
+def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", warmup: int = 1,
+             memory_budget: int | str | None = None, strict: bool = False):
     """Trace `fn` into one static graph, compile it once and replay it on later calls.
 
     The first `warmup` calls run eagerly (so optimizer state and lazily created
@@ -494,6 +516,15 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     level : optimisation level of the pass pipeline (0-3, default 3)
     backend : "c" (generated C kernels), "reference" (NumPy interpreter) or a plugin name such as "xla"
     warmup : number of eager calls before tracing
+    memory_budget : int or str, optional
+        Fit the compiled step's planned arena (its intermediates) under this
+        many bytes (an int, or a string such as ``"256MB"`` or ``"1.5GiB"``)
+        by recomputing activations in the backward instead of keeping them
+        (`loom.compiler.remat`); results stay bit-identical. A budget that
+        cannot be met warns (`loom.LoomWarning`) and runs with the smallest
+        plan found; `memory_reports` and `explain()` say what was done.
+    strict : bool
+        With `memory_budget`: raise `loom.MemoryBudgetError` instead of warning.
 
     Examples
     --------
@@ -511,9 +542,11 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     >>> [round(v, 4) for v in w.tolist()]
     [0.7, 0.7, 0.7]
     """
+    options: dict[str, Any] = dict(level=level, backend=backend, warmup=warmup, memory_budget=memory_budget,
+                                  strict=strict)
     if fn is None:
-        return lambda f: Function(f, level=level, backend=backend, warmup=warmup)
-    return Function(fn, level=level, backend=backend, warmup=warmup)
+        return lambda f: Function(f, **options)
+    return Function(fn, **options)
 
 
 jit = function

@@ -6,6 +6,8 @@
 - `explain(fn, *args)` shows the graph after each pass, the fused kernels and
   the memory plan.
 - `plan_memory(graph)` gives the static arena plan.
+- `rematerialize(graph, budget)` recomputes activations to fit a memory
+  budget (the ``remat`` pass behind ``loom.function(memory_budget=...)``).
 
 Examples
 --------
@@ -20,6 +22,7 @@ from loom.compiler.passes import PASSES, Pass, passes_for_level, register_pass, 
 from loom.compiler.memory import MemoryPlan, plan_memory
 from loom.compiler.pipeline import compile, optimize  # noqa: A004
 from loom.compiler.explain import Explanation, explain
+from loom.compiler.remat import RematReport, rematerialize
 
 __all__ = ["register_pass", "PASSES", "Pass", "run_passes", "passes_for_level", "compile", "optimize",
-           "explain", "Explanation", "plan_memory", "MemoryPlan"]
+           "explain", "Explanation", "plan_memory", "MemoryPlan", "rematerialize", "RematReport"]

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from loom.compiler.memory import MemoryPlan
-from loom.compiler.passes import passes_for_level, run_passes
+from loom.compiler.passes import run_passes
+from loom.compiler.pipeline import pass_names
 from loom.errors import LoomError, fmt_shape
 from loom.ir.graph import Graph
 from loom.ir.node import Node
@@ -63,6 +64,9 @@ class Explanation:
         The fused nodes of `optimized`, in topological order.
     memory : MemoryPlan or None
         The static plan (level 3), with ``arena_bytes`` and ``lower_bound``.
+    remat : loom.compiler.remat.RematReport or None
+        With a memory budget: planned bytes before and after, values and
+        nodes recomputed, extra FLOPs.
     """
 
     level: int
@@ -72,6 +76,7 @@ class Explanation:
     optimized: Graph | None = None
     kernels: list[KernelInfo] = field(default_factory=list)
     memory: MemoryPlan | None = None
+    remat: Any = None
 
     @property
     def node_counts(self) -> list[tuple[str, int]]:
@@ -105,6 +110,8 @@ class Explanation:
         else:
             out.append(str(self.memory))
             out.append(f"planned peak {self.memory.arena_bytes} B vs lower bound {self.memory.lower_bound} B")
+        if self.remat is not None:
+            out += ["", "== rematerialisation ==", str(self.remat)]
         return "\n".join(out)
 
     def __repr__(self) -> str:
@@ -143,7 +150,8 @@ def _kernel_info(node: Node) -> KernelInfo:
         return KernelInfo(node, body, None, f"codegen failed: {type(e).__name__}: {e}")
 
 
-def explain(fn: Callable | Graph, *args, level: int = 3) -> Explanation:
+def explain(fn: Callable | Graph, *args, level: int = 3, memory_budget: int | str | None = None,
+            strict: bool = False) -> Explanation:
     """Show what the compiler does to `fn(*args)`: the graph after each pass, the kernels, the memory plan.
 
     Parameters
@@ -157,6 +165,11 @@ def explain(fn: Callable | Graph, *args, level: int = 3) -> Explanation:
         The arguments to call `fn` with.
     level : int
         The optimisation level whose passes run (default 3).
+    memory_budget : int or str, optional
+        As for `loom.function`: adds the ``remat`` pass (level 3), whose
+        choice the report's "rematerialisation" section states.
+    strict : bool
+        With `memory_budget`: raise instead of warning when it cannot be met.
 
     Returns
     -------
@@ -193,6 +206,12 @@ def explain(fn: Callable | Graph, *args, level: int = 3) -> Explanation:
         graph = Graph.from_tensors(outs, inputs=inputs)
 
     work = graph.copy()  # The passes edit this one in place, so node ids stay stable in the report.
+    if memory_budget is not None:
+        from loom.compiler.remat import parse_budget
+
+        if level != 3:
+            raise LoomError(f"loom.compiler.explain: memory_budget needs level 3 (the memory plan), got {level}")
+        work.meta["memory_budget"] = (parse_budget(memory_budget, "loom.compiler.explain"), bool(strict))
     result = Explanation(level, graph.copy(), str(work))
     last = {"time": time.perf_counter(), "size": len(graph)}
 
@@ -201,8 +220,9 @@ def explain(fn: Callable | Graph, *args, level: int = 3) -> Explanation:
         result.passes.append(PassRecord(name, g.copy(), str(g), int(last["size"]), len(g), now - last["time"]))
         last["time"], last["size"] = time.perf_counter(), len(g)
 
-    optimized = run_passes(work, passes_for_level(level), copy=False, observer=observe)
+    optimized = run_passes(work, pass_names(work, level), copy=False, observer=observe)
     result.optimized = optimized
     result.kernels = [_kernel_info(n) for n in optimized.topological_order() if n.op == "fused"]
     result.memory = optimized.meta.get("memory")
+    result.remat = optimized.meta.get("remat")
     return result

@@ -63,6 +63,9 @@ class MemoryPlan:
     arena_bytes: int = 0
     lower_bound: int = 0
     alignment: int = ALIGNMENT
+    pos: dict[Node, int] = field(default_factory=dict)
+    spans: dict[Node, list[int]] = field(default_factory=dict)
+    slot_of: dict[Node, Node] = field(default_factory=dict)
 
     def view(self, arena: np.ndarray, node: Node) -> np.ndarray:
         """The C-contiguous array of `node`'s shape and stored dtype at its offset in `arena` (uint8)."""
@@ -109,12 +112,51 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     >>> plan.arena_bytes, plan.lower_bound   # a and c share a slot; b needs another
     (2048, 2048)
     """
+    plan = live_slots(graph)
+    span = plan.spans
+
+    # Greedy by size: the largest slot first, into the tightest gap among those live at the same time.
+    # Placed slots are filed by blocks of schedule steps, so finding the ones a slot's lifetime
+    # meets reads a few blocks instead of every slot placed so far.
+    offset_of: dict[Node, int] = {}
+    done: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+    blocks: dict[int, list[int]] = {}
+    for slot in sorted(span, key=lambda s: (-plan.sizes[s], span[s][0], s.id)):
+        first, last = span[slot]
+        size = _aligned(plan.sizes[slot])
+        near = {k for b in range(first // _BLOCK, last // _BLOCK + 1) for k in blocks.get(b, ())}
+        busy = sorted((o, e) for o, e, f, la in (done[k] for k in near) if f <= last and first <= la)
+        best, best_gap, cursor = None, None, 0
+        for o, e in busy:
+            gap = o - cursor
+            if gap >= size and (best_gap is None or gap < best_gap):
+                best, best_gap = cursor, gap
+            cursor = max(cursor, e)
+        offset = best if best is not None else cursor
+        offset_of[slot] = offset
+        if size:
+            for b in range(first // _BLOCK, last // _BLOCK + 1):
+                blocks.setdefault(b, []).append(len(done))
+            done.append((offset, offset + size, first, last))
+        plan.arena_bytes = max(plan.arena_bytes, offset + size)
+    for n, slot in plan.slot_of.items():
+        plan.offsets[n] = offset_of[slot]
+    return plan
+
+
+def live_slots(graph: Graph) -> MemoryPlan:
+    """The schedule, slots and live intervals of `graph`'s intermediates, and the lower bound; no offsets.
+
+    `plan_memory` places these slots; the rematerialisation pass reads them to
+    find what is live at the peak.
+    """
     from loom.compiler.passes.inplace import reusable
 
     order = graph.topological_order()
     pos = {n: k for k, n in enumerate(order)}
     outputs = set(graph.outputs)
     plan = MemoryPlan(order)
+    plan.pos = pos
     placed = [n for n in order if n.op != "input" and n.op not in CONSTANT_OPS and n not in outputs]
 
     # Slots: a node starts its own, or continues its donor's when marked in place.
@@ -148,30 +190,6 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         live += d
         plan.lower_bound = max(plan.lower_bound, live)
 
-    # Greedy by size: the largest slot first, into the tightest gap among those live at the same time.
-    # Placed slots are filed by blocks of schedule steps, so finding the ones a slot's lifetime
-    # meets reads a few blocks instead of every slot placed so far.
-    offset_of: dict[Node, int] = {}
-    done: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
-    blocks: dict[int, list[int]] = {}
-    for slot in sorted(span, key=lambda s: (-plan.sizes[s], span[s][0], s.id)):
-        first, last = span[slot]
-        size = _aligned(plan.sizes[slot])
-        near = {k for b in range(first // _BLOCK, last // _BLOCK + 1) for k in blocks.get(b, ())}
-        busy = sorted((o, e) for o, e, f, la in (done[k] for k in near) if f <= last and first <= la)
-        best, best_gap, cursor = None, None, 0
-        for o, e in busy:
-            gap = o - cursor
-            if gap >= size and (best_gap is None or gap < best_gap):
-                best, best_gap = cursor, gap
-            cursor = max(cursor, e)
-        offset = best if best is not None else cursor
-        offset_of[slot] = offset
-        if size:
-            for b in range(first // _BLOCK, last // _BLOCK + 1):
-                blocks.setdefault(b, []).append(len(done))
-            done.append((offset, offset + size, first, last))
-        plan.arena_bytes = max(plan.arena_bytes, offset + size)
-    for n in placed:
-        plan.offsets[n] = offset_of[slot_of[n]]
+    plan.spans = span
+    plan.slot_of = slot_of
     return plan

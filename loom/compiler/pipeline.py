@@ -22,8 +22,17 @@ def optimize(graph: Graph, level: int = 3) -> tuple[Graph, MemoryPlan | None]:
     >>> [n.op for n in opt], plan.arena_bytes
     (['input', 'fused'], 0)
     """
-    out = run_passes(graph, passes_for_level(level))
+    out = run_passes(graph, pass_names(graph, level))
     return out, out.meta.get("memory")
+
+
+def pass_names(graph: Graph, level: int) -> list[str]:
+    """The passes `optimize` runs on `graph` at `level`: the level's, plus ``remat`` before ``memory``
+    when the graph carries a memory budget (``graph.meta["memory_budget"]``, set by `loom.function`)."""
+    names = passes_for_level(level)
+    if graph.meta.get("memory_budget") is not None and "memory" in names:
+        names.insert(names.index("memory"), "remat")
+    return names
 
 
 def compile(graph: Graph, level: int = 3, backend: str = "c"):  # noqa: A001 (the public name)

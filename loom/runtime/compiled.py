@@ -18,6 +18,41 @@ from loom.runtime.reference import pending_order
 _CACHE: dict[Any, Any] = {}
 _CACHE_LIMIT = 512
 stats = {"compiles": 0, "hits": 0}
+_BUDGET: tuple[int, bool] | None = None  # (bytes, strict) from set_memory_budget.
+
+
+def set_memory_budget(budget: int | str | None, strict: bool = False) -> None:
+    """Fit every graph the compiled eager backend compiles from now on under `budget` bytes.
+
+    The eager counterpart of ``loom.function(..., memory_budget=...)``: each
+    pending subgraph realised under ``loom.set_backend("compiled")`` goes
+    through the same rematerialisation pass (`loom.compiler.remat`) before
+    its memory is planned; results stay bit-identical. `budget` is an int
+    (bytes) or a string such as ``"256MB"``; None turns it off. A budget that
+    cannot be met warns (`loom.LoomWarning`), or raises
+    `loom.MemoryBudgetError` when `strict`. The reference backend has no
+    arena and ignores it.
+
+    Examples
+    --------
+    >>> import loom
+    >>> loom.set_memory_budget("64MiB")
+    >>> loom.get_memory_budget()
+    67108864
+    >>> loom.set_memory_budget(None)
+    """
+    global _BUDGET
+    if budget is None:
+        _BUDGET = None
+        return
+    from loom.compiler.remat import parse_budget  # Deferred, as the compile below.
+
+    _BUDGET = (parse_budget(budget, "loom.set_memory_budget"), bool(strict))
+
+
+def get_memory_budget() -> int | None:
+    """The eager memory budget in bytes (`set_memory_budget`), or None."""
+    return _BUDGET[0] if _BUDGET is not None else None
 
 
 def _attr_key(value: Any) -> Any:
@@ -69,10 +104,14 @@ def realize(targets: list[Node]) -> None:
     key, order, inputs, outs = capture(targets)
     if not order:
         return
+    key = (key, _BUDGET)
     exe = _CACHE.get(key)
     if exe is None:
         from loom.compiler import compile as compile_graph
-        exe = compile_graph(_build(order, inputs, outs))
+        graph = _build(order, inputs, outs)
+        if _BUDGET is not None:
+            graph.meta["memory_budget"] = _BUDGET
+        exe = compile_graph(graph)
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = exe

@@ -189,6 +189,6 @@ def _drop_stale_inplace(graph: Graph) -> None:
 
 
 # The built-in passes register themselves on import.
-from loom.compiler.passes import prune, cse, fold, simplify, fuse, inplace, memory  # noqa: E402,F401
+from loom.compiler.passes import prune, cse, fold, simplify, fuse, inplace, memory, remat  # noqa: E402,F401
 
 __all__ = ["Pass", "PASSES", "register_pass", "run_passes", "passes_for_level", "MAX_LEVEL"]

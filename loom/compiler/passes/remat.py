@@ -1,0 +1,35 @@
+"""The rematerialisation pass: fits the graph under ``graph.meta["memory_budget"]`` (see `loom.compiler.remat`)."""
+from __future__ import annotations
+
+from loom.compiler.passes import register_pass
+from loom.compiler.remat import rematerialize
+from loom.ir.graph import Graph
+
+
+@register_pass("remat", _builtin=True)
+def remat(graph: Graph) -> Graph:
+    """Recompute activations instead of keeping them, until the planned arena fits the memory budget.
+
+    Runs only when asked (``loom.function(..., memory_budget=...)`` puts it
+    before ``memory``); the budget is ``graph.meta["memory_budget"]`` as
+    ``(bytes, strict)`` and the outcome goes to ``graph.meta["remat"]``.
+
+    Examples
+    --------
+    >>> import loom
+    >>> g = loom.ir.Graph()
+    >>> x = g.add_input((1024,), "float32")
+    >>> a = g.add_node("exp", [x])
+    >>> b = g.add_node("exp", [g.add_node("neg", [a])])
+    >>> g.outputs = [g.add_node("mul", [g.add_node("exp", [g.add_node("neg", [b])]), a])]
+    >>> g.meta["memory_budget"] = (8192, False)
+    >>> remat(g).meta["remat"].values
+    1
+    """
+    budget = graph.meta.get("memory_budget")
+    if budget is None:
+        return graph
+    nbytes, strict = budget
+    graph, report = rematerialize(graph, nbytes, strict)
+    graph.meta["remat"] = report
+    return graph

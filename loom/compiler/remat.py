@@ -1,0 +1,381 @@
+"""Rematerialisation: fit a graph's planned arena under a memory budget by recomputing values.
+
+A training step keeps forward activations alive until the backward reads
+them, so its live bytes peak where the forward ends. Chen et al. (2016,
+"Training deep nets with sublinear memory cost") trade that memory for
+compute: keep a few values, recompute the others when the backward needs
+them. In a static graph recomputing means duplicating nodes: a value `v`
+live across the peak but not read there keeps its early readers, while its
+readers after the peak read a clone of `v` computed just before the first of
+them (the schedule is the graph's DFS order, which puts a new node right
+before its first consumer). The clone's inputs must be there at that point:
+an input still live then is read as is, any other is cloned too (a chain
+back to values that are kept, which is Chen's recomputed segment), or, when
+it cannot be recomputed, kept alive longer.
+
+The pass is greedy: find the step where the most bytes are live, score every
+value live across it by bytes freed there per unit of recompute cost (an
+elementwise kernel costs its memory traffic, a matmul its multiply-adds, so
+cheap elementwise values go first and matmuls last), apply the best
+non-overlapping choices until that step fits, re-plan, repeat. Recomputing
+runs the same kernels on the same inputs, so results are bit-identical.
+
+The budget comes from ``graph.meta["memory_budget"]`` (bytes, strict); the
+outcome goes to ``graph.meta["remat"]`` (a `RematReport`).
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from loom.compiler.memory import MemoryPlan, live_slots, plan_memory
+from loom.errors import LoomValueError, LoomWarning, MemoryBudgetError
+from loom.ir.graph import Graph
+from loom.ir.node import Node
+from loom.ir.ops import PRIMITIVES
+
+# Primitive kinds whose nodes are pure functions of their inputs, so a clone computes the same bits.
+RECOMPUTABLE_KINDS = frozenset({"unary", "binary", "compare", "ternary", "reduce", "movement",
+                                "contraction", "sort", "fused"})
+MAX_DEPTH = 160     # Longest chain of clones behind one rematerialised value.
+MAX_ROUNDS = 400    # Re-plans before giving up.
+MAX_STALE = 6      # Rounds in a row without a smaller arena before giving up.
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BUDGET_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_budget(value, api: str = "loom.function") -> int:
+    """A memory budget in bytes, from an int (bytes) or a string such as ``"256MB"`` or ``"1.5GiB"``.
+
+    Decimal units (KB, MB, GB, TB) are powers of 1000, binary ones (KiB, MiB,
+    GiB, TiB) powers of 1024; case does not matter.
+
+    Examples
+    --------
+    >>> parse_budget("256MB"), parse_budget("1 KiB"), parse_budget(4096)
+    (256000000, 1024, 4096)
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, str)):
+        raise LoomValueError(f"{api}: memory_budget must be an int (bytes) or a string such as '256MB', "
+                             f"got {type(value).__name__} {value!r}")
+    if isinstance(value, str):
+        m = _BUDGET_RE.match(value)
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise LoomValueError(f"{api}: cannot read memory_budget {value!r}; expected a number and a unit "
+                                 "among B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (e.g. '256MB')")
+        value = int(float(m.group(1)) * _UNITS[unit])
+    value = int(value)
+    if value <= 0:
+        raise LoomValueError(f"{api}: memory_budget must be positive, got {value} bytes")
+    return value
+
+
+def fmt_bytes(n: int) -> str:
+    """`n` bytes in the largest binary unit that keeps it at least 1 (e.g. '1.50 MiB')."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+@dataclass
+class RematReport:
+    """What the rematerialisation pass did to fit a graph under its memory budget.
+
+    Attributes
+    ----------
+    budget : int
+        The budget in bytes.
+    arena_before, arena_after : int
+        The planned arena (peak) before and after, in bytes.
+    lower_bound_before, lower_bound_after : int
+        The most bytes simultaneously live, before and after.
+    values : int
+        Values whose late readers now read a recomputed copy.
+    recomputed : int
+        Nodes added to recompute them (clones, chains included).
+    extra_flops : int
+        Estimated floating-point operations the clones add per run.
+    met : bool
+        Whether ``arena_after <= budget``.
+    strict : bool
+        Whether missing the budget raises instead of warning.
+    """
+
+    budget: int
+    arena_before: int
+    arena_after: int
+    lower_bound_before: int
+    lower_bound_after: int
+    values: int = 0
+    recomputed: int = 0
+    extra_flops: int = 0
+    met: bool = True
+    strict: bool = False
+
+    def __str__(self) -> str:
+        state = "met" if self.met else "NOT met (best plan found is used)"
+        return (f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; planned arena "
+                f"{fmt_bytes(self.arena_before)} -> {fmt_bytes(self.arena_after)} "
+                f"({self.arena_before} B -> {self.arena_after} B), lower bound "
+                f"{self.lower_bound_before} B -> {self.lower_bound_after} B; rematerialised {self.values} "
+                f"values by recomputing {self.recomputed} nodes, about {self.extra_flops} extra FLOPs per run")
+
+
+def flops(node: Node) -> int:
+    """Rough floating-point operations of one node (matmul: 2 per multiply-add; others: per element)."""
+    out = int(np.prod(node.shape, dtype=np.int64))
+    if node.op == "matmul":
+        return 2 * out * int(node.inputs[0].shape[-1])
+    if node.op == "fused":
+        body = node.attrs["body"]
+        return out * max(1, sum(1 for n in body.topological_order() if n.op != "input"))
+    if PRIMITIVES[node.op].kind == "reduce":
+        return int(np.prod(node.inputs[0].shape, dtype=np.int64))
+    if PRIMITIVES[node.op].kind == "movement":
+        return 0
+    return out
+
+
+def _cost(node: Node) -> float:
+    """Recompute cost for ranking: multiply-adds for a matmul, else memory traffic plus work, per element."""
+    if node.op == "matmul":
+        return float(flops(node))
+    traffic = int(np.prod(node.shape, dtype=np.int64)) + sum(int(np.prod(i.shape, dtype=np.int64))
+                                                            for i in node.inputs)
+    return float(traffic + flops(node))
+
+
+def recomputable(node: Node) -> bool:
+    """Whether a clone of `node` is sure to compute the same value (a pure primitive or fused kernel)."""
+    prim = PRIMITIVES.get(node.op)
+    return prim is not None and prim.kind in RECOMPUTABLE_KINDS
+
+
+class _State:
+    """The liveness of the graph as it stands: schedule positions, readers' positions, live bytes per step."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.live = live_slots(graph)
+        pos = self.live.pos
+        self.pos = pos
+        self.readers = {n: sorted(pos[c] for c in graph.consumers(n)) for n in self.live.sizes}
+        shared = set(self.live.shares) | set(self.live.shares.values())
+        self.alone = {n for n in self.live.sizes if n not in shared}
+        delta = [0] * (len(self.live.order) + 1)
+        for slot, (first, last) in self.live.spans.items():
+            delta[first] += self.live.sizes[slot]
+            delta[last + 1] -= self.live.sizes[slot]
+        self.profile = list(np.cumsum(delta[:-1])) if delta[:-1] else [0]
+
+    def available(self, node: Node, at: int) -> bool:
+        """Whether `node`'s value can be read at step `at` without keeping it longer."""
+        if node not in self.live.sizes:
+            return True  # Inputs, constants and outputs are never freed.
+        return self.live.spans[self.live.slot_of[node]][1] >= at and node in self.alone
+
+
+def _chain(state: _State, node: Node, at: int, found: _Found, depth: int) -> bool:
+    """Collect the clones (inputs first) and kept-longer values that recompute `node` at step `at`."""
+    for i in node.inputs:
+        if i in found.clones or i in found.extend or i in found.subs or state.available(i, at):
+            continue
+        earlier = next((c for c in reversed(found.copies.get(i, ())) if c in state.pos and state.pos[c] < at),
+                       None)
+        if earlier is not None:
+            # A copy made for an earlier choice: read it, kept alive until `at` if need be, rather
+            # than recompute it again (one recomputed segment serves the segment's whole backward).
+            found.subs[i] = earlier
+            if not state.available(earlier, at):
+                found.extend[earlier] = None
+        elif recomputable(i) and depth < MAX_DEPTH:
+            if not _chain(state, i, at, found, depth + 1):
+                return False
+            found.clones[i] = None
+        else:
+            # Kept alive until `at`; a later node that meant to overwrite it in place then gets a
+            # slot of its own (`plan_memory` only honours in-place marks on last readers).
+            found.extend[i] = None
+    return True
+
+
+@dataclass
+class _Found:
+    """What one choice needs: clones (inputs first), values kept longer, earlier copies read instead."""
+
+    copies: dict[Node, list[Node]]
+    clones: dict[Node, None] = field(default_factory=dict)
+    extend: dict[Node, None] = field(default_factory=dict)
+    subs: dict[Node, Node] = field(default_factory=dict)
+
+
+@dataclass
+class _Choice:
+    node: Node
+    at: int
+    clones: list[Node]
+    extend: list[Node]
+    subs: dict[Node, Node]
+    saved: int
+    cost: float
+
+    @property
+    def footprint(self) -> set[Node]:
+        return {self.node, *self.clones, *self.extend, *self.subs, *self.subs.values()} \
+            | {i for n in self.clones for i in n.inputs}
+
+
+def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Node]],
+             futile: set[Node]) -> list[_Choice]:
+    """Every value live across step `peak` without being read there, with what recomputing it takes."""
+    out = []
+    for n in state.alone:
+        first, last = state.live.spans[n]
+        if not first < peak < last or not recomputable(n) or n in futile:
+            continue
+        readers = state.readers[n]
+        if peak in readers:
+            continue
+        at = min(r for r in readers if r > peak)
+        found = _Found(copies)
+        if not _chain(state, n, at, found, 1):
+            continue
+        clones, extend = found.clones, found.extend
+        # Values kept longer cost their bytes at the peak if they would have been freed before it.
+        grown = sum(state.live.sizes[e] for e in extend if state.live.spans[state.live.slot_of[e]][1] < peak)
+        # Cloned inputs whose late readers move to their clones stop crossing the peak too.
+        freed = sum(state.live.sizes[c] for c in clones if c in state.alone and state.live.spans[c][0] < peak
+                    and not any(peak <= r < at for r in state.readers[c]) and state.live.spans[c][1] > peak)
+        saved = state.live.sizes[n] + freed - grown
+        if saved <= 0:
+            continue
+        cost = _cost(n) + sum(_cost(c) for c in clones)
+        out.append(_Choice(n, at, [*clones, n], list(extend), found.subs, saved, cost))
+    out.sort(key=lambda c: (-c.saved / (c.cost + 1.0), c.node.id))
+    return out
+
+
+def _apply(graph: Graph, state: _State, choice: _Choice, copies: dict[Node, list[Node]]) -> list[Node]:
+    """Clone `choice`'s chain and rewire the readers from its step on; returns the clones."""
+    mapping: dict[Node, Node] = dict(choice.subs)
+    for n in choice.clones:
+        mapping[n] = graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs))
+        copies.setdefault(n, []).append(mapping[n])
+    # Every cloned value's readers from the choice's step on read the clone (Chen's recomputed
+    # segment serves the whole backward of the segment), not only the chosen value's.
+    for n in choice.clones:
+        for reader in graph.consumers(n):
+            if reader in state.pos and state.pos[reader] >= choice.at:
+                for k, i in enumerate(reader.inputs):
+                    if i is n:
+                        graph.set_input(reader, k, mapping[n])
+    return [mapping[n] for n in choice.clones]
+
+
+def _prune_dead(graph: Graph) -> None:
+    """Remove nodes that nothing reads any more (originals whose every reader moved to a clone)."""
+    outputs = set(graph.outputs)
+    dead = [n for n in graph.topological_order()
+            if n.op != "input" and n not in outputs and not graph.consumers(n)]
+    while dead:
+        n = dead.pop()
+        if n not in graph or graph.consumers(n):
+            continue
+        ins = n.inputs
+        graph.remove_node(n)
+        dead += [i for i in ins if i.op != "input" and i not in outputs and i in graph
+                 and not graph.consumers(i)]
+
+
+def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Graph, RematReport]:
+    """`graph` edited so its planned arena fits `budget` bytes, and what was done; see the module docstring.
+
+    Edits `graph` in place and returns it, or returns a copy of the best
+    intermediate state when later rounds only made things worse.
+
+    Misses the budget with a `LoomWarning` (or `MemoryBudgetError` when
+    `strict`) naming the budget and the smallest arena reached.
+
+    Examples
+    --------
+    >>> import loom
+    >>> g = loom.ir.Graph()
+    >>> x = g.add_input((1024,), "float32")
+    >>> a = g.add_node("exp", [x])                    # Read now and at the end: live throughout.
+    >>> b = g.add_node("exp", [g.add_node("neg", [a])])
+    >>> c = g.add_node("exp", [g.add_node("neg", [b])])
+    >>> g.outputs = [g.add_node("mul", [g.add_node("add", [c, b]), a])]
+    >>> g, report = rematerialize(g, 3 * 4096)
+    >>> report.arena_before, report.arena_after, report.values
+    (16384, 12288, 1)
+    """
+    before = plan_memory(graph)
+    report = RematReport(budget, before.arena_bytes, before.arena_bytes, before.lower_bound,
+                         before.lower_bound, strict=strict)
+    plan: MemoryPlan = before
+    best: tuple[int, Graph | None, tuple[int, int, int]] = (before.arena_bytes, None, (0, 0, 0))
+    target = budget  # For the live bytes; lowered when placement needs room above them.
+    stale = 0
+    copies: dict[Node, list[Node]] = {}  # Original -> the clones made of it so far.
+    futile: set[Node] = set()  # Clones that did not lower the peak they were made for.
+    for _ in range(MAX_ROUNDS):
+        if plan.arena_bytes <= budget:
+            break
+        state = _State(graph)
+        peak = int(np.argmax(state.profile))
+        if state.profile[peak] <= target:
+            target -= max(plan.arena_bytes - budget, budget // 64, 64)
+            if target <= 0:
+                break
+            continue
+        if plan.arena_bytes < best[0] or best[1] is None:
+            # The best state so far: keep a copy to fall back to if later rounds only make it worse.
+            best = (plan.arena_bytes, graph.copy(), (report.values, report.recomputed, report.extra_flops))
+        need = int(state.profile[peak]) - target
+        touched: set[Node] = set()
+        applied = 0
+        made: list[Node] = []
+        for choice in _choices(graph, state, peak, copies, futile):
+            if need <= 0:
+                break
+            foot = choice.footprint
+            if foot & touched:
+                continue
+            touched |= foot
+            made += _apply(graph, state, choice, copies)
+            report.recomputed += len(choice.clones)
+            report.extra_flops += sum(flops(n) for n in choice.clones)
+            report.values += 1
+            need -= choice.saved
+            applied += 1
+        if not applied:
+            break
+        _prune_dead(graph)
+        lower = plan.lower_bound
+        plan = plan_memory(graph)
+        if plan.lower_bound >= lower:
+            # The clones landed no later than the peak (their reader's other inputs come first):
+            # moving them again would do the same.
+            futile.update(made)
+        stale = stale + 1 if plan.arena_bytes >= best[0] else 0
+        if stale >= MAX_STALE:
+            break
+    if best[1] is not None and (plan.arena_bytes, report.values) > (best[0], best[2][0]):
+        graph, plan = best[1], plan_memory(best[1])
+        report.values, report.recomputed, report.extra_flops = best[2]
+    report.arena_after, report.lower_bound_after = plan.arena_bytes, plan.lower_bound
+    report.met = plan.arena_bytes <= budget
+    if not report.met:
+        msg = (f"loom: memory budget {fmt_bytes(budget)} ({budget} B) cannot be met by rematerialisation: "
+               f"the smallest planned arena reached is {fmt_bytes(plan.arena_bytes)} ({plan.arena_bytes} B, "
+               f"from {before.arena_bytes} B; at least {plan.lower_bound} B are live at once)")
+        if strict:
+            raise MemoryBudgetError(msg + "; raise the budget or pass strict=False to run with the best plan")
+        warnings.warn(msg + "; running with that plan", LoomWarning, stacklevel=2)
+    return graph, report
