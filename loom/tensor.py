@@ -920,6 +920,15 @@ class Size(tuple):
     def numel(self) -> int:
         return math.prod(self)
 
+    def as_list(self) -> list:
+        """The dimensions as a list (TensorFlow's `TensorShape.as_list`)."""
+        return list(self)
+
+    @property
+    def rank(self) -> int:
+        """The number of dimensions (TensorFlow's `TensorShape.rank`)."""
+        return len(self)
+
     def __repr__(self) -> str:
         return f"loom.Size({list(self)})"
 
