@@ -15,7 +15,8 @@ from loom import dtypes as _dt
 from loom.autograd.grad_mode import no_grad
 from loom.errors import LoomTypeError, LoomValueError, ShapeError
 from loom.nn.parameter import Parameter
-from loom.tensor import Tensor
+
+from loom.tensor import NUMPY_OF_GRAD_OK, Tensor
 
 float16, bfloat16, float32, float64 = loom.float16, loom.bfloat16, loom.float32, loom.float64
 int8, int16, int32, int64, uint8 = loom.int8, loom.int16, loom.int32, loom.int64, loom.uint8
@@ -187,6 +188,23 @@ class Variable(Parameter):
 def _rebuild_variable(value, trainable, name):
     return Variable(value, trainable=trainable, name=name)
 
+
+def _from_tf(t: Tensor) -> builtin_bool:
+    """Whether `t` derives from a tf.Variable or a tensor a tf.GradientTape watched (so `.numpy()` works)."""
+    stack, seen = [t], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Variable) or x.__dict__.get("_tf_source"):
+            return True
+        if x._ctx is not None:
+            stack.extend(i for i in x._ctx.inputs if i.requires_grad)
+    return False
+
+
+NUMPY_OF_GRAD_OK.append(_from_tf)
 
 builtin_bool = __builtins__["bool"] if isinstance(__builtins__, dict) else __builtins__.bool
 

@@ -72,6 +72,7 @@ class GradientTape(_tape.GradientTape):
             if not isinstance(t, Tensor):
                 raise LoomTypeError(f"loom.tf.GradientTape.watch: expected tensors or variables, got "
                                     f"{type(t).__name__}")
+            t.__dict__["_tf_source"] = True
             super().watch(t)
 
     @contextlib.contextmanager
