@@ -200,7 +200,7 @@ def _from_tf(t: Tensor) -> builtin_bool:
         if isinstance(x, Variable) or x.__dict__.get("_tf_source"):
             return True
         if x._ctx is not None:
-            stack.extend(i for i in x._ctx.inputs if i.requires_grad)
+            stack.extend(x._ctx.inputs)
     return False
 
 

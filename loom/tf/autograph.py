@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import sys
+import types
 import textwrap
 from typing import Any, Callable
 
@@ -146,6 +148,9 @@ def if_stmt(pred, true_fn, false_fn, values: tuple, names: tuple):
 def while_stmt(cond_fn, body_fn, values: tuple, consts: tuple, names: tuple):
     """A `while` over its loop-carried variables: Python, eager, or `loom.while_loop` inside a trace."""
     test = cond_fn(*values, *consts)
+    if isinstance(test, Tensor):
+        # As in TensorFlow's graph loop, numbers the loop carries become tensors.
+        values = tuple(_to_tensor_like(v, None, n, "while loop") for v, n in zip(values, names))
     if not isinstance(test, Tensor) or not tracing():
         while bool(test):
             values = tuple(body_fn(*values, *consts))
@@ -347,6 +352,10 @@ class _Converter:
         return out
 
     def stmt(self, s) -> list:
+        if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+            # TensorFlow tensors are immutable: `x += 1` rebinds x, it never writes through an alias.
+            value = ast.BinOp(left=ast.Name(s.target.id, ast.Load()), op=s.op, right=s.value)
+            return [ast.Assign(targets=[ast.Name(s.target.id, ast.Store())], value=value)]
         if isinstance(s, ast.If):
             return self.if_(s)
         if isinstance(s, ast.While):
@@ -449,7 +458,7 @@ def py_iter(iterable):
 
 
 def _has_control_flow(fdef) -> bool:
-    return any(isinstance(n, (ast.If, ast.While, ast.For)) for n in ast.walk(fdef))
+    return any(isinstance(n, (ast.If, ast.While, ast.For, ast.AugAssign)) for n in ast.walk(fdef))
 
 
 def convert(fn: Callable) -> Callable:
@@ -479,11 +488,14 @@ def convert(fn: Callable) -> Callable:
                               body=[fdef, ast.Return(value=ast.Name(fdef.name, ast.Load()))],
                               decorator_list=[], returns=None, type_params=[])
     module = ast.fix_missing_locations(ast.Module(body=[factory], type_ignores=[]))
-    ns: dict = {}
-    exec(compile(module, f"<autograph {fn.__qualname__}>", "exec"), fn.__globals__, ns)
-    cells = [c.cell_contents for c in (fn.__closure__ or ())]
-    import sys
-    new = ns["ag__factory"](sys.modules[__name__], *cells)
+    code = compile(module, f"<autograph {fn.__qualname__}>", "exec")
+    factory_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    inner = next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+    # The converted function shares the original's closure cells, so later rebinding is seen.
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    cells["ag__"] = types.CellType(sys.modules[__name__])
+    new = types.FunctionType(inner, fn.__globals__, fn.__name__, None,
+                             tuple(cells[name] for name in inner.co_freevars))
     new.__defaults__ = fn.__defaults__
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__wrapped__ = fn
