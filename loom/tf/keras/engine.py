@@ -18,7 +18,7 @@ _NAME_COUNTS: dict[str, int] = {}
 
 def _snake(name: str) -> str:
     s = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s).lower()
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", s).lower()
 
 
 def unique_name(base: str) -> str:

@@ -68,7 +68,8 @@ class Optimizer:
     lr = learning_rate
 
     def _lr_tensor(self):
-        return loom.dynamic_scalar(lambda: self.learning_rate, loom.float32)
+        lr = loom.dynamic_scalar(lambda: self.learning_rate, loom.float32)
+        return lr if isinstance(lr, loom.Tensor) else loom.tensor(lr, dtype=loom.float32)
 
     def _slot(self, var, name: str, init: float = 0.0):
         slots = self._slots.setdefault(id(var), {})
