@@ -40,6 +40,8 @@ from loom.tf import config, data, nest  # noqa: E402,F401
 from loom.tf import keras  # noqa: E402,F401
 
 newaxis = None
+
+
 __version__ = "2.21.0-loom"
 
 
@@ -59,3 +61,11 @@ def print(*inputs, **kwargs) -> None:  # noqa: A001
     import builtins
     kwargs.pop("output_stream", None)
     builtins.print(*[x.numpy() if isinstance(x, Tensor) else x for x in inputs], **kwargs)
+
+
+_DTYPES = {"bool", "bfloat16", "double", "float16", "float32", "float64", "half", "int8", "int16", "int32", "int64",
+           "uint8"}
+# The documented API: everything but `Tensor` (it is `loom.Tensor`) and the dtypes (loom's own, listed
+# on the docs page), which would make `Tensor` and `bool` in other docstrings ambiguous references.
+__all__ = sorted(n for n, v in list(globals().items()) if not n.startswith("_") and n not in _DTYPES
+                 and n != "Tensor" and not isinstance(v, type(math)) and n != "newaxis")

@@ -14,7 +14,7 @@ import numpy as np
 
 import loom
 from loom.errors import LoomValueError
-from loom.tensor import Tensor
+from loom.tensor import Tensor as _Tensor
 from loom.tf._core import convert_to_tensor
 
 AUTOTUNE = -1
@@ -30,7 +30,7 @@ class experimental:  # noqa: N801  (TensorFlow's namespace spelling)
     UNKNOWN_CARDINALITY = UNKNOWN_CARDINALITY
 
     @staticmethod
-    def cardinality(dataset) -> Tensor:
+    def cardinality(dataset) -> _Tensor:
         """The number of elements of `dataset` (-1 infinite, -2 unknown)."""
         return dataset.cardinality()
 
@@ -63,7 +63,7 @@ def _rebuild(template, leaves: Iterator):
 
 def _as_array(x) -> np.ndarray:
     """A component as NumPy, with TensorFlow's default dtypes for Python data."""
-    if isinstance(x, Tensor):
+    if isinstance(x, _Tensor):
         return x.numpy()
     return convert_to_tensor(x).numpy() if not isinstance(x, np.ndarray) else x
 
@@ -79,7 +79,7 @@ def _normalize(out):
         return tuple(_normalize(v) for v in out)
     if isinstance(out, dict):
         return {k: _normalize(v) for k, v in out.items()}
-    return out if isinstance(out, Tensor) else convert_to_tensor(out)
+    return out if isinstance(out, _Tensor) else convert_to_tensor(out)
 
 
 class Dataset:
@@ -171,9 +171,9 @@ class Dataset:
     def as_numpy_iterator(self) -> Iterator:
         """The elements with every tensor as a NumPy array."""
         for el in self:
-            yield _map_struct(lambda t: t.numpy() if isinstance(t, Tensor) else t, el)
+            yield _map_struct(lambda t: t.numpy() if isinstance(t, _Tensor) else t, el)
 
-    def cardinality(self) -> Tensor:
+    def cardinality(self) -> _Tensor:
         """The number of elements as an int64 scalar (-1 infinite, -2 unknown)."""
         return loom.tensor(np.array(self._card, dtype=np.int64))
 

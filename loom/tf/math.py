@@ -2,26 +2,26 @@
 from __future__ import annotations
 
 import loom
-from loom.tensor import Tensor
+from loom.tensor import Tensor as _Tensor
 from loom.tf._core import (  # noqa: F401
-    add_n, argmax, argmin, convert_to_tensor as _t, cumprod, cumsum, float32, reduce_all, reduce_any,
+    add_n, argmax, argmin, convert_to_tensor as _t, cumprod, cumsum, reduce_all, reduce_any,
     reduce_logsumexp, reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_std, reduce_sum,
     reduce_variance,
 )
 
 
 def _unary(fn, doc):
-    def op(x, name=None) -> Tensor:
+    def op(x, name=None) -> _Tensor:
         return fn(_t(x))
     op.__doc__ = doc
     return op
 
 
 def _binary(fn, doc):
-    def op(x, y, name=None) -> Tensor:
+    def op(x, y, name=None) -> _Tensor:
         a = _t(x)
-        b = _t(y, a.dtype) if not isinstance(y, Tensor) else y
-        if not isinstance(x, Tensor) and isinstance(y, Tensor):
+        b = _t(y, a.dtype) if not isinstance(y, _Tensor) else y
+        if not isinstance(x, _Tensor) and isinstance(y, _Tensor):
             a = _t(x, b.dtype)
         return fn(a, b)
     op.__doc__ = doc
@@ -60,7 +60,7 @@ is_finite = _unary(loom.isfinite, "Elementwise test for finite values.")
 logical_not = _unary(loom.logical_not, "Elementwise logical not.")
 
 
-def reciprocal(x, name=None) -> Tensor:
+def reciprocal(x, name=None) -> _Tensor:
     """Elementwise 1 / x."""
     return 1.0 / _t(x)
 
@@ -89,25 +89,25 @@ logical_xor = _binary(loom.logical_xor, "Elementwise logical exclusive or.")
 xlogy = _binary(loom.xlogy, "Elementwise x * log(y), 0 where x is 0.")
 
 
-def squared_difference(x, y, name=None) -> Tensor:
+def squared_difference(x, y, name=None) -> _Tensor:
     """Elementwise (x - y) ** 2."""
     d = _t(x) - _t(y)
     return d * d
 
 
-def divide_no_nan(x, y, name=None) -> Tensor:
+def divide_no_nan(x, y, name=None) -> _Tensor:
     """Elementwise x / y, 0 where y is 0."""
     a, b = _t(x), _t(y)
     zero = b == 0
     return loom.where(zero, loom.zeros_like(a * b), a / loom.where(zero, loom.ones_like(b), b))
 
 
-def count_nonzero(input, axis=None, keepdims=False, dtype=loom.int64, name=None) -> Tensor:
+def count_nonzero(input, axis=None, keepdims=False, dtype=loom.int64, name=None) -> _Tensor:
     """Number of non-zero elements over `axis`."""
     return reduce_sum((_t(input) != 0).to(dtype), axis, keepdims)
 
 
-def l2_normalize(x, axis=None, epsilon=1e-12, name=None) -> Tensor:
+def l2_normalize(x, axis=None, epsilon=1e-12, name=None) -> _Tensor:
     """`x` divided by its L2 norm over `axis` (at least sqrt(epsilon))."""
     v = _t(x)
     sq = reduce_sum(v * v, axis, keepdims=True)
@@ -135,7 +135,7 @@ class TopKV2(tuple):
         return self[1]
 
 
-def in_top_k(targets, predictions, k, name=None) -> Tensor:
+def in_top_k(targets, predictions, k, name=None) -> _Tensor:
     """Whether each target's prediction is among the `k` largest of its row."""
     p = _t(predictions)
     tgt = _t(targets).to(loom.int64)
@@ -143,7 +143,7 @@ def in_top_k(targets, predictions, k, name=None) -> Tensor:
     return ((p > score).sum(-1) < int(k))
 
 
-def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=loom.int32, name=None) -> Tensor:
+def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=loom.int32, name=None) -> _Tensor:
     """Counts of each value of the int array `arr`."""
     import numpy as np
     a = _t(arr).numpy().reshape(-1)

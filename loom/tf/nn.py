@@ -6,43 +6,43 @@ import math
 import loom
 import loom.nn.functional as F
 from loom.errors import LoomValueError, ShapeError
-from loom.tensor import Tensor
+from loom.tensor import Tensor as _Tensor
 from loom.tf import random as _random
 from loom.tf._core import _ints, convert_to_tensor as _t, gather, reduce_mean
 from loom.tf.math import l2_normalize, log_sigmoid, sigmoid, softplus, tanh, top_k  # noqa: F401
 
 
-def relu(features, name=None) -> Tensor:
+def relu(features, name=None) -> _Tensor:
     """max(features, 0)."""
     return F.relu(_t(features))
 
 
-def relu6(features, name=None) -> Tensor:
+def relu6(features, name=None) -> _Tensor:
     """min(max(features, 0), 6)."""
     return F.relu6(_t(features))
 
 
-def elu(features, name=None) -> Tensor:
+def elu(features, name=None) -> _Tensor:
     """x if x > 0 else exp(x) - 1."""
     return F.elu(_t(features))
 
 
-def selu(features, name=None) -> Tensor:
+def selu(features, name=None) -> _Tensor:
     """Scaled ELU."""
     return F.selu(_t(features))
 
 
-def gelu(features, approximate=False, name=None) -> Tensor:
+def gelu(features, approximate=False, name=None) -> _Tensor:
     """Gaussian error linear unit (tanh approximation if `approximate`)."""
     return F.gelu(_t(features), approximate="tanh" if approximate else "none")
 
 
-def leaky_relu(features, alpha=0.2, name=None) -> Tensor:
+def leaky_relu(features, alpha=0.2, name=None) -> _Tensor:
     """x if x > 0 else alpha * x (alpha 0.2 by default, as TensorFlow)."""
     return F.leaky_relu(_t(features), alpha)
 
 
-def silu(features, beta=1.0) -> Tensor:
+def silu(features, beta=1.0) -> _Tensor:
     """x * sigmoid(beta * x)."""
     x = _t(features)
     return x * loom.sigmoid(beta * x)
@@ -51,22 +51,22 @@ def silu(features, beta=1.0) -> Tensor:
 swish = silu
 
 
-def softsign(features, name=None) -> Tensor:
+def softsign(features, name=None) -> _Tensor:
     """x / (1 + |x|)."""
     return F.softsign(_t(features))
 
 
-def softmax(logits, axis=None, name=None) -> Tensor:
+def softmax(logits, axis=None, name=None) -> _Tensor:
     """exp(x) / sum(exp(x)) along `axis` (the last by default)."""
     return F.softmax(_t(logits), dim=-1 if axis is None else int(axis))
 
 
-def log_softmax(logits, axis=None, name=None) -> Tensor:
+def log_softmax(logits, axis=None, name=None) -> _Tensor:
     """log(softmax(x)) along `axis`, computed stably."""
     return F.log_softmax(_t(logits), dim=-1 if axis is None else int(axis))
 
 
-def bias_add(value, bias, data_format=None, name=None) -> Tensor:
+def bias_add(value, bias, data_format=None, name=None) -> _Tensor:
     """`value` plus the 1-D `bias` along the channel (last, or for NC.. the second) dimension."""
     v, b = _t(value), _t(bias)
     if data_format is not None and data_format.startswith("NC"):
@@ -94,7 +94,7 @@ def _same_pads(size: int, k: int, s: int, d: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-def _spatial_pads(x: Tensor, ks, strides, dilations, padding, op: str) -> list[tuple[int, int]]:
+def _spatial_pads(x: _Tensor, ks, strides, dilations, padding, op: str) -> list[tuple[int, int]]:
     n = len(ks)
     if isinstance(padding, str):
         p = padding.upper()
@@ -109,7 +109,7 @@ def _spatial_pads(x: Tensor, ks, strides, dilations, padding, op: str) -> list[t
     return [(a, b) for a, b in pads]
 
 
-def _pad_nhwc(x: Tensor, pads, value: float) -> Tensor:
+def _pad_nhwc(x: _Tensor, pads, value: float) -> _Tensor:
     flat: list[int] = [0, 0]
     for before, after in reversed(pads):
         flat += [before, after]
@@ -124,7 +124,7 @@ def _check_format(data_format, op):
 
 
 def convolution(input, filters, strides=None, padding="VALID", data_format=None, dilations=None,
-                name=None) -> Tensor:
+                name=None) -> _Tensor:
     """N-D convolution (1-D or 2-D) of a channels-last `input` with filters [*k, in, out]."""
     x, w = _t(input), _t(filters)
     n = x.ndim - 2
@@ -147,19 +147,19 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
     return y.permute(0, 2, 1)
 
 
-def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None, name=None) -> Tensor:
+def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None, name=None) -> _Tensor:
     """2-D convolution of NHWC `input` with HWIO `filters`; padding 'SAME', 'VALID' or explicit."""
     _check_format(data_format, "conv2d")
     return convolution(input, filters, strides, padding, None, dilations)
 
 
-def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None) -> Tensor:
+def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None) -> _Tensor:
     """1-D convolution of NWC `input` with WIO `filters`."""
     _check_format(data_format, "conv1d")
     return convolution(input, filters, stride, padding, None, dilations)
 
 
-def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None, name=None) -> Tensor:
+def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None, name=None) -> _Tensor:
     """Depthwise 2-D convolution: filter [kh, kw, in, multiplier], one group per input channel."""
     x, w = _t(input), _t(filter)
     kh, kw, cin, mult = w.shape
@@ -175,7 +175,7 @@ def _pool(input, ksize, strides, padding, op):
     return x, n, ks, st, pads
 
 
-def max_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None) -> Tensor:
+def max_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None) -> _Tensor:
     """Max pooling over NHWC windows; SAME padding never picks a padded value."""
     _check_format(data_format, "max_pool2d")
     x, n, ks, st, pads = _pool(input, ksize, strides, padding, "max_pool2d")
@@ -183,7 +183,7 @@ def max_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None) ->
     return F.max_pool2d(xp.permute(0, 3, 1, 2), ks, st).permute(0, 2, 3, 1)
 
 
-def avg_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None) -> Tensor:
+def avg_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None) -> _Tensor:
     """Average pooling over NHWC windows; with SAME padding only real values are averaged."""
     _check_format(data_format, "avg_pool2d")
     x, n, ks, st, pads = _pool(input, ksize, strides, padding, "avg_pool2d")
@@ -195,7 +195,7 @@ def avg_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None) ->
     return (total / F.avg_pool2d(ones, ks, st)).permute(0, 2, 3, 1)
 
 
-def max_pool(input, ksize, strides, padding, data_format=None, name=None) -> Tensor:
+def max_pool(input, ksize, strides, padding, data_format=None, name=None) -> _Tensor:
     """Max pooling (2-D NHWC, or 1-D NWC through a unit height)."""
     x = _t(input)
     if x.ndim == 3:
@@ -203,7 +203,7 @@ def max_pool(input, ksize, strides, padding, data_format=None, name=None) -> Ten
     return max_pool2d(x, ksize, strides, padding)
 
 
-def avg_pool(input, ksize, strides, padding, data_format=None, name=None) -> Tensor:
+def avg_pool(input, ksize, strides, padding, data_format=None, name=None) -> _Tensor:
     """Average pooling (2-D NHWC, or 1-D NWC through a unit height)."""
     x = _t(input)
     if x.ndim == 3:
@@ -211,7 +211,7 @@ def avg_pool(input, ksize, strides, padding, data_format=None, name=None) -> Ten
     return avg_pool2d(x, ksize, strides, padding)
 
 
-def dropout(x, rate, noise_shape=None, seed=None, name=None) -> Tensor:
+def dropout(x, rate, noise_shape=None, seed=None, name=None) -> _Tensor:
     """Zero each element with probability `rate` and scale the rest by 1 / (1 - rate)."""
     v = _t(x)
     rate = float(rate)
@@ -224,7 +224,7 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None) -> Tensor:
     return v * keep.to(v.dtype) * (1.0 / (1.0 - rate))
 
 
-def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None) -> Tensor:
+def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None) -> _Tensor:
     """Per-example -log(softmax(logits)[label]) for integer `labels` of shape logits.shape[:-1]."""
     lg, lb = _t(logits), _t(labels).to(loom.int64)
     if tuple(lb.shape) != tuple(lg.shape[:-1]):
@@ -235,20 +235,20 @@ def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None
     return -loom.take_along_dim(lp, lb.unsqueeze(-1), dim=-1).squeeze(-1)
 
 
-def softmax_cross_entropy_with_logits(labels=None, logits=None, axis=-1, name=None) -> Tensor:
+def softmax_cross_entropy_with_logits(labels=None, logits=None, axis=-1, name=None) -> _Tensor:
     """Per-example -sum(labels * log(softmax(logits))) over `axis`."""
     lg, lb = _t(logits), _t(labels)
     return -(lb.to(lg.dtype) * F.log_softmax(lg, dim=int(axis))).sum(int(axis))
 
 
-def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None) -> Tensor:
+def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None) -> _Tensor:
     """Elementwise binary cross-entropy of `labels` against sigmoid(`logits`), computed stably."""
     x, z = _t(logits), _t(labels)
     z = z.to(x.dtype)
     return loom.relu(x) - x * z + loom.log1p(loom.exp(-loom.abs(x)))
 
 
-def embedding_lookup(params, ids, max_norm=None, name=None) -> Tensor:
+def embedding_lookup(params, ids, max_norm=None, name=None) -> _Tensor:
     """Rows of `params` at `ids` (shape ids.shape + params.shape[1:])."""
     return gather(params, ids)
 
@@ -261,7 +261,7 @@ def moments(x, axes, shift=None, keepdims=False, name=None):
     return (m if keepdims else reduce_mean(v, axes, keepdims=False)), var
 
 
-def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None) -> Tensor:
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None) -> _Tensor:
     """(x - mean) / sqrt(variance + eps) * scale + offset (scale and offset may be None)."""
     v = _t(x)
     inv = loom.rsqrt(_t(variance) + variance_epsilon)
@@ -271,13 +271,13 @@ def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name
     return out + _t(offset) if offset is not None else out
 
 
-def l2_loss(t, name=None) -> Tensor:
+def l2_loss(t, name=None) -> _Tensor:
     """sum(t ** 2) / 2."""
     v = _t(t)
     return (v * v).sum() / 2
 
 
-def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None) -> Tensor:
+def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None) -> _Tensor:
     """Mean per-example loss (sum divided by the global batch size)."""
     v = _t(per_example_loss)
     if sample_weight is not None:

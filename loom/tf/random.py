@@ -6,8 +6,8 @@ dtypes and reproducibility under `set_seed` follow TensorFlow.
 from __future__ import annotations
 
 import loom
-from loom.tensor import Generator, Tensor
-from loom.tf._core import _ints, as_dtype, convert_to_tensor as _t, float32
+from loom.tensor import Generator as _Generator, Tensor as _Tensor
+from loom.tf._core import _ints, as_dtype, convert_to_tensor as _t, float32 as _float32
 
 _global_seed: list = [None]
 _op_counts: dict = {}
@@ -27,16 +27,16 @@ def _gen(seed):
     n = _op_counts.get(seed, 0)
     _op_counts[seed] = n + 1
     base = 0 if _global_seed[0] is None else _global_seed[0]
-    return Generator((int(seed) * 1000003 + base * 7919 + n) & 0xFFFFFFFF)
+    return _Generator((int(seed) * 1000003 + base * 7919 + n) & 0xFFFFFFFF)
 
 
-def normal(shape, mean=0.0, stddev=1.0, dtype=float32, seed=None, name=None) -> Tensor:
+def normal(shape, mean=0.0, stddev=1.0, dtype=_float32, seed=None, name=None) -> _Tensor:
     """Normal samples of `shape` with `mean` and `stddev`."""
     d = as_dtype(dtype)
     return loom.randn(*_ints(shape), dtype=d, generator=_gen(seed)) * stddev + mean
 
 
-def uniform(shape, minval=0, maxval=None, dtype=float32, seed=None, name=None) -> Tensor:
+def uniform(shape, minval=0, maxval=None, dtype=_float32, seed=None, name=None) -> _Tensor:
     """Uniform samples in [minval, maxval) (maxval 1 for floats; required for ints)."""
     d = as_dtype(dtype)
     if not d.is_floating_point:
@@ -47,7 +47,7 @@ def uniform(shape, minval=0, maxval=None, dtype=float32, seed=None, name=None) -
     return loom.rand(*_ints(shape), dtype=d, generator=_gen(seed)) * (hi - minval) + minval
 
 
-def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=float32, seed=None, name=None) -> Tensor:
+def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=_float32, seed=None, name=None) -> _Tensor:
     """Normal samples redrawn until within two standard deviations of the mean."""
     d = as_dtype(dtype)
     g = _gen(seed)
@@ -60,14 +60,14 @@ def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=float32, seed=None, name
     return loom.clamp(x, -2.0, 2.0) * stddev + mean
 
 
-def shuffle(value, seed=None, name=None) -> Tensor:
+def shuffle(value, seed=None, name=None) -> _Tensor:
     """`value` with its first dimension randomly permuted."""
     v = _t(value)
     perm = loom.randperm(v.shape[0], generator=_gen(seed))
     return loom.index_select(v, 0, perm)
 
 
-def categorical(logits, num_samples, dtype=None, seed=None, name=None) -> Tensor:
+def categorical(logits, num_samples, dtype=None, seed=None, name=None) -> _Tensor:
     """Samples of class indices (int64) from unnormalised log-probabilities, one row per batch entry."""
     p = loom.softmax(_t(logits), dim=-1)
     out = loom.multinomial(p, int(num_samples), replacement=True, generator=_gen(seed))

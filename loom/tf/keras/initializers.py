@@ -7,7 +7,7 @@ import numpy as np
 
 import loom
 from loom.errors import LoomValueError
-from loom.tf._core import as_dtype, float32
+from loom.tf._core import as_dtype as _as_dtype, float32 as _float32
 from loom.tf import random as _random
 
 
@@ -38,14 +38,14 @@ class Zeros(Initializer):
     """All zeros."""
 
     def __call__(self, shape, dtype=None):
-        return loom.zeros(*shape, dtype=as_dtype(dtype or float32))
+        return loom.zeros(*shape, dtype=_as_dtype(dtype or _float32))
 
 
 class Ones(Initializer):
     """All ones."""
 
     def __call__(self, shape, dtype=None):
-        return loom.ones(*shape, dtype=as_dtype(dtype or float32))
+        return loom.ones(*shape, dtype=_as_dtype(dtype or _float32))
 
 
 class Constant(Initializer):
@@ -55,7 +55,7 @@ class Constant(Initializer):
         self.value = value
 
     def __call__(self, shape, dtype=None):
-        return loom.full(tuple(shape), float(self.value), dtype=as_dtype(dtype or float32))
+        return loom.full(tuple(shape), float(self.value), dtype=_as_dtype(dtype or _float32))
 
 
 class RandomNormal(Initializer):
@@ -65,7 +65,7 @@ class RandomNormal(Initializer):
         self.mean, self.stddev, self.seed = mean, stddev, seed
 
     def __call__(self, shape, dtype=None):
-        return _random.normal(shape, self.mean, self.stddev, as_dtype(dtype or float32), seed=self.seed)
+        return _random.normal(shape, self.mean, self.stddev, _as_dtype(dtype or _float32), seed=self.seed)
 
 
 class RandomUniform(Initializer):
@@ -75,7 +75,7 @@ class RandomUniform(Initializer):
         self.minval, self.maxval, self.seed = minval, maxval, seed
 
     def __call__(self, shape, dtype=None):
-        return _random.uniform(shape, self.minval, self.maxval, as_dtype(dtype or float32), seed=self.seed)
+        return _random.uniform(shape, self.minval, self.maxval, _as_dtype(dtype or _float32), seed=self.seed)
 
 
 class TruncatedNormal(Initializer):
@@ -85,7 +85,7 @@ class TruncatedNormal(Initializer):
         self.mean, self.stddev, self.seed = mean, stddev, seed
 
     def __call__(self, shape, dtype=None):
-        return _random.truncated_normal(shape, self.mean, self.stddev, as_dtype(dtype or float32), seed=self.seed)
+        return _random.truncated_normal(shape, self.mean, self.stddev, _as_dtype(dtype or _float32), seed=self.seed)
 
 
 class VarianceScaling(Initializer):
@@ -98,7 +98,7 @@ class VarianceScaling(Initializer):
         fan_in, fan_out = _fans(shape)
         fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[self.mode]
         var = self.scale / max(1.0, fan)
-        d = as_dtype(dtype or float32)
+        d = _as_dtype(dtype or _float32)
         if self.distribution == "uniform":
             lim = math.sqrt(3.0 * var)
             return _random.uniform(shape, -lim, lim, d, seed=self.seed)
@@ -164,7 +164,7 @@ class Orthogonal(Initializer):
         q = q * np.sign(np.diag(r))
         if rows < cols:
             q = q.T
-        return loom.tensor((self.gain * q[:rows, :cols]).reshape(shape).astype(as_dtype(dtype or float32).np))
+        return loom.tensor((self.gain * q[:rows, :cols]).reshape(shape).astype(_as_dtype(dtype or _float32).np))
 
 
 class Identity(Initializer):
@@ -174,7 +174,7 @@ class Identity(Initializer):
         self.gain = gain
 
     def __call__(self, shape, dtype=None):
-        return loom.eye(shape[0], shape[1], dtype=as_dtype(dtype or float32)) * self.gain
+        return loom.eye(shape[0], shape[1], dtype=_as_dtype(dtype or _float32)) * self.gain
 
 
 _NAMES = {

@@ -12,7 +12,7 @@ import loom
 import loom.nn.functional as F
 from loom.errors import LoomValueError, ShapeError
 from loom.tf import nn as tfnn
-from loom.tf._core import convert_to_tensor, one_hot as _one_hot  # noqa: F401
+from loom.tf._core import convert_to_tensor as _convert_to_tensor, one_hot as _one_hot  # noqa: F401
 from loom.tf.keras import activations, initializers, regularizers
 from loom.tf.keras.engine import Input, InputLayer, KerasTensor, Layer  # noqa: F401
 
@@ -474,7 +474,7 @@ class MultiHeadAttention(Layer):
         scores = loom.einsum("aecd,abcd->acbe", k, q)  # [batch, heads, q_len, k_len]
         mask = None
         if attention_mask is not None:
-            mask = convert_to_tensor(attention_mask).to(loom.bool)
+            mask = _convert_to_tensor(attention_mask).to(loom.bool)
             mask = mask.unsqueeze(1) if mask.ndim == 3 else mask
         if use_causal_mask:
             ql, kl = scores.shape[-2], scores.shape[-1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import loom
 import loom.nn.functional as F
 from loom.errors import LoomValueError
-from loom.tensor import Tensor
+from loom.tensor import Tensor as _Tensor
 from loom.tf._core import convert_to_tensor
 
 EPSILON = 1e-7  # keras.backend.epsilon()
@@ -102,10 +102,10 @@ class Loss:
         self.reduction = reduction
         self.name = name or type(self).__name__
 
-    def call(self, y_true, y_pred) -> Tensor:
+    def call(self, y_true, y_pred) -> _Tensor:
         raise NotImplementedError
 
-    def __call__(self, y_true, y_pred, sample_weight=None) -> Tensor:
+    def __call__(self, y_true, y_pred, sample_weight=None) -> _Tensor:
         per = self.call(y_true, y_pred)
         if sample_weight is not None:
             w = convert_to_tensor(sample_weight).to(per.dtype)

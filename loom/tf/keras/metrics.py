@@ -5,12 +5,12 @@ import numpy as np
 
 import loom
 from loom.errors import LoomValueError
-from loom.tensor import Tensor
+from loom.tensor import Tensor as _Tensor
 from loom.tf.keras import losses as _losses
 
 
 def _np(x) -> np.ndarray:
-    return x.numpy() if isinstance(x, Tensor) else np.asarray(x)
+    return x.numpy() if isinstance(x, _Tensor) else np.asarray(x)
 
 
 class Metric:
@@ -28,10 +28,10 @@ class Metric:
     def update_state(self, *args, **kwargs) -> None:
         raise NotImplementedError
 
-    def result(self) -> Tensor:
+    def result(self) -> _Tensor:
         return loom.tensor(np.float32(self.total / self.count if self.count else 0.0))
 
-    def __call__(self, *args, **kwargs) -> Tensor:
+    def __call__(self, *args, **kwargs) -> _Tensor:
         self.update_state(*args, **kwargs)
         return self.result()
 
@@ -167,7 +167,7 @@ class RootMeanSquaredError(MeanSquaredError):
     def __init__(self, name="root_mean_squared_error", dtype=None) -> None:
         super().__init__(name)
 
-    def result(self) -> Tensor:
+    def result(self) -> _Tensor:
         return loom.tensor(np.float32(np.sqrt(self.total / self.count if self.count else 0.0)))
 
 
@@ -197,7 +197,7 @@ class AUC(Metric):
         self.fn += (~above & yt).astype(float) @ w
         self.tn += (~above & ~yt).astype(float) @ w
 
-    def result(self) -> Tensor:
+    def result(self) -> _Tensor:
         tpr = self.tp / np.maximum(self.tp + self.fn, 1e-12)
         fpr = self.fp / np.maximum(self.fp + self.tn, 1e-12)
         if self.curve == "PR":

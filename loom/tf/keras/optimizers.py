@@ -11,7 +11,8 @@ import math
 import loom
 from loom.autograd.grad_mode import no_grad
 from loom.errors import LoomValueError
-from loom.tf._core import Variable, clip_by_global_norm, clip_by_norm, clip_by_value
+from loom.tf._core import Variable as _Variable, clip_by_global_norm as _clip_by_global_norm
+from loom.tf._core import clip_by_norm as _clip_by_norm, clip_by_value as _clip_by_value
 
 
 class LearningRateSchedule:
@@ -51,7 +52,7 @@ class Optimizer:
         self.weight_decay = weight_decay
         self.clipnorm, self.clipvalue, self.global_clipnorm = clipnorm, clipvalue, global_clipnorm
         self.name = name or type(self).__name__.lower()
-        self.iterations = Variable(0, trainable=False, name="iteration", dtype=loom.int64)
+        self.iterations = _Variable(0, trainable=False, name="iteration", dtype=loom.int64)
         self._slots: dict[int, dict] = {}
         self._steps_done = 0
 
@@ -74,7 +75,7 @@ class Optimizer:
     def _slot(self, var, name: str, init: float = 0.0):
         slots = self._slots.setdefault(id(var), {})
         if name not in slots:
-            slots[name] = Variable(loom.full(tuple(var.shape), float(init), dtype=var.dtype), trainable=False,
+            slots[name] = _Variable(loom.full(tuple(var.shape), float(init), dtype=var.dtype), trainable=False,
                                    name=f"{self.name}/{name}")
         return slots[name]
 
@@ -92,11 +93,11 @@ class Optimizer:
             return self.iterations
         grads = [g for g, _ in pairs]
         if self.global_clipnorm is not None:
-            grads, _ = clip_by_global_norm(grads, self.global_clipnorm)
+            grads, _ = _clip_by_global_norm(grads, self.global_clipnorm)
         if self.clipnorm is not None:
-            grads = [clip_by_norm(g, self.clipnorm) for g in grads]
+            grads = [_clip_by_norm(g, self.clipnorm) for g in grads]
         if self.clipvalue is not None:
-            grads = [clip_by_value(g, -self.clipvalue, self.clipvalue) for g in grads]
+            grads = [_clip_by_value(g, -self.clipvalue, self.clipvalue) for g in grads]
         with no_grad():
             lr = self._lr_tensor()
             step = (self.iterations + 1).to(loom.float32)
