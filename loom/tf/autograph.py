@@ -146,25 +146,33 @@ def if_stmt(pred, true_fn, false_fn, values: tuple, names: tuple):
 
 
 def while_stmt(cond_fn, body_fn, values: tuple, consts: tuple, names: tuple):
-    """A `while` over its loop-carried variables: Python, eager, or `loom.while_loop` inside a trace."""
+    """A `while` over its loop-carried variables: Python, eager, or `loom.while_loop` inside a trace.
+
+    A variable with no value before the loop is local to each iteration (assigned before it is
+    read, as TensorFlow's liveness analysis finds): it is not carried, and stays undefined after.
+    """
     test = cond_fn(*values, *consts)
     if isinstance(test, Tensor):
         # As in TensorFlow's graph loop, numbers the loop carries become tensors.
-        values = tuple(_to_tensor_like(v, None, n, "while loop") for v, n in zip(values, names))
+        values = tuple(v if isinstance(v, Undefined) else _to_tensor_like(v, None, n, "while loop")
+                       for v, n in zip(values, names))
     if not isinstance(test, Tensor) or not tracing():
         while bool(test):
             values = tuple(body_fn(*values, *consts))
             test = cond_fn(*values, *consts)
         return values
-    carried = [_to_tensor_like(v, None, n, "while loop") for v, n in zip(values, names)]
-    n_carried = len(carried)
+    live = [k for k, v in enumerate(values) if not isinstance(v, Undefined)]
+    n_carried = len(live)
     tensor_consts = [k for k, c in enumerate(consts) if isinstance(c, Tensor)]
 
     def full(vs):
+        v = list(values)
+        for j, k in enumerate(live):
+            v[k] = vs[j]
         cs = list(consts)
         for j, k in enumerate(tensor_consts):
             cs[k] = vs[n_carried + j]
-        return list(vs[:n_carried]), cs
+        return v, cs
 
     def cond(*vs):
         v, c = full(vs)
@@ -173,11 +181,17 @@ def while_stmt(cond_fn, body_fn, values: tuple, consts: tuple, names: tuple):
     def body(*vs):
         v, c = full(vs)
         new = body_fn(*v, *c)
-        outs = [_to_tensor_like(x, old, n, "while loop").to(old.dtype) if not isinstance(x, Tensor) else x
-                for x, old, n in zip(new, v, names)]
+        outs = []
+        for k in live:
+            x, old = new[k], v[k]
+            outs.append(x if isinstance(x, Tensor) else _to_tensor_like(x, old, names[k], "while loop").to(old.dtype))
         return tuple(outs) + tuple(vs[n_carried:])
-    result = loom.while_loop(cond, body, tuple(carried) + tuple(consts[k] for k in tensor_consts))
-    return tuple(result[:n_carried])
+    carried = tuple(values[k] for k in live)
+    result = loom.while_loop(cond, body, carried + tuple(consts[k] for k in tensor_consts))
+    out = list(values)
+    for j, k in enumerate(live):
+        out[k] = result[j]
+    return tuple(out)
 
 
 def _cond_value(t):

@@ -303,3 +303,41 @@ def test_augmented_assign_does_not_write_through_aliases():
     for _ in range(3):
         x, y = f(ltf.constant([1.0]))
         assert x.numpy().tolist() == [1.0] and y.numpy().tolist() == [2.0]
+
+
+def prog_nested_control_flow(tf):
+    @tf.function
+    def f(x, n):
+        total = tf.constant(0.0)
+        count = tf.constant(0)
+        for i in tf.range(n):
+            v = x[i % 3]
+            if v > 0:
+                j = 0
+                while j < 2:
+                    total = total + v
+                    j += 1
+            else:
+                total = total - v * 0.5
+            count += 1
+        return total, count
+    x = tf.constant([1.5, -2.0, 0.5])
+    return [f(x, tf.constant(k)) for k in (0, 1, 4, 7)]
+
+
+def test_nested_control_flow_matches_tensorflow():
+    want, got = both(prog_nested_control_flow)
+    assert_same(got, want)
+
+
+def test_for_range_with_break_keeps_python_semantics_eagerly_and_errors_when_traced():
+    @ltf.function
+    def f(x):
+        for i in ltf.range(5):
+            if i > 2:
+                break
+            x = x + 1.0
+        return x
+    assert f(ltf.constant(0.0)).numpy() == 3.0
+    with pytest.raises(loom.LoomError, match="break, continue or return"):
+        f(ltf.constant(0.0))
