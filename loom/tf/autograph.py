@@ -496,8 +496,12 @@ def convert(fn: Callable) -> Callable:
     conv = _Converter(set(params) | set(_stores(fdef.body)))
     fdef.body = conv.block(fdef.body)
     freevars = list(fn.__code__.co_freevars)
-    if "__class__" in freevars:  # Keep zero-argument super() working: the cell must stay referenced.
-        fdef.body.insert(0, ast.Expr(value=ast.Name("__class__", ast.Load())))
+    if "__class__" in freevars and params:
+        # Zero-argument super() would see a branch function's first argument: spell it out.
+        for node in ast.walk(fdef):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super" \
+                    and not node.args:
+                node.args = [ast.Name("__class__", ast.Load()), ast.Name(params[0], ast.Load())]
     factory = ast.FunctionDef(name="ag__factory", args=_args(["ag__"] + freevars),
                               body=[fdef, ast.Return(value=ast.Name(fdef.name, ast.Load()))],
                               decorator_list=[], returns=None, type_params=[])

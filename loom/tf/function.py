@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 import loom
-from loom.errors import LoomError, LoomTypeError
+from loom.errors import LoomTypeError
 from loom.tensor import Tensor
 from loom.tf import autograph
 
@@ -112,21 +112,11 @@ class Function:
             return self._converted(*args, **kwargs)
         leaves: list = []
         spec = _split((args, kwargs), leaves)
-        try:
-            return self._traced(spec, *leaves)
-        except LoomError:
-            raise
+        return self._traced(spec, *leaves)
 
     def __get__(self, instance, owner=None):
-        if instance is None:
-            return self
-        bound = self.__dict__.setdefault("_bound", {})
-        key = id(instance)
-        f = bound.get(key)
-        if f is None:
-            f = functools.partial(self, instance)
-            bound[key] = f
-        return f
+        # A method: the instance is the first argument (one trace per instance, keyed by identity).
+        return self if instance is None else functools.partial(self, instance)
 
     def get_concrete_function(self, *args, **kwargs):
         """A callable for these argument types (here: the function itself, traced on first use)."""

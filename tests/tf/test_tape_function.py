@@ -341,3 +341,25 @@ def test_for_range_with_break_keeps_python_semantics_eagerly_and_errors_when_tra
     assert f(ltf.constant(0.0)).numpy() == 3.0
     with pytest.raises(loom.LoomError, match="break, continue or return"):
         f(ltf.constant(0.0))
+
+
+def prog_method_with_super(tf):
+    class Base(tf.keras.layers.Layer):
+        def call(self, x):
+            return x + 1.0
+
+    class Child(Base):
+        @tf.function
+        def call(self, x):
+            if tf.reduce_sum(x) > 0:
+                y = super().call(x)
+            else:
+                y = x * 3.0
+            return y
+    layer = Child()
+    return [layer(tf.constant([v])) for v in (1.0, -1.0, 2.0, -3.0)]
+
+
+def test_tf_function_method_with_zero_argument_super_matches_tensorflow():
+    want, got = both(prog_method_with_super)
+    assert_same(got, want)
