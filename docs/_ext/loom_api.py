@@ -21,7 +21,8 @@ PUBLIC_MODULES = [
     "loom", "loom.nn", "loom.nn.functional", "loom.nn.init", "loom.nn.utils", "loom.optim",
     "loom.optim.lr_scheduler", "loom.data", "loom.autograd", "loom.compiler", "loom.io", "loom.linalg",
     "loom.ir", "loom.bench", "loom.bench.cli", "loom.bench.stats", "loom.bench.report", "loom.bench.compile_probe",
-    "loom.tf", "loom.tf.math", "loom.tf.nn", "loom.tf.random", "loom.tf.data", "loom.tf.keras", "loom.tf.keras.layers",
+    "loom.tf", "loom.tf.math", "loom.tf.linalg", "loom.tf.nn", "loom.tf.random", "loom.tf.data", "loom.tf.keras",
+    "loom.tf.keras.layers",
     "loom.tf.keras.losses", "loom.tf.keras.metrics", "loom.tf.keras.optimizers", "loom.tf.keras.callbacks",
     "loom.tf.keras.initializers", "loom.tf.keras.activations",
 ]

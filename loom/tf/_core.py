@@ -733,3 +733,78 @@ def cumprod(x, axis=0, exclusive=False, reverse=False, name=None) -> Tensor:
         v = loom.cat([loom.ones_like(v.narrow(a, 0, 1)), v.narrow(a, 0, n - 1)], dim=a)
     out = loom.cumprod(v, dim=a)
     return out.flip(a) if reverse else out
+
+
+def repeat(input, repeats, axis=None, name=None) -> Tensor:
+    """Each element (or slice along `axis`) repeated `repeats` times; flattened first when `axis` is None."""
+    x = _t(input)
+    r = repeats if isinstance(repeats, int) else _t(repeats).to(loom.int64)
+    if axis is None:
+        return loom.repeat_interleave(x.reshape(-1), r)
+    return loom.repeat_interleave(x, r, dim=int(axis))
+
+
+def roll(input, shift, axis, name=None) -> Tensor:
+    """`input` shifted cyclically by `shift` along `axis` (both may be lists)."""
+    return loom.roll(_t(input), tuple(_ints(shift)), tuple(_ints(axis)))
+
+
+def meshgrid(*args, indexing="xy", name=None) -> list:
+    """Coordinate grids from 1-D tensors ('xy' or 'ij' indexing)."""
+    return list(loom.meshgrid(*[_t(a) for a in args], indexing=indexing))
+
+
+def sequence_mask(lengths, maxlen=None, dtype=bool, name=None) -> Tensor:
+    """mask[..., j] = j < lengths[...], with `maxlen` columns (the largest length by default)."""
+    n = _t(lengths)
+    m = int(n.max()) if maxlen is None else int(maxlen)
+    mask = loom.arange(m, dtype=n.dtype) < n.unsqueeze(-1)
+    return mask if as_dtype(dtype) is loom.bool else mask.to(as_dtype(dtype))
+
+
+def _linear_index(shape, idx) -> Tensor:
+    k = idx.shape[-1]
+    strides = np.cumprod([1] + list(shape[:k])[::-1][:-1])[::-1].copy()
+    return (idx.to(loom.int64).reshape(-1, k) * loom.tensor(strides.astype(np.int64))).sum(-1)
+
+
+def _scatter_rows(base: Tensor, indices, updates, mode: str) -> Tensor:
+    idx = _t(indices)
+    k = idx.shape[-1]
+    rows = base.reshape([-1] + list(base.shape[k:]))
+    upd = _t(updates, base.dtype).reshape([-1] + list(base.shape[k:]))
+    lin = _linear_index(base.shape, idx)
+    if mode == "add":
+        out = loom.index_add(rows, 0, lin, upd)
+    else:
+        out = loom.index_copy(rows, 0, lin, upd)
+    return out.reshape(base.shape)
+
+
+def scatter_nd(indices, updates, shape, name=None) -> Tensor:
+    """Zeros of `shape` with `updates` added at `indices` (duplicates add up)."""
+    u = _t(updates)
+    return _scatter_rows(loom.zeros(*_ints(shape), dtype=u.dtype), indices, u, "add")
+
+
+def tensor_scatter_nd_update(tensor, indices, updates, name=None) -> Tensor:
+    """`tensor` with the elements or slices at `indices` replaced by `updates`."""
+    return _scatter_rows(_t(tensor), indices, updates, "update")
+
+
+def tensor_scatter_nd_add(tensor, indices, updates, name=None) -> Tensor:
+    """`tensor` with `updates` added at `indices`."""
+    return _scatter_rows(_t(tensor), indices, updates, "add")
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments, name=None) -> Tensor:
+    """Sums of the rows of `data` grouped by `segment_ids` into `num_segments` rows."""
+    d, ids = _t(data), _t(segment_ids).to(loom.int64)
+    out = loom.zeros(int(num_segments), *d.shape[ids.ndim:], dtype=d.dtype)
+    return loom.index_add(out, 0, ids.reshape(-1), d.reshape([-1] + list(d.shape[ids.ndim:])))
+
+
+def segment_sum(data, segment_ids, name=None) -> Tensor:
+    """Sums of the rows of `data` grouped by sorted `segment_ids`."""
+    ids = _t(segment_ids)
+    return unsorted_segment_sum(data, ids, int(ids.max()) + 1 if ids.numel() else 0)

@@ -6,7 +6,7 @@ from loom.tensor import Tensor as _Tensor
 from loom.tf._core import (  # noqa: F401
     add_n, argmax, argmin, convert_to_tensor as _t, cumprod, cumsum, reduce_all, reduce_any,
     reduce_logsumexp, reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_std, reduce_sum,
-    reduce_variance,
+    reduce_variance, segment_sum, unsorted_segment_sum,
 )
 
 
@@ -150,3 +150,13 @@ def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=loom.int32
     w = None if weights is None else _t(weights).numpy().reshape(-1)
     out = np.bincount(a, weights=w, minlength=minlength or 0)
     return loom.tensor(out.astype(loom.float32.np if w is not None else dtype.np))
+
+
+def softmax(logits, axis=None, name=None) -> _Tensor:
+    """exp(x) / sum(exp(x)) along `axis` (the last by default)."""
+    return loom.softmax(_t(logits), dim=-1 if axis is None else int(axis))
+
+
+def log_softmax(logits, axis=None, name=None) -> _Tensor:
+    """log(softmax(x)) along `axis` (the last by default)."""
+    return loom.log_softmax(_t(logits), dim=-1 if axis is None else int(axis))
