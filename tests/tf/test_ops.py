@@ -217,6 +217,16 @@ def test_variable_api():
         v.assign([1.0, 2.0, 3.0])
 
 
+def test_dtype_questions_as_tensorflow_asks_them():
+    import loom.tf as tf
+    from tests.tf.harness import real_tf
+    for name in ("float32", "float64", "int32", "int64", "bool", "uint8", "float16"):
+        mine, theirs = getattr(tf, name), getattr(real_tf, name)
+        assert (mine.name, mine.is_floating, mine.is_integer, mine.is_bool, mine.as_numpy_dtype) == \
+            (theirs.name, theirs.is_floating, theirs.is_integer, theirs.is_bool, theirs.as_numpy_dtype), name
+    assert tf.as_dtype("float32") is tf.float32 and tf.as_dtype(np.int64) is tf.int64
+
+
 def test_errors_name_the_op():
     import loom.tf as tf
     with pytest.raises(Exception, match=r"loom\.tf\.split"):
