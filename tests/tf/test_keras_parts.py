@@ -134,6 +134,11 @@ LAYERS = {
     "batchnorm_inference": (lambda k: k.layers.BatchNormalization(), (4, 3)),
     "zero_padding": (lambda k: k.layers.ZeroPadding2D(((1, 0), (2, 1))), (1, 3, 3, 2)),
     "mha_causal": (lambda k: k.layers.MultiHeadAttention(2, 3, value_dim=2), (2, 4, 5)),
+    "gru": (lambda k: k.layers.GRU(4, return_sequences=True), (2, 5, 3)),
+    "gru_last_backwards": (lambda k: k.layers.GRU(3, go_backwards=True), (2, 5, 3)),
+    "simple_rnn": (lambda k: k.layers.SimpleRNN(4, return_sequences=True), (2, 5, 3)),
+    "lstm_backwards": (lambda k: k.layers.LSTM(3, go_backwards=True, return_sequences=True), (2, 4, 3)),
+    "upsampling": (lambda k: k.layers.UpSampling2D((2, 3)), (1, 2, 3, 2)),
 }
 
 
@@ -144,6 +149,10 @@ def test_layer_forward_matches_keras(name):
     tf_layer, loom_layer = make(real_tf.keras), make(ltf.keras)
     extra = {"use_causal_mask": True} if name == "mha_causal" else {}
     args = (x, x) if name == "mha_causal" else (x,)
+    if name.startswith(("gru", "simple_rnn")):  # Random biases, so the bias layout is checked too.
+        tf_layer(*args)
+        tf_layer.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) * 0.1
+                              for w in tf_layer.get_weights()])
     want = tf_layer(*args, **extra).numpy()
     loom_layer(*args, **extra)
     loom_layer.set_weights(tf_layer.get_weights())

@@ -430,6 +430,100 @@ class LSTM(Layer):
         return [out, h, c] if self.return_state else out
 
 
+class _Recurrent(Layer):
+    """Shared loop of the recurrent layers: `_step(x_proj_t, state) -> (output, state)` over time."""
+
+    def __init__(self, units, activation="tanh", use_bias=True, kernel_initializer="glorot_uniform",
+                 recurrent_initializer="orthogonal", bias_initializer="zeros", return_sequences=False,
+                 return_state=False, go_backwards=False, **kwargs) -> None:
+        kwargs.pop("dropout", None)
+        kwargs.pop("recurrent_dropout", None)
+        super().__init__(**kwargs)
+        self.units = int(units)
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.return_sequences, self.return_state, self.go_backwards = return_sequences, return_state, go_backwards
+        self._inits = (kernel_initializer, recurrent_initializer, bias_initializer)
+
+    def call(self, inputs, initial_state=None, training=None):
+        x = inputs
+        n, t = x.shape[0], x.shape[1]
+        h = initial_state[0] if isinstance(initial_state, (list, tuple)) else initial_state
+        if h is None:
+            h = loom.zeros(n, self.units, dtype=x.dtype)
+        xz = self._project(x)
+        steps = range(t - 1, -1, -1) if self.go_backwards else range(t)
+        outs = []
+        for s in steps:
+            h = self._step(xz[:, s], h)
+            outs.append(h)
+        out = loom.stack(outs, dim=1) if self.return_sequences else h
+        return [out, h] if self.return_state else out
+
+
+class SimpleRNN(_Recurrent):
+    """h_t = activation(x_t @ kernel + h_{t-1} @ recurrent_kernel + bias)."""
+
+    def build(self, input_shape) -> None:
+        u = self.units
+        self.kernel = self.add_weight("kernel", (input_shape[-1], u), self._inits[0])
+        self.recurrent_kernel = self.add_weight("recurrent_kernel", (u, u), self._inits[1])
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (u,), self._inits[2])
+
+    def _project(self, x):
+        xz = loom.matmul(x, self.kernel)
+        return xz + self.bias if self.use_bias else xz
+
+    def _step(self, xz, h):
+        return self.activation(xz + loom.matmul(h, self.recurrent_kernel))
+
+
+class GRU(_Recurrent):
+    """Gated recurrent unit as Keras's default (reset_after=True): gates z, r, h; bias [input; recurrent]."""
+
+    def __init__(self, units, recurrent_activation="sigmoid", reset_after=True, **kwargs) -> None:
+        super().__init__(units, **kwargs)
+        if not reset_after:
+            raise LoomValueError("loom.tf.keras.layers.GRU: only reset_after=True (Keras's default) is supported")
+        self.recurrent_activation = activations.get(recurrent_activation)
+
+    def build(self, input_shape) -> None:
+        u = self.units
+        self.kernel = self.add_weight("kernel", (input_shape[-1], 3 * u), self._inits[0])
+        self.recurrent_kernel = self.add_weight("recurrent_kernel", (u, 3 * u), self._inits[1])
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (2, 3 * u), self._inits[2])
+
+    def _project(self, x):
+        xz = loom.matmul(x, self.kernel)
+        return xz + self.bias[0] if self.use_bias else xz
+
+    def _step(self, xz, h):
+        u = self.units
+        rec = loom.matmul(h, self.recurrent_kernel)
+        if self.use_bias:
+            rec = rec + self.bias[1]
+        z = self.recurrent_activation(xz[:, :u] + rec[:, :u])
+        r = self.recurrent_activation(xz[:, u:2 * u] + rec[:, u:2 * u])
+        hh = self.activation(xz[:, 2 * u:] + r * rec[:, 2 * u:])
+        return z * h + (1 - z) * hh
+
+
+class UpSampling2D(Layer):
+    """Repeat rows and columns of NHWC images `size` times (nearest neighbour)."""
+
+    def __init__(self, size=(2, 2), data_format=None, interpolation="nearest", **kwargs) -> None:
+        super().__init__(**kwargs)
+        if interpolation != "nearest":
+            raise LoomValueError("loom.tf.keras.layers.UpSampling2D: only interpolation='nearest' is supported")
+        self.size = _tuple(size, 2)
+
+    def call(self, inputs):
+        x = loom.repeat_interleave(inputs, self.size[0], dim=1)
+        return loom.repeat_interleave(x, self.size[1], dim=2)
+
+
 class MultiHeadAttention(Layer):
     """Keras's multi-head attention: per-head query/key/value projections, softmax(QK^T/sqrt(d))V, output projection."""
 
