@@ -10,9 +10,9 @@ import math
 
 import loom
 import loom.nn.functional as F
-from loom.errors import LoomValueError, ShapeError
+from loom.errors import LoomValueError
 from loom.tf import nn as tfnn
-from loom.tf._core import convert_to_tensor as _convert_to_tensor, one_hot as _one_hot  # noqa: F401
+from loom.tf._core import convert_to_tensor as _convert_to_tensor
 from loom.tf.keras import activations, initializers, regularizers
 from loom.tf.keras.engine import Input, InputLayer, KerasTensor, Layer  # noqa: F401
 
@@ -661,12 +661,6 @@ class ZeroPadding2D(Layer):
     def call(self, inputs):
         (t, b), (left, r) = self.padding
         return loom.pad(inputs, [0, 0, left, r, t, b])
-
-
-def _check_shape(layer, x, ndim):
-    if x.ndim != ndim:
-        raise ShapeError(f"loom.tf.keras.layers.{type(layer).__name__}: expected a {ndim}-D input, got shape "
-                         f"{list(x.shape)}")
 
 
 def _regularize(layer) -> None:
