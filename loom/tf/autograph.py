@@ -226,6 +226,7 @@ def for_stmt(iterable, body_fn, values: tuple, consts: tuple, names: tuple):
             iterable = iterable.materialize()
         else:
             return _for_range(iterable, body_fn, values, consts, names)
+    _check_not_dataset(iterable)
     for item in iterable:
         values = tuple(body_fn(item, *values, *consts))
     return values
@@ -468,7 +469,17 @@ def py_iter(iterable):
                             "return (or an else clause), which AutoGraph in loom does not convert; carry a "
                             "flag variable instead, or loop over Python's range")
         return iterable.materialize()
+    _check_not_dataset(iterable)
     return iterable
+
+
+def _check_not_dataset(iterable) -> None:
+    """A dataset read during a trace would be baked into the graph as constants: refuse it."""
+    from loom.tf.data import Dataset
+    if isinstance(iterable, Dataset) and tracing():
+        raise LoomError("loom.tf.function: iterating a tf.data.Dataset inside tf.function is not supported "
+                        "(the trace would freeze its elements); iterate outside and pass each batch as an "
+                        "argument")
 
 
 def _has_control_flow(fdef) -> bool:

@@ -363,3 +363,17 @@ def prog_method_with_super(tf):
 def test_tf_function_method_with_zero_argument_super_matches_tensorflow():
     want, got = both(prog_method_with_super)
     assert_same(got, want)
+
+
+def test_iterating_a_dataset_inside_tf_function_raises_instead_of_freezing_it():
+    ds = ltf.data.Dataset.range(3)
+
+    @ltf.function
+    def total(d):
+        s = ltf.constant(0, dtype=ltf.int64)
+        for x in ds:
+            s = s + x
+        return s + d
+    assert int(total(ltf.constant(0, dtype=ltf.int64))) == 3  # Eager call.
+    with pytest.raises(loom.LoomError, match="tf.data.Dataset inside tf.function"):
+        total(ltf.constant(1, dtype=ltf.int64))
