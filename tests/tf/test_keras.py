@@ -291,6 +291,9 @@ def test_compile_errors_are_clear():
     model = ltf.keras.Sequential([ltf.keras.layers.Dense(1)])
     with pytest.raises(ValueError, match="compile"):
         model.fit(np.ones((2, 2)), np.ones((2, 1)), verbose=0)
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ValueError, match="class_weight"):
+        model.fit(np.ones((2, 2)), np.ones((2, 1)), class_weight={0: 1.0}, verbose=0)
     with pytest.raises(ValueError, match="unknown optimizer"):
         model.compile(optimizer="nonsense", loss="mse")
     with pytest.raises(ValueError, match="unknown loss"):

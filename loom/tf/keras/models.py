@@ -292,6 +292,9 @@ class Model(Layer):
         if not self.compiled:
             raise LoomValueError(f"loom.tf.keras.Model.fit: compile() model {self.name!r} first")
         verbose = 1 if verbose == "auto" else int(verbose)
+        if class_weight is not None:
+            raise LoomValueError("loom.tf.keras.Model.fit: class_weight is not supported; pass per-example "
+                                 "weights as sample_weight instead")
         if validation_split and validation_data is None:
             from loom.tf.data import Dataset
             if isinstance(x, Dataset):
