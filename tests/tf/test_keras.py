@@ -298,3 +298,13 @@ def test_compile_errors_are_clear():
         model.compile(optimizer="nonsense", loss="mse")
     with pytest.raises(ValueError, match="unknown loss"):
         model.compile(optimizer="sgd", loss="nonsense")
+
+
+def test_unsupported_layer_arguments_raise_instead_of_being_ignored():
+    with pytest.raises(TypeError, match="kernel_constraint"):
+        ltf.keras.layers.Dense(3, kernel_constraint=lambda w: w)
+    with pytest.raises(ValueError, match="recurrent_dropout"):
+        ltf.keras.layers.LSTM(3, recurrent_dropout=0.2)
+    with pytest.raises(ValueError, match="recurrent_dropout"):
+        ltf.keras.layers.GRU(3, dropout=0.1)
+    ltf.keras.layers.Dense(3, kernel_constraint=None)  # Keras's defaults are accepted.

@@ -143,7 +143,11 @@ class Layer:
         self._out_shape = None
         self._losses: list = []
         kwargs.pop("autocast", None)
-        kwargs.pop("activity_regularizer", None)
+        if kwargs.pop("activity_regularizer", None) is not None:
+            kwargs["activity_regularizer"] = True
+        unsupported = sorted(k for k, v in kwargs.items() if v is not None)
+        if unsupported:
+            raise LoomTypeError(f"loom.tf.keras.layers.{type(self).__name__}: unsupported argument(s) {unsupported}")
 
     def __setattr__(self, name: str, value) -> None:
         if "_layers" in self.__dict__:
@@ -162,6 +166,9 @@ class Layer:
     def add_weight(self, name=None, shape=None, initializer=None, dtype=None, trainable=True, regularizer=None,
                    constraint=None, **kwargs) -> Variable:
         """Create a variable owned by this layer (Glorot-uniform for floats unless `initializer` is given)."""
+        if constraint is not None or regularizer is not None:
+            raise LoomValueError(f"loom.tf.keras: layer {self.name!r}: add_weight(constraint=, regularizer=) is not "
+                                 "supported; add the penalty with add_loss in call()")
         shape = tuple(int(s) for s in (shape or ()))
         init = initializers.get(initializer if initializer is not None else "glorot_uniform")
         d = as_dtype(dtype) if dtype is not None else float32

@@ -384,6 +384,7 @@ class LSTM(Layer):
                  kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
                  unit_forget_bias=True, return_sequences=False, return_state=False, go_backwards=False,
                  dropout=0.0, recurrent_dropout=0.0, **kwargs) -> None:
+        _no_recurrent_dropout("LSTM", dropout, recurrent_dropout)
         super().__init__(**kwargs)
         self.units = int(units)
         self.activation = activations.get(activation)
@@ -436,8 +437,7 @@ class _Recurrent(Layer):
     def __init__(self, units, activation="tanh", use_bias=True, kernel_initializer="glorot_uniform",
                  recurrent_initializer="orthogonal", bias_initializer="zeros", return_sequences=False,
                  return_state=False, go_backwards=False, **kwargs) -> None:
-        kwargs.pop("dropout", None)
-        kwargs.pop("recurrent_dropout", None)
+        _no_recurrent_dropout(type(self).__name__, kwargs.pop("dropout", 0.0), kwargs.pop("recurrent_dropout", 0.0))
         super().__init__(**kwargs)
         self.units = int(units)
         self.activation = activations.get(activation)
@@ -669,3 +669,9 @@ def _regularize(layer) -> None:
         layer.add_loss(layer.kernel_regularizer(layer.kernel))
     if layer.bias_regularizer is not None and layer.use_bias:
         layer.add_loss(layer.bias_regularizer(layer.bias))
+
+
+def _no_recurrent_dropout(layer: str, dropout, recurrent_dropout) -> None:
+    if dropout or recurrent_dropout:
+        raise LoomValueError(f"loom.tf.keras.layers.{layer}: dropout and recurrent_dropout are not supported; "
+                             "add a Dropout layer on the inputs or outputs instead")
