@@ -362,6 +362,7 @@ class Embedding(Layer):
     """Rows of an [input_dim, output_dim] table (uniform ±0.05 init) looked up by integer inputs."""
 
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", mask_zero=False, **kwargs) -> None:
+        kwargs.pop("input_length", None)  # Keras 2's argument, deprecated (ignored) by Keras 3.
         super().__init__(**kwargs)
         self.input_dim, self.output_dim = int(input_dim), int(output_dim)
         init = "random_uniform" if embeddings_initializer == "uniform" else embeddings_initializer
