@@ -363,6 +363,9 @@ class Embedding(Layer):
 
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", mask_zero=False, **kwargs) -> None:
         kwargs.pop("input_length", None)  # Keras 2's argument, deprecated (ignored) by Keras 3.
+        if mask_zero:
+            raise LoomValueError("loom.tf.keras.layers.Embedding: mask_zero=True is not supported (loom.tf has no "
+                                 "Keras masking); pass an attention_mask explicitly")
         super().__init__(**kwargs)
         self.input_dim, self.output_dim = int(input_dim), int(output_dim)
         init = "random_uniform" if embeddings_initializer == "uniform" else embeddings_initializer
