@@ -25,6 +25,23 @@ class DType:
     def is_signed(self) -> bool:
         return self.name not in ("bool", "uint8")
 
+    # TensorFlow's DType spellings, so loom.tf programs can ask a loom dtype the same questions.
+    @property
+    def is_floating(self) -> bool:
+        return self.category == 2
+
+    @property
+    def is_integer(self) -> bool:
+        return self.category == 1
+
+    @property
+    def is_bool(self) -> bool:
+        return self.category == 0
+
+    @property
+    def as_numpy_dtype(self) -> type:
+        return np.float32 if self.name == "bfloat16" else self.np.type
+
     def __repr__(self) -> str:
         return f"loom.{self.name}"
 

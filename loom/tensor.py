@@ -34,6 +34,12 @@ if TYPE_CHECKING:
 LAZY_DEPTH_LIMIT = int(os.environ.get("LOOM_LAZY_DEPTH", "2000"))
 
 
+# Frontends whose tensors give numpy() while requiring grad: each is a predicate on the tensor
+# (loom.tf's: the tensor derives from a tf.Variable or a tape-watched tensor; TensorFlow tensors
+# have no requires_grad, so TF programs call .numpy() on anything).
+NUMPY_OF_GRAD_OK: list = []
+
+
 class Context:
     """Backward record of one primitive application."""
 
@@ -323,7 +329,7 @@ class Tensor:
 
     def numpy(self, force: bool = False) -> np.ndarray:
         """The value as a NumPy array, sharing memory where the layout allows."""
-        if self.requires_grad and not force:
+        if self.requires_grad and not force and not any(ok(self) for ok in NUMPY_OF_GRAD_OK):
             raise LoomError("loom.Tensor.numpy: can't call numpy() on a tensor that requires grad; "
                             "use tensor.detach().numpy()")
         if self.dtype is dt.bfloat16:
@@ -1081,6 +1087,15 @@ class Size(tuple):
 
     def numel(self) -> int:
         return math.prod(self)
+
+    def as_list(self) -> list:
+        """The dimensions as a list (TensorFlow's `TensorShape.as_list`)."""
+        return list(self)
+
+    @property
+    def rank(self) -> int:
+        """The number of dimensions (TensorFlow's `TensorShape.rank`)."""
+        return len(self)
 
     def __repr__(self) -> str:
         return f"loom.Size({list(self)})"

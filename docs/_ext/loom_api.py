@@ -23,6 +23,10 @@ PUBLIC_MODULES = [
     "loom.io", "loom.onnx", "loom.linalg",
     "loom.ir", "loom.bench", "loom.bench.cli", "loom.bench.stats", "loom.bench.report", "loom.bench.compile_probe",
     "loom.distributed", "loom.distributed.nn.functional", "loom.nn.parallel",
+    "loom.tf", "loom.tf.math", "loom.tf.linalg", "loom.tf.nn", "loom.tf.random", "loom.tf.data", "loom.tf.keras",
+    "loom.tf.keras.layers",
+    "loom.tf.keras.losses", "loom.tf.keras.metrics", "loom.tf.keras.optimizers", "loom.tf.keras.callbacks",
+    "loom.tf.keras.initializers", "loom.tf.keras.activations",
 ]
 
 

@@ -1,0 +1,351 @@
+"""`tf.data`: `Dataset` pipelines (slices, map, filter, shuffle, batch, repeat, ...) yielding loom tensors.
+
+A Dataset is a recipe: each iteration rebuilds the chain of Python iterators
+from the source, so a dataset can be iterated many times (an epoch each), and
+`shuffle` draws a new order every time unless `reshuffle_each_iteration=False`.
+Elements are tensors or tuples/dicts of tensors, as in TensorFlow.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+import loom
+from loom.errors import LoomValueError
+from loom.tensor import Tensor as _Tensor
+from loom.tf._core import convert_to_tensor
+
+AUTOTUNE = -1
+INFINITE_CARDINALITY = -1
+UNKNOWN_CARDINALITY = -2
+
+
+class experimental:  # noqa: N801  (TensorFlow's namespace spelling)
+    """`tf.data.experimental`: AUTOTUNE and the cardinality constants."""
+
+    AUTOTUNE = AUTOTUNE
+    INFINITE_CARDINALITY = INFINITE_CARDINALITY
+    UNKNOWN_CARDINALITY = UNKNOWN_CARDINALITY
+
+    @staticmethod
+    def cardinality(dataset) -> _Tensor:
+        """The number of elements of `dataset` (-1 infinite, -2 unknown)."""
+        return dataset.cardinality()
+
+
+def _map_struct(fn, el):
+    if isinstance(el, dict):
+        return {k: _map_struct(fn, v) for k, v in el.items()}
+    if isinstance(el, tuple):
+        return tuple(_map_struct(fn, v) for v in el)
+    if isinstance(el, list):
+        return tuple(_map_struct(fn, v) for v in el)
+    return fn(el)
+
+
+def _leaves(el) -> list:
+    if isinstance(el, dict):
+        return [x for v in el.values() for x in _leaves(v)]
+    if isinstance(el, (tuple, list)):
+        return [x for v in el for x in _leaves(v)]
+    return [el]
+
+
+def _rebuild(template, leaves: Iterator):
+    if isinstance(template, dict):
+        return {k: _rebuild(v, leaves) for k, v in template.items()}
+    if isinstance(template, (tuple, list)):
+        return tuple(_rebuild(v, leaves) for v in template)
+    return next(leaves)
+
+
+def _as_array(x) -> np.ndarray:
+    """A component as NumPy, with TensorFlow's default dtypes for Python data."""
+    if isinstance(x, _Tensor):
+        return x.numpy()
+    return convert_to_tensor(x).numpy() if not isinstance(x, np.ndarray) else x
+
+
+def _apply(fn, el):
+    """Call a map/filter function as TensorFlow does: a tuple element is unpacked into arguments."""
+    return fn(*el) if isinstance(el, tuple) else fn(el)
+
+
+def _normalize(out):
+    """A map function's result: lists become tuples, Python values become tensors."""
+    if isinstance(out, (list, tuple)):
+        return tuple(_normalize(v) for v in out)
+    if isinstance(out, dict):
+        return {k: _normalize(v) for k, v in out.items()}
+    return out if isinstance(out, _Tensor) else convert_to_tensor(out)
+
+
+class Dataset:
+    """A re-iterable pipeline of elements, as `tf.data.Dataset`.
+
+    Examples
+    --------
+    >>> import loom.tf as tf
+    >>> ds = tf.data.Dataset.range(5).map(lambda x: x * 2).batch(2)
+    >>> [b.tolist() for b in ds.as_numpy_iterator()]
+    [[0, 2], [4, 6], [8]]
+    """
+
+    def __init__(self, make: Callable[[], Iterator], cardinality: int) -> None:
+        self._make = make
+        self._card = cardinality
+
+    # ------------------------------------------------------------ sources
+
+    @staticmethod
+    def from_tensor_slices(tensors) -> Dataset:
+        """One element per row of `tensors` (a tensor, array, list, or tuple/dict of them)."""
+        if isinstance(tensors, list) and not any(isinstance(v, (tuple, dict)) for v in tensors):
+            tensors = convert_to_tensor(tensors)
+        leaves = [_as_array(x) for x in _leaves(tensors)]
+        if not leaves:
+            raise LoomValueError("loom.tf.data.Dataset.from_tensor_slices: nothing to slice")
+        n = leaves[0].shape[0] if leaves[0].ndim else None
+        for a in leaves:
+            if a.ndim == 0 or a.shape[0] != n:
+                raise LoomValueError("loom.tf.data.Dataset.from_tensor_slices: every component needs the same "
+                                     f"first dimension; got shapes {[list(x.shape) for x in leaves]}")
+
+        def make():
+            for i in range(n):
+                yield _rebuild(tensors, iter([loom.tensor(a[i]) for a in leaves]))
+        return Dataset(make, n)
+
+    @staticmethod
+    def from_tensors(tensors) -> Dataset:
+        """A dataset of one element: `tensors` itself."""
+        leaves = [_as_array(x) for x in _leaves(tensors)]
+
+        def make():
+            yield _rebuild(tensors, iter([loom.tensor(a) for a in leaves]))
+        return Dataset(make, 1)
+
+    @staticmethod
+    def range(*args, dtype=loom.int64, name=None) -> Dataset:
+        """int64 scalars from `range(*args)`."""
+        r = range(*[int(a) for a in args])
+        d = dtype
+
+        def make():
+            for i in r:
+                yield loom.tensor(np.array(i, dtype=d.np))
+        return Dataset(make, len(r))
+
+    @staticmethod
+    def from_generator(generator, output_types=None, output_shapes=None, args=None, output_signature=None):
+        """Elements produced by calling `generator(*args)` afresh for every iteration."""
+        def make():
+            for el in generator(*(args or ())):
+                yield _normalize(el)
+        return Dataset(make, UNKNOWN_CARDINALITY)
+
+    @staticmethod
+    def zip(*datasets, name=None) -> Dataset:
+        """Tuples of the elements of `datasets` (a tuple of datasets also works); stops at the shortest."""
+        if len(datasets) == 1 and isinstance(datasets[0], (tuple, list, dict)):
+            datasets = datasets[0]
+        if isinstance(datasets, dict):
+            keys = list(datasets)
+
+            def make_d():
+                for els in zip(*[datasets[k] for k in keys]):
+                    yield dict(zip(keys, els))
+            return Dataset(make_d, _min_card([datasets[k]._card for k in keys]))
+
+        def make():
+            yield from zip(*datasets)
+        return Dataset(make, _min_card([d._card for d in datasets]))
+
+    # ------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Iterator:
+        return iter(self._make())
+
+    def as_numpy_iterator(self) -> Iterator:
+        """The elements with every tensor as a NumPy array."""
+        for el in self:
+            yield _map_struct(lambda t: t.numpy() if isinstance(t, _Tensor) else t, el)
+
+    def cardinality(self) -> _Tensor:
+        """The number of elements as an int64 scalar (-1 infinite, -2 unknown)."""
+        return loom.tensor(np.array(self._card, dtype=np.int64))
+
+    def __len__(self) -> int:
+        if self._card < 0:
+            raise TypeError("The dataset length is " + ("infinite." if self._card == INFINITE_CARDINALITY
+                                                        else "unknown."))
+        return self._card
+
+    def take(self, count, name=None) -> Dataset:
+        """The first `count` elements (all of them for -1)."""
+        count = int(count)
+        if count < 0:
+            return self
+
+        def make():
+            return itertools.islice(self._make(), count)
+        return Dataset(make, count if self._card < 0 and self._card == INFINITE_CARDINALITY
+                       else (min(count, self._card) if self._card >= 0 else UNKNOWN_CARDINALITY))
+
+    def skip(self, count, name=None) -> Dataset:
+        """All but the first `count` elements."""
+        count = int(count)
+
+        def make():
+            return itertools.islice(self._make(), count, None)
+        card = self._card if self._card < 0 else max(self._card - count, 0)
+        return Dataset(make, card)
+
+    def repeat(self, count=None, name=None) -> Dataset:
+        """The dataset `count` times over (forever if None or -1)."""
+        n = -1 if count is None else int(count)
+
+        def make():
+            k = 0
+            while n < 0 or k < n:
+                empty = True
+                for el in self._make():
+                    empty = False
+                    yield el
+                k += 1
+                if empty:
+                    return
+        card = INFINITE_CARDINALITY if n < 0 and self._card != 0 else (
+            self._card * n if self._card >= 0 else self._card)
+        return Dataset(make, card)
+
+    def map(self, map_func, num_parallel_calls=None, deterministic=None, name=None) -> Dataset:
+        """`map_func` applied to every element (tuple elements are passed as separate arguments)."""
+        def make():
+            for el in self._make():
+                yield _normalize(_apply(map_func, el))
+        return Dataset(make, self._card)
+
+    def filter(self, predicate, name=None) -> Dataset:
+        """The elements for which `predicate` is true."""
+        def make():
+            for el in self._make():
+                if bool(_apply(predicate, el)):
+                    yield el
+        return Dataset(make, UNKNOWN_CARDINALITY if self._card != INFINITE_CARDINALITY else self._card)
+
+    def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True, name=None) -> Dataset:
+        """Elements drawn at random from a buffer of `buffer_size` (TensorFlow's streaming shuffle)."""
+        buffer_size = int(buffer_size)
+        if buffer_size <= 0:
+            raise LoomValueError(f"loom.tf.data.Dataset.shuffle: buffer_size must be positive, got {buffer_size}")
+        base = seed if seed is not None else int(loom.randint(0, 2 ** 31 - 1, (1,)).item())
+        epoch = [0]
+
+        def make():
+            rng = np.random.default_rng([int(base), epoch[0]])
+            if reshuffle_each_iteration:
+                epoch[0] += 1
+            buf: list = []
+            for el in self._make():
+                if len(buf) < buffer_size:
+                    buf.append(el)
+                    continue
+                k = int(rng.integers(len(buf)))
+                yield buf[k]
+                buf[k] = el
+            while buf:
+                k = int(rng.integers(len(buf)))
+                yield buf.pop(k)
+        return Dataset(make, self._card)
+
+    def batch(self, batch_size, drop_remainder=False, num_parallel_calls=None, deterministic=None,
+              name=None) -> Dataset:
+        """Consecutive elements stacked into batches of `batch_size` (the last may be smaller)."""
+        batch_size = int(batch_size)
+
+        def stack(els):
+            leaves = [_leaves(e) for e in els]
+            cols = [loom.tensor(np.stack([np.asarray(row[j].numpy()) for row in leaves]))
+                    for j in range(len(leaves[0]))]
+            return _rebuild(els[0], iter(cols))
+
+        def make():
+            buf: list = []
+            for el in self._make():
+                buf.append(el)
+                if len(buf) == batch_size:
+                    yield stack(buf)
+                    buf = []
+            if buf and not drop_remainder:
+                yield stack(buf)
+        if self._card < 0:
+            card = self._card
+        else:
+            card = self._card // batch_size if drop_remainder else -(-self._card // batch_size)
+        return Dataset(make, card)
+
+    def unbatch(self, name=None) -> Dataset:
+        """Split every batch back into its rows."""
+        def make():
+            for el in self._make():
+                leaves = _leaves(el)
+                for i in range(leaves[0].shape[0]):
+                    yield _rebuild(el, iter([x[i] for x in leaves]))
+        return Dataset(make, UNKNOWN_CARDINALITY)
+
+    def prefetch(self, buffer_size, name=None) -> Dataset:
+        """The same elements (loom's pipeline is synchronous; the buffer size is accepted)."""
+        return self
+
+    def cache(self, filename="", name=None) -> Dataset:
+        """The elements, computed on the first full iteration and replayed from memory afterwards."""
+        store: list = []
+        done = [False]
+
+        def make():
+            if done[0]:
+                yield from store
+                return
+            store.clear()
+            for el in self._make():
+                store.append(el)
+                yield el
+            done[0] = True
+        return Dataset(make, self._card)
+
+    def enumerate(self, start=0, name=None) -> Dataset:
+        """(index, element) pairs with int64 indices from `start`."""
+        def make():
+            for i, el in enumerate(self._make(), int(start)):
+                yield (loom.tensor(np.array(i, dtype=np.int64)), el)
+        return Dataset(make, self._card)
+
+    def concatenate(self, dataset, name=None) -> Dataset:
+        """This dataset's elements followed by `dataset`'s."""
+        def make():
+            yield from self._make()
+            yield from dataset._make()
+        card = self._card + dataset._card if self._card >= 0 and dataset._card >= 0 else \
+            min(self._card, dataset._card)
+        return Dataset(make, card)
+
+    def apply(self, transformation_func) -> Dataset:
+        """`transformation_func(self)`."""
+        return transformation_func(self)
+
+    @property
+    def element_spec(self) -> Any:
+        """The shapes and dtypes of the first element, as TensorSpecs."""
+        from loom.tf._core import TensorSpec
+        first = next(iter(self._make()))
+        return _map_struct(lambda t: TensorSpec(t.shape, t.dtype), first)
+
+
+def _min_card(cards) -> int:
+    finite = [c for c in cards if c >= 0]
+    if finite:
+        return min(finite)
+    return UNKNOWN_CARDINALITY if UNKNOWN_CARDINALITY in cards else INFINITE_CARDINALITY

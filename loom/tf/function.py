@@ -1,0 +1,151 @@
+"""`tf.function`: AutoGraph-convert a Python function, then trace and replay it with `loom.function`."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+import loom
+from loom.errors import LoomTypeError
+from loom.tensor import Tensor
+from loom.tf import autograph
+
+_run_eagerly = [False]
+
+
+def run_functions_eagerly(run_eagerly: bool) -> None:
+    """Run every `tf.function` as plain Python (for debugging), as `tf.config.run_functions_eagerly`."""
+    _run_eagerly[0] = bool(run_eagerly)
+
+
+def functions_run_eagerly() -> bool:
+    """Whether `run_functions_eagerly(True)` is in effect."""
+    return _run_eagerly[0]
+
+
+def _split(obj, leaves: list):
+    """A hashable description of `obj` with its tensors pulled out into `leaves`."""
+    if isinstance(obj, Tensor):
+        leaves.append(obj)
+        return ("T",)
+    if isinstance(obj, np.ndarray):
+        leaves.append(loom.tensor(obj))
+        return ("T",)
+    if isinstance(obj, (list, tuple)):
+        return ("L" if isinstance(obj, list) else "U", tuple(_split(v, leaves) for v in obj))
+    if isinstance(obj, dict):
+        return ("D", tuple((k, _split(obj[k], leaves)) for k in obj))
+    try:
+        hash(obj)
+    except TypeError:
+        raise LoomTypeError(f"loom.tf.function: argument of type {type(obj).__name__} is neither a tensor, "
+                            "an array, a list/tuple/dict of them, nor hashable") from None
+    return ("V", obj)
+
+
+def _join(spec, leaves: list, pos: list):
+    kind = spec[0]
+    if kind == "T":
+        pos[0] += 1
+        return leaves[pos[0] - 1]
+    if kind == "V":
+        return spec[1]
+    if kind == "D":
+        return {k: _join(v, leaves, pos) for k, v in spec[1]}
+    items = [_join(v, leaves, pos) for v in spec[1]]
+    return items if kind == "L" else tuple(items)
+
+
+class Function:
+    """A Python function run as one traced, compiled loom graph, as `tf.function`.
+
+    The function's `if`/`while`/`for` statements over tensors are rewritten by
+    AutoGraph (`loom.tf.autograph`) into `loom.cond` / `loom.while_loop`; the
+    result is traced by `loom.function`: the first call runs eagerly (variables
+    get created), the second traces and compiles, later calls with the same
+    argument shapes, dtypes and Python values replay the compiled graph.
+    Variable updates (`assign`, optimizer steps) are written back.
+
+    Examples
+    --------
+    >>> import loom.tf as tf
+    >>> @tf.function
+    ... def f(x):
+    ...     if tf.reduce_sum(x) > 0:
+    ...         y = x * 2
+    ...     else:
+    ...         y = -x
+    ...     return y
+    >>> [f(tf.constant([1.0, -3.0])).numpy().tolist() for _ in range(3)][-1]
+    [-1.0, 3.0]
+    """
+
+    def __init__(self, fn: Callable, input_signature=None, autograph_: bool = True, jit_compile=None,
+                 reduce_retracing: bool = False, name: str | None = None) -> None:
+        functools.update_wrapper(self, fn)
+        self.python_function = fn
+        self.input_signature = None if input_signature is None else list(input_signature)
+        self._converted = autograph.convert(fn) if autograph_ else fn
+        self._traced = loom.function(self._call_flat)
+
+    def _call_flat(self, spec, *leaves):
+        args, kwargs = _join(spec, list(leaves), [0])
+        return self._converted(*args, **kwargs)
+
+    def _check_signature(self, args) -> None:
+        sig = self.input_signature
+        if sig is None:
+            return
+        if len(args) != len(sig):
+            raise LoomTypeError(f"loom.tf.function {self.__name__}: input_signature has {len(sig)} entries, "
+                                f"the call passed {len(args)} positional arguments")
+        for k, (a, s) in enumerate(zip(args, sig)):
+            if hasattr(s, "is_compatible_with") and not s.is_compatible_with(a):
+                t = a if isinstance(a, Tensor) else loom.tensor(np.asarray(a))
+                raise LoomTypeError(f"loom.tf.function {self.__name__}: argument {k} ({t.dtype.name}"
+                                    f"{list(t.shape)}) does not match input_signature {s}")
+
+    def __call__(self, *args, **kwargs) -> Any:
+        self._check_signature(args)
+        if _run_eagerly[0] or loom.tracing():
+            return self._converted(*args, **kwargs)
+        leaves: list = []
+        spec = _split((args, kwargs), leaves)
+        return self._traced(spec, *leaves)
+
+    def __get__(self, instance, owner=None):
+        # A method: the instance is the first argument (one trace per instance, keyed by identity).
+        return self if instance is None else functools.partial(self, instance)
+
+    def get_concrete_function(self, *args, **kwargs):
+        """A callable for these argument types (here: the function itself, traced on first use)."""
+        return self
+
+    def experimental_get_tracing_count(self) -> int:
+        """How many times the function has been traced."""
+        return self._traced.trace_count
+
+
+def function(func: Callable | None = None, input_signature=None, autograph: bool = True, jit_compile=None,
+             reduce_retracing: bool = False, experimental_relax_shapes=None, name: str | None = None, **kwargs):
+    """Compile `func` into a loom graph with AutoGraph, as `tf.function` (decorator or call).
+
+    Parameters
+    ----------
+    func : the Python function (or method) to compile
+    input_signature : optional list of `tf.TensorSpec` the positional arguments must match
+    autograph : rewrite `if`/`while`/`for` over tensors into graph control flow (default True)
+    jit_compile, reduce_retracing, experimental_relax_shapes : accepted for compatibility
+
+    Examples
+    --------
+    >>> import loom.tf as tf
+    >>> square = tf.function(lambda x: x * x)
+    >>> float(square(tf.constant(3.0)))
+    9.0
+    """
+    def wrap(f):
+        return Function(f, input_signature=input_signature, autograph_=autograph, jit_compile=jit_compile,
+                        reduce_retracing=reduce_retracing, name=name)
+    return wrap if func is None else wrap(func)

@@ -1,0 +1,203 @@
+"""`keras.callbacks`: History, ModelCheckpoint, EarlyStopping, LambdaCallback and the progress bar."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from loom.errors import LoomValueError
+
+
+class Callback:
+    """Base of callbacks: hooks called by `fit`, `evaluate` and `predict`."""
+
+    def __init__(self) -> None:
+        self.model = None
+        self.params: dict = {}
+
+    def set_model(self, model) -> None:
+        self.model = model
+
+    def set_params(self, params) -> None:
+        self.params = params
+
+    def on_train_begin(self, logs=None): ...
+    def on_train_end(self, logs=None): ...
+    def on_epoch_begin(self, epoch, logs=None): ...
+    def on_epoch_end(self, epoch, logs=None): ...
+    def on_train_batch_begin(self, batch, logs=None): ...
+    def on_train_batch_end(self, batch, logs=None): ...
+    def on_test_begin(self, logs=None): ...
+    def on_test_end(self, logs=None): ...
+    def on_test_batch_begin(self, batch, logs=None): ...
+    def on_test_batch_end(self, batch, logs=None): ...
+    def on_predict_begin(self, logs=None): ...
+    def on_predict_end(self, logs=None): ...
+
+
+class History(Callback):
+    """Records every epoch's logs in `history` (name -> list) and the epoch numbers in `epoch`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: dict = {}
+        self.epoch: list = []
+
+    def on_train_begin(self, logs=None) -> None:
+        self.epoch = []
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        self.epoch.append(epoch)
+        for k, v in (logs or {}).items():
+            self.history.setdefault(k, []).append(v)
+
+
+class LambdaCallback(Callback):
+    """A callback from functions: on_epoch_begin/end(epoch, logs), on_batch_begin/end(batch, logs), ..."""
+
+    def __init__(self, on_epoch_begin=None, on_epoch_end=None, on_batch_begin=None, on_batch_end=None,
+                 on_train_begin=None, on_train_end=None, **kwargs) -> None:
+        super().__init__()
+        if on_epoch_begin is not None:
+            self.on_epoch_begin = on_epoch_begin
+        if on_epoch_end is not None:
+            self.on_epoch_end = on_epoch_end
+        if on_batch_begin is not None:
+            self.on_train_batch_begin = on_batch_begin
+        if on_batch_end is not None:
+            self.on_train_batch_end = on_batch_end
+        if on_train_begin is not None:
+            self.on_train_begin = on_train_begin
+        if on_train_end is not None:
+            self.on_train_end = on_train_end
+        for k, fn in kwargs.items():
+            setattr(self, k, fn)
+
+
+def _monitor_op(mode: str, monitor: str):
+    if mode not in ("auto", "min", "max"):
+        raise LoomValueError(f"loom.tf.keras.callbacks: mode must be 'auto', 'min' or 'max', got {mode!r}")
+    if mode == "max" or (mode == "auto" and ("acc" in monitor or monitor.startswith("fmeasure")
+                                             or "auc" in monitor)):
+        return np.greater, -np.inf
+    return np.less, np.inf
+
+
+class EarlyStopping(Callback):
+    """Stop training when `monitor` has not improved by `min_delta` for `patience` epochs."""
+
+    def __init__(self, monitor="val_loss", min_delta=0, patience=0, verbose=0, mode="auto", baseline=None,
+                 restore_best_weights=False, start_from_epoch=0) -> None:
+        super().__init__()
+        self.monitor, self.patience, self.verbose = monitor, int(patience), verbose
+        self.baseline, self.restore_best_weights = baseline, restore_best_weights
+        self.start_from_epoch = start_from_epoch
+        self.op, _ = _monitor_op(mode, monitor)
+        self.min_delta = abs(min_delta) if self.op is np.greater else -abs(min_delta)
+        self.stopped_epoch = 0
+
+    def on_train_begin(self, logs=None) -> None:
+        self.wait = 0
+        self.stopped_epoch = 0
+        self.best = None
+        self.best_weights = None
+        self.best_epoch = 0
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        current = (logs or {}).get(self.monitor)
+        if current is None or epoch < self.start_from_epoch:
+            return
+        if self.restore_best_weights and self.best_weights is None:
+            self.best_weights = self.model.get_weights()
+        self.wait += 1
+        if self.best is None or self.op(current - self.min_delta, self.best):
+            self.best, self.best_epoch = current, epoch
+            if self.restore_best_weights:
+                self.best_weights = self.model.get_weights()
+            if self.baseline is None or self.op(current - self.min_delta, self.baseline):
+                self.wait = 0
+            return
+        if self.wait >= self.patience and epoch > 0:
+            self.stopped_epoch = epoch
+            self.model.stop_training = True
+            if self.restore_best_weights and self.best_weights is not None:
+                self.model.set_weights(self.best_weights)
+            if self.verbose:
+                print(f"Epoch {epoch + 1}: early stopping")
+
+
+class ModelCheckpoint(Callback):
+    """Save the model's weights after each epoch (or only when `monitor` improves, with `save_best_only`).
+
+    `filepath` may hold format fields such as ``{epoch:02d}`` and ``{val_loss:.2f}``;
+    the weights are written in loom's checkpoint format.
+    """
+
+    def __init__(self, filepath, monitor="val_loss", verbose=0, save_best_only=False, save_weights_only=False,
+                 mode="auto", save_freq="epoch", initial_value_threshold=None) -> None:
+        super().__init__()
+        self.filepath, self.monitor, self.verbose = str(filepath), monitor, verbose
+        self.save_best_only, self.save_weights_only = save_best_only, save_weights_only
+        self.op, self.best = _monitor_op(mode, monitor)
+        if initial_value_threshold is not None:
+            self.best = initial_value_threshold
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        logs = logs or {}
+        path = self.filepath.format(epoch=epoch + 1, **logs)
+        if self.save_best_only:
+            current = logs.get(self.monitor)
+            if current is None or not self.op(current, self.best):
+                return
+            if self.verbose:
+                print(f"Epoch {epoch + 1}: {self.monitor} improved from {self.best:.5f} to {current:.5f}, "
+                      f"saving model to {path}")
+            self.best = current
+        self.model.save_weights(path)
+
+
+class Progbar:
+    """Keras's progress bar: `n/N [=====>....] - loss: 0.1234` updated in place on one line."""
+
+    def __init__(self, target, width=30, verbose=1, stream=None) -> None:
+        self.target, self.width, self.verbose = target, width, verbose
+        self.stream = stream or sys.stdout
+
+    def update(self, current, values=None, finalize=False) -> None:
+        if self.verbose != 1:
+            return
+        metrics = " - ".join(f"{k}: {v:.4f}" for k, v in (values or []))
+        if self.target:
+            frac = min(current / self.target, 1.0)
+            done = int(self.width * frac)
+            bar = "=" * max(done - 1, 0) + (">" if done < self.width else "=") + "." * (self.width - done)
+            line = f"{current}/{self.target} [{bar}]"
+        else:
+            line = f"{current}/Unknown"
+        self.stream.write("\r" + line + (" - " + metrics if metrics else ""))
+        if finalize:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+class ProgbarLogger(Callback):
+    """Prints the progress bar (verbose=1) or one line per epoch (verbose=2) during `fit`."""
+
+    def __init__(self, verbose=1) -> None:
+        super().__init__()
+        self.verbose = verbose
+
+    def on_epoch_begin(self, epoch, logs=None) -> None:
+        self.epochs = self.params.get("epochs", 1)
+        if self.verbose:
+            print(f"Epoch {epoch + 1}/{self.epochs}")
+        self.bar = Progbar(self.params.get("steps"), verbose=self.verbose)
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        self.bar.update(batch + 1, list((logs or {}).items()))
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        if self.verbose == 1:
+            self.bar.update(self.params.get("steps") or 0, list((logs or {}).items()), finalize=True)
+        elif self.verbose == 2:
+            print(" - ".join(f"{k}: {v:.4f}" for k, v in (logs or {}).items()))

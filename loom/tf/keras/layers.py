@@ -1,0 +1,681 @@
+"""`keras.layers`: Dense, Conv2D, pooling, normalization, Embedding, LSTM, attention and merge layers.
+
+Layouts and defaults are Keras's: channels-last images, kernels [*k, in, out],
+Glorot-uniform kernels and zero biases, BatchNormalization momentum 0.99 and
+epsilon 1e-3, LSTM gates in the order input, forget, cell, output.
+"""
+from __future__ import annotations
+
+import math
+
+import loom
+import loom.nn.functional as F
+from loom.errors import LoomValueError
+from loom.tf import nn as tfnn
+from loom.tf._core import convert_to_tensor as _convert_to_tensor
+from loom.tf.keras import activations, initializers, regularizers
+from loom.tf.keras.engine import Input, InputLayer, KerasTensor, Layer  # noqa: F401
+
+
+def _tuple(v, n: int) -> tuple:
+    return tuple(v) if isinstance(v, (list, tuple)) else (int(v),) * n
+
+
+class Dense(Layer):
+    """y = activation(x @ kernel + bias) over the last axis."""
+
+    def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.units = int(units)
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel_regularizer = regularizers.get(kernel_regularizer)
+        self.bias_regularizer = regularizers.get(bias_regularizer)
+
+    def build(self, input_shape) -> None:
+        self.kernel = self.add_weight("kernel", (input_shape[-1], self.units), self.kernel_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.units,), self.bias_initializer)
+
+    def call(self, inputs):
+        _regularize(self)
+        y = loom.matmul(inputs, self.kernel)
+        if self.use_bias:
+            y = y + self.bias
+        return self.activation(y)
+
+
+class EinsumDense(Layer):
+    """y = einsum(equation, x, kernel) + bias, the projection MultiHeadAttention uses."""
+
+    def __init__(self, equation, output_shape, bias_axes=None, activation=None, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.equation = equation
+        self.partial_output_shape = tuple(output_shape) if isinstance(output_shape, (list, tuple)) else (output_shape,)
+        self.bias_axes = bias_axes
+        self.activation = activations.get(activation)
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+
+    def build(self, input_shape) -> None:
+        lhs, out = self.equation.split("->")
+        x_sub, k_sub = lhs.split(",")
+        x_core = x_sub.replace("...", "")
+        sizes = dict(zip(x_core, list(input_shape)[-len(x_core):]))
+        out_core = out.replace("...", "")
+        for ch, s in zip(out_core[-len(self.partial_output_shape):], self.partial_output_shape):
+            if s is not None:
+                sizes[ch] = s
+        kshape = tuple(sizes[c] for c in k_sub)
+        self.kernel = self.add_weight("kernel", kshape, self.kernel_initializer)
+        if self.bias_axes:
+            bshape = tuple(sizes[c] for c in out_core if c in self.bias_axes)
+            self.bias = self.add_weight("bias", bshape, self.bias_initializer)
+            self._bias_rank = len(out_core) - out_core.index(self.bias_axes[0])
+        else:
+            self.bias = None
+
+    def call(self, inputs):
+        y = loom.einsum(self.equation, inputs, self.kernel)
+        if self.bias is not None:
+            y = y + self.bias
+        return self.activation(y)
+
+
+class Conv2D(Layer):
+    """2-D convolution over NHWC inputs with an [kh, kw, in, filters] kernel; padding 'valid' or 'same'."""
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid", data_format=None,
+                 dilation_rate=(1, 1), groups=1, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise LoomValueError("loom.tf.keras.layers.Conv2D: only data_format='channels_last' is supported")
+        self.filters = int(filters)
+        self.kernel_size = _tuple(kernel_size, 2)
+        self.strides = _tuple(strides, 2)
+        self.padding = padding.lower()
+        self.dilation_rate = _tuple(dilation_rate, 2)
+        self.groups = int(groups)
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel_regularizer = regularizers.get(kernel_regularizer)
+        self.bias_regularizer = regularizers.get(bias_regularizer)
+
+    def build(self, input_shape) -> None:
+        cin = input_shape[-1]
+        self.kernel = self.add_weight("kernel", self.kernel_size + (cin // self.groups, self.filters),
+                                      self.kernel_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer)
+
+    def call(self, inputs):
+        _regularize(self)
+        y = tfnn.convolution(inputs, self.kernel, self.strides, self.padding.upper(), dilations=self.dilation_rate)
+        if self.use_bias:
+            y = y + self.bias
+        return self.activation(y)
+
+
+class Conv1D(Conv2D):
+    """1-D convolution over NWC inputs with a [k, in, filters] kernel."""
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1, **kwargs) -> None:
+        super().__init__(filters, 1, 1, padding, dilation_rate=1, **kwargs)
+        self.kernel_size = _tuple(kernel_size, 1)
+        self.strides = _tuple(strides, 1)
+        self.dilation_rate = _tuple(dilation_rate, 1)
+
+
+class _Pool2D(Layer):
+    def __init__(self, pool_size=(2, 2), strides=None, padding="valid", data_format=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.pool_size = _tuple(pool_size, 2)
+        self.strides = _tuple(strides, 2) if strides is not None else self.pool_size
+        self.padding = padding.upper()
+
+
+class MaxPooling2D(_Pool2D):
+    """Max over pool_size windows (strides default to pool_size) of NHWC inputs."""
+
+    def call(self, inputs):
+        return tfnn.max_pool2d(inputs, self.pool_size, self.strides, self.padding)
+
+
+class AveragePooling2D(_Pool2D):
+    """Mean over pool_size windows (strides default to pool_size) of NHWC inputs."""
+
+    def call(self, inputs):
+        return tfnn.avg_pool2d(inputs, self.pool_size, self.strides, self.padding)
+
+
+MaxPool2D = MaxPooling2D
+AvgPool2D = AveragePooling2D
+
+
+class GlobalAveragePooling2D(Layer):
+    """Mean over the spatial dimensions of NHWC inputs."""
+
+    def __init__(self, data_format=None, keepdims=False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.keepdims = keepdims
+
+    def call(self, inputs):
+        return inputs.mean(dim=(1, 2), keepdim=self.keepdims)
+
+
+class GlobalMaxPooling2D(GlobalAveragePooling2D):
+    """Maximum over the spatial dimensions of NHWC inputs."""
+
+    def call(self, inputs):
+        return loom.amax(inputs, dim=(1, 2), keepdim=self.keepdims)
+
+
+class GlobalAveragePooling1D(GlobalAveragePooling2D):
+    """Mean over the steps of [batch, steps, features] inputs."""
+
+    def call(self, inputs):
+        return inputs.mean(dim=1, keepdim=self.keepdims)
+
+
+GlobalAvgPool2D = GlobalAveragePooling2D
+GlobalMaxPool2D = GlobalMaxPooling2D
+
+
+class Flatten(Layer):
+    """[batch, ...] to [batch, features]."""
+
+    def call(self, inputs):
+        return inputs.reshape(inputs.shape[0], -1)
+
+
+class Reshape(Layer):
+    """[batch, ...] to [batch, *target_shape] (one entry may be -1)."""
+
+    def __init__(self, target_shape, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.target_shape = tuple(target_shape)
+
+    def call(self, inputs):
+        return inputs.reshape(inputs.shape[0], *self.target_shape)
+
+
+class Dropout(Layer):
+    """Zero inputs with probability `rate` (scaling the rest by 1 / (1 - rate)) while training."""
+
+    def __init__(self, rate, noise_shape=None, seed=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rate = float(rate)
+        self.noise_shape = noise_shape
+        self.seed = seed
+
+    def call(self, inputs, training=None):
+        if not training or self.rate == 0:
+            return inputs
+        return tfnn.dropout(inputs, self.rate, self.noise_shape)
+
+
+class Activation(Layer):
+    """activation(inputs)."""
+
+    def __init__(self, activation, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.activation = activations.get(activation)
+
+    def call(self, inputs):
+        return self.activation(inputs)
+
+
+class ReLU(Layer):
+    """max(x, 0) with optional cap, leak and threshold."""
+
+    def __init__(self, max_value=None, negative_slope=0.0, threshold=0.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.max_value, self.negative_slope, self.threshold = max_value, negative_slope, threshold
+
+    def call(self, inputs):
+        return activations.relu(inputs, self.negative_slope, self.max_value)
+
+
+class LeakyReLU(Layer):
+    """x if x > 0 else negative_slope * x (0.3 by default)."""
+
+    def __init__(self, negative_slope=0.3, **kwargs) -> None:
+        kwargs.pop("alpha", None)
+        super().__init__(**kwargs)
+        self.negative_slope = negative_slope
+
+    def call(self, inputs):
+        return F.leaky_relu(inputs, self.negative_slope)
+
+
+class Softmax(Layer):
+    """Softmax along `axis`."""
+
+    def __init__(self, axis=-1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.axis = axis
+
+    def call(self, inputs, mask=None):
+        return F.softmax(inputs, dim=self.axis)
+
+
+class Lambda(Layer):
+    """A layer computing `function(inputs)`."""
+
+    def __init__(self, function, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.function = function
+
+    def call(self, inputs):
+        return self.function(inputs)
+
+
+class Rescaling(Layer):
+    """inputs * scale + offset."""
+
+    def __init__(self, scale, offset=0.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.scale, self.offset = scale, offset
+
+    def call(self, inputs):
+        return inputs * self.scale + self.offset
+
+
+class BatchNormalization(Layer):
+    """Normalize with batch statistics while training (updating moving averages), moving ones otherwise."""
+
+    def __init__(self, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True, beta_initializer="zeros",
+                 gamma_initializer="ones", moving_mean_initializer="zeros", moving_variance_initializer="ones",
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.axis, self.momentum, self.epsilon = axis, float(momentum), float(epsilon)
+        self.center, self.scale = center, scale
+        self._inits = (gamma_initializer, beta_initializer, moving_mean_initializer, moving_variance_initializer)
+
+    def build(self, input_shape) -> None:
+        c = (input_shape[self.axis],)
+        g, b, mm, mv = self._inits
+        self.gamma = self.add_weight("gamma", c, g) if self.scale else None
+        self.beta = self.add_weight("beta", c, b) if self.center else None
+        self.moving_mean = self.add_weight("moving_mean", c, mm, trainable=False)
+        self.moving_variance = self.add_weight("moving_variance", c, mv, trainable=False)
+
+    def call(self, inputs, training=None):
+        ax = self.axis % inputs.ndim
+        red = tuple(i for i in range(inputs.ndim) if i != ax)
+        shape = [1] * inputs.ndim
+        shape[ax] = inputs.shape[ax]
+        if training and self.trainable:
+            mean = inputs.mean(dim=red, keepdim=True)
+            var = ((inputs - mean) ** 2).mean(dim=red, keepdim=True)
+            m = self.momentum
+            self.moving_mean.assign(self.moving_mean * m + mean.reshape(-1).detach() * (1 - m))
+            self.moving_variance.assign(self.moving_variance * m + var.reshape(-1).detach() * (1 - m))
+        else:
+            mean = self.moving_mean.reshape(shape)
+            var = self.moving_variance.reshape(shape)
+        out = (inputs - mean) * loom.rsqrt(var + self.epsilon)
+        if self.gamma is not None:
+            out = out * self.gamma.reshape(shape)
+        if self.beta is not None:
+            out = out + self.beta.reshape(shape)
+        return out
+
+
+class LayerNormalization(Layer):
+    """Normalize each example over `axis` (the last), then scale by gamma and shift by beta; epsilon 1e-3."""
+
+    def __init__(self, axis=-1, epsilon=1e-3, center=True, scale=True, beta_initializer="zeros",
+                 gamma_initializer="ones", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.axis, self.epsilon, self.center, self.scale = axis, float(epsilon), center, scale
+        self._inits = (gamma_initializer, beta_initializer)
+
+    def build(self, input_shape) -> None:
+        axes = [self.axis] if isinstance(self.axis, int) else list(self.axis)
+        shape = tuple(input_shape[a] for a in axes)
+        self.gamma = self.add_weight("gamma", shape, self._inits[0]) if self.scale else None
+        self.beta = self.add_weight("beta", shape, self._inits[1]) if self.center else None
+
+    def call(self, inputs):
+        axes = [self.axis] if isinstance(self.axis, int) else list(self.axis)
+        red = tuple(a % inputs.ndim for a in axes)
+        mean = inputs.mean(dim=red, keepdim=True)
+        var = ((inputs - mean) ** 2).mean(dim=red, keepdim=True)
+        out = (inputs - mean) * loom.rsqrt(var + self.epsilon)
+        shape = [inputs.shape[i] if i in red else 1 for i in range(inputs.ndim)]
+        if self.gamma is not None:
+            out = out * self.gamma.reshape(shape)
+        if self.beta is not None:
+            out = out + self.beta.reshape(shape)
+        return out
+
+
+class Embedding(Layer):
+    """Rows of an [input_dim, output_dim] table (uniform ±0.05 init) looked up by integer inputs."""
+
+    def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", mask_zero=False, **kwargs) -> None:
+        kwargs.pop("input_length", None)  # Keras 2's argument, deprecated (ignored) by Keras 3.
+        if mask_zero:
+            raise LoomValueError("loom.tf.keras.layers.Embedding: mask_zero=True is not supported (loom.tf has no "
+                                 "Keras masking); pass an attention_mask explicitly")
+        super().__init__(**kwargs)
+        self.input_dim, self.output_dim = int(input_dim), int(output_dim)
+        init = "random_uniform" if embeddings_initializer == "uniform" else embeddings_initializer
+        self.embeddings_initializer = initializers.get(init)
+        self.mask_zero = mask_zero
+
+    def build(self, input_shape) -> None:
+        self.embeddings = self.add_weight("embeddings", (self.input_dim, self.output_dim),
+                                          self.embeddings_initializer)
+
+    def call(self, inputs):
+        idx = inputs if inputs.dtype in (loom.int32, loom.int64) else inputs.to(loom.int64)
+        return tfnn.embedding_lookup(self.embeddings, idx)
+
+
+class LSTM(Layer):
+    """Long short-term memory over [batch, time, features]; gates i, f, c, o; unit forget bias on."""
+
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
+                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
+                 unit_forget_bias=True, return_sequences=False, return_state=False, go_backwards=False,
+                 dropout=0.0, recurrent_dropout=0.0, **kwargs) -> None:
+        _no_recurrent_dropout("LSTM", dropout, recurrent_dropout)
+        super().__init__(**kwargs)
+        self.units = int(units)
+        self.activation = activations.get(activation)
+        self.recurrent_activation = activations.get(recurrent_activation)
+        self.use_bias, self.unit_forget_bias = use_bias, unit_forget_bias
+        self.return_sequences, self.return_state, self.go_backwards = return_sequences, return_state, go_backwards
+        self._inits = (kernel_initializer, recurrent_initializer, bias_initializer)
+
+    def build(self, input_shape) -> None:
+        u = self.units
+        self.kernel = self.add_weight("kernel", (input_shape[-1], 4 * u), self._inits[0])
+        self.recurrent_kernel = self.add_weight("recurrent_kernel", (u, 4 * u), self._inits[1])
+        if self.use_bias:
+            b = initializers.get(self._inits[2])((4 * u,))
+            if self.unit_forget_bias:
+                b = loom.cat([b[:u], loom.ones(u), b[2 * u:]])
+            self.bias = self.add_weight("bias", (4 * u,), initializers.Zeros())
+            self.bias.assign(b)
+
+    def call(self, inputs, initial_state=None, training=None):
+        x = inputs
+        n, t = x.shape[0], x.shape[1]
+        u = self.units
+        if initial_state is not None:
+            h, c = initial_state
+        else:
+            h = loom.zeros(n, u, dtype=x.dtype)
+            c = loom.zeros(n, u, dtype=x.dtype)
+        xz = loom.matmul(x, self.kernel)
+        if self.use_bias:
+            xz = xz + self.bias
+        steps = range(t - 1, -1, -1) if self.go_backwards else range(t)
+        outs = []
+        for s in steps:
+            z = xz[:, s] + loom.matmul(h, self.recurrent_kernel)
+            i = self.recurrent_activation(z[:, :u])
+            f = self.recurrent_activation(z[:, u:2 * u])
+            g = self.activation(z[:, 2 * u:3 * u])
+            o = self.recurrent_activation(z[:, 3 * u:])
+            c = f * c + i * g
+            h = o * self.activation(c)
+            outs.append(h)
+        out = loom.stack(outs, dim=1) if self.return_sequences else h
+        return [out, h, c] if self.return_state else out
+
+
+class _Recurrent(Layer):
+    """Shared loop of the recurrent layers: `_step(x_proj_t, state) -> (output, state)` over time."""
+
+    def __init__(self, units, activation="tanh", use_bias=True, kernel_initializer="glorot_uniform",
+                 recurrent_initializer="orthogonal", bias_initializer="zeros", return_sequences=False,
+                 return_state=False, go_backwards=False, **kwargs) -> None:
+        _no_recurrent_dropout(type(self).__name__, kwargs.pop("dropout", 0.0), kwargs.pop("recurrent_dropout", 0.0))
+        super().__init__(**kwargs)
+        self.units = int(units)
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.return_sequences, self.return_state, self.go_backwards = return_sequences, return_state, go_backwards
+        self._inits = (kernel_initializer, recurrent_initializer, bias_initializer)
+
+    def call(self, inputs, initial_state=None, training=None):
+        x = inputs
+        n, t = x.shape[0], x.shape[1]
+        h = initial_state[0] if isinstance(initial_state, (list, tuple)) else initial_state
+        if h is None:
+            h = loom.zeros(n, self.units, dtype=x.dtype)
+        xz = self._project(x)
+        steps = range(t - 1, -1, -1) if self.go_backwards else range(t)
+        outs = []
+        for s in steps:
+            h = self._step(xz[:, s], h)
+            outs.append(h)
+        out = loom.stack(outs, dim=1) if self.return_sequences else h
+        return [out, h] if self.return_state else out
+
+
+class SimpleRNN(_Recurrent):
+    """h_t = activation(x_t @ kernel + h_{t-1} @ recurrent_kernel + bias)."""
+
+    def build(self, input_shape) -> None:
+        u = self.units
+        self.kernel = self.add_weight("kernel", (input_shape[-1], u), self._inits[0])
+        self.recurrent_kernel = self.add_weight("recurrent_kernel", (u, u), self._inits[1])
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (u,), self._inits[2])
+
+    def _project(self, x):
+        xz = loom.matmul(x, self.kernel)
+        return xz + self.bias if self.use_bias else xz
+
+    def _step(self, xz, h):
+        return self.activation(xz + loom.matmul(h, self.recurrent_kernel))
+
+
+class GRU(_Recurrent):
+    """Gated recurrent unit as Keras's default (reset_after=True): gates z, r, h; bias [input; recurrent]."""
+
+    def __init__(self, units, recurrent_activation="sigmoid", reset_after=True, **kwargs) -> None:
+        super().__init__(units, **kwargs)
+        if not reset_after:
+            raise LoomValueError("loom.tf.keras.layers.GRU: only reset_after=True (Keras's default) is supported")
+        self.recurrent_activation = activations.get(recurrent_activation)
+
+    def build(self, input_shape) -> None:
+        u = self.units
+        self.kernel = self.add_weight("kernel", (input_shape[-1], 3 * u), self._inits[0])
+        self.recurrent_kernel = self.add_weight("recurrent_kernel", (u, 3 * u), self._inits[1])
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (2, 3 * u), self._inits[2])
+
+    def _project(self, x):
+        xz = loom.matmul(x, self.kernel)
+        return xz + self.bias[0] if self.use_bias else xz
+
+    def _step(self, xz, h):
+        u = self.units
+        rec = loom.matmul(h, self.recurrent_kernel)
+        if self.use_bias:
+            rec = rec + self.bias[1]
+        z = self.recurrent_activation(xz[:, :u] + rec[:, :u])
+        r = self.recurrent_activation(xz[:, u:2 * u] + rec[:, u:2 * u])
+        hh = self.activation(xz[:, 2 * u:] + r * rec[:, 2 * u:])
+        return z * h + (1 - z) * hh
+
+
+class UpSampling2D(Layer):
+    """Repeat rows and columns of NHWC images `size` times (nearest neighbour)."""
+
+    def __init__(self, size=(2, 2), data_format=None, interpolation="nearest", **kwargs) -> None:
+        super().__init__(**kwargs)
+        if interpolation != "nearest":
+            raise LoomValueError("loom.tf.keras.layers.UpSampling2D: only interpolation='nearest' is supported")
+        self.size = _tuple(size, 2)
+
+    def call(self, inputs):
+        x = loom.repeat_interleave(inputs, self.size[0], dim=1)
+        return loom.repeat_interleave(x, self.size[1], dim=2)
+
+
+class MultiHeadAttention(Layer):
+    """Keras's multi-head attention: per-head query/key/value projections, softmax(QK^T/sqrt(d))V, output projection."""
+
+    def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True, output_shape=None,
+                 attention_axes=None, kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.num_heads, self.key_dim = int(num_heads), int(key_dim)
+        self.value_dim = int(value_dim) if value_dim is not None else self.key_dim
+        self.dropout, self.use_bias = float(dropout), use_bias
+        self._output_dim = output_shape
+        self._inits = (kernel_initializer, bias_initializer)
+
+    def _dense(self, name, eq, out_shape, bias):
+        return EinsumDense(eq, out_shape, bias_axes=bias if self.use_bias else None, name=name,
+                           kernel_initializer=self._inits[0], bias_initializer=self._inits[1])
+
+    def build(self, query_shape, value_shape=None, key_shape=None) -> None:
+        h, kd, vd = self.num_heads, self.key_dim, self.value_dim
+        self._query_dense = self._dense("query", "abc,cde->abde", (None, h, kd), "de")
+        self._key_dense = self._dense("key", "abc,cde->abde", (None, h, kd), "de")
+        self._value_dense = self._dense("value", "abc,cde->abde", (None, h, vd), "de")
+        out_dim = self._output_dim if self._output_dim is not None else query_shape[-1]
+        self._output_dense = self._dense("attention_output", "abcd,cde->abe", (None, out_dim), "e")
+
+    def __call__(self, query, value=None, key=None, **kwargs):
+        if value is None:
+            raise LoomValueError("loom.tf.keras.layers.MultiHeadAttention: call it with (query, value[, key])")
+        return super().__call__(query, value, key, **kwargs)
+
+    def _maybe_build(self, inputs) -> None:
+        if not self.built:
+            self.build(tuple(inputs.shape))
+            self.built = True
+
+    def call(self, query, value, key=None, attention_mask=None, return_attention_scores=False, training=None,
+             use_causal_mask=False):
+        key = value if key is None else key
+        q = self._query_dense(query)
+        k = self._key_dense(key)
+        v = self._value_dense(value)
+        q = q * (1.0 / math.sqrt(self.key_dim))
+        scores = loom.einsum("aecd,abcd->acbe", k, q)  # [batch, heads, q_len, k_len]
+        mask = None
+        if attention_mask is not None:
+            mask = _convert_to_tensor(attention_mask).to(loom.bool)
+            mask = mask.unsqueeze(1) if mask.ndim == 3 else mask
+        if use_causal_mask:
+            ql, kl = scores.shape[-2], scores.shape[-1]
+            causal = loom.tril(loom.ones(ql, kl, dtype=loom.bool))
+            mask = causal if mask is None else loom.logical_and(mask, causal)
+        if mask is not None:
+            scores = loom.where(mask, scores, loom.full((), -1e9, dtype=scores.dtype))
+        probs = F.softmax(scores, dim=-1)
+        p = tfnn.dropout(probs, self.dropout) if training and self.dropout > 0 else probs
+        ctx = loom.einsum("acbe,aecd->abcd", p, v)  # [batch, q_len, heads, value_dim]
+        out = self._output_dense(ctx)
+        return (out, probs) if return_attention_scores else out
+
+
+class _Merge(Layer):
+    def call(self, inputs):
+        if not isinstance(inputs, (list, tuple)) or len(inputs) < 2:
+            raise LoomValueError(f"loom.tf.keras.layers.{type(self).__name__}: expected a list of at least two "
+                                 "inputs")
+        out = inputs[0]
+        for x in inputs[1:]:
+            out = self._merge(out, x)
+        return self._finish(out, len(inputs))
+
+    def _finish(self, out, n):
+        return out
+
+
+class Add(_Merge):
+    """Elementwise sum of a list of inputs."""
+
+    def _merge(self, a, b):
+        return a + b
+
+
+class Subtract(_Merge):
+    """inputs[0] - inputs[1]."""
+
+    def _merge(self, a, b):
+        return a - b
+
+
+class Multiply(_Merge):
+    """Elementwise product of a list of inputs."""
+
+    def _merge(self, a, b):
+        return a * b
+
+
+class Average(_Merge):
+    """Elementwise mean of a list of inputs."""
+
+    def _merge(self, a, b):
+        return a + b
+
+    def _finish(self, out, n):
+        return out / n
+
+
+class Maximum(_Merge):
+    """Elementwise maximum of a list of inputs."""
+
+    def _merge(self, a, b):
+        return loom.maximum(a, b)
+
+
+class Concatenate(Layer):
+    """Join a list of inputs along `axis` (the last by default)."""
+
+    def __init__(self, axis=-1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.axis = axis
+
+    def call(self, inputs):
+        return loom.cat(list(inputs), dim=self.axis)
+
+
+class ZeroPadding2D(Layer):
+    """Zero rows and columns around NHWC images."""
+
+    def __init__(self, padding=(1, 1), **kwargs) -> None:
+        super().__init__(**kwargs)
+        p = padding
+        if isinstance(p, int):
+            p = ((p, p), (p, p))
+        elif isinstance(p[0], int):
+            p = ((p[0], p[0]), (p[1], p[1]))
+        self.padding = p
+
+    def call(self, inputs):
+        (t, b), (left, r) = self.padding
+        return loom.pad(inputs, [0, 0, left, r, t, b])
+
+
+def _regularize(layer) -> None:
+    """Add the layer's kernel and bias penalties to its losses."""
+    if layer.kernel_regularizer is not None:
+        layer.add_loss(layer.kernel_regularizer(layer.kernel))
+    if layer.bias_regularizer is not None and layer.use_bias:
+        layer.add_loss(layer.bias_regularizer(layer.bias))
+
+
+def _no_recurrent_dropout(layer: str, dropout, recurrent_dropout) -> None:
+    if dropout or recurrent_dropout:
+        raise LoomValueError(f"loom.tf.keras.layers.{layer}: dropout and recurrent_dropout are not supported; "
+                             "add a Dropout layer on the inputs or outputs instead")

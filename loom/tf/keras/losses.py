@@ -1,0 +1,211 @@
+"""`keras.losses`: cross-entropies, MSE, MAE and Huber with Keras's clipping and mean-over-batch reduction."""
+from __future__ import annotations
+
+import loom
+import loom.nn.functional as F
+from loom.errors import LoomValueError
+from loom.tensor import Tensor as _Tensor
+from loom.tf._core import convert_to_tensor
+
+EPSILON = 1e-7  # keras.backend.epsilon()
+
+
+def _pair(y_true, y_pred):
+    """Tensors of the same rank: a target one rank short gets a trailing axis (as Keras does)."""
+    yp = convert_to_tensor(y_pred)
+    yt = convert_to_tensor(y_true)
+    if yt.ndim == yp.ndim - 1:
+        yt = yt.unsqueeze(-1)
+    elif yp.ndim == yt.ndim - 1:
+        yp = yp.unsqueeze(-1)
+    return yt.to(yp.dtype) if yt.dtype is not yp.dtype else yt, yp
+
+
+def mean_squared_error(y_true, y_pred):
+    """Per-example mean of (y_true - y_pred) ** 2 over the last axis."""
+    yt, yp = _pair(y_true, y_pred)
+    return ((yt - yp) ** 2).mean(-1)
+
+
+def mean_absolute_error(y_true, y_pred):
+    """Per-example mean of |y_true - y_pred| over the last axis."""
+    yt, yp = _pair(y_true, y_pred)
+    return loom.abs(yt - yp).mean(-1)
+
+
+def huber(y_true, y_pred, delta=1.0):
+    """Per-example Huber loss: quadratic within `delta`, linear outside."""
+    yt, yp = _pair(y_true, y_pred)
+    err = loom.abs(yp - yt)
+    quad = loom.minimum(err, loom.full((), float(delta), dtype=err.dtype))
+    return (0.5 * quad * quad + delta * (err - quad)).mean(-1)
+
+
+def sparse_categorical_crossentropy(y_true, y_pred, from_logits=False, axis=-1, ignore_class=None):
+    """Per-example cross-entropy of integer labels against probabilities (or logits)."""
+    yp = convert_to_tensor(y_pred)
+    yt = convert_to_tensor(y_true)
+    if yt.ndim == yp.ndim and yt.shape[-1] == 1:
+        yt = yt.squeeze(-1)
+    if not from_logits:
+        yp = loom.log(loom.clamp(yp, EPSILON, 1 - EPSILON))
+    lp = F.log_softmax(yp, dim=axis)
+    return -loom.take_along_dim(lp, yt.to(loom.int64).unsqueeze(-1), dim=-1).squeeze(-1)
+
+
+def categorical_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=0.0, axis=-1):
+    """Per-example cross-entropy of one-hot (or soft) targets against probabilities (or logits)."""
+    yp = convert_to_tensor(y_pred)
+    yt = convert_to_tensor(y_true).to(yp.dtype)
+    if label_smoothing:
+        n = yp.shape[axis]
+        yt = yt * (1.0 - label_smoothing) + label_smoothing / n
+    if from_logits:
+        return -(yt * F.log_softmax(yp, dim=axis)).sum(axis)
+    p = yp / yp.sum(axis, keepdim=True)
+    p = loom.clamp(p, EPSILON, 1 - EPSILON)
+    return -(yt * loom.log(p)).sum(axis)
+
+
+def binary_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=0.0, axis=-1):
+    """Per-example mean binary cross-entropy over the last axis."""
+    yt, yp = _pair(y_true, y_pred)
+    if label_smoothing:
+        yt = yt * (1.0 - label_smoothing) + 0.5 * label_smoothing
+    if from_logits:
+        e = loom.relu(yp) - yp * yt + loom.log1p(loom.exp(-loom.abs(yp)))
+    else:
+        p = loom.clamp(yp, EPSILON, 1 - EPSILON)
+        e = -(yt * loom.log(p) + (1 - yt) * loom.log(1 - p))
+    return e.mean(axis)
+
+
+def kl_divergence(y_true, y_pred):
+    """Per-example sum of y_true * log(y_true / y_pred) (both clipped to [eps, 1])."""
+    yt, yp = _pair(y_true, y_pred)
+    yt = loom.clamp(yt, EPSILON, 1.0)
+    yp = loom.clamp(yp, EPSILON, 1.0)
+    return (yt * loom.log(yt / yp)).sum(-1)
+
+
+mse = MSE = mean_squared_error
+mae = MAE = mean_absolute_error
+kld = kl_divergence
+
+
+class Loss:
+    """A loss object: per-example losses reduced by mean over the batch ('sum_over_batch_size')."""
+
+    def __init__(self, reduction="sum_over_batch_size", name=None) -> None:
+        if reduction not in ("sum_over_batch_size", "sum", "none", None, "mean"):
+            raise LoomValueError(f"loom.tf.keras.losses: unknown reduction {reduction!r}")
+        self.reduction = reduction
+        self.name = name or type(self).__name__
+
+    def call(self, y_true, y_pred) -> _Tensor:
+        raise NotImplementedError
+
+    def __call__(self, y_true, y_pred, sample_weight=None) -> _Tensor:
+        per = self.call(y_true, y_pred)
+        if sample_weight is not None:
+            w = convert_to_tensor(sample_weight).to(per.dtype)
+            while w.ndim > per.ndim:
+                w = w.squeeze(-1)
+            per = per * w
+        if self.reduction in ("none", None):
+            return per
+        if self.reduction == "sum":
+            return per.sum()
+        return per.sum() / max(per.numel(), 1)
+
+
+class LossFunctionWrapper(Loss):
+    """A loss object around a per-example loss function."""
+
+    def __init__(self, fn, reduction="sum_over_batch_size", name=None, **kwargs) -> None:
+        super().__init__(reduction, name or getattr(fn, "__name__", "loss"))
+        self.fn, self.kwargs = fn, kwargs
+
+    def call(self, y_true, y_pred):
+        return self.fn(y_true, y_pred, **self.kwargs)
+
+
+class SparseCategoricalCrossentropy(LossFunctionWrapper):
+    """Cross-entropy of integer labels; `from_logits=True` when the model outputs logits."""
+
+    def __init__(self, from_logits=False, ignore_class=None, reduction="sum_over_batch_size",
+                 name="sparse_categorical_crossentropy", **kwargs) -> None:
+        super().__init__(sparse_categorical_crossentropy, reduction, name, from_logits=from_logits)
+
+
+class CategoricalCrossentropy(LossFunctionWrapper):
+    """Cross-entropy of one-hot targets."""
+
+    def __init__(self, from_logits=False, label_smoothing=0.0, axis=-1, reduction="sum_over_batch_size",
+                 name="categorical_crossentropy", **kwargs) -> None:
+        super().__init__(categorical_crossentropy, reduction, name, from_logits=from_logits,
+                         label_smoothing=label_smoothing, axis=axis)
+
+
+class BinaryCrossentropy(LossFunctionWrapper):
+    """Binary cross-entropy of 0/1 targets."""
+
+    def __init__(self, from_logits=False, label_smoothing=0.0, axis=-1, reduction="sum_over_batch_size",
+                 name="binary_crossentropy", **kwargs) -> None:
+        super().__init__(binary_crossentropy, reduction, name, from_logits=from_logits,
+                         label_smoothing=label_smoothing, axis=axis)
+
+
+class MeanSquaredError(LossFunctionWrapper):
+    """Mean of squared errors."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="mean_squared_error", **kwargs) -> None:
+        super().__init__(mean_squared_error, reduction, name)
+
+
+class MeanAbsoluteError(LossFunctionWrapper):
+    """Mean of absolute errors."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="mean_absolute_error", **kwargs) -> None:
+        super().__init__(mean_absolute_error, reduction, name)
+
+
+class Huber(LossFunctionWrapper):
+    """Huber loss with threshold `delta` (1.0)."""
+
+    def __init__(self, delta=1.0, reduction="sum_over_batch_size", name="huber_loss", **kwargs) -> None:
+        super().__init__(huber, reduction, name, delta=delta)
+
+
+class KLDivergence(LossFunctionWrapper):
+    """Kullback-Leibler divergence."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="kl_divergence", **kwargs) -> None:
+        super().__init__(kl_divergence, reduction, name)
+
+
+_NAMES = {
+    "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
+    "categorical_crossentropy": CategoricalCrossentropy, "binary_crossentropy": BinaryCrossentropy,
+    "mse": MeanSquaredError, "mean_squared_error": MeanSquaredError, "mae": MeanAbsoluteError,
+    "mean_absolute_error": MeanAbsoluteError, "huber": Huber, "huber_loss": Huber, "kld": KLDivergence,
+    "kl_divergence": KLDivergence,
+}
+
+
+def get(identifier):
+    """A loss object from a name, a Loss, a class or a per-example function."""
+    if identifier is None:
+        return None
+    if isinstance(identifier, str):
+        key = identifier.lower()
+        if key not in _NAMES:
+            raise LoomValueError(f"loom.tf.keras.losses.get: unknown loss {identifier!r}; known: {sorted(_NAMES)}")
+        return _NAMES[key]()
+    if isinstance(identifier, type):
+        return identifier()
+    if isinstance(identifier, Loss):
+        return identifier
+    if callable(identifier):
+        return LossFunctionWrapper(identifier)
+    raise LoomValueError(f"loom.tf.keras.losses.get: cannot use {identifier!r} as a loss")

@@ -1,0 +1,246 @@
+"""`keras.metrics`: stateful metrics (update_state / result / reset_state) accumulated in NumPy."""
+from __future__ import annotations
+
+import numpy as np
+
+import loom
+from loom.errors import LoomValueError
+from loom.tensor import Tensor as _Tensor
+from loom.tf.keras import losses as _losses
+
+
+def _np(x) -> np.ndarray:
+    return x.numpy() if isinstance(x, _Tensor) else np.asarray(x)
+
+
+class Metric:
+    """Base of metrics: `update_state(...)` accumulates, `result()` reads, `reset_state()` clears."""
+
+    def __init__(self, name=None, dtype=None) -> None:
+        self.name = name or _default_name(type(self).__name__)
+        self.reset_state()
+
+    def reset_state(self) -> None:
+        self.total, self.count = 0.0, 0.0
+
+    reset_states = reset_state
+
+    def update_state(self, *args, **kwargs) -> None:
+        raise NotImplementedError
+
+    def result(self) -> _Tensor:
+        return loom.tensor(np.float32(self.total / self.count if self.count else 0.0))
+
+    def __call__(self, *args, **kwargs) -> _Tensor:
+        self.update_state(*args, **kwargs)
+        return self.result()
+
+
+def _default_name(cls: str) -> str:
+    from loom.tf.keras.engine import _snake
+    return _snake(cls)
+
+
+class Mean(Metric):
+    """The (weighted) mean of the values given to `update_state`."""
+
+    def update_state(self, values, sample_weight=None) -> None:
+        v = _np(values).astype(np.float64)
+        if sample_weight is None:
+            self.total += float(v.sum())
+            self.count += float(v.size)
+        else:
+            w = np.broadcast_to(_np(sample_weight).astype(np.float64), v.shape) if v.ndim else \
+                _np(sample_weight).astype(np.float64)
+            self.total += float((v * w).sum())
+            self.count += float(np.sum(w))
+
+
+class Sum(Metric):
+    """The running sum of the values."""
+
+    def update_state(self, values, sample_weight=None) -> None:
+        self.total += float(_np(values).sum())
+        self.count = 1.0
+
+
+class MeanMetricWrapper(Mean):
+    """The mean over examples of a per-example function fn(y_true, y_pred)."""
+
+    def __init__(self, fn, name=None, dtype=None, **kwargs) -> None:
+        self.fn, self.kwargs = fn, kwargs
+        super().__init__(name or getattr(fn, "__name__", "metric"))
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        super().update_state(self.fn(y_true, y_pred, **self.kwargs), sample_weight)
+
+
+def accuracy(y_true, y_pred):
+    """1.0 where y_true equals y_pred, else 0.0."""
+    yt, yp = _np(y_true), _np(y_pred)
+    if yt.ndim == yp.ndim - 1:
+        yt = yt[..., None]
+    return loom.tensor((yt == yp).astype(np.float32))
+
+
+def sparse_categorical_accuracy(y_true, y_pred):
+    """1.0 where the integer label is the argmax of the prediction."""
+    yt, yp = _np(y_true), _np(y_pred)
+    if yt.ndim == yp.ndim and yt.shape[-1] == 1:
+        yt = yt[..., 0]
+    return loom.tensor((np.argmax(yp, -1) == yt.astype(np.int64)).astype(np.float32))
+
+
+def categorical_accuracy(y_true, y_pred):
+    """1.0 where the argmax of the one-hot target equals the argmax of the prediction."""
+    return loom.tensor((np.argmax(_np(y_pred), -1) == np.argmax(_np(y_true), -1)).astype(np.float32))
+
+
+def binary_accuracy(y_true, y_pred, threshold=0.5):
+    """Per-example mean of (prediction > threshold) == target."""
+    yt, yp = _np(y_true), _np(y_pred)
+    if yt.ndim == yp.ndim - 1:
+        yt = yt[..., None]
+    return loom.tensor(((yp > threshold).astype(np.float32) == yt).astype(np.float32).mean(-1))
+
+
+def top_k_categorical_accuracy(y_true, y_pred, k=5):
+    """1.0 where the target class is among the k largest predictions."""
+    yp = _np(y_pred)
+    target = np.argmax(_np(y_true), -1)
+    score = np.take_along_axis(yp, target[..., None], -1)
+    return loom.tensor(((yp > score).sum(-1) < k).astype(np.float32))
+
+
+class Accuracy(MeanMetricWrapper):
+    """How often predictions equal labels exactly."""
+
+    def __init__(self, name="accuracy", dtype=None) -> None:
+        super().__init__(accuracy, name)
+
+
+class SparseCategoricalAccuracy(MeanMetricWrapper):
+    """How often the argmax prediction equals the integer label."""
+
+    def __init__(self, name="sparse_categorical_accuracy", dtype=None) -> None:
+        super().__init__(sparse_categorical_accuracy, name)
+
+
+class CategoricalAccuracy(MeanMetricWrapper):
+    """How often the argmax prediction equals the argmax of the one-hot label."""
+
+    def __init__(self, name="categorical_accuracy", dtype=None) -> None:
+        super().__init__(categorical_accuracy, name)
+
+
+class BinaryAccuracy(MeanMetricWrapper):
+    """How often thresholded predictions equal binary labels."""
+
+    def __init__(self, name="binary_accuracy", dtype=None, threshold=0.5) -> None:
+        super().__init__(binary_accuracy, name, threshold=threshold)
+
+
+class TopKCategoricalAccuracy(MeanMetricWrapper):
+    """How often the target is among the top k predictions."""
+
+    def __init__(self, k=5, name="top_k_categorical_accuracy", dtype=None) -> None:
+        super().__init__(top_k_categorical_accuracy, name, k=k)
+
+
+class MeanSquaredError(MeanMetricWrapper):
+    """Mean squared error."""
+
+    def __init__(self, name="mean_squared_error", dtype=None) -> None:
+        super().__init__(_losses.mean_squared_error, name)
+
+
+class MeanAbsoluteError(MeanMetricWrapper):
+    """Mean absolute error."""
+
+    def __init__(self, name="mean_absolute_error", dtype=None) -> None:
+        super().__init__(_losses.mean_absolute_error, name)
+
+
+class RootMeanSquaredError(MeanSquaredError):
+    """sqrt of the mean squared error."""
+
+    def __init__(self, name="root_mean_squared_error", dtype=None) -> None:
+        super().__init__(name)
+
+    def result(self) -> _Tensor:
+        return loom.tensor(np.float32(np.sqrt(self.total / self.count if self.count else 0.0)))
+
+
+class AUC(Metric):
+    """Area under the ROC curve from `num_thresholds` thresholds (Keras's interpolation-free trapezoid)."""
+
+    def __init__(self, num_thresholds=200, curve="ROC", name="auc", dtype=None, from_logits=False) -> None:
+        self.num_thresholds, self.curve, self.from_logits = int(num_thresholds), curve.upper(), from_logits
+        eps = 1e-7
+        inner = [(i + 1) * 1.0 / (self.num_thresholds - 1) for i in range(self.num_thresholds - 2)]
+        self.thresholds = np.array([0.0 - eps] + inner + [1.0 + eps])
+        super().__init__(name)
+
+    def reset_state(self) -> None:
+        n = self.num_thresholds
+        self.tp, self.fp, self.tn, self.fn = (np.zeros(n) for _ in range(4))
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        yt = _np(y_true).reshape(-1).astype(bool)
+        yp = _np(y_pred).reshape(-1).astype(np.float64)
+        if self.from_logits:
+            yp = 1 / (1 + np.exp(-yp))
+        w = np.ones_like(yp) if sample_weight is None else np.broadcast_to(_np(sample_weight), yp.shape).reshape(-1)
+        above = yp[None, :] > self.thresholds[:, None]
+        self.tp += (above & yt).astype(float) @ w
+        self.fp += (above & ~yt).astype(float) @ w
+        self.fn += (~above & yt).astype(float) @ w
+        self.tn += (~above & ~yt).astype(float) @ w
+
+    def result(self) -> _Tensor:
+        tpr = self.tp / np.maximum(self.tp + self.fn, 1e-12)
+        fpr = self.fp / np.maximum(self.fp + self.tn, 1e-12)
+        if self.curve == "PR":
+            prec = self.tp / np.maximum(self.tp + self.fp, 1e-12)
+            x, y = tpr, prec
+        else:
+            x, y = fpr, tpr
+        area = np.sum((x[:-1] - x[1:]) * (y[:-1] + y[1:]) / 2)
+        return loom.tensor(np.float32(area))
+
+
+_NAMES = {
+    "accuracy": Accuracy, "acc": Accuracy, "sparse_categorical_accuracy": SparseCategoricalAccuracy,
+    "categorical_accuracy": CategoricalAccuracy, "binary_accuracy": BinaryAccuracy, "mse": MeanSquaredError,
+    "mean_squared_error": MeanSquaredError, "mae": MeanAbsoluteError, "mean_absolute_error": MeanAbsoluteError,
+    "auc": AUC, "rmse": RootMeanSquaredError, "root_mean_squared_error": RootMeanSquaredError,
+    "top_k_categorical_accuracy": TopKCategoricalAccuracy,
+}
+
+
+def get(identifier, y_true=None, y_pred=None) -> Metric:
+    """A metric object; 'accuracy' picks binary, sparse or categorical accuracy from the shapes, as Keras."""
+    if isinstance(identifier, Metric):
+        return identifier
+    if isinstance(identifier, type):
+        return identifier()
+    if isinstance(identifier, str):
+        key = identifier.lower()
+        if key in ("accuracy", "acc") and y_pred is not None:
+            yp_shape = tuple(y_pred.shape)
+            yt_shape = tuple(y_true.shape)
+            if yp_shape[-1] == 1:
+                m: Metric = BinaryAccuracy(name=identifier)
+            elif len(yt_shape) < len(yp_shape) or yt_shape[-1] == 1:
+                m = SparseCategoricalAccuracy(name=identifier)
+            else:
+                m = CategoricalAccuracy(name=identifier)
+            return m
+        if key not in _NAMES:
+            raise LoomValueError(f"loom.tf.keras.metrics.get: unknown metric {identifier!r}; known: {sorted(_NAMES)}")
+        m = _NAMES[key]()
+        m.name = identifier
+        return m
+    if callable(identifier):
+        return MeanMetricWrapper(identifier)
+    raise LoomValueError(f"loom.tf.keras.metrics.get: cannot use {identifier!r} as a metric")

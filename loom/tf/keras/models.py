@@ -1,0 +1,512 @@
+"""`keras.Model` (functional and subclassed), `keras.Sequential`, and the compile/fit/evaluate/predict loop."""
+from __future__ import annotations
+
+import numpy as np
+
+import loom
+from loom.errors import LoomTypeError, LoomValueError
+from loom.tensor import Tensor
+from loom.tf.keras import callbacks as cbks
+from loom.tf.keras import losses as losses_mod
+from loom.tf.keras import metrics as metrics_mod
+from loom.tf.keras import optimizers as optimizers_mod
+from loom.tf.keras.engine import InputLayer, KerasTensor, Layer, _map_nest, _to_input
+from loom.tf.tape import GradientTape
+
+
+def _np_struct(x):
+    """Inputs/targets as NumPy (float64 to float32, as Keras casts them); None stays None."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return [_np_struct(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _np_struct(v) for k, v in x.items()}
+    a = x.numpy() if isinstance(x, Tensor) else np.asarray(x)
+    return a.astype(np.float32) if a.dtype == np.float64 else a
+
+
+def _first_len(x) -> int:
+    while isinstance(x, (list, tuple, dict)):
+        x = list(x.values())[0] if isinstance(x, dict) else x[0]
+    return len(x)
+
+
+def _take(x, idx):
+    if x is None:
+        return None
+    if isinstance(x, list):
+        return [_take(v, idx) for v in x]
+    if isinstance(x, dict):
+        return {k: _take(v, idx) for k, v in x.items()}
+    return loom.tensor(np.ascontiguousarray(x[idx]))
+
+
+def _unpack(data):
+    """(x, y, sample_weight) from a batch element as Keras accepts it."""
+    if isinstance(data, tuple):
+        if len(data) == 1:
+            return data[0], None, None
+        if len(data) == 2:
+            return data[0], data[1], None
+        return data[0], data[1], data[2]
+    return data, None, None
+
+
+class Model(Layer):
+    """A layer with training: `compile`, `fit`, `evaluate`, `predict`, `summary`, weight files.
+
+    Build one functionally (``keras.Model(inputs, outputs)``) or by subclassing
+    (define layers in ``__init__`` and the forward pass in ``call``).
+
+    Examples
+    --------
+    >>> import loom.tf as tf
+    >>> inp = tf.keras.Input(shape=(4,))
+    >>> out = tf.keras.layers.Dense(2)(inp)
+    >>> model = tf.keras.Model(inp, out)
+    >>> model(tf.ones((3, 4))).shape.as_list()
+    [3, 2]
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        inputs = kwargs.pop("inputs", None)
+        outputs = kwargs.pop("outputs", None)
+        if len(args) >= 1:
+            inputs = args[0]
+        if len(args) >= 2:
+            outputs = args[1]
+        super().__init__(**kwargs)
+        self.stop_training = False
+        self.compiled = False
+        self.optimizer = None
+        self.history = None
+        self._functional = inputs is not None
+        if self._functional:
+            if outputs is None:
+                raise LoomValueError("loom.tf.keras.Model: give both inputs and outputs for a functional model")
+            self._inputs_struct = inputs
+            self._outputs_struct = outputs
+            self._graph_layers = self._collect_layers(inputs, outputs)
+            for layer in self._graph_layers:
+                if layer not in self._layers:
+                    self._layers.append(layer)
+            self.built = True
+
+    # ------------------------------------------------------------ functional graph
+
+    @staticmethod
+    def _collect_layers(inputs, outputs) -> list:
+        order: list = []
+        seen: set = set()
+        for kt in _leaves(inputs):
+            layer = getattr(kt, "_input_layer", None)
+            if layer is not None and id(layer) not in seen:
+                seen.add(id(layer))
+                order.append(layer)
+
+        def visit(kt):
+            if not isinstance(kt, KerasTensor) or kt.history is None:
+                return
+            layer, args, a2, kw, _ = kt.history
+            for v in _leaves((args, a2, kw)):
+                visit(v)
+            if id(layer) not in seen:
+                seen.add(id(layer))
+                order.append(layer)
+        for kt in _leaves(outputs):
+            visit(kt)
+        return order
+
+    def _run_graph(self, inputs, training):
+        memo: dict[int, object] = {}
+        given = _leaves(inputs) if isinstance(inputs, (list, tuple, dict)) else [inputs]
+        if isinstance(self._inputs_struct, dict) and isinstance(inputs, dict):
+            given = [inputs[k] for k in self._inputs_struct]
+        want = _leaves(self._inputs_struct)
+        if len(given) != len(want):
+            raise LoomValueError(f"loom.tf.keras.Model {self.name!r}: expects {len(want)} inputs, got {len(given)}")
+        for kt, v in zip(want, given):
+            memo[id(kt)] = _to_input(v)
+
+        def ev(obj):
+            if isinstance(obj, KerasTensor):
+                if id(obj) in memo:
+                    return memo[id(obj)]
+                layer, a, args, kw, index = obj.history
+                out = layer(_map_nest(ev, a), *_map_nest(ev, args), **{k: _map_nest(ev, v) for k, v in kw.items()},
+                            training=training)
+                outs = _leaves(out)
+                for j, o in enumerate(outs):
+                    memo[(id(layer), id(obj.history), j)] = o
+                memo[id(obj)] = outs[index]
+                return outs[index]
+            return obj
+        return _map_nest(ev, self._outputs_struct)
+
+    def call(self, inputs, training=None, mask=None):
+        if not self._functional:
+            raise NotImplementedError(f"loom.tf.keras.Model {self.name!r}: subclasses must define call()")
+        return self._run_graph(inputs, training)
+
+    @property
+    def layers(self) -> list:
+        return list(self._layers)
+
+    def get_layer(self, name=None, index=None) -> Layer:
+        """The layer called `name` (or at `index`)."""
+        if index is not None:
+            return self.layers[index]
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise LoomValueError(f"loom.tf.keras.Model.get_layer: no layer named {name!r}")
+
+    @property
+    def inputs(self):
+        return _leaves(self._inputs_struct) if self._functional else None
+
+    @property
+    def outputs(self):
+        return _leaves(self._outputs_struct) if self._functional else None
+
+    # ------------------------------------------------------------ compile and steps
+
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None, weighted_metrics=None,
+                run_eagerly=False, steps_per_execution=1, jit_compile="auto", **kwargs) -> None:
+        """Set the optimizer, loss and metrics `fit`/`evaluate` use (names or objects)."""
+        self.optimizer = optimizers_mod.get(optimizer)
+        self.loss = loss
+        self._loss_obj = losses_mod.get(loss) if not isinstance(loss, (list, dict)) else None
+        if isinstance(loss, (list, dict)):
+            raise LoomValueError("loom.tf.keras.Model.compile: one loss for one output is supported")
+        self._metric_specs = list(metrics or [])
+        self._metric_objs: list | None = None
+        self._loss_tracker = metrics_mod.Mean(name="loss")
+        self.compiled = True
+
+    def _ensure_metrics(self, y, y_pred) -> None:
+        if self._metric_objs is None:
+            self._metric_objs = [metrics_mod.get(m, y, y_pred) for m in self._metric_specs]
+
+    @property
+    def metrics(self) -> list:
+        if not self.compiled:
+            return []
+        return [self._loss_tracker] + list(self._metric_objs or [])
+
+    @property
+    def metrics_names(self) -> list:
+        return [m.name for m in self.metrics]
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The compiled loss of `y_pred` against `y` plus any losses layers added."""
+        if self._loss_obj is None:
+            raise LoomValueError(f"loom.tf.keras.Model {self.name!r}: compile() with a loss before training")
+        loss = self._loss_obj(y, y_pred, sample_weight)
+        for extra in self.losses:
+            loss = loss + extra
+        return loss
+
+    def _logs(self) -> dict:
+        return {m.name: float(m.result()) for m in self.metrics}
+
+    def train_step(self, data) -> dict:
+        """One optimization step on a batch: forward, loss, gradients, update, metrics."""
+        x, y, sw = _unpack(data)
+        with GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x, y, y_pred, sw)
+        variables = self.trainable_variables
+        grads = tape.gradient(loss, variables)
+        self.optimizer.apply_gradients(zip(grads, variables))
+        return self._update_metrics(x, y, y_pred, sw, loss)
+
+    def test_step(self, data) -> dict:
+        """Loss and metrics on a batch, without updating weights."""
+        x, y, sw = _unpack(data)
+        y_pred = self(x, training=False)
+        loss = self.compute_loss(x, y, y_pred, sw, training=False)
+        return self._update_metrics(x, y, y_pred, sw, loss)
+
+    def _update_metrics(self, x, y, y_pred, sw, loss) -> dict:
+        n = _first_len(x.numpy() if isinstance(x, Tensor) else x)
+        self._loss_tracker.update_state(loss.detach().numpy(), sample_weight=n)
+        self._ensure_metrics(y, y_pred)
+        for m in self._metric_objs:
+            m.update_state(y, y_pred.detach(), sw)
+        return self._logs()
+
+    def predict_step(self, data):
+        """The model's outputs on a batch of inputs."""
+        x, _, _ = _unpack(data)
+        return self(x, training=False)
+
+    def _reset_metrics(self) -> None:
+        for m in self.metrics:
+            m.reset_state()
+
+    reset_metrics = _reset_metrics
+
+    # ------------------------------------------------------------ data
+
+    def _batches(self, x, y, sw, batch_size, shuffle, steps=None):
+        """A function giving one epoch's iterator of batches, and the number of steps (None if unknown)."""
+        from loom.tf.data import Dataset
+        if isinstance(x, Dataset):
+            card = x._card
+
+            def epoch_ds():
+                it = iter(x)
+                k = 0
+                for el in it:
+                    if steps is not None and k >= steps:
+                        break
+                    yield el if isinstance(el, tuple) else (el,)
+                    k += 1
+            return epoch_ds, (steps if steps is not None else (card if card >= 0 else None))
+        if not isinstance(x, (np.ndarray, Tensor, list, tuple, dict)):
+            raise LoomTypeError(f"loom.tf.keras.Model: x must be an array, a tensor, a list/dict of them or a "
+                                f"tf.data.Dataset, got {type(x).__name__}")
+        xa, ya, wa = _np_struct(x), _np_struct(y), _np_struct(sw)
+        n = _first_len(xa)
+        bs = int(batch_size or 32)
+        nsteps = -(-n // bs)
+
+        def epoch():
+            order = np.random.permutation(n) if shuffle else np.arange(n)
+            for s in range(nsteps):
+                idx = order[s * bs:(s + 1) * bs]
+                batch = (_take(xa, idx), _take(ya, idx))
+                if wa is not None:
+                    batch = batch + (_take(wa, idx),)
+                yield batch
+        return epoch, nsteps
+
+    # ------------------------------------------------------------ fit / evaluate / predict
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
+            steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1, **kwargs):
+        """Train for `epochs` epochs; returns the `History` (per-epoch loss, metrics, val_ metrics)."""
+        if not self.compiled:
+            raise LoomValueError(f"loom.tf.keras.Model.fit: compile() model {self.name!r} first")
+        verbose = 1 if verbose == "auto" else int(verbose)
+        if class_weight is not None:
+            raise LoomValueError("loom.tf.keras.Model.fit: class_weight is not supported; pass per-example "
+                                 "weights as sample_weight instead")
+        if validation_split and validation_data is None:
+            from loom.tf.data import Dataset
+            if isinstance(x, Dataset):
+                raise LoomValueError("loom.tf.keras.Model.fit: validation_split needs array inputs, not a Dataset")
+            xa, ya = _np_struct(x), _np_struct(y)
+            n = _first_len(xa)
+            cut = int(n * (1.0 - validation_split))
+            split = (lambda a: (_slice(a, slice(0, cut)), _slice(a, slice(cut, None))))
+            (x, vx), (y, vy) = split(xa), split(ya)
+            validation_data = (vx, vy)
+        epoch_iter, steps = self._batches(x, y, sample_weight, batch_size, shuffle, steps_per_epoch)
+        history = cbks.History()
+        cb_list = [history] + list(callbacks or [])
+        if verbose:
+            cb_list.append(cbks.ProgbarLogger(verbose))
+        params = {"epochs": epochs, "steps": steps, "verbose": verbose}
+        for cb in cb_list:
+            cb.set_model(self)
+            cb.set_params(params)
+        self.stop_training = False
+        self.history = history
+        for cb in cb_list:
+            cb.on_train_begin()
+        logs: dict = {}
+        for epoch in range(initial_epoch, epochs):
+            self._reset_metrics()
+            for cb in cb_list:
+                cb.on_epoch_begin(epoch)
+            for step, batch in enumerate(epoch_iter()):
+                for cb in cb_list:
+                    cb.on_train_batch_begin(step)
+                logs = self.train_step(batch)
+                for cb in cb_list:
+                    cb.on_train_batch_end(step, logs)
+                if self.stop_training:
+                    break
+            logs = self._logs()
+            if validation_data is not None and (epoch + 1) % validation_freq == 0:
+                vd = validation_data
+                val = self.evaluate(vd if not isinstance(vd, tuple) else vd[0],
+                                    None if not isinstance(vd, tuple) else vd[1],
+                                    batch_size=validation_batch_size or batch_size, verbose=0, return_dict=True,
+                                    steps=validation_steps)
+                logs.update({"val_" + k: v for k, v in val.items()})
+            for cb in cb_list:
+                cb.on_epoch_end(epoch, logs)
+            if self.stop_training:
+                break
+        for cb in cb_list:
+            cb.on_train_end(logs)
+        return history
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
+                 callbacks=None, return_dict=False, **kwargs):
+        """Loss and metrics over the data: a number, a list [loss, *metrics], or a dict with `return_dict`."""
+        if not self.compiled:
+            raise LoomValueError(f"loom.tf.keras.Model.evaluate: compile() model {self.name!r} first")
+        epoch_iter, nsteps = self._batches(x, y, sample_weight, batch_size, False, steps)
+        verbose = 1 if verbose == "auto" else int(verbose)
+        bar = cbks.Progbar(nsteps, verbose=verbose)
+        self._reset_metrics()
+        logs: dict = {}
+        k = 0
+        for k, batch in enumerate(epoch_iter(), 1):
+            with loom.no_grad():
+                logs = self.test_step(batch)
+            bar.update(k, list(logs.items()))
+        if verbose == 1:
+            bar.update(k, list(logs.items()), finalize=True)
+        logs = self._logs()
+        if return_dict:
+            return logs
+        values = list(logs.values())
+        return values[0] if len(values) == 1 else values
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None, **kwargs):
+        """The model's outputs for `x`, batched, as NumPy arrays."""
+        epoch_iter, _ = self._batches(x, None, None, batch_size, False, steps)
+        outs = []
+        for batch in epoch_iter():
+            with loom.no_grad():
+                outs.append(_map_nest(lambda t: t.numpy(), self.predict_step(batch)))
+        if isinstance(outs[0], (list, tuple)):
+            return [np.concatenate([o[j] for o in outs]) for j in range(len(outs[0]))]
+        return np.concatenate(outs)
+
+    def train_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        """One training step on one batch; returns the loss (and metrics)."""
+        self._reset_metrics()
+        batch = (_take(_np_struct(x), slice(None)), _take(_np_struct(y), slice(None)))
+        logs = self.train_step(batch)
+        return logs if return_dict else (list(logs.values()) if len(logs) > 1 else logs["loss"])
+
+    def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        """Loss (and metrics) on one batch."""
+        self._reset_metrics()
+        with loom.no_grad():
+            logs = self.test_step((_take(_np_struct(x), slice(None)), _take(_np_struct(y), slice(None))))
+        return logs if return_dict else (list(logs.values()) if len(logs) > 1 else logs["loss"])
+
+    def predict_on_batch(self, x):
+        """The model's outputs on one batch, as NumPy."""
+        with loom.no_grad():
+            return self(_take(_np_struct(x), slice(None)), training=False).numpy()
+
+    # ------------------------------------------------------------ weights and summary
+
+    def save_weights(self, filepath, overwrite=True, **kwargs) -> None:
+        """Write every weight (in `weights` order) to `filepath` in loom's checkpoint format."""
+        loom.save({f"{k:05d}": w.detach() for k, w in enumerate(self.weights)}, str(filepath))
+
+    def load_weights(self, filepath, skip_mismatch=False, **kwargs) -> None:
+        """Read weights written by `save_weights` into this (built) model."""
+        state = loom.load(str(filepath))
+        self.set_weights([state[k].numpy() for k in sorted(state)])
+
+    def summary(self, line_length=None, print_fn=None, **kwargs) -> None:
+        """Print each layer's name, type, output shape and parameter count, and the totals."""
+        out = print_fn or print
+        rows = [(f"{layer.name} ({type(layer).__name__})", str(layer.output_shape), layer.count_params())
+                for layer in self.layers]
+        w = [max([len("Layer (type)")] + [len(r[0]) for r in rows]) + 2,
+             max([len("Output Shape")] + [len(r[1]) for r in rows]) + 2, 12]
+        line = "─" * sum(w)
+        out(f'Model: "{self.name}"')
+        out(line)
+        out("Layer (type)".ljust(w[0]) + "Output Shape".ljust(w[1]) + "Param #".rjust(w[2]))
+        out(line)
+        for name, shape, n in rows:
+            out(name.ljust(w[0]) + shape.ljust(w[1]) + f"{n:,}".rjust(w[2]))
+        out(line)
+        total = self.count_params()
+        trainable = int(sum(v.numel() for v in self.trainable_weights))
+        out(f" Total params: {total:,}")
+        out(f" Trainable params: {trainable:,}")
+        out(f" Non-trainable params: {total - trainable:,}")
+
+
+def _slice(a, s):
+    if isinstance(a, list):
+        return [_slice(v, s) for v in a]
+    if isinstance(a, dict):
+        return {k: _slice(v, s) for k, v in a.items()}
+    return None if a is None else a[s]
+
+
+def _leaves(obj) -> list:
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _leaves(v)]
+    if isinstance(obj, (list, tuple)):
+        return [x for v in obj for x in _leaves(v)]
+    return [obj]
+
+
+class Sequential(Model):
+    """A stack of layers, each feeding the next.
+
+    Examples
+    --------
+    >>> import loom.tf as tf
+    >>> model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(3, activation="relu"),
+    ...                              tf.keras.layers.Dense(1)])
+    >>> model.count_params()
+    19
+    """
+
+    def __init__(self, layers=None, name=None, **kwargs) -> None:
+        super().__init__(name=name, **kwargs)
+        self._input_kt = None
+        for layer in layers or []:
+            self.add(layer)
+
+    def add(self, layer) -> None:
+        """Append a layer (or a `keras.Input`, which fixes the input shape and builds the model)."""
+        if isinstance(layer, KerasTensor):
+            self._input_kt = layer
+            self._build_from(layer.shape, layer.dtype)
+            return
+        if isinstance(layer, InputLayer):
+            self._input_kt = layer.output
+            self._build_from(layer.batch_shape, layer.output.dtype)
+            return
+        if not isinstance(layer, Layer):
+            raise LoomTypeError(f"loom.tf.keras.Sequential.add: expected a Layer, got {type(layer).__name__}")
+        self._layers.append(layer)
+        if self._input_kt is not None:
+            self._build_from(self._input_kt.shape, self._input_kt.dtype)
+        elif len(self._layers) == 1 and layer._input_shape_arg is not None:
+            self._input_kt = KerasTensor(layer._input_shape_arg)
+            self._build_from(self._input_kt.shape, self._input_kt.dtype)
+
+    def _build_from(self, shape, dtype) -> None:
+        if not self._layers:
+            return
+        x = loom.zeros(*[1 if s is None else s for s in shape], dtype=dtype)
+        with loom.no_grad():
+            for layer in self._layers:
+                if not layer.built or layer._out_shape is None:
+                    x = layer(x, training=False)
+                else:
+                    x = layer(x, training=False)
+        for layer in self._layers:
+            if isinstance(layer._out_shape, tuple):
+                layer._out_shape = (None,) + tuple(layer._out_shape[1:])
+        self.built = True
+
+    def pop(self) -> Layer:
+        """Remove and return the last layer."""
+        return self._layers.pop()
+
+    def call(self, inputs, training=None, mask=None):
+        x = inputs
+        for layer in self._layers:
+            x = layer(x, training=training)
+        return x

@@ -1,0 +1,230 @@
+"""`keras.optimizers`: SGD, Adam, AdamW, RMSprop, Adagrad with Keras 3's update rules and defaults.
+
+The step counter is a variable and the learning rate is read afresh on every
+call (`loom.dynamic_scalar`), so an update traced inside `tf.function` keeps
+counting steps and sees learning-rate changes when it is replayed.
+"""
+from __future__ import annotations
+
+import math
+
+import loom
+from loom.autograd.grad_mode import no_grad
+from loom.errors import LoomValueError
+from loom.tf._core import Variable as _Variable, clip_by_global_norm as _clip_by_global_norm
+from loom.tf._core import clip_by_norm as _clip_by_norm, clip_by_value as _clip_by_value
+
+
+class LearningRateSchedule:
+    """A learning rate as a function of the step: `schedule(step)`."""
+
+    def __call__(self, step):
+        raise NotImplementedError
+
+
+class ExponentialDecay(LearningRateSchedule):
+    """initial_learning_rate * decay_rate ** (step / decay_steps) (floored if `staircase`)."""
+
+    def __init__(self, initial_learning_rate, decay_steps, decay_rate, staircase=False, name=None) -> None:
+        self.initial_learning_rate, self.decay_steps = initial_learning_rate, decay_steps
+        self.decay_rate, self.staircase = decay_rate, staircase
+
+    def __call__(self, step):
+        p = step / self.decay_steps
+        if self.staircase:
+            p = math.floor(p)
+        return self.initial_learning_rate * self.decay_rate ** p
+
+
+class schedules:  # noqa: N801  (TensorFlow's namespace spelling)
+    """`keras.optimizers.schedules`."""
+
+    LearningRateSchedule = LearningRateSchedule
+    ExponentialDecay = ExponentialDecay
+
+
+class Optimizer:
+    """Base of Keras optimizers: `apply_gradients(zip(grads, vars))`, `apply`, `minimize`."""
+
+    def __init__(self, learning_rate=0.001, weight_decay=None, clipnorm=None, clipvalue=None, global_clipnorm=None,
+                 name=None, **kwargs) -> None:
+        self._lr = learning_rate
+        self.weight_decay = weight_decay
+        self.clipnorm, self.clipvalue, self.global_clipnorm = clipnorm, clipvalue, global_clipnorm
+        self.name = name or type(self).__name__.lower()
+        self.iterations = _Variable(0, trainable=False, name="iteration", dtype=loom.int64)
+        self._slots: dict[int, dict] = {}
+        self._steps_done = 0
+
+    @property
+    def learning_rate(self) -> float:
+        if isinstance(self._lr, LearningRateSchedule):
+            return float(self._lr(self._steps_done))
+        return float(self._lr)
+
+    @learning_rate.setter
+    def learning_rate(self, value) -> None:
+        self._lr = value
+
+    lr = learning_rate
+
+    def _lr_tensor(self):
+        lr = loom.dynamic_scalar(lambda: self.learning_rate, loom.float32)
+        return lr if isinstance(lr, loom.Tensor) else loom.tensor(lr, dtype=loom.float32)
+
+    def _slot(self, var, name: str, init: float = 0.0):
+        slots = self._slots.setdefault(id(var), {})
+        if name not in slots:
+            slots[name] = _Variable(loom.full(tuple(var.shape), float(init), dtype=var.dtype), trainable=False,
+                                   name=f"{self.name}/{name}")
+        return slots[name]
+
+    def build(self, var_list) -> None:
+        """Create the optimizer's per-variable state (done on the first update otherwise)."""
+
+    @property
+    def variables(self) -> list:
+        return [self.iterations] + [v for s in self._slots.values() for v in s.values()]
+
+    def apply_gradients(self, grads_and_vars, **kwargs):
+        """Update each variable from its gradient (pairs with a None gradient are skipped)."""
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not pairs:
+            return self.iterations
+        grads = [g for g, _ in pairs]
+        if self.global_clipnorm is not None:
+            grads, _ = _clip_by_global_norm(grads, self.global_clipnorm)
+        if self.clipnorm is not None:
+            grads = [_clip_by_norm(g, self.clipnorm) for g in grads]
+        if self.clipvalue is not None:
+            grads = [_clip_by_value(g, -self.clipvalue, self.clipvalue) for g in grads]
+        with no_grad():
+            lr = self._lr_tensor()
+            step = (self.iterations + 1).to(loom.float32)
+            for g, (_, v) in zip(grads, pairs):
+                g = g.detach()
+                if self.weight_decay:
+                    v.assign(v - v * (self.weight_decay * lr).to(v.dtype))
+                self.update_step(g.to(v.dtype), v, lr.to(v.dtype), step)
+            self.iterations.assign_add(1)
+        self._steps_done += 1
+        return self.iterations
+
+    def apply(self, grads, trainable_variables=None):
+        """`apply_gradients(zip(grads, trainable_variables))`."""
+        return self.apply_gradients(zip(grads, trainable_variables))
+
+    def minimize(self, loss, var_list, tape=None):
+        """Compute the gradient of `loss` (a tensor with `tape`, or a callable) and apply it."""
+        from loom.tf.tape import GradientTape
+        if tape is None:
+            with GradientTape() as tape:
+                value = loss() if callable(loss) else loss
+        else:
+            value = loss
+        vars_ = list(var_list() if callable(var_list) else var_list)
+        grads = tape.gradient(value, vars_)
+        return self.apply_gradients(zip(grads, vars_))
+
+    def update_step(self, gradient, variable, lr, step) -> None:
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Gradient descent, with optional (Nesterov) momentum: m = momentum * m - lr * g; var += m."""
+
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, **kwargs) -> None:
+        super().__init__(learning_rate, **kwargs)
+        if not 0 <= momentum <= 1:
+            raise LoomValueError(f"loom.tf.keras.optimizers.SGD: momentum must be in [0, 1], got {momentum}")
+        self.momentum, self.nesterov = float(momentum), nesterov
+
+    def update_step(self, g, v, lr, step) -> None:
+        if self.momentum:
+            m = self._slot(v, "momentum")
+            m.assign(m * self.momentum - g * lr)
+            v.assign(v + (m * self.momentum - g * lr if self.nesterov else m))
+        else:
+            v.assign(v - g * lr)
+
+
+class Adam(Optimizer):
+    """Adam with Keras's epsilon (1e-7) added to sqrt(v) and the bias correction folded into the step size."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False, **kwargs) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon, self.amsgrad = beta_1, beta_2, epsilon, amsgrad
+
+    def update_step(self, g, v, lr, step) -> None:
+        m, s = self._slot(v, "m"), self._slot(v, "v")
+        b1p = loom.pow(loom.tensor(self.beta_1, dtype=v.dtype), step.to(v.dtype))
+        b2p = loom.pow(loom.tensor(self.beta_2, dtype=v.dtype), step.to(v.dtype))
+        alpha = lr * loom.sqrt(1 - b2p) / (1 - b1p)
+        m.assign(m + (g - m) * (1 - self.beta_1))
+        s.assign(s + (g * g - s) * (1 - self.beta_2))
+        denom_v = s
+        if self.amsgrad:
+            vh = self._slot(v, "vhat")
+            vh.assign(loom.maximum(vh, s))
+            denom_v = vh
+        v.assign(v - m * alpha / (loom.sqrt(denom_v) + self.epsilon))
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (default 0.004): var -= var * weight_decay * lr before each step."""
+
+    def __init__(self, learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+                 amsgrad=False, **kwargs) -> None:
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, amsgrad, weight_decay=weight_decay, **kwargs)
+
+
+class RMSprop(Optimizer):
+    """RMSprop as Keras: v = rho * v + (1 - rho) * g^2; var -= lr * g / sqrt(v + epsilon)."""
+
+    def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7, centered=False, **kwargs) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.rho, self.momentum, self.epsilon, self.centered = rho, momentum, epsilon, centered
+
+    def update_step(self, g, v, lr, step) -> None:
+        vel = self._slot(v, "velocity")
+        vel.assign(vel * self.rho + g * g * (1 - self.rho))
+        if self.centered:
+            avg = self._slot(v, "average_gradient")
+            avg.assign(avg * self.rho + g * (1 - self.rho))
+            denom = vel - avg * avg + self.epsilon
+        else:
+            denom = vel + self.epsilon
+        inc = lr * g / loom.sqrt(denom)
+        if self.momentum > 0:
+            mom = self._slot(v, "momentum")
+            mom.assign(mom * self.momentum + inc)
+            v.assign(v - mom)
+        else:
+            v.assign(v - inc)
+
+
+class Adagrad(Optimizer):
+    """Adagrad: acc += g^2; var -= lr * g / sqrt(acc + epsilon); accumulators start at 0.1."""
+
+    def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1, epsilon=1e-7, **kwargs) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.initial_accumulator_value, self.epsilon = initial_accumulator_value, epsilon
+
+    def update_step(self, g, v, lr, step) -> None:
+        acc = self._slot(v, "accumulator", self.initial_accumulator_value)
+        acc.assign(acc + g * g)
+        v.assign(v - lr * g / loom.sqrt(acc + self.epsilon))
+
+
+_NAMES = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad}
+
+
+def get(identifier) -> Optimizer:
+    """An optimizer from a name ('adam') or an instance."""
+    if isinstance(identifier, Optimizer):
+        return identifier
+    if isinstance(identifier, str) and identifier.lower() in _NAMES:
+        return _NAMES[identifier.lower()]()
+    if isinstance(identifier, type) and issubclass(identifier, Optimizer):
+        return identifier()
+    raise LoomValueError(f"loom.tf.keras.optimizers.get: unknown optimizer {identifier!r}; known: {sorted(_NAMES)}")

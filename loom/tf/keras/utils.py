@@ -1,0 +1,33 @@
+"""`keras.utils`: one-hot labels, seeding and normalization helpers."""
+from __future__ import annotations
+
+import random as _py_random
+
+import numpy as np
+
+from loom.tf import random as _random
+
+
+def to_categorical(y, num_classes=None, dtype="float32") -> np.ndarray:
+    """One-hot rows for integer labels `y`."""
+    a = np.asarray(y, dtype=np.int64)
+    if a.ndim > 1 and a.shape[-1] == 1:
+        a = a[..., 0]
+    n = int(num_classes) if num_classes is not None else int(a.max()) + 1
+    out = np.zeros(a.shape + (n,), dtype=dtype)
+    np.put_along_axis(out, a[..., None], 1, axis=-1)
+    return out
+
+
+def set_random_seed(seed: int) -> None:
+    """Seed Python, NumPy and loom.tf's random numbers."""
+    _py_random.seed(seed)
+    np.random.seed(seed)
+    _random.set_seed(seed)
+
+
+def normalize(x, axis=-1, order=2) -> np.ndarray:
+    """`x` divided by its `order`-norm along `axis`."""
+    a = np.asarray(x, dtype=np.float32)
+    n = np.linalg.norm(a, ord=order, axis=axis, keepdims=True)
+    return a / np.where(n == 0, 1, n)

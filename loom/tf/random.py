@@ -1,0 +1,74 @@
+"""`tf.random`: seeded random tensors drawn from loom's counter-based generator.
+
+Values differ from TensorFlow's (different generators); distributions, shapes,
+dtypes and reproducibility under `set_seed` follow TensorFlow.
+"""
+from __future__ import annotations
+
+import loom
+from loom.tensor import Generator as _Generator, Tensor as _Tensor
+from loom.tf._core import _ints, as_dtype, convert_to_tensor as _t, float32 as _float32
+
+_global_seed: list = [None]
+_op_counts: dict = {}
+
+
+def set_seed(seed: int) -> None:
+    """Seed every later random op (and Keras initializers), as `tf.random.set_seed`."""
+    _global_seed[0] = int(seed)
+    _op_counts.clear()
+    loom.manual_seed(int(seed))
+
+
+def _gen(seed):
+    """A generator for an op-level `seed` (its own stream), else loom's global one."""
+    if seed is None:
+        return None
+    n = _op_counts.get(seed, 0)
+    _op_counts[seed] = n + 1
+    base = 0 if _global_seed[0] is None else _global_seed[0]
+    return _Generator((int(seed) * 1000003 + base * 7919 + n) & 0xFFFFFFFF)
+
+
+def normal(shape, mean=0.0, stddev=1.0, dtype=_float32, seed=None, name=None) -> _Tensor:
+    """Normal samples of `shape` with `mean` and `stddev`."""
+    d = as_dtype(dtype)
+    return loom.randn(*_ints(shape), dtype=d, generator=_gen(seed)) * stddev + mean
+
+
+def uniform(shape, minval=0, maxval=None, dtype=_float32, seed=None, name=None) -> _Tensor:
+    """Uniform samples in [minval, maxval) (maxval 1 for floats; required for ints)."""
+    d = as_dtype(dtype)
+    if not d.is_floating_point:
+        if maxval is None:
+            raise loom.LoomValueError("loom.tf.random.uniform: integer dtypes need maxval")
+        return loom.randint(int(minval), int(maxval), tuple(_ints(shape)), dtype=d, generator=_gen(seed))
+    hi = 1.0 if maxval is None else maxval
+    return loom.rand(*_ints(shape), dtype=d, generator=_gen(seed)) * (hi - minval) + minval
+
+
+def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=_float32, seed=None, name=None) -> _Tensor:
+    """Normal samples redrawn until within two standard deviations of the mean."""
+    d = as_dtype(dtype)
+    g = _gen(seed)
+    x = loom.randn(*_ints(shape), dtype=d, generator=g)
+    for _ in range(8):
+        bad = loom.abs(x) > 2
+        if not bool(bad.any()):
+            break
+        x = loom.where(bad, loom.randn(*x.shape, dtype=d, generator=g), x)
+    return loom.clamp(x, -2.0, 2.0) * stddev + mean
+
+
+def shuffle(value, seed=None, name=None) -> _Tensor:
+    """`value` with its first dimension randomly permuted."""
+    v = _t(value)
+    perm = loom.randperm(v.shape[0], generator=_gen(seed))
+    return loom.index_select(v, 0, perm)
+
+
+def categorical(logits, num_samples, dtype=None, seed=None, name=None) -> _Tensor:
+    """Samples of class indices (int64) from unnormalised log-probabilities, one row per batch entry."""
+    p = loom.softmax(_t(logits), dim=-1)
+    out = loom.multinomial(p, int(num_samples), replacement=True, generator=_gen(seed))
+    return out.to(as_dtype(dtype) if dtype is not None else loom.int64)

@@ -1,0 +1,160 @@
+"""Keras losses, metrics, optimizers and single layers of loom.tf against TensorFlow's Keras."""
+import numpy as np
+import pytest
+
+import loom.tf as ltf
+from tests.tf.harness import real_tf
+
+rng = np.random.default_rng(0)
+PROBS = rng.dirichlet(np.ones(4), 6).astype(np.float32)
+LOGITS = rng.standard_normal((6, 4)).astype(np.float32)
+LABELS = rng.integers(0, 4, 6)
+ONE_HOT = np.eye(4, dtype=np.float32)[LABELS]
+REG_TRUE = rng.standard_normal((6, 3)).astype(np.float32)
+REG_PRED = rng.standard_normal((6, 3)).astype(np.float32) * 2
+BIN_TRUE = (rng.random((6, 1)) > 0.5).astype(np.float32)
+BIN_PROB = rng.random((6, 1)).astype(np.float32)
+
+LOSSES = {
+    "sparse_probs": (lambda k: k.losses.SparseCategoricalCrossentropy(), LABELS, PROBS),
+    "sparse_logits": (lambda k: k.losses.SparseCategoricalCrossentropy(from_logits=True), LABELS, LOGITS),
+    "categorical_probs": (lambda k: k.losses.CategoricalCrossentropy(), ONE_HOT, PROBS),
+    "categorical_logits_smoothing": (lambda k: k.losses.CategoricalCrossentropy(from_logits=True,
+                                                                                label_smoothing=0.1), ONE_HOT, LOGITS),
+    "binary_probs": (lambda k: k.losses.BinaryCrossentropy(), BIN_TRUE, BIN_PROB),
+    "binary_logits": (lambda k: k.losses.BinaryCrossentropy(from_logits=True), BIN_TRUE, LOGITS[:, :1]),
+    "mse": (lambda k: k.losses.MeanSquaredError(), REG_TRUE, REG_PRED),
+    "mae": (lambda k: k.losses.MeanAbsoluteError(), REG_TRUE, REG_PRED),
+    "huber": (lambda k: k.losses.Huber(delta=0.7), REG_TRUE, REG_PRED),
+    "mse_rank_short_target": (lambda k: k.losses.MeanSquaredError(), REG_TRUE[:, 0], REG_PRED[:, :1]),
+    "kld": (lambda k: k.losses.KLDivergence(), PROBS[::-1].copy(), PROBS),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_loss_matches_keras(name):
+    make, y_true, y_pred = LOSSES[name]
+    want = float(make(real_tf.keras)(y_true, y_pred))
+    got = float(make(ltf.keras)(y_true, y_pred))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_loss_gradient_matches_keras():
+    def grad(tf):
+        p = tf.Variable(LOGITS)
+        with tf.GradientTape() as tape:
+            loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)(LABELS, p)
+        return tape.gradient(loss, p).numpy()
+    np.testing.assert_allclose(grad(ltf), grad(real_tf), rtol=1e-5, atol=1e-7)
+
+
+METRICS = {
+    "accuracy": (lambda k: k.metrics.Accuracy(), LABELS, np.argmax(PROBS, 1)),
+    "sparse_categorical_accuracy": (lambda k: k.metrics.SparseCategoricalAccuracy(), LABELS, PROBS),
+    "categorical_accuracy": (lambda k: k.metrics.CategoricalAccuracy(), ONE_HOT, PROBS),
+    "binary_accuracy": (lambda k: k.metrics.BinaryAccuracy(), BIN_TRUE, BIN_PROB),
+    "mse": (lambda k: k.metrics.MeanSquaredError(), REG_TRUE, REG_PRED),
+    "mae": (lambda k: k.metrics.MeanAbsoluteError(), REG_TRUE, REG_PRED),
+    "auc": (lambda k: k.metrics.AUC(), BIN_TRUE, BIN_PROB),
+}
+
+
+@pytest.mark.parametrize("name", sorted(METRICS))
+def test_metric_matches_keras_over_two_updates(name):
+    make, y_true, y_pred = METRICS[name]
+    results = []
+    for k in (real_tf.keras, ltf.keras):
+        m = make(k)
+        m.update_state(y_true[:4], y_pred[:4])
+        m.update_state(y_true[4:], y_pred[4:])
+        first = float(m.result())
+        m.reset_state()
+        m.update_state(y_true[:3], y_pred[:3])
+        results.append((first, float(m.result())))
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5)
+
+
+def test_mean_metric_weighted():
+    for k in (real_tf.keras, ltf.keras):
+        m = k.metrics.Mean()
+        m.update_state([1.0, 2.0, 3.0])
+        m.update_state([10.0], sample_weight=[3.0])
+        assert abs(float(m.result()) - 36.0 / 6.0) < 1e-6
+
+
+OPTIMIZERS = {
+    "sgd": lambda k: k.optimizers.SGD(learning_rate=0.1),
+    "sgd_momentum": lambda k: k.optimizers.SGD(learning_rate=0.05, momentum=0.9),
+    "sgd_nesterov": lambda k: k.optimizers.SGD(learning_rate=0.05, momentum=0.8, nesterov=True),
+    "adam": lambda k: k.optimizers.Adam(learning_rate=0.1),
+    "adam_amsgrad": lambda k: k.optimizers.Adam(learning_rate=0.1, amsgrad=True),
+    "adamw": lambda k: k.optimizers.AdamW(learning_rate=0.1, weight_decay=0.05),
+    "rmsprop": lambda k: k.optimizers.RMSprop(learning_rate=0.05),
+    "rmsprop_centered_momentum": lambda k: k.optimizers.RMSprop(learning_rate=0.05, momentum=0.5, centered=True),
+    "adagrad": lambda k: k.optimizers.Adagrad(learning_rate=0.2),
+    "adam_clipnorm": lambda k: k.optimizers.Adam(learning_rate=0.1, clipnorm=0.5),
+    "sgd_global_clipnorm": lambda k: k.optimizers.SGD(learning_rate=0.1, global_clipnorm=0.3),
+}
+
+
+def _optimize(tf, make):
+    w = tf.Variable([[1.0, -2.0], [0.5, 3.0]])
+    b = tf.Variable([0.3, -0.1])
+    opt = make(tf.keras)
+    x = tf.constant([[1.0, 2.0], [-1.0, 0.5], [0.3, 0.3]])
+    for _ in range(6):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum((tf.matmul(x, w) + b - 1.0) ** 2)
+        grads = tape.gradient(loss, [w, b])
+        opt.apply_gradients(zip(grads, [w, b]))
+    return [w.numpy(), b.numpy(), int(opt.iterations.numpy())]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_matches_keras(name):
+    want = _optimize(real_tf, OPTIMIZERS[name])
+    got = _optimize(ltf, OPTIMIZERS[name])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    assert got[2] == want[2] == 6
+
+
+LAYERS = {
+    "conv2d_same_strided": (lambda k: k.layers.Conv2D(4, 3, strides=2, padding="same", activation="relu"),
+                            (2, 7, 7, 3)),
+    "conv1d": (lambda k: k.layers.Conv1D(3, 2, padding="same"), (2, 5, 4)),
+    "global_avg_pool": (lambda k: k.layers.GlobalAveragePooling2D(), (2, 4, 4, 3)),
+    "global_max_pool": (lambda k: k.layers.GlobalMaxPooling2D(), (2, 4, 4, 3)),
+    "max_pool_strided": (lambda k: k.layers.MaxPool2D(pool_size=3, strides=2, padding="same"), (1, 7, 6, 2)),
+    "reshape": (lambda k: k.layers.Reshape((3, -1)), (2, 6, 2)),
+    "activation": (lambda k: k.layers.Activation("gelu"), (2, 5)),
+    "leaky_relu": (lambda k: k.layers.LeakyReLU(), (2, 5)),
+    "softmax": (lambda k: k.layers.Softmax(), (2, 5)),
+    "dense_3d": (lambda k: k.layers.Dense(3, activation="sigmoid"), (2, 4, 5)),
+    "batchnorm_inference": (lambda k: k.layers.BatchNormalization(), (4, 3)),
+    "zero_padding": (lambda k: k.layers.ZeroPadding2D(((1, 0), (2, 1))), (1, 3, 3, 2)),
+    "mha_causal": (lambda k: k.layers.MultiHeadAttention(2, 3, value_dim=2), (2, 4, 5)),
+    "gru": (lambda k: k.layers.GRU(4, return_sequences=True), (2, 5, 3)),
+    "gru_last_backwards": (lambda k: k.layers.GRU(3, go_backwards=True), (2, 5, 3)),
+    "simple_rnn": (lambda k: k.layers.SimpleRNN(4, return_sequences=True), (2, 5, 3)),
+    "lstm_backwards": (lambda k: k.layers.LSTM(3, go_backwards=True, return_sequences=True), (2, 4, 3)),
+    "upsampling": (lambda k: k.layers.UpSampling2D((2, 3)), (1, 2, 3, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layer_forward_matches_keras(name):
+    make, shape = LAYERS[name]
+    x = rng.standard_normal(shape).astype(np.float32)
+    tf_layer, loom_layer = make(real_tf.keras), make(ltf.keras)
+    extra = {"use_causal_mask": True} if name == "mha_causal" else {}
+    args = (x, x) if name == "mha_causal" else (x,)
+    if name.startswith(("gru", "simple_rnn")):  # Random biases, so the bias layout is checked too.
+        tf_layer(*args)
+        tf_layer.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) * 0.1
+                              for w in tf_layer.get_weights()])
+    want = tf_layer(*args, **extra).numpy()
+    loom_layer(*args, **extra)
+    loom_layer.set_weights(tf_layer.get_weights())
+    got = loom_layer(*args, **extra).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
