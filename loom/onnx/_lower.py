@@ -510,16 +510,53 @@ def _fused(lw: Lowering, n: Node, ins):
     return lw.graph(body, dict(zip(body.inputs, ins)))[0]
 
 
-def _conv2d(lw: Lowering, n: Node, ins):
-    """A conv2d library primitive (inputs x, w; attrs stride, padding, dilation, groups), where loom has one."""
-    a = n.attrs
+def _onnx_pads(padding) -> list[int]:
+    """loom's conv/pool padding (top, bottom, left, right; or one int or a pair) as ONNX pads (begins, ends)."""
+    if isinstance(padding, (int, np.integer)):
+        return [int(padding)] * 4
+    p = [int(e) for e in padding]
+    if len(p) == 2:
+        return [p[0], p[1], p[0], p[1]]
+    return [p[0], p[2], p[1], p[3]]
 
-    def pair(v, default):
-        v = a.get(v, default)
-        return [int(v), int(v)] if isinstance(v, (int, np.integer)) else [int(e) for e in v]
-    pad = pair("padding", 0)
-    return lw.emit("Conv", ins[:2], strides=pair("stride", 1), pads=pad + pad, dilations=pair("dilation", 1),
-                   group=int(a.get("groups", 1)))
+
+def _pair(v) -> list[int]:
+    return [int(v), int(v)] if isinstance(v, (int, np.integer)) else [int(e) for e in v]
+
+
+def _conv2d(lw: Lowering, n: Node, ins):
+    """The conv2d library primitive (inputs x, w; attrs stride, padding, dilation, groups) as ONNX Conv."""
+    a = n.attrs
+    return lw.emit("Conv", ins[:2], strides=_pair(a.get("stride", 1)), pads=_onnx_pads(a.get("padding", 0)),
+                   dilations=_pair(a.get("dilation", 1)), group=int(a.get("groups", 1)))
+
+
+def _conv2d_input_grad(lw: Lowering, n: Node, ins):
+    """conv2d_input_grad (grad_y, w) -> grad_x: the transposed convolution, ONNX ConvTranspose.
+
+    The output size is fixed by ``input_size``: whatever a strided convolution
+    dropped at the end comes back as ``output_padding``.
+    """
+    a = n.attrs
+    gy, w = n.inputs
+    s, d, pads = _pair(a["stride"]), _pair(a["dilation"]), _onnx_pads(a["padding"])
+    k, out = tuple(w.shape[2:]), tuple(a["input_size"])
+    ho = tuple(gy.shape[2:])
+    extra = [out[i] - (s[i] * (ho[i] - 1) + d[i] * (k[i] - 1) + 1 - pads[i] - pads[i + 2]) for i in range(2)]
+    return lw.emit("ConvTranspose", ins[:2], strides=s, pads=pads, dilations=d, group=int(a["groups"]),
+                   output_padding=extra)
+
+
+def _max_pool2d_index(lw: Lowering, n: Node, ins):
+    """max_pool2d_index: ONNX MaxPool's Indices output (flat over N, C, H, W) taken modulo H*W.
+
+    Ties pick the first maximum in both; a window holding NaN follows ONNX Runtime (see docs/onnx.md).
+    """
+    a = n.attrs
+    x = n.inputs[0]
+    _, idx = lw.emit("MaxPool", ins[:1], outputs=2, kernel_shape=_pair(a["kernel_size"]), strides=_pair(a["stride"]),
+                     pads=_onnx_pads(a["padding"]), dilations=_pair(a["dilation"]))
+    return lw.emit("Mod", [idx, lw.ints(int(x.shape[2]) * int(x.shape[3]))])
 
 
 def _onnx_conv(lw: Lowering, n: Node, ins):
@@ -600,6 +637,8 @@ _RULES: dict[str, Callable] = {
     "check": lambda lw, n, ins: lw.emit("Identity", ins),  # Run-time bounds checks are loom's own.
     "fused": _fused,
     "conv2d": _conv2d,
+    "conv2d_input_grad": _conv2d_input_grad,
+    "max_pool2d_index": _max_pool2d_index,
 }
 
 SUPPORTED = frozenset(_RULES) | {"input"}

@@ -118,3 +118,19 @@ def test_missing_onnxruntime_names_the_install(monkeypatch):
                                                        "pip install 'loom-dl[onnx]'"))
     with pytest.raises(loom.LoomError, match=r"'onnxruntime' plugin needs .*pip install 'loom-dl\[onnx\]'"):
         get_plugin("onnxruntime")
+
+
+@pytest.mark.parametrize("stride,padding,output_padding", [(1, 0, 0), (2, 1, 1), (3, 2, 0)])
+def test_transposed_conv_and_pool_primitives_lower_to_onnx(stride, padding, output_padding):
+    """conv2d_input_grad (conv_transpose2d) -> ConvTranspose and max_pool2d_index -> MaxPool indices."""
+    rng = np.random.default_rng(stride)
+    x = loom.tensor(rng.standard_normal((2, 4, 7, 9)).astype(np.float32))
+    w = loom.tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+
+    def f(x, w):
+        y = loom.nn.functional.conv_transpose2d(x, w, stride=stride, padding=padding,
+                                                output_padding=output_padding)
+        return loom.nn.functional.max_pool2d(y, 3, stride=2, padding=1, ceil_mode=True)
+    got = loom.function(f, backend="onnxruntime", warmup=0)(x, w)
+    want = f(x, w)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
