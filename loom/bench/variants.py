@@ -125,7 +125,7 @@ def _loom(a, framework: str, step: Callable, data: list, options: dict) -> Runne
     if framework == "loom-function":
         fn = loom.function(step, backend=options.get("loom_backend", "c"))
     else:
-        loom.set_backend(options.get("loom_eager_backend", "auto"))
+        loom.set_backend(options.get("loom_eager_backend", "reference"))
 
     def value(out) -> float:
         return float(np.asarray(out.detach().numpy(), dtype=np.float64).sum())
