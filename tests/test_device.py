@@ -54,7 +54,7 @@ ARGS = {"Embedding": (5, 3), "EmbeddingBag": (5, 3), "Bilinear": (2, 2, 2), "PRe
         "MultiheadAttention": (4, 2), "Transformer": (), "TransformerEncoderLayer": (4, 2),
         "TransformerDecoderLayer": (4, 2), "LSTM": (2, 3), "GRU": (2, 3), "RNN": (2, 3), "LSTMCell": (2, 3),
         "GRUCell": (2, 3), "RNNCell": (2, 3), "RNNBase": ("LSTM", 2, 3), "LayerNorm": (3,), "GroupNorm": (1, 2),
-        "RMSNorm": (3,)}
+        "RMSNorm": (3,), "AdaptiveLogSoftmaxWithLoss": (8, 10, [4])}
 
 
 @pytest.mark.parametrize("name", sorted(_module_classes_with_device()))

@@ -25,7 +25,8 @@ from loom.data.worker import WorkerInfo, get_worker_info
 from loom.data import datasets, text, transforms  # noqa: E402  (submodules, as loom.data.transforms etc.)
 
 __all__ = [
-    "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler", "IterableDataset", "RandomSampler",
+    "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler",
+    "IterableDataset", "RandomSampler",
     "RecordDataset", "RecordPipeline", "RecordReader", "RecordWriter", "Sampler", "SequentialSampler",
     "StackDataset", "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler", "WorkerInfo",
     "datasets", "decode_example", "default_collate", "default_convert", "encode_example", "get_worker_info",

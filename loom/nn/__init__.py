@@ -16,4 +16,5 @@ from loom.nn.parameter import Buffer, Parameter
 from loom.nn import utils  # noqa: E402,F401
 from loom.nn import parallel  # noqa: E402,F401
 
-__all__ = ["functional", "init", "utils", "parallel", "Module", "Parameter", "Buffer"] + [n for n in _modules_all if n != "Module"]
+__all__ = (["functional", "init", "utils", "parallel", "Module", "Parameter", "Buffer"]
+           + [n for n in _modules_all if n != "Module"])

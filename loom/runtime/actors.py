@@ -244,7 +244,7 @@ class Actor(threading.Thread):
             self._set("failed", repr(e))
             self.failure.append((self.task.name, e))
             self.stop.set()
-            for c, k in self.consumers:
+            for c, _ in self.consumers:
                 c.inbox.put(("stop", None, None, None))
             for p in self.producers:
                 p.inbox.put(("stop", None, None, None))

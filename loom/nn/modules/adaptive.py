@@ -33,6 +33,8 @@ class AdaptiveLogSoftmaxWithLoss(Module):
 
     def __init__(self, in_features: int, n_classes: int, cutoffs: Sequence[int], div_value: float = 4.0,
                  head_bias: bool = False, device=None, dtype=None) -> None:
+        from loom.tensor import _check_device
+        _check_device(device, f"nn.{type(self).__name__}")
         super().__init__()
         cutoffs = list(cutoffs)
         if not cutoffs:

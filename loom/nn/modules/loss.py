@@ -372,6 +372,8 @@ class LinearCrossEntropyLoss(_WeightedLoss):
         if not 0 <= label_smoothing <= 1:
             raise ValueError(f"loom.nn.LinearCrossEntropyLoss: expected label_smoothing to be in range [0, 1], got "
                              f"{label_smoothing}")
+        from loom.tensor import _check_device
+        _check_device(device, f"nn.{type(self).__name__}")
         super().__init__(weight, None, None, reduction)
         from loom.nn.modules.linear import Linear
         import math
