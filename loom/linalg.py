@@ -23,7 +23,7 @@ from loom.tensor import (
 )
 
 __all__ = ["cross", "diagonal", "matmul", "matrix_norm", "matrix_power", "multi_dot", "norm", "vecdot",
-           "vector_norm"]
+           "vector_norm", "inv", "det", "slogdet", "cholesky", "solve", "SlogdetResult"]
 
 _INF = float("inf")
 
@@ -245,3 +245,100 @@ def cross(x, y, *, dim: int = -1) -> Tensor:
     # c_i = x_{i+1} y_{i+2} - x_{i+2} y_{i+1}, with indices mod 3.
     return roll(x, -1, d) * roll(y, -2, d) - roll(x, -2, d) * roll(y, -1, d)
 
+
+
+# ---------------------------------------------------------------- square-matrix functions (torch.linalg names)
+
+class SlogdetResult(tuple):
+    """(sign, logabsdet) of `slogdet`, also readable by name."""
+
+    @property
+    def sign(self) -> Tensor:
+        return self[0]
+
+    @property
+    def logabsdet(self) -> Tensor:
+        return self[1]
+
+
+def inv(A) -> Tensor:
+    """The inverse of a square matrix (or batch); a singular one raises, as ``torch.linalg.inv``.
+
+    Examples
+    --------
+    >>> loom.linalg.inv(loom.tensor([[2.0, 0.0], [0.0, 4.0]])).tolist()
+    [[0.5, 0.0], [0.0, 0.25]]
+    """
+    from loom.functional.compat import inverse
+    return inverse(_float_input("inv", A, None))
+
+
+def det(A) -> Tensor:
+    """The determinant of a square matrix (or batch), as ``torch.linalg.det``.
+
+    Examples
+    --------
+    >>> loom.linalg.det(loom.tensor([[2.0, 1.0], [1.0, 3.0]])).item()
+    5.0
+    """
+    from loom.functional.compat import det as _det
+    return _det(_float_input("det", A, None))
+
+
+def slogdet(A) -> SlogdetResult:
+    """(sign, log|det|) of a square matrix (or batch), as ``torch.linalg.slogdet`` (fields ``sign``, ``logabsdet``).
+
+    Examples
+    --------
+    >>> r = loom.linalg.slogdet(loom.tensor([[2.0, 1.0], [1.0, 3.0]]))
+    >>> round(r.logabsdet.item(), 4), r.sign.item()
+    (1.6094, 1.0)
+    """
+    from loom.functional.compat import slogdet as _slogdet
+    return SlogdetResult(_slogdet(_float_input("slogdet", A, None)))
+
+
+def cholesky(A, *, upper: bool = False) -> Tensor:
+    """The Cholesky factor of a symmetric positive-definite matrix (or batch), as ``torch.linalg.cholesky``.
+
+    Examples
+    --------
+    >>> loom.linalg.cholesky(loom.tensor([[4.0, 2.0], [2.0, 5.0]])).tolist()
+    [[2.0, 0.0], [1.0, 2.0]]
+    """
+    from loom.functional.compat import cholesky as _cholesky
+    return _cholesky(_float_input("cholesky", A, None), upper=upper)
+
+
+def solve(A, B, *, left: bool = True) -> Tensor:
+    """The solution X of ``A X = B`` (``X A = B`` with ``left=False``), as ``torch.linalg.solve``.
+
+    `B` may be a vector (one right-hand side) or a (batch of) matrix; batch
+    dimensions broadcast. Computed through the inverse of `A` (LU with partial
+    pivoting), so it is differentiable in `A` and `B`; meant for the small,
+    well-conditioned systems of training code.
+
+    Examples
+    --------
+    >>> loom.linalg.solve(loom.tensor([[2.0, 0.0], [0.0, 4.0]]), loom.tensor([2.0, 2.0])).tolist()
+    [1.0, 0.5]
+    """
+    A = _float_input("solve", A, None)
+    B = _float_input("solve", B, None)
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        raise ShapeError(f"loom.linalg.solve: A must be a (batch of) square matrix, got shape {list(A.shape)}")
+    Ainv = inv(A)
+    n = A.shape[-1]
+    vector = B.ndim == A.ndim - 1 and tuple(B.shape[-1:]) == (n,)
+    if vector:
+        if not left:
+            raise ShapeError("loom.linalg.solve: left=False needs B to be a matrix, got a vector")
+        return (Ainv @ B.unsqueeze(-1)).squeeze(-1)
+    if left:
+        if B.shape[-2] != n:
+            raise ShapeError(f"loom.linalg.solve: A is {n}x{n} but B has {B.shape[-2]} rows "
+                             f"(shapes {list(A.shape)} and {list(B.shape)})")
+        return Ainv @ B
+    if B.shape[-1] != n:
+        raise ShapeError(f"loom.linalg.solve: with left=False, B must have {n} columns, got shape {list(B.shape)}")
+    return B @ Ainv
