@@ -30,6 +30,17 @@ def _step_count(state: dict) -> loom.Tensor:
     return state["step"].to(dt.float64)
 
 
+
+def _decayed(opt, p, g, group, lr=None, decoupled: bool = False):
+    """The gradient after the group's weight decay: L2 added to it, or (decoupled) applied to `p` directly."""
+    if not opt._static(group, "weight_decay"):
+        return g
+    wd = opt._dyn(group, "weight_decay")
+    if decoupled:
+        p.mul_(1.0 - lr * wd)
+        return g
+    return g + p * wd
+
 class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
@@ -51,8 +62,7 @@ class SGD(Optimizer):
                                       weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
 
     def _update(self, p, g, group, state):
-        if self._static(group, "weight_decay"):
-            g = g + p * self._dyn(group, "weight_decay")
+        g = _decayed(self, p, g, group)
         if self._static(group, "momentum"):
             mu = self._dyn(group, "momentum")
             buf = state.get("momentum_buffer")
@@ -86,12 +96,7 @@ class Adam(Optimizer):
         step = _step_count(state)
         b1, b2 = self._dyn(group, "betas", 0), self._dyn(group, "betas", 1)
         lr = self._dyn(group, "lr")
-        if self._static(group, "weight_decay"):
-            wd = self._dyn(group, "weight_decay")
-            if self.decoupled:
-                p.mul_(1.0 - lr * wd)
-            else:
-                g = g + p * wd
+        g = _decayed(self, p, g, group, lr, self.decoupled)
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m.mul_(b1).add_(g * (1.0 - b1))
         v.mul_(b2).add_(g * g * (1.0 - b2))
@@ -136,8 +141,7 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = loom.zeros_like(p)
         state["step"].add_(1.0)
         alpha = self._dyn(group, "alpha")
-        if self._static(group, "weight_decay"):
-            g = g + p * self._dyn(group, "weight_decay")
+        g = _decayed(self, p, g, group)
         sq = state["square_avg"]
         sq.mul_(alpha).add_(g * g * (1.0 - alpha))
         eps = self._dyn(group, "eps")
@@ -172,8 +176,7 @@ class Adagrad(Optimizer):
 
     def _update(self, p, g, group, state):
         step = _step_count(state)
-        if self._static(group, "weight_decay"):
-            g = g + p * self._dyn(group, "weight_decay")
+        g = _decayed(self, p, g, group)
         clr = self._dyn(group, "lr") / ((step - 1.0) * self._dyn(group, "lr_decay") + 1.0)
         s = state["sum"]
         s.add_(g * g)
@@ -204,8 +207,7 @@ class Adadelta(Optimizer):
             state["square_avg"] = loom.zeros_like(p)
             state["acc_delta"] = loom.zeros_like(p)
         state["step"].add_(1.0)
-        if self._static(group, "weight_decay"):
-            g = g + p * self._dyn(group, "weight_decay")
+        g = _decayed(self, p, g, group)
         rho, eps = self._dyn(group, "rho"), self._dyn(group, "eps")
         sq, acc = state["square_avg"], state["acc_delta"]
         sq.mul_(rho).add_(g * g * (1.0 - rho))
@@ -238,8 +240,7 @@ class Adamax(Optimizer):
             state["exp_avg"] = loom.zeros_like(p)
             state["exp_inf"] = loom.zeros_like(p)
         step = _step_count(state)
-        if self._static(group, "weight_decay"):
-            g = g + p * self._dyn(group, "weight_decay")
+        g = _decayed(self, p, g, group)
         b1, b2 = self._dyn(group, "betas", 0), self._dyn(group, "betas", 1)
         m, u = state["exp_avg"], state["exp_inf"]
         m.mul_(b1).add_(g * (1.0 - b1))
@@ -276,12 +277,7 @@ class NAdam(Optimizer):
         step = _step_count(state)
         b1, b2 = self._dyn(group, "betas", 0), self._dyn(group, "betas", 1)
         lr = self._dyn(group, "lr")
-        if self._static(group, "weight_decay"):
-            wd = self._dyn(group, "weight_decay")
-            if self._static(group, "decoupled_weight_decay"):
-                p.mul_(1.0 - lr * wd)
-            else:
-                g = g + p * wd
+        g = _decayed(self, p, g, group, lr, self._static(group, "decoupled_weight_decay"))
         psi = self._dyn(group, "momentum_decay")
         mu = b1 * (1.0 - 0.5 * 0.96 ** (step * psi))
         mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((step + 1.0) * psi))
@@ -322,12 +318,7 @@ class RAdam(Optimizer):
         step = _step_count(state)
         b1, b2 = self._dyn(group, "betas", 0), self._dyn(group, "betas", 1)
         lr = self._dyn(group, "lr")
-        if self._static(group, "weight_decay"):
-            wd = self._dyn(group, "weight_decay")
-            if self._static(group, "decoupled_weight_decay"):
-                p.mul_(1.0 - lr * wd)
-            else:
-                g = g + p * wd
+        g = _decayed(self, p, g, group, lr, self._static(group, "decoupled_weight_decay"))
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m.mul_(b1).add_(g * (1.0 - b1))
         v.mul_(b2).add_(g * g * (1.0 - b2))
@@ -406,8 +397,7 @@ class ASGD(Optimizer):
             state["mu"] = loom.tensor(1.0)
             state["ax"] = loom.zeros_like(p)
         step = _step_count(state)
-        if self._static(group, "weight_decay"):
-            g = g + p * self._dyn(group, "weight_decay")
+        g = _decayed(self, p, g, group)
         lr, lambd = self._dyn(group, "lr"), self._dyn(group, "lambd")
         eta, mu, ax = state["eta"], state["mu"], state["ax"]
         eta64 = eta.to(dt.float64)
