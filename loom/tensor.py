@@ -20,6 +20,7 @@ from loom import dtypes as dt
 from loom.autograd.grad_mode import is_grad_enabled
 from loom.errors import (AutogradError, DeviceError, DTypeError, LoomError, LoomIndexError, LoomTypeError,
                          LoomValueError, LoomZeroDivisionError, ShapeError, fmt_shape)
+from loom.ir import graph as _graph_module
 from loom.ir import ops as _ops
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
@@ -1877,3 +1878,6 @@ def numel(t: Tensor) -> int:
 
 def iter_tensors(items: Iterable) -> list[Tensor]:
     return [t for t in items if isinstance(t, Tensor)]
+
+
+_graph_module.bind_frontend(Tensor, tensor)

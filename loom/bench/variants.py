@@ -135,7 +135,7 @@ def _loom(a, framework: str, step: Callable, data: list, options: dict) -> Runne
         if framework == "loom-function":
             facts.update(_function_facts(loom, fn))
         else:
-            from loom.runtime import compiled
+            from loom.compiler import eager as compiled
             facts["eager_compiles"] = compiled.stats["compiles"]
         return facts
 

@@ -23,6 +23,7 @@ from .c import KernelSpec, Unsupported, render
 from .cache import cache_dir, clear_memory, get_kernel, reset_stats, stats
 from .kernel import Kernel, run_reference
 from .trust import KernelCacheWarning
+from .toolchain import CODEGEN  # Registers the code generator with the runtime.
 
 __all__ = ["get_kernel", "Kernel", "KernelSpec", "Unsupported", "render", "stats", "reset_stats", "cache_dir",
-           "clear_memory", "run_reference", "KernelCacheWarning"]
+           "clear_memory", "run_reference", "KernelCacheWarning", "CODEGEN"]

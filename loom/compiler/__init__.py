@@ -23,6 +23,7 @@ from loom.compiler.memory import MemoryPlan, plan_memory
 from loom.compiler.pipeline import compile, optimize  # noqa: A004
 from loom.compiler.explain import Explanation, explain
 from loom.compiler.remat import RematReport, rematerialize
+from loom.compiler import eager  # noqa: F401  (registers the compiled eager backend with the runtime)
 
 __all__ = ["register_pass", "PASSES", "Pass", "run_passes", "passes_for_level", "compile", "optimize",
            "explain", "Explanation", "plan_memory", "MemoryPlan", "rematerialize", "RematReport"]

@@ -7,6 +7,7 @@ import numpy as np
 
 from loom.dtypes import DType
 from loom.ir import ops
+from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
 from loom.runtime import reference
 
@@ -55,3 +56,28 @@ def scalar(value: np.ndarray, dtype: DType) -> bool | int | float:
 def const_attrs(value: np.ndarray, dtype: DType, shape: tuple[int, ...]) -> dict:
     """Attrs of a ``const`` node that reproduces the stored-form 0-d `value` bitwise (NaN payloads aside)."""
     return {"value": scalar(value, dtype), "shape": tuple(shape), "dtype": dtype}
+
+
+ELEMENTWISE_KINDS = frozenset({"unary", "binary", "compare", "ternary"})
+
+
+def is_elementwise(node: Node) -> bool:
+    """Whether output element i of `node` reads only element i of each input."""
+    if node.op == "fused":
+        body = node.attrs["body"]
+        return all(n.op in ("input", "const") or ops.PRIMITIVES[n.op].kind in ELEMENTWISE_KINDS
+                   for n in body.topological_order())
+    prim = ops.PRIMITIVES.get(node.op)
+    return prim is not None and prim.kind in ELEMENTWISE_KINDS
+
+
+def reusable(graph: Graph, node: Node, index: int, outputs: set[Node] | None = None) -> bool:
+    """Whether `node` may write its result over input `index` (see the module docstring)."""
+    outputs = set(graph.outputs) if outputs is None else outputs
+    if node not in graph or node in outputs or not is_elementwise(node):
+        return False
+    if not isinstance(index, int) or not 0 <= index < len(node.inputs):
+        return False
+    donor = node.inputs[index]
+    return (donor.op != "input" and donor.op not in CONSTANT_OPS and donor not in outputs
+            and graph.consumers(donor) == [node] and nbytes(donor) == nbytes(node) and nbytes(node) > 0)

@@ -150,7 +150,7 @@ def live_slots(graph: Graph) -> MemoryPlan:
     `plan_memory` places these slots; the rematerialisation pass reads them to
     find what is live at the peak.
     """
-    from loom.compiler.passes.inplace import reusable
+    from loom.compiler.constants import reusable
 
     order = graph.topological_order()
     pos = {n: k for k, n in enumerate(order)}

@@ -1,10 +1,12 @@
 """The compiler's entry point: run a level's passes and hand the result to the executor."""
 from __future__ import annotations
 
+from loom.codegen.toolchain import CODEGEN
 from loom.compiler.memory import MemoryPlan
 from loom.compiler.passes import passes_for_level, run_passes
 from loom.errors import LoomError
 from loom.ir.graph import Graph
+from loom.runtime.executor import Executable
 
 BACKENDS = ("c",)
 
@@ -71,6 +73,4 @@ def compile(graph: Graph, level: int = 3, backend: str = "c"):  # noqa: A001 (th
     if backend not in BACKENDS:
         raise LoomError(f"loom.compiler.compile: unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
     optimized, plan = optimize(graph, level)
-    from loom.runtime.executor import Executable  # The executor imports the compiler, not the reverse.
-
-    return Executable(optimized, plan)
+    return Executable(optimized, plan, CODEGEN)

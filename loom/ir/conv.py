@@ -148,6 +148,14 @@ def columns(x, k, ho_wo, attrs):
     return win.reshape(g, (c // g) * k[0] * k[1], n * ho_wo[0] * ho_wo[1])
 
 
+def _native():
+    """The native convolution library the code generator registered (`loom.runtime.toolchain`), or None."""
+    if not native_enabled():
+        return None
+    from loom.runtime import toolchain  # A leaf module: the code generator hands its library down through it.
+    return toolchain.current().conv()
+
+
 def _blas(macs):
     from loom.runtime import threads
     threads.prepare_blas(macs)
@@ -208,8 +216,8 @@ def _impl(op):
     ref = REFERENCE[op]
 
     def impl(a, b, attrs):
-        if a.dtype == np.float32 and native_enabled():
-            from loom.codegen import conv as native
+        native = _native() if a.dtype == np.float32 else None
+        if native is not None:
             out = native.run(op, a, b, attrs)
             if out is not None:
                 return out
@@ -327,8 +335,8 @@ def pool_index(x, attrs, xp=np):
 
 
 def _pool_impl(x, attrs):
-    if native_enabled():
-        from loom.codegen import conv as native
+    native = _native()
+    if native is not None:
         out = native.max_pool2d_index(x, attrs, (x.shape[0], x.shape[1]) + _pool_out(x.shape, attrs))
         if out is not None:
             return out

@@ -182,6 +182,23 @@ def _fmt_attr(value: Any) -> str:
 
 # ---------------------------------------------------------------- the graph
 
+# The frontend's tensor type and constructor. `loom.tensor` binds them when it is imported, so a graph
+# captures tensors (`from_tensors`, `add_constant`) and returns them (`run`) without the IR importing
+# the frontend.
+_FRONTEND: list = []
+
+
+def bind_frontend(tensor_type: type, make_tensor: Callable) -> None:
+    """Tell graphs which class is the user-facing tensor and how to make one from data (`loom.tensor` calls it)."""
+    _FRONTEND[:] = [tensor_type, make_tensor]
+
+
+def _frontend() -> tuple[type, Callable]:
+    if not _FRONTEND:
+        raise LoomError("loom.ir.Graph: no tensor frontend is loaded (import loom first)")
+    return _FRONTEND[0], _FRONTEND[1]
+
+
 class Graph:
     """A DAG of IR nodes with placeholder inputs and a list of outputs.
 
@@ -518,7 +535,7 @@ class Graph:
         >>> g.add_constant([1, 2, 3]).dtype
         loom.int64
         """
-        from loom.tensor import Tensor, tensor
+        Tensor, tensor = _frontend()
 
         _check_name(name, "add_constant")
         if isinstance(value, (bool, int, float, np.bool_, np.number)) and not isinstance(value, np.ndarray):
@@ -778,7 +795,7 @@ class Graph:
         >>> round(g.run([0.0, 0.0])[0].item(), 4)
         2.0
         """
-        from loom.tensor import Tensor
+        Tensor, _ = _frontend()
 
         outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
         ins = [] if inputs is None else ([inputs] if isinstance(inputs, Tensor) else list(inputs))
@@ -816,7 +833,7 @@ class Graph:
 
     def _feed(self, k: int, node: Node, value: Any) -> np.ndarray:
         """The stored-form array for placeholder `node` from a Tensor, array or nested list."""
-        from loom.tensor import Tensor
+        Tensor, _ = _frontend()
 
         want = f"{node.dtype.name}{fmt_shape(node.shape)}"
         if isinstance(value, Tensor):
@@ -869,7 +886,7 @@ class Graph:
         [4.0, 9.0]
         """
         from loom.runtime import reference
-        from loom.tensor import Tensor
+        Tensor, _ = _frontend()
 
         if len(values) != len(self._inputs):
             raise GraphError(f"loom.Graph.run: the graph takes {len(self._inputs)} inputs "

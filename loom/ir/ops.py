@@ -1083,5 +1083,3 @@ def wants_needs(prim: Primitive) -> bool:
     return prim.vjp is not None and "needs" in prim.vjp.__code__.co_varnames
 
 
-# Library primitives defined in their own modules register themselves on import.
-from loom.ir import conv as _conv  # noqa: E402,F401

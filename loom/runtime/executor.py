@@ -31,7 +31,7 @@ from loom.errors import DTypeError, GraphError, LoomError, ShapeError, fmt_shape
 from loom.ir import ops
 from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
-from loom.runtime import native, reference, threads
+from loom.runtime import native, reference, threads, toolchain
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _CONV_OPS = frozenset({"conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d_index"})
@@ -65,13 +65,14 @@ def _matmul(node: Node) -> Callable:
     return _reference(node)
 
 
-def _conv(node: Node) -> Callable:
+def _conv(node: Node, tools: toolchain.Toolchain) -> Callable:
     """A conv2d primitive (or an adjoint, or max_pool2d_index): through the native library, straight into `out`."""
     if node.inputs[0].dtype.np not in _BLAS_DTYPES or (node.op != "max_pool2d_index" and node.dtype.np != np.float32):
         return _reference(node)
-    from loom.codegen import conv as native  # The runtime's one use of codegen, as kernels are for fused nodes.
-
+    native = tools.conv()
     fallback = _reference(node)
+    if native is None:
+        return fallback
     op, attrs, shape = node.op, node.attrs, tuple(node.shape)
 
     def run(args, out):
@@ -94,10 +95,10 @@ def _reference(node: Node) -> Callable:
     return run
 
 
-def _fused(node: Node) -> tuple[Callable, Any]:
-    from loom.codegen import get_kernel
-
-    kernel = get_kernel(node.attrs["body"])
+def _fused(node: Node, tools: toolchain.Toolchain) -> tuple[Callable, Any]:
+    kernel = tools.kernel(node.attrs["body"])
+    if kernel is None:
+        return _reference(node), None
     shape, npd = tuple(node.shape), node.dtype.np
 
     def run(args, out):
@@ -118,6 +119,10 @@ class Executable:
         fuse pass). It is not modified.
     plan : loom.compiler.MemoryPlan, optional
         Arena offsets for intermediates; None gives each its own array.
+    tools : loom.runtime.toolchain.Toolchain, optional
+        Where kernels for fused nodes, native convolution and the step
+        driver come from; `loom.compiler.compile` passes the code
+        generator's. Default: the registered one (`toolchain.current()`).
 
     Examples
     --------
@@ -131,12 +136,13 @@ class Executable:
     [[1.0, 1.0], [1.0, 1.0]]
     """
 
-    def __init__(self, graph: Graph, plan=None):
+    def __init__(self, graph: Graph, plan=None, tools: toolchain.Toolchain | None = None):
         if not isinstance(graph, Graph):
             raise LoomError(f"loom.Executable: expected a loom.ir.Graph, got {type(graph).__name__}")
         graph.verify()
         self.graph = graph
         self.plan = plan
+        self.tools = tools if tools is not None else toolchain.current()
         order = graph.topological_order()
         self._inputs = list(graph.inputs)
         self._specs = [(tuple(n.shape), n.dtype.np) for n in self._inputs]
@@ -160,12 +166,13 @@ class Executable:
                 self._consts.append((slot[n], value))
                 continue
             if n.op == "fused":
-                fn, kernel = _fused(n)
-                self.kernels.append(kernel)
+                fn, kernel = _fused(n, self.tools)
+                if kernel is not None:
+                    self.kernels.append(kernel)
             elif n.op == "matmul":
                 fn = _matmul(n)
             elif n.op in _CONV_OPS:
-                fn = _conv(n)
+                fn = _conv(n, self.tools)
             elif n.op in ops.PRIMITIVES:
                 fn = _reference(n)
             else:

@@ -333,6 +333,7 @@ class NativeProgram:
         self._encoded_for: tuple | None = None
         self._forced: set[int] = set()       # Exe step indices that stay in Python (a kernel refused C).
         self._ctxs: list[_Ctx] = []
+        self._tools = exe.tools
         found = iter(exe.kernels)  # The executor made one kernel per fused step, in step order.
         self._kernels = [next(found) if st.node.op == "fused" else None for st in steps]
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
@@ -481,8 +482,7 @@ class NativeProgram:
 
     def _encode(self, driver, objs, ctx: _Ctx) -> tuple:
         """The table for the kernels built now (a kernel not built yet is a Python step)."""
-        from loom.codegen import kernel as kernel_mod
-
+        tools = self._tools
         steps: list[_Step] = []
         records: list[list[int]] = []
         keep: list[Any] = []
@@ -498,7 +498,7 @@ class NativeProgram:
             elif op == "fused":
                 kern = self._kernels[k]
                 if kern is not None and kern.ready and driver is not None:
-                    krec = self._kernel_record(kern, st, objs, ctx, keep, kernel_mod)
+                    krec = self._kernel_record(kern, st, objs, ctx, keep, tools)
                     if krec is not None:
                         rec, step = krec, _Step(_KERNEL, st, st.args, s)
             elif op == "matmul":
@@ -531,10 +531,10 @@ class NativeProgram:
         prog = np.array(head + offs + [v for rec in records for v in rec], np.int64)
         return (prog, prog.ctypes.data, steps, keep)
 
-    def _kernel_record(self, kern, st, objs, ctx, keep, kernel_mod) -> list[int] | None:
+    def _kernel_record(self, kern, st, objs, ctx, keep, tools) -> list[int] | None:
         args = [self._value(a, objs, ctx) for a in st.args]
         out = self._value(st.out, objs, ctx)
-        if not all(kernel_mod._usable(a) for a in args + [out]):
+        if not all(tools.kernel_usable(a) for a in args + [out]):
             return None
         plan = kern._plan(args, out)
         if plan.meta is None or plan.copies:
@@ -551,11 +551,10 @@ class NativeProgram:
 
     # ------------------------------------------------------------ running
     def _new_ctx(self) -> _Ctx:
-        from loom.codegen.kernel import _ABI
-
+        abi = self._tools.kernel_abi()
         ctx = _Ctx(self.arena_bytes)
         ctl = ctx.ctl
-        ctl[0], ctl[1] = _ABI if _ABI is not None else (0, 0)
+        ctl[0], ctl[1] = abi if abi is not None else (0, 0)
         ctl[2] = 1 + self._nin + len(self._out_specs) + len(self._const_arrays)
         ctl[4] = threads.blas_par_min()
         ctl[6] = self._blas.now.ctypes.data if self._blas is not None else 0
@@ -564,10 +563,8 @@ class NativeProgram:
 
     def _prepare(self, objs, ctx: _Ctx) -> tuple | None:
         """(driver, table) for this call, encoding the table again when a kernel or the driver got built."""
-        from loom.codegen.driver import driver_done, get_driver
-
-        driver = get_driver()
-        if driver is None and driver_done():  # It cannot be built here: the executor's own loop serves.
+        driver = self._tools.driver()
+        if driver is None and self._tools.driver_done():  # It cannot be built here: the executor's own loop serves.
             return None
         with self._lock:
             state = self._state(driver)
@@ -638,8 +635,7 @@ class NativeProgram:
             k = call(prog_ptr, arg, ctx.ctl_ptr, k + 1)
 
     def wait(self, timeout: float | None = None) -> bool:
-        from loom.codegen.driver import wait_driver
-        return wait_driver(timeout)
+        return self._tools.wait_driver(timeout)
 
 
 def _profiled(call, n: int):
@@ -664,7 +660,7 @@ def _extent(loc: _Loc) -> tuple[int, int]:
 
 def build(exe) -> NativeProgram | None:
     """The native program for `exe`, or None (``LOOM_NATIVE=0``, no compiled kernels, or empty values)."""
-    if not enabled() or os.environ.get("LOOM_CODEGEN", "1") == "0":
+    if not enabled() or os.environ.get("LOOM_CODEGEN", "1") == "0" or not exe.tools.native:
         return None
     for st in exe._steps:
         if 0 in st.node.shape:

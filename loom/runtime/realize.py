@@ -61,12 +61,22 @@ def backend(name: str) -> Iterator[None]:
         set_backend(prev)
 
 
+# How the compiled backends compute pending nodes. The compiler registers it (`loom.compiler.eager`)
+# when `import loom` loads it; the runtime never imports the compiler.
+_compiled_realize = None
+
+
+def register_compiled(fn) -> None:
+    """Make `fn(nodes)` compute pending nodes for the 'compiled' and 'auto' backends (the compiler calls this)."""
+    global _compiled_realize
+    _compiled_realize = fn
+
+
 def _run(nodes: list[Node]) -> None:
     if not nodes:
         return
-    if _backend == "compiled" or (_backend == "auto" and _large(nodes)):
-        from loom.runtime.compiled import realize as compiled_realize
-        compiled_realize(nodes)
+    if _compiled_realize is not None and (_backend == "compiled" or (_backend == "auto" and _large(nodes))):
+        _compiled_realize(nodes)
     else:
         reference.realize(nodes)
 

@@ -224,7 +224,7 @@ def test_gpt_step_under_decreasing_budgets_is_bit_identical(small_gpt):
 # ---------------------------------------------------------------- eager: loom.set_memory_budget
 
 def _eager_run(steps, budget=None):
-    from loom.runtime import compiled
+    from loom.compiler import eager as compiled
 
     model, step = _mlp()
     data = _mlp_data()

@@ -14,7 +14,7 @@ from typing import Any, Hashable
 
 import numpy as np
 
-from loom.compiler.passes import register_pass
+from loom.compiler.passes.registry import register_pass
 from loom.compiler.passes.prune import drop_unused
 from loom.dtypes import DType
 from loom.ir.graph import Graph

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from loom.compiler.constants import FOLDABLE_SOURCES, const_attrs, nbytes, source_value, uniform_value
-from loom.compiler.passes import register_pass
+from loom.compiler.passes.registry import register_pass
 from loom.compiler.passes.prune import drop_unused
 from loom.errors import LoomError
 from loom.ir import ops

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from loom.compiler.fuse import fuse
-from loom.compiler.passes import register_pass
+from loom.compiler.passes.registry import register_pass
 
 register_pass("fuse", level=2, _builtin=True)(fuse)
 

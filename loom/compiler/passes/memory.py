@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from loom.compiler.memory import plan_memory
-from loom.compiler.passes import register_pass
+from loom.compiler.passes.registry import register_pass
 from loom.ir.graph import Graph
 
 

@@ -1,7 +1,7 @@
 """Dead-node pruning: drop every node the graph's outputs do not need."""
 from __future__ import annotations
 
-from loom.compiler.passes import register_pass
+from loom.compiler.passes.registry import register_pass
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 

@@ -1,7 +1,7 @@
 """The rematerialisation pass: fits the graph under ``graph.meta["memory_budget"]`` (see `loom.compiler.remat`)."""
 from __future__ import annotations
 
-from loom.compiler.passes import register_pass
+from loom.compiler.passes.registry import register_pass
 from loom.compiler.remat import rematerialize
 from loom.ir.graph import Graph
 

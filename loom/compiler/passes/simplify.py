@@ -28,7 +28,7 @@ import numpy as np
 
 from loom import dtypes as dt
 from loom.compiler.constants import scalar, uniform_value
-from loom.compiler.passes import register_pass
+from loom.compiler.passes.registry import register_pass
 from loom.compiler.passes.prune import drop_unused
 from loom.ir.graph import Graph
 from loom.ir.node import Node

@@ -4,6 +4,10 @@ Every realised value behind the pending nodes becomes an input of the
 captured graph, so the graph's structure does not depend on data and one
 compiled executable serves every later realisation of the same structure
 (an eager training loop compiles on its first iteration and replays after).
+
+The runtime does not import the compiler: `loom.runtime.realize` calls the
+function this module registers with it (`register_compiled`) when the
+backend asks for compiled values.
 """
 from __future__ import annotations
 
@@ -11,8 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from loom.compiler.pipeline import compile as compile_graph
+from loom.compiler.remat import parse_budget
 from loom.ir.graph import Graph
 from loom.ir.node import Node
+from loom.runtime import realize as _realize
 from loom.runtime.reference import pending_order
 
 _CACHE: dict[Any, Any] = {}
@@ -45,8 +52,6 @@ def set_memory_budget(budget: int | str | None, strict: bool = False) -> None:
     if budget is None:
         _BUDGET = None
         return
-    from loom.compiler.remat import parse_budget  # Deferred, as the compile below.
-
     _BUDGET = (parse_budget(budget, "loom.set_memory_budget"), bool(strict))
 
 
@@ -107,7 +112,6 @@ def realize(targets: list[Node]) -> None:
     key = (key, _BUDGET)
     exe = _CACHE.get(key)
     if exe is None:
-        from loom.compiler import compile as compile_graph
         graph = _build(order, inputs, outs)
         if _BUDGET is not None:
             graph.meta["memory_budget"] = _BUDGET
@@ -124,3 +128,6 @@ def realize(targets: list[Node]) -> None:
         node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
     # Intermediate nodes were folded into kernels; drop their inputs so history is freed,
     # and let any of them that a tensor still holds be recomputed on demand from its own inputs.
+
+
+_realize.register_compiled(realize)
