@@ -841,7 +841,13 @@ loomrt_model *loomrt_load(const char *dir, char *err, size_t errlen) {
     goto fail;
   }
   m->graph = parse_file(dir, graph_name->s, msg);
-  if (!m->graph || load_nodes(m, msg)) goto fail;
+  if (!m->graph) goto fail;
+  if (load_nodes(m, msg)) {
+    char inner[ERRLEN];
+    snprintf(inner, sizeof inner, "%s", msg);
+    set_err(msg, "%s/%s", dir, inner);  /* Its messages start with "graph.json: ". */
+    goto fail;
+  }
   ins = lj_get(m->graph, "inputs");
   outs = lj_get(m->graph, "outputs");
   if (!ins || ins->type != LJ_ARR || !outs || outs->type != LJ_ARR || ins->n != roles->n) {
