@@ -12,10 +12,11 @@
 
 Examples
 --------
->>> import loom, tempfile
->>> net = loom.nn.Sequential(loom.nn.Linear(4, 8), loom.nn.ReLU(), loom.nn.Linear(8, 2))
->>> dump = loom.jit.save(net, loom.randn(1, 4), tempfile.mkdtemp())    # doctest: +SKIP
->>> rt = loom.jit.build_runtime()                                      # doctest: +SKIP
+>>> import loom, subprocess, tempfile
+>>> net = loom.nn.Sequential(loom.nn.Linear(4, 8), loom.nn.ReLU(), loom.nn.Linear(8, 2)).eval()
+>>> dump = loom.jit.save(net, loom.randn(1, 4), tempfile.mkdtemp())
+>>> rt = loom.jit.build_runtime(example="examples/c_runtime/main.c")  # doctest: +SKIP
+>>> subprocess.run([rt.example, dump, "x.npy"])                       # doctest: +SKIP
 """
 from __future__ import annotations
 

@@ -211,11 +211,13 @@ def save(fn: Callable, example_args: Any, path: str | os.PathLike, *, level: int
 
     Examples
     --------
-    >>> import loom, tempfile
-    >>> net = loom.nn.Linear(4, 2)
-    >>> folder = loom.jit.save(net, loom.randn(3, 4), tempfile.mkdtemp())     # doctest: +SKIP
-    >>> sorted(os.listdir(folder))                                           # doctest: +SKIP
+    >>> import loom, os, tempfile
+    >>> net = loom.nn.Sequential(loom.nn.Linear(4, 8), loom.nn.ReLU(), loom.nn.Linear(8, 2)).eval()
+    >>> folder = loom.jit.save(net, loom.randn(3, 4), tempfile.mkdtemp())
+    >>> sorted(os.listdir(folder))
     ['graph.json', 'kernels', 'manifest.json', 'weights.safetensors']
+    >>> [n.op for n in loom.ir.load(os.path.join(folder, "graph.json"))][-3:]
+    ['fused', 'matmul', 'fused']
     """
     from loom.compiler.pipeline import optimize
     from loom.ir.serialize import to_json
@@ -281,8 +283,20 @@ def save(fn: Callable, example_args: Any, path: str | os.PathLike, *, level: int
                 "kernels": kernels, "loom_version": __version__, "compiler": build.compiler_id()}
     _write_text(os.path.join(folder, GRAPH_FILE), to_json(optimized))
     write_safetensors(os.path.join(folder, WEIGHTS_FILE), weights)
-    _write_text(os.path.join(folder, MANIFEST_FILE), json.dumps(manifest, indent=1) + "\n")
+    _write_text(os.path.join(folder, MANIFEST_FILE), _manifest_text(manifest))
     return folder
+
+
+def _manifest_text(manifest: dict) -> str:
+    """One key per line, one input, output or kernel per line: readable and diff-friendly."""
+    lines = []
+    for key, value in manifest.items():
+        if isinstance(value, list) and value:
+            items = ",\n  ".join(json.dumps(v) for v in value)
+            lines.append(f' "{key}": [\n  {items}]')
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def _write_text(path: str, text: str) -> None:
