@@ -640,6 +640,108 @@ static int fill_source(node *nd, char *err) {
   return 0;
 }
 
+/* Check a node's stored shape and dtype against its inputs and attrs, so the interpreter never reads or
+   writes outside a buffer; the message says what was expected. */
+static int validate(const loomrt_model *m, const node *nd, char *err, const char *where) {
+  const val *o = &nd->v, *x = nd->nin > 0 ? &m->nodes[nd->in[0]].v : NULL, *y = nd->nin > 1 ? &m->nodes[nd->in[1]].v : NULL;
+  int64_t a[MAXD], b[MAXD], c[MAXD];
+  int nd_ = x ? x->ndim : 0;
+#define NEED(cond, ...) do { if (!(cond)) return set_err(err, __VA_ARGS__); } while (0)
+  switch (nd->op) {
+    case OP_INPUT: case OP_BUFFER: case OP_CONST: case OP_ARANGE: case OP_FUSED: return 0;
+    case OP_RESHAPE: case OP_CHECK: case OP_CAST:
+      NEED(o->numel == x->numel, "%s: %s of %lld elements gives %lld", where, OP_NAME[nd->op], (long long)x->numel,
+           (long long)o->numel);
+      NEED(nd->op == OP_CAST || o->dtype == x->dtype, "%s: dtype %s differs from its input's %s", where,
+           DT_NAME[o->dtype], DT_NAME[x->dtype]);
+      return 0;
+    default: break;
+  }
+  if (nd->op <= OP_PAD || nd->op == OP_GATHER)
+    NEED(o->dtype == x->dtype && o->ndim == nd_, "%s: %s must keep its input's dtype %s and rank %d", where,
+         OP_NAME[nd->op], DT_NAME[x->dtype], nd_);
+  switch (nd->op) {
+    case OP_PERMUTE: {
+      int seen[MAXD] = {0};
+      NEED(int_list(nd->attrs, "perm", a, MAXD) == nd_, "%s: 'perm' must list %d axes", where, nd_);
+      for (int d = 0; d < nd_; d++) {
+        NEED(a[d] >= 0 && a[d] < nd_ && !seen[a[d]]++, "%s: 'perm' is not a permutation", where);
+        NEED(o->shape[d] == x->shape[a[d]], "%s: shape does not follow 'perm'", where);
+      }
+      return 0;
+    }
+    case OP_EXPAND:
+      for (int d = 0; d < nd_; d++)
+        NEED(o->shape[d] == x->shape[d] || x->shape[d] == 1, "%s: cannot expand dim %d of size %lld to %lld", where, d,
+             (long long)x->shape[d], (long long)o->shape[d]);
+      return 0;
+    case OP_SLICE:
+      NEED(int_list(nd->attrs, "starts", a, MAXD) == nd_ && int_list(nd->attrs, "stops", b, MAXD) == nd_ &&
+           int_list(nd->attrs, "steps", c, MAXD) == nd_, "%s: 'starts', 'stops', 'steps' need %d entries", where, nd_);
+      for (int d = 0; d < nd_; d++) {
+        NEED(a[d] >= 0 && b[d] <= x->shape[d] && a[d] <= x->shape[d] && b[d] >= 0 && c[d] > 0,
+             "%s: slice [%lld:%lld:%lld] is outside dim %d of size %lld", where, (long long)a[d], (long long)b[d],
+             (long long)c[d], d, (long long)x->shape[d]);
+        int64_t n = b[d] > a[d] ? (b[d] - a[d] + c[d] - 1) / c[d] : 0;
+        NEED(o->shape[d] == n, "%s: dim %d should have %lld elements", where, d, (long long)n);
+      }
+      return 0;
+    case OP_FLIP:
+      for (int d = 0; d < nd_; d++) NEED(o->shape[d] == x->shape[d], "%s: flip keeps the shape", where);
+      return 0;
+    case OP_PAD: {
+      const lj *pads = lj_get(nd->attrs, "pads");
+      NEED(pads && pads->type == LJ_ARR && (int)pads->n == nd_, "%s: 'pads' needs %d pairs", where, nd_);
+      for (int d = 0; d < nd_; d++) {
+        const lj *pr = &pads->items[d];
+        NEED(pr->type == LJ_ARR && pr->n == 2 && get_int(&pr->items[0], &a[d]) && get_int(&pr->items[1], &b[d]) &&
+             a[d] >= 0 && b[d] >= 0 && o->shape[d] == x->shape[d] + a[d] + b[d], "%s: bad pads for dim %d", where, d);
+      }
+      return 0;
+    }
+    case OP_GATHER:
+      NEED(y->ndim == nd_, "%s: index rank %d differs from the input's %d", where, y->ndim, nd_);
+      NEED(get_int(lj_get(nd->attrs, "axis"), &a[0]) && a[0] >= 0 && a[0] < nd_, "%s: bad 'axis'", where);
+      for (int d = 0; d < nd_; d++) {
+        NEED(o->shape[d] == y->shape[d], "%s: shape must be the index's", where);
+        NEED(d == a[0] || y->shape[d] <= x->shape[d], "%s: index dim %d (%lld) is larger than the input's (%lld)",
+             where, d, (long long)y->shape[d], (long long)x->shape[d]);
+      }
+      return 0;
+    case OP_MATMUL:
+      NEED(nd_ >= 2 && y->ndim == nd_ && o->ndim == nd_ && x->dtype == y->dtype && o->dtype == x->dtype,
+           "%s: operands must share rank (>= 2) and dtype", where);
+      for (int d = 0; d < nd_ - 2; d++)
+        NEED(x->shape[d] == y->shape[d] && o->shape[d] == x->shape[d], "%s: batch dims differ", where);
+      NEED(x->shape[nd_ - 1] == y->shape[nd_ - 2] && o->shape[nd_ - 2] == x->shape[nd_ - 2] &&
+           o->shape[nd_ - 1] == y->shape[nd_ - 1], "%s: [.., %lld, %lld] @ [.., %lld, %lld] shapes do not fit", where,
+           (long long)x->shape[nd_ - 2], (long long)x->shape[nd_ - 1], (long long)y->shape[nd_ - 2],
+           (long long)y->shape[nd_ - 1]);
+      return 0;
+    case OP_CONV2D: {
+      int64_t st[2], pad[4], dil[2], g;
+      NEED(nd_ == 4 && y->ndim == 4 && o->ndim == 4 && x->dtype == y->dtype && o->dtype == x->dtype,
+           "%s: conv2d takes 4-d operands of one dtype", where);
+      NEED(int_list(nd->attrs, "stride", st, 2) == 2 && int_list(nd->attrs, "padding", pad, 4) == 4 &&
+           int_list(nd->attrs, "dilation", dil, 2) == 2 && get_int(lj_get(nd->attrs, "groups"), &g) && g >= 1 &&
+           st[0] > 0 && st[1] > 0 && dil[0] > 0 && dil[1] > 0 && pad[0] >= 0 && pad[1] >= 0 && pad[2] >= 0 &&
+           pad[3] >= 0, "%s: bad conv2d attrs", where);
+      int64_t ho = (x->shape[2] + pad[0] + pad[1] - dil[0] * (y->shape[2] - 1) - 1) / st[0] + 1;
+      int64_t wo = (x->shape[3] + pad[2] + pad[3] - dil[1] * (y->shape[3] - 1) - 1) / st[1] + 1;
+      NEED(y->shape[1] * g == x->shape[1] && y->shape[0] % g == 0 && o->shape[0] == x->shape[0] &&
+           o->shape[1] == y->shape[0] && o->shape[2] == ho && o->shape[3] == wo, "%s: shapes do not fit conv2d", where);
+      return 0;
+    }
+    case OP_MAXPOOL:
+      NEED(nd_ == 4 && o->ndim == 4 && o->dtype == DT_I64 && o->shape[0] == x->shape[0] && o->shape[1] == x->shape[1],
+           "%s: max_pool2d_index maps (N, C, H, W) to int64 (N, C, Ho, Wo)", where);
+      return 0;
+    default:
+      return 0;
+  }
+#undef NEED
+}
+
 static int load_nodes(loomrt_model *m, char *err) {
   const lj *g = m->graph, *fmt = lj_get(g, "format"), *ver = lj_get(g, "version"), *nodes = lj_get(g, "nodes");
   int64_t version;
@@ -676,9 +778,9 @@ static int load_nodes(loomrt_model *m, char *err) {
     static const int arity[OP_COUNT] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, -1};
     if (arity[nd->op] >= 0 && nd->nin != arity[nd->op])
       return set_err(err, "%s: %s takes %d inputs, got %d", where, OP_NAME[nd->op], arity[nd->op], nd->nin);
-    if (nd->op == OP_RESHAPE || (nd->op == OP_CHECK)) {
+    if (validate(m, nd, err, where)) return -1;
+    if (nd->op == OP_RESHAPE || nd->op == OP_CHECK) {
       nd->v.data = m->nodes[nd->in[0]].v.data;  /* Views of the same bytes. */
-      if (nd->v.nbytes != m->nodes[nd->in[0]].v.nbytes) return set_err(err, "%s: size differs from its input", where);
       continue;
     }
     if (alloc_val(&nd->v)) return set_err(err, "%s: out of memory for %zu bytes", where, nd->v.nbytes);
@@ -851,7 +953,7 @@ loomrt_model *loomrt_load(const char *dir, char *err, size_t errlen) {
   ins = lj_get(m->graph, "inputs");
   outs = lj_get(m->graph, "outputs");
   if (!ins || ins->type != LJ_ARR || !outs || outs->type != LJ_ARR || ins->n != roles->n) {
-    set_err(msg, "%s: \"inputs\" and \"outputs\" must be lists, one manifest entry per input", graph_name->s);
+    set_err(msg, "%s/%s: \"inputs\" and \"outputs\" must be lists, one manifest entry per input", dir, graph_name->s);
     goto fail;
   }
   m->user = calloc(ins->n + 1, sizeof(int));
@@ -862,7 +964,10 @@ loomrt_model *loomrt_load(const char *dir, char *err, size_t errlen) {
   for (size_t k = 0; k < ins->n; k++) {
     int64_t id;
     int ni = get_int(&ins->items[k], &id) ? find_node(m, m->nnodes, id) : -1;
-    if (ni < 0 || m->nodes[ni].op != OP_INPUT) { set_err(msg, "%s: inputs[%zu] is not an input node", graph_name->s, k); goto fail; }
+    if (ni < 0 || m->nodes[ni].op != OP_INPUT) {
+      set_err(msg, "%s/%s: inputs[%zu] is not an input node", dir, graph_name->s, k);
+      goto fail;
+    }
     const lj *kind = lj_get(&roles->items[k], "kind"), *name = lj_get(&roles->items[k], "name");
     if (!kind || kind->type != LJ_STR) { set_err(msg, "manifest.json: input %zu has no \"kind\"", k); goto fail; }
     if (strcmp(kind->s, "input") == 0) {
@@ -876,7 +981,7 @@ loomrt_model *loomrt_load(const char *dir, char *err, size_t errlen) {
   for (size_t k = 0; k < outs->n; k++) {
     int64_t id;
     int ni = get_int(&outs->items[k], &id) ? find_node(m, m->nnodes, id) : -1;
-    if (ni < 0) { set_err(msg, "%s: outputs[%zu] names no node", graph_name->s, k); goto fail; }
+    if (ni < 0) { set_err(msg, "%s/%s: outputs[%zu] names no node", dir, graph_name->s, k); goto fail; }
     m->out[m->nout++] = ni;
   }
   if (load_weights(m, dir, weights_name->s, roles, msg)) goto fail;
