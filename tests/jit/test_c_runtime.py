@@ -286,6 +286,24 @@ def test_unknown_op(runtime, mlp_dump, tmp_path):
     _fails(runtime, dump, [mlp_dump[1]], tmp_path, "d/graph.json: node", "op 'matmul_v9' is not supported by libloomrt")
 
 
+def test_inconsistent_graph_shapes(runtime, mlp_dump, tmp_path):
+    dump = _copy(mlp_dump[0], tmp_path / "d")
+    g = dump / "graph.json"
+    doc = json.loads(g.read_text())
+    node = next(n for n in doc["nodes"] if n["op"] == "matmul")
+    node["shape"][-1] += 1
+    g.write_text(json.dumps(doc))
+    _fails(runtime, dump, [mlp_dump[1]], tmp_path, f"node {node['id']}", "shapes do not fit")
+
+
+def test_without_blas(tmp_path):
+    """The plain-loop build (no scipy-openblas32) runs matmul and conv2d to the same results."""
+    rt = loom.jit.build_runtime(tmp_path / "rt", example=EXAMPLE, blas=False)
+    assert not rt.blas
+    loom.manual_seed(11)
+    _check_model(rt, tmp_path, CNN(), loom.randn(2, 1, 8, 8))
+
+
 def test_bad_inputs(runtime, mlp_dump, tmp_path):
     dump, x = mlp_dump
     _fails(runtime, dump, [x.astype(np.float64)], tmp_path, "holds '<f8'", "is float32")
