@@ -37,7 +37,8 @@ MANIFEST_FILE = "manifest.json"
 
 # The primitives libloomrt runs outside fused kernels (mirrors OP_NAME in csrc/loomrt.c).
 RUNTIME_OPS = frozenset({"input", "buffer", "const", "arange", "reshape", "permute", "expand", "slice", "flip",
-                         "pad", "gather", "matmul", "conv2d", "max_pool2d_index", "check", "cast", "fused"})
+                         "pad", "gather", "matmul", "conv2d", "max_pool2d_index", "check", "cast", "fused", "argsort",
+                         "scatter_add"})
 _SAFETENSORS_DTYPE = {dt.bool_: "BOOL", dt.uint8: "U8", dt.int8: "I8", dt.int16: "I16", dt.int32: "I32",
                       dt.int64: "I64", dt.float16: "F16", dt.bfloat16: "BF16", dt.float32: "F32", dt.float64: "F64"}
 
@@ -146,7 +147,8 @@ def _kernel_entry(node, kernel_dir: str, built: dict[str, dict], compile_kernels
         raise LoomError("loom.jit.save: internal error: a kernel has no argument plan for C-contiguous operands")
     meta = [int(v) for v in plan.meta]
     meta[0] = meta[1] = 0  # The runtime passes a table of pointers to data-pointer cells (see loom_call).
-    copies = [{"input": int(k), "steps": [{"op": m.op, "attrs": _encode(dict(m.attrs), "copy step"),
+    copies = [{"input": int(k), "steps": [{"op": m.op, "attrs": {a: _encode(v, f"{m.op} attr {a}")
+                                                                 for a, v in sorted(m.attrs.items())},
                                            "shape": list(m.shape), "dtype": m.dtype.name} for m in chain]}
               for k, chain in plan.copies]
     return {"node": None, **built[ident], "meta": meta, "copies": copies}

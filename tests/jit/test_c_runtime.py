@@ -145,6 +145,43 @@ def test_movement_and_library_ops(runtime, tmp_path):
         np.testing.assert_allclose(got, want.numpy(), rtol=RTOL, atol=ATOL)
 
 
+def _check_function(runtime, tmp_path, f, *args):
+    dump = loom.jit.save(f, args, tmp_path / "d")
+    _, _, _, outs = _run_c(runtime, dump, [a.numpy() for a in args], tmp_path)
+    with loom.no_grad():
+        expected = f(*args)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(outs) == len(expected)
+    for got, want in zip(outs, expected):
+        assert got.dtype == want.numpy().dtype
+        np.testing.assert_allclose(got, want.numpy(), rtol=RTOL, atol=ATOL)
+    return dump
+
+
+def test_sort_and_scatter_ops(runtime, tmp_path):
+    """argsort (stable, NaN largest, both directions, floats and ints, through sort/topk) and scatter_add."""
+    x = loom.tensor(np.array([[3, np.nan, 1, 3, -np.inf, 2], [0, 0, 5, -1, 5, np.nan]], np.float32))
+    i = loom.tensor(np.array([[5, -3, 5, 0, 7, 5], [2, 2, 9, -7, 0, 1]], np.int64))
+    idx = loom.tensor(np.array([[0, 2, 2], [1, 0, 3]], np.int64))
+
+    def f(x, i):
+        return (x.argsort(-1), x.argsort(0, descending=True), x.sort(1, descending=True)[1], x.topk(2)[1],
+                i.argsort(-1, descending=True), i.argsort(-1), loom.zeros(2, 4).scatter_add(1, idx, x[:, :3] * 2),
+                loom.zeros(2, 4, dtype=loom.int64).scatter_add(1, idx, i[:, 3:]))
+
+    _check_function(runtime, tmp_path, f, x, i)
+
+
+def test_attention_module_copies_kernel_inputs(runtime, tmp_path):
+    """nn.MultiheadAttention gives kernels whose inputs need a movement op applied first (manifest "copies")."""
+    loom.manual_seed(12)
+    mha = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    q, k, v = loom.randn(2, 5, 16), loom.randn(2, 5, 16), loom.randn(2, 5, 16)
+    dump = _check_function(runtime, tmp_path, lambda q, k, v: mha(q, k, v), q, k, v)
+    manifest = json.loads(Path(dump, "manifest.json").read_text())
+    assert any(kn["copies"] for kn in manifest["kernels"])
+
+
 def test_dump_is_the_documented_format(tmp_path):
     """graph.json reads back with loom.ir.load and computes the model; the weights are plain safetensors."""
     from safetensors.numpy import load_file

@@ -44,11 +44,11 @@ static int dtype_code(const char *name) {
 
 enum {
   OP_INPUT, OP_BUFFER, OP_CONST, OP_ARANGE, OP_RESHAPE, OP_PERMUTE, OP_EXPAND, OP_SLICE, OP_FLIP, OP_PAD,
-  OP_GATHER, OP_MATMUL, OP_CONV2D, OP_MAXPOOL, OP_CHECK, OP_CAST, OP_FUSED, OP_COUNT
+  OP_GATHER, OP_MATMUL, OP_CONV2D, OP_MAXPOOL, OP_CHECK, OP_CAST, OP_FUSED, OP_ARGSORT, OP_SCATTER_ADD, OP_COUNT
 };
 static const char *OP_NAME[OP_COUNT] = {"input", "buffer", "const", "arange", "reshape", "permute", "expand",
                                         "slice", "flip", "pad", "gather", "matmul", "conv2d",
-                                        "max_pool2d_index", "check", "cast", "fused"};
+                                        "max_pool2d_index", "check", "cast", "fused", "argsort", "scatter_add"};
 
 static int op_code(const char *name) {
   for (int k = 0; k < OP_COUNT; k++)
@@ -555,6 +555,88 @@ static int cast(const val *x, val *out, char *err) {
   return 0;
 }
 
+/* One element of a row being sorted: the value (as double or int64) and its position. */
+typedef struct { double f; int64_t i, pos; } sort_item;
+
+/* Stable (ties by position); NaN is the largest value: last ascending, first descending. No shared state,
+   so models may run in several threads. */
+static int cmp_float_c(const sort_item *a, const sort_item *b) {
+  int an = isnan(a->f), bn = isnan(b->f);
+  if (an || bn) return an && bn ? 0 : (an ? 1 : -1);
+  return a->f < b->f ? -1 : a->f > b->f;
+}
+static int cmp_int_c(const sort_item *a, const sort_item *b) { return a->i < b->i ? -1 : a->i > b->i; }
+static int by_pos(const sort_item *a, const sort_item *b) { return (a->pos > b->pos) - (a->pos < b->pos); }
+#define LOOMRT_CMP(name, base, sign)                            \
+  static int name(const void *pa, const void *pb) {              \
+    int c = sign base((const sort_item *)pa, (const sort_item *)pb); \
+    return c ? c : by_pos((const sort_item *)pa, (const sort_item *)pb); \
+  }
+LOOMRT_CMP(cmp_float_asc, cmp_float_c, +)
+LOOMRT_CMP(cmp_float_desc, cmp_float_c, -)
+LOOMRT_CMP(cmp_int_asc, cmp_int_c, +)
+LOOMRT_CMP(cmp_int_desc, cmp_int_c, -)
+#undef LOOMRT_CMP
+
+static int argsort(const val *x, const lj *attrs, val *out, char *err) {
+  int64_t axis, xs[MAXD];
+  const lj *desc = lj_get(attrs, "descending");
+  if (x->ndim == 0) { *(int64_t *)out->data = 0; return 0; }
+  if (!get_int(lj_get(attrs, "axis"), &axis) || axis < 0 || axis >= x->ndim) return set_err(err, "argsort: bad 'axis'");
+  contiguous_strides(x, xs);
+  int64_t n = x->shape[axis], isz = DT_SIZE[x->dtype], step = xs[axis] / isz, rows = n ? x->numel / n : 0;
+  int64_t inner = step;
+  sort_item *items = malloc((size_t)(n ? n : 1) * sizeof(sort_item));
+  if (!items) return set_err(err, "argsort: out of memory");
+  int descending = desc && desc->type == LJ_BOOL && desc->i, flt = is_float(x->dtype);
+  int (*cmp)(const void *, const void *) = flt ? (descending ? cmp_float_desc : cmp_float_asc)
+                                               : (descending ? cmp_int_desc : cmp_int_asc);
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t base = (r / inner) * n * inner + r % inner;  /* Flat index of the row's first element. */
+    for (int64_t k = 0; k < n; k++) {
+      const char *p = x->data + (base + k * step) * isz;
+      items[k].pos = k;
+      if (flt) items[k].f = load_f(x->dtype, p); else items[k].i = load_i(x->dtype, p);
+    }
+    qsort(items, (size_t)n, sizeof(sort_item), cmp);
+    for (int64_t k = 0; k < n; k++) ((int64_t *)out->data)[base + k * step] = items[k].pos;
+  }
+  free(items);
+  return 0;
+}
+
+static int scatter_add(const val *base, const val *idx, const val *src, const lj *attrs, val *out, char *err) {
+  int64_t axis, os[MAXD], ss[MAXD], pos[MAXD] = {0};
+  if (!get_int(lj_get(attrs, "axis"), &axis) || axis < 0 || axis >= (base->ndim ? base->ndim : 1))
+    return set_err(err, "scatter_add: bad 'axis'");
+  if (idx->dtype != DT_I64 && idx->dtype != DT_I32) return set_err(err, "scatter_add: index dtype %s", DT_NAME[idx->dtype]);
+  memcpy(out->data, base->data, base->nbytes);
+  contiguous_strides(out, os);
+  contiguous_strides(src, ss);
+  int nd = idx->ndim, dt = out->dtype;
+  int64_t size = base->ndim ? base->shape[axis] : 1, isz = DT_SIZE[dt];
+  for (int64_t e = 0; e < idx->numel; e++) {
+    int64_t i = load_i(idx->dtype, idx->data + e * DT_SIZE[idx->dtype]);
+    if (i < 0 || i >= size)  /* As loom's scatter_add: no negative indices. */
+      return set_err(err, "scatter_add: index %lld is out of range for axis %lld of size %lld (expected 0 <= index "
+                     "< %lld)", (long long)i, (long long)axis, (long long)size, (long long)size);
+    int64_t oo = 0, so = 0;
+    for (int d = 0; d < nd; d++) { oo += (d == axis ? i : pos[d]) * os[d]; so += pos[d] * ss[d]; }
+    char *o = out->data + oo;
+    const char *v = src->data + so;
+    switch (dt) {
+      case DT_F32: *(float *)o += *(const float *)v; break;
+      case DT_F64: *(double *)o += *(const double *)v; break;
+      case DT_I64: *(int64_t *)o = (int64_t)((uint64_t) * (int64_t *)o + (uint64_t) * (const int64_t *)v); break;
+      case DT_I32: *(int32_t *)o = (int32_t)((uint32_t) * (int32_t *)o + (uint32_t) * (const int32_t *)v); break;
+      default: return set_err(err, "scatter_add: dtype %s is not supported", DT_NAME[dt]);
+    }
+    (void)isz;
+    for (int d = nd - 1; d >= 0; d--) { if (++pos[d] < idx->shape[d]) break; pos[d] = 0; }
+  }
+  return 0;
+}
+
 /* ---------------------------------------------------------------- loading */
 
 static int read_val(const lj *jn, val *v, char *err, const char *where) {
@@ -732,6 +814,22 @@ static int validate(const loomrt_model *m, const node *nd, char *err, const char
            o->shape[1] == y->shape[0] && o->shape[2] == ho && o->shape[3] == wo, "%s: shapes do not fit conv2d", where);
       return 0;
     }
+    case OP_ARGSORT:
+      NEED(o->dtype == DT_I64 && o->numel == x->numel && o->ndim == nd_, "%s: argsort gives int64 of its input's shape",
+           where);
+      for (int d = 0; d < nd_; d++) NEED(o->shape[d] == x->shape[d], "%s: argsort keeps the shape", where);
+      return 0;
+    case OP_SCATTER_ADD: {
+      const val *src = &m->nodes[nd->in[2]].v;
+      NEED(o->dtype == x->dtype && src->dtype == x->dtype && o->ndim == nd_ && y->ndim == nd_ && src->ndim == nd_,
+           "%s: scatter_add takes base, index and src of one rank, base and src of one dtype", where);
+      NEED(get_int(lj_get(nd->attrs, "axis"), &a[0]) && a[0] >= 0 && (a[0] < nd_ || nd_ == 0), "%s: bad 'axis'", where);
+      for (int d = 0; d < nd_; d++)
+        NEED(o->shape[d] == x->shape[d] && y->shape[d] <= src->shape[d] && (d == a[0] || y->shape[d] <= x->shape[d]),
+             "%s: index dim %d (%lld) does not fit base (%lld) and src (%lld)", where, d, (long long)y->shape[d],
+             (long long)x->shape[d], (long long)src->shape[d]);
+      return 0;
+    }
     case OP_MAXPOOL:
       NEED(nd_ == 4 && o->ndim == 4 && o->dtype == DT_I64 && o->shape[0] == x->shape[0] && o->shape[1] == x->shape[1],
            "%s: max_pool2d_index maps (N, C, H, W) to int64 (N, C, Ho, Wo)", where);
@@ -764,7 +862,8 @@ static int load_nodes(loomrt_model *m, char *err) {
     nd->op = op_code(op->s);
     if (nd->op < 0)
       return set_err(err, "%s: op '%s' is not supported by libloomrt (it runs optimised inference graphs: fused "
-                     "kernels, movement, gather, matmul, conv2d, max_pool2d_index, check, cast, sources)", where, op->s);
+                     "kernels, movement, gather, scatter_add, matmul, conv2d, max_pool2d_index, argsort, check, cast, "
+                     "sources)", where, op->s);
     nd->attrs = lj_get(jn, "attrs");
     if (read_val(jn, &nd->v, err, where)) return -1;
     nd->nin = (int)ins->n;
@@ -775,7 +874,7 @@ static int load_nodes(loomrt_model *m, char *err) {
       if (!get_int(&ins->items[j], &id) || (nd->in[j] = find_node(m, k, id)) < 0)
         return set_err(err, "%s: input %d does not name an earlier node", where, j);
     }
-    static const int arity[OP_COUNT] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, -1};
+    static const int arity[OP_COUNT] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, -1, 1, 3};
     if (arity[nd->op] >= 0 && nd->nin != arity[nd->op])
       return set_err(err, "%s: %s takes %d inputs, got %d", where, OP_NAME[nd->op], arity[nd->op], nd->nin);
     if (validate(m, nd, err, where)) return -1;
@@ -1066,6 +1165,8 @@ int loomrt_run(loomrt_model *m) {
       case OP_CHECK: rc = check(a, nd->attrs, &nd->v, m->err); break;
       case OP_CAST: rc = cast(a, &nd->v, m->err); break;
       case OP_FUSED: rc = run_kernel(m, nd); break;
+      case OP_ARGSORT: rc = argsort(a, nd->attrs, &nd->v, m->err); break;
+      case OP_SCATTER_ADD: rc = scatter_add(a, b, &m->nodes[nd->in[2]].v, nd->attrs, &nd->v, m->err); break;
       default: rc = set_err(m->err, "node %lld: op %d cannot run", (long long)nd->id, nd->op);
     }
     if (rc) {
