@@ -2,6 +2,7 @@
 
    Build (one line, see README.md):  python -m loom.jit --out build/loomrt --example examples/c_runtime/main.c
    Run:                              build/loomrt/loomrt_run DUMP_DIR input0.npy [input1.npy ...] [--out DIR]
+                                     [--repeat N]  (time N more runs, print the median)
 
    Exit status: 0 on success, 1 on any error (the message goes to stderr). */
 #include <loomrt.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const struct { const char *dtype, *descr; } DESCR[] = {
   {"float32", "<f4"}, {"float64", "<f8"}, {"int64", "<i8"}, {"int32", "<i4"}, {"int16", "<i2"},
@@ -91,6 +93,17 @@ static int write_npy(const char *path, const char *descr, const int64_t *shape, 
   return fclose(f);
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
 static void print_output(const loomrt_model *m, int k, const void *data) {
   int nd;
   const int64_t *shape = loomrt_output_shape(m, k, &nd);
@@ -110,14 +123,15 @@ static void print_output(const loomrt_model *m, int k, const void *data) {
 
 int main(int argc, char **argv) {
   const char *dump = NULL, *outdir = NULL, *inputs[64];
-  int ninputs = 0;
+  int ninputs = 0, repeat = 0;
   for (int k = 1; k < argc; k++) {
     if (strcmp(argv[k], "--out") == 0 && k + 1 < argc) outdir = argv[++k];
+    else if (strcmp(argv[k], "--repeat") == 0 && k + 1 < argc) repeat = atoi(argv[++k]);
     else if (!dump) dump = argv[k];
     else if (ninputs < 64) inputs[ninputs++] = argv[k];
   }
   if (!dump) {
-    fprintf(stderr, "usage: %s DUMP_DIR input0.npy [input1.npy ...] [--out DIR]\n", argv[0]);
+    fprintf(stderr, "usage: %s DUMP_DIR input0.npy [input1.npy ...] [--out DIR] [--repeat N]\n", argv[0]);
     return 1;
   }
   char err[1024];
@@ -154,6 +168,19 @@ int main(int argc, char **argv) {
     if (rc) { fprintf(stderr, "error: %s\n", loomrt_error(m)); goto done; }
   }
   if (loomrt_run(m)) { fprintf(stderr, "error: %s\n", loomrt_error(m)); goto done; }
+  if (repeat > 0) {
+    double *us = malloc(sizeof(double) * (size_t)repeat);
+    if (!us) goto done;
+    for (int r = 0; r < repeat; r++) {
+      double t0 = now_us();
+      int rc = loomrt_run(m);
+      us[r] = now_us() - t0;
+      if (rc) { fprintf(stderr, "error: %s\n", loomrt_error(m)); free(us); goto done; }
+    }
+    qsort(us, (size_t)repeat, sizeof(double), cmp_double);
+    printf("runs: %d, median %.1f us, min %.1f us\n", repeat, us[repeat / 2], us[0]);
+    free(us);
+  }
   for (int k = 0; k < loomrt_num_outputs(m); k++) {
     size_t n;
     const void *data = loomrt_get_output(m, k, &n);

@@ -96,6 +96,7 @@ typedef struct {
   const lj *attrs;
   val v;
   kernel *k;
+  int is_static;            /* Depends only on weights and constants: computed once, at load time. */
 } node;
 
 struct loomrt_model {
@@ -261,8 +262,13 @@ static void copy_nd(int nd, const int64_t *shape, int64_t isz, const char *src, 
   if (nd == 0) { memcpy(dst, src, (size_t)isz); return; }
   if (nd == 1) {
     if (ss[0] == isz && ds[0] == isz) { memcpy(dst, src, (size_t)(shape[0] * isz)); return; }
-    for (int64_t i = 0; i < shape[0]; i++) memcpy(dst + i * ds[0], src + i * ss[0], (size_t)isz);
-    return;
+    switch (isz) {
+      case 1: for (int64_t i = 0; i < shape[0]; i++) dst[i * ds[0]] = src[i * ss[0]]; return;
+      case 2: for (int64_t i = 0; i < shape[0]; i++) *(uint16_t *)(dst + i * ds[0]) = *(const uint16_t *)(src + i * ss[0]); return;
+      case 4: for (int64_t i = 0; i < shape[0]; i++) *(uint32_t *)(dst + i * ds[0]) = *(const uint32_t *)(src + i * ss[0]); return;
+      case 8: for (int64_t i = 0; i < shape[0]; i++) *(uint64_t *)(dst + i * ds[0]) = *(const uint64_t *)(src + i * ss[0]); return;
+      default: for (int64_t i = 0; i < shape[0]; i++) memcpy(dst + i * ds[0], src + i * ss[0], (size_t)isz); return;
+    }
   }
   for (int64_t i = 0; i < shape[0]; i++) copy_nd(nd - 1, shape + 1, isz, src + i * ss[0], ss + 1, dst + i * ds[0], ds + 1);
 }
@@ -1009,6 +1015,8 @@ static int load_kernels(loomrt_model *m, const char *dir, const lj *kernels, cha
   return 0;
 }
 
+static int run_static(loomrt_model *m, char *err);
+
 loomrt_model *loomrt_load(const char *dir, char *err, size_t errlen) {
   char msg[ERRLEN] = "";
   loomrt_model *m = calloc(1, sizeof(loomrt_model));
@@ -1085,6 +1093,7 @@ loomrt_model *loomrt_load(const char *dir, char *err, size_t errlen) {
   }
   if (load_weights(m, dir, weights_name->s, roles, msg)) goto fail;
   if (load_kernels(m, dir, lj_get(m->manifest, "kernels"), msg)) goto fail;
+  if (run_static(m, msg)) goto fail;
   return m;
 fail:
   snprintf(err, errlen, "%s", msg);
@@ -1145,36 +1154,58 @@ static int run_kernel(loomrt_model *m, node *nd) {
   return 0;
 }
 
+static int exec_node(loomrt_model *m, node *nd) {
+  const val *a = nd->nin > 0 ? &m->nodes[nd->in[0]].v : NULL, *b = nd->nin > 1 ? &m->nodes[nd->in[1]].v : NULL;
+  int rc = 0;
+  switch (nd->op) {
+    case OP_INPUT: case OP_BUFFER: case OP_CONST: case OP_ARANGE: case OP_RESHAPE: break;
+    case OP_PERMUTE: case OP_EXPAND: case OP_SLICE: case OP_FLIP: case OP_PAD:
+      rc = movement(nd->op, nd->attrs, a, &nd->v, m->err); break;
+    case OP_GATHER: rc = gather(a, b, nd->attrs, &nd->v, m->err); break;
+    case OP_MATMUL: rc = matmul(a, b, &nd->v, m->err); break;
+    case OP_CONV2D: rc = conv2d(a, b, nd->attrs, &nd->v, m->err); break;
+    case OP_MAXPOOL: rc = max_pool_index(a, nd->attrs, &nd->v, m->err); break;
+    case OP_CHECK: rc = check(a, nd->attrs, &nd->v, m->err); break;
+    case OP_CAST: rc = cast(a, &nd->v, m->err); break;
+    case OP_FUSED: rc = run_kernel(m, nd); break;
+    case OP_ARGSORT: rc = argsort(a, nd->attrs, &nd->v, m->err); break;
+    case OP_SCATTER_ADD: rc = scatter_add(a, b, &m->nodes[nd->in[2]].v, nd->attrs, &nd->v, m->err); break;
+    default: rc = set_err(m->err, "op %d cannot run", nd->op);
+  }
+  if (rc) {
+    char inner[ERRLEN];
+    snprintf(inner, sizeof inner, "%s", m->err);
+    return set_err(m->err, "node %lld (%s): %s", (long long)nd->id, OP_NAME[nd->op], inner);
+  }
+  return 0;
+}
+
+/* Mark the nodes that depend only on weights and constants, and compute them (once, at load time). */
+static int run_static(loomrt_model *m, char *err) {
+  for (int k = 0; k < m->nnodes; k++) {
+    node *nd = &m->nodes[k];
+    if (nd->op == OP_INPUT) {
+      nd->is_static = 1;
+      for (int u = 0; u < m->nuser; u++) nd->is_static &= m->user[u] != k;
+      continue;
+    }
+    nd->is_static = 1;
+    for (int j = 0; j < nd->nin; j++) nd->is_static &= m->nodes[nd->in[j]].is_static;
+    if (nd->is_static && nd->nin > 0 && exec_node(m, nd)) {
+      snprintf(err, ERRLEN, "%s", m->err);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int loomrt_run(loomrt_model *m) {
   if (!m) return -1;
   m->err[0] = 0;
   for (int k = 0; k < m->nuser; k++)
     if (!m->user_set[k]) return set_err(m->err, "input %d ('%s') was not set (loomrt_set_input)", k, m->user_names[k]);
-  for (int k = 0; k < m->nnodes; k++) {
-    node *nd = &m->nodes[k];
-    const val *a = nd->nin > 0 ? &m->nodes[nd->in[0]].v : NULL, *b = nd->nin > 1 ? &m->nodes[nd->in[1]].v : NULL;
-    int rc = 0;
-    switch (nd->op) {
-      case OP_INPUT: case OP_BUFFER: case OP_CONST: case OP_ARANGE: case OP_RESHAPE: break;
-      case OP_PERMUTE: case OP_EXPAND: case OP_SLICE: case OP_FLIP: case OP_PAD:
-        rc = movement(nd->op, nd->attrs, a, &nd->v, m->err); break;
-      case OP_GATHER: rc = gather(a, b, nd->attrs, &nd->v, m->err); break;
-      case OP_MATMUL: rc = matmul(a, b, &nd->v, m->err); break;
-      case OP_CONV2D: rc = conv2d(a, b, nd->attrs, &nd->v, m->err); break;
-      case OP_MAXPOOL: rc = max_pool_index(a, nd->attrs, &nd->v, m->err); break;
-      case OP_CHECK: rc = check(a, nd->attrs, &nd->v, m->err); break;
-      case OP_CAST: rc = cast(a, &nd->v, m->err); break;
-      case OP_FUSED: rc = run_kernel(m, nd); break;
-      case OP_ARGSORT: rc = argsort(a, nd->attrs, &nd->v, m->err); break;
-      case OP_SCATTER_ADD: rc = scatter_add(a, b, &m->nodes[nd->in[2]].v, nd->attrs, &nd->v, m->err); break;
-      default: rc = set_err(m->err, "node %lld: op %d cannot run", (long long)nd->id, nd->op);
-    }
-    if (rc) {
-      char inner[ERRLEN];
-      snprintf(inner, sizeof inner, "%s", m->err);
-      return set_err(m->err, "node %lld (%s): %s", (long long)nd->id, OP_NAME[nd->op], inner);
-    }
-  }
+  for (int k = 0; k < m->nnodes; k++)
+    if (!m->nodes[k].is_static && exec_node(m, &m->nodes[k])) return -1;
   return 0;
 }
 
