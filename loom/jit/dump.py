@@ -224,6 +224,10 @@ def save(fn: Callable, example_args: Any, path: str | os.PathLike, *, level: int
     from loom.compiler.pipeline import optimize
     from loom.ir.serialize import to_json
 
+    from loom.function import Function
+
+    if isinstance(fn, Function):  # A loom.function-compiled function: trace its Python body.
+        fn = fn.fn
     args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
     graph, entry = _trace(fn, args, level)
     optimized, _ = optimize(graph, level)
@@ -233,9 +237,12 @@ def save(fn: Callable, example_args: Any, path: str | os.PathLike, *, level: int
                         f"not run (it runs {', '.join(sorted(RUNTIME_OPS))})")
     folder = os.fspath(path)
     kernel_dir = os.path.join(folder, "kernels")
-    os.makedirs(kernel_dir, exist_ok=True)
-    for name in os.listdir(kernel_dir):
-        os.unlink(os.path.join(kernel_dir, name))
+    try:
+        os.makedirs(kernel_dir, exist_ok=True)
+        for name in os.listdir(kernel_dir):
+            os.unlink(os.path.join(kernel_dir, name))
+    except OSError as e:
+        raise LoomError(f"loom.jit.save: cannot write the dump directory {folder}: {e}") from None
 
     # Graph inputs: the tensor arguments (in order, then their .grad: none without gradients), then the
     # tensors the function read (weights), named after the module's parameters where it is one.
