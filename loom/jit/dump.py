@@ -108,6 +108,8 @@ def _trace(fn: Callable, args: tuple, level: int):
     if entry.n_returned == 0:
         raise LoomError("loom.jit.save: the function returns no tensor")
     graph = entry.graph
+    if graph is None:
+        raise LoomError("loom.jit.save: internal error: the trace produced no graph")
     graph.outputs = list(graph.outputs)[:entry.n_returned]  # In-place updates (running stats) are not dumped.
     return graph, entry
 
@@ -250,8 +252,9 @@ def save(fn: Callable, example_args: Any, path: str | os.PathLike, *, level: int
     arg_names = _arg_names(fn, len(args))
     tensor_positions = [k for k, a in enumerate(args) if hasattr(a, "_array")]
     weight_names = _weight_names(fn)
-    by_name = {n.name: n for n in graph.inputs}
-    roles, weights, used = [], {}, set()
+    roles: list[dict[str, Any]] = []
+    weights: dict[str, tuple[np.ndarray, dt.DType]] = {}
+    used: set[str] = set()
     weight_of = {}
     for k, (ref, _, d) in enumerate(entry.externals):
         t = ref()
@@ -272,7 +275,6 @@ def save(fn: Callable, example_args: Any, path: str | os.PathLike, *, level: int
                                 "nor a weight")
             roles.append({"kind": "input", "name": arg_names[tensor_positions[pos]], "dtype": node.dtype.name,
                           "shape": list(node.shape)})
-    del by_name
 
     built: dict[str, dict] = {}
     kernels = []
