@@ -138,22 +138,28 @@ def build_runtime(dest: str | os.PathLike | None = None, *, example: str | os.Pa
     stamp = os.path.join(out, "build.json")
     want = {"library": library, "example": binary, "blas": bool(found)}
     if os.path.exists(stamp) and os.path.exists(library) and (binary is None or os.path.exists(binary)):
-        with open(stamp) as f:
-            if json.load(f) == want and not _stale(out, example_src):
-                return Runtime(library, include, binary, bool(found))
+        try:
+            with open(stamp) as f:
+                done = json.load(f) == want and not _stale(out, example_src)
+        except (OSError, ValueError):
+            done = False
+        if done:
+            return Runtime(library, include, binary, bool(found))
     os.makedirs(include, exist_ok=True)
-    for name in HEADERS[:1]:
-        shutil.copyfile(os.path.join(CSRC, name), os.path.join(include, name))
-    tmp = library + f".{os.getpid()}.tmp"
+    tag = f".{os.getpid()}.tmp"  # Every file is written aside and renamed: concurrent builds never see half a file.
+    shutil.copyfile(os.path.join(CSRC, "loomrt.h"), os.path.join(include, "loomrt.h" + tag))
+    os.replace(os.path.join(include, "loomrt.h" + tag), os.path.join(include, "loomrt.h"))
+    tmp = library + tag
     _run([cc, *LIB_FLAGS, *defines, *[os.path.join(CSRC, s) for s in SOURCES], "-o", tmp, *links, "-ldl", "-lm"])
     os.replace(tmp, library)
     if example_src and binary:
-        tmp = binary + f".{os.getpid()}.tmp"
+        tmp = binary + tag
         _run([cc, "-O2", "-std=gnu11", "-Wall", f"-I{include}", example_src, "-o", tmp, f"-L{out}", "-lloomrt",
               f"-Wl,-rpath,{out}", "-lm"])
         os.replace(tmp, binary)
-    with open(stamp, "w") as f:
+    with open(stamp + tag, "w") as f:
         json.dump(want, f)
+    os.replace(stamp + tag, stamp)
     return Runtime(library, include, binary, bool(found))
 
 
