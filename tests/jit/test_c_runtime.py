@@ -363,6 +363,11 @@ def test_save_refuses_what_it_cannot_dump(tmp_path):
         loom.jit.save(drop, loom.randn(2, 4), tmp_path / "a")
     with pytest.raises(LoomError, match="NumPy array"):
         loom.jit.save(drop.eval(), np.zeros((2, 4), np.float32), tmp_path / "b")
+    with pytest.raises(LoomError, match="holds floordiv, which libloomrt does not run"):
+        loom.jit.save(lambda x: x.int() // 3, loom.randn(2, 4), tmp_path / "c")
+    half = nn.Linear(4, 2).eval().to(loom.bfloat16)
+    with pytest.raises(LoomError, match="cannot be generated as C: output dtype bfloat16"):
+        loom.jit.save(half, loom.randn(2, 4).to(loom.bfloat16), tmp_path / "d")
 
 
 def test_jit_is_still_loom_function():
