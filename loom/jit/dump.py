@@ -38,7 +38,7 @@ MANIFEST_FILE = "manifest.json"
 # The primitives libloomrt runs outside fused kernels (mirrors OP_NAME in csrc/loomrt.c).
 RUNTIME_OPS = frozenset({"input", "buffer", "const", "arange", "reshape", "permute", "expand", "slice", "flip",
                          "pad", "gather", "matmul", "conv2d", "max_pool2d_index", "check", "cast", "fused", "argsort",
-                         "scatter_add"})
+                         "scatter_add", "div", "floordiv", "mod"})
 _SAFETENSORS_DTYPE = {dt.bool_: "BOOL", dt.uint8: "U8", dt.int8: "I8", dt.int16: "I16", dt.int32: "I32",
                       dt.int64: "I64", dt.float16: "F16", dt.bfloat16: "BF16", dt.float32: "F32", dt.float64: "F64"}
 
@@ -233,7 +233,8 @@ def save(fn: Callable, example_args: Any, path: str | os.PathLike, *, level: int
     args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
     graph, entry = _trace(fn, args, level)
     optimized, _ = optimize(graph, level)
-    unsupported = sorted({n.op for n in optimized if n.op not in RUNTIME_OPS})
+    unsupported = sorted({n.op for n in optimized if n.op not in RUNTIME_OPS or (
+        n.op in ("div", "floordiv", "mod") and (n.dtype.is_floating_point or n.dtype is dt.bool_))})
     if unsupported:
         raise LoomError(f"loom.jit.save: the optimised graph holds {', '.join(unsupported)}, which libloomrt does "
                         f"not run (it runs {', '.join(sorted(RUNTIME_OPS))})")

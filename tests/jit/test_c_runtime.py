@@ -172,6 +172,20 @@ def test_sort_and_scatter_ops(runtime, tmp_path):
     _check_function(runtime, tmp_path, f, x, i)
 
 
+def test_integer_division(runtime, tmp_path):
+    """Integer div/floordiv/mod stay outside kernels; libloomrt floors as loom does and reports a zero divisor."""
+    i = loom.tensor(np.array([[7, -7, 9, -9], [0, 5, -5, 12]], np.int64))
+    d = loom.tensor(np.array([[2, 2, -4, -4], [3, -3, 3, 5]], np.int64))
+
+    def f(i, d):
+        return i // d, i % d, loom.remainder(i.int(), d.int()), i // 3
+
+    dump = _check_function(runtime, tmp_path, f, i, d)
+    assert {"floordiv", "mod"} <= {n["op"] for n in json.loads(Path(dump, "graph.json").read_text())["nodes"]}
+    _fails(runtime, dump, [i.numpy(), np.zeros((2, 4), np.int64)], tmp_path, "ZeroDivisionError",
+           "integer division by zero")
+
+
 def test_attention_module_copies_kernel_inputs(runtime, tmp_path):
     """nn.MultiheadAttention gives kernels whose inputs need a movement op applied first (manifest "copies")."""
     loom.manual_seed(12)
@@ -363,8 +377,6 @@ def test_save_refuses_what_it_cannot_dump(tmp_path):
         loom.jit.save(drop, loom.randn(2, 4), tmp_path / "a")
     with pytest.raises(LoomError, match="NumPy array"):
         loom.jit.save(drop.eval(), np.zeros((2, 4), np.float32), tmp_path / "b")
-    with pytest.raises(LoomError, match="holds floordiv, which libloomrt does not run"):
-        loom.jit.save(lambda x: x.int() // 3, loom.randn(2, 4), tmp_path / "c")
     half = nn.Linear(4, 2).eval().to(loom.bfloat16)
     with pytest.raises(LoomError, match="cannot be generated as C: output dtype bfloat16"):
         loom.jit.save(half, loom.randn(2, 4).to(loom.bfloat16), tmp_path / "d")

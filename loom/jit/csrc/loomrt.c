@@ -44,11 +44,13 @@ static int dtype_code(const char *name) {
 
 enum {
   OP_INPUT, OP_BUFFER, OP_CONST, OP_ARANGE, OP_RESHAPE, OP_PERMUTE, OP_EXPAND, OP_SLICE, OP_FLIP, OP_PAD,
-  OP_GATHER, OP_MATMUL, OP_CONV2D, OP_MAXPOOL, OP_CHECK, OP_CAST, OP_FUSED, OP_ARGSORT, OP_SCATTER_ADD, OP_COUNT
+  OP_GATHER, OP_MATMUL, OP_CONV2D, OP_MAXPOOL, OP_CHECK, OP_CAST, OP_FUSED, OP_ARGSORT, OP_SCATTER_ADD, OP_DIV, OP_FLOORDIV,
+  OP_MOD, OP_COUNT
 };
 static const char *OP_NAME[OP_COUNT] = {"input", "buffer", "const", "arange", "reshape", "permute", "expand",
                                         "slice", "flip", "pad", "gather", "matmul", "conv2d",
-                                        "max_pool2d_index", "check", "cast", "fused", "argsort", "scatter_add"};
+                                        "max_pool2d_index", "check", "cast", "fused", "argsort", "scatter_add",
+                                        "div", "floordiv", "mod"};
 
 static int op_code(const char *name) {
   for (int k = 0; k < OP_COUNT; k++)
@@ -643,6 +645,28 @@ static int scatter_add(const val *base, const val *idx, const val *src, const lj
   return 0;
 }
 
+/* Integer div (floors, as loom's), floordiv and mod (the divisor's sign): the fusion pass leaves them out of
+   kernels because a zero divisor is an error, reported here as loom reports it. */
+static int int_division(int op, const val *x, const val *y, val *out, char *err) {
+  int dt = out->dtype;
+  if (is_float(dt) || dt == DT_BOOL)
+    return set_err(err, "%s: dtype %s is not supported outside kernels", OP_NAME[op], DT_NAME[dt]);
+  int64_t isz = DT_SIZE[dt];
+  for (int64_t e = 0; e < out->numel; e++) {
+    int64_t a = load_i(dt, x->data + e * isz), b = load_i(dt, y->data + e * isz), q, r;
+    if (b == 0)
+      return set_err(err, "ZeroDivisionError: loom.%s: integer division by zero (the %s divisor holds 0)",
+                     op == OP_MOD ? "remainder" : op == OP_DIV ? "div" : "floor_divide", DT_NAME[dt]);
+    if (b == -1) { q = (int64_t)(0 - (uint64_t)a); r = 0; }  /* INT64_MIN / -1 wraps, as in NumPy. */
+    else {
+      q = a / b; r = a % b;
+      if (r != 0 && ((r < 0) != (b < 0))) { q -= 1; r += b; }
+    }
+    store(dt, out->data + e * isz, 1, op == OP_MOD ? r : q, 0);
+  }
+  return 0;
+}
+
 /* ---------------------------------------------------------------- loading */
 
 static int read_val(const lj *jn, val *v, char *err, const char *where) {
@@ -836,6 +860,10 @@ static int validate(const loomrt_model *m, const node *nd, char *err, const char
              (long long)x->shape[d], (long long)src->shape[d]);
       return 0;
     }
+    case OP_DIV: case OP_FLOORDIV: case OP_MOD:
+      NEED(y->dtype == x->dtype && o->dtype == x->dtype && y->numel == x->numel && o->numel == x->numel,
+           "%s: %s takes two operands of one shape and dtype", where, OP_NAME[nd->op]);
+      return 0;
     case OP_MAXPOOL:
       NEED(nd_ == 4 && o->ndim == 4 && o->dtype == DT_I64 && o->shape[0] == x->shape[0] && o->shape[1] == x->shape[1],
            "%s: max_pool2d_index maps (N, C, H, W) to int64 (N, C, Ho, Wo)", where);
@@ -869,7 +897,7 @@ static int load_nodes(loomrt_model *m, char *err) {
     if (nd->op < 0)
       return set_err(err, "%s: op '%s' is not supported by libloomrt (it runs optimised inference graphs: fused "
                      "kernels, movement, gather, scatter_add, matmul, conv2d, max_pool2d_index, argsort, check, cast, "
-                     "sources)", where, op->s);
+                     "integer div/floordiv/mod, sources)", where, op->s);
     nd->attrs = lj_get(jn, "attrs");
     if (read_val(jn, &nd->v, err, where)) return -1;
     nd->nin = (int)ins->n;
@@ -880,7 +908,7 @@ static int load_nodes(loomrt_model *m, char *err) {
       if (!get_int(&ins->items[j], &id) || (nd->in[j] = find_node(m, k, id)) < 0)
         return set_err(err, "%s: input %d does not name an earlier node", where, j);
     }
-    static const int arity[OP_COUNT] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, -1, 1, 3};
+    static const int arity[OP_COUNT] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, -1, 1, 3, 2, 2, 2};
     if (arity[nd->op] >= 0 && nd->nin != arity[nd->op])
       return set_err(err, "%s: %s takes %d inputs, got %d", where, OP_NAME[nd->op], arity[nd->op], nd->nin);
     if (validate(m, nd, err, where)) return -1;
@@ -1169,6 +1197,7 @@ static int exec_node(loomrt_model *m, node *nd) {
     case OP_CAST: rc = cast(a, &nd->v, m->err); break;
     case OP_FUSED: rc = run_kernel(m, nd); break;
     case OP_ARGSORT: rc = argsort(a, nd->attrs, &nd->v, m->err); break;
+    case OP_DIV: case OP_FLOORDIV: case OP_MOD: rc = int_division(nd->op, a, b, &nd->v, m->err); break;
     case OP_SCATTER_ADD: rc = scatter_add(a, b, &m->nodes[nd->in[2]].v, nd->attrs, &nd->v, m->err); break;
     default: rc = set_err(m->err, "op %d cannot run", nd->op);
   }
