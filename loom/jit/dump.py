@@ -96,6 +96,8 @@ def _trace(fn: Callable, args: tuple, level: int):
                                  "(loom.from_numpy wraps one)")
     if not any(isinstance(a, Tensor) for a in args):
         raise LoomValueError("loom.jit.save: example_args holds no loom tensor: the dump would have no inputs")
+    # Detached: an argument's .grad would otherwise be traced as one more input.
+    args = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
     traced = Function(fn, level=level, backend="reference", warmup=0)
     with no_grad():
         entry = traced._trace(args, {})

@@ -202,12 +202,15 @@ def test_dump_is_the_documented_format(tmp_path):
 
     loom.manual_seed(3)
     model = MLP().eval()
-    x = loom.randn(2, 20)
+    x = loom.randn(2, 20, requires_grad=True)
+    (x * 2).sum().backward()  # An argument's .grad is not traced as an input.
     dump = Path(loom.jit.save(model, x, tmp_path / "d"))
+    x = x.detach()
     graph = loom.ir.load(str(dump / "graph.json"))
     weights = load_file(str(dump / "weights.safetensors"))
     np.testing.assert_array_equal(weights["fc1.weight"], model.fc1.weight.detach().numpy())
     roles = json.loads((dump / "manifest.json").read_text())["inputs"]
+    assert [r["name"] for r in roles if r["kind"] == "input"] == ["x"]
     feeds = [x if r["kind"] == "input" else loom.tensor(weights[r["key"]]) for r in roles]
     (out,) = graph.run(*feeds)
     np.testing.assert_allclose(out.numpy(), _python(model, x), rtol=RTOL, atol=ATOL)
