@@ -4,6 +4,7 @@
 - `save` traces a function for inference and writes a dump (graph,
   weights, generated kernels) that the standalone C runtime libloomrt runs
   without Python (docs/c-runtime.md).
+- `load` runs a dump through libloomrt from Python (ctypes), to check it.
 - `build_runtime` compiles libloomrt (and an example program);
   `build_kernels` rebuilds a dump's kernels on another machine. The command
   line: ``python -m loom.jit``.
@@ -26,8 +27,9 @@ import types
 from loom.function import function
 from loom.jit.builder import Runtime, build_kernels, build_runtime
 from loom.jit.dump import save
+from loom.jit.runner import CModel, load
 
-__all__ = ["save", "build_runtime", "build_kernels", "Runtime"]
+__all__ = ["save", "load", "CModel", "build_runtime", "build_kernels", "Runtime"]
 
 
 class _CallableModule(types.ModuleType):

@@ -254,6 +254,27 @@ def test_ctypes_api_runs_twice_and_reports_errors(runtime, tmp_path):
         lib.loomrt_free(m)
 
 
+def test_load_runs_the_dump_from_python(runtime, tmp_path):
+    loom.manual_seed(13)
+    model = GPT().eval()
+    idx = loom.tensor(np.random.default_rng(1).integers(0, 11, (2, 8)))
+    cm = loom.jit.load(loom.jit.save(model, idx, tmp_path / "d"), runtime)
+    assert cm.inputs == [("idx", "int64", (2, 8))] and cm.outputs == [("float32", (2, 8, 11))]
+    for seed in (2, 3):  # The same loaded model, new inputs.
+        other = np.random.default_rng(seed).integers(0, 11, (2, 8))
+        (got,) = cm(other)
+        np.testing.assert_allclose(got, _python(model, loom.tensor(other)), rtol=RTOL, atol=ATOL)
+    with pytest.raises(LoomError, match=r"must have shape \[2, 8\], got \[1, 8\]"):
+        cm(np.zeros((1, 8), np.int64))
+    with pytest.raises(LoomError, match="IndexError: loom.embedding: index 11 is out of range"):
+        cm(np.full((2, 8), 11, np.int64))
+    cm.close()
+    with pytest.raises(LoomError, match="closed"):
+        cm(other)
+    with pytest.raises(LoomError, match="cannot open .*manifest.json"):
+        loom.jit.load(tmp_path / "missing", runtime)
+
+
 def test_kernels_can_be_built_later(runtime, tmp_path):
     loom.manual_seed(7)
     model = MLP().eval()
