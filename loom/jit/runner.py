@@ -31,12 +31,8 @@ def _bind(path: str) -> ctypes.CDLL:
 class CModel:
     """A dump loaded by libloomrt; calling it runs the C runtime. Create it with `loom.jit.load`.
 
-    Attributes
-    ----------
-    inputs : list of (str, str, tuple)
-        Name, dtype name and shape of each input the caller feeds.
-    outputs : list of (str, tuple)
-        Dtype name and shape of each output.
+    ``model.inputs`` lists (name, dtype name, shape) of each input the
+    caller feeds, ``model.outputs`` (dtype name, shape) of each output.
     """
 
     def __init__(self, path: str, library: str):
