@@ -20,8 +20,6 @@ from loom.bench.machine import load_average, machine_info, versions
 from loom.bench.workloads import FRAMEWORKS, WORKLOADS, get
 
 DEFAULT_MODELS = "mlp,cnn,gpt"
-SCALING_NOTE = ("data-parallel scaling (--nproc) is not available yet: loom has no distributed layer; "
-                "running nproc=1 only")
 
 
 def _csv(kind: str, known: tuple[str, ...]):
@@ -74,7 +72,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--loom-eager-backend", choices=("auto", "reference", "compiled"), default="reference",
                    help="how loom's eager mode computes values (loom.set_backend)")
     p.add_argument("--nproc", type=_nproc, default=[1],
-                   help="processes for data-parallel scaling (not available yet: runs nproc=1)")
+                   help="process counts for a data-parallel scaling run (e.g. 1,2,4): loom DDP over Open MPI "
+                        "beside PyTorch DDP over gloo, each rank on its own batch; replaces the "
+                        "one-process comparison")
     p.add_argument("--cold-cache", action="store_true",
                    help="give the workers an empty LOOM_CACHE_DIR, so loom's warm-up includes every kernel build")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds a worker may take for one answer")
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
+    if args.plot and args.nproc != [1]:
+        parser().error("--plot is for the one-process comparison; a --nproc run prints a table (and --json)")
     if args.list:
         for name in WORKLOADS:
             w = get(name)
@@ -117,10 +119,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def say(msg: str) -> None:
         print(msg, flush=True)
-    scaling = {"requested": args.nproc, "available": False, "ran": [1]}
     if args.nproc != [1]:
-        say(SCALING_NOTE)
-        notes.append(SCALING_NOTE)
+        return _scaling(args, argv, say)
+    scaling = {"requested": [1], "available": True, "ran": [1]}
     loom_backend = args.loom_backend
     if loom_backend == "c" and not _executor_available():
         loom_backend = "reference"
@@ -170,4 +171,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         report.plot(doc, args.plot)
         print(f"wrote {args.plot}")
+    return 0
+
+
+def _scaling(args, argv: list[str], say) -> int:
+    """``--nproc``: the data-parallel scaling study (`loom.bench.scaling`)."""
+    import json
+
+    from loom.bench import scaling
+
+    frameworks = [f for f in scaling.FRAMEWORKS if any(x == f or x.startswith(f + "-") for x in args.frameworks)]
+    if "torch" in frameworks and importlib.util.find_spec("torch") is None:
+        say("scaling: PyTorch is not installed; skipping its DDP runs")
+        frameworks.remove("torch")
+    if not frameworks:
+        parser().error("--nproc needs loom and/or torch among --frameworks")
+    repeats, warmup = (min(args.repeats, 2), min(args.warmup, 2)) if args.quick else (args.repeats, args.warmup)
+    machine = machine_info()
+    say(f"loom.bench scaling: {machine['cpu_model']}, {machine['cores_available']} cores, {args.threads} "
+        f"thread(s) per process, load average {machine['load_average']}; {repeats} repeats")
+    results = scaling.run(args.models, sorted(set(args.nproc)), frameworks, repeats, args.steps, warmup,
+                          args.threads, args.seed, args.quick, args.timeout, say)
+    machine["load_average_end"] = load_average()
+    print()
+    print(scaling.table(results))
+    print(f"speedup: over the same framework's run on {min(args.nproc)} process(es); load average at start "
+          f"{machine['load_average']}, at end {machine['load_average_end']} on {machine['cores_available']} cores")
+    if args.json:
+        doc = {"kind": "loom.bench.scaling", "command": ["python", "-m", "loom.bench", *argv], "machine": machine,
+               "versions": versions(), "results": results,
+               "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("```text\n" + scaling.table(results) + "\n```\n")
+        print(f"wrote {args.markdown}")
     return 0

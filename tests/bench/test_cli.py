@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,7 @@ def test_smoke_run_json_schema(smoke):
     assert c["repeats"] == 2 and c["threads"] == 1 and c["models"] == ["mlp"] and c["steps"] == 1
     assert c["cpu_affinity"] in (None, [c["cpu_affinity"][0]])
     assert c["worker_environment"]["OMP_NUM_THREADS"] == "1" and c["worker_environment"]["OPENBLAS_NUM_THREADS"] == "1"
-    assert doc["scaling"] == {"requested": [1], "available": False, "ran": [1]}
+    assert doc["scaling"] == {"requested": [1], "available": True, "ran": [1]}
     by_fw = {r["framework"]: r for r in doc["results"]}
     assert set(by_fw) == {"loom", "torch"}
     loom_row = by_fw["loom"]
@@ -89,17 +90,16 @@ def test_missing_peers_are_skipped_with_a_reason(monkeypatch, capsys, tmp_path):
                         lambda name, *a: None if name in ("torch", "jax") else real(name, *a))
     monkeypatch.setenv("LOOM_DATA_DIR", str(tmp_path / "no-data"))
     rc = cli.main(["--quick", "--models", "mlp,resnet,gcn", "--frameworks", "torch,torch-compile,jax",
-                   "--json", str(tmp_path / "out.json"), "--nproc", "1,2,4"])
+                   "--json", str(tmp_path / "out.json")])
     assert rc == 0
     text = capsys.readouterr().out
     assert "mlp/torch: skipped: torch is not installed" in text
     assert "mlp/jax: skipped: jax is not installed" in text
-    assert "not available yet" in text  # --nproc
     assert "model" in text and "median" in text  # The table still prints.
     doc = json.loads((tmp_path / "out.json").read_text())
     rows = doc["results"]
     assert len(rows) == 9 and all(r["status"] == "skipped" and r["reason"] for r in rows)
-    assert doc["scaling"]["requested"] == [1, 2, 4] and doc["scaling"]["available"] is False
+    assert doc["scaling"]["requested"] == [1]
     gcn = [r for r in rows if r["model"] == "gcn" and r["framework"] == "torch"][0]
     assert "not installed" in gcn["reason"]
 
@@ -130,3 +130,30 @@ def test_list(capsys):
     assert cli.main(["--list"]) == 0
     out = capsys.readouterr().out
     assert "mlp" in out and "gcn" in out and "torch-compile" in out
+
+
+needs_mpi = pytest.mark.skipif(shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,
+                               reason="needs Open MPI (mpirun) and mpi4py: pip install 'loom-dl[distributed]'")
+
+
+@needs_mpi
+def test_nproc_runs_a_data_parallel_scaling_study(capsys, tmp_path):
+    rc = cli.main(["--nproc", "1,2", "--models", "mlp", "--frameworks", "loom", "--steps", "1", "--repeats", "1",
+                   "--warmup", "1", "--json", str(tmp_path / "scale.json")])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "speedup" in text and "mlp      loom          2" in text, text
+    doc = json.loads((tmp_path / "scale.json").read_text())
+    rows = {r["nproc"]: r for r in doc["results"]}
+    assert sorted(rows) == [1, 2] and all("error" not in r for r in rows.values()), rows
+    assert rows[2]["world_size"] == 2 and rows[1]["speedup"] == 1.0 and rows[2]["speedup"] > 0
+    # Weak scaling: two ranks process two batches per step.
+    assert rows[2]["throughput"] == pytest.approx(2 * 128 / (rows[2]["ms_per_step"] / 1e3))
+
+
+def test_nproc_without_any_ddp_framework_is_refused(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(SystemExit):
+        cli.main(["--nproc", "1,2", "--models", "mlp", "--frameworks", "torch"])
+    assert "PyTorch is not installed" in capsys.readouterr().out
