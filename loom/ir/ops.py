@@ -1085,3 +1085,4 @@ def wants_needs(prim: Primitive) -> bool:
 
 # Library primitives defined in their own modules register themselves on import.
 from loom.ir import conv as _conv  # noqa: E402,F401
+from loom.ir import decomp as _decomp  # noqa: E402,F401
