@@ -868,7 +868,7 @@ def householder_product(A, tau) -> Tensor:
 
     Examples
     --------
-    >>> a, tau = loom.geqrf(loom.tensor([[3.0, 1.0], [4.0, 2.0]]))
+    >>> a, tau = loom.geqrf(loom.tensor([[3.0, 1.0], [4.0, 2.0]], dtype=loom.float64))
     >>> loom.linalg.householder_product(a, tau).abs().round(decimals=4).tolist()
     [[0.6, 0.8], [0.8, 0.6]]
     """
