@@ -437,7 +437,7 @@ def qr(A, mode: str = "reduced") -> QRResult:
     packed = _prim("qr", A, complete=mode == "complete")
     R = packed[..., m:, :].mT
     if mode == "r":
-        return QRResult((tensor([], dtype=A.dtype), R))
+        return QRResult((A.reshape(-1)[:0] * 0, R))
     return QRResult((packed[..., :m, :], R))
 
 
@@ -592,7 +592,8 @@ def _tolerance(S_max: Tensor, m: int, n: int, atol, rtol, dtype) -> Tensor:
 def pinv(A, rcond=None, hermitian: bool = False, *, atol=None, rtol=None) -> Tensor:
     """The Moore-Penrose pseudo-inverse, as ``torch.linalg.pinv``.
 
-    Singular values (|eigenvalues| with ``hermitian``) at or below
+    Singular values (|eigenvalues| with ``hermitian``, which reads only the
+    lower triangle) at or below
     max(atol, rtol * largest) count as zero; by default atol = 0 and
     rtol = eps * max(m, n). `rcond` is PyTorch's older name for `rtol`.
     Differentiable where the rank does not change and the nonzero singular
@@ -613,11 +614,9 @@ def pinv(A, rcond=None, hermitian: bool = False, *, atol=None, rtol=None) -> Ten
     if hermitian:
         if m != n:
             raise ShapeError(f"loom.linalg.pinv: hermitian=True needs square matrices, got {fmt_shape(A.shape)}")
-        L, V = eigh(A)
-        tol = _tolerance(L.abs().amax(-1, keepdim=True), m, n, atol, rtol, A.dtype)
-        keep = L.abs() > tol
-        inv_l = where(keep, 1.0 / where(keep, L, 1.0), 0.0)
-        return (V * inv_l.unsqueeze(-2)) @ V.mT
+        # The value reads the lower triangle only; the gradient is the general pseudo-inverse's, as PyTorch's.
+        low = A.tril(-1)
+        A = A + (low + low.mT + _diagonal(A).diag_embed() - A).detach()
     U, S, Vh = svd(A, full_matrices=False)
     tol = _tolerance(S[..., :1], m, n, atol, rtol, A.dtype)
     keep = S > tol
@@ -704,6 +703,9 @@ def lstsq(A, B, rcond=None, *, driver=None) -> LstsqResult:
                         f"{driver!r}")
     driver = driver or "gelsy"
     m, n = A.shape[-2:]
+    if not 0 <= A.ndim - B.ndim <= 1:
+        raise ShapeError(f"loom.linalg.lstsq: B must have as many dims as A or one fewer (a vector right-hand "
+                         f"side), got A {fmt_shape(A.shape)} and B {fmt_shape(B.shape)}")
     vector = B.ndim == A.ndim - 1
     if vector:
         B = B.unsqueeze(-1)
@@ -720,7 +722,7 @@ def lstsq(A, B, rcond=None, *, driver=None) -> LstsqResult:
     else:
         Q, R = qr(A.mT)
         X = Q @ solve_triangular(_with_pivots(R, _pivots_nonzero("linalg.lstsq", R)).mT, B, upper=False)
-    empty = tensor([], dtype=A.dtype)
+    empty = A.reshape(-1)[:0] * 0  # PyTorch's empty results are part of the graph (they require grad).
     residuals = empty
     if m > n and driver != "gelsy":
         residuals = ((A @ X - B) ** 2).sum(-2)
