@@ -25,9 +25,10 @@ from loom.tensor import (
 
 __all__ = ["cross", "diagonal", "matmul", "matrix_norm", "matrix_power", "multi_dot", "norm", "vecdot",
            "vector_norm", "inv", "det", "slogdet", "cholesky", "solve", "SlogdetResult",
-           "qr", "svd", "svdvals", "eigh", "eigvalsh", "lstsq", "lu", "lu_factor", "lu_solve", "solve_triangular",
+           "qr", "svd", "svdvals", "eigh", "eigvalsh", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve",
+           "solve_triangular",
            "pinv", "matrix_exp", "matrix_rank", "cond", "householder_product", "tensorinv", "tensorsolve", "vander",
-           "QRResult", "SVDResult", "EighResult", "LstsqResult", "LUResult", "LUFactorResult"]
+           "QRResult", "SVDResult", "EighResult", "LstsqResult", "LUResult", "LUFactorResult", "LUFactorExResult"]
 
 _INF = float("inf")
 
@@ -373,6 +374,8 @@ LstsqResult = _named("LstsqResult", ("solution", "residuals", "rank", "singular_
                      "(solution, residuals, rank, singular_values) of `lstsq`, also readable by name.")
 LUResult = _named("LUResult", ("P", "L", "U"), "(P, L, U) of `lu`, also readable by name.")
 LUFactorResult = _named("LUFactorResult", ("LU", "pivots"), "(LU, pivots) of `lu_factor`, also readable by name.")
+LUFactorExResult = _named("LUFactorExResult", ("LU", "pivots", "info"),
+                          "(LU, pivots, info) of `lu_factor_ex`, also readable by name.")
 
 
 def _prim(op: str, x: Tensor, **attrs) -> Tensor:
@@ -616,7 +619,7 @@ def pinv(A, rcond=None, hermitian: bool = False, *, atol=None, rtol=None) -> Ten
             raise ShapeError(f"loom.linalg.pinv: hermitian=True needs square matrices, got {fmt_shape(A.shape)}")
         # The value reads the lower triangle only; the gradient is the general pseudo-inverse's, as PyTorch's.
         low = A.tril(-1)
-        A = A + (low + low.mT + _diagonal(A).diag_embed() - A).detach()
+        A = A + (low + low.mT + _diagonal(A, 0, -2, -1).diag_embed() - A).detach()
     U, S, Vh = svd(A, full_matrices=False)
     tol = _tolerance(S[..., :1], m, n, atol, rtol, A.dtype)
     keep = S > tol
@@ -763,11 +766,75 @@ def _perm_matrix(perm: Tensor, dtype) -> Tensor:
     return (arange(m).unsqueeze(-1) == perm.unsqueeze(-2)).to(dtype)
 
 
+def _lu_compact(op: str, A, pivot: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(LU, pivots, info) in LAPACK's compact form; info is 1 + the index of the first zero pivot, else 0."""
+    A = _matrix_input(op, A)
+    if not pivot:
+        raise LoomError(f"loom.{op}: LU without pivoting is not implemented on the CPU (as in PyTorch)")
+    from loom.functional.compat import _lu
+    from loom.functional.shape import cat
+    L, U, _, _, piv = _lu(A)
+    m, n = A.shape[-2:]
+    k = min(m, n)
+    low = L - eye(m, k, dtype=A.dtype)
+    if m > n:
+        LU = low + cat([U, low[..., k:, :] * 0], -2)
+    elif m == n:
+        LU = low + U
+    else:
+        LU = cat([low + U[..., :, :k], U[..., :, k:]], -1)
+    zero = _diagonal(U, 0, -2, -1) == 0
+    first = zero.to(dt.int32).argmax(-1) + 1
+    from loom.functional.math import where
+    info = where(zero.any(-1), first, 0).to(dt.int32) if k else _zeros_int(tuple(A.shape[:-2]))
+    return LU, piv, info
+
+
+def _zeros_int(shape) -> Tensor:
+    from loom.tensor import zeros
+    return zeros(*shape, dtype=dt.int32)
+
+
+def lu_factor_ex(A, *, pivot: bool = True, check_errors: bool = False):
+    """(LU, pivots, info) as `lu_factor`, with LAPACK's info instead of an error, as ``torch.linalg.lu_factor_ex``.
+
+    info is 0, or 1 + the index of the first zero on U's diagonal. With
+    ``check_errors`` a zero pivot raises, as `lu_factor`.
+
+    Examples
+    --------
+    >>> loom.linalg.lu_factor_ex(loom.tensor([[1.0, 2.0], [2.0, 4.0]])).info.item()
+    2
+    """
+    LU, piv, info = _lu_compact("linalg.lu_factor_ex", A, pivot)
+    if check_errors:
+        LU = _checked_pivots("linalg.lu_factor_ex", LU)
+    return LUFactorExResult((LU, piv, info))
+
+
+def _checked_pivots(op: str, LU: Tensor) -> Tensor:
+    """LU with its diagonal read through a check that no pivot is zero (a singular matrix raises)."""
+    from loom.functional.checks import check
+    from loom.functional.shape import cat
+    import numpy as np
+    d = _diagonal(LU, 0, -2, -1)
+    checked = check(d.abs(), op, f"loom.{op}: U has a zero on its diagonal (|pivot| = {{value}}), so the matrix "
+                    "is singular and lu_solve would divide by zero; loom.linalg.lu or lu_factor_ex still factor it",
+                    low=np.finfo(np.float64).tiny, high=_INF, error="value")
+    m, n = LU.shape[-2:]
+    delta = checked - d.abs()  # Zero: it only places the check where LU is read.
+    if n > d.shape[-1]:
+        from loom.tensor import zeros
+        delta = cat([delta, zeros(*delta.shape[:-1], n - d.shape[-1], dtype=LU.dtype)], -1)
+    return LU + delta.unsqueeze(-2) * eye(m, n, dtype=LU.dtype)
+
+
 def lu_factor(A, *, pivot: bool = True) -> LUFactorResult:
     """The LU factorisation with partial pivoting in LAPACK's compact form, as ``torch.linalg.lu_factor``.
 
     Returns (LU, pivots): L (unit diagonal, not stored) below the diagonal of
-    LU and U on and above it; pivots are the 1-based row swaps (int32).
+    LU and U on and above it; pivots are the 1-based row swaps (int32). A zero
+    on U's diagonal raises, as in PyTorch (`lu_factor_ex` and `lu` do not).
     Written as min(m, n) vectorised elimination steps, so differentiable to
     any order (for the small matrices models factor).
 
@@ -777,20 +844,8 @@ def lu_factor(A, *, pivot: bool = True) -> LUFactorResult:
     >>> piv.tolist()
     [2, 2]
     """
-    A = _matrix_input("lu_factor", A)
-    if not pivot:
-        raise LoomError("loom.linalg.lu_factor: LU without pivoting is not implemented on the CPU (as in PyTorch)")
-    from loom.functional.compat import _lu
-    L, U, _, _, piv = _lu(A)
-    m, n = A.shape[-2:]
-    k = min(m, n)
-    from loom.functional.shape import cat
-    low = L - eye(m, k, dtype=A.dtype)
-    if m >= n:
-        LU = low + cat([U, (low[..., k:, :] * 0)], -2) if m > n else low + U
-    else:
-        LU = cat([low + U[..., :, :k], U[..., :, k:]], -1)
-    return LUFactorResult((LU, piv))
+    LU, piv, _ = _lu_compact("linalg.lu_factor", A, pivot)
+    return LUFactorResult((_checked_pivots("linalg.lu_factor", LU), piv))
 
 
 def lu(A, *, pivot: bool = True) -> LUResult:

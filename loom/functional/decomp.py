@@ -9,7 +9,6 @@ there, saying what replaces them.
 """
 from __future__ import annotations
 
-from loom import dtypes as dt
 from loom.errors import LoomError, ShapeError, fmt_shape
 from loom.tensor import Tensor, tensor, zeros
 
@@ -134,7 +133,9 @@ def matrix_rank(input, tol=None, symmetric: bool = False, *args, **kwargs):
 
 
 def lu(A, pivot: bool = True, get_infos: bool = False):
-    """(LU, pivots) of a (batch of) matrix, with ``infos`` (int32 zeros) when `get_infos`, as ``torch.lu``.
+    """(LU, pivots) of a (batch of) matrix, with LAPACK's ``infos`` when `get_infos`, as ``torch.lu``.
+
+    A singular matrix does not raise (infos is 1 + the index of the first zero pivot, else 0).
 
     Examples
     --------
@@ -142,10 +143,10 @@ def lu(A, pivot: bool = True, get_infos: bool = False):
     >>> pivots.tolist()
     [2, 2]
     """
-    LU, piv = _la().lu_factor(A, pivot=pivot)
+    LU, piv, info = _la()._lu_compact("lu", A, pivot)
     if not get_infos:
         return LU, piv
-    return LU, piv, zeros(*LU.shape[:-2], dtype=dt.int32)
+    return LU, piv, info
 
 
 def lu_solve(b, LU_data, LU_pivots) -> Tensor:

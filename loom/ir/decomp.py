@@ -108,7 +108,15 @@ def _infer_geqrf(inputs, attrs):
 
 # ---------------------------------------------------------------- reference implementations
 
+def _blas(x) -> None:
+    """Give LAPACK's BLAS the threads a factorisation of `x` deserves (about m * n * min(m, n) per matrix)."""
+    from loom.runtime import threads
+    m, n = x.shape[-2:]
+    threads.prepare_blas(int(np.prod(x.shape[:-2], dtype=np.int64)) * m * n * min(m, n))
+
+
 def _qr_ref(x, attrs):
+    _blas(x)
     m, n = x.shape[-2:]
     kq = m if attrs["complete"] else min(m, n)
     out = np.zeros(x.shape[:-2] + (m + n, kq), x.dtype)
@@ -122,6 +130,7 @@ def _qr_ref(x, attrs):
 
 
 def _svd_ref(x, attrs):
+    _blas(x)
     m, n = x.shape[-2:]
     k, full = min(m, n), attrs["full_matrices"]
     out = np.zeros(x.shape[:-2] + (m + 1 + n, max(m, n) if full else k), x.dtype)
@@ -137,12 +146,14 @@ def _svd_ref(x, attrs):
 
 
 def _svdvals_ref(x, attrs):
+    _blas(x)
     if not x.size:
         return np.zeros(x.shape[:-2] + (min(x.shape[-2:]),), x.dtype)
     return np.linalg.svd(x, compute_uv=False)
 
 
 def _eigh_ref(x, attrs):
+    _blas(x)
     n = x.shape[-1]
     out = np.zeros(x.shape[:-2] + (n + 1, n), x.dtype)
     if x.size:
@@ -153,6 +164,7 @@ def _eigh_ref(x, attrs):
 
 
 def _eigvalsh_ref(x, attrs):
+    _blas(x)
     if not x.size:
         return np.zeros(x.shape[:-1], x.dtype)
     return np.linalg.eigvalsh(x, UPLO="U" if attrs["upper"] else "L")
@@ -197,6 +209,7 @@ def _expm(a: np.ndarray) -> np.ndarray:
 
 
 def _matrix_exp_ref(x, attrs):
+    _blas(x)
     flat = x.reshape((-1,) + x.shape[-2:]).astype(np.float64)
     out = np.empty_like(flat)
     for k in range(flat.shape[0]):
@@ -205,6 +218,7 @@ def _matrix_exp_ref(x, attrs):
 
 
 def _geqrf_ref(x, attrs):
+    _blas(x)
     m, n = x.shape[-2:]
     out = np.zeros(x.shape[:-2] + (m + 1, n), x.dtype)
     if x.size and m and n:
