@@ -683,9 +683,10 @@ def lstsq(A, B, rcond=None, *, driver=None) -> LstsqResult:
     """The least-squares solution of A X = B, as ``torch.linalg.lstsq`` (a named result).
 
     Solved through a QR decomposition (of A when m >= n, of A^T for the
-    minimum-norm solution when m < n), so A must have full rank: a rank
-    deficient A raises, where PyTorch's default 'gelsy' driver would still
-    answer. `B` may be (..., m, k) or a vector batch (..., m); batch dims
+    minimum-norm solution when m < n), so A must have full rank: an exactly
+    rank-deficient A (a zero on R's diagonal) raises and a nearly deficient
+    one gives large values, where PyTorch's default 'gelsy' driver would
+    still answer. `B` may be (..., m, k) or a vector batch (..., m); batch dims
     broadcast. As PyTorch's CPU drivers: ``residuals`` (the squared residual
     norms per column) are given for m > n with the drivers 'gels', 'gelsd' and
     'gelss' (else empty); ``rank`` for all but 'gels'; ``singular_values``
@@ -868,14 +869,14 @@ def lu(A, *, pivot: bool = True) -> LUResult:
     return LUResult((_perm_matrix(perm, A.dtype), L, U))
 
 
-def _lu_unpack(LU, pivots, unpack_data: bool = True, unpack_pivots: bool = True) -> LUResult:
+def _lu_unpack(LU, pivots, unpack_data: bool = True, unpack_pivots: bool = True, op: str = "lu_unpack") -> LUResult:
     """(P, L, U) from `lu_factor`'s (LU, pivots); the shared body of ``torch.lu_unpack``."""
-    LU = _matrix_input("lu_unpack", LU)
+    LU = _matrix_input(op, LU)
     pivots = _t(pivots)
     m, n = LU.shape[-2:]
     k = min(m, n)
     if pivots.dtype.is_floating_point or tuple(pivots.shape) != tuple(LU.shape[:-2]) + (k,):
-        raise ShapeError(f"loom.lu_unpack: pivots must be integers of shape {fmt_shape(tuple(LU.shape[:-2]) + (k,))}"
+        raise ShapeError(f"loom.{op}: pivots must be integers of shape {fmt_shape(tuple(LU.shape[:-2]) + (k,))}"
                          f" for LU {fmt_shape(LU.shape)}, got {pivots.dtype.name}{fmt_shape(pivots.shape)}")
     empty = tensor([], dtype=LU.dtype)
     L = LU[..., :, :k].tril(-1) + eye(m, k, dtype=LU.dtype) if unpack_data else empty
@@ -903,7 +904,7 @@ def lu_solve(LU, pivots, B, *, left: bool = True, adjoint: bool = False) -> Tens
     if (B.shape[-2] if left else B.shape[-1]) != n:
         raise ShapeError(f"loom.linalg.lu_solve: LU is {n}x{n} but B has shape {fmt_shape(B.shape)} "
                          f"(expected {n} {'rows' if left else 'columns'}; left={left})")
-    P, _, _ = _lu_unpack(LU, pivots, unpack_data=False)
+    P, _, _ = _lu_unpack(LU, pivots, unpack_data=False, op="linalg.lu_solve")
     if not left:  # X A = B  <=>  A^T X^T = B^T.
         return lu_solve(LU, pivots, B.mT, adjoint=not adjoint).mT
     LU, B = _batch_broadcast("lu_solve", LU, B)

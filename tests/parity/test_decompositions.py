@@ -317,6 +317,15 @@ def test_bad_inputs_name_the_op_shapes_and_dtypes():
     with pytest.raises(ShapeError, match=r"loom\.linalg\.householder_product: expected A \(\.\.\., m, n\) with "
                                          r"m >= n"):
         loom.linalg.householder_product(wide, loom.ones(2, dtype=loom.float64))
+    LU, piv = loom.linalg.lu_factor(f32)
+    with pytest.raises(ShapeError, match=r"loom\.linalg\.lu_solve: pivots must be integers of shape \[3\] for LU "
+                                         r"\[3, 3\], got float32\[3\]"):
+        loom.linalg.lu_solve(LU, piv.float(), loom.ones(3, 1))
+    with pytest.raises(ShapeError, match=r"loom\.lu_unpack: pivots must be integers of shape \[3\] for LU "
+                                         r"\[3, 3\], got int32\[2\]"):
+        loom.lu_unpack(LU, piv[:2])
+    with pytest.raises(ShapeError, match=r"loom\.linalg\.lstsq: B must have as many dims as A or one fewer"):
+        loom.linalg.lstsq(f32, loom.ones(2, 3, 1))
     with pytest.raises(ShapeError, match=r"loom\.linalg\.tensorinv: the product of the first 1 dims"):
         loom.linalg.tensorinv(loom.ones(2, 3), ind=1)
     with pytest.raises(LoomError, match=r"loom\.lobpcg: the matrix size \(3\) must be at least 3 x"):
