@@ -211,6 +211,8 @@ CASES += [
     Case("torch_nuclear_frobenius", lambda m, a: (m.nuclear_norm(a), m.nuclear_norm(a, True),
                                                   m.nuclear_norm(a, (0, 2)), m.frobenius_norm(a, (1, 2))),
          (conditioned(3, 4, 3),)),
+    Case("torch_norm_nuc", lambda m, a: (m.norm(a[0], p="nuc"), a.norm("nuc", dim=(0, 2), keepdim=True)),
+         (conditioned(3, 4, 3),)),
     Case("torch_lowrank_exact", lambda m, a: (m.svd_lowrank(a, q=2)[1], m.pca_lowrank(a, q=3, center=False)[1],
                                               (lambda u, s, v: u @ (s.unsqueeze(-1) * v.mT))(*m.svd_lowrank(a, q=2))),
          (low_rank(6, 4, 2),), grad=False, reason="the random subspace differs from PyTorch's draw"),
