@@ -356,26 +356,58 @@ def solve(A, B, *, left: bool = True) -> Tensor:
 
 # ---------------------------------------------------------------- factorisations (library primitives, loom.ir.decomp)
 
+class _Result(tuple):
+    """A tuple of results also readable by name (its `_fields`), as PyTorch's ``torch.return_types``."""
+
+    _fields: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for i, f in enumerate(cls._fields):
+            setattr(cls, f, property(lambda self, i=i: self[i], doc=f"Item {i}: {f}."))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{f}={v!r}" for f, v in zip(self._fields, self)) + ")"
+
+
 def _named(name: str, fields: tuple[str, ...], doc: str) -> type:
-    """A tuple of results also readable by name, as PyTorch's ``torch.return_types``."""
-    def make(i):
-        return property(lambda self: self[i], doc=f"Item {i}.")
-    cls = type(name, (tuple,), {f: make(i) for i, f in enumerate(fields)})
-    cls.__doc__ = doc
-    cls.__module__ = __name__
-    cls.__repr__ = lambda self: f"{name}(" + ", ".join(f"{f}={v!r}" for f, v in zip(fields, self)) + ")"
-    return cls
+    """A `_Result` class made at run time (for the torch.* spellings' result types)."""
+    return type(name, (_Result,), {"_fields": fields, "__doc__": doc, "__module__": __name__})
 
 
-QRResult = _named("QRResult", ("Q", "R"), "(Q, R) of `qr`, also readable by name.")
-SVDResult = _named("SVDResult", ("U", "S", "Vh"), "(U, S, Vh) of `svd`, also readable by name.")
-EighResult = _named("EighResult", ("eigenvalues", "eigenvectors"), "(eigenvalues, eigenvectors) of `eigh`.")
-LstsqResult = _named("LstsqResult", ("solution", "residuals", "rank", "singular_values"),
-                     "(solution, residuals, rank, singular_values) of `lstsq`, also readable by name.")
-LUResult = _named("LUResult", ("P", "L", "U"), "(P, L, U) of `lu`, also readable by name.")
-LUFactorResult = _named("LUFactorResult", ("LU", "pivots"), "(LU, pivots) of `lu_factor`, also readable by name.")
-LUFactorExResult = _named("LUFactorExResult", ("LU", "pivots", "info"),
-                          "(LU, pivots, info) of `lu_factor_ex`, also readable by name.")
+class QRResult(_Result):
+    """(Q, R) of `qr`, also readable by name."""
+    _fields = ("Q", "R")
+
+
+class SVDResult(_Result):
+    """(U, S, Vh) of `svd`, also readable by name."""
+    _fields = ("U", "S", "Vh")
+
+
+class EighResult(_Result):
+    """(eigenvalues, eigenvectors) of `eigh`, also readable by name."""
+    _fields = ("eigenvalues", "eigenvectors")
+
+
+class LstsqResult(_Result):
+    """(solution, residuals, rank, singular_values) of `lstsq`, also readable by name."""
+    _fields = ("solution", "residuals", "rank", "singular_values")
+
+
+class LUResult(_Result):
+    """(P, L, U) of `lu`, also readable by name."""
+    _fields = ("P", "L", "U")
+
+
+class LUFactorResult(_Result):
+    """(LU, pivots) of `lu_factor`, also readable by name."""
+    _fields = ("LU", "pivots")
+
+
+class LUFactorExResult(_Result):
+    """(LU, pivots, info) of `lu_factor_ex`, also readable by name."""
+    _fields = ("LU", "pivots", "info")
 
 
 def _prim(op: str, x: Tensor, **attrs) -> Tensor:
