@@ -751,13 +751,14 @@ def lstsq(A, B, rcond=None, *, driver=None) -> LstsqResult:
         raise ShapeError(f"loom.linalg.lstsq: A has {m} rows but B has shape {fmt_shape(B.shape)} (expected B "
                          f"(..., {m}, k) or (..., {m}))")
     A, B = _batch_broadcast("lstsq", A, B)
-    from loom.functional.compat import _pivots_nonzero
+    rank_msg = ("loom.linalg.lstsq: A does not have full rank (its QR factor R has |pivot| = {value} on the "
+                f"diagonal; A is {A.dtype.name}{fmt_shape(A.shape)}); this QR-based solver needs full rank")
     if m >= n:
         Q, R = qr(A)
-        X = solve_triangular(_with_pivots(R, _pivots_nonzero("linalg.lstsq", R)), Q.mT @ B, upper=True)
+        X = solve_triangular(_checked_pivots("linalg.lstsq", R, rank_msg), Q.mT @ B, upper=True)
     else:
         Q, R = qr(A.mT)
-        X = Q @ solve_triangular(_with_pivots(R, _pivots_nonzero("linalg.lstsq", R)).mT, B, upper=False)
+        X = Q @ solve_triangular(_checked_pivots("linalg.lstsq", R, rank_msg).mT, B, upper=False)
     empty = A.reshape(-1)[:0] * 0  # PyTorch's empty results are part of the graph (they require grad).
     residuals = empty
     if m > n and driver != "gelsy":
@@ -769,13 +770,6 @@ def lstsq(A, B, rcond=None, *, driver=None) -> LstsqResult:
         X = X.squeeze(-1)
         residuals = residuals.squeeze(-1) if residuals.numel() else residuals
     return LstsqResult((X, residuals, rank, sv))
-
-
-def _with_pivots(R: Tensor, pivots: Tensor) -> Tensor:
-    """R with its diagonal read through the checked `pivots` (so a zero pivot raises where R is used)."""
-    n = R.shape[-1]
-    eye_ = eye(n, dtype=R.dtype)
-    return R * (1 - eye_) + pivots.unsqueeze(-1) * eye_
 
 
 def _perm_from_pivots(pivots: Tensor, m: int) -> Tensor:
@@ -845,15 +839,15 @@ def lu_factor_ex(A, *, pivot: bool = True, check_errors: bool = False):
     return LUFactorExResult((LU, piv, info))
 
 
-def _checked_pivots(op: str, LU: Tensor) -> Tensor:
-    """LU with its diagonal read through a check that no pivot is zero (a singular matrix raises)."""
+def _checked_pivots(op: str, LU: Tensor, message: str | None = None) -> Tensor:
+    """LU (or R) with its diagonal read through a check that no pivot is zero (`message` holds ``{value}``)."""
     from loom.functional.checks import check
     from loom.functional.shape import cat
     import numpy as np
     d = _diagonal(LU, 0, -2, -1)
-    checked = check(d.abs(), op, f"loom.{op}: U has a zero on its diagonal (|pivot| = {{value}}), so the matrix "
-                    "is singular and lu_solve would divide by zero; loom.linalg.lu or lu_factor_ex still factor it",
-                    low=np.finfo(np.float64).tiny, high=_INF, error="value")
+    message = message or (f"loom.{op}: U has a zero on its diagonal (|pivot| = {{value}}), so the matrix is "
+                          "singular and lu_solve would divide by zero; loom.linalg.lu or lu_factor_ex still factor it")
+    checked = check(d.abs(), op, message, low=np.finfo(np.float64).tiny, high=_INF, error="value")
     m, n = LU.shape[-2:]
     delta = checked - d.abs()  # Zero: it only places the check where LU is read.
     if n > d.shape[-1]:
