@@ -85,6 +85,7 @@ TITLES = {
     "loom.functional.shape": "Shapes and views",
     "loom.functional.indexing": "Indexing, gathering and scattering",
     "loom.functional.linalg": "Linear algebra",
+    "loom.functional.decomp": "Matrix factorisations (PyTorch's torch.* spellings; see loom.linalg)",
     "loom.functional.nn": "Neural-network functions",
     "loom.functional.conv": "Convolution and pooling",
     "loom.function": "Tracing: loom.function",

@@ -779,25 +779,32 @@ def _square(op: str, A) -> Tensor:
 
 
 def _lu(a: Tensor):
-    """(L, U, perm, sign) with a[..., perm, :] = L @ U, L unit lower triangular; sign is the permutation's."""
-    n = a.shape[-1]
+    """(L, U, perm, sign, pivots) with a[..., perm, :] = L @ U: L (m, k) unit lower and U (k, n) upper triangular,
+    k = min(m, n); sign is the permutation's and pivots LAPACK's (1-based row swaps, int32).
+
+    A zero pivot column is left as it is (its multipliers are 0), as LAPACK's getrf does.
+    """
+    rows, n = a.shape[-2:]
+    kk = min(rows, n)
     batch = tuple(a.shape[:-2])
-    idx = arange(n).expand(*batch, n)
-    u, m = a, zeros(*a.shape, dtype=a.dtype)
-    perm, sign = idx, full(batch, 1.0, dtype=a.dtype)
-    for k in range(n):
+    idx = arange(rows).expand(*batch, rows)
+    u, m = a, zeros(*batch, rows, kk, dtype=a.dtype)
+    perm, sign, piv = idx, full(batch, 1.0, dtype=a.dtype), []
+    for k in range(kk):
         col = _math.where(idx >= k, u[..., :, k].abs(), -1.0)
         p = col.argmax(-1, keepdim=True)
-        swap = _math.where(idx == k, p, _math.where(idx == p, k, idx))
-        rows = swap.unsqueeze(-1).expand(*batch, n, n)
-        u, m = u.gather(-2, rows), m.gather(-2, rows)
-        perm = perm.gather(-1, swap)
+        piv.append(p)
+        swap = _math.where(idx == k, p, _math.where(idx == p, k, idx)).unsqueeze(-1)
+        u, m = u.gather(-2, swap.expand(*batch, rows, n)), m.gather(-2, swap.expand(*batch, rows, kk))
+        perm = perm.gather(-1, swap.squeeze(-1))
         sign = sign * _math.where(p.squeeze(-1) == k, 1.0, -1.0)
-        f = _math.where(idx > k, u[..., :, k] / u[..., k:k + 1, k], 0.0)
+        pivot = u[..., k:k + 1, k]
+        f = _math.where(idx > k, u[..., :, k] / _math.where(pivot == 0, 1.0, pivot), 0.0)
         u = u - f.unsqueeze(-1) * u[..., k:k + 1, :]
-        m = m + f.unsqueeze(-1) * (arange(n) == k).to(a.dtype)
-    eye = (arange(n).unsqueeze(1) == arange(n)).to(a.dtype)
-    return m + eye, _shape.triu(u), perm, sign
+        m = m + f.unsqueeze(-1) * (arange(kk) == k).to(a.dtype)
+    eye = (arange(rows).unsqueeze(1) == arange(kk)).to(a.dtype)
+    pivots = (_shape.cat(piv, -1) + 1).to(dt.int32) if piv else zeros(*batch, 0, dtype=dt.int32)
+    return m + eye, _shape.triu(u[..., :kk, :]), perm, sign, pivots
 
 
 def _diag(u: Tensor) -> Tensor:
@@ -813,14 +820,14 @@ def det(input) -> Tensor:
     5.0
     """
     a = _square("det", input)
-    _, u, _, sign = _lu(a)
+    _, u, _, sign, _ = _lu(a)
     return sign * _reduce.prod(_diag(u), -1)
 
 
 def slogdet(input):
     """(sign, log|det|) of a square matrix (or batch), as `torch.slogdet`."""
     a = _square("slogdet", input)
-    _, u, _, sign = _lu(a)
+    _, u, _, sign, _ = _lu(a)
     d = _diag(u)
     return sign * _reduce.prod(d.sign(), -1), d.abs().log().sum(-1)
 
@@ -899,7 +906,7 @@ def cholesky(input, upper: bool = False) -> Tensor:
 
 
 def _solve(a: Tensor, b: Tensor, op: str) -> Tensor:
-    l, u, perm, _ = _lu(a)
+    l, u, perm, _, _ = _lu(a)
     return _solve_lu(l, u, perm, b, _pivots_nonzero(op, u))
 
 

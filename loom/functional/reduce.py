@@ -532,8 +532,8 @@ def norm(x, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     x : Tensor
         A floating point tensor.
     p : float or str
-        'fro' or 2 (Euclidean), 1, inf, -inf, 0 (count of nonzeros) or any other number.
-        'nuc' needs an SVD and is not supported.
+        'fro' or 2 (Euclidean), 1, inf, -inf, 0 (count of nonzeros) or any other number;
+        'nuc': the nuclear norm of the matrices in the last two dims (or a 2-tuple `dim`).
     dim : int or tuple of ints, optional
     keepdim : bool
     dtype : loom.dtype, optional
@@ -551,8 +551,9 @@ def norm(x, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
         raise DTypeError(f"loom.norm: expected a floating point tensor, got {x.dtype.name}")
     if p in ("fro", None):
         p = 2
-    if p == "nuc":
-        raise LoomError("loom.norm: the nuclear norm needs an SVD, which loom does not have yet")
+    if p == "nuc":  # The sum of singular values of the (dim[0], dim[1]) planes, the last two by default.
+        from loom.linalg import matrix_norm
+        return matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
     if isinstance(p, str):
         raise LoomError(f"loom.norm: unknown norm {p!r}; expected 'fro', 'nuc' or a number")
     if p == math.inf:

@@ -7,6 +7,7 @@ the language-neutral format of docs/graph-format.md.
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES, infer
 from loom.ir import conv as _conv  # noqa: F401  (registers the convolution primitives in ops)
+from loom.ir import decomp as _decomp  # noqa: F401  (registers the factorisation primitives in ops)
 from loom.ir.graph import Graph
 from loom.ir.serialize import from_json, load, save, to_json
 

@@ -1081,5 +1081,3 @@ def vjp_reads_input(name: str, k: int, requires: Sequence[bool]) -> bool:
 def wants_needs(prim: Primitive) -> bool:
     """Whether a backward rule accepts `needs`, to skip gradients nobody asked for."""
     return prim.vjp is not None and "needs" in prim.vjp.__code__.co_varnames
-
-

@@ -98,6 +98,17 @@ def every_primitive_graph():
     outs.append(add("conv2d_weight_grad", [img, conv], kernel_size=(2, 2), **geo))
     outs.append(add("max_pool2d_index", [img], kernel_size=(2, 2), stride=(1, 2), padding=(0, 0, 1, 1),
                     dilation=(1, 1)))
+    sq = add("slice", [x], starts=(0, 0), stops=(3, 3), steps=(1, 1))
+    xd = add("cast", [x], dtype=loom.float64)
+    outs.append(add("qr", [x], complete=False))
+    outs.append(add("qr", [xd], complete=True))
+    outs.append(add("svd", [x], full_matrices=True))
+    outs.append(add("svdvals", [xd]))
+    outs.append(add("eigh", [sq], upper=False))
+    outs.append(add("eigvalsh", [sq], upper=True))
+    outs.append(add("triangular_solve", [sq, x], upper=True, unitriangular=False))
+    outs.append(add("matrix_exp", [sq]))
+    outs.append(add("geqrf", [x]))
     outs.append(add("argsort", [x], axis=1, descending=True))
     outs.append(add("argsort", [i], axis=0, descending=False))
     outs.append(add("check", [idx], user_op="gather", low=0, high=3, closed=False, ignore=None, error="index",

@@ -163,6 +163,25 @@ TABLE: dict[str, tuple[list, dict, list]] = {
         ({"low": 0, "high": 3, "message": "m", "positive_rows": True}, r"check: attr 'rows_message' is None"),
         ({"low": 0, "high": 3, "message": 7}, r"check: attr 'message' is 7; expected a str"),
     ]),
+    "qr": ([((4, 3), F32)], {"complete": False}, [
+        ({}, r"qr: needs attr 'complete', which is missing"),
+        ({"complete": 1}, r"qr: attr 'complete' is 1; expected a bool"),
+    ]),
+    "svd": ([((4, 3), F32)], {"full_matrices": True}, [
+        ({"full_matrices": "no"}, r"svd: attr 'full_matrices' is 'no'; expected a bool"),
+        ({"full_matrices": True, "driver": "gesvd"}, r"svd: unknown attr\(s\) \['driver'\]"),
+    ]),
+    "svdvals": ([((4, 3), F32)], {}, [(EXTRA, r"svdvals: unknown attr\(s\) \['bogus'\]")]),
+    "eigh": ([((3, 3), F32)], {"upper": False}, [
+        ({"upper": "L"}, r"eigh: attr 'upper' is 'L'; expected a bool"),
+    ]),
+    "eigvalsh": ([((3, 3), F32)], {"upper": True}, [({}, r"eigvalsh: needs attr 'upper'")]),
+    "triangular_solve": ([((3, 3), F32), ((3, 2), F32)], {"upper": True, "unitriangular": False}, [
+        ({"upper": True}, r"triangular_solve: needs attr 'unitriangular'"),
+        ({"upper": None, "unitriangular": False}, r"triangular_solve: attr 'upper' is None; expected a bool"),
+    ]),
+    "matrix_exp": ([((3, 3), F32)], {}, [(EXTRA, r"matrix_exp: unknown attr\(s\) \['bogus'\]")]),
+    "geqrf": ([((4, 3), F32)], {}, [(EXTRA, r"geqrf: unknown attr\(s\) \['bogus'\]")]),
     "argsort": ([((3, 4), F32)], {"axis": 1, "descending": True}, [
         ({"axis": 2}, r"argsort: attr 'axis' is 2; expected an int in \[0, 2\)"),
         ({"axis": 1, "descending": "yes"}, r"argsort: attr 'descending' is 'yes'; expected a bool"),

@@ -188,12 +188,12 @@ def test_norm_errors():
         loom.linalg.vector_norm(loom.zeros(3, dtype=loom.int64))
     with pytest.raises(ShapeError, match=r"loom\.linalg\.matrix_norm: expected a tensor with at least 2 dims"):
         loom.linalg.matrix_norm(loom.zeros(3))
-    with pytest.raises(LoomError, match=r"loom\.linalg\.matrix_norm: ord 'nuc' needs singular values"):
-        loom.linalg.matrix_norm(loom.zeros(3, 3), "nuc")
+    with pytest.raises(LoomError, match=r"loom\.linalg\.matrix_norm: unsupported ord 'max'"):
+        loom.linalg.matrix_norm(loom.zeros(3, 3), "max")
     with pytest.raises(ShapeError, match=r"loom\.linalg\.cross: inputs must have the same number of dims"):
         loom.linalg.cross(loom.zeros(2, 3), loom.zeros(3))
-    with pytest.raises(LoomError, match=r"loom\.linalg\.matrix_power: negative powers"):
-        loom.linalg.matrix_power(loom.eye(2), -1)
+    with pytest.raises(LoomError, match=r"loom\.inverse: the matrix is singular"):
+        loom.linalg.matrix_power(loom.zeros(2, 2), -1).numpy()
 
 
 def test_bool_int_matmul_message_names_dtypes():

@@ -167,6 +167,21 @@ def test_reference_only_ops_split_segments(monkeypatch):
     assert exe._native.segments() >= 1
 
 
+def test_factorisation_primitives_run_as_python_steps(monkeypatch):
+    """Library primitives with no native kernel (QR, eigh, a triangular solve) run from Python inside the program."""
+    def fn(a, s):
+        q, r = loom.linalg.qr(a.exp())
+        lam = loom.linalg.eigvalsh(s @ s.mT)
+        x = loom.linalg.solve_triangular(r + 3 * loom.eye(3), q.mT, upper=True)
+        return (x * 2.0).tanh().sum(1) + lam
+
+    exe = _compiled(fn, np.ones((5, 3), np.float64), np.ones((3, 3), np.float64))
+    _check(exe, monkeypatch)
+    kinds = _kinds(exe)
+    assert native._PY in kinds and native._KERNEL in kinds
+    assert {"qr", "eigvalsh", "triangular_solve"} <= {n.op for n in exe.graph}
+
+
 def test_transposed_operands_are_strides_not_copies(monkeypatch):
     def fn(a, b, c):
         return (a.T @ b, a @ c.T, (b.T @ a).T, (a * 2.0).sum(0, keepdim=True).reshape(-1))

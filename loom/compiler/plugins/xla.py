@@ -465,6 +465,43 @@ def _argsort(lw, a, x):
     return lax.sort((*keys, iota), dimension=ax, is_stable=True, num_keys=len(keys))[-1]
 
 
+# ---------------------------------------------------------------- matrix factorisations (loom.ir.decomp's packing)
+
+def _qr(lw, a, x):
+    q, r = jnp.linalg.qr(x, mode="complete" if a["complete"] else "reduced")
+    return jnp.concatenate([q, jnp.swapaxes(r, -1, -2)], axis=-2)
+
+
+def _svd(lw, a, x):
+    m, n = x.shape[-2:]
+    k, full = min(m, n), a["full_matrices"]
+    w = max(m, n) if full else k
+    u, s, vh = jnp.linalg.svd(x, full_matrices=full)
+    pad = lambda t: jnp.pad(t, [(0, 0)] * (t.ndim - 1) + [(0, w - t.shape[-1])])  # noqa: E731
+    return jnp.concatenate([pad(u), pad(s)[..., None, :], pad(jnp.swapaxes(vh, -1, -2))], axis=-2)
+
+
+def _eigh(lw, a, x):
+    w, v = jnp.linalg.eigh(x, UPLO="U" if a["upper"] else "L", symmetrize_input=False)
+    return jnp.concatenate([w[..., None, :], v], axis=-2)
+
+
+def _triangular_solve(lw, a, x, b):
+    return lax.linalg.triangular_solve(x, b, left_side=True, lower=not a["upper"],
+                                       unit_diagonal=a["unitriangular"])
+
+
+def _matrix_exp(lw, a, x):
+    import jax.scipy.linalg as jsl
+    return jsl.expm(x.astype(jnp.float64)).astype(x.dtype)
+
+
+def _geqrf(lw, a, x):
+    h, tau = jnp.linalg.qr(x, mode="raw")  # NumPy's raw form: h is the factored matrix transposed.
+    tau = jnp.pad(tau, [(0, 0)] * (tau.ndim - 1) + [(0, x.shape[-1] - tau.shape[-1])])
+    return jnp.concatenate([jnp.swapaxes(h, -1, -2), tau[..., None, :]], axis=-2)
+
+
 # ---------------------------------------------------------------- the rule table
 
 _RULES: dict[str, Callable] = {
@@ -526,6 +563,14 @@ _RULES: dict[str, Callable] = {
     "max_pool2d_index": lambda lw, a, x: pool_index(x, a, jnp),  # The reference's own rule, on jax.numpy.
     "argsort": _argsort,
     "check": _check,
+    "qr": _qr,
+    "svd": _svd,
+    "svdvals": lambda lw, a, x: jnp.linalg.svd(x, compute_uv=False),
+    "eigh": _eigh,
+    "eigvalsh": lambda lw, a, x: _eigh(lw, a, x)[..., 0, :],
+    "triangular_solve": _triangular_solve,
+    "matrix_exp": _matrix_exp,
+    "geqrf": _geqrf,
 }
 
 # Primitives handled in _Lowering.node itself.
