@@ -275,8 +275,10 @@ def _qr_vjp(g, a, out, attrs):
     gx, gy = gr[..., :, :m], gr[..., :, m:]
     # A = [U | V] with U = Q X and Y = Q^T V: Y's dependence on Q adds V gY^T to gQ.
     gu = _qr_square_vjp(gq + a[..., :, m:] @ gy.mT, gx, q, x)
-    from loom.functional.shape import cat
-    return (cat([gu, q @ gy], -1),)
+    left, right = gu, q @ gy  # Side by side along the last dim, with the pad primitive (no frontend import).
+    lead = [(0, 0)] * (left.ndim - 1)
+    return (P("pad", left, pads=lead + [(0, right.shape[-1])], value=0)
+            + P("pad", right, pads=lead + [(left.shape[-1], 0)], value=0),)
 
 
 def _svd_parts(t, m, n, k):
