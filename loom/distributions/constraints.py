@@ -184,6 +184,8 @@ class _OneHot(Constraint):
 
 
 class _IntegerInterval(Constraint):
+    """Integers in [lower_bound, upper_bound]."""
+
     is_discrete = True
 
     def __init__(self, lower_bound, upper_bound) -> None:
@@ -218,6 +220,8 @@ class _Real(Constraint):
 
 
 class _GreaterThan(Constraint):
+    """Reals above `lower_bound` (strictly)."""
+
     def __init__(self, lower_bound) -> None:
         self.lower_bound = lower_bound
 
@@ -229,6 +233,8 @@ class _GreaterThan(Constraint):
 
 
 class _GreaterThanEq(_GreaterThan):
+    """Reals at or above `lower_bound`."""
+
     def check(self, value):
         return self.lower_bound <= _t(value)
 
@@ -245,6 +251,8 @@ class _Positive(_GreaterThan):
 
 
 class _LessThan(Constraint):
+    """Reals below `upper_bound` (strictly)."""
+
     def __init__(self, upper_bound) -> None:
         self.upper_bound = upper_bound
 
@@ -256,6 +264,8 @@ class _LessThan(Constraint):
 
 
 class _Interval(Constraint):
+    """Reals in the closed interval [lower_bound, upper_bound]."""
+
     def __init__(self, lower_bound, upper_bound) -> None:
         self.lower_bound, self.upper_bound = lower_bound, upper_bound
 
@@ -268,6 +278,8 @@ class _Interval(Constraint):
 
 
 class _HalfOpenInterval(_Interval):
+    """Reals in the half-open interval [lower_bound, upper_bound)."""
+
     def check(self, value):
         value = _t(value)
         return (self.lower_bound <= value) & (value < self.upper_bound)
@@ -285,6 +297,8 @@ class _Simplex(Constraint):
 
 
 class _Multinomial(Constraint):
+    """Non-negative integer count vectors summing to at most `upper_bound`."""
+
     is_discrete = True
     event_dim = 1
 
