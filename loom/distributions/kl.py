@@ -31,7 +31,7 @@ from loom.distributions.independent import Independent
 from loom.distributions.laplace import Laplace
 from loom.distributions.lowrank_multivariate_normal import (LowRankMultivariateNormal, _lowrank_logdet,
                                                             _lowrank_mahalanobis)
-from loom.distributions.multivariate_normal import MultivariateNormal, _batch_mahalanobis
+from loom.distributions.multivariate_normal import MultivariateNormal, _batch_mahalanobis, _tril_inv
 from loom.distributions.normal import Normal
 from loom.distributions.one_hot_categorical import OneHotCategorical
 from loom.distributions.poisson import Poisson
@@ -273,7 +273,7 @@ def _kl_multivariatenormal_multivariatenormal(p, q):
     _check_events(p, q)
     Lp, Lq = p._unbroadcasted_scale_tril, q._unbroadcasted_scale_tril
     half_term1 = (Lq.diagonal(dim1=-2, dim2=-1).log().sum(-1) - Lp.diagonal(dim1=-2, dim2=-1).log().sum(-1))
-    term2 = _trace_xxt(loom.linalg.inv(Lq) @ Lp)
+    term2 = _trace_xxt(_tril_inv(Lq) @ Lp)
     term3 = _batch_mahalanobis(Lq, q.loc - p.loc)
     return half_term1 + 0.5 * (term2 + term3 - p.event_shape[0])
 
@@ -314,7 +314,7 @@ def _kl_lowrankmvn_multivariatenormal(p, q):
     term1 = (2 * Lq.diagonal(dim1=-2, dim2=-1).log().sum(-1)
              - _lowrank_logdet(p._unbroadcasted_cov_factor, p._unbroadcasted_cov_diag, p._capacitance_tril))
     term3 = _batch_mahalanobis(Lq, q.loc - p.loc)
-    Lq_inv = loom.linalg.inv(Lq)
+    Lq_inv = _tril_inv(Lq)
     term21 = _trace_xxt(Lq_inv @ p._unbroadcasted_cov_factor)
     term22 = _trace_xxt(Lq_inv * p._unbroadcasted_cov_diag.sqrt().unsqueeze(-2))
     return 0.5 * (term1 + term21 + term22 + term3 - p.event_shape[0])

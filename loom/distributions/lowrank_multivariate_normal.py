@@ -6,7 +6,7 @@ import math
 import loom
 from loom.distributions import constraints
 from loom.distributions.distribution import Distribution
-from loom.distributions.multivariate_normal import _batch_mahalanobis, _batch_mv
+from loom.distributions.multivariate_normal import _batch_mahalanobis, _batch_mv, _tril_inv
 from loom.distributions.utils import lazy_property
 from loom.errors import LoomValueError
 from loom.tensor import Size, broadcast_shapes
@@ -117,7 +117,7 @@ class LowRankMultivariateNormal(Distribution):
         n = self._event_shape[0]
         W, D = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
         Wt_Dinv = W.transpose(-1, -2) / D.unsqueeze(-2)
-        A = loom.linalg.inv(self._capacitance_tril) @ Wt_Dinv
+        A = _tril_inv(self._capacitance_tril) @ Wt_Dinv
         return (loom.diag_embed(D.reciprocal()) - A.transpose(-1, -2) @ A).expand(*self._batch_shape, n, n)
 
     def rsample(self, sample_shape=Size()):

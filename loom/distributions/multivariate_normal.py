@@ -18,9 +18,14 @@ def _batch_mv(bmat, bvec):
     return (bmat @ bvec.unsqueeze(-1)).squeeze(-1)
 
 
+def _tril_inv(L):
+    """The inverse of a lower-triangular matrix, reading its lower triangle only (as a triangular solve)."""
+    return loom.linalg.inv(L.tril())
+
+
 def _batch_mahalanobis(bL, bx):
     """x^T (L L^T)^-1 x for lower-triangular L, with broadcasting batch dimensions."""
-    return _batch_mv(loom.linalg.inv(bL), bx).pow(2).sum(-1)
+    return _batch_mv(_tril_inv(bL), bx).pow(2).sum(-1)
 
 
 class MultivariateNormal(Distribution):
@@ -97,7 +102,7 @@ class MultivariateNormal(Distribution):
     def precision_matrix(self):
         L = self._unbroadcasted_scale_tril
         n = self._event_shape[0]
-        Linv = loom.linalg.inv(L)
+        Linv = _tril_inv(L)
         return (Linv.transpose(-1, -2) @ Linv).expand(*self._batch_shape, n, n)
 
     @property
