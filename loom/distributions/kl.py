@@ -125,7 +125,7 @@ def _where_inf(cond, t):
 
 
 def _x_log_x(t):
-    return t * t.log()
+    return loom.xlogy(t, t)  # 0 at 0.
 
 
 def _softplus(x):
