@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import loom
 from loom import dtypes as dt
+from loom.autograd.function import Function, once_differentiable
 from loom.distributions import constraints
 from loom.distributions.exp_family import ExponentialFamily
 from loom.distributions.utils import _first_accepted, _tiny, broadcast_all
@@ -99,20 +100,37 @@ def _sample_grad(x: Tensor, a: Tensor) -> Tensor:
     return loom.where(lower, g_lower, g_upper)
 
 
+class _StandardGamma(Function):
+    """Gamma(alpha, 1) samples; backward multiplies by the implicit reparameterisation gradient.
+
+    The gradient is first order only (`once_differentiable`): a second derivative through a sample
+    finds no history to follow rather than a wrong value, as with PyTorch's `_standard_gamma`.
+    """
+
+    @staticmethod
+    def forward(ctx, alpha):
+        x = _standard_gamma(alpha)
+        ctx.save_for_backward(x, alpha.detach())
+        return x
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, alpha = ctx.saved_tensors
+        return grad * _sample_grad(x, alpha).to(grad.dtype)
+
+
 def _reparameterised_gamma(alpha: Tensor) -> Tensor:
     """Gamma(alpha, 1) samples whose gradient in alpha is the implicit reparameterisation gradient."""
-    x = _standard_gamma(alpha)
-    if not (alpha.requires_grad and loom.is_grad_enabled()):
-        return x
-    grad = _sample_grad(x, alpha).to(x.dtype)
-    return x + grad * (alpha - alpha.detach())  # Value x; d/d alpha = grad (first order).
+    return _StandardGamma.apply(alpha)
 
 
 class Gamma(ExponentialFamily):
     """The gamma distribution with shape `concentration` and `rate` (mean concentration / rate).
 
     As `torch.distributions.Gamma`; ``rsample`` is differentiable in both parameters (in the concentration
-    through the implicit reparameterisation gradient, first order only), and ``cdf`` is the regularised
+    through the implicit reparameterisation gradient, first order only: a second
+    derivative through a sample has no history), and ``cdf`` is the regularised
     incomplete gamma function.
 
     Examples

@@ -222,3 +222,12 @@ def test_relaxed_one_hot_categorical_rsample():
                                atol=0.02)
     x[:, 2].mean().backward()
     assert logits.grad[2].item() > 0
+
+
+def test_gamma_rsample_has_no_second_derivative_rather_than_a_wrong_one():
+    a = loom.tensor([2.0], dtype=loom.float64, requires_grad=True)
+    x = D.Gamma(a, 1.0).rsample()
+    (g,) = loom.autograd.grad(x.sum(), [a], create_graph=True)
+    assert g.item() > 0
+    with pytest.raises(loom.AutogradError, match="does not require grad"):
+        loom.autograd.grad(g.sum(), [a])
