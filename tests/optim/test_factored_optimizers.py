@@ -7,6 +7,7 @@ import loom
 import loom.nn as nn
 import loom.nn.functional as F
 from tests.optim.test_new_optimizers import _arrays, _assert_close, _problem, _step
+from tests.optim.test_new_optimizers import test_state_dict_moves_between_torch_and_loom as _state_dict_round_trip
 
 CONFIGS = [
     ("Adafactor", dict()),
@@ -36,6 +37,10 @@ def test_twenty_steps_match_torch(name, kw):
         assert set(lstate) == set(tstate)
         for k, v in tstate.items():
             np.testing.assert_allclose(lstate[k].numpy(), v.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_adafactor_state_dict_moves_between_torch_and_loom():
+    _state_dict_round_trip("Adafactor", dict(lr=0.05, weight_decay=0.01))
 
 
 def test_adafactor_factors_the_last_two_dims_of_a_3d_parameter():
