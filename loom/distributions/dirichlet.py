@@ -60,9 +60,10 @@ class Dirichlet(ExponentialFamily):
     def mode(self):
         cm1 = (self.concentration - 1).clamp(min=0.0)
         mode = cm1 / cm1.sum(-1, True)
+        # With every concentration below 1 the density is unbounded at the corners; PyTorch returns the first.
         all_small = (self.concentration < 1).all(-1, keepdim=True)
-        corner = loom.nn.functional.one_hot(self.concentration.argmax(-1), self.concentration.shape[-1])
-        return loom.where(all_small, corner.to(mode.dtype), mode)
+        corner = (loom.arange(self.concentration.shape[-1]) == 0).to(mode.dtype)
+        return loom.where(all_small, corner + 0 * mode, mode)
 
     @property
     def variance(self):

@@ -151,3 +151,23 @@ def test_float32_parameters_stay_float32():
     assert d.sample().dtype == loom.float32 and d.log_prob(loom.zeros(2)).dtype == loom.float32
     g = loom.distributions.Gamma(loom.tensor([2.0]), 1.0)
     assert g.rsample((3,)).dtype == loom.float32
+
+
+def test_edge_values_match_torch():
+    p = np.array([0.0, 1.0, 0.3])
+    ld, td, _, _ = pair("Binomial", dict(total_count=5.0, probs=p))
+    close(ld.log_prob(loom.tensor([0.0, 5.0, 2.0])), td.log_prob(torch.tensor([0.0, 5.0, 2.0])), rtol=1e-6)
+    c = np.array([[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]])
+    ld, td, _, _ = pair("Categorical", dict(probs=c))
+    close(ld.entropy(), td.entropy(), rtol=1e-6, atol=1e-12)
+    ld, td, _, _ = pair("Geometric", dict(probs=np.array([1.0, 0.5])))
+    close(ld.log_prob(loom.tensor([0.0, 3.0])), td.log_prob(torch.tensor([0.0, 3.0])))
+    ld, td, _, _ = pair("Poisson", dict(rate=np.array([0.0, 2.0])))
+    close(ld.log_prob(loom.tensor([0.0, 0.0])), td.log_prob(torch.tensor([0.0, 0.0])))
+    ld, td, _, _ = pair("Gamma", dict(concentration=np.array([1.0, 0.5]), rate=np.array([1.0, 1.0])))
+    close(ld.log_prob(loom.tensor([0.0, 0.0])), td.log_prob(torch.tensor([0.0, 0.0])))
+    ld, td, _, _ = pair("Dirichlet", dict(concentration=np.array([[0.5, 0.7, 0.2], [2.0, 3.0, 4.0]])))
+    close(ld.mode, td.mode)
+    ld, td, _, _ = pair("StudentT", dict(df=np.array([0.5, 1.5, 3.0])))
+    close(ld.mean, td.mean)
+    close(ld.variance, td.variance)
