@@ -63,7 +63,7 @@ class Dirichlet(ExponentialFamily):
         # With every concentration below 1 the density is unbounded at the corners; PyTorch returns the first.
         all_small = (self.concentration < 1).all(-1, keepdim=True)
         corner = (loom.arange(self.concentration.shape[-1]) == 0).to(mode.dtype)
-        return loom.where(all_small, corner + 0 * mode, mode)
+        return loom.where(all_small, corner, mode)
 
     @property
     def variance(self):
