@@ -33,16 +33,21 @@ from loom.distributions.exponential import Exponential
 from loom.distributions.gamma import Gamma
 from loom.distributions.geometric import Geometric
 from loom.distributions.gumbel import Gumbel
+from loom.distributions.half_cauchy import HalfCauchy
 from loom.distributions.half_normal import HalfNormal
 from loom.distributions.independent import Independent
+from loom.distributions.inverse_gamma import InverseGamma
 from loom.distributions.kl import kl_divergence, register_kl
 from loom.distributions.laplace import Laplace
 from loom.distributions.log_normal import LogNormal
 from loom.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
 from loom.distributions.mixture_same_family import MixtureSameFamily
+from loom.distributions.multinomial import Multinomial
 from loom.distributions.multivariate_normal import MultivariateNormal
+from loom.distributions.negative_binomial import NegativeBinomial
 from loom.distributions.normal import Normal
 from loom.distributions.one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
+from loom.distributions.pareto import Pareto
 from loom.distributions.poisson import Poisson
 from loom.distributions.relaxed_bernoulli import RelaxedBernoulli
 from loom.distributions.relaxed_categorical import RelaxedOneHotCategorical
@@ -54,9 +59,11 @@ from loom.distributions.transforms import (AbsTransform, AffineTransform, Compos
                                            SoftplusTransform, StickBreakingTransform, TanhTransform, Transform,
                                            identity_transform)
 from loom.distributions.uniform import Uniform
+from loom.distributions.weibull import Weibull
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
-           "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfNormal", "Independent",
+           "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal",
+           "Independent", "InverseGamma", "Multinomial", "NegativeBinomial", "Pareto", "Weibull",
            "Laplace", "LogNormal", "LowRankMultivariateNormal", "MixtureSameFamily", "MultivariateNormal", "Normal",
            "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson", "RelaxedBernoulli",
            "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "biject_to",

@@ -34,6 +34,7 @@ from loom.distributions.lowrank_multivariate_normal import (LowRankMultivariateN
 from loom.distributions.multivariate_normal import MultivariateNormal, _batch_mahalanobis, _tril_inv
 from loom.distributions.normal import Normal
 from loom.distributions.one_hot_categorical import OneHotCategorical
+from loom.distributions.pareto import Pareto
 from loom.distributions.poisson import Poisson
 from loom.distributions.transformed_distribution import TransformedDistribution
 from loom.distributions.uniform import Uniform
@@ -327,6 +328,14 @@ def _kl_normal_normal(p, q):
     return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
 
 
+@register_kl(Pareto, Pareto)
+def _kl_pareto_pareto(p, q):
+    scale_ratio = p.scale / q.scale
+    alpha_ratio = q.alpha / p.alpha
+    result = q.alpha * scale_ratio.log() - alpha_ratio.log() + alpha_ratio - 1
+    return _where_inf(p.scale < q.scale, result)
+
+
 @register_kl(Poisson, Poisson)
 def _kl_poisson_poisson(p, q):
     return p.rate * (p.rate.log() - q.rate.log()) - (p.rate - q.rate)
@@ -542,6 +551,44 @@ def _kl_uniform_normal(p, q):
     return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
 
 
+@register_kl(Pareto, Exponential)
+def _kl_pareto_exponential(p, q):
+    scale_rate_prod = p.scale * q.rate
+    t1 = (p.alpha / scale_rate_prod).log()
+    t2 = p.alpha.reciprocal()
+    t3 = p.alpha * scale_rate_prod / (p.alpha - 1)
+    return _where_inf(p.alpha <= 1, t1 - t2 + t3 - 1)
+
+
+@register_kl(Pareto, Gamma)
+def _kl_pareto_gamma(p, q):
+    common = p.scale.log() + p.alpha.reciprocal()
+    t1 = p.alpha.log() - common
+    t2 = loom.lgamma(q.concentration) - q.concentration * q.rate.log()
+    t3 = (1 - q.concentration) * common
+    t4 = q.rate * p.alpha * p.scale / (p.alpha - 1)
+    return _where_inf(p.alpha <= 1, t1 + t2 + t3 + t4 - 1)
+
+
+@register_kl(Pareto, Normal)
+def _kl_pareto_normal(p, q):
+    var_normal = 2 * q.scale.pow(2)
+    common = p.scale / (p.alpha - 1)
+    t1 = (math.sqrt(2 * math.pi) * q.scale * p.alpha / p.scale).log()
+    t2 = p.alpha.reciprocal()
+    t3 = p.alpha * common.pow(2) / (p.alpha - 2)
+    t4 = (p.alpha * common - q.loc).pow(2)
+    return _where_inf(p.alpha <= 2, t1 - t2 + (t3 + t4) / var_normal - 1)
+
+
+@register_kl(Uniform, Pareto)
+def _kl_uniform_pareto(p, q):
+    width = p.high - p.low
+    t1 = (q.alpha * q.scale.pow(q.alpha) * width).log()
+    t2 = (_x_log_x(p.high) - _x_log_x(p.low) - width) / width
+    return _where_inf(p.low < q.scale, t2 * (q.alpha + 1) - t1)
+
+
 def _infinite(p, q):
     """Where p has mass outside q's support, the divergence is infinite."""
     params = [v for v in p.__dict__.values() if isinstance(v, loom.Tensor) and v.dtype.is_floating_point]
@@ -552,5 +599,7 @@ def _infinite(p, q):
 for _p, _q in [(Exponential, Beta), (Exponential, Uniform), (Gamma, Beta), (Gamma, Uniform), (Gumbel, Beta),
                (Gumbel, Exponential), (Gumbel, Gamma), (Gumbel, Uniform), (Laplace, Beta), (Laplace, Exponential),
                (Laplace, Gamma), (Laplace, Uniform), (Normal, Beta), (Normal, Exponential), (Normal, Gamma),
-               (Normal, Uniform), (Poisson, Bernoulli), (Poisson, Binomial)]:
+               (Normal, Uniform), (Poisson, Bernoulli), (Poisson, Binomial), (Beta, Pareto), (Exponential, Pareto),
+               (Gamma, Pareto), (Gumbel, Pareto), (Laplace, Pareto), (Normal, Pareto), (Pareto, Beta),
+               (Pareto, Uniform)]:
     register_kl(_p, _q)(_infinite)

@@ -97,6 +97,9 @@ def test_not_implemented_methods_say_which():
     lambda: D.LowRankMultivariateNormal(loom.zeros(3, 2), loom.ones(2, 1), loom.ones(2)),
     lambda: D.MixtureSameFamily(D.Categorical(logits=loom.zeros(3, 2)), D.Normal(loom.zeros(3, 2), 1.0)),
     lambda: D.Poisson(loom.ones(3)), lambda: D.Geometric(probs=loom.full((3,), 0.4)),
+    lambda: D.HalfCauchy(loom.ones(3)), lambda: D.Pareto(loom.ones(3), 2.0), lambda: D.Weibull(loom.ones(3), 2.0),
+    lambda: D.InverseGamma(loom.ones(3), 2.0), lambda: D.Multinomial(4, probs=loom.ones(3, 2) / 2),
+    lambda: D.NegativeBinomial(loom.ones(3), probs=loom.full((3,), 0.4)),
 ])
 def test_expand_broadcasts_the_batch(make):
     d = make()

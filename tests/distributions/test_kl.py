@@ -27,13 +27,18 @@ FAMILIES = {
     "Binomial": lambda: ("Binomial", dict(total_count=np.array([6.0, 6.0, 6.0]), probs=prob(3))),
     "Poisson": lambda: ("Poisson", dict(rate=pos(3))),
     "Geometric": lambda: ("Geometric", dict(probs=prob(3))),
+    "Pareto": lambda: ("Pareto", dict(scale=np.array([0.5, 1.0, 2.0]), alpha=np.array([0.8, 1.5, 3.0]))),
+    "Pareto2": lambda: ("Pareto", dict(scale=np.array([0.7, 0.5, 1.0]), alpha=np.array([2.0, 2.5, 1.2]))),
+    "UniformPos": lambda: ("Uniform", dict(low=np.array([0.2, 1.5, 3.0]), high=np.array([1.0, 2.0, 4.0]))),
     "MVN": lambda: ("MultivariateNormal", dict(loc=real(2, 3), covariance_matrix=spd(3, (2,)))),
     "MVNtril": lambda: ("MultivariateNormal", dict(loc=real(3), scale_tril=tril(3, (2,)))),
     "LowRankMVN": lambda: ("LowRankMultivariateNormal", dict(loc=real(2, 3), cov_factor=real(3, 2),
                                                              cov_diag=pos(3))),
 }
 
-PAIRS = [(a, a) for a in FAMILIES if a not in ("UniformWide", "MVNtril")] + [
+PAIRS = [(a, a) for a in FAMILIES if a not in ("UniformWide", "MVNtril", "Pareto2", "UniformPos")] + [
+    ("Pareto", "Pareto2"), ("Pareto2", "Exponential"), ("Pareto2", "Gamma"), ("Pareto2", "Normal"),
+    ("UniformPos", "Pareto"), ("Pareto", "Uniform"), ("Normal", "Pareto"), ("Beta", "Pareto"),
     ("Uniform", "UniformWide"), ("UniformWide", "Uniform"), ("MVN", "MVNtril"), ("MVN", "LowRankMVN"),
     ("LowRankMVN", "MVN"), ("Bernoulli", "Poisson"), ("Beta", "Exponential"), ("Beta", "Gamma"),
     ("Beta", "Normal"), ("Beta", "UniformWide"), ("Exponential", "Gamma"), ("Exponential", "Gumbel"),

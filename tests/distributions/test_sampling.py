@@ -35,6 +35,10 @@ CONTINUOUS = [
     ("Gamma-4", lambda: D.Gamma(4.0, 0.5)),
     ("Gamma-100", lambda: D.Gamma(100.0, 3.0)),
     ("Chi2", lambda: D.Chi2(3.0)),
+    ("HalfCauchy", lambda: D.HalfCauchy(2.0)),
+    ("Pareto", lambda: D.Pareto(1.0, 2.5)),
+    ("Weibull", lambda: D.Weibull(2.0, 1.5)),
+    ("InverseGamma", lambda: D.InverseGamma(3.0, 2.0)),
 ]
 
 
@@ -61,6 +65,8 @@ MOMENTS = [
     ("Mixture", lambda: D.MixtureSameFamily(D.Categorical(probs=loom.tensor([0.2, 0.8])),
                                             D.Normal(loom.tensor([-2.0, 1.0]), loom.tensor([0.5, 1.0])))),
     ("Independent", lambda: D.Independent(D.Normal(loom.tensor([[0.0, 1.0]]), loom.tensor([[1.0, 2.0]])), 1)),
+    ("Multinomial", lambda: D.Multinomial(10, probs=loom.tensor([0.1, 0.3, 0.6]))),
+    ("NegativeBinomial", lambda: D.NegativeBinomial(loom.tensor([2.0, 30.0]), probs=loom.tensor([0.3, 0.6]))),
     ("RelaxedBernoulli", lambda: D.RelaxedBernoulli(loom.tensor(0.05), probs=loom.tensor([0.2, 0.7]))),
 ]
 
