@@ -6,8 +6,8 @@ from loom import dtypes as dt
 from loom.distributions import constraints
 from loom.distributions.bernoulli import _probs_or_logits
 from loom.distributions.distribution import Distribution
-from loom.distributions.utils import _first_accepted, broadcast_all, lazy_property, logits_to_probs, \
-    probs_to_logits
+from loom.distributions.utils import (_first_accepted, _known_range, _log_factorial, broadcast_all, lazy_property,
+                                      logits_to_probs, probs_to_logits)
 from loom.tensor import Size, Tensor
 
 __all__ = ["Binomial"]
@@ -16,50 +16,67 @@ _INVERSION_TERMS = 64
 _PROPOSALS = 12
 
 
-def _binomial_sample(n: Tensor, p: Tensor) -> Tensor:
-    """Binomial(n, p) draws: inversion where n * min(p, 1 - p) < 10, Hormann's BTRS rejection above."""
-    d = p.dtype
-    n, p = n.detach().to(dt.float64), p.detach().to(dt.float64)
-    shape = tuple(p.shape)
-    flip = p > 0.5
-    q = loom.where(flip, 1 - p, p)  # <= 0.5; the count of the likelier outcome is n minus a draw with q.
-    small = n * q < 10
-    # Inversion over k = 0..63 (mean below 10: the tail past 63 is negligible).
-    qs = loom.where(small, q, loom.zeros_like(q))
-    ns = loom.where(small, n, loom.zeros_like(n))
-    u = loom.rand(*shape, dtype=dt.float64)
-    pmf = (ns * loom.log1p(-qs)).exp()
-    odds = qs / (1 - qs)
+def _inversion(n: Tensor, q: Tensor, terms: int) -> Tensor:
+    """Binomial draws by inversion over k < terms (for n * q below 10: the tail past 64 is negligible)."""
+    u = loom.rand(*q.shape, dtype=dt.float64)
+    pmf = (n * loom.log1p(-q)).exp()
+    odds = q / (1 - q)
     cdf = pmf
-    k_small = loom.zeros_like(p)
-    for k in range(1, _INVERSION_TERMS):
+    k_small = loom.zeros_like(q)
+    for k in range(1, terms):
         k_small = k_small + (cdf < u).to(dt.float64)
-        pmf = pmf * (ns - k + 1).clamp(min=0) / k * odds
+        pmf = pmf * (n - k + 1).clamp(min=0) / k * odds
         cdf = cdf + pmf
-    k_small = loom.minimum(k_small, ns)
-    # BTRS, with the exact log-pmf ratio as the final test.
-    nl = loom.where(small, loom.full_like(n, 100.0), n)
-    ql = loom.where(small, loom.full_like(q, 0.5), q)
-    spq = (nl * ql * (1 - ql)).sqrt()
+    return loom.minimum(k_small, n)
+
+
+def _btrs(n: Tensor, q: Tensor) -> Tensor:
+    """Binomial draws by Hormann's BTRS rejection (n * q >= 10, q <= 1/2), the exact log-pmf ratio as the
+    final test: a fixed number of proposals per element, the first accepted one kept."""
+    spq = (n * q * (1 - q)).sqrt()
     b = 1.15 + 2.53 * spq
-    a = -0.0873 + 0.0248 * b + 0.01 * ql
-    c = nl * ql + 0.5
+    a = -0.0873 + 0.0248 * b + 0.01 * q
+    c = n * q + 0.5
     alpha = (2.83 + 5.1 / b) * spq
     vr = 0.92 - 4.2 / b
-    m = ((nl + 1) * ql).floor()
-    log_r = (ql / (1 - ql)).log()
-    uu = loom.rand(_PROPOSALS, *shape, dtype=dt.float64) - 0.5
-    v = loom.rand(_PROPOSALS, *shape, dtype=dt.float64).clamp(min=1e-300)
+    m = ((n + 1) * q).floor()
+    log_r = (q / (1 - q)).log()
+    uu = loom.rand(_PROPOSALS, *q.shape, dtype=dt.float64) - 0.5
+    v = loom.rand(_PROPOSALS, *q.shape, dtype=dt.float64).clamp(min=1e-300)
     us = 0.5 - uu.abs()
     k = ((2 * a / us + b) * uu + c).floor()
-    inside = (k >= 0) & (k <= nl)
-    ks = loom.minimum(k.clamp(min=0), nl)
+    inside = (k >= 0) & (k <= n)
+    ks = loom.minimum(k.clamp(min=0), n)
     fast = (us >= 0.07) & (v <= vr)
-    log_ratio = (loom.lgamma(m + 1) + loom.lgamma(nl - m + 1) - loom.lgamma(ks + 1) - loom.lgamma(nl - ks + 1)
+    log_ratio = (_log_factorial(m) + _log_factorial(n - m) - _log_factorial(ks) - _log_factorial(n - ks)
                  + (ks - m) * log_r)
     exact = (v * alpha / (a / (us * us) + b)).log() <= log_ratio
-    k_large = _first_accepted(ks, inside & (fast | exact))
-    k = loom.where(small, k_small, k_large)
+    return _first_accepted(ks, inside & (fast | exact))
+
+
+def _binomial_sample(n: Tensor, p: Tensor) -> Tensor:
+    """Binomial(n, p) draws: inversion where n * min(p, 1 - p) < 10, BTRS rejection above.
+
+    Both branches run where the parameters are pending (in a trace); otherwise only the ones some
+    element takes, with the inversion sized to the largest small mean.
+    """
+    d = p.dtype
+    n, p = n.detach().to(dt.float64), p.detach().to(dt.float64)
+    flip = p > 0.5
+    q = loom.where(flip, 1 - p, p)  # <= 0.5; the count of the likelier outcome is n minus a draw with q.
+    mean = n * q
+    small = mean < 10
+    known = _known_range(mean, small)
+    terms = _INVERSION_TERMS if known is None else min(_INVERSION_TERMS, int(known[2] + 10 * known[2] ** 0.5) + 13)
+    if known is not None and known[1]:
+        k = _inversion(n, q, terms)
+    elif known is not None and not known[0]:
+        k = _btrs(n, q)
+    else:
+        k_small = _inversion(loom.where(small, n, loom.zeros_like(n)), loom.where(small, q, loom.zeros_like(q)),
+                             terms)
+        k_large = _btrs(loom.where(small, loom.full_like(n, 100.0), n), loom.where(small, loom.full_like(q, 0.5), q))
+        k = loom.where(small, k_small, k_large)
     return loom.where(flip, n - k, k).to(d)
 
 

@@ -5,7 +5,7 @@ import loom
 from loom import dtypes as dt
 from loom.distributions import constraints
 from loom.distributions.exp_family import ExponentialFamily
-from loom.distributions.utils import _first_accepted, broadcast_all
+from loom.distributions.utils import _first_accepted, _known_range, _log_factorial, broadcast_all
 from loom.tensor import Size, Tensor
 
 __all__ = ["Poisson"]
@@ -14,38 +14,55 @@ _INVERSION_TERMS = 64
 _PROPOSALS = 12
 
 
-def _poisson_sample(rate: Tensor) -> Tensor:
-    """Poisson(rate) draws of rate's shape: inversion for rate < 10, Hormann's PTRS rejection above."""
-    d = rate.dtype
-    lam = rate.detach().to(dt.float64)
-    shape = tuple(lam.shape)
-    small = lam < 10
-    # Inversion: count the CDF values below one uniform (64 terms reach far past the tail for rate < 10).
-    ls = loom.where(small, lam, loom.ones_like(lam))
-    u = loom.rand(*shape, dtype=dt.float64)
-    pmf = (-ls).exp()
+def _inversion(lam: Tensor, terms: int) -> Tensor:
+    """Poisson draws by inversion: the number of CDF values below one uniform (for small rates)."""
+    u = loom.rand(*lam.shape, dtype=dt.float64)
+    pmf = (-lam).exp()
     cdf = pmf
-    k_small = loom.zeros_like(lam)
-    for n in range(1, _INVERSION_TERMS):
-        k_small = k_small + (cdf < u).to(dt.float64)
-        pmf = pmf * ls / n
+    k = loom.zeros_like(lam)
+    for n in range(1, terms):
+        k = k + (cdf < u).to(dt.float64)
+        pmf = pmf * lam / n
         cdf = cdf + pmf
-    # PTRS: each element draws a fixed number of proposals and keeps the first accepted one.
-    ll = loom.where(small, loom.full_like(lam, 10.0), lam)
-    slam, loglam = ll.sqrt(), ll.log()
+    return k
+
+
+def _ptrs(lam: Tensor) -> Tensor:
+    """Poisson draws by Hormann's PTRS rejection (rates >= 10): a fixed number of proposals per element,
+    the first accepted one kept."""
+    slam, loglam = lam.sqrt(), lam.log()
     b = 0.931 + 2.53 * slam
     a = -0.059 + 0.02483 * b
     inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
     vr = 0.9277 - 3.6224 / (b - 2)
-    uu = loom.rand(_PROPOSALS, *shape, dtype=dt.float64) - 0.5
-    v = loom.rand(_PROPOSALS, *shape, dtype=dt.float64).clamp(min=1e-300)
+    uu = loom.rand(_PROPOSALS, *lam.shape, dtype=dt.float64) - 0.5
+    v = loom.rand(_PROPOSALS, *lam.shape, dtype=dt.float64).clamp(min=1e-300)
     us = 0.5 - uu.abs()
-    k = ((2 * a / us + b) * uu + ll + 0.43).floor()
+    k = ((2 * a / us + b) * uu + lam + 0.43).floor()
     ks = k.clamp(min=0)
     fast = (us >= 0.07) & (v <= vr)
-    exact = v.log() + inv_alpha.log() - (a / (us * us) + b).log() <= -ll + ks * loglam - loom.lgamma(ks + 1)
+    exact = v.log() + inv_alpha.log() - (a / (us * us) + b).log() <= -lam + ks * loglam - _log_factorial(ks)
     accept = fast | ((k >= 0) & ~((us < 0.013) & (v > us)) & exact)
-    k_large = _first_accepted(ks, accept)
+    return _first_accepted(ks, accept)
+
+
+def _poisson_sample(rate: Tensor) -> Tensor:
+    """Poisson(rate) draws of rate's shape: inversion for rate < 10, PTRS rejection above.
+
+    Both branches run where the rates are pending (in a trace); otherwise only the ones some element
+    takes, with the inversion sized to the largest small rate (at most 64 terms: past the tail for 10).
+    """
+    d = rate.dtype
+    lam = rate.detach().to(dt.float64)
+    small = lam < 10
+    known = _known_range(lam, small)
+    terms = _INVERSION_TERMS if known is None else min(_INVERSION_TERMS, int(known[2] + 10 * known[2] ** 0.5) + 13)
+    if known is not None and known[1]:
+        return _inversion(lam, terms).to(d)
+    if known is not None and not known[0]:
+        return _ptrs(lam).to(d)
+    k_small = _inversion(loom.where(small, lam, loom.ones_like(lam)), terms)
+    k_large = _ptrs(loom.where(small, loom.full_like(lam, 10.0), lam))
     return loom.where(small, k_small, k_large).to(d)
 
 

@@ -237,3 +237,12 @@ def test_gamma_rsample_has_no_second_derivative_rather_than_a_wrong_one():
     assert g.item() > 0
     with pytest.raises(loom.AutogradError, match="does not require grad"):
         loom.autograd.grad(g.sum(), [a])
+
+
+def test_log_factorial_of_the_rejection_samplers():
+    import math
+    from loom.distributions.utils import _log_factorial
+    k = np.concatenate([np.arange(0.0, 100.0), np.logspace(2, 7, 50)])
+    want = np.array([math.lgamma(v + 1) for v in k])
+    got = _log_factorial(loom.tensor(k, dtype=loom.float64)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
