@@ -92,7 +92,7 @@ class LowRankMultivariateNormal(Distribution):
     def mode(self):
         return self.loc
 
-    @lazy_property
+    @property
     def variance(self):
         return (self._unbroadcasted_cov_factor.pow(2).sum(-1)
                 + self._unbroadcasted_cov_diag).expand(*self._batch_shape, *self._event_shape)
