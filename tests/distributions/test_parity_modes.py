@@ -1,5 +1,11 @@
 """Log-densities, entropies, CDFs and KL divergences agree with PyTorch in every loom execution mode
-(eager, compiled, traced by loom.function), gradients included, through the shared parity harness."""
+(eager, compiled, traced by loom.function), gradients included, through the shared parity harness.
+
+The compiled mode generates and builds C kernels for graphs full of lgamma/digamma expansions (tens of
+seconds per case on a cold kernel cache), so its cases are marked slow; eager and traced run by default.
+"""
+import os
+
 import numpy as np
 import pytest
 
@@ -57,6 +63,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_distribution_parity(case, mode):
-    run_case(case, mode)
+_MODES = [m for m in os.environ.get("LOOM_PARITY_MODES", "eager,compiled,traced").split(",") if m]
+PARAMS = [pytest.param(case, m, id=f"{m}-{case}", marks=[pytest.mark.slow] if m == "compiled" else [])
+          for m in _MODES for case in CASES]
+
+
+@pytest.mark.parametrize("case,parity_mode", PARAMS)
+def test_distribution_parity(case, parity_mode):
+    run_case(case, parity_mode)
