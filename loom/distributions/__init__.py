@@ -30,6 +30,7 @@ from loom.distributions.dirichlet import Dirichlet
 from loom.distributions.distribution import Distribution
 from loom.distributions.exp_family import ExponentialFamily
 from loom.distributions.exponential import Exponential
+from loom.distributions.fishersnedecor import FisherSnedecor
 from loom.distributions.gamma import Gamma
 from loom.distributions.geometric import Geometric
 from loom.distributions.gumbel import Gumbel
@@ -38,8 +39,10 @@ from loom.distributions.half_normal import HalfNormal
 from loom.distributions.independent import Independent
 from loom.distributions.inverse_gamma import InverseGamma
 from loom.distributions.kl import kl_divergence, register_kl
+from loom.distributions.kumaraswamy import Kumaraswamy
 from loom.distributions.laplace import Laplace
 from loom.distributions.log_normal import LogNormal
+from loom.distributions.logistic_normal import LogisticNormal
 from loom.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
 from loom.distributions.mixture_same_family import MixtureSameFamily
 from loom.distributions.multinomial import Multinomial
@@ -63,7 +66,8 @@ from loom.distributions.weibull import Weibull
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
            "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal",
-           "Independent", "InverseGamma", "Multinomial", "NegativeBinomial", "Pareto", "Weibull",
+           "Independent", "InverseGamma", "Multinomial", "NegativeBinomial", "Pareto", "Weibull", "FisherSnedecor",
+           "Kumaraswamy", "LogisticNormal",
            "Laplace", "LogNormal", "LowRankMultivariateNormal", "MixtureSameFamily", "MultivariateNormal", "Normal",
            "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson", "RelaxedBernoulli",
            "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "biject_to",

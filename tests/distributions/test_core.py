@@ -100,6 +100,8 @@ def test_not_implemented_methods_say_which():
     lambda: D.HalfCauchy(loom.ones(3)), lambda: D.Pareto(loom.ones(3), 2.0), lambda: D.Weibull(loom.ones(3), 2.0),
     lambda: D.InverseGamma(loom.ones(3), 2.0), lambda: D.Multinomial(4, probs=loom.ones(3, 2) / 2),
     lambda: D.NegativeBinomial(loom.ones(3), probs=loom.full((3,), 0.4)),
+    lambda: D.FisherSnedecor(loom.ones(3), 5.0), lambda: D.Kumaraswamy(loom.ones(3), 2.0),
+    lambda: D.LogisticNormal(loom.zeros(3, 2), 1.0),
 ])
 def test_expand_broadcasts_the_batch(make):
     d = make()

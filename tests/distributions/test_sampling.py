@@ -65,6 +65,8 @@ MOMENTS = [
     ("Mixture", lambda: D.MixtureSameFamily(D.Categorical(probs=loom.tensor([0.2, 0.8])),
                                             D.Normal(loom.tensor([-2.0, 1.0]), loom.tensor([0.5, 1.0])))),
     ("Independent", lambda: D.Independent(D.Normal(loom.tensor([[0.0, 1.0]]), loom.tensor([[1.0, 2.0]])), 1)),
+    ("FisherSnedecor", lambda: D.FisherSnedecor(loom.tensor([4.0, 10.0]), loom.tensor([12.0, 20.0]))),
+    ("Kumaraswamy", lambda: D.Kumaraswamy(loom.tensor([0.5, 2.0]), loom.tensor([2.0, 3.0]))),
     ("Multinomial", lambda: D.Multinomial(10, probs=loom.tensor([0.1, 0.3, 0.6]))),
     ("NegativeBinomial", lambda: D.NegativeBinomial(loom.tensor([2.0, 30.0]), probs=loom.tensor([0.3, 0.6]))),
     ("RelaxedBernoulli", lambda: D.RelaxedBernoulli(loom.tensor(0.05), probs=loom.tensor([0.2, 0.7]))),
