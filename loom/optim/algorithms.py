@@ -1,5 +1,5 @@
-"""The update rules: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD and
-LBFGS (PyTorch's formulas, step for step).
+"""The update rules: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD,
+Adafactor, Muon, SparseAdam and LBFGS (PyTorch's formulas, step for step).
 
 State tensors are updated in place and step counts are tensors, so a whole
 training step traces into one graph under `loom.function`; hyperparameters a
@@ -406,6 +406,197 @@ class ASGD(Optimizer):
         ax.copy_(loom.where(mu == 1.0, p, ax + (p - ax) * mu))
         eta.copy_((lr / (1.0 + lambd * lr * step) ** self._dyn(group, "alpha")).to(eta.dtype))
         mu.copy_((1.0 / loom.maximum(step - self._dyn(group, "t0"), loom.ones_like(step))).to(mu.dtype))
+
+
+_MACHINE_EPS = {"bfloat16": 2.0 ** -7}
+
+
+def _like(v, x):
+    """A hyperparameter (a number, or a float64 scalar tensor when traced) in `x`'s dtype, as lerp wants it."""
+    return v.to(x.dtype) if isinstance(v, loom.Tensor) else v
+
+
+class Adafactor(Optimizer):
+    """Adafactor (Shazeer & Stern) as `torch.optim.Adafactor`: factored second moments, relative step sizes.
+
+    A parameter of two or more dimensions keeps only row and column means of its squared gradient (over
+    the last two dimensions); a vector keeps the full second moment. The step is scaled by the parameter's
+    RMS (at least ``eps[1]``) times ``min(lr, 1/sqrt(step))``, and an update whose RMS exceeds `d` is
+    clipped to it. Weight decay is decoupled. ``eps[0]`` (None: the dtype's machine epsilon) floors the
+    variance estimate.
+
+    Examples
+    --------
+    >>> w = loom.ones(2, 3, requires_grad=True)
+    >>> opt = loom.optim.Adafactor([w], lr=0.1)
+    >>> (w * w).sum().backward(); opt.step()
+    >>> round(w.tolist()[0][0], 6)
+    0.9
+    """
+
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, *,
+                 foreach=None, maximize=False) -> None:
+        _check("Adafactor", lr=lr, weight_decay=weight_decay, epsilon2=eps[1])
+        if eps[0] is not None:
+            _check("Adafactor", epsilon1=eps[0])
+        if beta2_decay > 0.0:
+            raise LoomError(f"loom.optim.Adafactor: invalid beta2_decay {beta2_decay}; expected a value <= 0")
+        if d < 1.0:
+            raise LoomError(f"loom.optim.Adafactor: invalid clipping threshold d {d}; expected d >= 1")
+        super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d,
+                                      weight_decay=weight_decay, foreach=foreach, maximize=maximize))
+
+    def _update(self, p, g, group, state):
+        factored = g.ndim > 1
+        if not state:
+            state["step"] = loom.tensor(0.0)
+            if factored:
+                state["row_var"] = loom.zeros(*g.shape[:-1], 1, dtype=g.dtype)
+                state["col_var"] = loom.zeros(*g.shape[:-2], 1, g.shape[-1], dtype=g.dtype)
+            else:
+                state["variance"] = loom.zeros_like(g)
+        step = _step_count(state)
+        lr = self._dyn(group, "lr")
+        eps1 = group["eps"][0]
+        eps1 = _MACHINE_EPS.get(p.dtype.name, float(np.finfo(p.dtype.np).eps)) if eps1 is None else eps1
+        weight = step ** group["beta2_decay"]
+        rho = loom.minimum(step.rsqrt(), step * 0.0 + lr)  # `lr` is a number, or a scalar tensor when traced.
+        rms = (p * p).sum().sqrt().to(dt.float64) / np.sqrt(p.numel())
+        alpha = loom.maximum(rms, rms * 0.0 + self._dyn(group, "eps", 1)) * rho
+        _decayed(self, p, g, group, lr, decoupled=True)
+        if factored:
+            row, col = state["row_var"], state["col_var"]
+            row.lerp_((g * g).mean(-1, keepdim=True), weight.to(g.dtype))
+            col.lerp_((g * g).mean(-2, keepdim=True), weight.to(g.dtype))
+            var = (row @ col) / row.mean(-2, keepdim=True).clamp(min=eps1)
+        else:
+            var = state["variance"]
+            var.lerp_(g * g, weight.to(g.dtype))
+        update = var.clamp(min=eps1 * eps1).rsqrt() * g
+        update_rms = (update * update).sum().sqrt().to(dt.float64) / (np.sqrt(update.numel()) * group["d"])
+        p.sub_(update * (alpha / loom.maximum(update_rms, loom.ones_like(update_rms))))
+
+
+def _newton_schulz(g, coefficients, steps: int, eps: float):
+    """The orthogonalised `g` (U V^T of its SVD, roughly) by quintic Newton-Schulz steps, in bfloat16 as PyTorch.
+
+    Products are formed in float32 and rounded once to bfloat16, as bfloat16 matmuls accumulate.
+    """
+    a, b, c = coefficients
+
+    def bf16(x):
+        return x.to(dt.bfloat16).to(dt.float32)
+
+    x = bf16(g.to(dt.float32))
+    tall = g.shape[0] > g.shape[1]
+    if tall:
+        x = x.T
+    norm = bf16((x * x).sum().sqrt())
+    x = bf16(x / norm.clamp(min=eps))
+    for _ in range(steps):
+        gram = bf16(x @ x.T)
+        x = bf16(x * a + bf16(gram * b + (gram @ gram) * c) @ x)
+    return x.T if tall else x
+
+
+class Muon(Optimizer):
+    """Muon (Jordan et al.) as `torch.optim.Muon`: momentum updates orthogonalised by Newton-Schulz steps.
+
+    For 2-d parameters only (hidden-layer weights; train biases and embeddings with e.g. AdamW). The
+    momentum (Nesterov by default) is orthogonalised in bfloat16, the parameter decays by ``lr *
+    weight_decay`` and moves by the update times ``lr`` adjusted for its shape (A, B):
+    ``sqrt(max(1, A / B))`` ("original", the default) or ``0.2 * sqrt(max(A, B))`` ("match_rms_adamw").
+
+    Examples
+    --------
+    >>> w = loom.eye(2, requires_grad=True)
+    >>> opt = loom.optim.Muon([w], lr=0.1, weight_decay=0.0)
+    >>> (w * w).sum().backward(); opt.step()
+    >>> [round(v, 2) for v in w.tolist()[0]]
+    [0.89, 0.0]
+    """
+
+    def __init__(self, params, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
+                 ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7, ns_steps=5, adjust_lr_fn=None) -> None:
+        _check("Muon", lr=lr, momentum=momentum, weight_decay=weight_decay)
+        if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
+            raise LoomError(f"loom.optim.Muon: adjust_lr_fn must be None, 'original' or 'match_rms_adamw', "
+                            f"got {adjust_lr_fn!r}")
+        if len(ns_coefficients) != 3:
+            raise LoomError(f"loom.optim.Muon: ns_coefficients must be three numbers (a, b, c), "
+                            f"got {ns_coefficients!r}")
+        if not 0 <= ns_steps < 100:
+            raise LoomError(f"loom.optim.Muon: ns_steps must be in [0, 100), got {ns_steps}")
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
+                                      ns_coefficients=tuple(ns_coefficients), eps=eps, ns_steps=ns_steps,
+                                      adjust_lr_fn=adjust_lr_fn, maximize=False))
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.ndim != 2:
+                    raise LoomError(f"loom.optim.Muon: only 2-d parameters are supported, got one of shape "
+                                    f"{tuple(p.shape)} (optimise it with e.g. AdamW)")
+
+    def _update(self, p, g, group, state):
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = loom.zeros_like(g)
+        mu = self._dyn(group, "momentum")
+        buf = state["momentum_buffer"]
+        buf.lerp_(g, _like(1.0 - mu, g))
+        update = g.lerp(buf, _like(mu, g)) if self._static(group, "nesterov") else buf
+        update = _newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
+        rows, cols = p.shape
+        adjust = group["adjust_lr_fn"]
+        ratio = (np.sqrt(max(1.0, rows / cols)) if adjust in (None, "original") else 0.2 * np.sqrt(max(rows, cols)))
+        lr = self._dyn(group, "lr")
+        _decayed(self, p, g, group, lr, decoupled=True)
+        p.sub_(update * (lr * float(ratio)))
+
+
+class SparseAdam(Optimizer):
+    """Adam for sparse gradients (e.g. embeddings), as `torch.optim.SparseAdam`: only the rows a step touches move.
+
+    loom's gradients are dense, so the entries a sparse gradient would hold are found from the values: a
+    row (a slice along the first dimension) is touched when any of its gradient entries is non-zero (an
+    element, for a 1-d parameter). Touched rows update their moments and take the bias-corrected Adam
+    step; the others, moments included, stay as they are, as in PyTorch's sparse update.
+
+    Examples
+    --------
+    >>> emb = loom.nn.Embedding(4, 2)
+    >>> opt = loom.optim.SparseAdam(emb.parameters(), lr=0.1)
+    >>> before = emb.weight.detach().clone()
+    >>> emb(loom.tensor([1])).sum().backward(); opt.step()
+    >>> [bool(v) for v in (emb.weight != before).any(1).tolist()]
+    [False, True, False, False]
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, maximize=False) -> None:
+        if not lr > 0.0:
+            raise LoomError(f"loom.optim.SparseAdam: invalid learning rate {lr}; expected a positive value")
+        if not eps > 0.0:
+            raise LoomError(f"loom.optim.SparseAdam: invalid epsilon {eps}; expected a positive value")
+        _check("SparseAdam", betas=tuple(betas))
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, maximize=maximize))
+
+    def _update(self, p, g, group, state):
+        if not state:
+            state["step"] = loom.tensor(0.0)
+            state["exp_avg"] = loom.zeros_like(p)
+            state["exp_avg_sq"] = loom.zeros_like(p)
+        step = _step_count(state)
+        nonzero = g != 0
+        touched = nonzero.any(tuple(range(1, g.ndim)), keepdim=True) if g.ndim > 1 else nonzero
+        touched = touched.to(g.dtype)
+        b1, b2 = self._dyn(group, "betas", 0), self._dyn(group, "betas", 1)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        # PyTorch's arithmetic: old + (new - old) * (1 - beta) on the touched entries.
+        m_step = (g - m) * (1.0 - b1) * touched
+        v_step = (g * g - v) * (1.0 - b2) * touched
+        numer, denom = m + m_step, (v + v_step).sqrt() + self._dyn(group, "eps")
+        m.add_(m_step)
+        v.add_(v_step)
+        step_size = self._dyn(group, "lr") * (1.0 - b2 ** step).sqrt() / (1.0 - b1 ** step)
+        p.sub_(numer / denom * touched * step_size)
 
 
 # ----------------------------------------------------------------------------- L-BFGS
