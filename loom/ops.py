@@ -263,8 +263,9 @@ def custom_op(name: str, shape_fn: Callable | None = None, *, cpu_source: str, b
     cpu_source : str
         C source defining ``int ENTRY(const loom_tensor *, int64_t, loom_tensor *, const double *, int64_t,
         int64_t)`` (see the module docstring). It is compiled once, at this call, and cached on disk.
-    backward : callable(grad, inputs, output, **attrs) -> tuple, optional
-        Gradients for each input (None for ones without), in loom ops. Without it the op is not
+    backward : callable, optional
+        ``backward(grad, inputs, output, **attrs)`` returns a tuple of gradients, one per input
+        (None for ones without), in loom ops. Without it the op is not
         differentiable and its output does not require grad.
     attrs : sequence of str
         Names of numeric attributes passed as keywords when calling the op.
