@@ -547,6 +547,28 @@ def _conv2d_input_grad(lw: Lowering, n: Node, ins):
                    output_padding=extra)
 
 
+def _conv2d_weight_grad(lw: Lowering, n: Node, ins):
+    """conv2d_weight_grad (x, grad_y) -> grad_w: itself a convolution, with batch and channels swapped.
+
+    ``gw[o, c, i, j] = sum over n, y, x of gy[n, o, y, x] * x[n, c, i*d + y*s - p, j*d + x*s - p]``: ONNX Conv
+    of x transposed to (C, N, H, W) with grad_y transposed to (O, N, Ho, Wo) as the kernel, stride and
+    dilation exchanged, the same pads; the result (C, O, ...) is cut to the kernel size and transposed.
+    Grouped convolutions would need the groups split apart first and are refused.
+    """
+    a = n.attrs
+    x, gy = n.inputs
+    if int(a["groups"]) != 1:
+        raise LoomError(f"loom.onnx: conv2d_weight_grad with groups={a['groups']} (x {list(x.shape)}, grad_y "
+                        f"{list(gy.shape)}) has no ONNX lowering yet; only groups=1 does")
+    s, d, pads = _pair(a["stride"]), _pair(a["dilation"]), _onnx_pads(a["padding"])
+    k = [int(v) for v in a["kernel_size"]]
+    xt = lw.emit("Transpose", [ins[0]], perm=[1, 0, 2, 3])
+    gt = lw.emit("Transpose", [ins[1]], perm=[1, 0, 2, 3])
+    full = lw.emit("Conv", [xt, gt], strides=d, pads=pads, dilations=s, group=1)
+    cut = lw.emit("Slice", [full, lw.ints([0, 0]), lw.ints(k), lw.ints([2, 3])])
+    return lw.emit("Transpose", [cut], perm=[1, 0, 2, 3])
+
+
 def _max_pool2d_index(lw: Lowering, n: Node, ins):
     """max_pool2d_index: ONNX MaxPool's Indices output (flat over N, C, H, W) taken modulo H*W.
 
@@ -638,6 +660,7 @@ _RULES: dict[str, Callable] = {
     "fused": _fused,
     "conv2d": _conv2d,
     "conv2d_input_grad": _conv2d_input_grad,
+    "conv2d_weight_grad": _conv2d_weight_grad,
     "max_pool2d_index": _max_pool2d_index,
 }
 

@@ -134,3 +134,30 @@ def test_transposed_conv_and_pool_primitives_lower_to_onnx(stride, padding, outp
     got = loom.function(f, backend="onnxruntime", warmup=0)(x, w)
     want = f(x, w)
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("stride,padding,dilation", [(1, 0, 1), (2, 1, 1), (2, (1, 2), 2), (3, 2, 1)])
+def test_conv_weight_gradient_lowers_so_cnn_training_runs_on_onnxruntime(stride, padding, dilation):
+    """conv2d_weight_grad -> Conv of the transposed operands: a CNN's training step runs on the ORT backend."""
+    rng = np.random.default_rng(stride)
+    x = loom.tensor(rng.standard_normal((3, 4, 11, 9)).astype(np.float32))
+    w0 = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
+
+    def step(x, w):
+        y = loom.nn.functional.conv2d(x, w, stride=stride, padding=padding, dilation=dilation)
+        loss = (y.tanh() ** 2).mean()
+        return loom.autograd.grad(loss, w)[0]
+    w = loom.tensor(w0, requires_grad=True)
+    got = loom.function(step, backend="onnxruntime", warmup=0)(x, w)
+    want = step(x, loom.tensor(w0, requires_grad=True))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_conv_weight_gradient_is_refused_by_name():
+    x = loom.randn(2, 4, 6, 6)
+    w = loom.randn(4, 2, 3, 3, requires_grad=True)
+
+    def step(x, w):
+        return loom.autograd.grad(loom.nn.functional.conv2d(x, w, groups=2).sum(), w)[0]
+    with pytest.raises(loom.LoomError, match="conv2d_weight_grad with groups=2"):
+        loom.function(step, backend="onnxruntime", warmup=0)(x, w)
