@@ -18,8 +18,9 @@ import loom.nn.functional as F
 from loom.errors import LoomTypeError, LoomValueError
 from loom.nn import Module, ModuleList, Sequential, modules
 
-from . import kernels
 from .fake_quantize import FakeQuantize
+from .modules import (QuantizedConv2d, QuantizedFlatten, QuantizedLinear, QuantizedMaxPool2d, QuantizedModel,
+                      QuantizedReLU, QuantStub)
 from .qconfig import QConfig, default_qat_qconfig, default_qconfig
 
 COMPUTE = (modules.Conv2d, modules.Linear)
@@ -171,8 +172,6 @@ def convert(model: ObservedModel, inplace: bool = False) -> QuantizedModel:
     ``input_scale * weight_scale``, and each layer's requantisation multiplier float32
     ``input_scale * weight_scale / output_scale``.
     """
-    from .modules import (QuantizedConv2d, QuantizedFlatten, QuantizedLinear, QuantizedMaxPool2d, QuantizedModel,
-                          QuantizedReLU, QuantStub)
     if not isinstance(model, ObservedModel):
         raise LoomTypeError(f"loom.quantization.convert: expected the model returned by prepare or prepare_qat, got "
                             f"{type(model).__name__}")
