@@ -3,9 +3,9 @@
 SOURCE = r"""/* loom int8 kernels.
  *
  * loom_q8_gemm: C[m, n] = sum_k A[m, k] * B[n, k] + bias[n] in int32 (A uint8, row stride lda; B int8 packed
- * with row stride kp, a multiple of 32, zero beyond k), then an epilogue per output:
+ * in blocks of 8 columns, see below), then an epilogue per output:
  *   kind 0  int32 C as it is
- *   kind 1  uint8  clamp(rint((float)C * mult[n]) + zp, lo, hi)
+ *   kind 1  uint8  clamp(rint((float)C * mult[n]) + zp, lo, hi), rounding half to even
  *   kind 2  int8   the same, signed
  *   kind 3  float  (float)C * mult[n], then max(0, .) if relu
  * ReLU of kinds 1 and 2 is folded into lo (the output zero point) by the caller.
@@ -21,6 +21,7 @@ SOURCE = r"""/* loom int8 kernels.
  */
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
 #include <math.h>
 #include <omp.h>
 #if defined(__AVX2__)
@@ -41,113 +42,149 @@ SOURCE = r"""/* loom int8 kernels.
 
 void loom_q8_features(int32_t *out) { out[0] = (HAVE_AVX2 ? 2 : 0) | (HAVE_VNNI ? 4 : 0); }
 
-static void dots_scalar(const uint8_t *a, int64_t lda, int64_t rows, const int8_t *b, int64_t kp, int64_t cols,
-                        int64_t k, int32_t *acc /* rows x cols */) {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++) {
-            const uint8_t *ar = a + i * lda;
-            const int8_t *br = b + j * kp;
-            int32_t s = 0;
-            for (int64_t t = 0; t < k; t++) s += (int32_t)ar[t] * (int32_t)br[t];
-            acc[i * cols + j] = s;
+/* B is packed in blocks of 8 columns: block[kq][8][4], 4 consecutive k of one column per 32-bit lane,
+ * so one 32-byte load feeds 8 columns and each row's 4 activations are broadcast (no horizontal sums).
+ * A zero block follows the last one. Kernels fill acc[4][16] for 4 rows (pointers; repeated when fewer). */
+static inline int32_t load4(const uint8_t *p, int64_t rem) {
+    int32_t v = 0;
+    memcpy(&v, p, (size_t)(rem < 4 ? rem : 4));
+    return v;
+}
+
+static void kernel_scalar(const uint8_t *const *ap, const int8_t *b0, int64_t k, int32_t *acc) {
+    int32_t s[4][8] = {{0}};
+    for (int64_t t = 0; t < k; t++) {
+        const int8_t *bt = b0 + (t >> 2) * 32 + (t & 3);
+        for (int i = 0; i < 4; i++) {
+            int32_t av = ap[i][t];
+            for (int j = 0; j < 8; j++) s[i][j] += av * (int32_t)bt[j * 4];
         }
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++) acc[i * 16 + j] = s[i][j];
 }
 
 #if HAVE_AVX2
-static inline int32_t hsum(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* One 32-byte step for one (a, b) pair into acc, by the chosen instruction sequence. */
-static inline __m256i step_narrow(__m256i acc, __m256i a, __m256i b, __m256i ones) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
-}
-static inline __m256i step_wide(__m256i acc, __m256i a, __m256i b) {
-    __m256i alo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(a));
-    __m256i ahi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(a, 1));
-    __m256i blo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(b));
-    __m256i bhi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(b, 1));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(alo, blo));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(ahi, bhi));
-}
-
-/* Up to 2 rows x 4 columns of dot products over k (b rows hold kp >= k bytes, zero from k on). */
-#define DOTS_BODY(STEP)                                                                                      \
-    __m256i c[2][4];                                                                                         \
-    for (int i = 0; i < 2; i++)                                                                              \
-        for (int j = 0; j < 4; j++) c[i][j] = _mm256_setzero_si256();                                        \
-    int64_t full = k / 32 * 32;                                                                              \
-    uint8_t tail[2][32];                                                                                     \
-    for (int64_t t = 0; t < kp; t += 32) {                                                                   \
-        __m256i av[2], bv[4];                                                                                \
-        for (int i = 0; i < 2; i++) {                                                                        \
-            const uint8_t *ar = a + (i < rows ? i : 0) * lda + t;                                            \
-            if (t < full) av[i] = _mm256_loadu_si256((const __m256i *)ar);                                   \
-            else {                                                                                           \
-                memset(tail[i], 0, 32);                                                                      \
-                if (k > t) memcpy(tail[i], ar, (size_t)(k - t));                                             \
-                av[i] = _mm256_loadu_si256((const __m256i *)tail[i]);                                        \
-            }                                                                                                \
+#define KERNEL16(NAME, STEP)                                                                                 \
+static void NAME(const uint8_t *const *ap, const int8_t *b0, const int8_t *b1, int64_t k, int32_t *acc) {  \
+    const __m256i ones = _mm256_set1_epi16(1);                                                               \
+    (void)ones;                                                                                              \
+    __m256i c[4][2];                                                                                         \
+    for (int i = 0; i < 4; i++) c[i][0] = c[i][1] = _mm256_setzero_si256();                                  \
+    int64_t kq = (k + 3) / 4, kf = k / 4;                                                                    \
+    for (int64_t t = 0; t < kq; t++) {                                                                       \
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)(b0 + t * 32));                                     \
+        __m256i w1 = _mm256_loadu_si256((const __m256i *)(b1 + t * 32));                                     \
+        for (int i = 0; i < 4; i++) {                                                                        \
+            int32_t v;                                                                                       \
+            if (t < kf) memcpy(&v, ap[i] + 4 * t, 4); else v = load4(ap[i] + 4 * t, k - 4 * t);              \
+            __m256i a = _mm256_set1_epi32(v);                                                                \
+            c[i][0] = STEP(c[i][0], a, w0);                                                                  \
+            c[i][1] = STEP(c[i][1], a, w1);                                                                  \
         }                                                                                                    \
-        for (int j = 0; j < 4; j++) bv[j] = _mm256_loadu_si256((const __m256i *)(b + (j < cols ? j : 0) * kp + t)); \
-        for (int i = 0; i < 2; i++)                                                                          \
-            for (int j = 0; j < 4; j++) c[i][j] = STEP;                                                      \
     }                                                                                                        \
-    for (int64_t i = 0; i < rows; i++)                                                                       \
-        for (int64_t j = 0; j < cols; j++) acc[i * cols + j] = hsum(c[i][j]);
+    for (int i = 0; i < 4; i++) {                                                                            \
+        _mm256_storeu_si256((__m256i *)(acc + i * 16), c[i][0]);                                             \
+        _mm256_storeu_si256((__m256i *)(acc + i * 16 + 8), c[i][1]);                                         \
+    }                                                                                                        \
+}
 
-static void dots_avx2(const uint8_t *a, int64_t lda, int64_t rows, const int8_t *b, int64_t kp, int64_t cols,
-                      int64_t k, int narrow, int32_t *acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    if (narrow) { DOTS_BODY(step_narrow(c[i][j], av[i], bv[j], ones)) }
-    else { DOTS_BODY(step_wide(c[i][j], av[i], bv[j])) }
+#define STEP_NARROW(c, a, w) _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), ones))
+KERNEL16(kernel_narrow, STEP_NARROW)
+
+/* Weights beyond 7 bits: widen both to int16; vpmaddwd sums (k0,k1) and (k2,k3) of each column exactly,
+ * and a final horizontal add joins the two halves of each column. */
+static void kernel_wide(const uint8_t *const *ap, const int8_t *b0, int64_t k, int32_t *acc) {
+    __m256i lo[4], hi[4];
+    for (int i = 0; i < 4; i++) lo[i] = hi[i] = _mm256_setzero_si256();
+    int64_t kq = (k + 3) / 4, kf = k / 4;
+    for (int64_t t = 0; t < kq; t++) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(b0 + t * 32));
+        __m256i wlo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w));
+        __m256i whi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1));
+        for (int i = 0; i < 4; i++) {
+            int32_t v;
+            if (t < kf) memcpy(&v, ap[i] + 4 * t, 4); else v = load4(ap[i] + 4 * t, k - 4 * t);
+            __m256i a = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(v)));
+            lo[i] = _mm256_add_epi32(lo[i], _mm256_madd_epi16(a, wlo));
+            hi[i] = _mm256_add_epi32(hi[i], _mm256_madd_epi16(a, whi));
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        _mm256_storeu_si256((__m256i *)(acc + i * 16), _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo[i], hi[i]), 0xD8));
 }
 #endif
 
 #if HAVE_VNNI
-static void dots_vnni(const uint8_t *a, int64_t lda, int64_t rows, const int8_t *b, int64_t kp, int64_t cols,
-                      int64_t k, int32_t *acc) {
-    DOTS_BODY(DPBUSD(c[i][j], av[i], bv[j]))
-}
+#define STEP_VNNI(c, a, w) DPBUSD(c, a, w)
+KERNEL16(kernel_vnni, STEP_VNNI)
 #endif
 
-void loom_q8_gemm(int32_t path, int32_t nthreads, int32_t narrow, int64_t m, int64_t n, int64_t k, int64_t kp,
+/* The epilogue of one row: plain loops the compiler vectorises. Rounding is half to even by the
+ * float32 "magic number" (f + 1.5 * 2^23) - 1.5 * 2^23, exact for |f| < 2^22; f is clamped first to a
+ * range that the integer clamp after it makes no difference to. */
+#define MAGIC 12582912.0f
+#define REQUANT(T)                                                                                           \
+    for (int64_t j = 0; j < n; j++) {                                                                        \
+        float f = (float)(acc[j] + (bias ? bias[j] : 0)) * mult[j];                                          \
+        f = f < flo ? flo : (f > fhi ? fhi : f);                                                             \
+        int32_t q = (int32_t)((f + MAGIC) - MAGIC) + zp;                                                     \
+        ((T *)out)[j] = (T)(q < lo ? lo : (q > hi ? hi : q));                                                \
+    }
+
+static void epilogue(const int32_t *acc, int64_t n, const int32_t *bias, const float *mult, int32_t kind,
+                     int32_t zp, int32_t lo, int32_t hi, int32_t relu, void *out) {
+    float flo = (float)(lo - zp - 1), fhi = (float)(hi - zp + 1);
+    if (kind == 0) {
+        for (int64_t j = 0; j < n; j++) ((int32_t *)out)[j] = acc[j] + (bias ? bias[j] : 0);
+    } else if (kind == 3) {
+        float *o = (float *)out;
+        for (int64_t j = 0; j < n; j++) o[j] = (float)(acc[j] + (bias ? bias[j] : 0)) * mult[j];
+        if (relu)
+            for (int64_t j = 0; j < n; j++) o[j] = o[j] < 0.0f ? 0.0f : o[j];
+    } else if (kind == 1) {
+        REQUANT(uint8_t)
+    } else {
+        REQUANT(int8_t)
+    }
+}
+
+void loom_q8_gemm(int32_t path, int32_t nthreads, int32_t narrow, int64_t m, int64_t n, int64_t k,
                   const uint8_t *a, int64_t lda, const int8_t *b, const int32_t *bias, const float *mult,
                   int32_t kind, int32_t zp, int32_t lo, int32_t hi, int32_t relu, void *out, int64_t ldc) {
     if (path >= 2 && !HAVE_VNNI) path = 1;
     if (path >= 1 && !HAVE_AVX2) path = 0;
-    int64_t mblocks = (m + 1) / 2;
-    #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-    for (int64_t mb = 0; mb < mblocks; mb++) {
-        int64_t m0 = mb * 2, rows = m - m0 < 2 ? m - m0 : 2;
-        int32_t acc[8];
-        for (int64_t n0 = 0; n0 < n; n0 += 4) {
-            int64_t cols = n - n0 < 4 ? n - n0 : 4;
-            const uint8_t *ap = a + m0 * lda;
-            const int8_t *bp = b + n0 * kp;
+    int64_t mblocks = (m + 3) / 4, kq = (k + 3) / 4, nblocks = (n + 7) / 8;
+    int wide16 = path == 2 || (path == 1 && narrow);  /* 16 columns per call, else 8. */
+    size_t esize = kind == 1 || kind == 2 ? 1 : 4;
+    #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        int32_t *tile = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)(n + 16));
+        #pragma omp for schedule(static)
+        for (int64_t mb = 0; mb < mblocks; mb++) {
+            int64_t m0 = mb * 4, rows = m - m0 < 4 ? m - m0 : 4;
+            const uint8_t *ap[4];
+            for (int i = 0; i < 4; i++) ap[i] = a + (m0 + (i < rows ? i : rows - 1)) * lda;
+            int32_t acc[64];
+            for (int64_t blk = 0; blk < nblocks; blk += wide16 ? 2 : 1) {
+                const int8_t *b0 = b + blk * kq * 32, *b1 = b0 + kq * 32;  /* b1 may be the zero block. */
 #if HAVE_VNNI
-            if (path == 2) dots_vnni(ap, lda, rows, bp, kp, cols, k, acc); else
+                if (path == 2) kernel_vnni(ap, b0, b1, k, acc); else
 #endif
 #if HAVE_AVX2
-            if (path == 1) dots_avx2(ap, lda, rows, bp, kp, cols, k, narrow, acc); else
+                if (path == 1 && narrow) kernel_narrow(ap, b0, b1, k, acc);
+                else if (path == 1) kernel_wide(ap, b0, k, acc); else
 #endif
-            dots_scalar(ap, lda, rows, bp, kp, cols, k, acc);
+                kernel_scalar(ap, b0, k, acc);
+                int64_t n0 = blk * 8, cols = n - n0 < (wide16 ? 16 : 8) ? n - n0 : (wide16 ? 16 : 8);
+                for (int64_t i = 0; i < rows; i++)
+                    for (int64_t j = 0; j < cols; j++) tile[i * n + n0 + j] = acc[i * 16 + j];
+            }
             for (int64_t i = 0; i < rows; i++)
-                for (int64_t j = 0; j < cols; j++) {
-                    int64_t col = n0 + j, at = (m0 + i) * ldc + col;
-                    int32_t v = acc[i * cols + j] + (bias ? bias[col] : 0);
-                    if (kind == 0) { ((int32_t *)out)[at] = v; continue; }
-                    float f = (float)v * mult[col];
-                    if (kind == 3) { ((float *)out)[at] = relu && f < 0.0f ? 0.0f : f; continue; }
-                    float q = nearbyintf(f) + (float)zp;
-                    q = q < (float)lo ? (float)lo : (q > (float)hi ? (float)hi : q);
-                    if (kind == 1) ((uint8_t *)out)[at] = (uint8_t)(int32_t)q;
-                    else ((int8_t *)out)[at] = (int8_t)(int32_t)q;
-                }
+                epilogue(tile + i * n, n, bias, mult, kind, zp, lo, hi, relu,
+                         (char *)out + (size_t)((m0 + i) * ldc) * esize);
         }
+        free(tile);
     }
 }
 

@@ -40,10 +40,10 @@ def _library():
     global _LIB
     if _LIB is None:
         from loom.codegen.conv import NativeLibrary
-        _LIB = NativeLibrary("int8 kernels", "loom-q8-1", SOURCE, (), {
+        _LIB = NativeLibrary("int8 kernels", "loom-q8-5", SOURCE, (), {
             "loom_q8_features": [_P],
-            "loom_q8_gemm": [_I32, _I32, _I32, _I64, _I64, _I64, _I64, _P, _I64, _P, _P, _P, _I32, _I32, _I32, _I32,
-                             _I32, _P, _I64],
+            "loom_q8_gemm": [_I32, _I32, _I32, _I64, _I64, _I64, _P, _I64, _P, _P, _P, _I32, _I32, _I32, _I32, _I32,
+                             _P, _I64],
             "loom_q8_im2col": [_I32, _P, _P, ctypes.c_uint8, _P, _I64],
         }, "LOOM_Q8_NATIVE")
     return _LIB
@@ -87,22 +87,26 @@ def default_path() -> str:
     return best if PATHS[best] <= PATHS[cap] else cap
 
 
-def round_up(n: int, m: int = 32) -> int:
-    return (n + m - 1) // m * m
-
-
 @dataclass
 class PackedWeight:
-    """int8 weight rows (out_features, kp) zero-padded to a multiple of 32 bytes, with what the GEMM needs."""
+    """An int8 weight (n, k) in the GEMM's layout, with what the GEMM needs beside it.
 
-    data: np.ndarray        # (n, kp) int8
-    k: int
+    `data` holds blocks of 8 output columns, each (ceil(k/4), 8, 4): four consecutive k of one column
+    per 32-bit lane, zero-padded in n and k, then one all-zero block.
+    """
+
+    rows: np.ndarray        # (n, k) int8, as given.
+    data: np.ndarray        # (n_blocks + 1, ceil(k / 4), 8, 4) int8.
     narrow: bool            # Every weight in [-64, 63]: AVX2's vpmaddubsw cannot saturate.
     colsum: np.ndarray      # (n,) int32: sum over k of each row, for the input zero point.
 
     @property
     def n(self) -> int:
-        return self.data.shape[0]
+        return self.rows.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.rows.shape[1]
 
 
 def pack_weight(w: np.ndarray) -> PackedWeight:
@@ -111,10 +115,12 @@ def pack_weight(w: np.ndarray) -> PackedWeight:
     if w.dtype != np.int8 or w.ndim != 2:
         raise DTypeError(f"loom.quantization.pack_weight: expected a 2-d int8 array, got {w.dtype} {w.shape}")
     n, k = w.shape
-    data = np.zeros((n, round_up(max(k, 1))), np.int8)
-    data[:, :k] = w
+    nb, kq = (n + 7) // 8, (k + 3) // 4
+    padded = np.zeros(((nb + 1) * 8, kq * 4), np.int8)
+    padded[:n, :k] = w
+    data = np.ascontiguousarray(padded.reshape(nb + 1, 8, kq, 4).transpose(0, 2, 1, 3))
     narrow = bool(w.size == 0 or (w.min() >= -64 and w.max() <= 63))
-    return PackedWeight(data, k, narrow, w.astype(np.int32).sum(1).astype(np.int32))
+    return PackedWeight(np.ascontiguousarray(w), data, narrow, w.astype(np.int32).sum(1).astype(np.int32))
 
 
 def _epilogue(acc: np.ndarray, mult, out_dtype: str, zp: int, lo: int, hi: int, relu: bool) -> np.ndarray:
@@ -135,7 +141,7 @@ def gemm(a: np.ndarray, w: PackedWeight, bias: np.ndarray | None = None, mult: n
 
     Parameters
     ----------
-    a : ndarray of uint8, shape (m, k) (or (m, kp) zero-padded: columns past k are ignored)
+    a : ndarray of uint8, shape (m, k) (or wider: columns past k are ignored)
     w : PackedWeight
     bias : int32 (n,), optional
         Added to the int32 sums.
@@ -168,7 +174,7 @@ def gemm(a: np.ndarray, w: PackedWeight, bias: np.ndarray | None = None, mult: n
     path = path or default_path()
     fns = None if path == "numpy" else library()
     if fns is None:
-        acc = a[:, :w.k].astype(np.float64) @ w.data[:, :w.k].T.astype(np.float64)  # Exact below 2**53.
+        acc = a[:, :w.k].astype(np.float64) @ w.rows.T.astype(np.float64)  # Exact below 2**53.
         acc = acc.astype(np.int32)
         if bias is not None:
             acc += bias
@@ -185,7 +191,7 @@ def gemm(a: np.ndarray, w: PackedWeight, bias: np.ndarray | None = None, mult: n
     bias = None if bias is None else np.ascontiguousarray(bias, np.int32)
     mult = None if mult is None else np.ascontiguousarray(mult, np.float32)
     nt = threads.get_num_threads() if m * n * w.k >= PAR_MIN else 1
-    fns["loom_q8_gemm"](PATHS[path], nt, int(w.narrow), m, n, w.k, w.data.shape[1], a.ctypes.data, a.shape[1],
+    fns["loom_q8_gemm"](PATHS[path], nt, int(w.narrow), m, n, w.k, a.ctypes.data, a.shape[1],
                         w.data.ctypes.data, None if bias is None else bias.ctypes.data,
                         None if mult is None else mult.ctypes.data, KINDS[out_dtype], zero_point, lo, hi, int(relu),
                         dst.ctypes.data, dst.strides[0] // dst.itemsize)
@@ -198,7 +204,7 @@ def conv_out_hw(h: int, w: int, kernel, stride, padding, dilation) -> tuple[int,
 
 
 def im2col(x: np.ndarray, kernel, stride, padding, dilation, pad_value: int, path: str | None = None) -> np.ndarray:
-    """Rows (n, oh, ow) by columns (i, j, c), zero-padded to a multiple of 32, of an NHWC uint8 batch.
+    """Rows (n, oh, ow) by columns (i, j, c) of an NHWC uint8 batch.
 
     Taps outside the image read `pad_value` (the input's zero point, which stands for a real 0).
     """
@@ -207,7 +213,7 @@ def im2col(x: np.ndarray, kernel, stride, padding, dilation, pad_value: int, pat
     n, h, w, c = x.shape
     ho, wo = conv_out_hw(h, w, kernel, stride, padding, dilation)
     k = kernel[0] * kernel[1] * c
-    kp = round_up(k)
+    kp = k
     out = np.empty((n * ho * wo, kp), np.uint8)
     fns = None if path == "numpy" else library()
     if fns is None:
@@ -216,7 +222,6 @@ def im2col(x: np.ndarray, kernel, stride, padding, dilation, pad_value: int, pat
                    j * dilation[1]:j * dilation[1] + stride[1] * (wo - 1) + 1:stride[1], :]
                 for i in range(kernel[0]) for j in range(kernel[1])]
         out[:, :k] = np.stack(cols, 3).reshape(n * ho * wo, k)
-        out[:, k:] = 0
         return out
     x = np.ascontiguousarray(x)
     p = np.array([n, h, w, c, kernel[0], kernel[1], stride[0], stride[1], padding[0], padding[1], dilation[0],

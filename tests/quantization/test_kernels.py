@@ -145,7 +145,7 @@ def test_im2col_matches_numpy(geom):
     n = K.im2col(x, kernel, stride, padding, dilation, 77, path="numpy")
     np.testing.assert_array_equal(c, n)
     k = kernel[0] * kernel[1] * 5
-    assert c.shape[1] % 32 == 0 and not c[:, k:].any()
+    assert c.shape[1] == k
     if any(padding):
         assert (c == 77).any()
     # Column (i, j, ch) of output row (0, 0, 0) is the input pixel the tap reads (or the pad value).
