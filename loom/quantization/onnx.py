@@ -37,7 +37,7 @@ def export_qdq(qmodel: Any, input_shape: tuple[int, ...], path: Any = None, dyna
     >>> from loom.quantization import quantize
     >>> qm = quantize(nn.Sequential(nn.Linear(4, 3)), [loom.randn(8, 4)])
     >>> [n.op_type for n in export_qdq(qm, (1, 4)).graph.node]
-    ['QuantizeLinear', 'DequantizeLinear', 'DequantizeLinear', 'DequantizeLinear', 'Gemm']
+    ['QuantizeLinear', 'DequantizeLinear', 'DequantizeLinear', 'DequantizeLinear', 'Gemm', 'Identity']
     """
     from loom.onnx import _need_onnx
     _need_onnx("export_qdq")

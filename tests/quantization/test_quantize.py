@@ -146,3 +146,14 @@ def test_errors():
     q = quantize(nn.Sequential(nn.Linear(3, 2)), [loom.randn(4, 3)])
     with pytest.raises(loom.errors.ShapeError, match="3 features"):
         q(loom.randn(4, 5))
+
+
+def test_numpy_fallback_same_output(monkeypatch):
+    """Without the C library (LOOM_Q8_NATIVE=0) the NumPy path gives the same int8 results."""
+    q = quantize(small_cnn(), [images(16, 0)])
+    x = images(3, 8)
+    native = q(x).numpy()
+    monkeypatch.setenv("LOOM_Q8_NATIVE", "0")
+    from loom.quantization import kernels
+    assert kernels.default_path() == "numpy"
+    np.testing.assert_array_equal(q(x).numpy(), native)
