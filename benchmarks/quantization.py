@@ -6,7 +6,9 @@ float32 (``--train-samples`` images, Adam, under ``loom.function``), or loaded f
 that examples/fashion_cnn.py writes (``--weights``). Then, all in one run:
 
 - test accuracy (10,000 images) of float32, post-training int8 with each activation observer (min-max,
-  entropy, percentile) and quantisation-aware training (``--qat-steps`` fine-tuning steps, then convert);
+  entropy, percentile) and quantisation-aware training (``--qat-steps`` fine-tuning steps, then convert),
+  beside the float32 model fine-tuned for the same steps (QAT trains further; the control shows how much
+  of its figure is that);
 - latency at batch 1 and 64: loom's int8 model vs ``loom.function`` of the float model, each the median of
   ``--repeats`` interleaved timings (inputs converted from and results to NumPy included on both sides);
 - weight bytes, float32 vs int8 (weights alone, and with their per-channel scales and int32 biases);
@@ -97,23 +99,29 @@ def train_float(model: nn.Module, x: np.ndarray, y: np.ndarray, samples: int, ep
     return time.perf_counter() - t0
 
 
-def train_qat(qat: nn.Module, x: np.ndarray, y: np.ndarray, steps: int, seed: int) -> float:
-    opt = loom.optim.Adam(qat.parameters(), lr=1e-4)
-    rng = np.random.default_rng(seed + 1)
-    t0 = time.perf_counter()
-    qat.train()
-    losses = []
-    for _ in range(steps):
-        b = rng.integers(0, len(x), 64)
-        loss = F.cross_entropy(qat(loom.tensor(x[b])), loom.tensor(y[b]))
+def finetune(model: nn.Module, x: np.ndarray, y: np.ndarray, steps: int, seed: int, traced: bool) -> float:
+    """`steps` Adam steps (lr 1e-4) on random batches of 64: the QAT run, and its float32 control."""
+    opt = loom.optim.Adam(model.parameters(), lr=1e-4)
+
+    def step(xb, yb):
+        loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(loss.item())
+        return loss
+
+    run = loom.function(step) if traced else step  # QAT observers read values: eager only.
+    rng = np.random.default_rng(seed + 1)
+    t0 = time.perf_counter()
+    model.train()
+    losses = []
+    for _ in range(steps):
+        b = rng.integers(0, len(x), 64)
+        losses.append(run(loom.tensor(x[b]), loom.tensor(y[b])).item())
     if losses:
-        print(f"  QAT: {steps} steps of 64, loss {np.mean(losses[:10]):.4f} -> {np.mean(losses[-10:]):.4f}",
-              flush=True)
-    qat.eval()
+        print(f"  {'float32' if traced else 'QAT'} fine-tuning: {steps} steps of 64, loss {np.mean(losses[:10]):.4f} "
+              f"-> {np.mean(losses[-10:]):.4f}", flush=True)
+    model.eval()
     return time.perf_counter() - t0
 
 
@@ -204,10 +212,16 @@ def main() -> None:
         rows.append((f"loom int8 PTQ ({mode})", accuracy(qm.run_numpy, xte, yte)))
     if args.qat_steps:
         qat = Q.prepare_qat(copy.deepcopy(model))
-        secs = train_qat(qat, xtr, ytr, args.qat_steps, args.seed)
+        secs = finetune(qat, xtr, ytr, args.qat_steps, args.seed, traced=False)
         qmodels["qat"] = Q.convert(qat)
-        rows.append((f"loom int8 QAT ({args.qat_steps} steps, {secs:.0f} s)", accuracy(qmodels["qat"].run_numpy,
-                                                                                     xte, yte)))
+        rows.append((f"loom int8 QAT ({args.qat_steps} more steps, {secs:.0f} s)",
+                     accuracy(qmodels["qat"].run_numpy, xte, yte)))
+        # The control: the same extra steps in float32, so QAT's gain is not mistaken for quantisation's.
+        control = copy.deepcopy(model)
+        finetune(control, xtr, ytr, args.qat_steps, args.seed, traced=True)
+        with loom.no_grad():
+            rows.append((f"float32 after the same {args.qat_steps} steps (control)",
+                         accuracy(lambda a: control(loom.tensor(a)).numpy(), xte, yte)))
 
     ort_rows, ort_fns = onnxruntime_side(model, qmodels["minmax"], calib, xte, yte, threads)
     rows += ort_rows
