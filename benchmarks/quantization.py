@@ -158,6 +158,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=DEFAULT_DATA, help="folder with the Fashion-MNIST *-ubyte.gz files")
     p.add_argument("--weights", help="model.safetensors from examples/fashion_cnn.py (skips float training)")
+    p.add_argument("--save-weights", help="write the trained float32 model here (for --weights in a later run)")
     p.add_argument("--train-samples", type=int, default=15000, help="images per float32 training epoch")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--qat-steps", type=int, default=150, help="QAT fine-tuning steps of 64 images (0: skip)")
@@ -191,6 +192,8 @@ def main() -> None:
     else:
         secs = train_float(model, xtr, ytr, args.train_samples, args.epochs, args.seed)
         print(f"float32 model: trained on {args.epochs} x {args.train_samples} images in {secs:.0f} s")
+        if args.save_weights:
+            loom.save(model.state_dict(), args.save_weights)
 
     @loom.function
     def float_fn(x):

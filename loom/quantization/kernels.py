@@ -12,7 +12,8 @@ which paths were compiled in; ``path=`` forces one (tests compare them), and
 for how the 16-bit saturation of AVX2's ``vpmaddubsw`` is avoided.
 
 Threads: an OpenMP loop sized by `loom.get_num_threads` (one thread below
-``PAR_MIN`` multiply-adds); loom starts no other pool.
+``LOOM_BLAS_PAR_MIN`` multiply-adds, the rule loom's float matmuls follow);
+loom starts no other pool.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from ._csrc import SOURCE
 
 PATHS = {"scalar": 0, "avx2": 1, "vnni": 2}
 KINDS = {"int32": 0, "uint8": 1, "int8": 2, "float32": 3}
-PAR_MIN = 1 << 20  # Multiply-adds from which a GEMM uses loom's threads.
+IM2COL_PAR_MIN = 1 << 24  # Bytes from which im2col uses loom's threads.
 _P = ctypes.c_void_p
 _I32, _I64 = ctypes.c_int32, ctypes.c_int64
 
@@ -123,6 +124,15 @@ def pack_weight(w: np.ndarray) -> PackedWeight:
     return PackedWeight(np.ascontiguousarray(w), data, narrow, w.astype(np.int32).sum(1).astype(np.int32))
 
 
+def par_min() -> int:
+    """Multiply-adds from which a GEMM uses loom's threads: loom's rule for matmuls (``LOOM_BLAS_PAR_MIN``).
+
+    Below it one thread is faster (a team's start and barrier cost more than they save), and on a
+    loaded machine a team waits for its slowest member.
+    """
+    return threads.blas_par_min()
+
+
 def _epilogue(acc: np.ndarray, mult, out_dtype: str, zp: int, lo: int, hi: int, relu: bool) -> np.ndarray:
     """What the C epilogue does to an int32 result, in NumPy (float32 arithmetic, round half to even)."""
     if out_dtype == "int32":
@@ -190,7 +200,7 @@ def gemm(a: np.ndarray, w: PackedWeight, bias: np.ndarray | None = None, mult: n
         a = np.ascontiguousarray(a)
     bias = None if bias is None else np.ascontiguousarray(bias, np.int32)
     mult = None if mult is None else np.ascontiguousarray(mult, np.float32)
-    nt = threads.get_num_threads() if m * n * w.k >= PAR_MIN else 1
+    nt = threads.get_num_threads() if m * n * w.k >= par_min() else 1
     fns["loom_q8_gemm"](PATHS[path], nt, int(w.narrow), m, n, w.k, a.ctypes.data, a.shape[1],
                         w.data.ctypes.data, None if bias is None else bias.ctypes.data,
                         None if mult is None else mult.ctypes.data, KINDS[out_dtype], zero_point, lo, hi, int(relu),
@@ -226,6 +236,6 @@ def im2col(x: np.ndarray, kernel, stride, padding, dilation, pad_value: int, pat
     x = np.ascontiguousarray(x)
     p = np.array([n, h, w, c, kernel[0], kernel[1], stride[0], stride[1], padding[0], padding[1], dilation[0],
                   dilation[1], ho, wo], np.int64)
-    nt = threads.get_num_threads() if out.size >= PAR_MIN else 1
+    nt = threads.get_num_threads() if out.size >= IM2COL_PAR_MIN else 1
     fns["loom_q8_im2col"](nt, p.ctypes.data, x.ctypes.data, pad_value, out.ctypes.data, kp)
     return out
