@@ -35,6 +35,7 @@ _P = ctypes.c_void_p
 _I32, _I64 = ctypes.c_int32, ctypes.c_int64
 
 _LIB = None
+_FEATURES: dict = {}
 
 
 def _library():
@@ -70,10 +71,12 @@ def features() -> dict[str, bool]:
     fns = library()
     if fns is None:
         return {"scalar": False, "avx2": False, "vnni": False}
-    out = np.zeros(1, np.int32)
-    fns["loom_q8_features"](out.ctypes.data)
-    bits = int(out[0])
-    return {"scalar": True, "avx2": bool(bits & 2), "vnni": bool(bits & 4)}
+    if _FEATURES.get("fns") is not fns:  # Asked once per loaded library: a GEMM call should not pay for it.
+        out = np.zeros(1, np.int32)
+        fns["loom_q8_features"](out.ctypes.data)
+        bits = int(out[0])
+        _FEATURES.update(fns=fns, value={"scalar": True, "avx2": bool(bits & 2), "vnni": bool(bits & 4)})
+    return dict(_FEATURES["value"])
 
 
 def default_path() -> str:
