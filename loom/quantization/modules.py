@@ -132,7 +132,8 @@ class QuantizedConv2d(_QuantizedGemmLayer):
         if self.kernel_size == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0):
             a = x.data.reshape(-1, c)
         else:
-            a = kernels.im2col(x.data, self.kernel_size, self.stride, self.padding, self.dilation, x.qparams[1])
+            zp = x.qparams[1] if x.qparams is not None else 0  # Quantised: `_check` saw to it.
+            a = kernels.im2col(x.data, self.kernel_size, self.stride, self.padding, self.dilation, zp)
         return QArray(self._gemm(a).reshape(n, ho, wo, -1), self.out_qparams, True)
 
     def extra_repr(self) -> str:

@@ -128,7 +128,9 @@ def prepare(model: Module, qconfig: QConfig | None = None, inplace: bool = False
     >>> qm(loom.randn(3, 4)).shape
     loom.Size([3, 2])
     """
-    return _prepare(model, qconfig or default_qconfig, False, inplace).eval()
+    prepared = _prepare(model, qconfig or default_qconfig, False, inplace)
+    prepared.eval()
+    return prepared
 
 
 def prepare_qat(model: Module, qconfig: QConfig | None = None, inplace: bool = False) -> ObservedModel:
@@ -136,7 +138,9 @@ def prepare_qat(model: Module, qconfig: QConfig | None = None, inplace: bool = F
 
     Train the returned model as usual (eager mode: observers read values each step), then `convert` it.
     """
-    return _prepare(model, qconfig or default_qat_qconfig, True, inplace).train()
+    prepared = _prepare(model, qconfig or default_qat_qconfig, True, inplace)
+    prepared.train()
+    return prepared
 
 
 def _qparams(obs: Module) -> tuple[float, int]:
