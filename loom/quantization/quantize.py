@@ -175,6 +175,19 @@ def convert(model: ObservedModel, inplace: bool = False) -> QuantizedModel:
     Weights become int8 with one symmetric scale per output channel, biases int32 at the scale
     ``input_scale * weight_scale``, and each layer's requantisation multiplier float32
     ``input_scale * weight_scale / output_scale``.
+
+    Parameters
+    ----------
+    model : ObservedModel
+        From `prepare` (after calibration batches) or `prepare_qat` (after training).
+    inplace : bool
+        Accepted for torch's signature; the int8 model never shares the float model's buffers.
+
+    Raises
+    ------
+    LoomValueError
+        If an observer saw no values, or the QConfig's dtypes are not what the int8 kernels take
+        (uint8 activations, per-channel symmetric int8 weights along axis 0).
     """
     if not isinstance(model, ObservedModel):
         raise LoomTypeError(f"loom.quantization.convert: expected the model returned by prepare or prepare_qat, got "
