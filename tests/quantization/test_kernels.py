@@ -168,3 +168,44 @@ def test_gemm_errors():
         K.gemm(np.ones((1, 4), np.uint8), pw, out_dtype="uint8")
     with pytest.raises(loom.errors.DTypeError, match="int8"):
         K.pack_weight(np.ones((2, 4), np.float32))
+
+
+@pytest.mark.parametrize("march,bits", [("x86-64", 0), ("haswell", 2)])
+def test_source_built_for_cpus_without_vnni(tmp_path, march, bits):
+    """The same C source compiled for a plain x86-64 CPU (scalar only) and for AVX2 without VNNI.
+
+    Both run here (this CPU has what they need) and give the exact results; asking for VNNI falls back.
+    """
+    import ctypes
+    import platform
+    import shutil
+    import subprocess
+
+    from loom.codegen import build
+    from loom.quantization._csrc import SOURCE
+    cc = shutil.which(build.compiler())
+    if cc is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("needs an x86-64 C compiler")
+    src, lib = tmp_path / "q8.c", tmp_path / "q8.so"
+    src.write_text(SOURCE)
+    flags = [f for f in build.BASE_FLAGS if not f.startswith("-march")]
+    subprocess.run([cc, *flags, f"-march={march}", str(src), "-o", str(lib), "-lm"], check=True, timeout=120)
+    so = ctypes.CDLL(str(lib))
+    got = np.zeros(1, np.int32)
+    so.loom_q8_features(ctypes.c_void_p(got.ctypes.data))
+    assert got[0] == bits
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 256, (11, 70), dtype=np.uint8)
+    a[0] = 255
+    w = rng.integers(-128, 128, (19, 70), dtype=np.int8)
+    w[0] = -128
+    pw = K.pack_weight(w)
+    out = np.zeros((11, 19), np.int32)
+    i32, i64, p = ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p
+    so.loom_q8_gemm.argtypes = [i32, i32, i32, i64, i64, i64, p, i64, p, p, p, i32, i32, i32, i32, i32, p, i64]
+    so.loom_q8_gemm.restype = None
+    for path in (0, 1, 2):
+        out[:] = 0
+        so.loom_q8_gemm(path, 1, int(pw.narrow), 11, 19, 70, a.ctypes.data, 70, pw.data.ctypes.data, None, None, 0,
+                        0, 0, 0, 0, out.ctypes.data, 19)
+        np.testing.assert_array_equal(out, ref_gemm(a, w))
