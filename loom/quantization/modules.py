@@ -68,12 +68,19 @@ class _QuantizedGemmLayer(Module):
         self.in_qparams, self.out_qparams, self.relu = in_qparams, out_qparams, relu
         rows = wq.transpose(0, 2, 3, 1).reshape(n, -1) if wq.ndim == 4 else wq  # (out, kh*kw*c): NHWC order.
         self.packed = kernels.pack_weight(np.ascontiguousarray(rows))
+        self.set_input_qparams(in_qparams)
+
+    def set_input_qparams(self, in_qparams: tuple[float, int]) -> None:
+        """The int32 bias (with the input zero point's correction) and multipliers for this input scale."""
+        self.in_qparams = in_qparams
         s_x, z_x = in_qparams
         acc_scale = np.float32(s_x) * self.weight_scale
+        bias, n = self.bias_float, self.packed.n
         self.bias_int32 = (np.zeros(n, np.int32) if bias is None else
                            np.rint(bias.astype(np.float64) / acc_scale.astype(np.float64)).astype(np.int32))
         self.bias_eff = (self.bias_int32.astype(np.int64) - z_x * self.packed.colsum.astype(np.int64)).astype(np.int32)
-        self.mult = (acc_scale / np.float32(out_qparams[0]) if out_qparams else acc_scale).astype(np.float32)
+        out = self.out_qparams
+        self.mult = (acc_scale / np.float32(out[0]) if out else acc_scale).astype(np.float32)
 
     def weight_bytes(self) -> int:
         """Bytes of the int8 weight, its float32 scales and int32 bias."""
@@ -87,7 +94,10 @@ class _QuantizedGemmLayer(Module):
     def _check(self, x: QArray) -> None:
         if x.qparams is None:
             raise LoomValueError(f"loom.quantization.{type(self).__name__}: its input is float32 (it follows the "
-                                 "last quantised layer); only the last Conv2d/Linear may produce float output")
+                                 "last quantised layer, or no QuantStub came before it); only the last "
+                                 "Conv2d/Linear may produce float output")
+        if x.qparams != self.in_qparams:  # Eager-mode models: the input's parameters are known when it comes.
+            self.set_input_qparams(x.qparams)
 
 
 class QuantizedLinear(_QuantizedGemmLayer):

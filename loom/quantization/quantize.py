@@ -82,10 +82,13 @@ class ObservedModel(Module):
         return x
 
 
-def _prepare(model: Module, qconfig: QConfig, qat: bool, inplace: bool) -> ObservedModel:
+def _prepare(model: Module, qconfig: QConfig, qat: bool, inplace: bool) -> Module:
     if not isinstance(qconfig, QConfig):
         raise LoomTypeError(f"loom.quantization: qconfig must be a loom.quantization.QConfig, got "
                             f"{type(qconfig).__name__}")
+    if not isinstance(model, (Sequential, *COMPUTE, *PASS)):  # A forward of its own: torch's eager mode.
+        from .eager import prepare_eager
+        return prepare_eager(model, qconfig, qat)
     leaves = _leaves(model if inplace else copy.deepcopy(model))
     last = max((i for i, m in enumerate(leaves) if isinstance(m, COMPUTE)), default=-1)
     if last < 0:
@@ -106,7 +109,7 @@ def _prepare(model: Module, qconfig: QConfig, qat: bool, inplace: bool) -> Obser
     return ObservedModel(qconfig.activation(), layers, qat)
 
 
-def prepare(model: Module, qconfig: QConfig | None = None, inplace: bool = False) -> ObservedModel:
+def prepare(model: Module, qconfig: QConfig | None = None, inplace: bool = False) -> Module:
     """Insert observers for post-training quantisation (as ``torch.ao.quantization.prepare``).
 
     Parameters
@@ -133,7 +136,7 @@ def prepare(model: Module, qconfig: QConfig | None = None, inplace: bool = False
     return prepared
 
 
-def prepare_qat(model: Module, qconfig: QConfig | None = None, inplace: bool = False) -> ObservedModel:
+def prepare_qat(model: Module, qconfig: QConfig | None = None, inplace: bool = False) -> Module:
     """Insert fake-quant modules for quantisation-aware training (as ``torch.ao.quantization.prepare_qat``).
 
     Train the returned model as usual (eager mode: observers read values each step), then `convert` it.
@@ -169,7 +172,7 @@ def _weight_qparams(layer: ObservedLayer) -> tuple[np.ndarray, np.ndarray, int, 
     return q, scale.astype(np.float32), obs.quant_min, obs.quant_max
 
 
-def convert(model: ObservedModel, inplace: bool = False) -> QuantizedModel:
+def convert(model: Module, inplace: bool = False) -> Module:
     """Turn a calibrated (or QAT-trained) `ObservedModel` into an int8 `QuantizedModel`.
 
     Weights become int8 with one symmetric scale per output channel, biases int32 at the scale
@@ -189,6 +192,9 @@ def convert(model: ObservedModel, inplace: bool = False) -> QuantizedModel:
         If an observer saw no values, or the QConfig's dtypes are not what the int8 kernels take
         (uint8 activations, per-channel symmetric int8 weights along axis 0).
     """
+    if getattr(model, "_loom_quantization", None) in ("ptq", "qat"):
+        from .eager import convert_eager
+        return convert_eager(model)
     if not isinstance(model, ObservedModel):
         raise LoomTypeError(f"loom.quantization.convert: expected the model returned by prepare or prepare_qat, got "
                             f"{type(model).__name__}")
@@ -213,7 +219,7 @@ def convert(model: ObservedModel, inplace: bool = False) -> QuantizedModel:
 
 
 def quantize(model: Module, calibration: Iterable | Callable[[Module], Any], qconfig: QConfig | None = None,
-             num_batches: int | None = None) -> QuantizedModel:
+             num_batches: int | None = None) -> Module:
     """Post-training quantisation in one call: `prepare`, calibrate, `convert`.
 
     Parameters

@@ -6,9 +6,9 @@ import importlib
 
 import pytest
 
-MODULES = ["loom.quantization.observer", "loom.quantization.fake_quantize", "loom.quantization.qconfig",
-           "loom.quantization.quantize", "loom.quantization.modules", "loom.quantization.kernels",
-           "loom.quantization.onnx"]
+MODULES = ["loom.quantization.eager", "loom.quantization.observer", "loom.quantization.fake_quantize",
+           "loom.quantization.qconfig", "loom.quantization.quantize", "loom.quantization.modules",
+           "loom.quantization.kernels", "loom.quantization.onnx"]
 
 
 @pytest.mark.parametrize("name", MODULES)
