@@ -97,16 +97,14 @@ class _Quantize(Module):
         self.stub = qm.QuantStub(scale, zero_point)
 
     def forward(self, x) -> qm.QArray:
-        data = x.detach().numpy() if isinstance(x, loom.Tensor) else np.asarray(x)
-        return self.stub(qm.QArray(np.ascontiguousarray(data, np.float32), None, False))
+        return self.stub(qm.QArray.from_input(x))
 
 
 class _DeQuantize(Module):
     """A converted `DeQuantStub`: `QArray` in, float32 Tensor out (NCHW, as the float model's)."""
 
     def forward(self, x: qm.QArray) -> loom.Tensor:
-        out = x.dequantize()
-        return loom.tensor(np.ascontiguousarray(out.transpose(0, 3, 1, 2) if x.nhwc else out))
+        return loom.tensor(x.to_output())
 
 
 class _Fused(Module):

@@ -32,6 +32,17 @@ class QArray:
         s, z = self.qparams
         return (self.data.astype(np.float32) - np.float32(z)) * np.float32(s)
 
+    @staticmethod
+    def from_input(x) -> QArray:
+        """A model's float32 input (a loom Tensor or an array), as it enters the first layer."""
+        data = x.detach().numpy() if isinstance(x, loom.Tensor) else np.asarray(x)
+        return QArray(np.ascontiguousarray(data, np.float32), None, False)
+
+    def to_output(self) -> np.ndarray:
+        """Float32 in PyTorch's layout (NCHW for images), as the float model returns it."""
+        out = self.dequantize()
+        return np.ascontiguousarray(out.transpose(0, 3, 1, 2) if self.nhwc else out)
+
 
 def quantize_array(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
     """uint8 ``clamp(round_half_even(x / scale) + zero_point, 0, 255)`` (ONNX QuantizeLinear's rule)."""
@@ -231,12 +242,10 @@ class QuantizedModel(Module):
 
     def run_numpy(self, x) -> np.ndarray:
         """The forward pass on NumPy: float32 array (or Tensor) in, float32 array out (NCHW / PyTorch order)."""
-        data = x.detach().numpy() if isinstance(x, loom.Tensor) else np.asarray(x)
-        q = QArray(np.ascontiguousarray(data, np.float32), None, False)
+        q = QArray.from_input(x)
         for step in self.steps:
             q = step(q)
-        out = q.dequantize()
-        return np.ascontiguousarray(out.transpose(0, 3, 1, 2) if q.nhwc else out)
+        return q.to_output()
 
     def weight_bytes(self) -> int:
         """Bytes of all int8 weights with their scales and int32 biases."""
