@@ -181,6 +181,9 @@ def gemm(a: np.ndarray, w: PackedWeight, bias: np.ndarray | None = None, mult: n
     if out_dtype != "int32" and mult is None:
         raise LoomValueError(f"loom.quantization.gemm: out_dtype {out_dtype!r} needs mult")
     m, n = a.shape[0], w.n
+    if out is not None and (out.shape != (m, n) or out.dtype != np.dtype(out_dtype) or out.strides[1] != out.itemsize):
+        raise ShapeError(f"loom.quantization.gemm: out must be a ({m}, {n}) {out_dtype} array with contiguous rows, "
+                         f"got {out.dtype} {out.shape}")
     lo, hi = (0, 255) if out_dtype == "uint8" else (-128, 127)
     if relu and out_dtype in ("uint8", "int8"):
         lo = max(lo, zero_point)

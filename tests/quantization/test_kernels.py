@@ -168,6 +168,10 @@ def test_gemm_errors():
         K.gemm(np.ones((1, 4), np.uint8), pw, out_dtype="uint8")
     with pytest.raises(loom.errors.DTypeError, match="int8"):
         K.pack_weight(np.ones((2, 4), np.float32))
+    with pytest.raises(loom.errors.ShapeError, match="out must be"):
+        K.gemm(np.ones((1, 4), np.uint8), pw, out=np.empty((1, 2), np.float32))
+    out = np.empty((1, 2), np.int32)
+    assert K.gemm(np.ones((1, 4), np.uint8), pw, out=out) is out and out.tolist() == [[4, 4]]
 
 
 @pytest.mark.parametrize("march,bits", [("x86-64", 0), ("haswell", 2)])
