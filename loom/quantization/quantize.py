@@ -188,7 +188,7 @@ def convert(model: Module, inplace: bool = False) -> Module:
 
     Raises
     ------
-    LoomValueError
+    loom.errors.LoomValueError
         If an observer saw no values, or the QConfig's dtypes are not what the int8 kernels take
         (uint8 activations, per-channel symmetric int8 weights along axis 0).
     """
