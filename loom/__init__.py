@@ -51,6 +51,7 @@ from loom import distributions, linalg, ops, profiler  # noqa: E402,F401
 from loom.convert import from_torch  # noqa: E402,F401
 from loom import compiler  # noqa: E402,F401
 from loom import onnx  # noqa: E402,F401  (imports no onnx package until used)
+from loom import quantization  # noqa: E402,F401  (int8; builds its C library on first use)
 from loom.io import load, save  # noqa: E402,F401
 
 
