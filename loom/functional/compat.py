@@ -421,11 +421,6 @@ def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool =
     return ~hit if invert else hit
 
 
-def isreal(input) -> Tensor:
-    """True everywhere: loom's tensors are real."""
-    return full(_t(input).shape, True, dtype=dt.bool_)
-
-
 def chain_matmul(*matrices) -> Tensor:
     """The product of the given matrices, as `torch.chain_matmul`."""
     from loom.linalg import multi_dot
@@ -578,30 +573,8 @@ def bitwise_right_shift(input, other) -> Tensor:
     return _math.floor_divide(a, _math.pow(full((), 2, dtype=b.dtype), b).to(a.dtype))
 
 
-def angle(input) -> Tensor:
-    """The argument of a real number: pi for negative values, 0 otherwise (NaN stays NaN)."""
-    x = _t(input)
-    xf = x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
-    return _math.where(xf < 0, math.pi, _math.where(_math.isnan(xf), xf, 0.0 * xf))
-
-
-def conj(input) -> Tensor:
-    """`input` itself: a real tensor is its own conjugate."""
-    return _t(input)
-
-
-def resolve_conj(input) -> Tensor:
-    """`input` itself (no pending conjugation on a real tensor)."""
-    return _t(input)
-
-
 def resolve_neg(input) -> Tensor:
     """`input` itself (loom has no lazy negation bit)."""
-    return _t(input)
-
-
-def real(input) -> Tensor:
-    """`input` itself: the real part of a real tensor."""
     return _t(input)
 
 
@@ -750,11 +723,6 @@ def _polygamma(self, n: int) -> Tensor:
 def _polygamma_(self, n: int) -> Tensor:
     """In-place `polygamma(n, self)`."""
     return self._inplace("polygamma_", lambda s: polygamma(n, s))
-
-
-def _imag(self) -> Tensor:
-    """The imaginary part: PyTorch has it for complex tensors only, and loom has none."""
-    raise DTypeError(f"loom.Tensor.imag: not implemented for tensors with non-complex dtypes ({self.dtype.name})")
 
 
 def _float_power_(self, exponent) -> Tensor:
@@ -1214,22 +1182,19 @@ for _name in _INPLACE_OF:
             globals()[_name] = _fn
             break
 _NEW = ["diff", "cov", "corrcoef", "trace", "diagflat", "dist", "cross", "histc", "bincount", "renorm",
-        "bitwise_left_shift", "bitwise_right_shift", "angle", "conj", "resolve_conj", "resolve_neg", "real",
-        "nonzero_static", "put", "isreal", "fill", "matrix_power", "gcd", "lcm", "frexp", "histogram",
+        "bitwise_left_shift", "bitwise_right_shift", "resolve_neg",
+        "nonzero_static", "put", "fill", "matrix_power", "gcd", "lcm", "frexp", "histogram",
         "det", "slogdet", "logdet", "inverse", "cholesky", "cholesky_solve", "cholesky_inverse", "lgamma",
         "digamma", "polygamma", "mvlgamma",
         "erfinv", "i0", "unsafe_chunk", "unsafe_split", "hsplit", "vsplit", "dsplit",
-        "select_scatter", "slice_scatter", "diagonal_scatter", "conj_physical"]
-conj_physical = _alias(conj, "conj_physical")
+        "select_scatter", "slice_scatter", "diagonal_scatter"]
 
 METHODS = [n for n in sorted(_ALIASES) + ["isclose", "allclose"] + _NEW
-           if n not in _TAKEN and n not in ("fill", "real", "polygamma")]
+           if n not in _TAKEN and n not in ("fill", "polygamma")]
 # Methods with no top-level function of the same name in PyTorch.
 TENSOR_METHODS = {n: globals()["_" + n] for n in ("sum_to_size", "unfold", "fill_diagonal_", "where", "multinomial",
                                                   "apply_", "map_", "as_subclass", "float_power_", "polygamma",
                                                   "polygamma_") if n not in _TAKEN}
-# Attributes PyTorch computes as properties: `x.real` is x for a real tensor.
-PROPERTIES = {"real": real, "imag": _imag}
 INPLACE = [n for n in list(_ALIASES) + _INPLACE_OF + ["mvlgamma", "gcd", "lcm", "renorm", "bitwise_left_shift",
                                                        "bitwise_right_shift", "put"]
            if n != "clip" and not n.startswith("unsafe_") and n + "_" not in _TAKEN and n in globals()]

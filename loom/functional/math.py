@@ -113,7 +113,7 @@ _ERFC_TAIL = {False: (2.0, 16), True: (3.0, 24)}
 
 def _float(x) -> Tensor:
     x = _t(x)
-    return x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
+    return x if x.dtype.category >= 2 else x.to(dt.get_default_dtype())
 
 
 def _no_bool(op: str, x: Tensor) -> None:
@@ -854,7 +854,17 @@ def logit(x, eps: float | None = None):
 
 
 def sgn(x):
-    """sign(x) for real tensors (PyTorch's complex-aware spelling)."""
+    """sign(x) for real tensors; z / |z| (0 at 0) for complex ones, as `torch.sgn`.
+
+    Examples
+    --------
+    >>> loom.sgn(loom.tensor([3 + 4j, 0j])).tolist()
+    [(0.6000000238418579+0.800000011920929j), 0j]
+    """
+    x = _t(x)
+    if x.dtype.is_complex:
+        r = abs(x)
+        return x / where(r == 0.0, 1.0, r)
     return sign(x)
 
 

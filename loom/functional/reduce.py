@@ -144,8 +144,8 @@ def prod(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
 def _float_input(op: str, x: Tensor, dtype) -> Tensor:
     if dtype is not None:
         x = x.to(dtype)
-    if not x.dtype.is_floating_point:
-        raise DTypeError(f"loom.{op}: could not infer output dtype; input dtype must be floating point, "
+    if x.dtype.category < 2:
+        raise DTypeError(f"loom.{op}: could not infer output dtype; input dtype must be floating point or complex, "
                          f"got {x.dtype.name} (pass dtype=loom.float32)")
     return x
 
