@@ -51,7 +51,7 @@ for _mod in functional._modules():
 del _mod, _name
 
 from loom import data, io, nn, optim, utils  # noqa: E402,F401
-from loom import linalg, ops, profiler  # noqa: E402,F401
+from loom import fft, linalg, ops, profiler  # noqa: E402,F401
 from loom.convert import from_torch  # noqa: E402,F401
 from loom import compiler  # noqa: E402,F401
 from loom import onnx  # noqa: E402,F401  (imports no onnx package until used)
