@@ -503,8 +503,8 @@ from loom.torch._legacy import (  # noqa: E402,F401
     LongTensor, ShortTensor,
 )
 from loom.torch import (  # noqa: E402,F401
-    accelerator, amp, autograd, backends, cpu, cuda, distributed, jit, mps, nn, optim, random, special, testing,
-    utils, version,
+    accelerator, amp, autograd, backends, cpu, cuda, distributed, fft, jit, mps, nn, optim, random, special,
+    testing, utils, version,
 )
 from loom.torch.amp import (  # noqa: E402,F401
     GradScaler, autocast, get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype, is_autocast_available,
