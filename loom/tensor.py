@@ -1339,6 +1339,9 @@ def binary(op: str, a, b) -> Tensor:
     d = dt.result_type(a, b)
     if op in _FLOAT_RESULT and d.category < 2:
         d = dt.get_default_dtype()
+    if d.category == 3 and op not in _ops.COMPLEX_ELEMENTWISE:
+        raise DTypeError(f"loom.{_pub(op)}: not supported for complex dtype {d.name} (got {_describe(a)} and "
+                         f"{_describe(b)})")
     if op in ("and", "or", "xor") and d.category >= 2:
         raise DTypeError(f"loom.bitwise_{op}: expected integer or bool operands, got "
                          f"{_describe(a)} and {_describe(b)}")

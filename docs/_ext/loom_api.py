@@ -20,7 +20,7 @@ import types
 PUBLIC_MODULES = [
     "loom", "loom.nn", "loom.nn.functional", "loom.nn.init", "loom.nn.utils", "loom.optim",
     "loom.optim.lr_scheduler", "loom.data", "loom.autograd", "loom.ops", "loom.profiler", "loom.compiler",
-    "loom.io", "loom.onnx", "loom.linalg",
+    "loom.io", "loom.onnx", "loom.linalg", "loom.fft",
     "loom.ir", "loom.bench", "loom.bench.cli", "loom.bench.stats", "loom.bench.report", "loom.bench.compile_probe",
     "loom.distributed", "loom.distributed.nn.functional", "loom.nn.parallel",
     "loom.tf", "loom.tf.math", "loom.tf.linalg", "loom.tf.nn", "loom.tf.random", "loom.tf.data", "loom.tf.keras",
@@ -85,6 +85,8 @@ TITLES = {
     "loom.functional.linalg": "Linear algebra",
     "loom.functional.nn": "Neural-network functions",
     "loom.functional.conv": "Convolution and pooling",
+    "loom.functional.complex": "Complex numbers",
+    "loom.functional.spectral": "Short-time Fourier transforms",
     "loom.function": "Tracing: loom.function",
     "loom.runtime.realize": "Execution backend",
     "loom.io.checkpoint": "Checkpoints",

@@ -147,7 +147,7 @@ def istft(input, n_fft: int, hop_length: int | None = None, win_length: int | No
     >>> window = loom.tensor([0.0, 0.5, 1.0, 0.5])
     >>> spec = loom.stft(x, 4, hop_length=1, window=window, return_complex=True)
     >>> loom.istft(spec, 4, hop_length=1, window=window, length=8)
-    tensor([0.0000, 1.0000, 2.0000, 3.0000, 4.0000, 5.0000, 6.0000, 7.0000])
+    tensor([0., 1., 2., 3., 4., 5., 6., 7.])
     """
     z = _t(input)
     if not z.dtype.is_complex:
