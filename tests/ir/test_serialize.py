@@ -98,6 +98,11 @@ def every_primitive_graph():
     outs.append(add("conv2d_weight_grad", [img, conv], kernel_size=(2, 2), **geo))
     outs.append(add("max_pool2d_index", [img], kernel_size=(2, 2), stride=(1, 2), padding=(0, 0, 1, 1),
                     dilation=(1, 1)))
+    z = add("complex", [x, y])
+    outs += [add("real", [z]), add("imag", [add("conj", [z])])]
+    outs.append(add("fft_c2c", [z], axes=(1, 0), forward=False))
+    half = add("fft_r2c", [x], axes=(0, 1))
+    outs += [half, add("fft_c2r", [half], axes=(0, 1), n=5)]
     outs.append(add("argsort", [x], axis=1, descending=True))
     outs.append(add("argsort", [i], axis=0, descending=False))
     outs.append(add("check", [idx], user_op="gather", low=0, high=3, closed=False, ignore=None, error="index",
