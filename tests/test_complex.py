@@ -243,3 +243,25 @@ def test_docstring_examples_run(name, obj):
     runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+# ---------------------------------------------------------------- real and imag are views
+
+def test_real_imag_write_through_as_torch():
+    results = []
+    for m in (loom, torch):
+        z = m.tensor([1 + 2j, 3 - 1j, -2j])
+        z.real.mul_(2)
+        z.imag[0] = 5
+        r = z.real
+        r += 1
+        w = m.tensor([1 + 2j, 3 - 1j], requires_grad=True)
+        y = w * 2
+        y.imag.mul_(3)
+        (y.abs() ** 2).sum().backward()
+        a = m.zeros(2, 3, dtype=m.complex64)
+        a.real.copy_(m.ones(2, 3))
+        a.imag[:, 1] = 7
+        results.append((z.tolist(), z.real.stride(), z.imag.storage_offset(), z[1:].imag.storage_offset(),
+                        w.grad.tolist(), a.tolist()))
+    assert results[0] == results[1]

@@ -1,14 +1,16 @@
 """Complex tensors: parts, conjugates, polar form and the real/complex views, as PyTorch has them.
 
 The parts and the conjugate are primitives (`loom.ir.complex`); the rest are
-compositions. `real`, `imag` and `view_as_real` read their input (PyTorch
-returns views that writes go through; loom's are values).
+compositions. `real` and `imag` are views, as in PyTorch: a write through one
+changes that part of the complex tensor. `view_as_real` and `view_as_complex`
+make new tensors (PyTorch's share storage).
 """
 from __future__ import annotations
 
 import math
 
 from loom import dtypes as dt
+from loom.alias import make_view
 from loom.errors import DTypeError, ShapeError, fmt_shape
 from loom.tensor import Tensor, apply, broadcast_shapes, broadcast_to, full, tensor
 
@@ -26,7 +28,7 @@ def real(input) -> Tensor:
     tensor([1., -0.])
     """
     x = _t(input)
-    return apply("real", (x,), {}) if x.dtype.is_complex else x
+    return make_view(x, apply("real", (x,), {})) if x.dtype.is_complex else x
 
 
 def imag(input) -> Tensor:
@@ -41,7 +43,7 @@ def imag(input) -> Tensor:
     if not x.dtype.is_complex:
         raise DTypeError(f"loom.imag: not implemented for tensors with non-complex dtypes (got "
                          f"{x.dtype.name}{fmt_shape(x.shape)})")
-    return apply("imag", (x,), {})
+    return make_view(x, apply("imag", (x,), {}))
 
 
 def conj(input) -> Tensor:
