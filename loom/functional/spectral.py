@@ -117,8 +117,8 @@ def _overlap_add(frames: Tensor, hop: int) -> Tensor:
     """(B, F, n) frames summed into a (B, n + hop * (F - 1)) signal, frame f starting at f * hop."""
     b, f, n = frames.shape
     out_len = n + hop * (f - 1)
-    index = (np.arange(f)[:, None] * hop + np.arange(n)[None, :]).reshape(1, f * n)
-    index = tensor(np.ascontiguousarray(np.broadcast_to(index, (b, f * n))))
+    starts = (np.arange(f)[:, None] * hop + np.arange(n)[None, :]).reshape(1, f * n)
+    index = tensor(np.ascontiguousarray(np.broadcast_to(starts, (b, f * n))))
     base = zeros(b, out_len, dtype=frames.dtype)
     return apply("scatter_add", (base, index, frames.reshape(b, f * n)), {"axis": 1})
 
