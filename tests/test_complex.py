@@ -265,3 +265,18 @@ def test_real_imag_write_through_as_torch():
         results.append((z.tolist(), z.real.stride(), z.imag.storage_offset(), z[1:].imag.storage_offset(),
                         w.grad.tolist(), a.tolist()))
     assert results[0] == results[1]
+
+
+def test_checkpoints_hold_complex(tmp_path):
+    z = loom.tensor([1 + 2j, 3j])
+    w = loom.tensor([[1 - 1j]], dtype=loom.complex128)
+    loom.save({"z": z}, tmp_path / "a.safetensors")
+    assert loom.load(tmp_path / "a.safetensors")["z"].tolist() == z.tolist()
+    with pytest.raises(DTypeError, match="complex128.*safetensors"):
+        loom.save({"w": w}, tmp_path / "b.safetensors")  # The format has C64 but no C128.
+    loom.torch.save({"z": z, "w": w}, tmp_path / "c.pt")
+    back = torch.load(tmp_path / "c.pt")
+    assert back["w"].dtype == torch.complex128 and back["z"].tolist() == z.tolist()
+    torch.save({"q": torch.tensor([2 + 3j], dtype=torch.complex128)}, tmp_path / "d.pt")
+    q = loom.load(tmp_path / "d.pt")["q"]
+    assert q.dtype is loom.complex128 and q.tolist() == [2 + 3j]
