@@ -629,28 +629,49 @@ def equal(a, b) -> bool:
     return tuple(a.shape) == tuple(b.shape) and bool((a == b).all())
 
 
+def _parts(x):
+    """The real and imaginary parts of a complex tensor (value tests look at both)."""
+    return apply("real", (x,), {}), apply("imag", (x,), {})
+
+
 def isnan(x):
     x = _t(x)
+    if x.dtype.is_complex:
+        re, im = _parts(x)
+        return isnan(re) | isnan(im)
     return x != x if x.dtype.is_floating_point else _false_like(x)
 
 
 def isinf(x):
     x = _t(x)
+    if x.dtype.is_complex:
+        re, im = _parts(x)
+        return isinf(re) | isinf(im)
     return abs(x) == float("inf") if x.dtype.is_floating_point else _false_like(x)
 
 
 def isfinite(x):
     x = _t(x)
+    if x.dtype.is_complex:
+        re, im = _parts(x)
+        return isfinite(re) & isfinite(im)
     return (abs(x) < float("inf")) if x.dtype.is_floating_point else ~_false_like(x)
+
+
+def _no_complex_sign(op: str, x) -> None:
+    if x.dtype.is_complex:
+        raise DTypeError(f"loom.{op}: not supported for complex dtype {x.dtype.name} (a complex infinity has no sign)")
 
 
 def isposinf(x):
     x = _t(x)
+    _no_complex_sign("isposinf", x)
     return x == float("inf") if x.dtype.is_floating_point else _false_like(x)
 
 
 def isneginf(x):
     x = _t(x)
+    _no_complex_sign("isneginf", x)
     return x == float("-inf") if x.dtype.is_floating_point else _false_like(x)
 
 
@@ -668,6 +689,9 @@ def nan_to_num(x, nan: float = 0.0, posinf: float | None = None, neginf: float |
     [0.0, 9.0, 1.0]
     """
     x = _t(x)
+    if x.dtype.is_complex:  # Each part on its own, as PyTorch.
+        re, im = _parts(x)
+        return apply("complex", (nan_to_num(re, nan, posinf, neginf), nan_to_num(im, nan, posinf, neginf)), {})
     if not x.dtype.is_floating_point:
         return x
     # bfloat16's largest finite value: float32's exponent with 7 mantissa bits.

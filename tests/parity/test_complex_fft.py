@@ -52,6 +52,11 @@ CASES = [
     Case("cfloat_cdouble", lambda m, x: (x.cfloat(), x.cdouble() * 1j, x.cfloat().real), (randn(3),)),
     Case("complex_to_real_chain", lambda m, x: _real_loss(m, m.complex(x, x * x) * (1 - 2j)), (randn(5),),
          second_order=True),
+    Case("var_std_norm", lambda m, a: (a.var(), a.var(1, correction=0), a.std(0), a.norm(), m.vdot(a[0], a[1])),
+         (crandn(3, 4),), second_order=True),
+    Case("nan_checks", lambda m, a: (m.isnan(a), m.isinf(a), m.isfinite(a), m.nan_to_num(a, posinf=5.0)),
+         (np.array([complex(np.nan, 1), complex(1, np.inf), 2 - 1j, complex(-np.inf, np.nan)], np.complex64),),
+         grad=False),
     Case("is_complex", lambda m, a, x: (a.is_complex(), x.is_complex(), m.is_complex(a)), (crandn(2), randn(2)),
          grad=False),
 ]
