@@ -280,3 +280,12 @@ def test_checkpoints_hold_complex(tmp_path):
     torch.save({"q": torch.tensor([2 + 3j], dtype=torch.complex128)}, tmp_path / "d.pt")
     q = loom.load(tmp_path / "d.pt")["q"]
     assert q.dtype is loom.complex128 and q.tolist() == [2 + 3j]
+
+
+def test_xla_plugin_refuses_complex_by_name():
+    pytest.importorskip("jax")
+    f = loom.function(lambda a: (a * a).abs().sum(), backend="xla")
+    z = loom.tensor([1 + 2j, 3j])
+    f(z)  # The first call runs eagerly.
+    with pytest.raises(loom.LoomError, match=r"XLA plugin does not lower complex values.*mul \(complex64\)"):
+        f(z)

@@ -563,6 +563,10 @@ class XlaExecutable:
         if bad:
             raise LoomError(f"loom.xla: the XLA plugin cannot lower the primitive(s) {bad}; it lowers "
                             f"{sorted(SUPPORTED)} (use backend='c' or 'reference' for this function)")
+        cplx = sorted({f"{n.op} ({n.dtype.name})" for n in nodes if n.dtype.category == 3})
+        if cplx:
+            raise LoomError(f"loom.xla: the XLA plugin does not lower complex values, here {cplx} (use "
+                            "backend='c' or 'reference' for this function)")
         self._specs = [(tuple(n.shape), n.dtype) for n in graph.inputs]
         self._out_dtypes = [o.dtype for o in graph.outputs]
         self._copied = [k for k, o in enumerate(graph.outputs) if o in set(graph.inputs)]
