@@ -1050,7 +1050,7 @@ class _ComplexFormat:
 
     def __init__(self, values: np.ndarray) -> None:
         self.re, self.im = _ValueFormat(values.real, True), _ValueFormat(values.imag, True)
-        self.width = self.re.width + self.im.width + 2
+        self.width = self.re.width + self.im.width + 1  # The "j" (PyTorch counts no sign).
 
     def __call__(self, v) -> str:
         im = (self.im(v.imag) + "j").lstrip()

@@ -91,7 +91,10 @@ def test_numpy_round_trip_and_casts():
 
 
 def test_printing_matches_torch():
-    for values in ([1 + 2j, -3.5 - 1j], [[1e-5 + 1j, 100 + 3j]], [0j, 2 - 0.5j], [1 + 1j]):
+    rng = np.random.default_rng(1)
+    for values in ([1 + 2j, -3.5 - 1j], [[1e-5 + 1j, 100 + 3j]], [0j, 2 - 0.5j], [1 + 1j],
+                   [complex(np.nan, 1), complex(1, np.inf)], [1e10 + 1j, 1e-3j], np.arange(2000) + 0j,
+                   (rng.standard_normal((3, 20)) * 100 + 1j).astype(np.complex64), np.arange(12).reshape(3, 4) * 1j):
         assert repr(loom.tensor(values)) == repr(torch.tensor(values)).replace("torch.", "loom.")
     assert repr(loom.tensor(1j)) == "tensor(0.+1.j)"
     assert repr(loom.tensor([1j], dtype=loom.complex128)) == "tensor([0.+1.j], dtype=loom.complex128)"
