@@ -1782,6 +1782,12 @@ def rand(*size, dtype=None, generator=None, device=None, requires_grad: bool = F
     """Uniform samples in [0, 1)."""
     _check_device(device, "rand")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    if d.is_complex:  # Both parts uniform in [0, 1), as PyTorch.
+        part = dt.to_real(dt.check_computable(d, "rand"))
+        shape = _shape_arg(size, "rand")
+        z = apply("complex", (rand(shape, dtype=part, generator=generator),
+                              rand(shape, dtype=part, generator=generator)), {})
+        return _finish(z, requires_grad)
     if not d.is_floating_point:
         raise DTypeError(f"loom.rand: expected a floating point dtype, got {d.name}")
     return _finish(_rand_node(_shape_arg(size, "rand"), d, generator), requires_grad)
@@ -1791,6 +1797,12 @@ def randn(*size, dtype=None, generator=None, device=None, requires_grad: bool = 
     """Standard normal samples (Box-Muller over two counter-based uniform streams)."""
     _check_device(device, "randn")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    if d.is_complex:  # Parts of variance 1/2 each, so that E|z|^2 = 1, as PyTorch.
+        part = dt.to_real(dt.check_computable(d, "randn"))
+        shape = _shape_arg(size, "randn")
+        re = randn(shape, dtype=part, generator=generator) * math.sqrt(0.5)
+        im = randn(shape, dtype=part, generator=generator) * math.sqrt(0.5)
+        return _finish(apply("complex", (re, im), {}), requires_grad)
     if not d.is_floating_point:
         raise DTypeError(f"loom.randn: expected a floating point dtype, got {d.name}")
     shape = _shape_arg(size, "randn")

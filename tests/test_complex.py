@@ -292,3 +292,18 @@ def test_xla_plugin_refuses_complex_by_name():
     f(z)  # The first call runs eagerly.
     with pytest.raises(loom.LoomError, match=r"XLA plugin does not lower complex values.*mul \(complex64\)"):
         f(z)
+
+
+def test_random_complex_samples():
+    loom.manual_seed(0)
+    z = loom.randn(20000, dtype=loom.complex64)
+    assert z.dtype is loom.complex64
+    assert abs((z.abs() ** 2).mean().item() - 1.0) < 0.05  # Each part has variance 1/2, as PyTorch's.
+    assert abs(z.real.mean().item()) < 0.05 and abs(z.imag.std().item() - 0.5 ** 0.5) < 0.05
+    r = loom.rand(20000, dtype=loom.complex128)
+    assert r.dtype is loom.complex128 and 0.0 <= r.real.min().item() and r.imag.max().item() < 1.0
+    assert loom.randn_like(z[:3]).dtype is loom.complex64
+    loom.manual_seed(3)
+    a = loom.randn(4, dtype=loom.cfloat)
+    loom.manual_seed(3)
+    assert (a == loom.randn(4, dtype=loom.cfloat)).all().item()
