@@ -285,15 +285,6 @@ def test_checkpoints_hold_complex(tmp_path):
     assert q.dtype is loom.complex128 and q.tolist() == [2 + 3j]
 
 
-def test_xla_plugin_refuses_complex_by_name():
-    pytest.importorskip("jax")
-    f = loom.function(lambda a: (a * a).abs().sum(), backend="xla")
-    z = loom.tensor([1 + 2j, 3j])
-    f(z)  # The first call runs eagerly.
-    with pytest.raises(loom.LoomError, match=r"XLA plugin does not lower complex values.*mul \(complex64\)"):
-        f(z)
-
-
 def test_random_complex_samples():
     loom.manual_seed(0)
     z = loom.randn(20000, dtype=loom.complex64)

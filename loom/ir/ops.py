@@ -363,6 +363,8 @@ _unary("cos", np.cos, lambda g, x, out, a: (-g * x.sin(),))
 _unary("tan", np.tan, lambda g, x, out, a: (g * (out * out + 1.0),))
 _unary("tanh", np.tanh, lambda g, x, out, a: (g * (1.0 - out * out),))
 _unary("erf", _np_erf, lambda g, x, out, a: (g * (-(x * x)).exp() * _SQRT_PI,))
+
+
 def _abs_vjp(g, x, out, a):
     if x.dtype.category == 3:  # d|z| = z/|z| (0 at z = 0, as PyTorch's sgn).
         return (x / P("where", out == 0.0, out + 1.0, out) * g,)
@@ -521,7 +523,6 @@ def _infer_where(inputs, attrs):
     shape = _same_shape("where", inputs)
     if c.dtype is not dt.bool_:
         raise DTypeError(f"loom.where: condition must be bool, got {c.dtype.name}")
-    # (Any dtype, complex included: where only selects.)
     return shape, _same_dtype("where", [a, b])
 
 
