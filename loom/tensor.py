@@ -731,7 +731,11 @@ class Tensor:
     def _inplace(self, op: str, fn, *args, **kwargs) -> Tensor:
         self._check_inplace(op)
         snapshot = self._snapshot()
-        return self._assign(fn(snapshot, *args, **kwargs), op, snapshot)
+        result = fn(snapshot, *args, **kwargs)
+        if self.dtype.is_complex and isinstance(result, Tensor) and result.dtype.category == 2:
+            raise DTypeError(f"loom.{op}: in-place {op[:-1]} is not supported for complex tensors (its result "
+                             f"is {result.dtype.name}); use the out-of-place {op[:-1]}")
+        return self._assign(result, op, snapshot)
 
     def copy_(self, src, non_blocking: bool = False) -> Tensor:
         self._check_inplace("copy_")

@@ -115,6 +115,10 @@ def test_ordering_and_real_only_ops_raise_naming_the_op_and_dtype():
         loom.complex(loom.ones(2), loom.ones(2, dtype=loom.float64))
     with pytest.raises(ShapeError, match="view_as_complex"):
         loom.view_as_complex(loom.ones(3))
+    with pytest.raises(DTypeError, match="abs_: in-place abs is not supported for complex"):
+        loom.tensor([3 + 4j]).abs_()
+    with pytest.raises(DTypeError, match="add_: result type complex64 can't be cast"):
+        loom.ones(2).add_(1j)
     with pytest.raises(AutogradError, match="real scalar"):
         loom.tensor(1j, requires_grad=True).exp().backward()
 
