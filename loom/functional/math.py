@@ -188,6 +188,8 @@ def sigmoid(x):
     [0.5]
     """
     x = _float(x)
+    if x.dtype.is_complex:  # No ordering to pick a tail by: the plain formula, as PyTorch's complex sigmoid.
+        return 1.0 / (exp(-x) + 1.0)
     pos = x >= 0
     e = exp(where(pos, -x, x))  # exp(-|x|) <= 1, with a gradient of +-1 through the where even at 0.
     s = 1.0 / (e + 1.0)

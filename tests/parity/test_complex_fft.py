@@ -22,7 +22,7 @@ CASES = [
          second_order=True),
     Case("pow", lambda m, a, b: (a ** 2, a ** 3.5, a ** b, 2 ** a), (crandn(6), crandn(6)),
          rtol=1e-3, atol=1e-4, reason="complex pow goes through exp/log, which round differently"),
-    Case("reciprocal_trig", lambda m, a: (a.reciprocal(), a.sin(), a.cos(), a.tanh()), (crandn(5),)),
+    Case("reciprocal_trig", lambda m, a: (a.reciprocal(), a.sin(), a.cos(), a.tanh(), a.sigmoid()), (crandn(5),)),
     Case("promote_float", lambda m, x, z: (x + z, x * z, z / x, m.result_type(x, z) == m.complex64),
          (randn(3), crandn(3))),
     Case("promote_double", lambda m, x, z: (x + z, (x * z).dtype == m.complex128), (randn(3, dtype=np.float64),
