@@ -302,3 +302,44 @@ def test_random_complex_samples():
     a = loom.randn(4, dtype=loom.cfloat)
     loom.manual_seed(3)
     assert (a == loom.randn(4, dtype=loom.cfloat)).all().item()
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "Adadelta",
+                                  "ASGD", "Rprop"])
+def test_optimizers_update_complex_parameters_as_torch(name):
+    """A complex parameter updates as its (real, imag) pairs (never g * g), with complex state, as PyTorch."""
+    z0 = np.array([1 + 2j, -0.5 + 0.3j], np.complex64)
+    results = []
+    for m in (loom, torch):
+        p = m.tensor(z0.copy(), requires_grad=True)
+        opt = getattr(m.optim, name)([p], lr=0.1, **({"momentum": 0.9, "weight_decay": 0.1} if name == "SGD" else {}))
+        for _ in range(3):
+            opt.zero_grad()
+            loss = (p.abs() ** 2 * m.tensor([1.0, 3.0])).sum() + (p * (1 - 2j)).real.sum()
+            loss.backward()
+            opt.step()
+        state = sorted((k, str(v.dtype).split(".")[-1], tuple(v.shape)) for k, v in opt.state[p].items()
+                       if hasattr(v, "dtype"))
+        results.append((np.asarray(p.detach().tolist()), state))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5, atol=1e-6)
+    assert results[0][1] == results[1][1]
+
+
+@pytest.mark.parametrize("line_search", [None, "strong_wolfe"])
+def test_lbfgs_views_complex_parameters_as_real_pairs(line_search):
+    results = []
+    for m in (loom, torch):
+        p = m.tensor(np.array([1 + 2j, -0.5 + 0.3j]), requires_grad=True)
+        q = m.tensor([0.5, -1.0], dtype=m.float64, requires_grad=True)
+        opt = m.optim.LBFGS([p, q], lr=0.5, line_search_fn=line_search)
+
+        def closure(m=m, p=p, q=q, opt=opt):
+            opt.zero_grad()
+            loss = ((p.abs() ** 2 * m.tensor([1.0, 3.0], dtype=m.float64)).sum() + (p * (1 - 2j)).real.sum()
+                    + (q ** 2).sum() + (q * p.real).sum())
+            loss.backward()
+            return loss
+        for _ in range(2):
+            opt.step(closure)
+        results.append(np.asarray(p.detach().tolist() + q.detach().tolist()))
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-10, atol=1e-12)
