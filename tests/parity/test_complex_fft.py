@@ -34,6 +34,7 @@ CASES = [
     Case("prod", lambda m, a: a.prod(1), (crandn(3, 4),)),
     Case("matmul", lambda m, a, b: (a @ b, m.matmul(a.conj(), b)), (crandn(3, 4), crandn(4, 3)),
          second_order=True),
+    Case("adjoint", lambda m, a: (a.mH, a.H, m.adjoint(a), a.mH @ a, a.mT), (crandn(3, 2),)),
     Case("matmul_batched", lambda m, a, b: a @ b, (crandn(2, 3, 4), crandn(2, 4, 2))),
     Case("views", lambda m, a: (a.reshape(4, 3), a.permute(1, 0), a[1:, ::2], a.T.contiguous(), a.flip(0),
                                 a.unsqueeze(0).expand(2, 3, 4)), (crandn(3, 4),)),
