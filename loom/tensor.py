@@ -536,6 +536,11 @@ class Tensor:
         dtype = dt.as_dtype(dtype)
         if dtype is self.dtype:
             return self
+        if self.dtype.is_complex and not dtype.is_complex and dtype is not dt.bool_:
+            import warnings
+            from loom.errors import LoomWarning
+            warnings.warn(f"loom.to: casting complex values to {dtype.name} discards the imaginary part (as "
+                          "PyTorch warns); use .real to take it explicitly", LoomWarning, stacklevel=2)
         return apply("cast", (self,), {"dtype": dtype})
 
     def type(self, dtype=None, non_blocking: bool = False):

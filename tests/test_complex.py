@@ -84,8 +84,11 @@ def test_numpy_round_trip_and_casts():
     assert np.array_equal(loom.from_numpy(a).numpy(), a)
     assert z.cfloat().dtype is loom.complex64 and loom.ones(2).cdouble().dtype is loom.complex128
     assert z.real.tolist() == [[1.0, 0.0]] and z.imag.tolist() == [[2.0, -3.0]]
-    assert z.to(loom.float32).tolist() == [[1.0, 0.0]]  # Complex to real keeps the real part, as PyTorch.
-    assert z.to(loom.bool).tolist() == [[True, True]] and z.to(loom.int64).tolist() == [[1, 0]]
+    with pytest.warns(loom.LoomWarning, match="discards the imaginary part"):
+        assert z.to(loom.float32).tolist() == [[1.0, 0.0]]  # Keeps the real part, and warns, as PyTorch.
+    with pytest.warns(loom.LoomWarning, match="discards the imaginary part"):
+        assert z.to(loom.int64).tolist() == [[1, 0]]
+    assert z.to(loom.bool).tolist() == [[True, True]]
     with pytest.raises(DTypeError, match="complex"):
         loom.tensor([1j], dtype=loom.float32)
 

@@ -168,6 +168,8 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
                 if gi is None or inp is None or not inp.requires_grad:
                     continue
                 if gi.dtype is not inp.dtype:
+                    if gi.dtype.is_complex and not inp.dtype.is_complex:
+                        gi = P("real", gi)  # A real input of a complex op gets the real part, as in PyTorch.
                     gi = gi.to(inp.dtype)
                 key = id(inp)
                 grads[key] = grads[key] + gi if key in grads else gi

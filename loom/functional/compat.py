@@ -19,7 +19,7 @@ from loom.functional import indexing as _indexing
 from loom.functional import math as _math
 from loom.functional import reduce as _reduce
 from loom.functional import shape as _shape
-from loom.tensor import Tensor, arange, full, normalize_dim, tensor, zeros
+from loom.tensor import Tensor, apply, arange, full, normalize_dim, tensor, zeros
 
 
 def _t(x) -> Tensor:
@@ -124,9 +124,10 @@ def cov(input, *, correction: int = 1, fweights=None, aweights=None) -> Tensor:
     if x.ndim > 2:
         raise ShapeError(f"loom.cov: expected a tensor with at most 2 dimensions, got {fmt_shape(x.shape)}")
     x = x.reshape(1, -1) if x.ndim < 2 else x
-    if not x.dtype.is_floating_point:
+    if x.dtype.category < 2:
         x = x.to(dt.get_default_dtype())
     n = x.shape[1]
+    xt = (lambda t: t.t().conj()) if x.dtype.is_complex else (lambda t: t.t())  # Complex: xm @ xm^H.
     w = None
     if fweights is not None:
         w = _t(fweights).to(x.dtype)
@@ -137,12 +138,12 @@ def cov(input, *, correction: int = 1, fweights=None, aweights=None) -> Tensor:
         wsum = float(n)
         norm = wsum - correction
         xm = x - avg.unsqueeze(1)
-        c = xm @ xm.t()
+        c = xm @ xt(xm)
     else:
         wsum_t = w.sum()
         avg = (x * w).sum(1) / wsum_t
         xm = x - avg.unsqueeze(1)
-        c = (xm * w) @ xm.t()
+        c = (xm * w) @ xt(xm)
         if correction == 0:
             norm = wsum_t
         elif aweights is None:
@@ -164,8 +165,11 @@ def corrcoef(input) -> Tensor:
     c = cov(input)
     if c.ndim == 0:
         return c / c
-    d = _shape.diagonal(c).sqrt()
+    diag = _shape.diagonal(c)
+    d = (diag.real if c.dtype.is_complex else diag).sqrt()
     c = c / d.unsqueeze(1) / d.unsqueeze(0)
+    if c.dtype.is_complex:  # Each part clipped, as PyTorch.
+        return apply("complex", (_math.clamp(c.real, -1.0, 1.0), _math.clamp(c.imag, -1.0, 1.0)), {})
     return _math.clamp(c, -1.0, 1.0)
 
 

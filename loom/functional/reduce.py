@@ -462,6 +462,8 @@ def logsumexp(x, dim=None, keepdim: bool = False) -> Tensor:
     1000.69
     """
     x = _t(x)
+    if x.dtype.is_complex:  # The shift by the maximum needs an order; the plain formula, as PyTorch's.
+        return _reduce("sum", x.exp(), dim, keepdim, "logsumexp").log()
     if not x.dtype.is_floating_point:
         x = x.to(dt.get_default_dtype())
     if x.dtype in _HALF:  # Accumulate in float32, as PyTorch (and as mean).

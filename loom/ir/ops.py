@@ -393,6 +393,8 @@ def _infer_cast(inputs, attrs):
 def _cast_vjp(g, x, out, attrs):
     if not x.dtype.is_differentiable:
         return (None,)
+    if g.dtype.category == 3 and x.dtype.category != 3:
+        g = P("real", g)  # Real to complex: the real input gets the gradient's real part.
     return (g.to(x.dtype),)
 
 

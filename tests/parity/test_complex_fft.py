@@ -55,6 +55,7 @@ CASES = [
          second_order=True),
     Case("var_std_norm", lambda m, a: (a.var(), a.var(1, correction=0), a.std(0), a.norm(), m.vdot(a[0], a[1])),
          (crandn(3, 4),), second_order=True),
+    Case("cov_logsumexp", lambda m, a: (m.cov(a), m.corrcoef(a), m.logsumexp(a, 1), a.sigmoid()), (crandn(3, 5),)),
     Case("nan_checks", lambda m, a: (m.isnan(a), m.isinf(a), m.isfinite(a), m.nan_to_num(a, posinf=5.0)),
          (np.array([complex(np.nan, 1), complex(1, np.inf), 2 - 1j, complex(-np.inf, np.nan)], np.complex64),),
          grad=False),
