@@ -9,7 +9,8 @@ Examples
 """
 from loom import dtypes as _dtypes
 from loom.dtypes import (  # noqa: F401
-    DType as dtype, bfloat16, float16, float32, float64, int8, int16, int32, int64, uint8,
+    DType as dtype, bfloat16, complex32, complex64, complex128, float16, float32, float64, int8, int16, int32, int64,
+    uint8,
     get_default_dtype, set_default_dtype, result_type as _result_type,
 )
 from loom.errors import (  # noqa: F401
@@ -35,6 +36,9 @@ long = int64
 int = int32  # noqa: A001
 short = int16
 float_ = float32
+cfloat = complex64
+cdouble = complex128
+chalf = complex32
 
 _install_methods(Tensor)
 
@@ -47,7 +51,7 @@ for _mod in functional._modules():
 del _mod, _name
 
 from loom import data, io, nn, optim, utils  # noqa: E402,F401
-from loom import distributions, linalg, ops, profiler  # noqa: E402,F401
+from loom import distributions, fft, linalg, ops, profiler  # noqa: E402,F401
 from loom.convert import from_torch  # noqa: E402,F401
 from loom import compiler  # noqa: E402,F401
 from loom import onnx  # noqa: E402,F401  (imports no onnx package until used)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from loom.tensor import Tensor
 
 # Primitives a view may be built from; each has an inverse below.
-VIEW_PRIMS = frozenset({"reshape", "permute", "slice", "expand"})
+VIEW_PRIMS = frozenset({"reshape", "permute", "slice", "expand", "real", "imag"})
 # The longest chain of primitives one view function adds.
 _MAX_STEPS = 8
 
@@ -114,6 +114,8 @@ def _step_layout(step, in_shape, layout):
         return tuple(new), offset
     if op == "as_strided":
         return tuple(attrs["stride"]), attrs["offset"]
+    if op in ("real", "imag"):  # A part of complex storage, counted in real elements as PyTorch counts it.
+        return tuple(2 * s for s in strides), 2 * offset + (op == "imag")
     return None
 
 
@@ -173,6 +175,8 @@ def _step_shape(step, shape):
         return tuple(shape[p] for p in attrs["perm"])
     if op == "slice":
         return tuple(len(range(a, b, c)) for a, b, c in zip(attrs["starts"], attrs["stops"], attrs["steps"]))
+    if op in ("real", "imag"):
+        return tuple(shape)
     return tuple(attrs["size"])
 
 
@@ -285,6 +289,9 @@ def _unapply_step(old: Tensor, step, new: Tensor) -> Tensor:
         place = PRIMITIVES["slice"].vjp  # Putting a slice back in place is the slice's transpose.
         hit = const(True, tuple(new.shape), dt.bool_)
         return apply("where", (place(hit, old, None, attrs)[0], place(new, old, None, attrs)[0], old), {})
+    if op in ("real", "imag"):  # The other part stays as it was.
+        other = apply("imag" if op == "real" else "real", (old,), {})
+        return apply("complex", (new, other) if op == "real" else (other, new), {})
     if op == "as_strided":
         pos = _strided_positions(attrs["size"], attrs["stride"], attrs["offset"]).reshape(-1)
         flat = apply("reshape", (old,), {"shape": (old.numel(),)})

@@ -13,13 +13,22 @@ class DType:
 
     def __init__(self, name: str, category: int, np_dtype: type, itemsize: int) -> None:
         self.name = name
-        self.category = category  # 0 bool, 1 integer, 2 floating point.
+        self.category = category  # 0 bool, 1 integer, 2 floating point, 3 complex.
         self.np = np.dtype(np_dtype)
         self.itemsize = itemsize
 
     @property
     def is_floating_point(self) -> bool:
         return self.category == 2
+
+    @property
+    def is_complex(self) -> bool:
+        return self.category == 3
+
+    @property
+    def is_differentiable(self) -> bool:
+        """Whether tensors of this type can require grad (floating point and complex)."""
+        return self.category >= 2
 
     @property
     def is_signed(self) -> bool:
@@ -62,11 +71,40 @@ bfloat16 = DType("bfloat16", 2, np.uint16, 2)
 float32 = DType("float32", 2, np.float32, 4)
 float64 = DType("float64", 2, np.float64, 8)
 
-ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
-_BY_NAME = {d.name: d for d in ALL}
+complex64 = DType("complex64", 3, np.complex64, 8)
+complex128 = DType("complex128", 3, np.complex128, 16)
+# NumPy has no complex half type: complex32 exists as a name (to compare and promote with), but
+# no value of it can be made (see `check_computable`).
+complex32 = DType("complex32", 3, np.complex64, 4)
+
+ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex64, complex128)
+_BY_NAME = {d.name: d for d in ALL + (complex32,)}
 _BY_NAME.update({"bool_": bool_, "float": float32, "double": float64, "half": float16,
-                 "long": int64, "int": int32, "short": int16})
+                 "long": int64, "int": int32, "short": int16, "cfloat": complex64, "cdouble": complex128,
+                 "chalf": complex32})
 _BY_NP = {d.np: d for d in ALL if d is not bfloat16}
+_TO_COMPLEX = {float16: complex32, bfloat16: complex64, float32: complex64, float64: complex128}
+_TO_REAL = {complex32: float16, complex64: float32, complex128: float64}
+
+
+def to_complex(d: DType) -> DType:
+    """The complex type whose parts are `d` (complex64 for integers, as PyTorch's default)."""
+    if d.category == 3:
+        return d
+    return _TO_COMPLEX.get(d, complex128 if _default_float is float64 else complex64)
+
+
+def to_real(d: DType) -> DType:
+    """The type of the real and imaginary parts of complex `d` (`d` itself when real)."""
+    return _TO_REAL.get(d, d)
+
+
+def check_computable(d: DType, op: str) -> DType:
+    """`d`, or a loom error when no value of it can be made (complex32)."""
+    if d is complex32:
+        raise DTypeError(f"loom.{op}: dtype complex32 (chalf) is not supported: NumPy has no complex half "
+                         "type to compute in; use complex64 (cfloat)")
+    return d
 
 _default_float = float32
 
@@ -133,12 +171,17 @@ def set_default_dtype(d) -> None:
 # Promotion lattice (PyTorch's table): within floats and ints by width, and
 # uint8 with a signed int widens to the next signed type.
 _ORDER = {bool_: 0, uint8: 1, int8: 2, int16: 3, int32: 4, int64: 5,
-          float16: 6, bfloat16: 7, float32: 8, float64: 9}
+          float16: 6, bfloat16: 7, float32: 8, float64: 9, complex32: 10, complex64: 11, complex128: 12}
 
 
 def promote_pair(a: DType, b: DType) -> DType:
     if a is b:
         return a
+    if a.category == 3 or b.category == 3:
+        # Complex: the wider of the parts' types (complex64 + float64 -> complex128).
+        if a.category < 2 or b.category < 2:
+            return a if a.category == 3 else b
+        return to_complex(promote_pair(to_real(a), to_real(b)))
     if a.category != b.category:
         return a if a.category > b.category else b
     if a.category == 1:
@@ -160,14 +203,17 @@ def scalar_dtype(value) -> DType:
         return int64
     if isinstance(value, (float, np.floating)):
         return _default_float
+    if isinstance(value, (complex, np.complexfloating)):
+        return to_complex(_default_float)
     raise DTypeError(f"loom: unsupported scalar of type {type(value).__name__}")
 
 
 def result_type(*operands) -> DType:
     """PyTorch's promotion: dimensioned tensors > zero-dim tensors > Python scalars.
 
-    A lower tier only decides the result when its category (bool < int < float)
-    is higher than the tiers above it.
+    A lower tier only decides the result when its category (bool < int < float
+    < complex) is higher than the tiers above it; a complex lower tier over a
+    float result gives the complex type of that float (float64 + 1j -> complex128).
     """
     tiers: list[DType | None] = [None, None, None]
     for op in operands:
@@ -182,8 +228,10 @@ def result_type(*operands) -> DType:
     for t in tiers:
         if t is None:
             continue
-        if result is None or t.category > result.category:
+        if result is None:
             result = t
+        elif t.category > result.category:
+            result = to_complex(result) if t.category == 3 and result.category == 2 else t
     assert result is not None
     return result
 

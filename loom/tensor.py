@@ -230,11 +230,11 @@ class Tensor:
         return self.dtype.is_signed
 
     def is_complex(self) -> bool:
-        """False: loom has no complex dtypes."""
-        return False
+        """Whether the dtype is complex (complex64 or complex128)."""
+        return self.dtype.is_complex
 
     def is_conj(self) -> bool:
-        """False: a real tensor has no pending conjugation."""
+        """False: loom's `conj` computes the conjugate, so no tensor carries a pending conjugation bit."""
         return False
 
     def is_neg(self) -> bool:
@@ -397,6 +397,7 @@ class Tensor:
         a = self._array()
         if self.dtype is dt.bfloat16:
             a = dt.bf16_to_f32(a)
+        kind = "complex" if self.dtype.is_complex else "float" if self.dtype.is_floating_point else "int"
         suffixes = []
         if a.size == 0:
             body = "[]"
@@ -405,8 +406,8 @@ class Tensor:
             if self.dtype is not dt.get_default_dtype():
                 suffixes.append(f"dtype={self.dtype!r}")
         else:
-            body = _format_array(a, self.dtype.is_floating_point, indent=len("tensor("))
-            if self.dtype not in (dt.get_default_dtype(), dt.int64, dt.bool_):
+            body = _format_array(a, kind, indent=len("tensor("))
+            if self.dtype not in (dt.get_default_dtype(), dt.to_complex(dt.get_default_dtype()), dt.int64, dt.bool_):
                 suffixes.append(f"dtype={self.dtype!r}")
         if self._ctx is not None and self.requires_grad:
             suffixes.append(f"grad_fn=<{self._ctx.name.capitalize()}Backward>")
@@ -438,8 +439,8 @@ class Tensor:
 
     # ------------------------------------------------------------ autograd
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        if requires_grad and not self.dtype.is_floating_point:
-            raise AutogradError(f"loom.requires_grad_: only floating point tensors can require gradients, "
+        if requires_grad and not self.dtype.is_differentiable:
+            raise AutogradError(f"loom.requires_grad_: only floating point and complex tensors can require gradients, "
                                 f"got {self.dtype.name}{fmt_shape(self.shape)}")
         if not requires_grad and self._ctx is not None:
             raise AutogradError("loom: requires_grad_(False) is only allowed on leaf tensors; "
@@ -536,6 +537,11 @@ class Tensor:
         dtype = dt.as_dtype(dtype)
         if dtype is self.dtype:
             return self
+        if self.dtype.is_complex and not dtype.is_complex and dtype is not dt.bool_:
+            import warnings
+            from loom.errors import LoomWarning
+            warnings.warn(f"loom.to: casting complex values to {dtype.name} discards the imaginary part (as "
+                          "PyTorch warns); use .real to take it explicitly", LoomWarning, stacklevel=2)
         return apply("cast", (self,), {"dtype": dtype})
 
     def type(self, dtype=None, non_blocking: bool = False):
@@ -731,7 +737,11 @@ class Tensor:
     def _inplace(self, op: str, fn, *args, **kwargs) -> Tensor:
         self._check_inplace(op)
         snapshot = self._snapshot()
-        return self._assign(fn(snapshot, *args, **kwargs), op, snapshot)
+        result = fn(snapshot, *args, **kwargs)
+        if self.dtype.is_complex and isinstance(result, Tensor) and result.dtype.category == 2:
+            raise DTypeError(f"loom.{op}: in-place {op[:-1]} is not supported for complex tensors (its result "
+                             f"is {result.dtype.name}); use the out-of-place {op[:-1]}")
+        return self._assign(result, op, snapshot)
 
     def copy_(self, src, non_blocking: bool = False) -> Tensor:
         self._check_inplace("copy_")
@@ -922,7 +932,7 @@ class Tensor:
         return apply("abs", (self,), {}) if self.dtype is not dt.bool_ else self
 
     def __invert__(self):
-        if self.dtype.is_floating_point:
+        if self.dtype.category >= 2:
             raise DTypeError(f"loom.bitwise_not: expected an integer or bool tensor, got {self.dtype.name}")
         return apply("not", (self,), {})
 
@@ -1045,11 +1055,24 @@ def _summarized(a: np.ndarray, edge: int) -> np.ndarray:
     return a
 
 
-def _format_array(a: np.ndarray, floating: bool, indent: int) -> str:
-    """The bracketed body of a tensor's repr, laid out line by line like PyTorch's."""
+class _ComplexFormat:
+    """PyTorch's complex layout: the real parts in one format, the signed imaginary parts in another."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.re, self.im = _ValueFormat(values.real, True), _ValueFormat(values.imag, True)
+        self.width = self.re.width + self.im.width + 1  # The "j" (PyTorch counts no sign).
+
+    def __call__(self, v) -> str:
+        im = (self.im(v.imag) + "j").lstrip()
+        return self.re(v.real) + (im if im[0] in "+-" else "+" + im)
+
+
+def _format_array(a: np.ndarray, kind: str, indent: int) -> str:
+    """The bracketed body of a tensor's repr (`kind`: "int", "float" or "complex"), laid out like PyTorch's."""
     edge = PRINT_OPTIONS["edgeitems"]
     summarize = a.size > PRINT_OPTIONS["threshold"]
-    fmt = _ValueFormat(_summarized(a, edge) if summarize else a, floating)
+    shown = _summarized(a, edge) if summarize else a
+    fmt = _ComplexFormat(shown) if kind == "complex" else _ValueFormat(shown, kind == "float")
 
     def rows(x: np.ndarray, ind: int) -> str:
         if x.ndim == 0:
@@ -1130,7 +1153,7 @@ def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
     node = Node(op, nodes, attrs, tuple(shape), dtype, device)
     ctx = None
     requires = False
-    if prim.vjp is not None and is_grad_enabled() and dtype.is_floating_point:
+    if prim.vjp is not None and is_grad_enabled() and dtype.category >= 2:
         if any(t.requires_grad for t in inputs):
             ctx = Context(prim, tuple(inputs), attrs)
             requires = True
@@ -1165,7 +1188,9 @@ def _node_from_data(data, dtype=None) -> Node:
         src = data.dtype
     else:
         arr, src = _to_numpy(data)
-    d = dt.as_dtype(dtype) if dtype is not None else src
+    d = dt.check_computable(dt.as_dtype(dtype) if dtype is not None else src, "tensor")
+    if arr.dtype.kind == "c" and d.category < 3:
+        raise DTypeError(f"loom.tensor: cannot store complex values in a {d.name} tensor; use a complex dtype")
     if d is dt.bfloat16:
         store = dt.f32_to_bf16(np.asarray(arr, np.float32))
     elif d.category == 1 and arr.dtype.kind == "f":
@@ -1179,11 +1204,9 @@ def _to_numpy(data) -> tuple[np.ndarray, dt.DType]:
     """`data` as an array (floats may still be float64) and the dtype PyTorch infers for it."""
     if isinstance(data, (np.ndarray, np.generic)):
         return np.asarray(data), dt.from_numpy(data.dtype)
-    if isinstance(data, numbers.Number) and not isinstance(data, numbers.Real):
-        raise DTypeError(f"loom.tensor: complex values are not supported, got {data!r}")
-    if isinstance(data, (bool, numbers.Integral, numbers.Real)):
+    if isinstance(data, numbers.Number):
         d = _element_dtype(type(data))
-        return np.array(data, np.float64 if d.is_floating_point else d.np), d
+        return np.array(data, _WIDE.get(d.category, d.np)), d
     if isinstance(data, (list, tuple)):
         flat = _flatten_nested(data)
         if any(isinstance(v, Tensor) for v in flat):
@@ -1201,7 +1224,7 @@ def _to_numpy(data) -> tuple[np.ndarray, dt.DType]:
                 e = dt.from_numpy(v.dtype)
                 d = e if d is None else dt.promote_pair(d, e)
         try:
-            return np.array(data, dtype=np.float64 if d.is_floating_point else d.np), d
+            return np.array(data, dtype=_WIDE.get(d.category, d.np)), d
         except (ValueError, TypeError) as e:
             raise ShapeError(f"loom.tensor: cannot build a tensor from a ragged or mixed nested "
                              f"sequence (every level must have one length): {e}") from None
@@ -1209,6 +1232,10 @@ def _to_numpy(data) -> tuple[np.ndarray, dt.DType]:
         arr = np.asarray(data)
         return arr, dt.from_numpy(arr.dtype)
     raise LoomTypeError(f"loom.tensor: cannot build a tensor from an object of type {type(data).__name__}")
+
+
+# Python floats and complex numbers are read in double precision, then stored in the tensor's dtype.
+_WIDE = {2: np.float64, 3: np.complex128}
 
 
 def _element_dtype(ty: type) -> dt.DType:
@@ -1220,6 +1247,8 @@ def _element_dtype(ty: type) -> dt.DType:
         return dt.int64
     if issubclass(ty, numbers.Real):
         return dt.get_default_dtype()
+    if issubclass(ty, numbers.Complex):
+        return dt.to_complex(dt.get_default_dtype())
     raise LoomTypeError(f"loom.tensor: cannot build a tensor from an element of type {ty.__name__}")
 
 
@@ -1282,6 +1311,11 @@ def broadcast_to(t: Tensor, shape, op: str = "expand") -> Tensor:
 
 def const(value, shape=(), dtype=None) -> Tensor:
     d = dt.as_dtype(dtype) if dtype is not None else dt.scalar_dtype(value)
+    if isinstance(value, (complex, np.complexfloating)):
+        if d.category < 3:
+            raise DTypeError(f"loom: cannot convert the complex scalar {value!r} to {d.name}")
+        part = dt.to_real(d)
+        return apply("complex", (const(value.real, shape, part), const(value.imag, shape, part)), {})
     if d.category == 1 and isinstance(value, float):
         if math.isfinite(value):
             value = int(value)
@@ -1313,9 +1347,12 @@ def binary(op: str, a, b) -> Tensor:
         b = tensor(b)
         tb = True
     d = dt.result_type(a, b)
-    if op in _FLOAT_RESULT and not d.is_floating_point:
+    if op in _FLOAT_RESULT and d.category < 2:
         d = dt.get_default_dtype()
-    if op in ("and", "or", "xor") and d.is_floating_point:
+    if d.category == 3 and op not in _ops.COMPLEX_ELEMENTWISE:
+        raise DTypeError(f"loom.{_pub(op)}: not supported for complex dtype {d.name} (got {_describe(a)} and "
+                         f"{_describe(b)})")
+    if op in ("and", "or", "xor") and d.category >= 2:
         raise DTypeError(f"loom.bitwise_{op}: expected integer or bool operands, got "
                          f"{_describe(a)} and {_describe(b)}")
     if op == "sub" and any(isinstance(v, (bool, np.bool_)) or isinstance(v, Tensor) and v.dtype is dt.bool_
@@ -1373,7 +1410,7 @@ def unary(op: str, x: Tensor, float_op: bool = True) -> Tensor:
     """Apply an elementwise primitive; integer inputs of float ops compute in the default float."""
     if not isinstance(x, Tensor):
         x = tensor(x)
-    if float_op and not x.dtype.is_floating_point:
+    if float_op and x.dtype.category < 2:
         x = x.to(dt.get_default_dtype())
     return apply(op, (x,), {})
 
@@ -1755,6 +1792,12 @@ def rand(*size, dtype=None, generator=None, device=None, requires_grad: bool = F
     """Uniform samples in [0, 1)."""
     _check_device(device, "rand")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    if d.is_complex:  # Both parts uniform in [0, 1), as PyTorch.
+        part = dt.to_real(dt.check_computable(d, "rand"))
+        shape = _shape_arg(size, "rand")
+        z = apply("complex", (rand(shape, dtype=part, generator=generator),
+                              rand(shape, dtype=part, generator=generator)), {})
+        return _finish(z, requires_grad)
     if not d.is_floating_point:
         raise DTypeError(f"loom.rand: expected a floating point dtype, got {d.name}")
     return _finish(_rand_node(_shape_arg(size, "rand"), d, generator), requires_grad)
@@ -1764,6 +1807,12 @@ def randn(*size, dtype=None, generator=None, device=None, requires_grad: bool = 
     """Standard normal samples (Box-Muller over two counter-based uniform streams)."""
     _check_device(device, "randn")
     d = dt.as_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    if d.is_complex:  # Parts of variance 1/2 each, so that E|z|^2 = 1, as PyTorch.
+        part = dt.to_real(dt.check_computable(d, "randn"))
+        shape = _shape_arg(size, "randn")
+        re = randn(shape, dtype=part, generator=generator) * math.sqrt(0.5)
+        im = randn(shape, dtype=part, generator=generator) * math.sqrt(0.5)
+        return _finish(apply("complex", (re, im), {}), requires_grad)
     if not d.is_floating_point:
         raise DTypeError(f"loom.randn: expected a floating point dtype, got {d.name}")
     shape = _shape_arg(size, "randn")

@@ -99,7 +99,8 @@ CASES = {
     "bool_minus_scalar": (lambda: loom.ones(2) - True, DTypeError, r"^loom\.sub: .*float32\[2\] and bool True"),
     "bool_negation": (lambda: -loom.tensor([True]), DTypeError, r"^loom\.neg: negation of a bool tensor"),
     "requires_grad_int": (lambda: loom.tensor([1, 2], requires_grad=True), AutogradError,
-                          r"^loom\.requires_grad_: only floating point tensors can require gradients, got int64\[2\]"),
+                          r"^loom\.requires_grad_: only floating point and complex tensors can require gradients, "
+                          r"got int64\[2\]"),
     "requires_grad_bool_method": (lambda: loom.ones(2, dtype=loom.bool).requires_grad_(), AutogradError,
                                   r"^loom\.requires_grad_: .*got bool\[2\]"),
     "inplace_result_dtype": (lambda: loom.tensor([1, 2]).add_(1.5), DTypeError,

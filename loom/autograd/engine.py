@@ -9,7 +9,7 @@ from typing import Sequence
 
 from loom.autograd.grad_mode import set_grad_enabled
 from loom.errors import AutogradError, LoomTypeError, fmt_shape
-from loom.ir.ops import vjp_reads_input, wants_needs
+from loom.ir.ops import CONJ_VJP, P, vjp_reads_input, wants_needs
 
 
 def inputs_at_use(ctx, check: bool = False) -> list:
@@ -101,6 +101,9 @@ def _seed_grads(outputs, grad_outputs, op: str):
                                 "with requires_grad=True")
         g = grad_outputs[k] if grad_outputs is not None else None
         if g is None:
+            if out.dtype.is_complex:
+                raise AutogradError(f"loom.{op}: grad can be implicitly created only for real scalar outputs; "
+                                    f"output {k} is {out.dtype.name}{fmt_shape(out.shape)}, pass grad_outputs")
             if out.numel() != 1:
                 raise AutogradError(f"loom.{op}: grad can be implicitly created only for scalar outputs; "
                                     f"output {k} has shape {fmt_shape(out.shape)}, pass grad_outputs")
@@ -148,17 +151,25 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
             used = inputs_at_use(ctx, check=True)
             # A rule that ignores input values only needs shapes: the current tensor serves.
             args = [u if u is not None else i for u, i in zip(used, ctx.inputs)]
+            # A holomorphic rule written for reals gives PyTorch's complex gradient conjugated around it.
+            conj = ctx.name in CONJ_VJP and t.dtype.is_complex
+            if conj:
+                g = P("conj", g)
             if wants_needs(ctx.prim):
                 in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs,
                                         needs=tuple(u is not None and u.requires_grad for u in used))
             else:
                 in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs)
+            if conj:
+                in_grads = [None if gi is None else P("conj", gi) for gi in in_grads]
             if not retain_graph:
                 t._ctx = _Freed(ctx)
             for inp, gi in zip(used, in_grads):
                 if gi is None or inp is None or not inp.requires_grad:
                     continue
                 if gi.dtype is not inp.dtype:
+                    if gi.dtype.is_complex and not inp.dtype.is_complex:
+                        gi = P("real", gi)  # A real input of a complex op gets the real part, as in PyTorch.
                     gi = gi.to(inp.dtype)
                 key = id(inp)
                 grads[key] = grads[key] + gi if key in grads else gi

@@ -1106,6 +1106,9 @@ def render(body: Graph) -> KernelSpec:
     out = body.outputs[0]
     if out.dtype not in CTYPE:
         raise Unsupported(f"output dtype {out.dtype.name}")
+    for n in body.topological_order():
+        if n.dtype.category == 3:  # No complex C types: those nodes run on the reference path.
+            raise Unsupported(f"complex dtype {n.dtype.name} ({n.op})")
     w = _Walker(body)
     out_var = w.run()
     if w.accs:

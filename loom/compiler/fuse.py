@@ -25,6 +25,7 @@ value leaves the group):
 - matmul, gather, scatter_add, argsort and sources stay library nodes; a
   ``const`` feeding a group is copied into the body (a scalar in the kernel);
 - a group holds at most ``MAX_GROUP`` nodes (a longer chain becomes several kernels);
+- nodes that read or make complex values stay unfused (the C code generator has no complex types);
 - integer div/floordiv/mod stay unfused: dividing by zero is an error the
   reference path reports, and a kernel has no way to.
 """
@@ -105,6 +106,8 @@ def fusible(node: Node) -> str | None:
     prim = ops.PRIMITIVES.get(node.op)
     if prim is None:
         return None
+    if node.dtype.category == 3 or any(i.dtype.category == 3 for i in node.inputs):
+        return None  # Kernels have no complex types: complex values stay on the reference path.
     if prim.kind in ELEMENTWISE_KINDS:
         if node.op in _CHECKED_DIVISION and not node.dtype.is_floating_point:
             return None

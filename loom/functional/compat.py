@@ -19,7 +19,7 @@ from loom.functional import indexing as _indexing
 from loom.functional import math as _math
 from loom.functional import reduce as _reduce
 from loom.functional import shape as _shape
-from loom.tensor import Tensor, arange, full, normalize_dim, tensor, zeros
+from loom.tensor import Tensor, apply, arange, full, normalize_dim, tensor, zeros
 
 
 def _t(x) -> Tensor:
@@ -124,9 +124,10 @@ def cov(input, *, correction: int = 1, fweights=None, aweights=None) -> Tensor:
     if x.ndim > 2:
         raise ShapeError(f"loom.cov: expected a tensor with at most 2 dimensions, got {fmt_shape(x.shape)}")
     x = x.reshape(1, -1) if x.ndim < 2 else x
-    if not x.dtype.is_floating_point:
+    if x.dtype.category < 2:
         x = x.to(dt.get_default_dtype())
     n = x.shape[1]
+    xt = (lambda t: t.t().conj()) if x.dtype.is_complex else (lambda t: t.t())  # Complex: xm @ xm^H.
     w = None
     if fweights is not None:
         w = _t(fweights).to(x.dtype)
@@ -137,12 +138,12 @@ def cov(input, *, correction: int = 1, fweights=None, aweights=None) -> Tensor:
         wsum = float(n)
         norm = wsum - correction
         xm = x - avg.unsqueeze(1)
-        c = xm @ xm.t()
+        c = xm @ xt(xm)
     else:
         wsum_t = w.sum()
         avg = (x * w).sum(1) / wsum_t
         xm = x - avg.unsqueeze(1)
-        c = (xm * w) @ xm.t()
+        c = (xm * w) @ xt(xm)
         if correction == 0:
             norm = wsum_t
         elif aweights is None:
@@ -164,8 +165,11 @@ def corrcoef(input) -> Tensor:
     c = cov(input)
     if c.ndim == 0:
         return c / c
-    d = _shape.diagonal(c).sqrt()
+    diag = _shape.diagonal(c)
+    d = (diag.real if c.dtype.is_complex else diag).sqrt()
     c = c / d.unsqueeze(1) / d.unsqueeze(0)
+    if c.dtype.is_complex:  # Each part clipped, as PyTorch.
+        return apply("complex", (_math.clamp(c.real, -1.0, 1.0), _math.clamp(c.imag, -1.0, 1.0)), {})
     return _math.clamp(c, -1.0, 1.0)
 
 
@@ -421,11 +425,6 @@ def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool =
     return ~hit if invert else hit
 
 
-def isreal(input) -> Tensor:
-    """True everywhere: loom's tensors are real."""
-    return full(_t(input).shape, True, dtype=dt.bool_)
-
-
 def chain_matmul(*matrices) -> Tensor:
     """The product of the given matrices, as `torch.chain_matmul`."""
     from loom.linalg import multi_dot
@@ -578,30 +577,8 @@ def bitwise_right_shift(input, other) -> Tensor:
     return _math.floor_divide(a, _math.pow(full((), 2, dtype=b.dtype), b).to(a.dtype))
 
 
-def angle(input) -> Tensor:
-    """The argument of a real number: pi for negative values, 0 otherwise (NaN stays NaN)."""
-    x = _t(input)
-    xf = x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
-    return _math.where(xf < 0, math.pi, _math.where(_math.isnan(xf), xf, 0.0 * xf))
-
-
-def conj(input) -> Tensor:
-    """`input` itself: a real tensor is its own conjugate."""
-    return _t(input)
-
-
-def resolve_conj(input) -> Tensor:
-    """`input` itself (no pending conjugation on a real tensor)."""
-    return _t(input)
-
-
 def resolve_neg(input) -> Tensor:
     """`input` itself (loom has no lazy negation bit)."""
-    return _t(input)
-
-
-def real(input) -> Tensor:
-    """`input` itself: the real part of a real tensor."""
     return _t(input)
 
 
@@ -750,11 +727,6 @@ def _polygamma(self, n: int) -> Tensor:
 def _polygamma_(self, n: int) -> Tensor:
     """In-place `polygamma(n, self)`."""
     return self._inplace("polygamma_", lambda s: polygamma(n, s))
-
-
-def _imag(self) -> Tensor:
-    """The imaginary part: PyTorch has it for complex tensors only, and loom has none."""
-    raise DTypeError(f"loom.Tensor.imag: not implemented for tensors with non-complex dtypes ({self.dtype.name})")
 
 
 def _float_power_(self, exponent) -> Tensor:
@@ -1221,22 +1193,19 @@ for _name in _INPLACE_OF:
             globals()[_name] = _fn
             break
 _NEW = ["diff", "cov", "corrcoef", "trace", "diagflat", "dist", "cross", "histc", "bincount", "renorm",
-        "bitwise_left_shift", "bitwise_right_shift", "angle", "conj", "resolve_conj", "resolve_neg", "real",
-        "nonzero_static", "put", "isreal", "fill", "matrix_power", "gcd", "lcm", "frexp", "histogram",
+        "bitwise_left_shift", "bitwise_right_shift", "resolve_neg",
+        "nonzero_static", "put", "fill", "matrix_power", "gcd", "lcm", "frexp", "histogram",
         "det", "slogdet", "logdet", "inverse", "cholesky", "cholesky_solve", "cholesky_inverse", "lgamma",
         "digamma", "polygamma", "mvlgamma",
         "erfinv", "i0", "unsafe_chunk", "unsafe_split", "hsplit", "vsplit", "dsplit",
-        "select_scatter", "slice_scatter", "diagonal_scatter", "conj_physical"]
-conj_physical = _alias(conj, "conj_physical")
+        "select_scatter", "slice_scatter", "diagonal_scatter"]
 
 METHODS = [n for n in sorted(_ALIASES) + ["isclose", "allclose"] + _NEW
-           if n not in _TAKEN and n not in ("fill", "real", "polygamma")]
+           if n not in _TAKEN and n not in ("fill", "polygamma")]
 # Methods with no top-level function of the same name in PyTorch.
 TENSOR_METHODS = {n: globals()["_" + n] for n in ("sum_to_size", "unfold", "fill_diagonal_", "where", "multinomial",
                                                   "apply_", "map_", "as_subclass", "float_power_", "polygamma",
                                                   "polygamma_") if n not in _TAKEN}
-# Attributes PyTorch computes as properties: `x.real` is x for a real tensor.
-PROPERTIES = {"real": real, "imag": _imag}
 INPLACE = [n for n in list(_ALIASES) + _INPLACE_OF + ["mvlgamma", "gcd", "lcm", "renorm", "bitwise_left_shift",
                                                        "bitwise_right_shift", "put"]
            if n != "clip" and not n.startswith("unsafe_") and n + "_" not in _TAKEN and n in globals()]

@@ -154,8 +154,11 @@ def vdot(a, b) -> Tensor:
     --------
     >>> loom.vdot(loom.tensor([1.0, 2.0]), loom.tensor([3.0, 4.0])).item()
     11.0
+    >>> loom.vdot(loom.tensor([1j]), loom.tensor([1j])).item()
+    (1+0j)
     """
-    return _dot("vdot", a, b)
+    a = _t(a)
+    return _dot("vdot", a.conj() if a.dtype.is_complex else a, b)
 
 
 def inner(a, b) -> Tensor:

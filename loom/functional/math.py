@@ -113,7 +113,7 @@ _ERFC_TAIL = {False: (2.0, 16), True: (3.0, 24)}
 
 def _float(x) -> Tensor:
     x = _t(x)
-    return x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
+    return x if x.dtype.category >= 2 else x.to(dt.get_default_dtype())
 
 
 def _no_bool(op: str, x: Tensor) -> None:
@@ -188,6 +188,8 @@ def sigmoid(x):
     [0.5]
     """
     x = _float(x)
+    if x.dtype.is_complex:  # No ordering to pick a tail by: the plain formula, as PyTorch's complex sigmoid.
+        return 1.0 / (exp(-x) + 1.0)
     pos = x >= 0
     e = exp(where(pos, -x, x))  # exp(-|x|) <= 1, with a gradient of +-1 through the where even at 0.
     s = 1.0 / (e + 1.0)
@@ -629,28 +631,49 @@ def equal(a, b) -> bool:
     return tuple(a.shape) == tuple(b.shape) and bool((a == b).all())
 
 
+def _parts(x):
+    """The real and imaginary parts of a complex tensor (value tests look at both)."""
+    return apply("real", (x,), {}), apply("imag", (x,), {})
+
+
 def isnan(x):
     x = _t(x)
+    if x.dtype.is_complex:
+        re, im = _parts(x)
+        return isnan(re) | isnan(im)
     return x != x if x.dtype.is_floating_point else _false_like(x)
 
 
 def isinf(x):
     x = _t(x)
+    if x.dtype.is_complex:
+        re, im = _parts(x)
+        return isinf(re) | isinf(im)
     return abs(x) == float("inf") if x.dtype.is_floating_point else _false_like(x)
 
 
 def isfinite(x):
     x = _t(x)
+    if x.dtype.is_complex:
+        re, im = _parts(x)
+        return isfinite(re) & isfinite(im)
     return (abs(x) < float("inf")) if x.dtype.is_floating_point else ~_false_like(x)
+
+
+def _no_complex_sign(op: str, x) -> None:
+    if x.dtype.is_complex:
+        raise DTypeError(f"loom.{op}: not supported for complex dtype {x.dtype.name} (a complex infinity has no sign)")
 
 
 def isposinf(x):
     x = _t(x)
+    _no_complex_sign("isposinf", x)
     return x == float("inf") if x.dtype.is_floating_point else _false_like(x)
 
 
 def isneginf(x):
     x = _t(x)
+    _no_complex_sign("isneginf", x)
     return x == float("-inf") if x.dtype.is_floating_point else _false_like(x)
 
 
@@ -668,6 +691,9 @@ def nan_to_num(x, nan: float = 0.0, posinf: float | None = None, neginf: float |
     [0.0, 9.0, 1.0]
     """
     x = _t(x)
+    if x.dtype.is_complex:  # Each part on its own, as PyTorch.
+        re, im = _parts(x)
+        return apply("complex", (nan_to_num(re, nan, posinf, neginf), nan_to_num(im, nan, posinf, neginf)), {})
     if not x.dtype.is_floating_point:
         return x
     # bfloat16's largest finite value: float32's exponent with 7 mantissa bits.
@@ -854,7 +880,17 @@ def logit(x, eps: float | None = None):
 
 
 def sgn(x):
-    """sign(x) for real tensors (PyTorch's complex-aware spelling)."""
+    """sign(x) for real tensors; z / |z| (0 at 0) for complex ones, as `torch.sgn`.
+
+    Examples
+    --------
+    >>> loom.sgn(loom.tensor([3 + 4j, 0j])).tolist()
+    [(0.6000000238418579+0.800000011920929j), 0j]
+    """
+    x = _t(x)
+    if x.dtype.is_complex:
+        r = abs(x)
+        return x / where(r == 0.0, 1.0, r)
     return sign(x)
 
 

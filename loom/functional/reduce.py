@@ -144,8 +144,8 @@ def prod(x, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
 def _float_input(op: str, x: Tensor, dtype) -> Tensor:
     if dtype is not None:
         x = x.to(dtype)
-    if not x.dtype.is_floating_point:
-        raise DTypeError(f"loom.{op}: could not infer output dtype; input dtype must be floating point, "
+    if x.dtype.category < 2:
+        raise DTypeError(f"loom.{op}: could not infer output dtype; input dtype must be floating point or complex, "
                          f"got {x.dtype.name} (pass dtype=loom.float32)")
     return x
 
@@ -212,6 +212,9 @@ def var(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -
     """
     x = _t(x)
     dim, correction = _var_args(dim, unbiased, correction)
+    if x.dtype.is_complex:  # The mean squared distance |x - mean|^2: the parts' variances add up.
+        return var(x.real, dim, keepdim=keepdim, correction=correction) + \
+            var(x.imag, dim, keepdim=keepdim, correction=correction)
     if not x.dtype.is_floating_point:
         raise DTypeError(f"loom.var: std and var need a floating point tensor, got {x.dtype.name}")
     if x.dtype in _HALF:  # As mean: half-precision squares summed in float32.
@@ -250,8 +253,8 @@ def std(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -
     1.0
     """
     x = _t(x)
-    if not x.dtype.is_floating_point:
-        raise DTypeError(f"loom.std: std and var need a floating point tensor, got {x.dtype.name}")
+    if not x.dtype.is_differentiable:
+        raise DTypeError(f"loom.std: std and var need a floating point or complex tensor, got {x.dtype.name}")
     return _safe_sqrt(var(x, dim, unbiased, keepdim, correction=correction))
 
 
@@ -459,6 +462,8 @@ def logsumexp(x, dim=None, keepdim: bool = False) -> Tensor:
     1000.69
     """
     x = _t(x)
+    if x.dtype.is_complex:  # The shift by the maximum needs an order; the plain formula, as PyTorch's.
+        return _reduce("sum", x.exp(), dim, keepdim, "logsumexp").log()
     if not x.dtype.is_floating_point:
         x = x.to(dt.get_default_dtype())
     if x.dtype in _HALF:  # Accumulate in float32, as PyTorch (and as mean).
@@ -547,6 +552,8 @@ def norm(x, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     x = _t(x)
     if dtype is not None:
         x = x.to(dtype)
+    if x.dtype.is_complex:  # The norm of the magnitudes, as PyTorch.
+        x = x.abs()
     if not x.dtype.is_floating_point:
         raise DTypeError(f"loom.norm: expected a floating point tensor, got {x.dtype.name}")
     if p in ("fro", None):

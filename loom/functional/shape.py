@@ -196,7 +196,20 @@ def adjoint(x) -> Tensor:
     >>> loom.zeros(5, 2, 3).adjoint().shape
     loom.Size([5, 3, 2])
     """
-    return _mT(_t(x), "adjoint")
+    return _conj(_mT(_t(x), "adjoint"))
+
+
+def _conj(x: Tensor) -> Tensor:
+    """The conjugate of a complex tensor (a computed value, not a view); a real tensor itself."""
+    return apply("conj", (x,), {}) if x.dtype.is_complex else x
+
+
+def _mH(x: Tensor) -> Tensor:
+    return _conj(_mT(x, "mH"))
+
+
+def _H(x: Tensor) -> Tensor:
+    return _conj(_T(x))
 
 
 def _mT(x: Tensor, op: str = "mT") -> Tensor:
@@ -1237,4 +1250,4 @@ METHODS = ["reshape", "view", "view_as", "reshape_as", "permute", "transpose", "
            "unbind", "repeat", "tile", "repeat_interleave", "flip", "fliplr", "flipud", "roll", "rot90",
            "tril", "triu", "diagonal", "diag", "diag_embed", "broadcast_to"]
 INPLACE = ["tril", "triu", "squeeze", "unsqueeze", "transpose", "t", "swapaxes", "swapdims"]
-PROPERTIES = {"mT": _mT, "T": _T, "mH": _mT, "H": _T}
+PROPERTIES = {"mT": _mT, "T": _T, "mH": _mH, "H": _H}

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from loom import dtypes as dt
-from loom.errors import LoomError
+from loom.errors import DTypeError, LoomError
 
 STRUCTURE_KEY = "loom.structure"
 TENSOR_CRC_KEY = "loom.crc32"
@@ -52,11 +52,10 @@ STALE_TEMP_AGE_S = 3600.0
 
 _TAG_OF = {dt.bool_: "BOOL", dt.uint8: "U8", dt.int8: "I8", dt.int16: "I16", dt.int32: "I32",
            dt.int64: "I64", dt.float16: "F16", dt.bfloat16: "BF16", dt.float32: "F32",
-           dt.float64: "F64"}
+           dt.float64: "F64", dt.complex64: "C64"}
 _DTYPE_OF = {tag: d for d, tag in _TAG_OF.items()}
 # Tags other writers use that loom has no dtype for.
-_FOREIGN_TAGS = ("U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2",
-                 "C64", "C128")
+_FOREIGN_TAGS = ("U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C128")
 
 
 # ----------------------------------------------------------------------------- structure
@@ -176,7 +175,12 @@ def _serialize_header(tensors: dict[str, np.ndarray], dtypes: dict[str, str],
     offset = 0
     for key in order:
         arr = tensors[key]
-        header[key] = {"dtype": _TAG_OF[dt.from_name(dtypes[key])], "shape": list(arr.shape),
+        d = dt.from_name(dtypes[key])
+        if d not in _TAG_OF:
+            raise DTypeError(f"loom.save: tensor {key!r} is {d.name}, which the safetensors format cannot store "
+                             f"(it stores {sorted(x.name for x in _TAG_OF)}); convert it first, e.g. with "
+                             "loom.view_as_real")
+        header[key] = {"dtype": _TAG_OF[d], "shape": list(arr.shape),
                        "data_offsets": [offset, offset + arr.nbytes]}
         offset += arr.nbytes
     meta = dict(meta)

@@ -48,14 +48,16 @@ _ZIP64_EXTRA = 20  # The zip64 sizes field zipfile adds to a large record's loca
 # PyTorch's storage class of each loom dtype, and its dtype names.
 _STORAGE_OF = {dt.float32: "FloatStorage", dt.float64: "DoubleStorage", dt.float16: "HalfStorage",
                dt.bfloat16: "BFloat16Storage", dt.int64: "LongStorage", dt.int32: "IntStorage",
-               dt.int16: "ShortStorage", dt.int8: "CharStorage", dt.uint8: "ByteStorage", dt.bool_: "BoolStorage"}
+               dt.int16: "ShortStorage", dt.int8: "CharStorage", dt.uint8: "ByteStorage", dt.bool_: "BoolStorage",
+               dt.complex64: "ComplexFloatStorage", dt.complex128: "ComplexDoubleStorage"}
 _DTYPE_OF_STORAGE = {name: d for d, name in _STORAGE_OF.items()}
 _TORCH_DTYPE_NAMES = {"float32": dt.float32, "float": dt.float32, "float64": dt.float64, "double": dt.float64,
                       "float16": dt.float16, "half": dt.float16, "bfloat16": dt.bfloat16, "int64": dt.int64,
                       "long": dt.int64, "int32": dt.int32, "int": dt.int32, "int16": dt.int16, "short": dt.int16,
-                      "int8": dt.int8, "uint8": dt.uint8, "bool": dt.bool_}
+                      "int8": dt.int8, "uint8": dt.uint8, "bool": dt.bool_, "complex64": dt.complex64,
+                      "cfloat": dt.complex64, "complex128": dt.complex128, "cdouble": dt.complex128}
 # PyTorch dtypes and storages loom has no dtype for: named in the error, so a user knows what to convert.
-_FOREIGN_DTYPES = ("complex32", "complex64", "complex128", "cfloat", "cdouble", "chalf", "uint16", "uint32",
+_FOREIGN_DTYPES = ("complex32", "chalf", "uint16", "uint32",
                    "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "qint8",
                    "quint8", "qint32", "quint4x2")
 _FOREIGN_STORAGES = {"ComplexFloatStorage": "complex64", "ComplexDoubleStorage": "complex128",

@@ -179,7 +179,7 @@ def _axes_attr(op, name, v, shape, scalar_axis=False) -> None:
 # ---------------------------------------------------------------- sources
 
 def _infer_source(inputs, attrs):
-    return tuple(attrs["shape"]), dt.as_dtype(attrs["dtype"])
+    return tuple(attrs["shape"]), dt.check_computable(dt.as_dtype(attrs["dtype"]), "tensor")
 
 
 def _const_impl(attrs):
@@ -251,7 +251,7 @@ def _const_attrs(inputs, attrs):
     d, value = attrs["dtype"], attrs["value"]
     _dtype_attr("const", "dtype", d)
     _number_attr("const", "value", value)
-    if not d.is_floating_point and not math.isfinite(value):
+    if d.category < 2 and not math.isfinite(value):
         raise _bad_attr("const", "value", value, f"a finite value for a {d.name} constant")
 
 
@@ -303,9 +303,26 @@ def _float_only(op, d):
         raise DTypeError(f"loom.{op}: expected a floating point input, got {d.name}")
 
 
+# Elementwise primitives defined on complex inputs (NumPy's complex functions are PyTorch's);
+# every other elementwise primitive refuses complex dtypes by name.
+COMPLEX_ELEMENTWISE = frozenset({"neg", "recip", "sqrt", "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh",
+                                 "abs", "add", "sub", "mul", "div", "pow", "eq", "ne"})
+
+
+def no_complex(op, d, inputs=None):
+    """Refuse a complex dtype for `op` (ordering and rounding have no meaning on complex numbers)."""
+    if d.category == 3:
+        raise DTypeError(f"loom.{op}: not supported for complex dtype {d.name}"
+                         + (f" (got {_desc(inputs)})" if inputs else ""))
+
+
 def _infer_unary(op, float_only=False, no_bool=False):
     def rule(inputs, attrs):
         d = inputs[0].dtype
+        if d.category == 3:
+            if op not in COMPLEX_ELEMENTWISE:
+                no_complex(op, d)
+            return tuple(inputs[0].shape), (dt.to_real(d) if op == "abs" else d)
         if float_only:
             _float_only(op, d)
         if no_bool and d is dt.bool_:
@@ -346,7 +363,15 @@ _unary("cos", np.cos, lambda g, x, out, a: (-g * x.sin(),))
 _unary("tan", np.tan, lambda g, x, out, a: (g * (out * out + 1.0),))
 _unary("tanh", np.tanh, lambda g, x, out, a: (g * (1.0 - out * out),))
 _unary("erf", _np_erf, lambda g, x, out, a: (g * (-(x * x)).exp() * _SQRT_PI,))
-_unary("abs", np.abs, lambda g, x, out, a: (g * x.sign(),), float_only=False, no_bool=True)
+
+
+def _abs_vjp(g, x, out, a):
+    if x.dtype.category == 3:  # d|z| = z/|z| (0 at z = 0, as PyTorch's sgn).
+        return (x / P("where", out == 0.0, out + 1.0, out) * g,)
+    return (g * x.sign(),)
+
+
+_unary("abs", np.abs, _abs_vjp, float_only=False, no_bool=True)
 def _np_sign(x):
     out = np.sign(x)
     return np.where(np.isnan(x), 0, out).astype(x.dtype) if x.dtype.kind == "f" else out  # sign(NaN) = 0.
@@ -362,12 +387,14 @@ register("not", "unary", 1, lambda ins, a: (tuple(ins[0].shape), ins[0].dtype),
 
 
 def _infer_cast(inputs, attrs):
-    return tuple(inputs[0].shape), dt.as_dtype(attrs["dtype"])
+    return tuple(inputs[0].shape), dt.check_computable(dt.as_dtype(attrs["dtype"]), "to")
 
 
 def _cast_vjp(g, x, out, attrs):
-    if not x.dtype.is_floating_point:
+    if not x.dtype.is_differentiable:
         return (None,)
+    if g.dtype.category == 3 and x.dtype.category != 3:
+        g = P("real", g)  # Real to complex: the real input gets the gradient's real part.
     return (g.to(x.dtype),)
 
 
@@ -386,7 +413,9 @@ def _infer_binary(op, out_bool=False, no_bool=False, int_only=False):
         d = _same_dtype(op, inputs)
         if no_bool and d is dt.bool_:
             raise DTypeError(f"loom.{op}: not defined for bool inputs, got {_desc(inputs)}")
-        if int_only and d.is_floating_point:
+        if d.category == 3 and op not in COMPLEX_ELEMENTWISE:
+            no_complex(op, d, inputs)
+        if int_only and d.category >= 2:
             raise DTypeError(f"loom.{op}: expected integer or bool inputs, got {_desc(inputs)}")
         return shape, (dt.bool_ if out_bool else d)
     return rule
@@ -518,6 +547,8 @@ def _infer_reduce(op):
             if not 0 <= ax < max(x.ndim if hasattr(x, "ndim") else len(x.shape), 0) and not \
                     (len(x.shape) == 0 and ax == 0):
                 raise LoomIndexError(f"loom.{op}: axis {ax} out of range for shape {fmt_shape(x.shape)}")
+        if op in ("max", "min"):
+            no_complex(op, x.dtype, inputs)
         if op in ("max", "min") and any(x.shape[a] == 0 for a in axes if len(x.shape)):
             raise ShapeError(f"loom.{op}: cannot reduce a zero-size dimension of shape "
                              f"{fmt_shape(x.shape)} over axes {list(axes)} (no identity)")
@@ -949,6 +980,7 @@ register("matmul", "contraction", 2, _infer_matmul, lambda a, b, attrs: np.matmu
 
 def _infer_argsort(inputs, attrs):
     x = inputs[0]
+    no_complex("argsort", x.dtype, inputs)
     ax = attrs["axis"]
     if not 0 <= ax < max(len(x.shape), 1):
         raise LoomIndexError(f"loom.argsort: axis {ax} out of range for shape {fmt_shape(x.shape)}")
@@ -1013,8 +1045,8 @@ def value_text(value, dtype) -> str:
 
 def _infer_check(inputs, attrs):
     x = inputs[0]
-    if x.dtype is dt.bool_:
-        raise DTypeError(f"loom.check: expected a numeric input, got {x.dtype.name}")
+    if x.dtype is dt.bool_ or x.dtype.category == 3:
+        raise DTypeError(f"loom.check: expected a real numeric input, got {x.dtype.name}")
     return tuple(x.shape), x.dtype
 
 
@@ -1059,7 +1091,14 @@ register("check", "check", 1, _infer_check, _check_impl, lambda g, x, out, a: (g
 VJP_IGNORES_INPUT_VALUES = frozenset({
     "neg", "add", "sub", "exp", "expm1", "sqrt", "recip", "tan", "tanh", "cast", "sum", "reshape", "permute",
     "expand", "pad", "slice", "flip", "sign", "floor", "ceil", "round", "trunc", "floordiv",
+    "real", "imag", "conj", "complex", "fft_c2c", "fft_r2c", "fft_c2r",
 })
+
+# Holomorphic primitives whose backward rule, written for real inputs, gives PyTorch's complex
+# gradient (the conjugate Wirtinger derivative) as conj(vjp(conj(g))); the autograd engine
+# applies that on complex nodes. The other rules that take complex inputs are written for it.
+CONJ_VJP = frozenset({"recip", "sqrt", "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "mul", "div",
+                      "pow", "matmul", "prod"})
 
 
 # Backward rules that read an input's value only for the gradient of another input (d(a*b)/db = a):

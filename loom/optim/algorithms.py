@@ -736,7 +736,8 @@ class LBFGS(Optimizer):
         super().add_param_group(group)
 
     def _flat_grad(self) -> np.ndarray:
-        parts = [np.zeros(p.numel(), p.dtype.np) if p.grad is None else p.grad.numpy(force=True).reshape(-1)
+        # A complex parameter counts as its (real, imag) pairs, as PyTorch's LBFGS views it.
+        parts = [_real_pairs(np.zeros(p.shape, p.dtype.np) if p.grad is None else p.grad.numpy(force=True))
                  for p in self._params]
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
@@ -753,9 +754,11 @@ class LBFGS(Optimizer):
         base = base if base is not None else self._values()
         out, offset = [], 0
         for v in base:
-            n = v.size
-            step = direction[offset:offset + n].reshape(v.shape)
-            out.append((v + v.dtype.type(t) * step).astype(v.dtype, copy=False))
+            r = _real_pairs(v)
+            n = r.size
+            step = direction[offset:offset + n]
+            new = (r + r.dtype.type(t) * step).astype(r.dtype, copy=False)
+            out.append(new.view(v.dtype).reshape(v.shape) if v.dtype.kind == "c" else new.reshape(v.shape))
             offset += n
         self._set(out)
 
@@ -867,6 +870,12 @@ class LBFGS(Optimizer):
         state["prev_flat_grad"] = _as_tensor(prev_flat_grad)
         state["prev_loss"] = prev_loss
         return orig_loss
+
+
+def _real_pairs(a: np.ndarray) -> np.ndarray:
+    """`a` flat, a complex array as its interleaved (real, imag) parts."""
+    a = np.ascontiguousarray(a).reshape(-1)
+    return a.view(a.real.dtype) if a.dtype.kind == "c" else a
 
 
 def _as_numpy(v):

@@ -119,12 +119,32 @@ class Optimizer:
                     g = p.grad
                     if self._static(group, "maximize"):
                         g = -g
+                    if p.dtype.is_complex:
+                        self._update_complex(p, g, group, self.state[p])
+                        continue
                     self._update(p, g, group, self.state[p])
         self._finish_step()
         return loss
 
     def _update(self, p: Tensor, grad: Tensor, group: dict, state: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} must define _update")
+
+    def _update_complex(self, p: Tensor, grad: Tensor, group: dict, state: dict) -> None:
+        """Update a complex parameter as its (real, imag) pairs, as PyTorch: the adaptive rules see each
+        part's square, never g * g. State tensors stay complex, as PyTorch keeps them."""
+        from loom.functional.complex import view_as_complex, view_as_real
+        pairs = view_as_real(p)
+        held = {k: view_as_real(v) if isinstance(v, Tensor) and v.dtype.is_complex else v for k, v in state.items()}
+        self._update(pairs, view_as_real(grad), group, held)
+        p.copy_(view_as_complex(pairs))
+        for k, v in held.items():
+            old = state.get(k)
+            if isinstance(old, Tensor) and old.dtype.is_complex:
+                old.copy_(view_as_complex(v))
+            elif isinstance(v, Tensor) and tuple(v.shape) == tuple(pairs.shape) and v.dtype is pairs.dtype:
+                state[k] = view_as_complex(v)  # A state tensor the rule just made, shaped like the pairs.
+            else:
+                state[k] = v
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

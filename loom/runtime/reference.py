@@ -75,9 +75,12 @@ def from_compute(a: np.ndarray, d: dt.DType) -> np.ndarray:
 
 def cast(a: np.ndarray, src: dt.DType, dst: dt.DType) -> np.ndarray:
     a = to_compute(a, src)
+    if src.category == 3 and dst.category < 3:
+        # Complex to real keeps the real part (as PyTorch); to bool asks whether either part is nonzero.
+        a = a != 0 if dst is dt.bool_ else a.real
     if dst is dt.bfloat16:
         return dt.f32_to_bf16(a.astype(np.float32))
-    if dst.category == 1 and src.is_floating_point:
+    if dst.category == 1 and src.category >= 2:
         a = np.trunc(a)  # Float to int truncates toward zero, as in C and PyTorch.
     return a.astype(dst.np)
 

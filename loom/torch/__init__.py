@@ -105,6 +105,7 @@ class finfo:
     def __init__(self, type=None) -> None:  # noqa: A002
         import numpy as np
         d = _dt.as_dtype(type) if type is not None else _dt.get_default_dtype()
+        d = _dt.to_real(d)  # A complex type's limits are those of its parts, as in PyTorch.
         if not d.is_floating_point:
             raise _LoomTypeError(f"loom.torch.finfo: expected a floating point dtype, got {d.name}")
         self.dtype = d.name
@@ -198,15 +199,6 @@ def typename(obj) -> str:
 
 def is_storage(obj) -> bool:
     """False: loom has no separate storage objects."""
-    return False
-
-
-def is_complex(t: Tensor) -> bool:
-    """False: loom has no complex dtypes."""
-    return False
-
-
-def is_conj(t: Tensor) -> bool:
     return False
 
 
@@ -503,8 +495,8 @@ from loom.torch._legacy import (  # noqa: E402,F401
     LongTensor, ShortTensor,
 )
 from loom.torch import (  # noqa: E402,F401
-    accelerator, amp, autograd, backends, cpu, cuda, distributed, jit, mps, nn, optim, random, special, testing,
-    utils, version,
+    accelerator, amp, autograd, backends, cpu, cuda, distributed, fft, jit, mps, nn, optim, random, special,
+    testing, utils, version,
 )
 from loom.torch.amp import (  # noqa: E402,F401
     GradScaler, autocast, get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype, is_autocast_available,

@@ -215,8 +215,8 @@ def test_whole_loom_module_with_weights_only_false(tmp_path):
 
 
 def test_unsupported_content_gives_clear_errors(tmp_path):
-    torch.save({"c": torch.ones(2, dtype=torch.complex64)}, tmp_path / "c.pt")
-    with pytest.raises(LoomError, match="complex64"):
+    torch.save({"c": torch.ones(2, dtype=torch.float8_e4m3fn)}, tmp_path / "c.pt")
+    with pytest.raises(LoomError, match="UntypedStorage"):
         loom.io.torch_load(tmp_path / "c.pt")
     torch.save({"w": torch.ones(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
     with pytest.raises(LoomError, match="legacy"):

@@ -109,6 +109,11 @@ def every_primitive_graph():
     outs.append(add("triangular_solve", [sq, x], upper=True, unitriangular=False))
     outs.append(add("matrix_exp", [sq]))
     outs.append(add("geqrf", [x]))
+    z = add("complex", [x, y])
+    outs += [add("real", [z]), add("imag", [add("conj", [z])])]
+    outs.append(add("fft_c2c", [z], axes=(1, 0), forward=False))
+    half = add("fft_r2c", [x], axes=(0, 1))
+    outs += [half, add("fft_c2r", [half], axes=(0, 1), n=5)]
     outs.append(add("argsort", [x], axis=1, descending=True))
     outs.append(add("argsort", [i], axis=0, descending=False))
     outs.append(add("check", [idx], user_op="gather", low=0, high=3, closed=False, ignore=None, error="index",

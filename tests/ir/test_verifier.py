@@ -20,7 +20,7 @@ from loom.ir import PRIMITIVES, Graph, from_json, to_json
 from loom.ir import serialize
 from loom.tensor import apply
 
-F32, I64 = loom.float32, loom.int64
+F32, I64, C64 = loom.float32, loom.int64, loom.complex64
 
 UNARY = ["neg", "recip", "sqrt", "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "erf", "abs",
          "sign", "floor", "ceil", "round", "trunc"]
@@ -187,7 +187,25 @@ TABLE: dict[str, tuple[list, dict, list]] = {
         ({"axis": 1, "descending": "yes"}, r"argsort: attr 'descending' is 'yes'; expected a bool"),
         ({"axis": 1, "stable": True}, r"argsort: unknown attr\(s\) \['stable'\]"),
     ]),
+    "fft_c2c": ([((2, 4), C64)], {"axes": (1,), "forward": True}, [
+        ({"axes": (2,), "forward": True}, r"fft_c2c: attr 'axes' is \(2,\): axis 2 out of range"),
+        ({"axes": (), "forward": True}, r"fft_c2c: attr 'axes' is \(\); expected at least one axis"),
+        ({"axes": (1,), "forward": 1}, r"fft_c2c: attr 'forward' is 1; expected a bool"),
+        ({"axes": (1,)}, r"fft_c2c: needs attr 'forward'"),
+    ]),
+    "fft_r2c": ([((2, 4), F32)], {"axes": (0, 1)}, [
+        ({"axes": (1, 1)}, r"fft_r2c: attr 'axes' is \(1, 1\); expected distinct axes"),
+        ({"axes": (1,), "n": 4}, r"fft_r2c: unknown attr\(s\) \['n'\]"),
+    ]),
+    "fft_c2r": ([((2, 3), C64)], {"axes": (1,), "n": 4}, [
+        ({"axes": (1,), "n": 0}, r"fft_c2r: attr 'n' is 0; expected an int in \[1, "),
+        ({"axes": (1,), "n": 4.0}, r"fft_c2r: attr 'n' is 4\.0; expected an int"),
+        ({"axes": (1,), "n": 6}, r"fft_c2r: a real signal of length n=6 has 4 frequencies along axis 1"),
+    ]),
 }
+for _op in ("real", "imag", "conj"):
+    TABLE[_op] = ([((2, 3), C64)], {}, [(EXTRA, rf"{_op}: unknown attr\(s\) \['bogus'\]")])
+TABLE["complex"] = ([((2, 3), F32)] * 2, {}, [(EXTRA, r"complex: unknown attr\(s\) \['bogus'\]")])
 for _op in UNARY:
     TABLE[_op] = ([((2, 3), F32)], {}, [(EXTRA, rf"{_op}: unknown attr\(s\) \['bogus'\]")])
 for _op in BINARY:

@@ -30,6 +30,8 @@ DEFAULT_TOL = {
     "float64": (1e-7, 1e-9),
     "float16": (1e-2, 1e-3),
     "bfloat16": (2e-2, 1e-2),
+    "complex64": (1e-4, 1e-5),
+    "complex128": (1e-7, 1e-9),
 }
 
 
@@ -81,6 +83,7 @@ def _to_numpy(v):
         v = v.detach()
         if v.dtype == torch.bfloat16:
             v = v.float()
+        v = v.resolve_conj().resolve_neg()  # PyTorch's lazy conjugate and negative views.
         if v._is_zerotensor():  # PyTorch's lazily-zero gradients (e.g. of sign).
             return np.zeros(tuple(v.shape), dtype=_to_numpy(torch.zeros((), dtype=v.dtype)).dtype)
         return v.numpy()
@@ -121,7 +124,8 @@ def assert_close(name: str, got, want, rtol: float, atol: float, what: str) -> N
     if g.dtype.kind in "biu":
         np.testing.assert_array_equal(g, w, err_msg=f"{name}: {what}")
     else:
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
+        wide = np.complex128 if w.dtype.kind == "c" else np.float64
+        np.testing.assert_allclose(g.astype(wide), w.astype(wide), rtol=rtol, atol=atol,
                                    equal_nan=True, err_msg=f"{name}: {what}")
 
 
@@ -234,6 +238,14 @@ def _check_grads(case: Case, got, want, what: str, order: int) -> None:
         assert_close(case.name, lg, tg, rtol, atol, f"{what} of input {k}")
 
 
+def _noise(rng, shape, dtype) -> np.ndarray:
+    """A random cotangent of `shape` and `dtype` (with an imaginary part when `dtype` is complex)."""
+    out = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        out = out + 1j * rng.standard_normal(shape)
+    return np.asarray(out).astype(dtype)  # (A 0-d complex sum is a NumPy scalar, not an array.)
+
+
 def run_case(case: Case, mode: str = "eager", seed: int = 0, lib=None) -> None:
     """Run `case` in PyTorch and in loom (under `mode`) and compare everything it defines.
 
@@ -242,17 +254,18 @@ def run_case(case: Case, mode: str = "eager", seed: int = 0, lib=None) -> None:
     """
     assert torch is not None, "the parity suite needs torch (pip install -e .[test])"
     arrays = _materialise(case.inputs, seed)
-    float_idx = [k for k, a in enumerate(arrays) if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+    float_idx = [k for k, a in enumerate(arrays) if isinstance(a, np.ndarray) and a.dtype.kind in "fc"]
     grad_idx = sorted(set(case.grad_inputs if case.grad_inputs is not None else float_idx)) if case.grad else []
 
     # PyTorch first: it decides which outputs are differentiable and the cotangents' shapes.
     t_in = _make(torch, arrays, set(grad_idx))
     t_flat = _flatten(case.body(torch, *t_in))
     diff_idx = [i for i, to in enumerate(t_flat)
-                if isinstance(to, torch.Tensor) and to.requires_grad and to.dtype.is_floating_point] \
+                if isinstance(to, torch.Tensor) and to.requires_grad
+                and (to.dtype.is_floating_point or to.dtype.is_complex)] \
         if grad_idx else []
     rng = np.random.default_rng(seed + 1)
-    cots = [rng.standard_normal(tuple(t_flat[i].shape)).astype(_to_numpy(t_flat[i]).dtype) for i in diff_idx]
+    cots = [_noise(rng, tuple(t_flat[i].shape), _to_numpy(t_flat[i]).dtype) for i in diff_idx]
     t_grads, t_second, vs, v_pos = [], [], [], []
     if diff_idx:
         t_inputs = [t_in[k] for k in grad_idx]
@@ -260,8 +273,7 @@ def run_case(case: Case, mode: str = "eager", seed: int = 0, lib=None) -> None:
                              [torch.from_numpy(c) for c in cots], case.second_order))
         if case.second_order:
             v_pos = [k for k, tg in enumerate(t_grads) if tg is not None and tg.requires_grad]
-            vs = [rng.standard_normal(tuple(t_grads[k].shape)).astype(_to_numpy(t_grads[k]).dtype)
-                  for k in v_pos]
+            vs = [_noise(rng, tuple(t_grads[k].shape), _to_numpy(t_grads[k]).dtype) for k in v_pos]
             if v_pos:
                 t_second = list(_grad(torch, [t_grads[k] for k in v_pos], t_inputs,
                                       [torch.from_numpy(v) for v in vs], False))
@@ -294,6 +306,11 @@ def run_case(case: Case, mode: str = "eager", seed: int = 0, lib=None) -> None:
 def randn(*shape, dtype=np.float32):
     """An input maker: standard normal values of `shape`."""
     return lambda rng: rng.standard_normal(shape).astype(dtype)
+
+
+def crandn(*shape, dtype=np.complex64):
+    """An input maker: complex values with standard normal real and imaginary parts."""
+    return lambda rng: (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
 
 
 def uniform(*shape, low=-1.0, high=1.0, dtype=np.float32):

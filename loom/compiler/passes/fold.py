@@ -90,6 +90,9 @@ def fold(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> Graph:
                     uniform = _uniform_result(array)
             except (LoomError, ArithmeticError, ValueError, IndexError):
                 continue  # The error is the program's behaviour: it happens at run time.
+            if uniform is not None and node.dtype.category == 3:
+                # A const attr holds a real number: a uniform complex value stays a buffer.
+                array, uniform = np.broadcast_to(uniform, tuple(node.shape)), None
             if uniform is not None:
                 new = graph.add_node("const", [], const_attrs(uniform, node.dtype, tuple(node.shape)),
                                      name=node.name)

@@ -12,6 +12,8 @@ reference, not jax's defaults:
   divisor's sign; float -> int casts truncate; maximum/minimum and max/min
   reductions propagate NaN; round is half to even; integer sums wrap in
   the input's type; sign(NaN) is 0; argsort is stable with NaN largest;
+- complex values (complex64, complex128) and the FFT primitives lower to
+  jax.numpy's complex arithmetic and ``jnp.fft``, unnormalised as the reference;
 - checks the reference makes at run time (gather/scatter_add index bounds,
   integer division by zero, ``check`` nodes) run inside the compiled function
   and raise the same loom errors after the call; a ``check`` also returns its
@@ -48,7 +50,8 @@ from loom.ir.ops import PRIMITIVES, check_error, check_failure, mix64, value_tex
 
 _JAX_DTYPE = {dt.bool_: jnp.bool_, dt.uint8: jnp.uint8, dt.int8: jnp.int8, dt.int16: jnp.int16,
               dt.int32: jnp.int32, dt.int64: jnp.int64, dt.float16: jnp.float16,
-              dt.bfloat16: jnp.bfloat16, dt.float32: jnp.float32, dt.float64: jnp.float64}
+              dt.bfloat16: jnp.bfloat16, dt.float32: jnp.float32, dt.float64: jnp.float64,
+              dt.complex64: jnp.complex64, dt.complex128: jnp.complex128}
 _HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 
 
@@ -85,7 +88,8 @@ def _full_like(x, value):
 
 
 def _is_float(x) -> bool:
-    return jnp.issubdtype(x.dtype, jnp.floating)
+    """Floating point or complex: the types that divide exactly (only real ones reach the rounding rules)."""
+    return jnp.issubdtype(x.dtype, jnp.inexact)
 
 
 def _is_bool(x) -> bool:
@@ -234,9 +238,11 @@ def _rand(attrs: dict, d: dt.DType):
 def _cast(x, src: dt.DType, dst: dt.DType):
     """loom.runtime.reference.cast: via float32 for half types, truncating float -> int."""
     x = _up(x)
+    if src.category == 3 and dst.category < 3:  # The real part; to bool, whether either part is nonzero.
+        x = x != 0 if dst is dt.bool_ else jnp.real(x)
     if dst is dt.bfloat16:
         return x.astype(jnp.float32).astype(jnp.bfloat16)
-    if dst.category == 1 and src.is_floating_point:
+    if dst.category == 1 and src.category >= 2:
         x = jnp.trunc(x)
     return x.astype(_JAX_DTYPE[dst])
 
@@ -417,6 +423,19 @@ def _matmul(lw, a, x, y):
     return jnp.matmul(x, y, precision=lax.Precision.HIGHEST)
 
 
+# ---------------------------------------------------------------- complex parts and FFTs (loom.ir.complex, .fft)
+
+def _fft_c2c(lw, a, x):
+    axes = tuple(a["axes"])
+    return jnp.fft.fftn(x, axes=axes) if a["forward"] else jnp.fft.ifftn(x, axes=axes, norm="forward")
+
+
+def _fft_c2r(lw, a, x):
+    axes = tuple(a["axes"])
+    sizes = [x.shape[k] for k in axes[:-1]] + [a["n"]]
+    return jnp.fft.irfftn(x, s=sizes, axes=axes, norm="forward")
+
+
 def _conv2d_fn(a):
     """x, w -> conv2d(x, w) with the primitive's attrs (NCHW, OIHW)."""
     p = a["padding"]
@@ -571,6 +590,13 @@ _RULES: dict[str, Callable] = {
     "triangular_solve": _triangular_solve,
     "matrix_exp": _matrix_exp,
     "geqrf": _geqrf,
+    "real": _unary(jnp.real),
+    "imag": _unary(jnp.imag),
+    "conj": _unary(jnp.conj),
+    "complex": _binary(lax.complex),
+    "fft_c2c": _fft_c2c,
+    "fft_r2c": lambda lw, a, x: jnp.fft.rfftn(x, axes=tuple(a["axes"])),
+    "fft_c2r": _fft_c2r,
 }
 
 # Primitives handled in _Lowering.node itself.
