@@ -513,6 +513,7 @@ from loom.torch.amp import (  # noqa: E402,F401
 )
 from loom.torch.autograd import is_grad_enabled  # noqa: E402,F401
 from loom import functional, linalg  # noqa: E402,F401
+from loom.func import vmap  # noqa: E402,F401
 
 
 
@@ -554,5 +555,5 @@ def _tensor_method_function(name: str):
 # Names not defined here are loom's, then torch.nn.functional's (PyTorch exposes most of those at the
 # top level too: torch.dropout, torch.conv2d), then Tensor methods as functions; `torch.vision`
 # (torchvision's pieces) is imported when first asked for.
-_install(globals(), "loom", "loom.nn.functional", lazy={"vision": "loom.torch.vision"},
+_install(globals(), "loom", "loom.nn.functional", lazy={"vision": "loom.torch.vision", "func": "loom.func"},
          fallback=_tensor_method_function)
