@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 MODULES = ["math", "reduce", "shape", "linalg", "indexing", "sort", "nn", "conv", "activation", "losses", "pooling",
-           "sampling", "distance", "sparse", "grouped", "compat"]
+           "sampling", "distance", "sparse", "grouped", "compat", "misc"]
 
 
 def _modules():
