@@ -593,25 +593,21 @@ def segment_reduce(data, reduce: str, *, lengths=None, indices=None, offsets=Non
         raise LoomValueError("loom.segment_reduce: pass exactly one of lengths and offsets")
     if offsets is not None:
         off = _t(offsets)
-        if off.ndim != 1:
-            raise ShapeError(f"loom.segment_reduce: only 1-d offsets are supported, got {fmt_shape(off.shape)}")
-        lengths = off[1:] - off[:-1]
+        lengths = off[..., 1:] - off[..., :-1]
     lens = _t(lengths)
-    if lens.ndim != 1 or lens.dtype.category != 1:
-        raise ShapeError(f"loom.segment_reduce: lengths must be a 1-d integer tensor, got {lens.dtype.name}"
-                         f"{fmt_shape(lens.shape)}")
     d = normalize_dim(axis, x.ndim, "segment_reduce")
-    n, s = x.shape[d], lens.shape[0]
-    ends = cumsum(lens.to(dt.int64), 0)
-    if not unsafe:
-        total = int(ends[-1]) if s else 0
-        if total != n or bool((lens < 0).any()):
-            raise LoomValueError(f"loom.segment_reduce: lengths must be non-negative and sum to the size of axis "
-                                 f"{d} ({n}), got lengths summing to {total}")
-    seg = searchsorted(ends, arange(n, dtype=dt.int64), right=True)
-    shape = [1] * x.ndim
-    shape[d] = n
-    idx = seg.reshape(shape).expand(*x.shape)
+    if lens.dtype.category != 1 or lens.ndim != d + 1 or tuple(lens.shape[:-1]) != tuple(x.shape[:d]):
+        raise ShapeError(f"loom.segment_reduce: lengths (or offsets) must be an integer tensor of shape "
+                         f"data.shape[:axis] + (segments,) = {list(x.shape[:d])} + [S] (axis must be its last dim), "
+                         f"got {lens.dtype.name}{fmt_shape(lens.shape)} for axis {d}")
+    n, s = x.shape[d], lens.shape[-1]
+    ends = cumsum(lens.to(dt.int64), -1)
+    if not unsafe and s and (bool((ends[..., -1] != n).any()) or bool((lens < 0).any())):
+        raise LoomValueError(f"loom.segment_reduce: lengths must be non-negative and sum to the size of axis "
+                             f"{d} ({n}) for every row")
+    positions = arange(n, dtype=dt.int64).expand(*x.shape[:d], n).contiguous()
+    seg = searchsorted(ends.contiguous(), positions, right=True)
+    idx = seg.reshape(list(seg.shape) + [1] * (x.ndim - d - 1)).expand(*x.shape)
     out_shape = list(x.shape)
     out_shape[d] = s
     op = {"max": "amax", "min": "amin"}.get(reduce, reduce)
@@ -619,7 +615,7 @@ def segment_reduce(data, reduce: str, *, lengths=None, indices=None, offsets=Non
     base = full(tuple(out_shape), fill, dtype=x.dtype)
     out = scatter_reduce(base, d, idx, x, op, include_self=initial is not None and reduce != "mean")
     if initial is not None and reduce == "mean":
-        count = lens.to(x.dtype).reshape([s if k == d else 1 for k in range(x.ndim)])
+        count = lens.to(x.dtype).reshape(list(lens.shape) + [1] * (x.ndim - d - 1))
         out = _math.where(count > 0, (out * count + float(initial)) / (count + 1), float(initial))
     return out
 
