@@ -616,7 +616,7 @@ def segment_reduce(data, reduce: str, *, lengths=None, indices=None, offsets=Non
     out = scatter_reduce(base, d, idx, x, op, include_self=initial is not None and reduce != "mean")
     if initial is not None and reduce == "mean":
         count = lens.to(x.dtype).reshape(list(lens.shape) + [1] * (x.ndim - d - 1))
-        out = _math.where(count > 0, (out * count + float(initial)) / (count + 1), float(initial))
+        out = _math.where(count > 0, out + float(initial) / count.clamp(min=1), float(initial))  # As PyTorch.
     return out
 
 
@@ -1052,7 +1052,7 @@ def empty_quantized(size, qtensor, *, dtype=None, layout=None, device=None, pin_
     >>> loom.empty_quantized([2], loom.ones(2))
     Traceback (most recent call last):
     ...
-    loom.errors.LoomError: loom.empty_quantized: loom has no quantized tensors (no qint8/quint8 dtypes or quantisation schemes); quantize with your own scale and zero point into an integer tensor instead
+    loom.errors.LoomError: loom.empty_quantized: loom has no quantized tensors ...
     """
     raise LoomError("loom.empty_quantized: loom has no quantized tensors (no qint8/quint8 dtypes or quantisation "
                     "schemes); quantize with your own scale and zero point into an integer tensor instead")
@@ -1070,8 +1070,227 @@ def _prelu(self, weight) -> Tensor:
     return prelu(self, weight)
 
 
+# ---------------------------------------------------------------- Tensor-only attributes
+
+def _resized(self, shape: tuple, op: str) -> Tensor:
+    """This tensor's elements in order, cut or zero-filled to `shape` (PyTorch leaves new elements unset)."""
+    from loom.functional.shape import cat
+    n = int(np.prod(shape))
+    flat = self.detach().reshape(-1)
+    if n <= flat.shape[0]:
+        flat = flat[:n]
+    else:
+        flat = cat([flat, zeros(n - flat.shape[0], dtype=self.dtype)])
+    return flat.reshape(shape)
+
+
+def _size_args(op: str, sizes) -> tuple:
+    shape = tuple(sizes[0]) if len(sizes) == 1 and not isinstance(sizes[0], int) else tuple(sizes)
+    if any(not isinstance(k, (int, np.integer)) or k < 0 for k in shape):
+        raise LoomValueError(f"loom.{op}: sizes must be non-negative ints, got {list(shape)}")
+    return tuple(int(k) for k in shape)
+
+
+def _resize_(self, *sizes, memory_format=None) -> Tensor:
+    """Give this tensor shape `sizes` in place, keeping its leading elements in order (new ones are zeros).
+
+    As `Tensor.resize_`, which tensors that require grad refuse.
+
+    Examples
+    --------
+    >>> x = loom.tensor([1.0, 2.0, 3.0])
+    >>> x.resize_(2, 2).tolist()
+    [[1.0, 2.0], [3.0, 0.0]]
+    """
+    shape = _size_args("resize_", sizes)
+    if self.requires_grad:
+        raise AutogradError(f"loom.resize_: cannot resize a tensor that requires grad "
+                            f"({self.dtype.name}{fmt_shape(self.shape)}); resize its .detach() or use reshape")
+    if tuple(self.shape) != shape:
+        self.data = _resized(self, shape, "resize_")
+    return self
+
+
+def _resize_as_(self, the_template, memory_format=None) -> Tensor:
+    """`resize_` to the shape of `the_template`, as `Tensor.resize_as_`.
+
+    Examples
+    --------
+    >>> loom.zeros(4).resize_as_(loom.ones(2, 2)).shape
+    loom.Size([2, 2])
+    """
+    return _resize_(self, *the_template.shape)
+
+
+def _resize(self, *sizes) -> Tensor:
+    """A differentiable reshape to `sizes` of the same element count (PyTorch's deprecated non-in-place resize).
+
+    Examples
+    --------
+    >>> loom.arange(4.0).resize(2, 2).tolist()
+    [[0.0, 1.0], [2.0, 3.0]]
+    """
+    shape = _size_args("resize", sizes)
+    if int(np.prod(shape)) != self.numel():
+        raise ShapeError(f"loom.resize: requested resize to {list(shape)} ({int(np.prod(shape))} elements in total) "
+                         f"but the tensor has {self.numel()}; the non-in-place resize keeps the element count "
+                         "(use resize_ to change it)")
+    return self.reshape(shape)
+
+
+def _resize_as(self, tensor) -> Tensor:
+    """`resize` to the shape of `tensor` (same element count), as `Tensor.resize_as`.
+
+    Examples
+    --------
+    >>> loom.arange(4.0).resize_as(loom.ones(2, 2)).shape
+    loom.Size([2, 2])
+    """
+    return _resize(self, *tensor.shape)
+
+
+def _as_strided_(self, size, stride, storage_offset=None) -> Tensor:
+    """Make this tensor the `as_strided(size, stride, storage_offset)` view of its own storage, in place.
+
+    Examples
+    --------
+    >>> x = loom.arange(6.0)
+    >>> x.as_strided_((2, 2), (1, 2)).tolist()
+    [[0.0, 2.0], [1.0, 3.0]]
+    """
+    if self.requires_grad:
+        raise AutogradError(f"loom.as_strided_: not supported on a tensor that requires grad "
+                            f"({self.dtype.name}{fmt_shape(self.shape)}); use the as_strided view instead")
+    self.data = self.as_strided(size, stride, storage_offset)
+    return self
+
+
+def _map2_(self, x1, x2, callable) -> Tensor:  # noqa: A002
+    """Replace each element by `callable(self_el, x1_el, x2_el)` in place (Python, no autograd), as PyTorch's.
+
+    Examples
+    --------
+    >>> x = loom.tensor([1.0, 2.0])
+    >>> x.map2_(loom.tensor([3.0, 4.0]), loom.tensor([5.0, 6.0]), lambda a, b, c: a + b * c).tolist()
+    [16.0, 26.0]
+    """
+    if self.requires_grad:
+        raise LoomError("loom.map2_: can't call map2_() on a tensor that requires grad")
+    shape = tuple(self.shape)
+    b = np.broadcast_to(_t(x1).numpy(force=True), shape)
+    c = np.broadcast_to(_t(x2).numpy(force=True), shape)
+    a = self.numpy()
+    values = np.vectorize(callable, otypes=[a.dtype])(a, b, c) if self.numel() else a
+    return self.copy_(tensor(values, dtype=self.dtype))
+
+
+def _layout(self):
+    """`loom.torch.strided`: loom stores every tensor strided."""
+    from loom.torch import strided
+    return strided
+
+
+def _name(self) -> None:
+    """None: loom tensors carry no name (PyTorch's `Tensor.name` of an unnamed tensor)."""
+    return None
+
+
+def _output_nr(self) -> int:
+    """Which output of the op that made this tensor it is (0 for a leaf; loom records one node per output)."""
+    ctx = self._ctx
+    return int(getattr(getattr(ctx, "prim", None), "index", 0) or 0) if ctx is not None else 0
+
+
+def _volatile(self) -> bool:
+    """False, with PyTorch's warning: `volatile` was removed (use `loom.no_grad()`)."""
+    import warnings
+    warnings.warn("volatile was removed (Variable.volatile is always False)", UserWarning, stacklevel=2)
+    return False
+
+
+_UNSET = object()
+
+
+def _get_grad_dtype(self):
+    """The dtype `.grad` is cast to when a backward pass accumulates it (default the tensor's; None: any).
+
+    Examples
+    --------
+    >>> x = loom.ones(2, requires_grad=True)
+    >>> x.grad_dtype = loom.float64
+    >>> (x * 2).sum().backward()
+    >>> x.grad.dtype
+    loom.float64
+    """
+    if not self.is_leaf:
+        raise LoomError("loom.grad_dtype: only leaf tensors have a grad_dtype")
+    value = self.__dict__.get("_grad_dtype", _UNSET)
+    return self.dtype if value is _UNSET else value
+
+
+def _set_grad_dtype(self, value) -> None:
+    if not self.is_leaf:
+        raise LoomError("loom.grad_dtype: only leaf tensors have a grad_dtype")
+    self.__dict__["_grad_dtype"] = None if value is None else dt.as_dtype(value)
+
+
+def _register_post_accumulate_grad_hook(self, hook):
+    """Call `hook(tensor)` after a backward pass has accumulated this leaf's `.grad`; returns a removable handle.
+
+    As `Tensor.register_post_accumulate_grad_hook` (optimizer steps fused into backward use it).
+
+    Examples
+    --------
+    >>> w = loom.ones(2, requires_grad=True)
+    >>> seen = []
+    >>> h = w.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.tolist()))
+    >>> (w * 3).sum().backward()
+    >>> seen
+    [[3.0, 3.0]]
+    >>> h.remove()
+    """
+    from loom.nn.module import RemovableHandle
+    if not self.requires_grad:
+        raise AutogradError("loom.register_post_accumulate_grad_hook: cannot register a hook on a tensor that "
+                            "does not require grad")
+    if not self.is_leaf:
+        raise AutogradError("loom.register_post_accumulate_grad_hook: post accumulate grad hooks cannot be "
+                            "registered on non-leaf tensors (they have no .grad to accumulate)")
+    hooks = self.__dict__.setdefault("_post_accumulate_grad_hooks", {})
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
+def _to_padded_tensor(self, padding: float, output_size=None) -> Tensor:
+    """PyTorch's padding of a nested (jagged) tensor: loom has only strided tensors, so this raises, as PyTorch
+    does for a strided one."""
+    raise LoomError(f"loom.to_padded_tensor: expects a nested tensor; this is a strided "
+                    f"{self.dtype.name}{fmt_shape(self.shape)} tensor (loom has no nested tensors), which needs no "
+                    "padding")
+
+
+def _reinforce(self, reward):
+    """Removed from PyTorch (stochastic functions); raises with PyTorch's advice, as `Tensor.reinforce` does."""
+    raise LoomError("loom.reinforce: reinforce() was removed; use loom.torch.distributions instead: "
+                    "m = Categorical(probs); action = m.sample(); loss = -m.log_prob(action) * reward; "
+                    "loss.backward()")
+
+
+def _index(self, positions, dims):
+    """PyTorch's binding of positional dims to first-class `Dim` objects (functorch.dim): loom has no
+    first-class dimensions, so this raises."""
+    raise LoomError("loom.Tensor.index: binds dims to first-class dimension objects (functorch.dim), which loom "
+                    "does not have; index with [] or use einsum-style ops instead")
+
+
 METHODS = ["igamma", "igammac", "nextafter", "index_reduce", "as_strided_scatter"]
 # Methods with no top-level function of this module's.
-TENSOR_METHODS = {"hardshrink": _hardshrink, "prelu": _prelu}
+TENSOR_METHODS = {"hardshrink": _hardshrink, "prelu": _prelu, "resize_": _resize_, "resize_as_": _resize_as_,
+                  "resize": _resize, "resize_as": _resize_as, "as_strided_": _as_strided_, "map2_": _map2_,
+                  "register_post_accumulate_grad_hook": _register_post_accumulate_grad_hook,
+                  "to_padded_tensor": _to_padded_tensor, "reinforce": _reinforce, "index": _index,
+                  "grad_dtype": property(_get_grad_dtype, _set_grad_dtype)}
+PROPERTIES = {"layout": _layout, "name": _name, "output_nr": _output_nr, "volatile": _volatile}
 INPLACE = ["igamma", "igammac", "nextafter", "index_reduce"]
 NN_FUNCTIONAL: list[str] = []

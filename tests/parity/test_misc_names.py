@@ -110,10 +110,12 @@ CASES = [
          (randn(2, 3), randn(2, 2))),
     *[Case(f"segment_reduce_{r}", lambda m, x, r=r: m.segment_reduce(x, r, lengths=m.tensor([2, 0, 3, 1])),
            (uniform(6, 3, low=0.5, high=2.0),)) for r in ("sum", "mean", "max", "min", "prod")],
-    Case("segment_reduce_offsets_axis1", lambda m, x: m.segment_reduce(x, "sum", offsets=m.tensor([[0, 2, 5, 5], [0, 1, 1, 5]]), axis=1),
+    Case("segment_reduce_offsets_axis1",
+         lambda m, x: m.segment_reduce(x, "sum", offsets=m.tensor([[0, 2, 5, 5], [0, 1, 1, 5]]), axis=1),
          (randn(2, 5),)),
     Case("segment_reduce_initial", lambda m, x: (m.segment_reduce(x, "max", lengths=m.tensor([3, 0, 1]), initial=0.5),
-                                                 m.segment_reduce(x, "sum", lengths=m.tensor([3, 0, 1]), initial=2.0)),
+                                                 m.segment_reduce(x, "sum", lengths=m.tensor([3, 0, 1]), initial=2.0),
+                                                 m.segment_reduce(x, "mean", lengths=m.tensor([3, 0, 1]), initial=2.0)),
          (randn(4),)),
     # PyTorch 2.13's gradient for `input` is the cotangent at the overwritten places instead of the others
     # (test_as_strided_scatter_input_gradient checks loom's); `src`'s is compared.
@@ -254,3 +256,78 @@ def test_misc_errors_name_the_problem():
         loom.empty_quantized([2], loom.ones(2))
     with pytest.raises(loom.DTypeError, match="same dtype"):
         loom.nextafter(loom.ones(2), loom.ones(2, dtype=loom.float64))
+
+
+# ---------------------------------------------------------------- Tensor attributes
+
+def test_resize_family_matches_pytorch():
+    for shape, new in [((2, 3), (4,)), ((4,), (2, 2)), ((3,), (2, 3)), ((2, 2), (0,))]:
+        n = int(np.prod(shape))
+        x, t = loom.arange(float(n)).reshape(shape), torch.arange(float(n)).reshape(shape)
+        assert x.resize_(*new) is x and tuple(x.shape) == tuple(t.resize_(*new).shape)
+        keep = min(n, int(np.prod(new)))
+        np.testing.assert_array_equal(x.numpy().reshape(-1)[:keep], t.numpy().reshape(-1)[:keep])
+    x = loom.zeros(5)
+    assert x.resize_as_(loom.ones(2, 3)).shape == (2, 3)
+    y = loom.arange(6.0, requires_grad=True)
+    r = y.resize(3, 2)
+    assert r.shape == (3, 2) and r.requires_grad and y.resize_as(loom.ones(2, 3)).shape == (2, 3)
+    with pytest.raises(loom.ShapeError, match="keeps the element count"):
+        y.resize(4)
+    with pytest.raises(loom.AutogradError, match="requires grad"):
+        y.resize_(2)
+
+
+def test_as_strided_inplace_and_map2_match_pytorch():
+    x, t = loom.arange(8.0), torch.arange(8.0)
+    assert x.as_strided_((3, 2), (2, 1), 1) is x
+    t.as_strided_((3, 2), (2, 1), 1)
+    np.testing.assert_array_equal(x.numpy(), t.numpy())
+    a, b, c = ([1.0, 2.0], [3.0, 4.0], [5.0, 6.0])
+    got = loom.tensor(a).map2_(loom.tensor(b), loom.tensor(c), lambda p, q, r: p * q - r)
+    want = torch.tensor(a).map2_(torch.tensor(b), torch.tensor(c), lambda p, q, r: p * q - r)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_metadata_attributes_match_pytorch():
+    x, t = loom.ones(2, 3), torch.ones(2, 3)
+    assert repr(x.layout) == repr(t.layout) == "torch.strided" and x.layout is ltorch.strided
+    assert x.name is None and t.name is None and x.output_nr == t.output_nr == 0
+    with pytest.warns(UserWarning, match="volatile was removed"):
+        assert x.volatile is False
+    assert x.grad_dtype is loom.float32 and t.grad_dtype is torch.float32
+    with pytest.raises(loom.LoomError, match="leaf"):
+        _ = (loom.ones(2, requires_grad=True) * 2).grad_dtype
+
+
+def test_grad_dtype_casts_the_accumulated_gradient():
+    w = loom.ones(3, requires_grad=True)
+    w.grad_dtype = loom.float64
+    (w * 2).sum().backward()
+    assert w.grad.dtype is loom.float64 and w.grad.tolist() == [2.0, 2.0, 2.0]
+    w.grad_dtype = None
+    assert w.grad_dtype is None
+
+
+def test_post_accumulate_grad_hook_sees_the_summed_grad():
+    for lib in (loom, torch):
+        w = lib.ones(2, requires_grad=True)
+        seen = []
+        h = w.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.tolist()))
+        (w * 3 + w * 4).sum().backward()  # Two paths into w: the hook runs once, after both.
+        (w * 1).sum().backward()
+        h.remove()
+        (w * 1).sum().backward()
+        assert seen == [[7.0, 7.0], [8.0, 8.0]], lib
+    with pytest.raises(loom.AutogradError, match="non-leaf"):
+        (loom.ones(2, requires_grad=True) * 2).register_post_accumulate_grad_hook(print)
+
+
+def test_removed_and_nested_only_methods_raise_like_pytorch():
+    x = loom.ones(2)
+    with pytest.raises(loom.LoomError, match="reinforce\\(\\) was removed"):
+        x.reinforce(1.0)
+    with pytest.raises(loom.LoomError, match="nested tensor"):
+        x.to_padded_tensor(0.0)
+    with pytest.raises(loom.LoomError, match="first-class"):
+        x.index((0,), None)
