@@ -555,5 +555,6 @@ def _tensor_method_function(name: str):
 # Names not defined here are loom's, then torch.nn.functional's (PyTorch exposes most of those at the
 # top level too: torch.dropout, torch.conv2d), then Tensor methods as functions; `torch.vision`
 # (torchvision's pieces) is imported when first asked for.
-_install(globals(), "loom", "loom.nn.functional", lazy={"vision": "loom.torch.vision", "func": "loom.func"},
+_install(globals(), "loom", "loom.nn.functional",
+         lazy={"vision": "loom.torch.vision", "func": "loom.func", "hub": "loom.torch.hub"},
          fallback=_tensor_method_function)

@@ -331,3 +331,14 @@ def test_removed_and_nested_only_methods_raise_like_pytorch():
         x.to_padded_tensor(0.0)
     with pytest.raises(loom.LoomError, match="first-class"):
         x.index((0,), None)
+
+
+def test_igamma_without_a_c_compiler_uses_loom_ops():
+    from loom.functional.misc import _igamma_pq
+    rng = np.random.default_rng(1)
+    a, x = rng.uniform(0.05, 40.0, 200), rng.uniform(0.0, 60.0, 200)
+    p, q = _igamma_pq(loom.tensor(a), loom.tensor(x))
+    np.testing.assert_allclose(p.numpy(), torch.special.gammainc(torch.tensor(a), torch.tensor(x)).numpy(),
+                               rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(q.numpy(), torch.special.gammaincc(torch.tensor(a), torch.tensor(x)).numpy(),
+                               rtol=1e-8, atol=1e-12)
