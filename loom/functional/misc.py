@@ -1122,6 +1122,29 @@ def as_strided_scatter(input, src, size, stride, storage_offset=None) -> Tensor:
     return out
 
 
+def hash_tensor(input, dim=(), *, keepdim: bool = False, mode: int = 0) -> Tensor:
+    """The xor of the 64-bit patterns of the elements (over `dim`, default all), as `torch.hash_tensor`.
+
+    Floats are widened to float64 and integers to int64 before their bits are taken; the result is uint64.
+
+    Examples
+    --------
+    >>> loom.hash_tensor(loom.tensor([1.0, 2.0, 3.0])).item()
+    4609434218613702656
+    >>> loom.hash_tensor(loom.arange(6).reshape(2, 3), 1).tolist()
+    [3, 2]
+    """
+    x = _t(input)
+    if mode != 0:
+        raise LoomValueError(f"loom.hash_tensor: only mode=0 (xor reduction) is supported, got mode={mode!r}")
+    a = x.detach().numpy(force=True)
+    bits = (a.astype(np.float64) if x.dtype.is_floating_point else a.astype(np.int64)).view(np.uint64)
+    dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+    axes = tuple(range(x.ndim)) if not dims else tuple(normalize_dim(d, x.ndim, "hash_tensor") for d in dims)
+    out = np.bitwise_xor.reduce(bits, axis=axes, keepdims=keepdim) if x.ndim else bits
+    return tensor(np.asarray(out, dtype=np.uint64), dtype=dt.uint64)
+
+
 def empty_quantized(size, qtensor, *, dtype=None, layout=None, device=None, pin_memory=None,
                     memory_format=None) -> Tensor:
     """PyTorch's constructor of an empty quantized tensor shaped like `qtensor`'s quantisation: loom has no
@@ -1364,7 +1387,7 @@ def _index(self, positions, dims):
                     "does not have; index with [] or use einsum-style ops instead")
 
 
-METHODS = ["igamma", "igammac", "nextafter", "index_reduce", "as_strided_scatter"]
+METHODS = ["igamma", "igammac", "nextafter", "index_reduce", "as_strided_scatter", "hash_tensor"]
 # Methods with no top-level function of this module's.
 TENSOR_METHODS = {"hardshrink": _hardshrink, "prelu": _prelu, "resize_": _resize_, "resize_as_": _resize_as_,
                   "resize": _resize, "resize_as": _resize_as, "as_strided_": _as_strided_, "map2_": _map2_,

@@ -85,6 +85,7 @@ class memory_format(_Named):
 
 
 strided = layout("torch", "strided")
+jagged = layout("torch", "jagged")  # Nested tensors' layout; loom has no nested tensors, only the name.
 contiguous_format = memory_format("torch", "contiguous_format")
 channels_last = memory_format("torch", "channels_last")
 channels_last_3d = memory_format("torch", "channels_last_3d")
@@ -181,6 +182,20 @@ def set_default_device(dev) -> None:
     if dev is not None and Generator._device_type(dev) != "cpu":
         raise _DeviceError(f"loom.torch.set_default_device: device {dev} is not available; this build of loom "
                            "runs on the cpu")
+
+
+def get_file_path(*path_components: str) -> str:
+    """A path inside the directory that holds the `loom` package, as `torch.get_file_path` (torch's parent dir).
+
+    Examples
+    --------
+    >>> import os
+    >>> import loom.torch as torch
+    >>> os.path.isfile(torch.get_file_path("loom", "__init__.py"))
+    True
+    """
+    import os
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_loom.__file__))), *path_components)
 
 
 def get_device(t: Tensor) -> int:

@@ -342,3 +342,36 @@ def test_igamma_without_a_c_compiler_uses_loom_ops():
                                rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(q.numpy(), torch.special.gammaincc(torch.tensor(a), torch.tensor(x)).numpy(),
                                rtol=1e-8, atol=1e-12)
+
+
+# ---------------------------------------------------------------- dtypes and namespace odds and ends
+
+@pytest.mark.parametrize("name", ["uint16", "uint32", "uint64"])
+def test_wide_unsigned_dtypes_behave_like_pytorchs(name):
+    d, td = getattr(ltorch, name), getattr(torch, name)
+    vals = [1, 2, 3, 70000]
+    x, t = loom.tensor(vals).to(d), torch.tensor(vals).to(td)
+    assert x.dtype is d and not x.is_signed() and ltorch.iinfo(d).max == torch.iinfo(td).max
+    for f in (lambda v: v * 2, lambda v: v & 5, lambda v: v == 2, lambda v: v.sum(), lambda v: v.to(ltorch.float64
+              if isinstance(v, loom.Tensor) else torch.float64), lambda v: v.sort().values, lambda v: v / 2):
+        got, want = f(x), f(t)
+        assert got.dtype.name == str(want.dtype).split(".")[-1]
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    with pytest.raises(loom.DTypeError, match="promotion for uint16, uint32, uint64"):
+        _ = x + loom.tensor([1, 2, 3, 4])
+    assert loom.from_numpy(np.arange(3, dtype=d.np)).dtype is d
+
+
+def test_hash_tensor_matches_pytorch():
+    for vals in ([1.5, -2.0, 3.25], [[1, 2, 3], [4, 5, 6]], [True, False, True]):
+        x, t = loom.tensor(vals), torch.tensor(vals)
+        assert x.hash_tensor().dtype is loom.uint64
+        assert loom.hash_tensor(x).item() == torch.hash_tensor(t).item()
+        np.testing.assert_array_equal(x.hash_tensor(0, keepdim=True).numpy(), t.hash_tensor(0, keepdim=True).numpy())
+
+
+def test_namespace_odds_and_ends():
+    import os
+    assert repr(ltorch.jagged) == repr(torch.jagged) == "torch.jagged"
+    assert os.path.isfile(ltorch.get_file_path("loom", "torch", "__init__.py"))
+    assert ltorch.uint32 is loom.uint32
