@@ -375,3 +375,14 @@ def test_namespace_odds_and_ends():
     assert repr(ltorch.jagged) == repr(torch.jagged) == "torch.jagged"
     assert os.path.isfile(ltorch.get_file_path("loom", "torch", "__init__.py"))
     assert ltorch.uint32 is loom.uint32
+
+
+def test_grid_sample_mode_codes_drive_grid_sampler():
+    F, TF = ltorch.nn.functional, torch.nn.functional
+    assert F.GRID_SAMPLE_INTERPOLATION_MODES == TF.GRID_SAMPLE_INTERPOLATION_MODES
+    assert F.GRID_SAMPLE_PADDING_MODES == TF.GRID_SAMPLE_PADDING_MODES
+    x, g = loom.randn(1, 1, 3, 3), loom.rand(1, 2, 2, 2) * 2 - 1
+    for mode, m in F.GRID_SAMPLE_INTERPOLATION_MODES.items():
+        for pad, p in F.GRID_SAMPLE_PADDING_MODES.items():
+            np.testing.assert_array_equal(ltorch.grid_sampler(x, g, m, p, False).numpy(),
+                                          F.grid_sample(x, g, mode, pad, False).numpy())
