@@ -20,7 +20,7 @@ import types
 PUBLIC_MODULES = [
     "loom", "loom.nn", "loom.nn.functional", "loom.nn.init", "loom.nn.utils", "loom.optim",
     "loom.optim.lr_scheduler", "loom.data", "loom.autograd", "loom.ops", "loom.profiler", "loom.compiler",
-    "loom.io", "loom.onnx", "loom.linalg",
+    "loom.io", "loom.onnx", "loom.linalg", "loom.func",
     "loom.ir", "loom.bench", "loom.bench.cli", "loom.bench.stats", "loom.bench.report", "loom.bench.compile_probe",
     "loom.distributed", "loom.distributed.nn.functional", "loom.nn.parallel",
     "loom.tf", "loom.tf.math", "loom.tf.linalg", "loom.tf.nn", "loom.tf.random", "loom.tf.data", "loom.tf.keras",
