@@ -11,11 +11,12 @@ dicts) and returns another one; transforms nest (`vmap(grad(f))`,
   results of a plain `grad(f)(x)` do not require grad and nested ones do.
   Forward mode (`jvp`, `jacfwd`) is the double-vjp: the transpose of the
   reverse-mode map, which is linear in its cotangent, differentiated again.
-- `vmap` maps `fn` over one dimension of its inputs by running it once per
-  index and stacking the results. loom is lazy, so the per-sample calls build
-  one graph that is compiled and run as a whole; the results are those of the
-  per-sample function, whatever ops it uses (randomness included, by the
-  `randomness` rule).
+- `vmap` traces `fn` once on one sample's shapes and replays the primitives
+  it recorded on the whole batch, each through a batching rule (loom/_batching.py):
+  a per-sample-gradient step becomes one graph of batched ops. Where a trace
+  cannot stand for every sample (a value read from data, an op without a rule,
+  an in-place write to an input, outside tensors that require grad), it calls
+  `fn` once per index and stacks the results instead: slower, the same values.
 
 Examples
 --------
@@ -30,6 +31,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
 
+from loom import _batching
 from loom.autograd import engine as _engine
 from loom.autograd.grad_mode import enable_grad, is_grad_enabled
 from loom.errors import LoomError, LoomTypeError, LoomValueError, fmt_shape
@@ -160,6 +162,10 @@ def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = 
         if size is None:
             raise LoomValueError("loom.func.vmap: no input is mapped; give at least one tensor an in_dim that "
                                  "is not None")
+        fast = _batching.batched_call(func, args, kwargs, leaves, dims, spec, size, randomness, tree_unflatten,
+                                      tree_flatten)
+        if fast is not None:
+            return _place_outputs(*fast, out_dims)
         state = default_generator.get_state().tolist()
         results = []
         for b in range(size):
@@ -178,14 +184,32 @@ def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = 
     return mapped
 
 
+def _out_dims(out_dims, first, n: int) -> list:
+    if isinstance(out_dims, (tuple, list)) and isinstance(first, (tuple, list)):
+        return _broadcast_prefix(out_dims, first, "vmap", "out_dims")
+    return [out_dims] * n
+
+
+def _place_outputs(spec, batched: list, out_dims) -> Any:
+    """The batched replay's outputs (mapped dim first) moved to `out_dims`."""
+    from loom.functional.shape import movedim
+    first = tree_unflatten(batched, spec)
+    out = []
+    for k, (t, d) in enumerate(zip(batched, _out_dims(out_dims, first, len(batched)))):
+        if d is None:
+            out.append(t[0])
+            continue
+        d = _check_dim("vmap", d, t.ndim, f"out_dim of output leaf {k} (counting its mapped dim)")
+        out.append(movedim(t, 0, d) if d else t)
+    return tree_unflatten(out, spec)
+
+
 def _stack_outputs(results: list, out_dims) -> Any:
     from loom.functional.shape import stack
     flat = [tree_flatten(r) for r in results]
     spec = flat[0][1]
     leaves0 = flat[0][0]
-    odims = _broadcast_prefix(out_dims, results[0], "vmap", "out_dims") \
-        if isinstance(out_dims, (tuple, list)) and isinstance(results[0], (tuple, list)) else \
-        [out_dims] * len(leaves0)
+    odims = _out_dims(out_dims, results[0], len(leaves0))
     out = []
     for k, (leaf, d) in enumerate(zip(leaves0, odims)):
         if d is None:
@@ -219,7 +243,9 @@ def _fresh(x):
                             f"{x.dtype.name}{fmt_shape(x.shape)}")
     if x.requires_grad:
         return x.clone()
-    return x.detach().requires_grad_(True)
+    leaf = x.detach().requires_grad_(True)
+    leaf.__dict__["_func_leaf"] = True  # vmap's batched replay knows no outside autograd needs it.
+    return leaf
 
 
 def _needs_graph(outputs: list, fresh: list) -> bool:
