@@ -571,5 +571,5 @@ def _tensor_method_function(name: str):
 # top level too: torch.dropout, torch.conv2d), then Tensor methods as functions; `torch.vision`
 # (torchvision's pieces) is imported when first asked for.
 _install(globals(), "loom", "loom.nn.functional",
-         lazy={"vision": "loom.torch.vision", "func": "loom.func", "hub": "loom.torch.hub"},
+         lazy={"vision": "loom.torch.vision", "func": "loom.torch.func", "hub": "loom.torch.hub"},
          fallback=_tensor_method_function)

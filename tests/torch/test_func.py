@@ -31,7 +31,8 @@ def _close(got, want, rtol=1e-5, atol=1e-6):
 
 
 def test_torch_names():
-    assert ltorch.vmap is func.vmap and ltorch.func.grad is func.grad and ltorch.func.vmap is func.vmap
+    import loom.torch.func as tf
+    assert ltorch.vmap is func.vmap and ltorch.func.grad is func.grad and tf.vmap is func.vmap
 
 
 def test_vmap_in_dims_out_dims_and_pytrees():
