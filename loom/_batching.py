@@ -77,7 +77,49 @@ def _rule(node: Node, args: list[tuple[Tensor, bool]], b: int, randomness: str) 
         return apply(op, full, attrs), True
     if op == "matmul":
         return apply(op, full, attrs), True
+    if op in ("conv2d", "conv2d_input_grad", "conv2d_weight_grad"):
+        return _conv_rule(op, args, full, attrs, b), True
     raise _NoRule(op)
+
+
+def _merge(t: Tensor, b: int) -> Tensor:
+    """(B, N, C, ...) -> (N, B*C, ...): the mapped dim folded into the channels."""
+    shape = tuple(t.shape)
+    t = apply("permute", (t,), {"perm": (1, 0) + tuple(range(2, len(shape)))})
+    return apply("reshape", (t,), {"shape": (shape[1], b * shape[2]) + shape[3:]})
+
+
+def _split(t: Tensor, b: int) -> Tensor:
+    """(N, B*C, ...) -> (B, N, C, ...)."""
+    shape = tuple(t.shape)
+    t = apply("reshape", (t,), {"shape": (shape[0], b, shape[1] // b) + shape[2:]})
+    return apply("permute", (t,), {"perm": (1, 0) + tuple(range(2, len(shape) + 1))})
+
+
+def _flat(t: Tensor, n: int) -> Tensor:
+    """Merge the first `n` dims."""
+    shape = tuple(t.shape)
+    size = 1
+    for k in shape[:n]:
+        size *= k
+    return apply("reshape", (t,), {"shape": (size,) + shape[n:]})
+
+
+def _conv_rule(op: str, args, full: list[Tensor], attrs: dict, b: int) -> Tensor:
+    """The convolutions batched: the mapped dim folds into the batch when only the data is mapped, else into
+    the channels with `groups` times B (one group per sample and original group)."""
+    (_, a_b), (_, w_b) = args
+    if op in ("conv2d", "conv2d_input_grad") and not w_b:  # Data mapped, weight shared: B*N samples.
+        x, w = full[0], args[1][0]
+        y = apply(op, (_flat(x, 2), w), attrs)
+        return apply("reshape", (y,), {"shape": (b, x.shape[1]) + tuple(y.shape[1:])})
+    attrs = dict(attrs, groups=attrs["groups"] * b)
+    if op == "conv2d_weight_grad":
+        x, gy = full
+        y = apply(op, (_merge(x, b), _merge(gy, b)), attrs)
+        return apply("reshape", (y,), {"shape": (b, y.shape[0] // b) + tuple(y.shape[1:])})
+    x, w = full
+    return _split(apply(op, (_merge(x, b), _flat(w, 2)), attrs), b)
 
 
 def _kind(op: str) -> str:

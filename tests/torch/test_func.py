@@ -214,8 +214,10 @@ OPS = [
     ("index_where_pad", lambda lib, x: lib.nn.functional.pad(lib.where(x > 0, x, x * x)[1:, ::2], (1, 2))),
     ("reductions_to_0d", lambda lib, x: (x.sum(), x.amax(0), x.var(), x.norm(), x.sum().exp().sum())),
     ("matmul_einsum", lambda lib, x: (x @ x.T, lib.einsum("ij,kj->ik", x, x.exp()))),
-    # The convolution is a library op with no batching rule: per-sample calls, the same values.
-    ("conv2d_falls_back", lambda lib, x: lib.nn.functional.conv2d(x.reshape(1, 1, 3, 4), x[:2, :2].view(1, 1, 2, 2))),
+    ("conv2d_mapped_weight",
+     lambda lib, x: lib.nn.functional.conv2d(x.reshape(1, 1, 3, 4), x[:2, :2].view(1, 1, 2, 2))),
+    # A custom C op has no batching rule: per-sample calls, the same values.
+    ("igamma_falls_back", lambda lib, x: lib.igamma(x.abs() + 0.5, x.abs())),
     ("scatter_add_cat", lambda lib, x: lib.cat([x, lib.zeros(3, 4).scatter_add(0, (x > 0).long(), x)], 1)),
 ]
 
@@ -261,3 +263,33 @@ def test_fallbacks_keep_per_sample_semantics(replay_log):
     with pytest.raises(loom.LoomError, match="random op"):
         func.vmap(lambda r: r + loom.rand(()))(x)
     assert replay_log[3:] == [True, True]
+
+
+def test_convolutions_batch_in_the_replay(replay_log):
+    rng = np.random.default_rng(11)
+    lnet = loom.nn.Sequential(loom.nn.Conv2d(2, 4, 3, padding=1, groups=2), loom.nn.ReLU(),
+                              loom.nn.Conv2d(4, 3, 2, stride=2), loom.nn.Flatten(), loom.nn.Linear(12, 2))
+    tnet = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1, groups=2), torch.nn.ReLU(),
+                               torch.nn.Conv2d(4, 3, 2, stride=2), torch.nn.Flatten(), torch.nn.Linear(12, 2))
+    with torch.no_grad():
+        for lp, tp in zip(lnet.parameters(), tnet.parameters()):
+            tp.copy_(torch.from_numpy(lp.detach().numpy()))
+    (lx, ly), (tx, ty) = _both(rng.standard_normal((5, 2, 4, 4)).astype(np.float32), rng.integers(0, 2, 5))
+
+    def make(lib, f, net):
+        def loss(p, x, y):
+            return lib.nn.functional.cross_entropy(f.functional_call(net, p, (x.unsqueeze(0),)), y.unsqueeze(0))
+        return f.vmap(f.grad(loss), in_dims=(None, 0, 0))
+
+    lp = {k: v.detach() for k, v in lnet.named_parameters()}
+    tp = {k: v.detach() for k, v in tnet.named_parameters()}
+    _close(make(loom, func, lnet)(lp, lx, ly), make(torch, tfunc, tnet)(tp, tx, ty), rtol=1e-4, atol=1e-5)
+    # Mapped weights (an ensemble of convolutions) over shared and over mapped inputs.
+    (lw, lxs), (tw, txs) = _both(rng.standard_normal((3, 4, 1, 3, 3)).astype(np.float32),
+                                 rng.standard_normal((3, 2, 2, 5, 5)).astype(np.float32))
+    for dims in [(0, None), (0, 0)]:
+        lx_, tx_ = (lxs, txs) if dims[1] is not None else (lxs[0], txs[0])
+        got = func.vmap(lambda w, x: loom.nn.functional.conv2d(x, w, groups=2), in_dims=dims)(lw, lx_)
+        want = tfunc.vmap(lambda w, x: torch.nn.functional.conv2d(x, w, groups=2), in_dims=dims)(tw, tx_)
+        _close(got, want, rtol=1e-4, atol=1e-5)
+    assert replay_log == [True, True, True]
