@@ -267,10 +267,10 @@ def test_fallbacks_keep_per_sample_semantics(replay_log):
 
 def test_convolutions_batch_in_the_replay(replay_log):
     rng = np.random.default_rng(11)
-    lnet = loom.nn.Sequential(loom.nn.Conv2d(2, 4, 3, padding=1, groups=2), loom.nn.ReLU(),
-                              loom.nn.Conv2d(4, 3, 2, stride=2), loom.nn.Flatten(), loom.nn.Linear(12, 2))
-    tnet = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1, groups=2), torch.nn.ReLU(),
-                               torch.nn.Conv2d(4, 3, 2, stride=2), torch.nn.Flatten(), torch.nn.Linear(12, 2))
+    lnet = loom.nn.Sequential(loom.nn.Conv2d(2, 4, 3, padding=1, groups=2), loom.nn.MaxPool2d(2, 1),
+                              loom.nn.Conv2d(4, 3, 2, stride=1), loom.nn.Flatten(), loom.nn.Linear(12, 2))
+    tnet = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1, groups=2), torch.nn.MaxPool2d(2, 1),
+                               torch.nn.Conv2d(4, 3, 2, stride=1), torch.nn.Flatten(), torch.nn.Linear(12, 2))
     with torch.no_grad():
         for lp, tp in zip(lnet.parameters(), tnet.parameters()):
             tp.copy_(torch.from_numpy(lp.detach().numpy()))
