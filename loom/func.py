@@ -502,10 +502,19 @@ def _jacobian(func: Callable, argnums, has_aux: bool, op: str, forward: bool) ->
 
 
 def _reverse_blocks(outs: list, ins: list, keep: bool, stack) -> list:
-    """Row by row: one reverse pass per output element."""
+    """Row by row: one reverse pass per output element, mapped over the rows by `vmap` when nothing outside
+    needs the Jacobian's graph (the passes then replay as one batched pass)."""
+    from loom.autograd.grad_mode import no_grad
+    from loom.tensor import eye
     blocks = []
     for o in outs:
         n = o.numel()
+        if not keep and n > 1:
+            with no_grad():
+                basis = eye(n, dtype=o.dtype).reshape(n, *o.shape)
+                rows_t = vmap(lambda e: tuple(_grads([o], ins, [e], False)))(basis)
+            blocks.append([r.reshape(*o.shape, *i.shape) for r, i in zip(rows_t, ins)])
+            continue
         rows: list[list] = [[] for _ in ins]
         for j in range(n):
             e = zeros_like(o).reshape(-1).index_fill(0, _index(j), 1.0).reshape(o.shape)

@@ -293,3 +293,11 @@ def test_convolutions_batch_in_the_replay(replay_log):
         want = tfunc.vmap(lambda w, x: torch.nn.functional.conv2d(x, w, groups=2), in_dims=dims)(tw, tx_)
         _close(got, want, rtol=1e-4, atol=1e-5)
     assert replay_log == [True, True, True]
+
+
+def test_jacrev_rows_replay_as_one_pass(replay_log):
+    rng = np.random.default_rng(12)
+    (lx, lw), (tx, tw) = _both(rng.standard_normal(4), rng.standard_normal((3, 4)))
+    _close(func.jacrev(lambda x, w: (w @ x.sin()).tanh(), argnums=(0, 1))(lx, lw),
+           tfunc.jacrev(lambda x, w: (w @ x.sin()).tanh(), argnums=(0, 1))(tx, tw))
+    assert replay_log == [True]
