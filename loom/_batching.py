@@ -36,7 +36,7 @@ def _front(t: Tensor, b: int) -> Tensor:
     return apply("expand", (apply("reshape", (t,), {"shape": (1,) + shape}),), {"shape": (b,) + shape})
 
 
-def _rule(node: Node, args: list[tuple[Tensor, bool]], b: int, randomness: str) -> tuple[Tensor, bool]:
+def _rule(node: Node, args: list[tuple[Tensor, bool]], b: int) -> tuple[Tensor, bool]:
     """Apply `node`'s primitive to batched inputs (mapped dim first); returns (value, batched)."""
     op, attrs = node.op, dict(node.attrs)
     kind = _kind(op)
@@ -165,8 +165,8 @@ def _trace():
     return _VmapTrace()
 
 
-def batched_call(func: Callable, args: tuple, kwargs: dict, leaves: list, dims: list, spec, size: int,
-                 randomness: str, unflatten: Callable, flatten: Callable) -> tuple[Any, list] | None:
+def batched_call(func: Callable, kwargs: dict, leaves: list, dims: list, spec, size: int, randomness: str,
+                 unflatten: Callable, flatten: Callable) -> tuple[Any, list] | None:
     """Run `func` on every sample at once; (output pytree spec, batched output leaves) or None to fall back."""
     from loom.functional.shape import movedim
     if _realize.active_trace is not None:
@@ -229,7 +229,7 @@ def batched_call(func: Callable, args: tuple, kwargs: dict, leaves: list, dims: 
                 else:
                     env[n.id] = (Tensor._wrap(n), False)
             else:
-                env[n.id] = _rule(n, [env[i.id] for i in n.inputs], size, randomness)
+                env[n.id] = _rule(n, [env[i.id] for i in n.inputs], size)
     except _NoRule:
         default_generator._seed, default_generator._counter = rng
         return None

@@ -162,7 +162,7 @@ def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = 
         if size is None:
             raise LoomValueError("loom.func.vmap: no input is mapped; give at least one tensor an in_dim that "
                                  "is not None")
-        fast = _batching.batched_call(func, args, kwargs, leaves, dims, spec, size, randomness, tree_unflatten,
+        fast = _batching.batched_call(func, kwargs, leaves, dims, spec, size, randomness, tree_unflatten,
                                       tree_flatten)
         if fast is not None:
             return _place_outputs(*fast, out_dims)
