@@ -10,7 +10,7 @@ Examples
 from loom import dtypes as _dtypes
 from loom.dtypes import (  # noqa: F401
     DType as dtype, bfloat16, complex32, complex64, complex128, float16, float32, float64, int8, int16, int32, int64,
-    uint8,
+    uint8, uint16, uint32, uint64,
     get_default_dtype, set_default_dtype, result_type as _result_type,
 )
 from loom.errors import (  # noqa: F401

@@ -32,7 +32,7 @@ class DType:
 
     @property
     def is_signed(self) -> bool:
-        return self.name not in ("bool", "uint8")
+        return self.name != "bool" and not self.name.startswith("uint")
 
     # TensorFlow's DType spellings, so loom.tf programs can ask a loom dtype the same questions.
     @property
@@ -70,6 +70,12 @@ float16 = DType("float16", 2, np.float16, 2)
 bfloat16 = DType("bfloat16", 2, np.uint16, 2)
 float32 = DType("float32", 2, np.float32, 4)
 float64 = DType("float64", 2, np.float64, 8)
+# PyTorch's "limited support" unsigned types: creation, casts, comparisons, bitwise ops and the
+# NumPy reference path of elementwise ops; no promotion with other integer types (as PyTorch).
+uint16 = DType("uint16", 1, np.uint16, 2)
+uint32 = DType("uint32", 1, np.uint32, 4)
+uint64 = DType("uint64", 1, np.uint64, 8)
+_SHELL_UINTS = (uint16, uint32, uint64)
 
 complex64 = DType("complex64", 3, np.complex64, 8)
 complex128 = DType("complex128", 3, np.complex128, 16)
@@ -77,7 +83,8 @@ complex128 = DType("complex128", 3, np.complex128, 16)
 # no value of it can be made (see `check_computable`).
 complex32 = DType("complex32", 3, np.complex64, 4)
 
-ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex64, complex128)
+ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex64, complex128,
+       uint16, uint32, uint64)
 _BY_NAME = {d.name: d for d in ALL + (complex32,)}
 _BY_NAME.update({"bool_": bool_, "float": float32, "double": float64, "half": float16,
                  "long": int64, "int": int32, "short": int16, "cfloat": complex64, "cdouble": complex128,
@@ -122,8 +129,6 @@ def from_numpy(np_dtype) -> DType:
     nd = np.dtype(np_dtype)
     if nd in _BY_NP:
         return _BY_NP[nd]
-    if nd.kind == "u" and nd.itemsize > 1:
-        return int64
     raise DTypeError(f"loom: NumPy dtype {nd} has no loom equivalent; supported: "
                     f"{[d.name for d in ALL]}")
 
@@ -171,12 +176,16 @@ def set_default_dtype(d) -> None:
 # Promotion lattice (PyTorch's table): within floats and ints by width, and
 # uint8 with a signed int widens to the next signed type.
 _ORDER = {bool_: 0, uint8: 1, int8: 2, int16: 3, int32: 4, int64: 5,
-          float16: 6, bfloat16: 7, float32: 8, float64: 9, complex32: 10, complex64: 11, complex128: 12}
+          float16: 6, bfloat16: 7, float32: 8, float64: 9, complex32: 10, complex64: 11, complex128: 12,
+          uint16: 1, uint32: 1, uint64: 1}
 
 
 def promote_pair(a: DType, b: DType) -> DType:
     if a is b:
         return a
+    if (a in _SHELL_UINTS or b in _SHELL_UINTS) and a.category != 2 and b.category != 2:
+        raise DTypeError(f"loom: promotion for uint16, uint32, uint64 types is not supported (as in PyTorch), "
+                         f"attempted to promote {a.name} and {b.name}; cast one with .to() first")
     if a.category == 3 or b.category == 3:
         # Complex: the wider of the parts' types (complex64 + float64 -> complex128).
         if a.category < 2 or b.category < 2:

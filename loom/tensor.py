@@ -1513,9 +1513,6 @@ def from_numpy(array: np.ndarray) -> Tensor:
     """
     if not isinstance(array, np.ndarray):
         raise LoomTypeError(f"loom.from_numpy: expected np.ndarray, got {type(array).__name__}")
-    if array.dtype.kind == "u" and array.dtype.itemsize > 1:
-        raise DTypeError(f"loom.from_numpy: unsupported dtype {array.dtype}; loom has uint8 but no "
-                         "wider unsigned types")
     return _share(array, dt.from_numpy(array.dtype))
 
 

@@ -219,7 +219,13 @@ def backward(tensors: Sequence, grad_tensors: Sequence | None = None, retain_gra
     for leaf, g in found.values():
         g = g if create_graph else g.detach()
         _unlink(g)  # As PyTorch's, a .grad has storage of its own, never a view of a temporary.
+        grad_dtype = leaf.__dict__.get("_grad_dtype")  # Set through Tensor.grad_dtype.
+        if grad_dtype is not None and g.dtype is not grad_dtype:
+            g = g.to(grad_dtype)
         leaf.grad = g if leaf.grad is None else leaf.grad + g
+    for leaf, _ in found.values():  # Tensor.register_post_accumulate_grad_hook: once .grad holds the sum.
+        for hook in list(leaf.__dict__.get("_post_accumulate_grad_hooks", {}).values()):
+            hook(leaf)
     _run_callbacks()
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,

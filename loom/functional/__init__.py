@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 MODULES = ["math", "reduce", "shape", "linalg", "indexing", "sort", "nn", "conv", "activation", "losses", "pooling",
-           "sampling", "distance", "sparse", "grouped", "complex", "spectral", "compat", "decomp"]
+           "sampling", "distance", "sparse", "grouped", "complex", "spectral", "compat", "decomp", "misc"]
 
 
 def _modules():

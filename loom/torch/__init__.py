@@ -85,6 +85,7 @@ class memory_format(_Named):
 
 
 strided = layout("torch", "strided")
+jagged = layout("torch", "jagged")  # Nested tensors' layout; loom has no nested tensors, only the name.
 contiguous_format = memory_format("torch", "contiguous_format")
 channels_last = memory_format("torch", "channels_last")
 channels_last_3d = memory_format("torch", "channels_last_3d")
@@ -182,6 +183,20 @@ def set_default_device(dev) -> None:
     if dev is not None and Generator._device_type(dev) != "cpu":
         raise _DeviceError(f"loom.torch.set_default_device: device {dev} is not available; this build of loom "
                            "runs on the cpu")
+
+
+def get_file_path(*path_components: str) -> str:
+    """A path inside the directory that holds the `loom` package, as `torch.get_file_path` (torch's parent dir).
+
+    Examples
+    --------
+    >>> import os
+    >>> import loom.torch as torch
+    >>> os.path.isfile(torch.get_file_path("loom", "__init__.py"))
+    True
+    """
+    import os
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_loom.__file__))), *path_components)
 
 
 def get_device(t: Tensor) -> int:
@@ -505,6 +520,7 @@ from loom.torch.amp import (  # noqa: E402,F401
 )
 from loom.torch.autograd import is_grad_enabled  # noqa: E402,F401
 from loom import functional, linalg  # noqa: E402,F401
+from loom.func import vmap  # noqa: E402,F401
 
 
 
@@ -545,7 +561,8 @@ def _tensor_method_function(name: str):
 
 # Names not defined here are loom's, then torch.nn.functional's (PyTorch exposes most of those at the
 # top level too: torch.dropout, torch.conv2d), then Tensor methods as functions; `torch.vision`
-# (torchvision's pieces) and `torch.distributions` are imported when first asked for.
+# (torchvision's pieces), `torch.distributions`, `torch.func` and `torch.hub` are imported when first asked for.
 _install(globals(), "loom", "loom.nn.functional",
-         lazy={"vision": "loom.torch.vision", "distributions": "loom.torch.distributions"},
+         lazy={"vision": "loom.torch.vision", "distributions": "loom.torch.distributions", "func": "loom.torch.func",
+               "hub": "loom.torch.hub"},
          fallback=_tensor_method_function)

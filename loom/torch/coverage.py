@@ -30,7 +30,8 @@ EXCLUDE = [
     (r"sparse|^(coalesce|is_coalesced|indices|values|crow_indices|col_indices|ccol_indices|row_indices|"
      r"dense_dim|to_dense|smm|hsmm|dsmm|spmm|hspmm|saddmm|sspaddmm)$|_copy$", "sparse storage and view-copy "
      "variants for export"),
-    (r"^(sym_|Sym|bits|int[1-7]$|uint[1-7]$|float8_|float4_)", "symbolic shapes, sub-byte and float8 dtypes"),
+    (r"^(sym_|Sym|bits|bit$|int[1-7]$|uint[1-7]$|float8_|float4_)", "symbolic shapes, sub-byte (`bit` is uint1) "
+     "and float8 dtypes"),
     (r"Storage|storage|data_ptr|^(set_|is_set_to|untyped_storage|share_memory_|is_shared|from_file|"
      r"module_load|dim_order)$", "raw storage"),
     (r"^(TYPE_CHECKING|USE_|ScalingType|SwizzleType)|_notes$|^(Tag|AVG|SUM|PRIVATE_OPS|DispatchKey|DisableTorchFunction|AggregationType|classproperty|"

@@ -6,6 +6,10 @@ import loom.nn.functional as _F
 from loom.tensor import Tensor  # noqa: F401  (PyTorch's functional module exports it)
 from loom.torch._forward import install as _install
 
+# The integer codes `torch.grid_sampler` takes for grid_sample's modes (loom.grid_sampler reads the same).
+GRID_SAMPLE_INTERPOLATION_MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
+GRID_SAMPLE_PADDING_MODES = {"zeros": 0, "border": 1, "reflection": 2}
+
 
 def _fallback(name: str):
     if name.endswith("_") and not name.startswith("_"):
