@@ -54,6 +54,8 @@ from loom.distributed import collectives as _coll
 from loom.distributed.process_group import DistributedError, resolve
 from loom.nn.module import Module
 
+__all__ = ["PipelineStage", "ScheduleGPipe", "Schedule1F1B"]
+
 # Message tags: shapes ahead of values, forward activations apart from backward gradients.
 _TAG_FWD_META, _TAG_FWD, _TAG_BWD_META, _TAG_BWD = 0x701, 0x702, 0x703, 0x704
 
