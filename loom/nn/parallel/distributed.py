@@ -186,6 +186,8 @@ class DistributedDataParallel(Module):
                                       else p.dtype.np))
         flat = np.concatenate(parts + [np.array([g is not None for g in grads], parts[0].dtype)])
         MPI = _mpi()
+        if self._pending:  # Open MPI moves started operations on only inside MPI calls: give them a turn.
+            MPI.Request.Testall([req for _, req in self._pending.values()])
         self._pending[k] = (flat, self.process_group._comm.Iallreduce(MPI.IN_PLACE, flat, MPI.SUM))
 
     def _sync_gradients(self) -> None:
