@@ -117,8 +117,8 @@ class PipelineStage:
         self.group = g
         self.is_first = stage_index == 0
         self.is_last = stage_index == num_stages - 1
-        self._prev = g._ranks[stage_index - 1] if not self.is_first else None
-        self._next = g._ranks[stage_index + 1] if not self.is_last else None
+        self._prev: int = g._ranks[stage_index - 1] if not self.is_first else -1  # Global ranks; -1: none.
+        self._next: int = g._ranks[stage_index + 1] if not self.is_last else -1
         self._sends: list = []
         self._saved: dict[int, tuple] = {}  # Micro-batch -> (inputs that want a gradient, outputs, loss).
         self.live = 0
@@ -245,7 +245,7 @@ class _PipelineSchedule:
             On the last stage, its outputs for the whole batch (micro-batches
             concatenated along dim 0); None on the other stages.
         """
-        import loom
+        from loom.functional.shape import cat
         st, m = self.stage, self.n_microbatches
         xs = [self._split(a, f"args[{i}]") for i, a in enumerate(args)]
         kws = {k: self._split(v, f"kwargs[{k!r}]") for k, v in kwargs.items()}
@@ -277,7 +277,7 @@ class _PipelineSchedule:
         if not st.is_last:
             return None
         with no_grad():
-            merged = tuple(loom.cat([o[k].detach() for o in outs]) for k in range(len(outs[0])))
+            merged = tuple(cat([o[k].detach() for o in outs]) for k in range(len(outs[0])))
         return merged[0] if len(merged) == 1 else merged
 
 
