@@ -71,8 +71,10 @@ class PipelineStage:
     ----------
     submodule : loom.nn.Module
         This stage's part of the model. Its inputs are the previous stage's
-        outputs (a tensor or a tuple of tensors); the first stage's are the
-        micro-batches of the arguments of `step`.
+        outputs (a tensor or a tuple of tensors, in order); the first stage's
+        are the micro-batches of the arguments of `step`. Gradients flow back
+        through the floating-point ones; integer ones (masks, indices) pass as
+        they are.
     stage_index : int
         Which stage this is; it must equal this process's rank in `group`.
     num_stages : int
@@ -165,7 +167,7 @@ class PipelineStage:
         if self.is_last and loss_fn is not None:
             loss = loss_fn(out[0] if len(out) == 1 else out, target)
         if with_grad:
-            wants = tuple(a for a in args if getattr(a, "requires_grad", False)) if not self.is_first else ()
+            wants = tuple(a for a in args if a.is_floating_point()) if not self.is_first else ()
             self._saved[mb] = (wants, out, loss)
             self.live += 1
             self.peak_live = max(self.peak_live, self.live)
@@ -180,7 +182,8 @@ class PipelineStage:
             engine.backward([loss / n_microbatches])
         else:
             grads = self._recv(self._next, _TAG_BWD_META, _TAG_BWD)
-            pairs = [(o, g) for o, g in zip(out, grads) if o.requires_grad]
+            # The next stage returns one gradient per floating-point output, in order.
+            pairs = [(o, g) for o, g in zip([o for o in out if o.is_floating_point()], grads) if o.requires_grad]
             if pairs:
                 engine.backward([o for o, _ in pairs], [g for _, g in pairs])
         if not self.is_first:

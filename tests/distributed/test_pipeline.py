@@ -14,6 +14,7 @@ def _check(out: str, nproc: int) -> None:
         assert f"rank {r}: Schedule1F1B equals one process after 5 steps (peak live micro-batches {nproc - r})" \
             in out
         assert f"rank {r}: forward-only ok" in out and f"rank {r}: errors ok" in out
+        assert f"rank {r}: tuple with integer activations ok" in out
 
 
 @needs_mpi

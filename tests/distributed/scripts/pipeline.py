@@ -78,6 +78,38 @@ assert stage.live == 0
 print(f"rank {r}: forward-only ok", flush=True)
 
 
+class Part(loom.nn.Module):
+    """A stage passing (integer row index, activation) on: integer activations travel without gradients."""
+
+    def __init__(self, first, last):
+        super().__init__()
+        self.first, self.last, self.lin = first, last, loom.nn.Linear(6, 6)
+
+    def forward(self, *inputs):
+        idx, h = (loom.arange(inputs[0].shape[0]), inputs[0]) if self.first else inputs
+        h = loom.tanh(self.lin(h)) * (idx.reshape(-1, 1) + 1).to(h.dtype)
+        return h if self.last else (idx, h)
+
+
+def parts():
+    loom.manual_seed(3)
+    return [Part(k == 0, k == n - 1) for k in range(n)]
+
+
+stage = PipelineStage(parts()[r], r, n)
+opt = loom.optim.SGD(stage.submod.parameters(), lr=0.1)
+x, y = loom.tensor(X[0][:4]), loom.tensor(Y[0][:4, :1].repeat(6, axis=1))
+ScheduleGPipe(stage, 1, loss_fn=mse).step(x, target=y)  # One micro-batch: the row index is the batch's.
+ref_parts = parts()
+h = x
+for k, part in enumerate(ref_parts):
+    h = part(*((h,) if k == 0 else h))
+mse(h, y).backward()
+for p, q in zip(stage.submod.parameters(), ref_parts[r].parameters()):
+    np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=0, atol=1e-5)
+print(f"rank {r}: tuple with integer activations ok", flush=True)
+
+
 def raises(fn, *words):
     try:
         fn()
