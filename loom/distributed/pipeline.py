@@ -132,6 +132,8 @@ class PipelineStage:
     # Messages -----------------------------------------------------------------------------------------------
 
     def _send(self, tensors: tuple, dst: int, meta_tag: int, tag: int) -> None:
+        # Let go of the copies of sends that have completed, so buffers do not pile up over a step.
+        self._sends = [w for w in self._sends if not (w.is_completed() if isinstance(w, _coll.Work) else w.test()[0])]
         meta = [(tuple(t.shape), t.dtype.name) for t in tensors]
         self._sends.append(self.group._comm.isend(meta, dest=self.group.group_rank(dst, "pipeline"), tag=meta_tag))
         for t in tensors:
