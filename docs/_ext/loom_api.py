@@ -25,6 +25,7 @@ PUBLIC_MODULES = [
     "loom.ir", "loom.bench", "loom.bench.cli", "loom.bench.stats", "loom.bench.report", "loom.bench.compile_probe",
     "loom.distributed", "loom.distributed.nn.functional", "loom.distributed.checkpoint", "loom.distributed.optim",
     "loom.distributed.sbp", "loom.distributed.tensor_parallel", "loom.distributed.simulator",
+    "loom.distributed.pipeline",
     "loom.nn.parallel",
     "loom.tf", "loom.tf.math", "loom.tf.linalg", "loom.tf.nn", "loom.tf.random", "loom.tf.data", "loom.tf.keras",
     "loom.tf.keras.layers",

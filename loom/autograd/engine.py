@@ -176,6 +176,10 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
     return found
 
 
+# True while a ``backward`` call without ``inputs=`` propagates: a leaf's hook then sees the gradient that this
+# call adds to its ``.grad`` (DDP starts a bucket's all-reduce once all its parameters' hooks have run).
+_accumulating = False
+
 # Callbacks queued during a backward pass run once it has accumulated every .grad (DDP's gradient all-reduce).
 _post_backward: list = []
 
@@ -209,13 +213,18 @@ def backward(tensors: Sequence, grad_tensors: Sequence | None = None, retain_gra
         grad_tensors = [grad_tensors]
     tensors = list(tensors)
     retain = create_graph if retain_graph is None else bool(retain_graph)
+    global _accumulating
     _post_backward.clear()  # Left by a backward that raised.
     seeds = _seed_grads(tensors, grad_tensors, "backward")
     if inputs is not None:
         inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
         found = _run(tensors, seeds, create_graph, {id(i) for i in inputs}, retain)
     else:
-        found = _run(tensors, seeds, create_graph, None, retain)
+        _accumulating = True
+        try:
+            found = _run(tensors, seeds, create_graph, None, retain)
+        finally:
+            _accumulating = False
     for leaf, g in found.values():
         g = g if create_graph else g.detach()
         _unlink(g)  # As PyTorch's, a .grad has storage of its own, never a view of a temporary.

@@ -84,6 +84,7 @@ def test_collective_gradients():
 def test_ddp_equals_single_process_and_no_sync_accumulates():
     out = _ok(launch("ddp.py"))
     assert "ddp equals single process after 10 steps" in out and "no_sync accumulation ok" in out
+    assert "rank 0: 2 of 2 buckets overlapped backward" in out  # Each all-reduce started during backward.
 
 
 def _ends_naming_rank_1(tmp_path, mode: str, reason: str, extra: tuple = ()) -> None:

@@ -1,14 +1,17 @@
 """DistributedDataParallel: data parallelism over `loom.distributed`, with PyTorch's interface.
 
 Every rank holds a replica; construction broadcasts rank 0's parameters and
-buffers. A hook on each parameter queues one post-backward callback
-(`loom.autograd.engine.queue_callback`); when ``loss.backward()`` has
-accumulated every ``.grad``, the callback averages the gradients across ranks,
-one all-reduce per bucket of at most ``bucket_cap_mb`` (parameters in reverse
-registration order, roughly the order backward produces them, as PyTorch's
-reducer). The buckets' all-reduces are started together and awaited together;
-they do not overlap the backward computation itself, because loom's eager
-backward hands gradients over only when it ends.
+buffers. Gradients are averaged across ranks with one all-reduce per bucket of
+at most ``bucket_cap_mb`` (parameters in reverse registration order, roughly
+the order backward produces them, as PyTorch's reducer). A hook on each
+parameter sees its gradient when ``loss.backward()`` has finished summing it
+(a leaf is reached after everything that feeds it); as soon as every parameter
+of a bucket has been seen, the bucket's gradients (``.grad`` plus this
+backward's part) are computed and its non-blocking all-reduce is started, so
+communication overlaps the rest of the backward pass. A post-backward callback
+(`loom.autograd.engine.queue_callback`) starts the buckets that are still
+incomplete (parameters unused in this pass), waits for all of them and writes
+the averages into ``.grad``.
 """
 from __future__ import annotations
 
@@ -112,7 +115,9 @@ class DistributedDataParallel(Module):
         with no_grad():
             _broadcast_coalesced(list(module.parameters()) + list(module.buffers()), group, 0)
         self._buckets = self._make_buckets(params)
-        self._hook_handles = [p.register_hook(self._on_grad) for p in params]
+        self._bucket_of = {id(p): k for k, b in enumerate(self._buckets) for p in b}
+        self._reset_pass()
+        self._hook_handles = [p.register_hook(self._grad_hook(p)) for p in params]
 
     @staticmethod
     def _check_same_shapes(group, params: list) -> None:
@@ -141,35 +146,62 @@ class DistributedDataParallel(Module):
         """How many parameters each gradient bucket holds (one all-reduce per bucket)."""
         return [len(b) for b in self._buckets]
 
-    def _on_grad(self, grad):
-        # Once per backward pass: the engine's queue is cleared by every backward and autograd.grad.
-        if self.require_backward_grad_sync and self._sync_gradients not in engine._post_backward:
-            engine.queue_callback(self._sync_gradients)
-        return None
+    def _reset_pass(self) -> None:
+        self._ready: dict[int, object] = {}  # id(param) -> its final gradient in this backward pass.
+        self._pending: dict[int, tuple] = {}  # Bucket index -> (flat values, MPI request).
+        self.overlapped_buckets = 0  # Buckets started during the last backward, before it ended.
+
+    def _grad_hook(self, p):
+        def hook(grad):
+            if not self.require_backward_grad_sync:
+                return None
+            # Once per backward pass: the engine's queue is cleared by every backward and autograd.grad.
+            if self._sync_gradients not in engine._post_backward:
+                self._reset_pass()
+                engine.queue_callback(self._sync_gradients)
+            if engine._accumulating:  # This pass adds `grad` to p.grad: the sum is p's final gradient.
+                self._ready[id(p)] = grad.detach() if p.grad is None else p.grad.detach() + grad.detach()
+                k = self._bucket_of[id(p)]
+                if all(id(q) in self._ready for q in self._buckets[k]):
+                    self._start(k)
+                    self.overlapped_buckets += 1
+            return None
+        return hook
+
+    def _start(self, k: int) -> None:
+        """Start bucket `k`'s non-blocking all-reduce: its gradients (zeros where none) and one had-a-gradient
+        flag per parameter."""
+        import loom
+        bucket = self._buckets[k]
+        grads = [self._ready.get(id(p), p.grad) for p in bucket]
+        present = [g for g in grads if g is not None]
+        if present:
+            loom.realize(*present)  # One compiled graph for the bucket, not one per parameter.
+        parts = []
+        for p, g in zip(bucket, grads):
+            if g is not None:
+                parts.append(_coll._read(g, "grad", "DistributedDataParallel").reshape(-1))
+            else:
+                parts.append(np.zeros(p.numel(), np.float32 if p.dtype.name in ("float16", "bfloat16")
+                                      else p.dtype.np))
+        flat = np.concatenate(parts + [np.array([g is not None for g in grads], parts[0].dtype)])
+        MPI = _mpi()
+        if self._pending:  # Open MPI moves started operations on only inside MPI calls: give them a turn.
+            MPI.Request.Testall([req for _, req in self._pending.values()])
+        self._pending[k] = (flat, self.process_group._comm.Iallreduce(MPI.IN_PLACE, flat, MPI.SUM))
 
     def _sync_gradients(self) -> None:
-        """Average every parameter's .grad across the group: one non-blocking all-reduce per bucket."""
-        import loom
-        group = self.process_group
-        grads = [p.grad for b in self._buckets for p in b if p.grad is not None]
-        if grads:
-            loom.realize(*grads)  # One compiled graph for all of them, not one per parameter.
-        MPI = _mpi()
-        pending = []
-        for bucket in self._buckets:
-            parts = []
-            for p in bucket:
-                if p.grad is not None:
-                    parts.append(_coll._read(p.grad, "grad", "DistributedDataParallel").reshape(-1))
-                else:
-                    parts.append(np.zeros(p.numel(), np.float32 if p.dtype.name in ("float16", "bfloat16")
-                                          else p.dtype.np))
-            # One flag per parameter (had a gradient here) travels with the values.
-            flat = np.concatenate(parts + [np.array([p.grad is not None for p in bucket], parts[0].dtype)])
-            pending.append((bucket, flat, group._comm.Iallreduce(MPI.IN_PLACE, flat, MPI.SUM)))
-        MPI.Request.Waitall([req for _, _, req in pending])
+        """Average every parameter's .grad across the group: start the buckets not started during backward,
+        then wait for all of them, in bucket order."""
         from loom.tensor import tensor
-        for bucket, flat, _ in pending:
+        group = self.process_group
+        self._ready.clear()  # Every .grad is final now; a bucket started here reads it.
+        for k in range(len(self._buckets)):
+            if k not in self._pending:
+                self._start(k)
+        _mpi().Request.Waitall([req for _, req in self._pending.values()])
+        for k, bucket in enumerate(self._buckets):
+            flat = self._pending[k][0]
             flat = flat / group.size() if flat.dtype.kind == "f" else flat // group.size()
             offset = 0
             flags = flat[-len(bucket):]
@@ -178,6 +210,7 @@ class DistributedDataParallel(Module):
                 if flag != 0:
                     p.grad = tensor(flat[offset:offset + n].reshape(tuple(p.shape)), dtype=p.dtype)
                 offset += n
+        self._pending = {}
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:

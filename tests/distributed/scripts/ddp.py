@@ -36,6 +36,8 @@ for step in range(10):
     opt.zero_grad()
     loss = loom.nn.functional.mse_loss(model(loom.tensor(X[shard])), loom.tensor(Y[shard]))
     loss.backward()
+    # Every bucket's all-reduce started during backward, as soon as its gradients were final.
+    assert model.overlapped_buckets == len(model.bucket_sizes), (model.overlapped_buckets, model.bucket_sizes)
     opt.step()
     ref_opt.zero_grad()
     ref_loss = loom.nn.functional.mse_loss(ref(loom.tensor(X)), loom.tensor(Y))
@@ -47,6 +49,7 @@ for step in range(10):
 for a, b in zip(params(model), params(ref)):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 print(f"rank {r}: ddp equals single process after 10 steps", flush=True)
+print(f"rank {r}: {model.overlapped_buckets} of {len(model.bucket_sizes)} buckets overlapped backward", flush=True)
 
 # no_sync: the first micro-batch accumulates locally, the second backward averages the sum.
 opt.zero_grad()
@@ -83,6 +86,8 @@ if r == 0:  # Rank 0's running statistics move; broadcast_buffers gives them to 
 m = DDP(m, find_unused_parameters=True)
 (m(loom.ones(4, 3) * (r + 1)).sum()).backward()
 assert m.module.unused.weight.grad is None and m.module.used.weight.grad is not None
+# The bucket holding the unused parameters never completes during backward; the post-backward callback starts it.
+assert m.overlapped_buckets == 0 and len(m.bucket_sizes) == 1, (m.overlapped_buckets, m.bucket_sizes)
 m.eval()  # Training forwards move each rank's statistics with its own batch; the next forward re-broadcasts.
 m(loom.ones(1, 3))
 stats = [loom.zeros(3) for _ in range(n)]

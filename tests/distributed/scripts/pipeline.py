@@ -1,0 +1,133 @@
+"""Pipeline parallelism on N ranks (one stage each) equals training the whole model in one process.
+
+Both schedules train an MLP for several steps; 1F1B's in-flight activations stay bounded; bad configurations
+raise loom errors before any message is sent.
+"""
+import numpy as np
+
+import loom
+import loom.distributed as dist
+from loom.distributed.pipeline import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+dist.init_process_group("gloo")
+r, n = dist.get_rank(), dist.get_world_size()
+rng = np.random.default_rng(0)
+B, M = 16, 8  # Batch and micro-batches: M > n, so the 1F1B bound is below GPipe's.
+X = rng.standard_normal((5, B, 6)).astype(np.float32)
+Y = rng.standard_normal((5, B, 3)).astype(np.float32)
+mse = loom.nn.functional.mse_loss
+
+
+def blocks():
+    loom.manual_seed(7)
+    return [loom.nn.Sequential(loom.nn.Linear(6, 16), loom.nn.Tanh()),
+            loom.nn.Sequential(loom.nn.Linear(16, 16), loom.nn.Tanh()),
+            loom.nn.Sequential(loom.nn.Linear(16, 16), loom.nn.Tanh()),
+            loom.nn.Linear(16, 3)]
+
+
+def stage_of(bs):
+    per = len(bs) // n
+    return loom.nn.Sequential(*bs[r * per:(r + 1) * per])
+
+
+for Schedule in (ScheduleGPipe, Schedule1F1B):
+    ref = loom.nn.Sequential(*blocks())
+    ref_opt = loom.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    stage = PipelineStage(stage_of(blocks()), stage_index=r, num_stages=n)
+    opt = loom.optim.SGD(stage.submod.parameters(), lr=0.1, momentum=0.9)
+    schedule = Schedule(stage, n_microbatches=M, loss_fn=mse)
+    for step in range(len(X)):
+        x, y = loom.tensor(X[step]), loom.tensor(Y[step])
+        opt.zero_grad()
+        losses = []
+        if stage.is_first:
+            out = schedule.step(x)
+        elif stage.is_last:
+            out = schedule.step(target=y, losses=losses)
+        else:
+            out = schedule.step()
+        opt.step()
+        ref_opt.zero_grad()
+        ref_out = ref(x)
+        ref_loss = mse(ref_out, y)
+        ref_loss.backward()
+        ref_opt.step()
+        if stage.is_last:
+            assert len(losses) == M, len(losses)
+            assert abs(float(sum(float(v) for v in losses) / M) - float(ref_loss)) < 1e-5, step
+            np.testing.assert_allclose(out.numpy(), ref_out.detach().numpy(), rtol=0, atol=1e-5)
+        else:
+            assert out is None
+        expected = M if Schedule is ScheduleGPipe else min(n - r, M)
+        assert stage.peak_live == expected and stage.live == 0, (Schedule.__name__, stage.peak_live, expected)
+    ref_stage = stage_of(list(ref))
+    for p, q in zip(stage.submod.parameters(), ref_stage.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=0, atol=1e-5)
+    print(f"rank {r}: {Schedule.__name__} equals one process after {len(X)} steps "
+          f"(peak live micro-batches {stage.peak_live})", flush=True)
+
+# Without a loss function a schedule runs forwards only.
+stage = PipelineStage(stage_of(blocks()), r, n)
+out = Schedule1F1B(stage, 4).step(loom.tensor(X[0]))
+if stage.is_last:
+    with loom.no_grad():
+        np.testing.assert_allclose(out.numpy(), loom.nn.Sequential(*blocks())(loom.tensor(X[0])).numpy(),
+                                   rtol=0, atol=1e-5)
+assert stage.live == 0
+print(f"rank {r}: forward-only ok", flush=True)
+
+
+class Part(loom.nn.Module):
+    """A stage passing (integer row index, activation) on: integer activations travel without gradients."""
+
+    def __init__(self, first, last):
+        super().__init__()
+        self.first, self.last, self.lin = first, last, loom.nn.Linear(6, 6)
+
+    def forward(self, *inputs):
+        idx, h = (loom.arange(inputs[0].shape[0]), inputs[0]) if self.first else inputs
+        h = loom.tanh(self.lin(h)) * (idx.reshape(-1, 1) + 1).to(h.dtype)
+        return h if self.last else (idx, h)
+
+
+def parts():
+    loom.manual_seed(3)
+    return [Part(k == 0, k == n - 1) for k in range(n)]
+
+
+stage = PipelineStage(parts()[r], r, n)
+opt = loom.optim.SGD(stage.submod.parameters(), lr=0.1)
+x, y = loom.tensor(X[0][:4]), loom.tensor(Y[0][:4, :1].repeat(6, axis=1))
+ScheduleGPipe(stage, 1, loss_fn=mse).step(x, target=y)  # One micro-batch: the row index is the batch's.
+ref_parts = parts()
+h = x
+for k, part in enumerate(ref_parts):
+    h = part(*((h,) if k == 0 else h))
+mse(h, y).backward()
+for p, q in zip(stage.submod.parameters(), ref_parts[r].parameters()):
+    np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=0, atol=1e-5)
+print(f"rank {r}: tuple with integer activations ok", flush=True)
+
+
+def raises(fn, *words):
+    try:
+        fn()
+    except loom.errors.LoomError as e:
+        assert all(w in str(e) for w in words), str(e)
+        return
+    raise AssertionError(f"no error; expected one naming {words}")
+
+
+raises(lambda: PipelineStage(stage_of(blocks()), r, n + 1), "num_stages=", f"{n} ranks")
+raises(lambda: PipelineStage(stage_of(blocks()), (r + 1) % n, n), "stage_index", f"rank {r}")
+raises(lambda: ScheduleGPipe(stage, 0), "n_microbatches must be an int >= 1")
+bad = Schedule1F1B(stage, 3, loss_fn=mse)
+raises(lambda: bad.step(loom.tensor(X[0]), target=loom.tensor(Y[0])), "dim 0 (16)", "n_microbatches=3")
+if stage.is_last and not stage.is_first:
+    raises(lambda: Schedule1F1B(stage, 4, loss_fn=mse).step(), "needs target=")
+if stage.is_first:
+    raises(lambda: Schedule1F1B(stage, 4, loss_fn=mse).step(target=loom.tensor(Y[0])), "needs the batch")
+print(f"rank {r}: errors ok", flush=True)
+dist.destroy_process_group()
+print(f"rank {r}: ALL OK", flush=True)
