@@ -95,6 +95,7 @@ class Guard:
     sizes: tuple[int, ...]
     phase: str
     first_dim: int = 0         # Index of its first row in the flattened guard-dim arrays.
+    padded: tuple[bool, ...] = ()  # Per dim: padded at all (an unpadded dim's test always passes).
 
 
 @dataclass
@@ -544,7 +545,8 @@ class _Walker:
         src = node.inputs[0]
         g = len(self.guards)
         first = sum(len(x.sizes) for x in self.guards)
-        self.guards.append(Guard(flushed.A, flushed.b - lo, tuple(src.shape), ctx.phase, first))
+        padded = tuple(bool(p[0] or p[1]) for p in node.attrs["pads"])
+        self.guards.append(Guard(flushed.A, flushed.b - lo, tuple(src.shape), ctx.phase, first, padded))
         inner = Ctx(flushed.A, flushed.b - lo, flushed.key + ("in",), ctx.phase, flushed.bcast, flushed.sliced,
                     True)
         pv = self.const(scalar_bits(pad_value(node), node.dtype), node.dtype)
@@ -610,6 +612,17 @@ _HELPERS = r"""
 #include <omp.h>
 
 static inline int loom_in(int64_t c, int64_t n) { return (uint64_t)c < (uint64_t)n; }
+static inline int64_t loom_fdiv(int64_t x, int64_t d) { return x >= 0 ? x / d : -((-x + d - 1) / d); }
+/* Narrow [*lo, *hi) to the i with 0 <= b + i * a < n: a guard tested once per run, not per element. */
+static inline void loom_span(int64_t b, int64_t a, int64_t n, int64_t *lo, int64_t *hi) {
+  int64_t l, h;
+  if (a == 0) { if (!loom_in(b, n)) *hi = *lo; return; }
+  if (a > 0) { l = -loom_fdiv(b, a); h = loom_fdiv(n - 1 - b, a) + 1; }
+  else { l = -loom_fdiv(n - 1 - b, -a); h = loom_fdiv(b, -a) + 1; }
+  if (l > *lo) *lo = l;
+  if (h < *hi) *hi = h;
+  if (*hi < *lo) *hi = *lo;
+}
 static inline int64_t loom_dot(const int64_t *a, const int64_t *b, int n) {
   int64_t s = 0; for (int d = 0; d < n; d++) s += a[d] * b[d]; return s;
 }
@@ -753,28 +766,35 @@ class _Source:
             lines.append(f"const {CTYPE[d]} c{j} = {conv};")
         return lines
 
-    def run_setup(self, phase: str, inner: str, dims: str) -> list[str]:
-        """Per-run offsets: leaf offsets/inner strides and guard bases/inner coefficients."""
+    def run_setup(self, phase: str, inner: str, dims: str, spans: bool = True) -> list[str]:
+        """Per-run offsets: leaf offsets/inner strides, and each guard's span of inner indices (`spans`) or
+        its per-dim bases (for code that tests it at one point)."""
         lines = []
         for k in self.leaves_of(phase):
             lines.append(f"const int64_t o{k} = k->lo[{k}] + loom_dot(ix, k->ls[{k}], {dims}); "
                          f"const int64_t s{k} = k->ls[{k}][{inner}]; (void)s{k};")
         for g in self.guards_of(phase):
             gd = self.w.guards[g]
+            if spans:  # Dims with gn < 0 are not padded (see Kernel._plan): nothing to test.
+                i0, i1 = gd.first_dim, gd.first_dim + len(gd.sizes)
+                lines.append(f"int64_t gl{g} = 0, gh{g} = INT64_MAX; for (int r_ = {i0}; r_ < {i1}; r_++) "
+                             f"if (k->gn[r_] >= 0) loom_span(k->gb[r_] + loom_dot(ix, k->gc[r_], {dims}), "
+                             f"k->gc[r_][{inner}], k->gn[r_], &gl{g}, &gh{g});")
+                continue
             for r in range(len(gd.sizes)):
                 i = gd.first_dim + r
                 lines.append(f"const int64_t gb{g}_{r} = k->gb[{i}] + loom_dot(ix, k->gc[{i}], {dims}); "
-                             f"const int64_t ga{g}_{r} = k->gc[{i}][{inner}]; const int64_t gn{g}_{r} = k->gn[{i}]; "
-                             f"(void)ga{g}_{r};")
+                             f"const int64_t gn{g}_{r} = k->gn[{i}];")
         return lines
 
     def guard_expr(self, g: int, idx: str | None) -> str:
         gd = self.w.guards[g]
         if not gd.sizes:
             return "1"
-        parts = [f"loom_in(gb{g}_{r}{' + ' + idx + ' * ga' + str(g) + '_' + str(r) if idx else ''}, gn{g}_{r})"
-                 for r in range(len(gd.sizes))]
-        return "(" + " && ".join(parts) + ")"
+        if idx is not None:  # The run's span of in-range indices (see loom_span).
+            return f"({idx} >= gl{g} && {idx} < gh{g})"
+        return "(" + " && ".join(f"(gn{g}_{r} < 0 || loom_in(gb{g}_{r}, gn{g}_{r}))"
+                                 for r in range(len(gd.sizes))) + ")"
 
     def body_text(self, blk: _Block, leaf_access, idx: str | None, depth: int) -> list[str]:
         text = "\n".join(_indent(blk.lines, depth))
@@ -983,7 +1003,7 @@ class _Source:
                   *["  " + x for x in self.consts()], "  int32_t zf = 0;"]
         for i, a in enumerate(w.accs):
             lines.append(f"  const {CTYPE[a.dtype]} r{i} = {self.acc_final(a, f'A->a{i}', f'A->f{i}')};")
-        lines += ["  " + x for x in self.run_setup("post", "0", str(NO))]
+        lines += ["  " + x for x in self.run_setup("post", "0", str(NO), spans=False)]
         lines += self.body_text(w.post, lambda k: f"P{k}[o{k}]", None, 1)
         lines += [f"  OUT[loom_dot(ix, k->os, {NO})] = {self.out_var};", "  *zfp |= zf;", "}", ""]
         # Mode A: each output element reduces its whole range (contiguous reduced dims).

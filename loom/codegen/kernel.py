@@ -242,6 +242,11 @@ class Kernel:
         grows, gbase, gsize = [], [], []
         for g in spec.guards:
             for r in range(len(g.sizes)):
+                if g.padded and not g.padded[r]:  # Always in range: no test (gn -1), and it merges with any dim.
+                    grows.append(np.zeros(L, np.int64))
+                    gbase.append(0)
+                    gsize.append(-1)
+                    continue
                 grows.append(g.A[r])
                 gbase.append(int(g.b[r]))
                 gsize.append(int(g.sizes[r]))
