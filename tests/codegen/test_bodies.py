@@ -135,7 +135,7 @@ def test_permute_of_reduction_result():
 def test_unsupported_bodies_say_why_and_still_run():
     g = Graph()
     x = g.add_input((4, 5), F32)
-    m = g.add_node("max", [x], {"axes": (1,), "keepdim": True})
+    m = g.add_node("max", [x], {"axes": (0,), "keepdim": True})  # (A last-axis one is a row kernel.)
     g.outputs = [g.add_node("sub", [x, g.add_node("expand", [m], {"shape": (4, 5)})])]
     with pytest.raises(Unsupported, match="broadcast reduction"):
         render(g)
@@ -144,7 +144,7 @@ def test_unsupported_bodies_say_why_and_still_run():
     out = np.empty((4, 5), np.float32)
     a = rand((4, 5))
     k([a], out)
-    np.testing.assert_array_equal(out, a - a.max(1, keepdims=True))
+    np.testing.assert_array_equal(out, a - a.max(0, keepdims=True))
 
 
 # ---------------------------------------------------------------- reductions
