@@ -95,6 +95,7 @@ class Guard:
     sizes: tuple[int, ...]
     phase: str
     first_dim: int = 0         # Index of its first row in the flattened guard-dim arrays.
+    padded: tuple[bool, ...] = ()  # Per dim: padded at all (an unpadded dim's test always passes).
 
 
 @dataclass
@@ -120,6 +121,7 @@ class KernelSpec:
     divisions: list[str]       # Error-flag bit k -> public op name of that integer division.
     uses_mvec: bool = False
     layout: ArgLayout = field(default=None)  # type: ignore[assignment]
+    row: bool = False          # Holds a row reduction (run_R can reduce each row once).
 
 
 @dataclass
@@ -381,6 +383,7 @@ class _Walker:
         self.division_bits = {n: k for k, n in enumerate(divs)}
         self.divisions = [_INT_DIVISION[n.op] for n in divs]
         self.uses_mvec = False
+        self.row_reduce = False  # A reduction broadcast back along its (last) axis: see reduce().
         self._set_loop_space(topo)
 
     # ------------------------------------------------------------ loop space
@@ -544,7 +547,8 @@ class _Walker:
         src = node.inputs[0]
         g = len(self.guards)
         first = sum(len(x.sizes) for x in self.guards)
-        self.guards.append(Guard(flushed.A, flushed.b - lo, tuple(src.shape), ctx.phase, first))
+        padded = tuple(bool(p[0] or p[1]) for p in node.attrs["pads"])
+        self.guards.append(Guard(flushed.A, flushed.b - lo, tuple(src.shape), ctx.phase, first, padded))
         inner = Ctx(flushed.A, flushed.b - lo, flushed.key + ("in",), ctx.phase, flushed.bcast, flushed.sliced,
                     True)
         pv = self.const(scalar_bits(pad_value(node), node.dtype), node.dtype)
@@ -569,14 +573,19 @@ class _Walker:
             raise Unsupported("a reduction inside another reduction")
         if ctx.guarded:
             raise Unsupported("a reduction inside a pad")
-        if ctx.bcast or any(m.op == "expand" for m in pending):
-            raise Unsupported("a broadcast reduction (it would be recomputed for every element)")
-        flushed = self.flush(ctx, pending, ("reduce", id(node)))
-        if flushed is None:
-            raise Unsupported("a reshape that merges dims above a reduction")
         x = node.inputs[0]
         axes = self._axes(node)
         keep = node.attrs.get("keepdim", False)
+        # A last-axis reduction broadcast back along that axis (softmax's sum, layer_norm's mean) is a row
+        # kernel: the planner has it reduce each row once and then write the row (mode 2, run_R).
+        row = (not ctx.bcast and len(pending) == 1 and pending[0].op == "expand" and keep and x.ndim > 0
+               and tuple(a % x.ndim for a in axes) == (x.ndim - 1,) and tuple(pending[0].shape) == tuple(x.shape))
+        if not row and (ctx.bcast or any(m.op == "expand" for m in pending)):
+            raise Unsupported("a broadcast reduction (it would be recomputed for every element)")
+        self.row_reduce |= row
+        flushed = self.flush(ctx, pending, ("reduce", id(node)))
+        if flushed is None:
+            raise Unsupported("a reshape that merges dims above a reduction")
         L = self.n_o + self.n_r
         A = np.zeros((x.ndim, L), np.int64)
         b = np.zeros(x.ndim, np.int64)
@@ -610,6 +619,17 @@ _HELPERS = r"""
 #include <omp.h>
 
 static inline int loom_in(int64_t c, int64_t n) { return (uint64_t)c < (uint64_t)n; }
+static inline int64_t loom_fdiv(int64_t x, int64_t d) { return x >= 0 ? x / d : -((-x + d - 1) / d); }
+/* Narrow [*lo, *hi) to the i with 0 <= b + i * a < n: a guard tested once per run, not per element. */
+static inline void loom_span(int64_t b, int64_t a, int64_t n, int64_t *lo, int64_t *hi) {
+  int64_t l, h;
+  if (a == 0) { if (!loom_in(b, n)) *hi = *lo; return; }
+  if (a > 0) { l = -loom_fdiv(b, a); h = loom_fdiv(n - 1 - b, a) + 1; }
+  else { l = -loom_fdiv(n - 1 - b, -a); h = loom_fdiv(b, -a) + 1; }
+  if (l > *lo) *lo = l;
+  if (h < *hi) *hi = h;
+  if (*hi < *lo) *hi = *lo;
+}
 static inline int64_t loom_dot(const int64_t *a, const int64_t *b, int n) {
   int64_t s = 0; for (int d = 0; d < n; d++) s += a[d] * b[d]; return s;
 }
@@ -753,28 +773,35 @@ class _Source:
             lines.append(f"const {CTYPE[d]} c{j} = {conv};")
         return lines
 
-    def run_setup(self, phase: str, inner: str, dims: str) -> list[str]:
-        """Per-run offsets: leaf offsets/inner strides and guard bases/inner coefficients."""
+    def run_setup(self, phase: str, inner: str, dims: str, spans: bool = True) -> list[str]:
+        """Per-run offsets: leaf offsets/inner strides, and each guard's span of inner indices (`spans`) or
+        its per-dim bases (for code that tests it at one point)."""
         lines = []
         for k in self.leaves_of(phase):
             lines.append(f"const int64_t o{k} = k->lo[{k}] + loom_dot(ix, k->ls[{k}], {dims}); "
                          f"const int64_t s{k} = k->ls[{k}][{inner}]; (void)s{k};")
         for g in self.guards_of(phase):
             gd = self.w.guards[g]
+            if spans:  # Dims with gn < 0 are not padded (see Kernel._plan): nothing to test.
+                i0, i1 = gd.first_dim, gd.first_dim + len(gd.sizes)
+                lines.append(f"int64_t gl{g} = 0, gh{g} = INT64_MAX; for (int r_ = {i0}; r_ < {i1}; r_++) "
+                             f"if (k->gn[r_] >= 0) loom_span(k->gb[r_] + loom_dot(ix, k->gc[r_], {dims}), "
+                             f"k->gc[r_][{inner}], k->gn[r_], &gl{g}, &gh{g});")
+                continue
             for r in range(len(gd.sizes)):
                 i = gd.first_dim + r
                 lines.append(f"const int64_t gb{g}_{r} = k->gb[{i}] + loom_dot(ix, k->gc[{i}], {dims}); "
-                             f"const int64_t ga{g}_{r} = k->gc[{i}][{inner}]; const int64_t gn{g}_{r} = k->gn[{i}]; "
-                             f"(void)ga{g}_{r};")
+                             f"const int64_t gn{g}_{r} = k->gn[{i}];")
         return lines
 
     def guard_expr(self, g: int, idx: str | None) -> str:
         gd = self.w.guards[g]
         if not gd.sizes:
             return "1"
-        parts = [f"loom_in(gb{g}_{r}{' + ' + idx + ' * ga' + str(g) + '_' + str(r) if idx else ''}, gn{g}_{r})"
-                 for r in range(len(gd.sizes))]
-        return "(" + " && ".join(parts) + ")"
+        if idx is not None:  # The run's span of in-range indices (see loom_span).
+            return f"({idx} >= gl{g} && {idx} < gh{g})"
+        return "(" + " && ".join(f"(gn{g}_{r} < 0 || loom_in(gb{g}_{r}, gn{g}_{r}))"
+                                 for r in range(len(gd.sizes))) + ")"
 
     def body_text(self, blk: _Block, leaf_access, idx: str | None, depth: int) -> list[str]:
         text = "\n".join(_indent(blk.lines, depth))
@@ -949,13 +976,16 @@ class _Source:
         T = CTYPE[w.body.outputs[0].dtype]
         lines = self.acc_struct()
         # Accumulate over the flat reduced range [rlo, rhi) for the output index in ix[0:NO].
-        lines += ["static inline void red_part(const K *k, void **ptrs, int64_t *ix, int64_t rlo, int64_t rhi, "
-                  "Acc *A, int32_t *zfp) {",
+        # Not inlined: inlined into its callers gcc failed to vectorise its loop (2.5x slower on short rows).
+        lines += ["__attribute__((noinline)) static void red_part(const K *k, void **ptrs, int64_t *ix, int64_t rlo, "
+                  "int64_t rhi, Acc *A, int32_t *zfp) {",
                   "  if (rlo >= rhi) return;", *["  " + x for x in self.typed_ptrs(("pre",))],
                   *["  " + x for x in self.consts()], "  int32_t zf = 0;"]
         for i, a in enumerate(w.accs):
             lines.append(f"  {self.acc_type(a)} a{i} = A->a{i}; int32_t f{i} = A->f{i}; (void)f{i};")
-        lines += ["  " + self.unravel("rlo", NO, L), "  int64_t r = rlo;", "  while (r < rhi) {",
+        lines += [f"  if (rlo == 0) {{ for (int d = {NO}; d < {L}; d++) ix[d] = 0; }} else "
+                  + self.unravel("rlo", NO, L),
+                  "  int64_t r = rlo;", "  while (r < rhi) {",
                   f"    int64_t len = k->n[{L - 1}] - ix[{L - 1}]; if (len > rhi - r) len = rhi - r;",
                   *["    " + x for x in self.run_setup("pre", str(L - 1), str(L))]]
         tail = self.pre_tail(False, True)
@@ -983,7 +1013,7 @@ class _Source:
                   *["  " + x for x in self.consts()], "  int32_t zf = 0;"]
         for i, a in enumerate(w.accs):
             lines.append(f"  const {CTYPE[a.dtype]} r{i} = {self.acc_final(a, f'A->a{i}', f'A->f{i}')};")
-        lines += ["  " + x for x in self.run_setup("post", "0", str(NO))]
+        lines += ["  " + x for x in self.run_setup("post", "0", str(NO), spans=False)]
         lines += self.body_text(w.post, lambda k: f"P{k}[o{k}]", None, 1)
         lines += [f"  OUT[loom_dot(ix, k->os, {NO})] = {self.out_var};", "  *zfp |= zf;", "}", ""]
         # Mode A: each output element reduces its whole range (contiguous reduced dims).
@@ -995,7 +1025,35 @@ class _Source:
                   f"    for (int d = {NO - 1}; d >= 0; d--) {{ if (++ix[d] < k->n[d]) break; ix[d] = 0; }}",
                   "  }", "}", ""]
         lines += self.render_mode_b()
+        if w.row_reduce:
+            lines += self.render_mode_r()
         lines += self.entry(elementwise=False)
+        return lines
+
+    def render_mode_r(self) -> list[str]:
+        """Mode 2, rows: where the reduction does not depend on the innermost output index (a row
+        reduction broadcast back along the row), reduce once per run of that index, then write the run."""
+        NO, L = self.n_o, self.L
+        w = self.w
+        T = CTYPE[w.body.outputs[0].dtype]
+        lines = ["__attribute__((noinline)) static void run_R(const K *k, void **ptrs, int64_t lo, int64_t hi, "
+                 "int64_t RT, int32_t *zfp) {",
+                 f"  {T} *OUT = ({T} *)ptrs[0];", *["  " + x for x in self.typed_ptrs(("post",))],
+                 *["  " + x for x in self.consts()], "  int32_t zf = 0;",
+                 f"  int64_t ix[{L}] = {{0}};", "  " + self.unravel("lo", 0, NO), "  int64_t o = lo;",
+                 "  while (o < hi) {",
+                 f"    int64_t len = k->n[{NO - 1}] - ix[{NO - 1}]; if (len > hi - o) len = hi - o;",
+                 "    Acc A; acc_init(&A); red_part(k, ptrs, ix, 0, RT, &A, zfp);"]
+        for i, a in enumerate(w.accs):
+            lines.append(f"    const {CTYPE[a.dtype]} r{i} = {self.acc_final(a, f'A.a{i}', f'A.f{i}')};")
+        lines += ["    " + x for x in self.run_setup("post", str(NO - 1), str(NO))]
+        lines.append(f"    const int64_t oo = loom_dot(ix, k->os, {NO}), osi = k->os[{NO - 1}]; (void)osi;")
+        pragma = "#pragma omp simd " + ("reduction(|:zf)" if self.has_div else "")
+        lines += self.variants("post", w.post, "for (int64_t i = 0; i < len; i++)", self.store(self.out_var),
+                               pragma, "i", "fast_post", "bm_post", 2)
+        lines += [f"    o += len; ix[{NO - 1}] += len;",
+                  f"    for (int d = {NO - 1}; d > 0 && ix[d] >= k->n[d]; d--) {{ ix[d] = 0; ix[d - 1]++; }}",
+                  "  }", "  *zfp |= zf;", "}", ""]
         return lines
 
     def render_mode_b(self) -> list[str]:
@@ -1074,11 +1132,14 @@ class _Source:
                       f"      for (int d = {NO - 1}; d >= 0; d--) {{ if (++ix[d] < k->n[d]) break; ix[d] = 0; }}",
                       "    }",
                       "  } else if (nthr <= 1) {",
+                      *(["    if (k->mode == 2) run_R(k, ptrs, 0, OT, RT, &zf); else"] if self.w.row_reduce else []),
                       "    if (k->mode == 1) run_B(k, ptrs, 0, OT, RT, &zf); else run_A(k, ptrs, 0, OT, RT, &zf);",
                       "  } else {",
                       "    #pragma omp parallel num_threads(nthr) reduction(|:zf)", "    {",
                       "      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();",
                       "      if (t == 0) __atomic_store_n(&loom_team, nt, __ATOMIC_RELAXED);",
+                      *(["      if (k->mode == 2) run_R(k, ptrs, OT * t / nt, OT * (t + 1) / nt, RT, &zf); else"]
+                        if self.w.row_reduce else []),
                       "      if (k->mode == 1) run_B(k, ptrs, OT * t / nt, OT * (t + 1) / nt, RT, &zf);",
                       "      else run_A(k, ptrs, OT * t / nt, OT * (t + 1) / nt, RT, &zf);", "    }", "  }"]
         lines += ["  if (zf) *err = zf;", "}", "", _OBJECT_ENTRY]
@@ -1117,5 +1178,5 @@ def render(body: Graph) -> KernelSpec:
                 raise Unsupported(f"reduction dtype {a.dtype.name}")
     s = _Source(w, out_var)
     spec = KernelSpec(s.render(), w.out_shape, out.dtype, w.n_o, w.n_r, w.loop_sizes, w.leaves, w.guards,
-                      w.consts, w.accs, w.divisions, w.uses_mvec, s.layout)
+                      w.consts, w.accs, w.divisions, w.uses_mvec, s.layout, w.row_reduce)
     return spec

@@ -20,6 +20,9 @@ each step...]`` then one record per step:
 - copy ``[3, ndim, itemsize, src base, src offset, dst base, dst offset,
   (size, src stride, dst stride) per dim]``
 - python ``[4]``
+- gather ``[5, ...]``, scatter_add ``[6, ...]``, pad ``[7, ...]``, check ``[8, ...]``: see
+  `loom.codegen.driver_index` (a bad index or value stops the walk there, and Python reruns the step
+  to raise loom's error for it)
 
 Bases are the call's objects (the arena, inputs, outputs and constants), read
 with the same convention as ``loom_call`` (``ctl[0]``, ``ctl[1]``: tuple item and
@@ -32,7 +35,7 @@ import logging
 import os
 import threading
 
-from . import build, trust
+from . import build, driver_index, trust
 
 log = logging.getLogger("loom.codegen")
 
@@ -99,7 +102,8 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
   }
 }
 
-/* Run steps from `start` until a Python step, a kernel that returns nonzero (its code goes to
+""" + driver_index.SOURCE + r"""
+/* Run steps from `start` until a Python step, a kernel or index step that returns nonzero (its code goes to
    ctl[CTL_RC]) or the end; return that step's index (nsteps at the end). */
 int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t start) {
   const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ], item_off = ctl[CTL_ITEM], data_off = ctl[CTL_DATA];
@@ -126,6 +130,10 @@ int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t st
       }
       case 2: loom_gemm(prog, r, base, ctl); break;
       case 3: loom_copy(r[1], r[2], r + 7, base[r[3]] + r[4], base[r[5]] + r[6]); break;
+      case 5: if (loom_gather(r, base)) { ctl[CTL_RC] = 1; return k; } break;
+      case 6: if (loom_scatter_add(r, base)) { ctl[CTL_RC] = 1; return k; } break;
+      case 7: loom_pad(r, base); break;
+      case 8: if (loom_check(r, base)) { ctl[CTL_RC] = 1; return k; } break;
       default: return k;
     }
   }

@@ -242,6 +242,11 @@ class Kernel:
         grows, gbase, gsize = [], [], []
         for g in spec.guards:
             for r in range(len(g.sizes)):
+                if g.padded and not g.padded[r]:  # Always in range: no test (gn -1), and it merges with any dim.
+                    grows.append(np.zeros(L, np.int64))
+                    gbase.append(0)
+                    gsize.append(-1)
+                    continue
                 grows.append(g.A[r])
                 gbase.append(int(g.b[r]))
                 gsize.append(int(g.sizes[r]))
@@ -272,6 +277,13 @@ class Kernel:
         mode = 0
         if spec.accs and fast_b and sizes[NO - 1] >= 4 and (not fast_a or sizes[L - 1] < 16):
             mode = 1
+        if spec.row and sizes[NO - 1] > 1:
+            # Rows: valid when nothing the reduction reads moves with the innermost output index.
+            pre_leaves = [k for k, lf in enumerate(spec.leaves) if lf.phase == "pre"]
+            pre_rows = [i for g in spec.guards if g.phase == "pre"
+                        for i in range(g.first_dim, g.first_dim + len(g.sizes))]
+            if not LS[pre_leaves, NO - 1].any() and not GC[pre_rows, NO - 1].any():
+                mode = 2
         fields = {"par_min": [par_min()], "mode": [mode], "fast_a": [int(fast_a)], "bm_a": [bm_a],
                   "fast_b": [int(fast_b)], "bm_b": [bm_b], "fast_post": [int(fast_post)], "bm_post": [bm_post],
                   "n": sizes, "lo": offsets, "ls": LS.reshape(-1), "os": OS[:NO], "gn": gsize, "gb": gbase,

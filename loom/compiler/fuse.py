@@ -16,7 +16,10 @@ value leaves the group):
 - a group holds at most one reduction (sum/prod/max/min). It takes in its
   elementwise/movement producers, and elementwise nodes may consume its
   result inside the group, but no movement op may sit between the reduction
-  and the root (that would re-run the reduction at other indices);
+  and the root (that would re-run the reduction at other indices), except
+  one: a last-axis reduction broadcast back along that axis by an expand
+  (softmax's sum, layer_norm's mean) makes a row kernel, which reduces each
+  row once and then writes it;
 - a node joins only if every consumer is in the group and it is not a graph
   output, so a group has exactly one value consumed outside;
 - an expensive elementwise op (exp, log, sqrt, div, tanh, ...) does not join
@@ -134,6 +137,10 @@ def find_groups(graph: Graph) -> list[list[Node]]:
         movement_above = {root: False}  # A movement op lies between the node and the root.
         broadcast_above = {root: False}  # An expand lies between them: the node would run per copy.
         has_reduce = role == "reduce"
+        # Whether a member's value is read on the reducing side of a row kernel (below its row reduction)
+        # and on the writing side: a row kernel computes a node read on both sides twice per element.
+        sides = {root: (False, True)}
+        row_reduce: set[Node] = set()
         heap = [(-pos[i], i.id, i) for i in set(root.inputs)]
         heapq.heapify(heap)
         seen: set[Node] = set()
@@ -149,11 +156,20 @@ def find_groups(graph: Graph) -> list[list[Node]]:
             if any(c not in members for c in consumers):
                 continue
             above = any(movement_above[c] or fusible(c) == "movement" for c in consumers)
-            if role == "reduce" and (has_reduce or above):
+            row = role == "reduce" and _row_broadcast(p, consumers, movement_above)
+            if role == "reduce" and (has_reduce or (above and not row)):
                 continue
             broadcast = any(broadcast_above[c] or c.op == "expand" for c in consumers)
             if broadcast and p.op in EXPENSIVE:
                 continue  # Cheaper as its own kernel on the small shape than recomputed per broadcast copy.
+            reads = [(True, False) if c in row_reduce else sides[c] for c in consumers]
+            side = (any(r[0] for r in reads), any(r[1] for r in reads))
+            if side == (True, True) and p.op in EXPENSIVE:
+                continue  # Computed once into memory beats twice per element in the row kernel.
+            if row:  # The kernel reduces each row once and writes it: no movement, no broadcast below.
+                above = broadcast = False
+                row_reduce.add(p)
+            sides[p] = side
             members.add(p)
             movement_above[p] = above
             broadcast_above[p] = broadcast
@@ -165,6 +181,23 @@ def find_groups(graph: Graph) -> list[list[Node]]:
         groups.append(sorted(members, key=pos.__getitem__))
     groups.reverse()
     return groups
+
+
+def _row_broadcast(node: Node, consumers, movement_above: dict) -> bool:
+    """Whether reduction `node` is a row reduction whose every consumer broadcasts it back along the row.
+
+    That is a last-axis reduction with keepdim read only through expands to its input's shape, each
+    expand read by nodes with no movement between them and the root (softmax's sum before the divide,
+    layer_norm's mean before the subtract). Code generation makes such a group a row kernel.
+    """
+    x = node.inputs[0]
+    axes = tuple(a % max(x.ndim, 1) for a in node.attrs.get("axes", ()))
+    if x.ndim == 0 or axes != (x.ndim - 1,) or not node.attrs.get("keepdim", False):
+        return False
+    for c in consumers:
+        if c.op != "expand" or tuple(c.shape) != tuple(x.shape) or movement_above.get(c, True):
+            return False
+    return True
 
 
 def fuse_group(graph: Graph, members: list[Node]) -> Node:

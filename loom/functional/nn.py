@@ -1250,8 +1250,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
             scores = where(mask, scores, float("-inf"))
         else:
             scores = scores + mask
-        dead = (scores.detach() == float("-inf")).all(-1, keepdim=True)
-        attn = where(dead, 0.0, softmax(where(dead, 0.0, scores), -1))
+        if is_causal:  # Row i keeps key 0: the mask empties no row, so no dead-row guard (3 fewer passes).
+            attn = softmax(scores, -1)
+        else:
+            dead = (scores.detach() == float("-inf")).all(-1, keepdim=True)
+            attn = where(dead, 0.0, softmax(where(dead, 0.0, scores), -1))
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p)
     return matmul(attn, v)

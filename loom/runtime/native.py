@@ -13,8 +13,11 @@ the C driver (`loom.codegen.driver`):
   operand strides (a transposed operand is never copied), batches as a loop;
 - views that must exist as values (outputs, views whose source memory is
   reused before their last reader) become strided copies;
-- everything else (reference-only ops, ``check``, gather, scatter...) stays
-  a Python step that splits the program into native segments.
+- gather, scatter_add, pad and ``check`` become the driver's index steps
+  (`loom.codegen.driver_index`); one that meets a bad index or value stops
+  the walk and Python reruns it, raising loom's error;
+- everything else (reference-only ops, argsort, ...) stays a Python step that
+  splits the program into native segments.
 
 A call crosses into C once per native segment. Tiers: until the driver
 library is built every step runs from Python, and a kernel that is not built
@@ -41,7 +44,11 @@ from loom import profiler as _profiler
 from loom.ir.node import Node
 from loom.runtime import threads
 
-_KERNEL, _GEMM, _COPY, _PY = 1, 2, 3, 4
+_KERNEL, _GEMM, _COPY, _PY, _GATHER, _SCATTER, _PAD, _CHECK = 1, 2, 3, 4, 5, 6, 7, 8
+_INDEX_OPS = {"gather": _GATHER, "scatter_add": _SCATTER, "pad": _PAD, "check": _CHECK}
+_CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int8, np.int16, np.int32,
+                                                        np.int64, np.uint8, np.uint16, np.uint32))}
+_SCATTER_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
 _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 _ALIGN = 64
 _INT32_MAX = 2**31 - 1
@@ -332,6 +339,7 @@ class NativeProgram:
         self._table: tuple | None = None     # (prog, its address, steps, kept arrays) of the current encoding.
         self._encoded_for: tuple | None = None
         self._forced: set[int] = set()       # Exe step indices that stay in Python (a kernel refused C).
+        self._index_records: dict[int, list[int] | None] = {}
         self._ctxs: list[_Ctx] = []
         self._tools = exe.tools
         found = iter(exe.kernels)  # The executor made one kernel per fused step, in step order.
@@ -383,6 +391,8 @@ class NativeProgram:
             return kern is not None and kern._lib is not None and not kern.failed
         if op == "matmul":
             return self._gemm_plan(st) is not None
+        if op in _INDEX_OPS:
+            return self._index_record(k, st) is not None
         return op in _VIEW_OPS
 
     def _gemm_plan(self, st) -> tuple | None:
@@ -416,6 +426,89 @@ class NativeProgram:
         if swap:
             return (int(isz == 8), 1 - lb[0], 1 - la[0], N, M, K, lb[1], la[1], ldc, b, a, c, batch, macs)
         return (int(isz == 8), la[0], lb[0], M, N, K, la[1], lb[1], ldc, a, b, c, batch, macs)
+
+    # ------------------------------------------------------------ index steps
+    def _index_record(self, k: int, st) -> list[int] | None:
+        """The driver record of a gather, scatter_add, pad or check step, or None when it runs from Python."""
+        if k not in self._index_records:
+            make = {"gather": self._gather_record, "scatter_add": self._scatter_record,
+                    "pad": self._pad_record, "check": self._check_record}[st.node.op]
+            locs = [self._locs[a] for a in st.args]
+            out = self._locs[st.out]
+            ok = out.strides == _contiguous(out.shape, out.dtype.itemsize)  # (A matmul's output may not be.)
+            self._index_records[k] = make(st.node, locs, out) if ok else None
+        return self._index_records[k]
+
+    def _gather_record(self, node: Node, locs, out: _Loc) -> list[int] | None:
+        x, idx = locs
+        nd, ax = len(x.shape), int(node.attrs["axis"])
+        if nd == 0 or not _index_dtype(idx) or x.dtype.itemsize not in (1, 2, 4, 8) or \
+                self._overlaps(out, x) or self._overlaps(out, idx):
+            return None
+        dims = [v for d in range(nd) for v in (out.shape[d], 0 if d == ax else x.strides[d], idx.strides[d],
+                                               out.strides[d])]
+        return [_GATHER, nd, x.dtype.itemsize, idx.dtype.itemsize, x.shape[ax], x.strides[ax], x.base, x.off,
+                idx.base, idx.off, out.base, out.off] + dims
+
+    def _scatter_record(self, node: Node, locs, out: _Loc) -> list[int] | None:
+        base, idx, src = locs
+        nd, ax = len(out.shape), int(node.attrs["axis"])
+        code = _SCATTER_CODES.get(out.dtype)
+        same = (base.base, base.off, base.strides) == (out.base, out.off, out.strides)
+        if nd == 0 or code is None or not _index_dtype(idx) or self._overlaps(out, idx) or \
+                self._overlaps(out, src) or (not same and self._overlaps(out, base)):
+            return None
+        dims = [v for d in range(nd) for v in (idx.shape[d], idx.strides[d], src.strides[d],
+                                               0 if d == ax else out.strides[d])]
+        cdims = _copy_dims(base.shape, base.strides, out.strides)
+        return [_SCATTER, nd, code, idx.dtype.itemsize, out.shape[ax], out.strides[ax], base.base, base.off,
+                idx.base, idx.off, src.base, src.off, out.base, out.off, len(cdims)] + dims + \
+            [v for d in cdims for v in d]
+
+    def _pad_record(self, node: Node, locs, out: _Loc) -> list[int] | None:
+        (src,) = locs
+        isz = out.dtype.itemsize
+        if isz not in (1, 2, 4, 8) or out.strides != _contiguous(out.shape, isz) or self._overlaps(out, src):
+            return None
+        cell = np.zeros(1, out.dtype)
+        try:
+            cell[0] = node.attrs.get("value", 0)  # The value as np.pad writes it.
+        except (ValueError, TypeError, OverflowError):
+            return None
+        bits = int(cell.view(f"u{isz}")[0])
+        bits = bits - (1 << 64) if bits >= 1 << 63 else bits
+        inner = sum(int(lo) * st for (lo, _), st in zip(node.attrs["pads"], out.strides))
+        dims = _copy_dims(src.shape, src.strides, out.strides)
+        count = int(np.prod(out.shape, dtype=np.int64))
+        return [_PAD, len(dims), isz, bits, count, src.base, src.off, out.base, out.off, inner] + \
+            [v for d in dims for v in d]
+
+    def _check_record(self, node: Node, locs, out: _Loc) -> list[int] | None:
+        (x,) = locs
+        a = node.attrs
+        code = _CHECK_CODES.get(x.dtype)
+        if code is None or x.strides != _contiguous(x.shape, x.dtype.itemsize) or \
+                ((x.base, x.off) != (out.base, out.off) and self._overlaps(out, x)):
+            return None
+        bounds = [a["low"], a["high"], a.get("ignore")]
+        flags = int(bool(a.get("closed", False))) | (2 if bounds[2] is not None else 0)
+        if a.get("positive_rows", False) and len(x.shape):
+            if not a["low"] >= 0:  # Then "some element above 0" is "the row sums above 0" in any order.
+                return None
+            flags |= 4
+        bounds = [0 if b is None else b for b in bounds]
+        if x.dtype.kind in "iu" and all(isinstance(b, (int, np.integer)) for b in bounds):
+            if not all(-2**63 <= int(b) < 2**63 for b in bounds):
+                return None
+            cmp, values = 0, [int(b) for b in bounds]
+        else:  # NumPy compares float32 with Python numbers in float32, all else in float64.
+            weak = all(isinstance(b, (int, float, np.float32)) and not isinstance(b, (np.float64, np.integer))
+                       for b in bounds)
+            cmp = 2 if x.dtype == np.float32 and weak else 1
+            values = [int(np.array(float(b), np.float64).view(np.int64)) for b in bounds]
+        count = int(np.prod(x.shape, dtype=np.int64))
+        row = int(x.shape[-1]) if len(x.shape) else 1
+        return [_CHECK, code, cmp, flags] + values + [count, row, x.base, x.off, out.base, out.off]
 
     @staticmethod
     def _gemm_layout(loc: _Loc) -> tuple[int, int] | None:
@@ -508,6 +601,10 @@ class NativeProgram:
                     rec = [_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
                            len(batch), macs] + [v for d in batch for v in d]
                     step = _Step(_GEMM, st, st.args, s, gemm=g)
+            elif op in _INDEX_OPS:
+                irec = self._index_record(k, st) if driver is not None else None
+                if irec is not None:
+                    rec, step = irec, _Step(_INDEX_OPS[op], st, st.args, s)
             elif op in _VIEW_OPS:
                 view = _view_of(st.node, self._locs[st.args[0]])
                 dl = self._locs[s]
@@ -646,6 +743,10 @@ def _profiled(call, n: int):
         _profiler.record(f"native steps {start}-{min(k, n) - 1}", "native", t0, _profiler.now_us(), steps=k - start)
         return k
     return run
+
+
+def _index_dtype(loc: _Loc) -> bool:
+    return loc.dtype.kind == "i" and loc.dtype.itemsize in (4, 8)
 
 
 def _ptr(a: np.ndarray) -> int:

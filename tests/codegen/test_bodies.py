@@ -135,7 +135,7 @@ def test_permute_of_reduction_result():
 def test_unsupported_bodies_say_why_and_still_run():
     g = Graph()
     x = g.add_input((4, 5), F32)
-    m = g.add_node("max", [x], {"axes": (1,), "keepdim": True})
+    m = g.add_node("max", [x], {"axes": (0,), "keepdim": True})  # (A last-axis one is a row kernel.)
     g.outputs = [g.add_node("sub", [x, g.add_node("expand", [m], {"shape": (4, 5)})])]
     with pytest.raises(Unsupported, match="broadcast reduction"):
         render(g)
@@ -144,7 +144,7 @@ def test_unsupported_bodies_say_why_and_still_run():
     out = np.empty((4, 5), np.float32)
     a = rand((4, 5))
     k([a], out)
-    np.testing.assert_array_equal(out, a - a.max(1, keepdims=True))
+    np.testing.assert_array_equal(out, a - a.max(0, keepdims=True))
 
 
 # ---------------------------------------------------------------- reductions
@@ -366,3 +366,28 @@ def test_portable_pointer_path(monkeypatch):
     k([x, y], out)
     np.testing.assert_allclose(out, (x * y).sum(0), rtol=1e-6)
     k._plans.clear()
+
+
+def test_concat_by_pads_merges_unpadded_dims_and_tests_only_padded_ones():
+    """Three values padded along dim 0 and added (how a split's gradient is assembled): the dims no pad
+    touches merge into one long loop, and the result is exact, also with a transposed input."""
+    for transposed in (False, True):
+        g = Graph()
+        a = g.add_input((2, 3, 4, 5), F32)
+        b = g.add_input((2, 3, 5, 4) if transposed else (2, 3, 4, 5), F32)
+        c = g.add_input((2, 3, 4, 5), F32)
+        bb = g.add_node("permute", [b], {"perm": (0, 1, 3, 2)}) if transposed else b
+
+        def padded(x, lo):
+            r = g.add_node("reshape", [x], {"shape": (1, 2, 3, 4, 5)})
+            return g.add_node("pad", [r], {"pads": ((lo, 2 - lo), (0, 0), (0, 0), (0, 0), (0, 0)), "value": 0.0})
+        g.outputs = [g.add_node("add", [g.add_node("add", [padded(a, 0), padded(bb, 1)]), padded(c, 2)])]
+        arrays = [rand((2, 3, 4, 5)), rand(tuple(b.shape), seed=1), rand((2, 3, 4, 5), seed=2)]
+        got = check(g, arrays)
+        np.testing.assert_array_equal(got[1], np.swapaxes(arrays[1], 2, 3) if transposed else arrays[1])
+        np.testing.assert_array_equal(got[0], arrays[0])
+        k = compiled(g)
+        plan = k._plan(arrays, np.empty(got.shape, np.float32))
+        pos, n = k.spec.layout.offsets()["n"]
+        sizes = plan.meta[-k.spec.layout.size:][pos:pos + n]
+        assert max(sizes) == (2 * 3 if transposed else 2 * 3 * 4 * 5), sizes
