@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from loom.compiler.constants import nbytes
 from loom.compiler.memory import MemoryPlan, live_slots, plan_memory
 from loom.errors import LoomValueError, LoomWarning, MemoryBudgetError
-from loom.ir.graph import Graph
+from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
 
@@ -113,6 +114,11 @@ class RematReport:
     candidates : list of (str, int, int, bool)
         Every plan the cost model weighed: strategy, arena bytes, extra FLOPs,
         whether it meets the budget.
+    rescheduled : int
+        Nodes the rescheduling moved earlier (pure work that frees memory,
+        such as weight gradients, run as soon as its inputs are ready).
+    arena_rescheduled : int
+        The planned arena after rescheduling, before any recomputation.
     """
 
     budget: int
@@ -127,12 +133,16 @@ class RematReport:
     strict: bool = False
     strategy: str = "greedy"
     candidates: list[tuple[str, int, int, bool]] = field(default_factory=list)
+    rescheduled: int = 0
+    arena_rescheduled: int = 0
 
     def __str__(self) -> str:
         state = "met" if self.met else "NOT met (best plan found is used)"
         weighed = "; ".join(f"{name}: {fmt_bytes(arena)}, {extra / 1e9:.2f} GFLOP{'' if met else ', over'}"
                             for name, arena, extra, met in self.candidates)
-        return (f"strategy {self.strategy} (fewest recomputed FLOPs among the plans that fit"
+        moved = (f"rescheduled {self.rescheduled} nodes to run earlier (arena "
+                 f"{fmt_bytes(self.arena_rescheduled)} before recomputing); " if self.rescheduled else "")
+        return (f"{moved}strategy {self.strategy} (fewest recomputed FLOPs among the plans that fit"
                 f"{'; weighed ' + weighed if weighed else ''})\n"
                 f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; planned arena "
                 f"{fmt_bytes(self.arena_before)} -> {fmt_bytes(self.arena_after)} "
@@ -306,7 +316,76 @@ def _prune_dead(graph: Graph) -> None:
                  and not graph.consumers(i)]
 
 
-SEGMENT_COUNTS = (3, 4, 6, 10, 16)  # Segmentations the cost model weighs.
+PULL_LIMIT = 8  # Most nodes pulled forward together by the rescheduling.
+
+
+def _reschedule(graph: Graph) -> int:
+    """Reorder `graph`'s schedule so pure work that frees memory runs as soon as it can; returns nodes moved.
+
+    The traced backward leaves work such as weight gradients (`x^T @ dy`) to
+    the optimizer, so the activation `x` and the gradient `dy` of every layer
+    stay live across the whole backward. After each node this pulls forward
+    any pure reader of its inputs or result (with at most `PULL_LIMIT`
+    unscheduled pure ancestors) whose running now frees more bytes than it
+    leaves live. Only pure nodes move and every node still follows its
+    inputs, so each kernel reads the same values: results are unchanged.
+    """
+    order = graph.topological_order()
+    rank = {n: k for k, n in enumerate(order)}
+    outputs = set(graph.outputs)
+    readers = {n: graph.consumers(n) for n in order}
+    size = {n: 0 if n.op == "input" or n.op in CONSTANT_OPS or n in outputs else nbytes(n) for n in order}
+    done: set[Node] = set()
+    out: list[Node] = []
+    moved = 0
+
+    def closure(r: Node) -> list[Node] | None:
+        """`r` and its unscheduled ancestors, inputs first, if all are pure and few enough."""
+        found: dict[Node, None] = {}
+        stack = [r]
+        while stack:
+            n = stack.pop()
+            if n in found or n in done:
+                continue
+            if not recomputable(n) or len(found) >= PULL_LIMIT:
+                return None
+            found[n] = None
+            stack += n.inputs
+        return sorted(found, key=rank.__getitem__)
+
+    def gain(group: list[Node]) -> int:
+        inside = set(group)
+        freed = sum(size[v] for v in {i for n in group for i in n.inputs if i not in inside}
+                    if all(c in done or c in inside for c in readers[v]))
+        kept = sum(size[n] for n in group if any(c not in inside for c in readers[n]))
+        return freed - kept
+
+    def emit(n: Node) -> None:
+        done.add(n)
+        out.append(n)
+
+    for n in order:
+        if n in done:
+            continue
+        emit(n)
+        work = [n]
+        while work:
+            m = work.pop()
+            for v in (*m.inputs, m):
+                for r in sorted((c for c in readers[v] if c not in done), key=rank.__getitem__):
+                    group = closure(r)
+                    if group and gain(group) > 0:
+                        for g in group:
+                            emit(g)
+                        work += group
+                        moved += len(group)
+    if moved:
+        # The schedule is the graph's insertion order whenever that order is topological.
+        graph._nodes = dict.fromkeys(out)
+    return moved
+
+
+SEGMENT_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # Segmentations the cost model weighs.
 
 
 def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list[Node]]
@@ -486,26 +565,42 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Grap
                          before.lower_bound, strict=strict, strategy="none")
     plan = before
     if before.arena_bytes > budget:
-        # (arena, extra FLOPs, name, graph, plan, stats) per plan weighed.
+        sched = graph.copy()
+        moved = _reschedule(sched)
+        sched_plan = plan_memory(sched) if moved else before
+        if sched_plan.arena_bytes <= before.arena_bytes:
+            graph, plan, report.rescheduled = sched, sched_plan, moved
+            report.arena_rescheduled = sched_plan.arena_bytes
+    if plan.arena_bytes > budget:
+        # (arena, extra FLOPs, name, graph, plan, stats) per plan weighed. Segmentations first (cheap);
+        # the greedy finishes one that misses only while it could still beat the best fit found.
         found: list[tuple[int, int, str, Graph, MemoryPlan, list[int]]] = []
-        g, p, stats = _greedy(graph.copy(), budget, before, {})
-        found.append((p.arena_bytes, stats[2], "greedy", g, p, stats))
+        segmented = []
         for k in SEGMENT_COUNTS:
             g = graph.copy()
             stats, copies = _segment(g, k)
-            if not stats[0]:
-                continue
-            p, name = plan_memory(g), f"segments({k})"
+            if stats[0]:
+                segmented.append((stats[2], k, g, plan_memory(g), stats, copies))
+        for extra, k, g, p, stats, copies in sorted(segmented, key=lambda c: (c[0], c[1])):
+            name = f"segments({k})"
             if p.arena_bytes > budget:
+                best_fit = min((f[1] for f in found if f[0] <= budget), default=None)
+                if best_fit is not None and extra >= best_fit:
+                    found.append((p.arena_bytes, extra, name, g, p, stats))
+                    continue
                 g, p, more = _greedy(g, budget, p, copies)
                 stats = [a + b for a, b in zip(stats, more)]
                 name += "+greedy" if more[0] else ""
             found.append((p.arena_bytes, stats[2], name, g, p, stats))
+        g, p, stats = _greedy(graph.copy(), budget, plan, {})
+        found.append((p.arena_bytes, stats[2], "greedy", g, p, stats))
         report.candidates = [(name, arena, extra, arena <= budget) for arena, extra, name, *_ in found]
         fits = [f for f in found if f[0] <= budget]
         arena, _, report.strategy, graph, plan, stats = (
             min(fits, key=lambda f: (f[1], f[0])) if fits else min(found, key=lambda f: (f[0], f[1])))
         report.values, report.recomputed, report.extra_flops = stats
+    elif report.rescheduled:
+        report.strategy = "schedule"
     report.arena_after, report.lower_bound_after = plan.arena_bytes, plan.lower_bound
     report.met = plan.arena_bytes <= budget
     if not report.met:
