@@ -13,12 +13,24 @@ an input still live then is read as is, any other is cloned too (a chain
 back to values that are kept, which is Chen's recomputed segment), or, when
 it cannot be recomputed, kept alive longer.
 
-The pass is greedy: find the step where the most bytes are live, score every
-value live across it by bytes freed there per unit of recompute cost (an
-elementwise kernel costs its memory traffic, a matmul its multiply-adds, so
-cheap elementwise values go first and matmuls last), apply the best
-non-overlapping choices until that step fits, re-plan, repeat. Recomputing
-runs the same kernels on the same inputs, so results are bit-identical.
+The pass first reschedules (`_reschedule`): pure work that frees memory,
+such as weight gradients the traced step leaves to the optimizer, runs as
+soon as its inputs are ready. Then, if the budget is still not met, it
+weighs plans by a cost model and keeps the one that fits with the fewest
+recomputed FLOPs (the smallest arena when none fits):
+
+- segments (`_segment`): Chen's checkpointing with k segments, for each k in
+  `SEGMENT_COUNTS`; the values the forward reads across a cut are kept, every
+  other value that lives across the peak is recomputed once per segment; the
+  greedy finishes a segmentation that misses the budget;
+- greedy (`_greedy`): find the step where the most bytes are live, score
+  every value live across it by bytes freed there per unit of recompute cost
+  (an elementwise kernel costs its memory traffic, a matmul its
+  multiply-adds), apply the best non-overlapping choices until that step
+  fits, re-plan, repeat.
+
+Reordering pure nodes and recomputing run the same kernels on the same
+inputs, so results are bit-identical.
 
 The budget comes from ``graph.meta["memory_budget"]`` (bytes, strict); the
 outcome goes to ``graph.meta["remat"]`` (a `RematReport`).
@@ -108,7 +120,8 @@ class RematReport:
     strict : bool
         Whether missing the budget raises instead of warning.
     strategy : str
-        The plan chosen: ``"greedy"``, ``"segments(k)"`` (Chen's checkpointing
+        The plan chosen: ``"none"`` (the graph already fits), ``"schedule"``
+        (reordering alone fits), ``"greedy"``, ``"segments(k)"`` (Chen's checkpointing
         with `k` segments) or ``"segments(k)+greedy"`` (segments, then the
         greedy to close the gap).
     candidates : list of (str, int, int, bool)
@@ -142,8 +155,8 @@ class RematReport:
                             for name, arena, extra, met in self.candidates)
         moved = (f"rescheduled {self.rescheduled} nodes to run earlier (arena "
                  f"{fmt_bytes(self.arena_rescheduled)} before recomputing); " if self.rescheduled else "")
-        return (f"{moved}strategy {self.strategy} (fewest recomputed FLOPs among the plans that fit"
-                f"{'; weighed ' + weighed if weighed else ''})\n"
+        why = f" (fewest recomputed FLOPs among the plans that fit; weighed {weighed})" if weighed else ""
+        return (f"{moved}strategy {self.strategy}{why}\n"
                 f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; planned arena "
                 f"{fmt_bytes(self.arena_before)} -> {fmt_bytes(self.arena_after)} "
                 f"({self.arena_before} B -> {self.arena_after} B), lower bound "
