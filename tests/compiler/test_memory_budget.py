@@ -83,6 +83,7 @@ def test_explain_reports_the_recomputation():
     e = loom.compiler.explain(g, memory_budget=before - 4096)
     text = str(e)
     assert "== rematerialisation ==" in text and "recomputing" in text and "extra FLOPs" in text
+    assert f"strategy {e.remat.strategy}" in text
     assert [p.name for p in e.passes][-2:] == ["remat", "memory"]
     assert e.remat.met and e.memory.arena_bytes <= before - 4096
     assert "rematerialisation" not in str(loom.compiler.explain(g))
@@ -161,6 +162,8 @@ def test_mlp_under_decreasing_budgets_is_bit_identical():
         _assert_same(losses, base_losses)
         _assert_same(params, base_params)
         assert "rematerialised" in fn.explain()
+        # The cost model's choice and the plans it weighed, greedy among them.
+        assert f"strategy {report.strategy} (fewest recomputed FLOPs" in fn.explain() and "greedy:" in fn.explain()
 
 
 def test_mlp_impossible_budget_warns_and_runs_the_best_plan():
