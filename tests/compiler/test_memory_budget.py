@@ -315,6 +315,8 @@ def test_reschedule_pulls_weight_gradients_forward_bit_identically(small_gpt, mo
     assert report.rescheduled > 0 and report.recomputed == 0
     assert report.arena_after == report.arena_rescheduled < report.arena_before
     assert "rescheduled" in str(report)
+    (entry,) = fn._cache.values()
+    entry.exe.graph.verify()  # The reordered graph keeps every invariant (acyclic, shapes, inputs).
     _assert_same(losses, base_losses)
     _assert_same(params, base_params)
 
