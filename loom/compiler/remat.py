@@ -13,12 +13,24 @@ an input still live then is read as is, any other is cloned too (a chain
 back to values that are kept, which is Chen's recomputed segment), or, when
 it cannot be recomputed, kept alive longer.
 
-The pass is greedy: find the step where the most bytes are live, score every
-value live across it by bytes freed there per unit of recompute cost (an
-elementwise kernel costs its memory traffic, a matmul its multiply-adds, so
-cheap elementwise values go first and matmuls last), apply the best
-non-overlapping choices until that step fits, re-plan, repeat. Recomputing
-runs the same kernels on the same inputs, so results are bit-identical.
+The pass first reschedules (`_reschedule`): pure work that frees memory,
+such as weight gradients the traced step leaves to the optimizer, runs as
+soon as its inputs are ready. Then, if the budget is still not met, it
+weighs plans by a cost model and keeps the one that fits with the fewest
+recomputed FLOPs (the smallest arena when none fits):
+
+- segments (`_segment`): Chen's checkpointing with k segments, for each k in
+  `SEGMENT_COUNTS`; the values the forward reads across a cut are kept, every
+  other value that lives across the peak is recomputed once per segment; the
+  greedy finishes a segmentation that misses the budget;
+- greedy (`_greedy`): find the step where the most bytes are live, score
+  every value live across it by bytes freed there per unit of recompute cost
+  (an elementwise kernel costs its memory traffic, a matmul its
+  multiply-adds), apply the best non-overlapping choices until that step
+  fits, re-plan, repeat.
+
+Reordering pure nodes and recomputing run the same kernels on the same
+inputs, so results are bit-identical.
 
 The budget comes from ``graph.meta["memory_budget"]`` (bytes, strict); the
 outcome goes to ``graph.meta["remat"]`` (a `RematReport`).
@@ -31,9 +43,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from loom.compiler.constants import nbytes
 from loom.compiler.memory import MemoryPlan, live_slots, plan_memory
 from loom.errors import LoomValueError, LoomWarning, MemoryBudgetError
-from loom.ir.graph import Graph
+from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
 
@@ -106,6 +119,19 @@ class RematReport:
         Whether ``arena_after <= budget``.
     strict : bool
         Whether missing the budget raises instead of warning.
+    strategy : str
+        The plan chosen: ``"none"`` (the graph already fits), ``"schedule"``
+        (reordering alone fits), ``"greedy"``, ``"segments(k)"`` (Chen's checkpointing
+        with `k` segments) or ``"segments(k)+greedy"`` (segments, then the
+        greedy to close the gap).
+    candidates : list of (str, int, int, bool)
+        Every plan the cost model weighed: strategy, arena bytes, extra FLOPs,
+        whether it meets the budget.
+    rescheduled : int
+        Nodes the rescheduling moved earlier (pure work that frees memory,
+        such as weight gradients, run as soon as its inputs are ready).
+    arena_rescheduled : int
+        The planned arena after rescheduling, before any recomputation.
     """
 
     budget: int
@@ -118,10 +144,20 @@ class RematReport:
     extra_flops: int = 0
     met: bool = True
     strict: bool = False
+    strategy: str = "greedy"
+    candidates: list[tuple[str, int, int, bool]] = field(default_factory=list)
+    rescheduled: int = 0
+    arena_rescheduled: int = 0
 
     def __str__(self) -> str:
         state = "met" if self.met else "NOT met (best plan found is used)"
-        return (f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; planned arena "
+        weighed = "; ".join(f"{name}: {fmt_bytes(arena)}, {extra / 1e9:.2f} GFLOP{'' if met else ', over'}"
+                            for name, arena, extra, met in self.candidates)
+        moved = (f"rescheduled {self.rescheduled} nodes to run earlier (arena "
+                 f"{fmt_bytes(self.arena_rescheduled)} before recomputing); " if self.rescheduled else "")
+        why = f" (fewest recomputed FLOPs among the plans that fit; weighed {weighed})" if weighed else ""
+        return (f"{moved}strategy {self.strategy}{why}\n"
+                f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; planned arena "
                 f"{fmt_bytes(self.arena_before)} -> {fmt_bytes(self.arena_after)} "
                 f"({self.arena_before} B -> {self.arena_after} B), lower bound "
                 f"{self.lower_bound_before} B -> {self.lower_bound_after} B; rematerialised {self.values} "
@@ -293,11 +329,233 @@ def _prune_dead(graph: Graph) -> None:
                  and not graph.consumers(i)]
 
 
+PULL_LIMIT = 8  # Most nodes pulled forward together by the rescheduling.
+
+
+def _reschedule(graph: Graph) -> int:
+    """Reorder `graph`'s schedule so pure work that frees memory runs as soon as it can; returns nodes moved.
+
+    The traced backward leaves work such as weight gradients (`x^T @ dy`) to
+    the optimizer, so the activation `x` and the gradient `dy` of every layer
+    stay live across the whole backward. After each node this pulls forward
+    any pure reader of its inputs or result (with at most `PULL_LIMIT`
+    unscheduled pure ancestors) whose running now frees more bytes than it
+    leaves live. Only pure nodes move and every node still follows its
+    inputs, so each kernel reads the same values: results are unchanged.
+    """
+    order = graph.topological_order()
+    rank = {n: k for k, n in enumerate(order)}
+    outputs = set(graph.outputs)
+    readers = {n: graph.consumers(n) for n in order}
+    size = {n: 0 if n.op == "input" or n.op in CONSTANT_OPS or n in outputs else nbytes(n) for n in order}
+    done: set[Node] = set()
+    out: list[Node] = []
+    moved = 0
+
+    def closure(r: Node) -> list[Node] | None:
+        """`r` and its unscheduled ancestors, inputs first, if all are pure and few enough."""
+        found: dict[Node, None] = {}
+        stack = [r]
+        while stack:
+            n = stack.pop()
+            if n in found or n in done:
+                continue
+            if not recomputable(n) or len(found) >= PULL_LIMIT:
+                return None
+            found[n] = None
+            stack += n.inputs
+        return sorted(found, key=rank.__getitem__)
+
+    def gain(group: list[Node]) -> int:
+        inside = set(group)
+        freed = sum(size[v] for v in {i for n in group for i in n.inputs if i not in inside}
+                    if all(c in done or c in inside for c in readers[v]))
+        kept = sum(size[n] for n in group if any(c not in inside for c in readers[n]))
+        return freed - kept
+
+    def emit(n: Node) -> None:
+        done.add(n)
+        out.append(n)
+
+    for n in order:
+        if n in done:
+            continue
+        emit(n)
+        work = [n]
+        while work:
+            m = work.pop()
+            for v in (*m.inputs, m):
+                for r in sorted((c for c in readers[v] if c not in done), key=rank.__getitem__):
+                    group = closure(r)
+                    if group and gain(group) > 0:
+                        for g in group:
+                            emit(g)
+                        work += group
+                        moved += len(group)
+    if moved:
+        # The schedule is the graph's insertion order whenever that order is topological.
+        graph._nodes = dict.fromkeys(out)
+    return moved
+
+
+SEGMENT_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # Segmentations the cost model weighs.
+
+
+def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list[Node]]
+            ) -> tuple[Graph, MemoryPlan, list[int]]:
+    """The greedy rounds (see the module docstring) from `plan`; returns the best state and its
+    [values, recomputed nodes, extra FLOPs]."""
+    stats = [0, 0, 0]
+    best: tuple[int, Graph | None, list[int]] = (plan.arena_bytes, None, [0, 0, 0])
+    target = budget  # For the live bytes; lowered when placement needs room above them.
+    stale = 0
+    futile: set[Node] = set()  # Clones that did not lower the peak they were made for.
+    for _ in range(MAX_ROUNDS):
+        if plan.arena_bytes <= budget:
+            break
+        state = _State(graph)
+        peak = int(np.argmax(state.profile))
+        if state.profile[peak] <= target:
+            target -= max(plan.arena_bytes - budget, budget // 64, 64)
+            if target <= 0:
+                break
+            continue
+        if plan.arena_bytes < best[0] or best[1] is None:
+            # The best state so far: keep a copy to fall back to if later rounds only make it worse.
+            best = (plan.arena_bytes, graph.copy(), list(stats))
+        need = int(state.profile[peak]) - target
+        touched: set[Node] = set()
+        applied = 0
+        made: list[Node] = []
+        for choice in _choices(graph, state, peak, copies, futile):
+            if need <= 0:
+                break
+            foot = choice.footprint
+            if foot & touched:
+                continue
+            touched |= foot
+            made += _apply(graph, state, choice, copies)
+            stats[0] += 1
+            stats[1] += len(choice.clones)
+            stats[2] += sum(flops(n) for n in choice.clones)
+            need -= choice.saved
+            applied += 1
+        if not applied:
+            break
+        _prune_dead(graph)
+        lower = plan.lower_bound
+        plan = plan_memory(graph)
+        if plan.lower_bound >= lower:
+            # The clones landed no later than the peak (their reader's other inputs come first):
+            # moving them again would do the same.
+            futile.update(made)
+        stale = stale + 1 if plan.arena_bytes >= best[0] else 0
+        if stale >= MAX_STALE:
+            break
+    if best[1] is not None and (plan.arena_bytes, stats[0]) > (best[0], best[2][0]):
+        return best[1], plan_memory(best[1]), best[2]
+    return graph, plan, stats
+
+
+def _boundaries(live: MemoryPlan, crossing: list[Node], fwd_last: dict[Node, int], peak: int,
+                k: int) -> list[int]:
+    """`k - 1` schedule positions cutting the forward (steps before `peak`) into `k` segments.
+
+    Each segment should hold about the same bytes of crossing values (those it
+    will recompute); around each ideal cut the position where the fewest bytes
+    must be kept to restart the forward there (Chen's checkpoint) wins.
+    """
+    if peak < 2:
+        return []
+    cut = [0] * (peak + 2)      # Bytes computed before b and read by the forward at b or later.
+    for n, last in fwd_last.items():
+        cut[live.pos[n] + 1] += live.sizes[n]
+        cut[last + 1] -= live.sizes[n]
+    cut = list(np.cumsum(cut))
+    weight = [0] * (peak + 1)   # Crossing bytes computed before b.
+    for n in crossing:
+        weight[live.pos[n] + 1] += live.sizes[n]
+    weight = list(np.cumsum(weight))
+    total = weight[peak]
+    if total <= 0:
+        return []
+    cuts: list[int] = []
+    for j in range(1, k):
+        lo = int(np.searchsorted(weight, total * (j - 0.5) / k))
+        mid = int(np.searchsorted(weight, total * j / k))
+        hi = int(np.searchsorted(weight, total * (j + 0.5) / k))
+        lo = max(lo, (cuts[-1] + 1) if cuts else 1)
+        hi = min(hi, peak - 1)
+        if lo > hi:
+            continue
+        cuts.append(min(range(lo, hi + 1), key=lambda b: (cut[b], abs(b - mid))))
+    return cuts
+
+
+def _segment(graph: Graph, k: int) -> tuple[list[int], dict[Node, list[Node]]]:
+    """Chen et al.'s checkpointing with `k` segments, applied to `graph` in place.
+
+    The forward (the schedule before the live-bytes peak) is cut into `k`
+    segments (`_boundaries`); values the forward reads across a cut are kept
+    (the checkpoints), and every other value of segments 1..k-1 that lives
+    across the peak is recomputed once, from the checkpoints, for its readers
+    after the peak. The last segment is kept: its backward starts at once.
+    Returns [values, recomputed nodes, extra FLOPs] and original -> clones.
+    """
+    state = _State(graph)
+    live, pos = state.live, state.pos
+    peak = int(np.argmax(state.profile))
+    fwd_last: dict[Node, int] = {}
+    for n in live.sizes:
+        if pos[n] < peak:
+            fwd_last[n] = max([r for r in state.readers[n] if r < peak], default=pos[n])
+    crossing = [n for n in state.alone if recomputable(n) and live.spans[n][0] < peak < live.spans[n][1]
+                and peak not in state.readers[n]]
+    cuts = _boundaries(live, crossing, fwd_last, peak, k)
+    kept = {n for n in fwd_last for b in cuts if pos[n] < b <= fwd_last[n]}  # The checkpoints.
+    crossing_set = set(crossing)
+    stats = [0, 0, 0]
+    copies: dict[Node, list[Node]] = {}
+    for lo, hi in zip([0, *cuts], cuts):
+        targets = [n for n in crossing if lo <= pos[n] < hi and n not in kept]
+        if not targets:
+            continue
+        # The segment's part that computes the targets, back to checkpoints and values kept anyway.
+        need: set[Node] = set()
+        stack = list(targets)
+        while stack:
+            n = stack.pop()
+            if n in need:
+                continue
+            need.add(n)
+            for i in n.inputs:
+                if (i in live.sizes and lo <= pos[i] < hi and recomputable(i) and i not in kept
+                        and (i in crossing_set or live.spans[live.slot_of[i]][1] < peak or i not in state.alone)):
+                    stack.append(i)
+        mapping: dict[Node, Node] = {}
+        for n in sorted(need, key=pos.__getitem__):
+            mapping[n] = graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs))
+            copies[n] = [mapping[n]]
+        for n in need:
+            for reader in graph.consumers(n):
+                if reader in pos and pos[reader] > peak:
+                    for j, i in enumerate(reader.inputs):
+                        if i is n:
+                            graph.set_input(reader, j, mapping[n])
+        stats[0] += len(targets)
+        stats[1] += len(need)
+        stats[2] += sum(flops(n) for n in need)
+    _prune_dead(graph)
+    return stats, copies
+
+
 def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Graph, RematReport]:
     """`graph` edited so its planned arena fits `budget` bytes, and what was done; see the module docstring.
 
-    Edits `graph` in place and returns it, or returns a copy of the best
-    intermediate state when later rounds only made things worse.
+    Weighs the greedy against Chen's segmentation (`SEGMENT_COUNTS` segments,
+    each finished by the greedy when it alone does not fit) and keeps the plan
+    that fits with the fewest recomputed FLOPs, or the smallest arena when none
+    fits. Returns the chosen graph (`graph` itself is left as it was or edited).
 
     Misses the budget with a `LoomWarning` (or `MemoryBudgetError` when
     `strict`) naming the budget and the smallest arena reached.
@@ -317,58 +575,45 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Grap
     """
     before = plan_memory(graph)
     report = RematReport(budget, before.arena_bytes, before.arena_bytes, before.lower_bound,
-                         before.lower_bound, strict=strict)
-    plan: MemoryPlan = before
-    best: tuple[int, Graph | None, tuple[int, int, int]] = (before.arena_bytes, None, (0, 0, 0))
-    target = budget  # For the live bytes; lowered when placement needs room above them.
-    stale = 0
-    copies: dict[Node, list[Node]] = {}  # Original -> the clones made of it so far.
-    futile: set[Node] = set()  # Clones that did not lower the peak they were made for.
-    for _ in range(MAX_ROUNDS):
-        if plan.arena_bytes <= budget:
-            break
-        state = _State(graph)
-        peak = int(np.argmax(state.profile))
-        if state.profile[peak] <= target:
-            target -= max(plan.arena_bytes - budget, budget // 64, 64)
-            if target <= 0:
-                break
-            continue
-        if plan.arena_bytes < best[0] or best[1] is None:
-            # The best state so far: keep a copy to fall back to if later rounds only make it worse.
-            best = (plan.arena_bytes, graph.copy(), (report.values, report.recomputed, report.extra_flops))
-        need = int(state.profile[peak]) - target
-        touched: set[Node] = set()
-        applied = 0
-        made: list[Node] = []
-        for choice in _choices(graph, state, peak, copies, futile):
-            if need <= 0:
-                break
-            foot = choice.footprint
-            if foot & touched:
-                continue
-            touched |= foot
-            made += _apply(graph, state, choice, copies)
-            report.recomputed += len(choice.clones)
-            report.extra_flops += sum(flops(n) for n in choice.clones)
-            report.values += 1
-            need -= choice.saved
-            applied += 1
-        if not applied:
-            break
-        _prune_dead(graph)
-        lower = plan.lower_bound
-        plan = plan_memory(graph)
-        if plan.lower_bound >= lower:
-            # The clones landed no later than the peak (their reader's other inputs come first):
-            # moving them again would do the same.
-            futile.update(made)
-        stale = stale + 1 if plan.arena_bytes >= best[0] else 0
-        if stale >= MAX_STALE:
-            break
-    if best[1] is not None and (plan.arena_bytes, report.values) > (best[0], best[2][0]):
-        graph, plan = best[1], plan_memory(best[1])
-        report.values, report.recomputed, report.extra_flops = best[2]
+                         before.lower_bound, strict=strict, strategy="none")
+    plan = before
+    if before.arena_bytes > budget:
+        sched = graph.copy()
+        moved = _reschedule(sched)
+        sched_plan = plan_memory(sched) if moved else before
+        if sched_plan.arena_bytes <= before.arena_bytes:
+            graph, plan, report.rescheduled = sched, sched_plan, moved
+            report.arena_rescheduled = sched_plan.arena_bytes
+    if plan.arena_bytes > budget:
+        # (arena, extra FLOPs, name, graph, plan, stats) per plan weighed. Segmentations first (cheap);
+        # the greedy finishes one that misses only while it could still beat the best fit found.
+        found: list[tuple[int, int, str, Graph, MemoryPlan, list[int]]] = []
+        segmented = []
+        for k in SEGMENT_COUNTS:
+            g = graph.copy()
+            stats, copies = _segment(g, k)
+            if stats[0]:
+                segmented.append((stats[2], k, g, plan_memory(g), stats, copies))
+        for extra, k, g, p, stats, copies in sorted(segmented, key=lambda c: (c[0], c[1])):
+            name = f"segments({k})"
+            if p.arena_bytes > budget:
+                best_fit = min((f[1] for f in found if f[0] <= budget), default=None)
+                if best_fit is not None and extra >= best_fit:
+                    found.append((p.arena_bytes, extra, name, g, p, stats))
+                    continue
+                g, p, more = _greedy(g, budget, p, copies)
+                stats = [a + b for a, b in zip(stats, more)]
+                name += "+greedy" if more[0] else ""
+            found.append((p.arena_bytes, stats[2], name, g, p, stats))
+        g, p, stats = _greedy(graph.copy(), budget, plan, {})
+        found.append((p.arena_bytes, stats[2], "greedy", g, p, stats))
+        report.candidates = [(name, arena, extra, arena <= budget) for arena, extra, name, *_ in found]
+        fits = [f for f in found if f[0] <= budget]
+        arena, _, report.strategy, graph, plan, stats = (
+            min(fits, key=lambda f: (f[1], f[0])) if fits else min(found, key=lambda f: (f[0], f[1])))
+        report.values, report.recomputed, report.extra_flops = stats
+    elif report.rescheduled:
+        report.strategy = "schedule"
     report.arena_after, report.lower_bound_after = plan.arena_bytes, plan.lower_bound
     report.met = plan.arena_bytes <= budget
     if not report.met:

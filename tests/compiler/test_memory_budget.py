@@ -83,6 +83,7 @@ def test_explain_reports_the_recomputation():
     e = loom.compiler.explain(g, memory_budget=before - 4096)
     text = str(e)
     assert "== rematerialisation ==" in text and "recomputing" in text and "extra FLOPs" in text
+    assert f"strategy {e.remat.strategy}" in text
     assert [p.name for p in e.passes][-2:] == ["remat", "memory"]
     assert e.remat.met and e.memory.arena_bytes <= before - 4096
     assert "rematerialisation" not in str(loom.compiler.explain(g))
@@ -161,6 +162,8 @@ def test_mlp_under_decreasing_budgets_is_bit_identical():
         _assert_same(losses, base_losses)
         _assert_same(params, base_params)
         assert "rematerialised" in fn.explain()
+        # The cost model's choice and the plans it weighed, greedy among them.
+        assert f"strategy {report.strategy} (fewest recomputed FLOPs" in fn.explain() and "greedy:" in fn.explain()
 
 
 def test_mlp_impossible_budget_warns_and_runs_the_best_plan():
@@ -258,3 +261,111 @@ def test_set_memory_budget_parses_and_rejects():
         loom.set_memory_budget(None)
     with pytest.raises(loom.LoomValueError, match="loom.set_memory_budget: cannot read memory_budget"):
         loom.set_memory_budget("2 megs")
+
+
+# ---------------------------------------------------------------- strategies: schedule, segments, greedy
+
+def test_report_names_the_strategy_chosen_by_fewest_flops(small_gpt):
+    build, data = small_gpt
+    _, _, base_fn = _run(build, data, 2)
+    budget = int(_arena(base_fn) * 0.35)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", loom.LoomWarning)
+        _, _, fn = _run(build, data, 2, budget)
+    (report,) = fn.memory_reports
+    names = [c[0] for c in report.candidates]
+    assert "greedy" in names and any(n.startswith("segments(") for n in names)
+    assert report.strategy in names
+    fits = [c for c in report.candidates if c[3]]
+    if fits:  # The cost model keeps the fitting plan with the fewest recomputed FLOPs.
+        assert report.met and report.extra_flops == min(c[2] for c in fits)
+    assert f"strategy {report.strategy}" in str(report) and f"strategy {report.strategy}" in fn.explain()
+
+
+def test_segmentation_alone_is_bit_identical(small_gpt, monkeypatch):
+    """With the greedy switched off, the plan is Chen's segmentation; losses and parameters stay the same bits."""
+    from loom.compiler import remat
+
+    monkeypatch.setattr(remat, "_greedy", lambda graph, budget, plan, copies: (graph, plan, [0, 0, 0]))
+    build, data = small_gpt
+    base_losses, base_params, base_fn = _run(build, data, 3)
+    budget = int(_arena(base_fn) * 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", loom.LoomWarning)
+        losses, params, fn = _run(build, data, 3, budget)
+    (report,) = fn.memory_reports
+    assert report.strategy.startswith("segments(") and "+greedy" not in report.strategy
+    assert report.recomputed > 0 and report.arena_after < report.arena_before
+    _assert_same(losses, base_losses)
+    _assert_same(params, base_params)
+
+
+def test_reschedule_pulls_weight_gradients_forward_bit_identically(small_gpt, monkeypatch):
+    """Rescheduling alone (no recomputation) lowers the arena of a training step and changes no bit."""
+    from loom.compiler import remat
+
+    monkeypatch.setattr(remat, "SEGMENT_COUNTS", ())
+    monkeypatch.setattr(remat, "_greedy", lambda graph, budget, plan, copies: (graph, plan, [0, 0, 0]))
+    build, data = small_gpt
+    base_losses, base_params, base_fn = _run(build, data, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", loom.LoomWarning)
+        losses, params, fn = _run(build, data, 3, 1024)
+    (report,) = fn.memory_reports
+    assert report.rescheduled > 0 and report.recomputed == 0
+    assert report.arena_after == report.arena_rescheduled < report.arena_before
+    assert "rescheduled" in str(report)
+    (entry,) = fn._cache.values()
+    entry.exe.graph.verify()  # The reordered graph keeps every invariant (acyclic, shapes, inputs).
+    _assert_same(losses, base_losses)
+    _assert_same(params, base_params)
+
+
+def test_segment_keeps_checkpoints_and_recomputes_the_rest():
+    """A deep chain read back in reverse (a forward and its backward): k segments recompute the interior."""
+    g = loom.ir.Graph()
+    x = g.add_input((4096,), "float32")
+    fwd = [x]
+    for _ in range(12):
+        fwd.append(g.add_node("exp", [g.add_node("sin", [fwd[-1]])]))
+    acc = fwd[-1]
+    for v in reversed(fwd[1:-1]):
+        acc = g.add_node("mul", [g.add_node("cos", [acc]), v])
+    g.outputs = [acc]
+    xv = np.linspace(-1, 1, 4096, dtype=np.float32)
+    want = loom.compiler.compile(g)(xv)[0]
+    before = loom.compiler.plan_memory(g).arena_bytes
+    from loom.compiler import remat
+
+    h = g.copy()
+    stats, _ = remat._segment(h, 3)
+    assert stats[0] > 0 and stats[1] > stats[0] and stats[2] > 0
+    assert loom.compiler.plan_memory(h).arena_bytes < before
+    assert loom.compiler.compile(h)(xv)[0].tobytes() == want.tobytes()
+    h, report = rematerialize(g.copy(), before // 2)
+    assert report.met and report.strategy in [c[0] for c in report.candidates]
+    assert loom.compiler.compile(h)(xv)[0].tobytes() == want.tobytes()
+
+
+def test_random_graphs_under_a_budget_give_the_same_bits():
+    """Random graphs over the whole primitive set (tests/compiler/fuzz_graphs.py), compiled with and without
+    a budget of a third of their arena: rescheduling and recomputation change no output bit."""
+    from .fuzz_graphs import make_graph
+
+    changed = 0
+    for s in range(48):
+        g, arrays, _ = make_graph(s % 24, 1000 + s)
+        want = loom.compiler.compile(g.copy())(*[np.array(a) for a in arrays])
+        e = loom.compiler.explain(g.copy())
+        h = g.copy()
+        h.meta["memory_budget"] = (max(64, (e.memory.arena_bytes if e.memory else 0) // 3), False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", loom.LoomWarning)  # Budgets a graph cannot meet only warn.
+            exe = loom.compiler.compile(h)
+        got = exe(*[np.array(a) for a in arrays])
+        report = exe.graph.meta.get("remat")
+        changed += bool(report is not None and (report.recomputed or report.rescheduled))
+        for a, b in zip(want, got):
+            a, b = np.asarray(a), np.asarray(b)
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (s, str(report))
+    assert changed >= 5  # The budget did make the pass edit graphs.
