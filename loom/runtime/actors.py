@@ -17,8 +17,16 @@ travels as a last message down every edge, so each actor stops by itself
 after its inputs are drained; a failure stops every actor of the plan and
 `Plan.run` raises it, naming the task.
 
+Fault tolerance: a task marked ``retries=n`` (data reads) runs again after
+an error, up to n times, waiting ``backoff * 2**attempt`` seconds between
+tries and recording ``retrying`` in its actor's record. A task that fails for
+good raises `ActorError` naming the actor, the task's subgraph and, when the
+task runs a graph, the node that failed; every other actor stops by itself
+(no thread is left behind).
+
 The state tracker: each actor records its own transitions (waiting, ready,
-running, done, failed) with timestamps and register occupancy; `status()`
+running, done, failed, retrying) with timestamps and register occupancy (off
+with ``Plan(track=False)``: only the current state is kept); `status()`
 answers what every live actor is doing and waiting on, and with a
 `loom.profiler.profile` active every firing is an event on the actor's own
 thread (one row per actor in the Chrome trace).
@@ -36,6 +44,7 @@ Examples
 """
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 import time
@@ -49,24 +58,50 @@ __all__ = ["Plan", "Task", "Actor", "status", "status_text", "pipeline", "ActorE
 
 _END = object()          # The end of a stream, sent down every edge once.
 _LIVE: "weakref.WeakSet[Actor]" = weakref.WeakSet()   # For status queries only; never used to schedule.
-STATES = ("waiting", "ready", "running", "done", "failed")
+STATES = ("waiting", "ready", "running", "done", "failed", "retrying")
 
 
 class ActorError(LoomError):
-    """A task of a plan failed; the message names the plan, the task and the original error."""
+    """A task of a plan failed; the message names the plan, the actor, its subgraph, the node and the error.
+
+    Attributes
+    ----------
+    actor : str or None
+        The failing actor's name (``plan/task``).
+    task : str or None
+        The failing task's name.
+    subgraph : str or None
+        What the task runs (a graph task: its nodes' ops), if it said.
+    node : str or None
+        The node that failed (op, input and output shapes), for graph tasks.
+    """
+
+    actor: str | None = None
+    task: str | None = None
+    subgraph: str | None = None
+    node: str | None = None
+
+
+class _Stopped(Exception):
+    """Raised inside an actor told to stop because another task failed or the caller cancelled."""
 
 
 class Task:
     """One node of a `Plan`: a function of its inputs' values (or a source iterable), and its output edge."""
 
     def __init__(self, plan: "Plan", name: str, fn: Callable | None, inputs: list["Task"], registers: int,
-                 source: Iterable | None = None):
+                 source: Iterable | None = None, retries: int = 0, backoff: float = 0.05,
+                 subgraph: str | None = None, diagnose: Callable | None = None):
         self.plan = plan
         self.name = name
         self.fn = fn
         self.inputs = inputs
         self.registers = registers
         self.source = source
+        self.retries = retries
+        self.backoff = backoff
+        self.subgraph = subgraph      # In words: what this task runs (for errors and status).
+        self.diagnose = diagnose      # (error, input values) -> the failing node in words, or None.
         self.consumers: list[Task] = []
 
     def __repr__(self) -> str:
@@ -80,11 +115,18 @@ class Plan:
     ----------
     name : str
         Names the plan in errors, `status()` and traces.
+    track : bool
+        Keep each actor's list of timestamped state transitions (``Plan.trace``
+        after a run). Off, actors keep only their current state (for
+        `status()`), which costs nothing measurable.
     """
 
-    def __init__(self, name: str = "plan"):
+    def __init__(self, name: str = "plan", track: bool = True):
         self.name = name
+        self.track = track
         self.tasks: list[Task] = []
+        self.trace: dict[str, list] = {}
+        self._running: dict[str, Actor] = {}
 
     def _add(self, task: Task) -> Task:
         if any(t.name == task.name for t in self.tasks):
@@ -92,6 +134,9 @@ class Plan:
         if task.registers < 1:
             raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r} needs at least one output "
                             f"register, got {task.registers}")
+        if not isinstance(task.retries, int) or task.retries < 0 or task.backoff < 0:
+            raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r}: retries must be an int >= 0 "
+                            f"and backoff >= 0 seconds, got retries={task.retries!r}, backoff={task.backoff!r}")
         for i in task.inputs:
             if not isinstance(i, Task) or i.plan is not self:
                 raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r}: inputs must be tasks of "
@@ -100,88 +145,182 @@ class Plan:
         self.tasks.append(task)
         return task
 
-    def source(self, name: str, iterable: Iterable, registers: int = 2) -> Task:
-        """A task with no inputs that emits the items of `iterable`, one per firing."""
-        return self._add(Task(self, name, None, [], registers, source=iterable))
+    def source(self, name: str, iterable: Iterable, registers: int = 2, retries: int = 0,
+               backoff: float = 0.05) -> Task:
+        """A task with no inputs that emits the items of `iterable`, one per firing.
 
-    def task(self, name: str, fn: Callable, inputs: list[Task], registers: int = 1) -> Task:
+        With ``retries=n`` a read that raises is tried again up to n times,
+        ``backoff * 2**k`` seconds after the k-th failure. A Python generator
+        cannot continue after it raised, so retries need an iterator whose
+        ``__next__`` may be called again (a reader object).
+
+        Examples
+        --------
+        >>> class Flaky:
+        ...     def __init__(self): self.i, self.failed = 0, False
+        ...     def __iter__(self): return self
+        ...     def __next__(self):
+        ...         if self.i == 2 and not self.failed:
+        ...             self.failed = True
+        ...             raise OSError("network hiccup")
+        ...         if self.i == 4:
+        ...             raise StopIteration
+        ...         self.i += 1
+        ...         return self.i
+        >>> plan = Plan("reads")
+        >>> plan.task("sink", lambda x: x, [plan.source("read", Flaky(), retries=3, backoff=0.001)])
+        <Task sink>
+        >>> plan.run(timeout=10)
+        [1, 2, 3, 4]
+        """
+        if retries and inspect.isgenerator(iterable):
+            raise LoomError(f"loom.runtime.Plan {self.name}: source {name!r}: a generator cannot be retried "
+                            "after it raised; give an iterator object whose __next__ may be called again, or "
+                            "read in a task (Plan.task(..., retries=n)) fed with what to read")
+        return self._add(Task(self, name, None, [], registers, source=iterable, retries=retries,
+                              backoff=backoff))
+
+    def task(self, name: str, fn: Callable, inputs: list[Task], registers: int = 1, retries: int = 0,
+             backoff: float = 0.05, subgraph: str | None = None, diagnose: Callable | None = None) -> Task:
         """A task computing ``fn(*input_values)`` each time every input has a value.
 
         `registers` is the number of output values that may be in flight at
         once (waiting for or being used by consumers); 2 or more lets this
-        task run ahead of its consumers by that many iterations.
+        task run ahead of its consumers by that many iterations. With
+        ``retries=n`` a call that raises is repeated on the same inputs up to
+        n times with exponential backoff. `subgraph` says in words what the
+        task runs and `diagnose(error, inputs)` names the failing node; both
+        go into the error when the task fails (graph tasks from
+        `loom.runtime.partition` set them).
         """
         if not inputs:
             raise LoomError(f"loom.runtime.Plan {self.name}: task {name!r} has no inputs; use Plan.source")
-        return self._add(Task(self, name, fn, list(inputs), registers))
+        return self._add(Task(self, name, fn, list(inputs), registers, retries=retries, backoff=backoff,
+                              subgraph=subgraph, diagnose=diagnose))
+
+    def cancel(self) -> None:
+        """Stop every actor of the running plan (each stops at its next message); the run raises."""
+        for a in list(self._running.values()):
+            a.stop.set()
+            a.inbox.put(("stop", None, None, None))
 
     def stream(self, timeout: float | None = None):
         """Run the plan and yield the single sink task's outputs as they are produced.
 
         The plan runs in the background while the caller consumes; its
-        failure is raised from the generator. With ``registers >= 2`` on the
-        tasks, loading the next items overlaps the caller's work.
+        failure is raised from the generator. The caller counts as the sink's
+        consumer: the sink holds one of its registers per value handed out
+        and not yet followed by the next request, so with ``registers >= 2``
+        loading the next items overlaps the caller's work and no task runs
+        further ahead than its registers allow. Closing the generator early
+        stops every actor.
         """
         sinks = [t for t in self.tasks if not t.consumers]
         if len(sinks) != 1:
             raise LoomError(f"loom.runtime.Plan {self.name}: stream needs exactly one sink task, "
                             f"has {[t.name for t in sinks]}")
-        out: queue.SimpleQueue = queue.SimpleQueue()
-        done = object()
+        caller = _Caller()
         box: list = []
+        started = threading.Event()
 
         def runner():
             try:
-                self.run(timeout, _sink=out)
+                self.run(timeout, _caller=caller, _started=started)
             except BaseException as e:
                 box.append(e)
-            out.put(done)
+            caller.inbox.put(("end", None, None, None))
         th = threading.Thread(target=runner, name=f"{self.name}/driver", daemon=True)
         th.start()
-        while True:
-            item = out.get()
-            if item is done:
-                break
-            yield item
-        th.join()
+        started.wait()
+        sink_actor = self._running.get(sinks[0].name)
+        held = None
+        try:
+            while True:
+                if held is not None and sink_actor is not None:
+                    sink_actor.inbox.put(("ack", None, held, None))
+                    held = None
+                kind, _, reg, value = caller.inbox.get()
+                if kind != "data" or value is _END:
+                    break
+                held = reg
+                yield value
+        finally:
+            if th.is_alive() and not box:
+                self.cancel()
+            th.join()
         if box:
             raise box[0]
 
-    def run(self, timeout: float | None = None, _sink: Any = None) -> list:
+    def run(self, timeout: float | None = None, _caller: Any = None, _started: Any = None) -> list:
         """Start one actor per task, wait until the stream ends, return the sink tasks' outputs.
 
         With one sink the result is the list of its outputs in order; with
         several, a dict of name -> list. Raises `ActorError` if a task fails
-        (after every actor has stopped) or `timeout` seconds pass.
+        (after every actor has stopped) or `timeout` seconds pass (after
+        telling every actor to stop).
         """
         if not self.tasks:
+            if _started is not None:
+                _started.set()
             return []
         sinks = [t for t in self.tasks if not t.consumers]
         results: dict[str, Any] = {t.name: [] for t in sinks}
-        if _sink is not None:
-            results[sinks[0].name] = _QueueSink(_sink)
+        if _caller is not None:
+            results[sinks[0].name] = None
         failure: list = []
         stop = threading.Event()
         actors = {t.name: Actor(t, results.get(t.name), failure, stop) for t in self.tasks}
         for a in actors.values():
             a.wire(actors)
+        if _caller is not None:
+            actors[sinks[0].name].consumers.append((_caller, 0))
+        self._running = actors
         for a in actors.values():
             a.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for a in actors.values():
-            a.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if a.is_alive():
-                stop.set()
-                for b in actors.values():
-                    b.inbox.put(("stop", None, None, None))
-                raise ActorError(f"loom.runtime: plan {self.name} did not finish within {timeout} s; "
-                                 f"{status_text([b for b in actors.values() if b.is_alive()])}")
-        if failure:
-            task, err = failure[0]
-            raise ActorError(f"loom.runtime: plan {self.name}: task {task!r} failed: {type(err).__name__}: "
-                             f"{err}") from err
+        if _started is not None:
+            _started.set()
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for a in actors.values():
+                a.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if a.is_alive():
+                    text = status_text([b for b in actors.values() if b.is_alive()])
+                    self.cancel()
+                    for b in actors.values():
+                        b.join(1.0)
+                    raise ActorError(f"loom.runtime: plan {self.name} did not finish within {timeout} s; {text}")
+        finally:
+            self._running = {}
         self.trace = {name: a.transitions for name, a in actors.items()}
+        if failure:
+            raise _failure_error(self.name, *failure[0])
+        if any(a.cancelled for a in actors.values()):
+            raise ActorError(f"loom.runtime: plan {self.name} was cancelled")
         return results[sinks[0].name] if len(sinks) == 1 else results
+
+
+def _failure_error(plan: str, actor: "Actor", err: BaseException, where: str | None) -> ActorError:
+    """The error a failed plan raises: which actor, which subgraph, which node, what went wrong."""
+    task = actor.task
+    parts = [f"loom.runtime: plan {plan}: task {task.name!r} failed (actor {actor.name}"]
+    if task.subgraph:
+        parts.append(f", subgraph {task.subgraph}")
+    if where:
+        parts.append(f", at node {where}")
+    tries = f" after {task.retries + 1} attempts" if task.retries else ""
+    e = ActorError("".join(parts) + f"){tries}: {type(err).__name__}: {err}")
+    e.actor, e.task, e.subgraph, e.node = actor.name, task.name, task.subgraph, where
+    e.__cause__ = err
+    return e
+
+
+class _Caller:
+    """The caller of `Plan.stream`, seen by the sink actor as one more consumer."""
+
+    def __init__(self) -> None:
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.task = self
+        self.name = "caller"
 
 
 class Actor(threading.Thread):
@@ -207,9 +346,11 @@ class Actor(threading.Thread):
         self.acks: dict[int, int] = {}                          # Output register -> consumers still using it.
         self.fired = 0
         self.state = "waiting"
-        self.transitions: list[tuple[float, str, str]] = [(time.monotonic(), "waiting", "")]
+        self.track = task.plan.track
+        self.transitions: list[tuple[float, str, str]] = [(time.monotonic(), "waiting", "")] if self.track else []
         self.producers: list[Actor] = []
-        self.consumers: list[tuple[Actor, int]] = []
+        self.consumers: list[tuple[Any, int]] = []
+        self.cancelled = False
         _LIVE.add(self)
 
     def wire(self, actors: dict[str, "Actor"]) -> None:
@@ -221,7 +362,8 @@ class Actor(threading.Thread):
 
     def _set(self, state: str, detail: str = "") -> None:
         self.state = state
-        self.transitions.append((time.monotonic(), state, detail))
+        if self.track:
+            self.transitions.append((time.monotonic(), state, detail))
 
     def waiting_on(self) -> str:
         """What this actor needs before it can fire next, in words."""
@@ -240,16 +382,47 @@ class Actor(threading.Thread):
                 self._run_source()
             else:
                 self._run_task()
+        except _Stopped:
+            self.cancelled = True
+            self._set("done", "stopped")
+            self._tell_neighbours()
+            return
         except BaseException as e:  # Stops every actor; Plan.run raises it with the task's name.
             self._set("failed", repr(e))
-            self.failure.append((self.task.name, e))
+            self.failure.append((self, e, getattr(e, "_loom_node", None)))
             self.stop.set()
-            for c, _ in self.consumers:
-                c.inbox.put(("stop", None, None, None))
-            for p in self.producers:
-                p.inbox.put(("stop", None, None, None))
+            self._tell_neighbours()
             return
         self._set("done")
+
+    def _tell_neighbours(self) -> None:
+        for c, _ in self.consumers:
+            c.inbox.put(("stop", None, None, None))
+        for p in self.producers:
+            p.inbox.put(("stop", None, None, None))
+
+    def _attempt(self, call: Callable, values: list) -> Any:
+        """`call()`, repeated after an error up to the task's retries, with exponential backoff."""
+        k = 0
+        while True:
+            try:
+                return call()
+            except StopIteration:
+                raise
+            except Exception as e:
+                if k >= self.task.retries or self.stop.is_set():
+                    if self.task.diagnose is not None:
+                        try:
+                            e._loom_node = self.task.diagnose(e, values)  # type: ignore[attr-defined]
+                        except Exception:
+                            pass
+                    raise
+                delay = self.task.backoff * 2 ** k
+                k += 1
+                self._set("retrying", f"attempt {k + 1} of {self.task.retries + 1} in {delay:.3g} s after "
+                                      f"{type(e).__name__}: {e}")
+                if self.stop.wait(delay):
+                    raise _Stopped() from e
 
     def _emit(self, value: Any) -> None:
         reg = self.free.pop()
@@ -272,7 +445,7 @@ class Actor(threading.Thread):
                 del self.acks[reg]
                 self.free.append(reg)
         elif kind == "stop":
-            raise ActorError(f"stopped because another task of plan {self.task.plan.name} failed")
+            raise _Stopped()
 
     def _wait_free(self) -> None:
         while not self.free:
@@ -281,7 +454,9 @@ class Actor(threading.Thread):
 
     def _run_source(self) -> None:
         it = iter(self.task.source)
-        while not self.stop.is_set():
+        while True:
+            if self.stop.is_set():
+                raise _Stopped()
             self._wait_free()
             while True:  # Take back registers already returned, without blocking.
                 try:
@@ -291,7 +466,7 @@ class Actor(threading.Thread):
             self._set("running")
             t0 = _profiler.now_us() if _profiler.ACTIVE is not None else 0.0
             try:
-                value = next(it)
+                value = self._attempt(it.__next__, []) if self.task.retries else next(it)
             except StopIteration:
                 break
             if _profiler.ACTIVE is not None:
@@ -312,7 +487,8 @@ class Actor(threading.Thread):
                 break
             self._set("running", f"iteration {self.fired}")
             t0 = _profiler.now_us() if _profiler.ACTIVE is not None else 0.0
-            out = fn(*values)
+            out = self._attempt(lambda: fn(*values), values) if (self.task.retries or self.task.diagnose) \
+                else fn(*values)
             if _profiler.ACTIVE is not None:
                 _profiler.record(self.task.name, "actor", t0, _profiler.now_us(), iteration=self.fired)
             self.fired += 1
@@ -326,16 +502,6 @@ class Actor(threading.Thread):
     def _finish(self) -> None:
         for c, k in self.consumers:
             c.inbox.put(("data", k, -1, _END))
-
-
-class _QueueSink:
-    """A sink that hands each output to a queue (`Plan.stream`) instead of keeping it."""
-
-    def __init__(self, q: queue.SimpleQueue):
-        self.q = q
-
-    def append(self, value: Any) -> None:
-        self.q.put(value)
 
 
 def pipeline(source: Iterable, *stages: Callable, registers: int = 2, name: str = "pipeline"):
