@@ -48,6 +48,7 @@ del _mod, _name
 
 from loom import data, io, nn, optim, utils  # noqa: E402,F401
 from loom import linalg, ops, profiler  # noqa: E402,F401
+from loom import train  # noqa: E402,F401
 from loom.convert import from_torch  # noqa: E402,F401
 from loom import compiler  # noqa: E402,F401
 from loom import onnx  # noqa: E402,F401  (imports no onnx package until used)

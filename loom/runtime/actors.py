@@ -514,7 +514,7 @@ def pipeline(source: Iterable, *stages: Callable, registers: int = 2, name: str 
 
     Examples
     --------
-    >>> list(pipeline(range(4), lambda x: x + 1, lambda x: x * 10))
+    >>> list(loom.runtime.pipeline(range(4), lambda x: x + 1, lambda x: x * 10))
     [10, 20, 30, 40]
     """
     plan = Plan(name)

@@ -16,7 +16,9 @@ import loom_api  # noqa: E402
 # Objects whose docstrings were written with the docs site; each example must run as printed.
 SOURCE_DOCUMENTED = ["loom.optim.lr_scheduler.ExponentialLR", "loom.optim.lr_scheduler.ConstantLR",
                      "loom.bench.cli.main", "loom.is_grad_enabled", "loom.set_default_dtype", "loom.device",
-                     "loom.result_type", "loom.can_cast", "loom.onnx.export", "loom.onnx.load"]
+                     "loom.result_type", "loom.can_cast", "loom.onnx.export", "loom.onnx.load",
+                     "loom.train.Checkpointer", "loom.train.fit",
+                     "loom.runtime.actors.pipeline"]
 
 
 def _run_examples(obj, name: str) -> doctest.TestResults:

@@ -143,3 +143,15 @@ def test_tracking_off_keeps_no_transitions():
     plan.task("sink", lambda x: x, [src])
     assert plan.run(timeout=30) == list(range(5))
     assert plan.trace == {"src": [], "sink": []}
+
+
+def test_docstring_examples_of_the_actor_module_run():
+    import doctest
+
+    from loom.runtime import actors
+    for obj, name in ((actors, "loom.runtime.actors"), (actors.Plan.source, "Plan.source")):
+        test = doctest.DocTestParser().get_doctest(obj.__doc__, {"loom": loom, "Plan": Plan}, name, None, 0)
+        runner = doctest.DocTestRunner()
+        runner.run(test)
+        result = runner.summarize(verbose=False)
+        assert result.attempted > 0 and result.failed == 0
