@@ -96,7 +96,7 @@ del jit
 
 __version__ = "0.1.0"
 
-from loom.function import Function, cond, dynamic_scalar, function, jit, tracing, while_loop  # noqa: E402,F401
+from loom.function import Function, cond, dynamic_scalar, function, jit, stage, tracing, while_loop  # noqa: E402,F401,E501
 from loom.runtime.realize import backend, get_backend, set_backend  # noqa: E402,F401
 from loom.runtime.compiled import get_memory_budget, set_memory_budget  # noqa: E402,F401
 from loom.runtime.threads import get_num_threads, set_num_threads  # noqa: E402,F401

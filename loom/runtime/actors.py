@@ -51,10 +51,12 @@ import time
 import weakref
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from loom import profiler as _profiler
 from loom.errors import LoomError
 
-__all__ = ["Plan", "Task", "Actor", "status", "status_text", "pipeline", "ActorError"]
+__all__ = ["Plan", "Task", "Actor", "status", "status_text", "pipeline", "ActorError", "GraphProgram", "TaskSpec"]
 
 _END = object()          # The end of a stream, sent down every edge once.
 _LIVE: "weakref.WeakSet[Actor]" = weakref.WeakSet()   # For status queries only; never used to schedule.
@@ -82,7 +84,7 @@ class ActorError(LoomError):
     node: str | None = None
 
 
-class _Stopped(Exception):
+class _Stopped(BaseException):
     """Raised inside an actor told to stop because another task failed or the caller cancelled."""
 
 
@@ -454,6 +456,8 @@ class Actor(threading.Thread):
 
     def _run_source(self) -> None:
         it = iter(self.task.source)
+        if isinstance(it, _Feed):
+            it.stop = self.stop
         while True:
             if self.stop.is_set():
                 raise _Stopped()
@@ -475,10 +479,13 @@ class Actor(threading.Thread):
             self._emit(value)
         self._finish()
 
+    def _end_ready(self) -> bool:
+        return all(self.pending) and any(q[0][1] is _END for q in self.pending)
+
     def _run_task(self) -> None:
         fn = self.task.fn
         while True:
-            while not all(self.pending) or (self.consumers and not self.free):
+            while not all(self.pending) or (self.consumers and not self.free and not self._end_ready()):
                 self._set("waiting", self.waiting_on())
                 self._handle(self.inbox.get())
             taken = [q.pop(0) for q in self.pending]
@@ -546,3 +553,201 @@ def status_text(actors: Iterable[Actor] | None = None) -> str:
             line += f", waiting on {r['waiting_on']}"
         lines.append(line)
     return "; ".join(lines) if lines else "no live actors"
+
+
+# ---------------------------------------------------------------- compiled graphs on actors
+
+class TaskSpec:
+    """One task of a `GraphProgram`: a compiled subgraph and where its inputs come from.
+
+    ``inputs[k]`` is ``(-1, i)`` (the call's argument i) or ``(p, j)`` (output
+    j of task p). `subgraph` is the subgraph in words; ``diagnose(error,
+    arrays)`` names the node that failed.
+    """
+
+    def __init__(self, name: str, run: Callable, inputs: list[tuple[int, int]], subgraph: str = "",
+                 diagnose: Callable | None = None):
+        self.name = name
+        self.run = run
+        self.inputs = inputs
+        self.subgraph = subgraph
+        self.diagnose = diagnose
+
+
+class _Feed:
+    """The source of a running `GraphProgram`: the arguments of each call, until closed."""
+
+    def __init__(self) -> None:
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.stop: threading.Event | None = None   # Set by the source actor: its plan's stop signal.
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:   # Idle between calls; wake up now and then to see whether the plan was stopped.
+            try:
+                item = self.q.get(timeout=0.1)
+            except queue.Empty:
+                if self.stop is not None and self.stop.is_set():
+                    raise _Stopped() from None
+                continue
+            if item is _END:
+                raise StopIteration
+            return item
+
+    def close(self) -> None:
+        self.q.put(_END)
+
+
+class GraphProgram:
+    """Compiled subgraphs (from `loom.compiler.partition`) run as one actor each; one call is one iteration.
+
+    With one task the program calls it directly in the caller's thread: no
+    actor, no queue, the same cost as the plain compiled step. With several,
+    a plan of actors is started on the first call and kept: a ``feed``
+    source hands each call's arguments to the tasks, tasks without a path
+    between them run at the same time, and ``collect`` assembles the
+    outputs. `map` streams many calls through the same actors, so with
+    ``registers >= 2`` the stages of consecutive calls overlap (a pipeline
+    over micro-batches). A failing task raises `ActorError` naming its
+    actor, subgraph and node; the plan then stops and the next call starts a
+    fresh one. `close` stops the actors.
+
+    Parameters
+    ----------
+    name : str
+    tasks : list of TaskSpec
+        In an order where producers come first.
+    outputs : list of (int, Any)
+        Per output: ``(-1, i)`` argument i, ``(p, j)`` output j of task p,
+        ``(-2, array)`` a constant.
+    n_inputs : int
+    track : bool
+        Keep the actors' state transitions (the state tracker).
+    registers : int
+        Registers per edge.
+    """
+
+    def __init__(self, name: str, tasks: list[TaskSpec], outputs: list[tuple[int, Any]], n_inputs: int,
+                 track: bool = False, registers: int = 2):
+        self.name = name
+        self.tasks = tasks
+        self.outputs = outputs
+        self.n_inputs = n_inputs
+        self.track = track
+        self.registers = registers
+        self.plan: Plan | None = None
+        self._feed: _Feed | None = None
+        self._stream: Any = None
+        self._lock = threading.Lock()
+        self._single = tasks[0].run if len(tasks) == 1 and self._identity() else None
+
+    def _identity(self) -> bool:
+        t = self.tasks[0]
+        return t.inputs == [(-1, k) for k in range(self.n_inputs)] and \
+            self.outputs == [(0, k) for k in range(len(self.outputs))]
+
+    def _gather(self, t: TaskSpec, producers: list[int]):
+        where = {p: k for k, p in enumerate(producers)}
+        picks = [(-1, i) if p == -1 else (where[p], i) for p, i in t.inputs]
+
+        def args(feed: list, outs: tuple) -> list:
+            return [feed[i] if p == -1 else outs[p][i] for p, i in picks]
+        return args
+
+    def _task_fn(self, t: TaskSpec, producers: list[int]) -> Callable:
+        args = self._gather(t, producers)
+        run = t.run
+
+        def fire(feed, *outs):
+            return run(*args(feed, outs))
+        return fire
+
+    def _diagnose(self, t: TaskSpec, producers: list[int]) -> Callable | None:
+        if t.diagnose is None:
+            return None
+        args = self._gather(t, producers)
+        diagnose = t.diagnose
+
+        def which(err: BaseException, values: list):
+            return diagnose(err, args(values[0], tuple(values[1:])))
+        return which
+
+    def _start(self) -> None:
+        plan = Plan(self.name, track=self.track)
+        feed = _Feed()
+        src = plan.source("feed", feed, registers=self.registers)
+        made: list[Task] = []
+        for t in self.tasks:
+            producers = sorted({p for p, _ in t.inputs if p >= 0})
+            made.append(plan.task(t.name, self._task_fn(t, producers), [src] + [made[p] for p in producers],
+                                  registers=self.registers, subgraph=t.subgraph,
+                                  diagnose=self._diagnose(t, producers)))
+        used = sorted({p for p, _ in self.outputs if p >= 0})
+        where = {p: k for k, p in enumerate(used)}
+        spec = [(p, where.get(p, -1), x) for p, x in self.outputs]
+
+        def collect(args, *outs):
+            return tuple(args[x] if p == -1 else np.array(x) if p == -2 else outs[k][x] for p, k, x in spec)
+        plan.task("collect", collect, [src] + [made[p] for p in used], registers=self.registers)
+        self.plan, self._feed = plan, feed
+        self._stream = plan.stream()
+
+    def __call__(self, *arrays):
+        if self._single is not None:
+            return self._single(*arrays)
+        with self._lock:
+            if self._stream is None:
+                self._start()
+            assert self._feed is not None
+            self._feed.q.put(list(arrays))
+            try:
+                return next(self._stream)
+            except BaseException:
+                self._stream = None
+                raise
+
+    def map(self, items: Iterable, lookahead: int | None = None):
+        """Run one call per item (a list of input arrays); yield the outputs in order.
+
+        Up to `lookahead` calls (default: registers times tasks) are in
+        flight, so consecutive calls overlap stage by stage.
+        """
+        if self._single is not None:
+            for item in items:
+                yield self._single(*item)
+            return
+        ahead = lookahead or self.registers * (len(self.tasks) + 1)
+        with self._lock:
+            if self._stream is None:
+                self._start()
+            assert self._feed is not None
+            pending = 0
+            try:
+                for item in items:
+                    self._feed.q.put(list(item))
+                    pending += 1
+                    if pending >= ahead:
+                        yield next(self._stream)
+                        pending -= 1
+                while pending:
+                    yield next(self._stream)
+                    pending -= 1
+            except BaseException:
+                self._stream = None
+                raise
+
+    def close(self) -> None:
+        """Stop the actors (after the calls in flight); the next call starts them again."""
+        stream, feed = self._stream, self._feed
+        self._stream = None
+        if stream is not None and feed is not None:
+            feed.close()
+            for _ in stream:
+                pass
+
+    def __del__(self) -> None:
+        feed = self.__dict__.get("_feed")
+        if self.__dict__.get("_stream") is not None and feed is not None:
+            feed.close()
