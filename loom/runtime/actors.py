@@ -333,7 +333,10 @@ class Actor(threading.Thread):
     state : str
         One of waiting, ready, running, done, failed.
     transitions : list of (seconds, state, detail)
-        This actor's own record of its state changes (the state tracker).
+        This actor's own record of its state changes (the state tracker):
+        ``time.monotonic()`` seconds, the state, and what it waits on
+        (waiting), the iteration number (running), the error (failed,
+        retrying).
     """
 
     def __init__(self, task: Task, sink: list | None, failure: list, stop: threading.Event):
@@ -362,7 +365,7 @@ class Actor(threading.Thread):
                 if i is self.task:
                     self.consumers.append((actors[c.name], k))
 
-    def _set(self, state: str, detail: str = "") -> None:
+    def _set(self, state: str, detail: Any = "") -> None:
         self.state = state
         if self.track:
             self.transitions.append((time.monotonic(), state, detail))
@@ -451,7 +454,8 @@ class Actor(threading.Thread):
 
     def _wait_free(self) -> None:
         while not self.free:
-            self._set("waiting", "output register")
+            if self.state != "waiting":
+                self._set("waiting", "output register")
             self._handle(self.inbox.get())
 
     def _run_source(self) -> None:
@@ -486,13 +490,14 @@ class Actor(threading.Thread):
         fn = self.task.fn
         while True:
             while not all(self.pending) or (self.consumers and not self.free and not self._end_ready()):
-                self._set("waiting", self.waiting_on())
+                if self.state != "waiting":
+                    self._set("waiting", self.waiting_on() if self.track else "")
                 self._handle(self.inbox.get())
             taken = [q.pop(0) for q in self.pending]
             values = [v for _, v in taken]
             if any(v is _END for v in values):
                 break
-            self._set("running", f"iteration {self.fired}")
+            self._set("running", self.fired)
             t0 = _profiler.now_us() if _profiler.ACTIVE is not None else 0.0
             out = self._attempt(lambda: fn(*values), values) if (self.task.retries or self.task.diagnose) \
                 else fn(*values)

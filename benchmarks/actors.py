@@ -1,0 +1,189 @@
+"""The actor runtime against the plain native step: one-task overhead, pipelined stages, overlapped loading, tracker.
+
+Prints four figures, each measured side by side in one process (blocks of
+steps alternated between the variants, median over repeats), so machine load
+affects both sides alike:
+
+1. ``loom.function(step, runtime="actors")`` against ``loom.function(step)``
+   on the MLP and GPT training steps of loom.bench (one task: target within 3%).
+2. A two-stage model (``loom.stage``) over 4 micro-batches: ``Function.map``
+   on actors (stages overlap) against the same model called per micro-batch.
+3. A training step fed by a slow data transform: sequential load-then-step
+   against `loom.runtime.pipeline` (target: step time near max(load, compute)).
+4. The state tracker on and off on a two-branch graph run by actors.
+
+    python benchmarks/actors.py            # about a minute
+    python benchmarks/actors.py --quick
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import loom  # noqa: E402
+from loom.bench import workloads  # noqa: E402
+
+
+def side_by_side(fns: dict, steps: int, repeats: int) -> dict[str, float]:
+    """Median seconds per call of each function, timing blocks of `steps` calls in rotating order."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    names = list(fns)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[name]
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            times[name].append((time.perf_counter() - t0) / steps)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def training_step(name: str, runtime: str):
+    """A compiled training step of the loom.bench workload `name`, warmed up, as a no-argument call."""
+    w = workloads.get(name)
+    a = workloads.api("loom")
+    loom.manual_seed(0)
+    model = w.model(a)
+    opt = w.optimizer(a, model.parameters())
+    batch = [a.tensor(x) for x in w.batches(np.random.default_rng(0))[0]]
+
+    @loom.function(runtime=runtime)
+    def step(*b):
+        opt.zero_grad()
+        loss = w.loss(a, model, *b)
+        loss.backward()
+        opt.step()
+        return loss
+    for _ in range(3):   # Eager warm-up, trace and compile, first replay.
+        step(*batch)
+    wait_compiled(step)
+    return lambda: step(*batch), step
+
+
+def wait_compiled(fn) -> None:
+    """Block until every kernel of a loom.function is built (until then steps run on the NumPy path)."""
+    for entry in fn._cache.values():
+        for run in [t.run for t in getattr(entry.exe, "tasks", [])] or [entry.exe]:
+            if hasattr(run, "wait"):
+                run.wait(300)
+
+
+def one_task(quick: bool) -> None:
+    print("1. one-task plan: loom.function(step, runtime='actors') vs loom.function(step) (target: within 3%)")
+    for name, steps in (("mlp", 20), ("gpt", 3)):
+        native, _ = training_step(name, "native")
+        actors, fn = training_step(name, "actors")
+        (entry,) = fn._cache.values()
+        tasks = len(entry.exe.tasks)
+        t = side_by_side({"native": native, "actors": actors}, 3 if quick else steps, 3 if quick else 9)
+        print(f"   {name:4s} native {t['native'] * 1e3:8.3f} ms   actors ({tasks} task) "
+              f"{t['actors'] * 1e3:8.3f} ms   ratio {t['actors'] / t['native']:.3f}")
+
+
+def two_stages(quick: bool) -> None:
+    print("2. two-stage model over 4 micro-batches: Function.map on actors vs sequential calls")
+    rng = np.random.default_rng(0)
+    d = 512
+    ws = [loom.tensor((rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32)) for _ in range(4)]
+
+    def model(x):
+        with loom.stage(0):
+            h = (x @ ws[0]).tanh()
+            h = (h @ ws[1]).tanh()
+        with loom.stage(1):
+            h = (h @ ws[2]).tanh()
+            return (h @ ws[3]).tanh()
+    micro = [loom.tensor(rng.standard_normal((128, d)).astype(np.float32)) for _ in range(4)]
+    plain = loom.function(model)
+    staged = loom.function(model, runtime="actors")
+    for _ in range(3):
+        plain(micro[0])
+        list(staged.map((x,) for x in micro))
+    wait_compiled(plain)
+    wait_compiled(staged)
+    want = [plain(x).numpy() for x in micro]
+    got = [y.numpy() for y in staged.map((x,) for x in micro)]
+    assert all(u.tobytes() == v.tobytes() for u, v in zip(want, got)), "pipelined results differ"
+    t = side_by_side({"sequential": lambda: [plain(x) for x in micro],
+                      "pipelined": lambda: list(staged.map((x,) for x in micro))},
+                     2 if quick else 5, 3 if quick else 9)
+    staged.close()
+    print(f"   threads per kernel {loom.get_num_threads()}: sequential {t['sequential'] * 1e3:8.3f} ms   "
+          f"pipelined {t['pipelined'] * 1e3:8.3f} ms   speed-up {t['sequential'] / t['pipelined']:.2f}x "
+          f"(ideal for 2 stages x 4 micro-batches: 1.60x)")
+
+
+def slow_loading(quick: bool) -> None:
+    print("3. slow data transform: load then step, sequential vs on a pipeline of actors")
+    step, _ = training_step("mlp", "native")
+    compute = side_by_side({"step": step}, 20, 3)["step"]
+    load_s = compute   # A transform as slow as the step: the worst case for the sum.
+
+    def load(i):
+        time.sleep(load_s)   # Reading and decoding: I/O and native code that release the GIL.
+        return i
+    n = 8 if quick else 20
+
+    def sequential():
+        for i in range(n):
+            load(i)
+            step()
+
+    def pipelined():
+        for _ in loom.runtime.pipeline(range(n), load, registers=2):
+            step()
+    t = side_by_side({"sequential": sequential, "pipelined": pipelined}, 1, 3 if quick else 5)
+    seq, pipe = t["sequential"] / n, t["pipelined"] / n
+    print(f"   load {load_s * 1e3:.3f} ms, compute {compute * 1e3:.3f} ms: sequential {seq * 1e3:.3f} ms/step, "
+          f"pipelined {pipe * 1e3:.3f} ms/step = {pipe / max(load_s, compute):.2f}x max(load, compute) "
+          f"({pipe / (load_s + compute):.2f}x the sum)")
+
+
+def tracker(quick: bool) -> None:
+    print("4. state tracker on vs off (two branches, two actors, per call)")
+    w = loom.full((64, 64), 0.01)
+
+    def two(x):
+        return (x @ w).tanh().sum(), (x * 2).relu().sum(0)
+    x = loom.ones(32, 64)
+    fns = {}
+    keep = []
+    for track in (False, True):
+        f = loom.function(two, runtime="actors", track=track)
+        for _ in range(3):
+            f(x)
+        wait_compiled(f)
+        keep.append(f)
+        fns["on" if track else "off"] = (lambda f=f: f(x))
+    native = loom.function(two)
+    for _ in range(3):
+        native(x)
+    wait_compiled(native)
+    fns["native"] = lambda: native(x)
+    t = side_by_side(fns, 50 if quick else 200, 3 if quick else 9)
+    for f in keep:
+        f.close()
+    print(f"   off {t['off'] * 1e6:8.1f} us/call   on {t['on'] * 1e6:8.1f} us/call   overhead "
+          f"{(t['on'] / t['off'] - 1) * 100:+.1f}%   (the same graph as one native step: {t['native'] * 1e6:.1f} us)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    parser.add_argument("--only", type=int, choices=[1, 2, 3, 4], help="run one of the four figures")
+    args = parser.parse_args()
+    figures = [one_task, two_stages, slow_loading, tracker]
+    for k, fig in enumerate(figures, 1):
+        if args.only in (None, k):
+            fig(args.quick)
+
+
+if __name__ == "__main__":
+    main()
