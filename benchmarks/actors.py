@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import loom  # noqa: E402
 from loom.bench import workloads  # noqa: E402
+from loom.runtime import actors  # noqa: E402
 
 
 def side_by_side(fns: dict, steps: int, repeats: int) -> dict[str, float]:
@@ -89,6 +91,14 @@ def one_task(quick: bool) -> None:
 
 def two_stages(quick: bool) -> None:
     print("2. two-stage model over 4 micro-batches: Function.map on actors vs sequential calls")
+    default = loom.get_num_threads()
+    for threads in sorted({1, default}):
+        loom.set_num_threads(threads)
+        _two_stages(quick)
+    loom.set_num_threads(default)
+
+
+def _two_stages(quick: bool) -> None:
     rng = np.random.default_rng(0)
     d = 512
     ws = [loom.tensor((rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32)) for _ in range(4)]
@@ -147,31 +157,45 @@ def slow_loading(quick: bool) -> None:
 
 
 def tracker(quick: bool) -> None:
-    print("4. state tracker on vs off (two branches, two actors, per call)")
-    w = loom.full((64, 64), 0.01)
+    print("4. state tracker on vs off: a 3-task pipeline of ~1 ms NumPy tasks; the cost of one record")
+    a = np.random.default_rng(0).standard_normal((160, 160)).astype(np.float32)
 
-    def two(x):
-        return (x @ w).tanh().sum(), (x * 2).relu().sum(0)
-    x = loom.ones(32, 64)
-    fns = {}
-    keep = []
-    for track in (False, True):
-        f = loom.function(two, runtime="actors", track=track)
-        for _ in range(3):
-            f(x)
-        wait_compiled(f)
-        keep.append(f)
-        fns["on" if track else "off"] = (lambda f=f: f(x))
-    native = loom.function(two)
-    for _ in range(3):
-        native(x)
-    wait_compiled(native)
-    fns["native"] = lambda: native(x)
-    t = side_by_side(fns, 50 if quick else 200, 3 if quick else 9)
-    for f in keep:
-        f.close()
-    print(f"   off {t['off'] * 1e6:8.1f} us/call   on {t['on'] * 1e6:8.1f} us/call   overhead "
-          f"{(t['on'] / t['off'] - 1) * 100:+.1f}%   (the same graph as one native step: {t['native'] * 1e6:.1f} us)")
+    def work(x):
+        return float((a @ a).sum()) + x   # About a millisecond, releasing the GIL like loom's kernels.
+    n = 30 if quick else 100
+
+    def run(track):
+        plan = actors.Plan(f"tracked_{track}", track=track)
+        src = plan.source("read", range(n), registers=2)
+        b = plan.task("a", work, [src], registers=2)
+        c = plan.task("b", work, [b], registers=2)
+        plan.task("c", work, [c], registers=2)
+        plan.run(timeout=600)
+        return plan
+    t = side_by_side({"off": lambda: run(False), "on": lambda: run(True)}, 1, 3 if quick else 9)
+    records = sum(len(v) for v in run(True).trace.values())
+    # The tracker's own cost, timed alone: one record is what each transition costs.
+    actor = actors.Actor(actors.Plan("probe").source("s", []), None, [], threading.Event())
+    reps = 100_000
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        actor._set("running", 1)
+    per_record = (time.perf_counter() - t0) / reps - _loop_cost(reps)
+    step, _ = training_step("mlp", "native")
+    mlp = side_by_side({"step": step}, 20, 3)["step"]
+    per_firing = per_record * records / (3 * n)
+    print(f"   pipeline: off {t['off'] / n * 1e3:.3f} ms/item, on {t['on'] / n * 1e3:.3f} ms/item "
+          f"({(t['on'] / t['off'] - 1) * 100:+.1f}%, within the noise of this machine)")
+    print(f"   one record {per_record * 1e9:.0f} ns, {records / (3 * n):.1f} records per firing: "
+          f"{per_firing * 1e6:.2f} us per task firing = {per_firing / mlp * 100:.3f}% of the MLP step "
+          f"({mlp * 1e3:.2f} ms)")
+
+
+def _loop_cost(reps: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        pass
+    return (time.perf_counter() - t0) / reps
 
 
 def main() -> None:

@@ -18,7 +18,12 @@ making parts of their own.
 
 `compile_partitioned` compiles each part with the caller's compiler and
 hands the result to the runtime as a `loom.runtime.actors.GraphProgram`: a
-plan with one part is the plain compiled graph, called directly.
+plan with one part is the plain compiled graph, called directly. A single
+call runs its branches on actors in parallel only when two branches of a
+stage each hold at least `PARALLEL_MIN_WORK` FLOPs (`work`); smaller ones run
+one after another in the caller's thread, since handing values between
+threads would cost more than it saves. Streams of calls (`GraphProgram.map`)
+always run on the actors, where stages overlap.
 
 Examples
 --------
@@ -42,7 +47,7 @@ from loom.ir.graph import Graph
 from loom.ir.node import Node
 from loom.runtime import actors, reference
 
-__all__ = ["Part", "Partition", "partition", "compile_partitioned"]
+__all__ = ["Part", "Partition", "partition", "compile_partitioned", "work", "PARALLEL_MIN_WORK"]
 
 
 @dataclass
@@ -209,7 +214,32 @@ def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn
                                    track=track, registers=registers)
     specs = [actors.TaskSpec(p.name, compile_fn(p.graph), p.inputs, describe(p.graph), _diagnoser(p.graph))
              for p in parts.parts]
-    return actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers)
+    return actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers,
+                               parallel=_worth_parallel(parts))
+
+
+# A single call runs its branches on actors only when a second branch holds this much work (FLOPs): handing
+# a value to another thread and back costs tens of microseconds, more on a busy machine.
+PARALLEL_MIN_WORK = 2_000_000
+
+
+def work(graph: Graph) -> int:
+    """A graph's work in FLOPs, roughly: 2·m·n·k per matmul, one per output element elsewhere."""
+    total = 0
+    for n in graph.topological_order():
+        if n.op in ("input", "buffer"):
+            continue
+        size = int(np.prod(n.shape, dtype=np.int64)) if n.shape else 1
+        total += 2 * size * int(n.inputs[0].shape[-1]) if n.op == "matmul" else size
+    return total
+
+
+def _worth_parallel(parts: Partition) -> bool:
+    """Whether one call gains from running its branches at once: some stage has two branches of real work."""
+    by_stage: dict[int, list[int]] = {}
+    for p in parts.parts:
+        by_stage.setdefault(p.stage, []).append(work(p.graph))
+    return any(len(w) > 1 and sorted(w)[-2] >= PARALLEL_MIN_WORK for w in by_stage.values())
 
 
 def _diagnoser(graph: Graph) -> Callable[[BaseException, list], str | None]:

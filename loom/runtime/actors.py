@@ -632,10 +632,17 @@ class GraphProgram:
         Keep the actors' state transitions (the state tracker).
     registers : int
         Registers per edge.
+    parallel : bool
+        Whether a single call runs on the actors (so independent branches
+        run at the same time) or calls the tasks one after another in the
+        caller's thread; the compiler decides by the work the branches hold
+        (handing values between threads costs tens of microseconds). `map`
+        always runs on the actors.
     """
 
     def __init__(self, name: str, tasks: list[TaskSpec], outputs: list[tuple[int, Any]], n_inputs: int,
-                 track: bool = False, registers: int = 2):
+                 track: bool = False, registers: int = 2, parallel: bool = True):
+        self.parallel = parallel
         self.name = name
         self.tasks = tasks
         self.outputs = outputs
@@ -699,9 +706,32 @@ class GraphProgram:
         self.plan, self._feed = plan, feed
         self._stream = plan.stream()
 
+    def _in_caller(self, arrays) -> tuple:
+        """One call, task after task in the caller's thread; a failure names the task as its actor would."""
+        outs: list = []
+        for t in self.tasks:
+            args = [arrays[i] if p == -1 else outs[p][i] for p, i in t.inputs]
+            try:
+                outs.append(t.run(*args))
+            except Exception as err:
+                where = None
+                if t.diagnose is not None:
+                    try:
+                        where = t.diagnose(err, args)
+                    except Exception:
+                        where = None
+                at = f", at node {where}" if where else ""
+                e = ActorError(f"loom.runtime: plan {self.name}: task {t.name!r} failed (actor {self.name}/{t.name} "
+                               f"in the caller's thread, subgraph {t.subgraph}{at}): {type(err).__name__}: {err}")
+                e.actor, e.task, e.subgraph, e.node = f"{self.name}/{t.name}", t.name, t.subgraph, where
+                raise e from err
+        return tuple(arrays[x] if p == -1 else np.array(x) if p == -2 else outs[p][x] for p, x in self.outputs)
+
     def __call__(self, *arrays):
         if self._single is not None:
             return self._single(*arrays)
+        if not self.parallel:
+            return self._in_caller(arrays)
         with self._lock:
             if self._stream is None:
                 self._start()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import loom
+from loom.compiler import partition as partition_mod
 from loom.compiler.partition import compile_partitioned, partition
 from loom.runtime.actors import ActorError
 from loom.runtime.executor import Executable
@@ -95,7 +96,8 @@ def test_training_step_on_actors_matches_the_native_step_bit_for_bit():
     assert [t.name for t in entry.exe.tasks] == ["stage0.branch0"] and entry.exe.plan is None
 
 
-def test_independent_branches_run_as_parallel_tasks_with_identical_results():
+def test_independent_branches_run_as_parallel_tasks_with_identical_results(monkeypatch):
+    monkeypatch.setattr(partition_mod, "PARALLEL_MIN_WORK", 0)   # Small branches, run on actors all the same.
     w = loom.full((6, 6), 0.5)
 
     def two(x):
@@ -142,7 +144,29 @@ def test_stages_pipeline_over_micro_batches_with_results_of_plain_calls():
     assert _wait_gone(entry.exe.name + "/") == []
 
 
-def test_failing_graph_task_names_actor_subgraph_and_node_and_the_plan_restarts():
+def test_small_branches_run_in_the_callers_thread_and_big_ones_on_actors():
+    def two(a, b):
+        return (a @ a).sum(), (b @ b).sum()
+    small, big = loom.function(two, runtime="actors", warmup=0), loom.function(two, runtime="actors", warmup=0)
+    x = loom.ones(8, 8)
+    small(x, x)
+    y = loom.ones(160, 160)   # 2 * 160**3 FLOPs per branch: over PARALLEL_MIN_WORK
+    want = loom.function(two)
+    for u, v in zip(big(y, y), want(y, y)):
+        assert u.numpy().tobytes() == v.numpy().tobytes()
+    (e_small,), (e_big,) = small._cache.values(), big._cache.values()
+    assert len(e_small.exe.tasks) == len(e_big.exe.tasks) == 2
+    assert not e_small.exe.parallel and e_small.exe.plan is None
+    assert e_big.exe.parallel and e_big.exe.plan is not None
+    big.close()
+    assert _wait_gone(e_big.exe.name + "/") == []
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_failing_graph_task_names_actor_subgraph_and_node_and_the_plan_restarts(monkeypatch, parallel):
+    if parallel:
+        monkeypatch.setattr(partition_mod, "PARALLEL_MIN_WORK", 0)
+
     def branches(x, d):
         return (x * 2).sum(), (x // d).sum()
     f = loom.function(branches, runtime="actors", warmup=0)
@@ -157,7 +181,8 @@ def test_failing_graph_task_names_actor_subgraph_and_node_and_the_plan_restarts(
     assert e.actor == f"{name}/stage0.branch1" and e.task == "stage0.branch1"
     assert "int32[4]" in e.subgraph and "floordiv" in e.subgraph
     assert e.node is not None and "floordiv(int32[4], int32[4]) -> int32[4]" in e.node
-    assert f"actor {name}/stage0.branch1, subgraph [" in str(e) and "at node %" in str(e)
+    where = "" if parallel else " in the caller's thread"
+    assert f"actor {name}/stage0.branch1{where}, subgraph [" in str(e) and "at node %" in str(e)
     assert isinstance(e.__cause__, ZeroDivisionError)
     assert _wait_gone(name + "/") == []
     # A fresh plan serves the next call.
