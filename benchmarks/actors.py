@@ -185,7 +185,7 @@ def tracker(quick: bool) -> None:
     mlp = side_by_side({"step": step}, 20, 3)["step"]
     per_firing = per_record * records / (3 * n)
     print(f"   pipeline: off {t['off'] / n * 1e3:.3f} ms/item, on {t['on'] / n * 1e3:.3f} ms/item "
-          f"({(t['on'] / t['off'] - 1) * 100:+.1f}%, within the noise of this machine)")
+          f"({(t['on'] / t['off'] - 1) * 100:+.1f}%)")
     print(f"   one record {per_record * 1e9:.0f} ns, {records / (3 * n):.1f} records per firing: "
           f"{per_firing * 1e6:.2f} us per task firing = {per_firing / mlp * 100:.3f}% of the MLP step "
           f"({mlp * 1e3:.2f} ms)")

@@ -19,7 +19,8 @@ import types
 # The modules whose public names make up loom's documented API.
 PUBLIC_MODULES = [
     "loom", "loom.nn", "loom.nn.functional", "loom.nn.init", "loom.nn.utils", "loom.optim",
-    "loom.optim.lr_scheduler", "loom.data", "loom.autograd", "loom.ops", "loom.profiler", "loom.compiler",
+    "loom.optim.lr_scheduler", "loom.data", "loom.autograd", "loom.ops", "loom.profiler", "loom.runtime",
+    "loom.train", "loom.compiler",
     "loom.io", "loom.onnx", "loom.linalg",
     "loom.ir", "loom.bench", "loom.bench.cli", "loom.bench.stats", "loom.bench.report", "loom.bench.compile_probe",
     "loom.distributed", "loom.distributed.nn.functional", "loom.nn.parallel",
