@@ -133,8 +133,7 @@ def _two_stages(quick: bool) -> None:
 def slow_loading(quick: bool) -> None:
     print("3. slow data transform: load then step, sequential vs on a pipeline of actors")
     step, _ = training_step("mlp", "native")
-    compute = side_by_side({"step": step}, 20, 3)["step"]
-    load_s = compute   # A transform as slow as the step: the worst case for the sum.
+    load_s = side_by_side({"step": step}, 20, 3)["step"]   # A transform as slow as the step: the worst case.
 
     def load(i):
         time.sleep(load_s)   # Reading and decoding: I/O and native code that release the GIL.
@@ -149,11 +148,12 @@ def slow_loading(quick: bool) -> None:
     def pipelined():
         for _ in loom.runtime.pipeline(range(n), load, registers=2):
             step()
-    t = side_by_side({"sequential": sequential, "pipelined": pipelined}, 1, 3 if quick else 5)
-    seq, pipe = t["sequential"] / n, t["pipelined"] / n
-    print(f"   load {load_s * 1e3:.3f} ms, compute {compute * 1e3:.3f} ms: sequential {seq * 1e3:.3f} ms/step, "
-          f"pipelined {pipe * 1e3:.3f} ms/step = {pipe / max(load_s, compute):.2f}x max(load, compute) "
-          f"({pipe / (load_s + compute):.2f}x the sum)")
+    t = side_by_side({"load": lambda: [load(i) for i in range(n)], "compute": lambda: [step() for _ in range(n)],
+                      "sequential": sequential, "pipelined": pipelined}, 1, 3 if quick else 7)
+    ld, c, seq, pipe = (t[k] / n for k in ("load", "compute", "sequential", "pipelined"))
+    print(f"   per step: load {ld * 1e3:.3f} ms, compute {c * 1e3:.3f} ms, sequential {seq * 1e3:.3f} ms, "
+          f"pipelined {pipe * 1e3:.3f} ms = {pipe / max(ld, c):.2f}x max(load, compute), {pipe / (ld + c):.2f}x "
+          f"the sum")
 
 
 def tracker(quick: bool) -> None:

@@ -114,6 +114,7 @@ class _DataCursor:
             if k in starts:
                 g.set_state(starts[k])
         self._begin()
+        assert self._it is not None
         _skip(self._it, int(state["position"]))
         self.position = int(state["position"])
 

@@ -133,11 +133,11 @@ def partition(graph: Graph, stages: dict[Node, int] | None = None) -> Partition:
     per_stage: dict[int, int] = {}
     parts = []
     for k, g in enumerate(members):
-        s = stage_of[g[0]]
-        b = per_stage[s] = per_stage.get(s, -1) + 1
+        st = stage_of[g[0]]
+        b = per_stage[st] = per_stage.get(st, -1) + 1
         sources = [(-1, input_index[i]) if i.op == "input" else (part_of[i], exported[part_of[i]].index(i))
                    for i in reads[k]]
-        parts.append(Part(f"stage{s}.branch{b}", s, graph.extract(reads[k], exported[k]), sources))
+        parts.append(Part(f"stage{st}.branch{b}", st, graph.extract(reads[k], exported[k]), sources))
     outputs: list[tuple[int, Any]] = []
     for o in graph.outputs:
         if o.op == "input":

@@ -253,7 +253,7 @@ class Plan:
         if box:
             raise box[0]
 
-    def run(self, timeout: float | None = None, _caller: Any = None, _started: Any = None) -> list:
+    def run(self, timeout: float | None = None, _caller: Any = None, _started: Any = None) -> Any:
         """Start one actor per task, wait until the stream ends, return the sink tasks' outputs.
 
         With one sink the result is the list of its outputs in order; with
@@ -459,7 +459,7 @@ class Actor(threading.Thread):
             self._handle(self.inbox.get())
 
     def _run_source(self) -> None:
-        it = iter(self.task.source)
+        it = iter(self.task.source)  # type: ignore[arg-type]
         if isinstance(it, _Feed):
             it.stop = self.stop
         while True:
@@ -487,7 +487,7 @@ class Actor(threading.Thread):
         return all(self.pending) and any(q[0][1] is _END for q in self.pending)
 
     def _run_task(self) -> None:
-        fn = self.task.fn
+        fn: Callable = self.task.fn  # type: ignore[assignment]
         while True:
             while not all(self.pending) or (self.consumers and not self.free and not self._end_ready()):
                 if self.state != "waiting":
