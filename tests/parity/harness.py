@@ -213,11 +213,16 @@ def _run_traced(fn, args):
 
 
 def _run_actors(fn, args):
-    """loom.function on the actor runtime, every independent branch a task run by its own actor."""
+    """loom.function on the actor runtime: the graph partitioned into branch tasks.
+
+    One call runs small branches in the caller's thread, as the compiler decides; with
+    ``LOOM_PARITY_ACTORS_PARALLEL=1`` every branch runs on its own actor thread.
+    """
     from loom.compiler import partition
 
     saved = partition.PARALLEL_MIN_WORK
-    partition.PARALLEL_MIN_WORK = 0   # Small branches on actors too, so the threads are exercised.
+    if os.environ.get("LOOM_PARITY_ACTORS_PARALLEL", "0") != "0":
+        partition.PARALLEL_MIN_WORK = 0
     traced = loom.function(fn, runtime="actors")
     try:
         traced(*args)
