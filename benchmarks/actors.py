@@ -81,12 +81,23 @@ def one_task(quick: bool) -> None:
     print("1. one-task plan: loom.function(step, runtime='actors') vs loom.function(step) (target: within 3%)")
     for name, steps in (("mlp", 20), ("gpt", 3)):
         native, _ = training_step(name, "native")
-        actors, fn = training_step(name, "actors")
+        on_actors, fn = training_step(name, "actors")
         (entry,) = fn._cache.values()
         tasks = len(entry.exe.tasks)
-        t = side_by_side({"native": native, "actors": actors}, 3 if quick else steps, 3 if quick else 9)
+        t = side_by_side({"native": native, "actors": on_actors}, 3 if quick else steps, 3 if quick else 9)
         print(f"   {name:4s} native {t['native'] * 1e3:8.3f} ms   actors ({tasks} task) "
               f"{t['actors'] * 1e3:8.3f} ms   ratio {t['actors'] / t['native']:.3f}")
+    # What the runtime adds to a one-task call, timed alone (it is below the noise of whole steps).
+    def noop(*arrays):
+        return arrays
+    prog = actors.GraphProgram("one", [actors.TaskSpec("t", noop, [(-1, 0), (-1, 1)])], [(0, 0), (0, 1)], 2)
+    xs = (np.zeros(1), np.zeros(1))
+    reps = 200_000
+    t = side_by_side({"direct": lambda: [noop(*xs) for _ in range(reps)],
+                      "program": lambda: [prog(*xs) for _ in range(reps)]}, 1, 5)
+    added = (t["program"] - t["direct"]) / reps
+    print(f"   added per call by a one-task GraphProgram: {added * 1e9:.0f} ns "
+          f"(= {added / 1e-3 * 100:.4f}% of a 1 ms step)")
 
 
 def two_stages(quick: bool) -> None:
