@@ -764,11 +764,15 @@ class GraphProgram:
                     self._feed.q.put(list(item))
                     pending += 1
                     if pending >= ahead:
-                        yield next(self._stream)
                         pending -= 1
+                        yield next(self._stream)
                 while pending:
-                    yield next(self._stream)
                     pending -= 1
+                    yield next(self._stream)
+            except GeneratorExit:  # Left early: take the calls still in flight, so no later call gets them.
+                for _ in range(pending):
+                    next(self._stream)
+                raise
             except BaseException:
                 self._stream = None
                 raise
