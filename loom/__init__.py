@@ -52,6 +52,7 @@ del _mod, _name
 
 from loom import data, io, nn, optim, utils  # noqa: E402,F401
 from loom import distributions, fft, linalg, ops, profiler  # noqa: E402,F401
+from loom import train  # noqa: E402,F401
 from loom.convert import from_torch  # noqa: E402,F401
 from loom import compiler  # noqa: E402,F401
 from loom import onnx  # noqa: E402,F401  (imports no onnx package until used)
@@ -100,7 +101,7 @@ del jit
 
 __version__ = "0.1.0"
 
-from loom.function import Function, cond, dynamic_scalar, function, tracing, while_loop  # noqa: E402,F401
+from loom.function import Function, cond, dynamic_scalar, function, stage, tracing, while_loop  # noqa: E402,F401
 from loom import jit  # noqa: E402,F401  (callable: loom.jit(fn) is loom.function(fn); loom.jit.save dumps for C)
 from loom.runtime.realize import backend, get_backend, set_backend  # noqa: E402,F401
 from loom.compiler.eager import get_memory_budget, set_memory_budget  # noqa: E402,F401

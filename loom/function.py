@@ -42,6 +42,13 @@ class _Trace:
         self.grad_reads: set[int] = set()                  # ids of tensors whose entry .grad matters
         self.scalars: list[tuple[Node, Callable[[], Any]]] = []
         self.guards: list[tuple[Callable[[], Any], Any]] = []
+        self.stages: list[tuple[int, int, int]] = []      # (first node id, end node id, stage), inner first
+
+    def stage_of(self, node_id: int) -> int | None:
+        for lo, hi, k in self.stages:
+            if lo <= node_id < hi:
+                return k
+        return None
 
     def on_read(self, inputs) -> None:
         """Bind values from before the trace to the variables that hold them."""
@@ -155,6 +162,7 @@ class _Entry:
         self.kernel_count = 0
         self.guards: list[tuple[Callable[[], Any], Any]] = []
         self.remat: Any = None  # The rematerialisation report when compiled under a memory budget.
+        self.node_map: dict[int, Node] = {}  # Traced node id -> its node in `graph`.
 
 
 def _node_attrs(node: Node) -> dict:
@@ -208,6 +216,7 @@ def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated:
         mapping[n.id] = g.add_node(n.op, [mapping[i.id] for i in n.inputs], _node_attrs(n))
     g.outputs = [mapping[r.id] for r in roots]
     entry.graph = g
+    entry.node_map = mapping
     return g, entry
 
 
@@ -259,8 +268,17 @@ class Function:
     """A traced, compiled Python function. Create it with `loom.function` (or `loom.jit`)."""
 
     def __init__(self, fn: Callable, level: int = 3, backend: str = "c", warmup: int = 1,
-                 memory_budget: int | str | None = None, strict: bool = False) -> None:
+                 memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
+                 track: bool = False) -> None:
         functools.update_wrapper(self, fn)
+        if runtime not in ("native", "actors"):
+            raise LoomValueError(f"loom.function: runtime must be 'native' (one compiled step) or 'actors' (the "
+                                 f"graph partitioned into tasks run by actors), got {runtime!r}")
+        if runtime == "actors" and memory_budget is not None:
+            raise LoomValueError("loom.function: memory_budget is not supported with runtime='actors' yet; use "
+                                 "one or the other")
+        self.runtime = runtime
+        self.track = bool(track)
         self.fn = fn
         self.level = level
         self.backend = backend
@@ -395,14 +413,28 @@ class Function:
             t._grad = prev
         if self.memory_budget is not None:
             graph.meta["memory_budget"] = (self.memory_budget, self.strict)
-        entry.exe = _compile(graph, self.level, self.backend)
+        if self.runtime == "actors":
+            from loom.compiler.partition import compile_partitioned
+
+            tags = {}
+            if tr.stages:
+                for old, new in entry.node_map.items():
+                    k = tr.stage_of(old)
+                    if k is not None:
+                        tags[new] = k
+            entry.exe = compile_partitioned(graph, tags, lambda g: _compile(g, self.level, self.backend),
+                                            name=f"loom.function:{getattr(self.fn, '__name__', 'fn')}",
+                                            track=self.track)
+        else:
+            entry.exe = _compile(graph, self.level, self.backend)
         optimized = getattr(entry.exe, "graph", None)
         entry.remat = optimized.meta.get("remat") if isinstance(optimized, Graph) else None
         entry.kernel_count = sum(1 for n in graph if n.op == "fused")
         self.trace_count += 1
         return entry
 
-    def _replay(self, entry: _Entry, args, kwargs):
+    def _inputs(self, entry: _Entry, args, kwargs) -> tuple[list, list[np.ndarray]]:
+        """The arrays one call feeds the compiled graph: arguments, .grads, captured tensors, scalars, random."""
         tensor_args = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(a, Tensor)]
         arrays = [a._array() for a in tensor_args]
         arrays += [tensor_args[k]._grad._array() for k in entry.grad_args]
@@ -418,7 +450,13 @@ class Function:
             a = dict(attrs)
             a["seed"] = default_generator.next_key()
             arrays.append(rand_impl(a))
-        outs = entry.exe(*arrays)
+        return tensor_args, arrays
+
+    def _replay(self, entry: _Entry, args, kwargs):
+        tensor_args, arrays = self._inputs(entry, args, kwargs)
+        return self._results(entry, tensor_args, entry.exe(*arrays))
+
+    def _results(self, entry: _Entry, tensor_args: list, outs) -> Any:
         values = [_buffer_tensor(o, n.dtype) for o, n in zip(outs, entry.graph.outputs)]
         k = entry.n_returned
         for kind, ref in entry.mutated:
@@ -443,6 +481,67 @@ class Function:
             else:
                 t._grad = None
         return _unflatten(entry.out_spec, values[:entry.n_returned])
+
+    def map(self, items: Any):
+        """Call the function once per item (a tuple of arguments), streaming the calls through the runtime.
+
+        With ``runtime="actors"`` and stages marked by `loom.stage`, the stages
+        of consecutive calls overlap (a pipeline over micro-batches): stage 0
+        of item i+1 runs while stage 1 of item i does. Results are those of
+        calling the function on each item in turn. The function must not
+        update tensors in place (a forward pass, not a training step), and
+        every item must have the same signature (shapes, dtypes).
+
+        Examples
+        --------
+        >>> w = loom.ones(4, 4)
+        >>> @loom.function(runtime="actors", warmup=0)
+        ... def two_stages(x):
+        ...     with loom.stage(0):
+        ...         h = (x @ w).relu()
+        ...     with loom.stage(1):
+        ...         return (h @ w).sum(1)
+        >>> [y.tolist() for y in two_stages.map((loom.ones(2, 4) * k,) for k in range(3))]
+        [[0.0, 0.0], [64.0, 64.0], [128.0, 128.0]]
+        >>> two_stages.close()
+        """
+        it = iter(items)
+        entry, key = None, None
+        for item in it:  # Warm-up and tracing happen on plain calls.
+            args = tuple(item) if isinstance(item, (tuple, list)) else (item,)
+            if self._calls >= self.warmup:
+                key = self._key(args, {})
+                entry = self._cache.get(key)
+            if entry is not None and self._guard_ok(entry):
+                break
+            yield self(*args)
+        else:
+            return
+        if entry.mutated or entry.grads:
+            raise LoomError("loom.function.map: the function updates tensors in place (parameters, .grad), so "
+                            "its calls cannot overlap; call it in a loop")
+        map_fn = getattr(entry.exe, "map", None)
+
+        def feeds():
+            yield self._inputs(entry, args, {})[1]
+            for nxt in it:
+                a = tuple(nxt) if isinstance(nxt, (tuple, list)) else (nxt,)
+                if self._key(a, {}) != key:
+                    raise LoomError("loom.function.map: every item must have the same signature (shapes, dtypes, "
+                                    "requires_grad) as the first; call the function per item instead")
+                self._calls += 1
+                yield self._inputs(entry, a, {})[1]
+        self._calls += 1
+        outs = map_fn(feeds()) if map_fn is not None else (entry.exe(*arrays) for arrays in feeds())
+        for out in outs:
+            yield self._results(entry, [], out)
+
+    def close(self) -> None:
+        """Stop the actors of every compiled specialisation (``runtime="actors"``); later calls restart them."""
+        for e in self._cache.values():
+            close = getattr(e.exe, "close", None)
+            if close is not None:
+                close()
 
     def explain(self) -> str:
         """The traced graphs of this function, one per specialisation (with its memory budget report)."""
@@ -490,7 +589,8 @@ def _buffer_tensor(array: np.ndarray, dtype: dt.DType) -> Tensor:
 
 
 def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", warmup: int = 1,
-             memory_budget: int | str | None = None, strict: bool = False):
+             memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
+             track: bool = False):
     """Trace `fn` into one static graph, compile it once and replay it on later calls.
 
     The first `warmup` calls run eagerly (so optimizer state and lazily created
@@ -525,6 +625,16 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
         plan found; `memory_reports` and `explain()` say what was done.
     strict : bool
         With `memory_budget`: raise `loom.MemoryBudgetError` instead of warning.
+    runtime : str
+        ``"native"`` (default): the whole step is one compiled program.
+        ``"actors"``: the graph is partitioned into tasks — pipeline stages
+        marked with `loom.stage` and independent branches — each compiled
+        and run by its own actor (`loom.runtime.actors`); branches run in
+        parallel and `Function.map` pipelines stages over micro-batches.
+        Results are identical to the native runtime; a graph that is one
+        task runs exactly as the native step does.
+    track : bool
+        With ``runtime="actors"``: keep every actor's state transitions.
 
     Examples
     --------
@@ -543,13 +653,58 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     [0.7, 0.7, 0.7]
     """
     options: dict[str, Any] = dict(level=level, backend=backend, warmup=warmup, memory_budget=memory_budget,
-                                  strict=strict)
+                                  strict=strict, runtime=runtime, track=track)
     if fn is None:
         return lambda f: Function(f, **options)
     return Function(fn, **options)
 
 
 jit = function
+
+
+class stage:
+    """Mark the ops run inside this block as pipeline stage `k` of a ``loom.function(runtime="actors")``.
+
+    While a function is traced, every node created inside ``with
+    loom.stage(k):`` belongs to stage k; the actor runtime runs each stage as
+    its own task, so with `Function.map` stage k of one micro-batch overlaps
+    stage k+1 of the previous one. Unmarked ops (a backward pass) join the
+    latest stage they read from. Outside a trace, and with the native
+    runtime, the marker does nothing.
+
+    Parameters
+    ----------
+    k : int
+        The stage number (>= 0); later stages may read earlier ones' values.
+
+    Examples
+    --------
+    >>> with loom.stage(1):
+    ...     y = loom.ones(2) * 3     # eager: no effect
+    >>> y.tolist()
+    [3.0, 3.0]
+    """
+
+    def __init__(self, k: int) -> None:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise LoomValueError(f"loom.stage: the stage must be an int >= 0, got {k!r}")
+        self.k = k
+        self._lo: int | None = None
+
+    def __enter__(self) -> "stage":
+        if _realize.active_trace is not None:
+            self._lo = _next_node_id()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        tr = _realize.active_trace
+        if tr is not None and self._lo is not None:
+            tr.stages.append((self._lo, _next_node_id(), self.k))
+        self._lo = None
+
+
+def _next_node_id() -> int:
+    return Node("const", (), {}, (), dt.float32).id
 
 
 # ---------------------------------------------------------------- control flow

@@ -19,9 +19,10 @@ import types
 # The modules whose public names make up loom's documented API.
 PUBLIC_MODULES = [
     "loom", "loom.nn", "loom.nn.functional", "loom.nn.init", "loom.nn.utils", "loom.optim",
-    "loom.optim.lr_scheduler", "loom.data", "loom.autograd", "loom.ops", "loom.profiler", "loom.compiler",
-    "loom.io", "loom.onnx", "loom.jit", "loom.quantization", "loom.linalg", "loom.fft", "loom.func", "loom.distributions", "loom.distributions.constraints",
-    "loom.distributions.transforms",
+    "loom.optim.lr_scheduler", "loom.data", "loom.autograd", "loom.ops", "loom.profiler", "loom.runtime",
+    "loom.train", "loom.compiler",
+    "loom.io", "loom.onnx", "loom.jit", "loom.quantization", "loom.linalg", "loom.fft", "loom.func",
+    "loom.distributions", "loom.distributions.constraints", "loom.distributions.transforms",
     "loom.ir", "loom.bench", "loom.bench.cli", "loom.bench.stats", "loom.bench.report", "loom.bench.compile_probe",
     "loom.distributed", "loom.distributed.nn.functional", "loom.distributed.checkpoint", "loom.distributed.optim",
     "loom.distributed.sbp", "loom.distributed.tensor_parallel", "loom.distributed.simulator",

@@ -17,8 +17,16 @@ travels as a last message down every edge, so each actor stops by itself
 after its inputs are drained; a failure stops every actor of the plan and
 `Plan.run` raises it, naming the task.
 
+Fault tolerance: a task marked ``retries=n`` (data reads) runs again after
+an error, up to n times, waiting ``backoff * 2**attempt`` seconds between
+tries and recording ``retrying`` in its actor's record. A task that fails for
+good raises `ActorError` naming the actor, the task's subgraph and, when the
+task runs a graph, the node that failed; every other actor stops by itself
+(no thread is left behind).
+
 The state tracker: each actor records its own transitions (waiting, ready,
-running, done, failed) with timestamps and register occupancy; `status()`
+running, done, failed, retrying) with timestamps and register occupancy (off
+with ``Plan(track=False)``: only the current state is kept); `status()`
 answers what every live actor is doing and waiting on, and with a
 `loom.profiler.profile` active every firing is an event on the actor's own
 thread (one row per actor in the Chrome trace).
@@ -36,37 +44,66 @@ Examples
 """
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 import time
 import weakref
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from loom import profiler as _profiler
 from loom.errors import LoomError
 
-__all__ = ["Plan", "Task", "Actor", "status", "status_text", "pipeline", "ActorError"]
+__all__ = ["Plan", "Task", "Actor", "status", "status_text", "pipeline", "ActorError", "GraphProgram", "TaskSpec"]
 
 _END = object()          # The end of a stream, sent down every edge once.
 _LIVE: "weakref.WeakSet[Actor]" = weakref.WeakSet()   # For status queries only; never used to schedule.
-STATES = ("waiting", "ready", "running", "done", "failed")
+STATES = ("waiting", "ready", "running", "done", "failed", "retrying")
 
 
 class ActorError(LoomError):
-    """A task of a plan failed; the message names the plan, the task and the original error."""
+    """A task of a plan failed; the message names the plan, the actor, its subgraph, the node and the error.
+
+    Attributes
+    ----------
+    actor : str or None
+        The failing actor's name (``plan/task``).
+    task : str or None
+        The failing task's name.
+    subgraph : str or None
+        What the task runs (a graph task: its nodes' ops), if it said.
+    node : str or None
+        The node that failed (op, input and output shapes), for graph tasks.
+    """
+
+    actor: str | None = None
+    task: str | None = None
+    subgraph: str | None = None
+    node: str | None = None
+
+
+class _Stopped(BaseException):
+    """Raised inside an actor told to stop because another task failed or the caller cancelled."""
 
 
 class Task:
     """One node of a `Plan`: a function of its inputs' values (or a source iterable), and its output edge."""
 
     def __init__(self, plan: "Plan", name: str, fn: Callable | None, inputs: list["Task"], registers: int,
-                 source: Iterable | None = None):
+                 source: Iterable | None = None, retries: int = 0, backoff: float = 0.05,
+                 subgraph: str | None = None, diagnose: Callable | None = None):
         self.plan = plan
         self.name = name
         self.fn = fn
         self.inputs = inputs
         self.registers = registers
         self.source = source
+        self.retries = retries
+        self.backoff = backoff
+        self.subgraph = subgraph      # In words: what this task runs (for errors and status).
+        self.diagnose = diagnose      # (error, input values) -> the failing node in words, or None.
         self.consumers: list[Task] = []
 
     def __repr__(self) -> str:
@@ -80,11 +117,18 @@ class Plan:
     ----------
     name : str
         Names the plan in errors, `status()` and traces.
+    track : bool
+        Keep each actor's list of timestamped state transitions (``Plan.trace``
+        after a run). Off, actors keep only their current state (for
+        `status()`), which costs nothing measurable.
     """
 
-    def __init__(self, name: str = "plan"):
+    def __init__(self, name: str = "plan", track: bool = True):
         self.name = name
+        self.track = track
         self.tasks: list[Task] = []
+        self.trace: dict[str, list] = {}
+        self._running: dict[str, Actor] = {}
 
     def _add(self, task: Task) -> Task:
         if any(t.name == task.name for t in self.tasks):
@@ -92,6 +136,9 @@ class Plan:
         if task.registers < 1:
             raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r} needs at least one output "
                             f"register, got {task.registers}")
+        if not isinstance(task.retries, int) or task.retries < 0 or task.backoff < 0:
+            raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r}: retries must be an int >= 0 "
+                            f"and backoff >= 0 seconds, got retries={task.retries!r}, backoff={task.backoff!r}")
         for i in task.inputs:
             if not isinstance(i, Task) or i.plan is not self:
                 raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r}: inputs must be tasks of "
@@ -100,88 +147,182 @@ class Plan:
         self.tasks.append(task)
         return task
 
-    def source(self, name: str, iterable: Iterable, registers: int = 2) -> Task:
-        """A task with no inputs that emits the items of `iterable`, one per firing."""
-        return self._add(Task(self, name, None, [], registers, source=iterable))
+    def source(self, name: str, iterable: Iterable, registers: int = 2, retries: int = 0,
+               backoff: float = 0.05) -> Task:
+        """A task with no inputs that emits the items of `iterable`, one per firing.
 
-    def task(self, name: str, fn: Callable, inputs: list[Task], registers: int = 1) -> Task:
+        With ``retries=n`` a read that raises is tried again up to n times,
+        ``backoff * 2**k`` seconds after the k-th failure. A Python generator
+        cannot continue after it raised, so retries need an iterator whose
+        ``__next__`` may be called again (a reader object).
+
+        Examples
+        --------
+        >>> class Flaky:
+        ...     def __init__(self): self.i, self.failed = 0, False
+        ...     def __iter__(self): return self
+        ...     def __next__(self):
+        ...         if self.i == 2 and not self.failed:
+        ...             self.failed = True
+        ...             raise OSError("network hiccup")
+        ...         if self.i == 4:
+        ...             raise StopIteration
+        ...         self.i += 1
+        ...         return self.i
+        >>> plan = Plan("reads")
+        >>> plan.task("sink", lambda x: x, [plan.source("read", Flaky(), retries=3, backoff=0.001)])
+        <Task sink>
+        >>> plan.run(timeout=10)
+        [1, 2, 3, 4]
+        """
+        if retries and inspect.isgenerator(iterable):
+            raise LoomError(f"loom.runtime.Plan {self.name}: source {name!r}: a generator cannot be retried "
+                            "after it raised; give an iterator object whose __next__ may be called again, or "
+                            "read in a task (Plan.task(..., retries=n)) fed with what to read")
+        return self._add(Task(self, name, None, [], registers, source=iterable, retries=retries,
+                              backoff=backoff))
+
+    def task(self, name: str, fn: Callable, inputs: list[Task], registers: int = 1, retries: int = 0,
+             backoff: float = 0.05, subgraph: str | None = None, diagnose: Callable | None = None) -> Task:
         """A task computing ``fn(*input_values)`` each time every input has a value.
 
         `registers` is the number of output values that may be in flight at
         once (waiting for or being used by consumers); 2 or more lets this
-        task run ahead of its consumers by that many iterations.
+        task run ahead of its consumers by that many iterations. With
+        ``retries=n`` a call that raises is repeated on the same inputs up to
+        n times with exponential backoff. `subgraph` says in words what the
+        task runs and `diagnose(error, inputs)` names the failing node; both
+        go into the error when the task fails (graph tasks from
+        `loom.runtime.partition` set them).
         """
         if not inputs:
             raise LoomError(f"loom.runtime.Plan {self.name}: task {name!r} has no inputs; use Plan.source")
-        return self._add(Task(self, name, fn, list(inputs), registers))
+        return self._add(Task(self, name, fn, list(inputs), registers, retries=retries, backoff=backoff,
+                              subgraph=subgraph, diagnose=diagnose))
+
+    def cancel(self) -> None:
+        """Stop every actor of the running plan (each stops at its next message); the run raises."""
+        for a in list(self._running.values()):
+            a.stop.set()
+            a.inbox.put(("stop", None, None, None))
 
     def stream(self, timeout: float | None = None):
         """Run the plan and yield the single sink task's outputs as they are produced.
 
         The plan runs in the background while the caller consumes; its
-        failure is raised from the generator. With ``registers >= 2`` on the
-        tasks, loading the next items overlaps the caller's work.
+        failure is raised from the generator. The caller counts as the sink's
+        consumer: the sink holds one of its registers per value handed out
+        and not yet followed by the next request, so with ``registers >= 2``
+        loading the next items overlaps the caller's work and no task runs
+        further ahead than its registers allow. Closing the generator early
+        stops every actor.
         """
         sinks = [t for t in self.tasks if not t.consumers]
         if len(sinks) != 1:
             raise LoomError(f"loom.runtime.Plan {self.name}: stream needs exactly one sink task, "
                             f"has {[t.name for t in sinks]}")
-        out: queue.SimpleQueue = queue.SimpleQueue()
-        done = object()
+        caller = _Caller()
         box: list = []
+        started = threading.Event()
 
         def runner():
             try:
-                self.run(timeout, _sink=out)
+                self.run(timeout, _caller=caller, _started=started)
             except BaseException as e:
                 box.append(e)
-            out.put(done)
+            caller.inbox.put(("end", None, None, None))
         th = threading.Thread(target=runner, name=f"{self.name}/driver", daemon=True)
         th.start()
-        while True:
-            item = out.get()
-            if item is done:
-                break
-            yield item
-        th.join()
+        started.wait()
+        sink_actor = self._running.get(sinks[0].name)
+        held = None
+        try:
+            while True:
+                if held is not None and sink_actor is not None:
+                    sink_actor.inbox.put(("ack", None, held, None))
+                    held = None
+                kind, _, reg, value = caller.inbox.get()
+                if kind != "data" or value is _END:
+                    break
+                held = reg
+                yield value
+        finally:
+            if th.is_alive() and not box:
+                self.cancel()
+            th.join()
         if box:
             raise box[0]
 
-    def run(self, timeout: float | None = None, _sink: Any = None) -> list:
+    def run(self, timeout: float | None = None, _caller: Any = None, _started: Any = None) -> Any:
         """Start one actor per task, wait until the stream ends, return the sink tasks' outputs.
 
         With one sink the result is the list of its outputs in order; with
         several, a dict of name -> list. Raises `ActorError` if a task fails
-        (after every actor has stopped) or `timeout` seconds pass.
+        (after every actor has stopped) or `timeout` seconds pass (after
+        telling every actor to stop).
         """
         if not self.tasks:
+            if _started is not None:
+                _started.set()
             return []
         sinks = [t for t in self.tasks if not t.consumers]
         results: dict[str, Any] = {t.name: [] for t in sinks}
-        if _sink is not None:
-            results[sinks[0].name] = _QueueSink(_sink)
+        if _caller is not None:
+            results[sinks[0].name] = None
         failure: list = []
         stop = threading.Event()
         actors = {t.name: Actor(t, results.get(t.name), failure, stop) for t in self.tasks}
         for a in actors.values():
             a.wire(actors)
+        if _caller is not None:
+            actors[sinks[0].name].consumers.append((_caller, 0))
+        self._running = actors
         for a in actors.values():
             a.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for a in actors.values():
-            a.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if a.is_alive():
-                stop.set()
-                for b in actors.values():
-                    b.inbox.put(("stop", None, None, None))
-                raise ActorError(f"loom.runtime: plan {self.name} did not finish within {timeout} s; "
-                                 f"{status_text([b for b in actors.values() if b.is_alive()])}")
-        if failure:
-            task, err = failure[0]
-            raise ActorError(f"loom.runtime: plan {self.name}: task {task!r} failed: {type(err).__name__}: "
-                             f"{err}") from err
+        if _started is not None:
+            _started.set()
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for a in actors.values():
+                a.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if a.is_alive():
+                    text = status_text([b for b in actors.values() if b.is_alive()])
+                    self.cancel()
+                    for b in actors.values():
+                        b.join(1.0)
+                    raise ActorError(f"loom.runtime: plan {self.name} did not finish within {timeout} s; {text}")
+        finally:
+            self._running = {}
         self.trace = {name: a.transitions for name, a in actors.items()}
+        if failure:
+            raise _failure_error(self.name, *failure[0])
+        if any(a.cancelled for a in actors.values()):
+            raise ActorError(f"loom.runtime: plan {self.name} was cancelled")
         return results[sinks[0].name] if len(sinks) == 1 else results
+
+
+def _failure_error(plan: str, actor: "Actor", err: BaseException, where: str | None) -> ActorError:
+    """The error a failed plan raises: which actor, which subgraph, which node, what went wrong."""
+    task = actor.task
+    parts = [f"loom.runtime: plan {plan}: task {task.name!r} failed (actor {actor.name}"]
+    if task.subgraph:
+        parts.append(f", subgraph {task.subgraph}")
+    if where:
+        parts.append(f", at node {where}")
+    tries = f" after {task.retries + 1} attempts" if task.retries else ""
+    e = ActorError("".join(parts) + f"){tries}: {type(err).__name__}: {err}")
+    e.actor, e.task, e.subgraph, e.node = actor.name, task.name, task.subgraph, where
+    e.__cause__ = err
+    return e
+
+
+class _Caller:
+    """The caller of `Plan.stream`, seen by the sink actor as one more consumer."""
+
+    def __init__(self) -> None:
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.task = self
+        self.name = "caller"
 
 
 class Actor(threading.Thread):
@@ -192,7 +333,10 @@ class Actor(threading.Thread):
     state : str
         One of waiting, ready, running, done, failed.
     transitions : list of (seconds, state, detail)
-        This actor's own record of its state changes (the state tracker).
+        This actor's own record of its state changes (the state tracker):
+        ``time.monotonic()`` seconds, the state, and what it waits on
+        (waiting), the iteration number (running), the error (failed,
+        retrying).
     """
 
     def __init__(self, task: Task, sink: list | None, failure: list, stop: threading.Event):
@@ -207,9 +351,11 @@ class Actor(threading.Thread):
         self.acks: dict[int, int] = {}                          # Output register -> consumers still using it.
         self.fired = 0
         self.state = "waiting"
-        self.transitions: list[tuple[float, str, str]] = [(time.monotonic(), "waiting", "")]
+        self.track = task.plan.track
+        self.transitions: list[tuple[float, str, str]] = [(time.monotonic(), "waiting", "")] if self.track else []
         self.producers: list[Actor] = []
-        self.consumers: list[tuple[Actor, int]] = []
+        self.consumers: list[tuple[Any, int]] = []
+        self.cancelled = False
         _LIVE.add(self)
 
     def wire(self, actors: dict[str, "Actor"]) -> None:
@@ -219,9 +365,10 @@ class Actor(threading.Thread):
                 if i is self.task:
                     self.consumers.append((actors[c.name], k))
 
-    def _set(self, state: str, detail: str = "") -> None:
+    def _set(self, state: str, detail: Any = "") -> None:
         self.state = state
-        self.transitions.append((time.monotonic(), state, detail))
+        if self.track:
+            self.transitions.append((time.monotonic(), state, detail))
 
     def waiting_on(self) -> str:
         """What this actor needs before it can fire next, in words."""
@@ -240,16 +387,47 @@ class Actor(threading.Thread):
                 self._run_source()
             else:
                 self._run_task()
+        except _Stopped:
+            self.cancelled = True
+            self._set("done", "stopped")
+            self._tell_neighbours()
+            return
         except BaseException as e:  # Stops every actor; Plan.run raises it with the task's name.
             self._set("failed", repr(e))
-            self.failure.append((self.task.name, e))
+            self.failure.append((self, e, getattr(e, "_loom_node", None)))
             self.stop.set()
-            for c, _ in self.consumers:
-                c.inbox.put(("stop", None, None, None))
-            for p in self.producers:
-                p.inbox.put(("stop", None, None, None))
+            self._tell_neighbours()
             return
         self._set("done")
+
+    def _tell_neighbours(self) -> None:
+        for c, _ in self.consumers:
+            c.inbox.put(("stop", None, None, None))
+        for p in self.producers:
+            p.inbox.put(("stop", None, None, None))
+
+    def _attempt(self, call: Callable, values: list) -> Any:
+        """`call()`, repeated after an error up to the task's retries, with exponential backoff."""
+        k = 0
+        while True:
+            try:
+                return call()
+            except StopIteration:
+                raise
+            except Exception as e:
+                if k >= self.task.retries or self.stop.is_set():
+                    if self.task.diagnose is not None:
+                        try:
+                            e._loom_node = self.task.diagnose(e, values)  # type: ignore[attr-defined]
+                        except Exception:
+                            pass
+                    raise
+                delay = self.task.backoff * 2 ** k
+                k += 1
+                self._set("retrying", f"attempt {k + 1} of {self.task.retries + 1} in {delay:.3g} s after "
+                                      f"{type(e).__name__}: {e}")
+                if self.stop.wait(delay):
+                    raise _Stopped() from e
 
     def _emit(self, value: Any) -> None:
         reg = self.free.pop()
@@ -272,16 +450,21 @@ class Actor(threading.Thread):
                 del self.acks[reg]
                 self.free.append(reg)
         elif kind == "stop":
-            raise ActorError(f"stopped because another task of plan {self.task.plan.name} failed")
+            raise _Stopped()
 
     def _wait_free(self) -> None:
         while not self.free:
-            self._set("waiting", "output register")
+            if self.state != "waiting":
+                self._set("waiting", "output register")
             self._handle(self.inbox.get())
 
     def _run_source(self) -> None:
-        it = iter(self.task.source)
-        while not self.stop.is_set():
+        it = iter(self.task.source)  # type: ignore[arg-type]
+        if isinstance(it, _Feed):
+            it.stop = self.stop
+        while True:
+            if self.stop.is_set():
+                raise _Stopped()
             self._wait_free()
             while True:  # Take back registers already returned, without blocking.
                 try:
@@ -291,7 +474,7 @@ class Actor(threading.Thread):
             self._set("running")
             t0 = _profiler.now_us() if _profiler.ACTIVE is not None else 0.0
             try:
-                value = next(it)
+                value = self._attempt(it.__next__, []) if self.task.retries else next(it)
             except StopIteration:
                 break
             if _profiler.ACTIVE is not None:
@@ -300,19 +483,24 @@ class Actor(threading.Thread):
             self._emit(value)
         self._finish()
 
+    def _end_ready(self) -> bool:
+        return all(self.pending) and any(q[0][1] is _END for q in self.pending)
+
     def _run_task(self) -> None:
-        fn = self.task.fn
+        fn: Callable = self.task.fn  # type: ignore[assignment]
         while True:
-            while not all(self.pending) or (self.consumers and not self.free):
-                self._set("waiting", self.waiting_on())
+            while not all(self.pending) or (self.consumers and not self.free and not self._end_ready()):
+                if self.state != "waiting":
+                    self._set("waiting", self.waiting_on() if self.track else "")
                 self._handle(self.inbox.get())
             taken = [q.pop(0) for q in self.pending]
             values = [v for _, v in taken]
             if any(v is _END for v in values):
                 break
-            self._set("running", f"iteration {self.fired}")
+            self._set("running", self.fired)
             t0 = _profiler.now_us() if _profiler.ACTIVE is not None else 0.0
-            out = fn(*values)
+            out = self._attempt(lambda: fn(*values), values) if (self.task.retries or self.task.diagnose) \
+                else fn(*values)
             if _profiler.ACTIVE is not None:
                 _profiler.record(self.task.name, "actor", t0, _profiler.now_us(), iteration=self.fired)
             self.fired += 1
@@ -328,16 +516,6 @@ class Actor(threading.Thread):
             c.inbox.put(("data", k, -1, _END))
 
 
-class _QueueSink:
-    """A sink that hands each output to a queue (`Plan.stream`) instead of keeping it."""
-
-    def __init__(self, q: queue.SimpleQueue):
-        self.q = q
-
-    def append(self, value: Any) -> None:
-        self.q.put(value)
-
-
 def pipeline(source: Iterable, *stages: Callable, registers: int = 2, name: str = "pipeline"):
     """Run ``stages`` over the items of `source` on a chain of actors; yield the last stage's outputs.
 
@@ -348,7 +526,7 @@ def pipeline(source: Iterable, *stages: Callable, registers: int = 2, name: str 
 
     Examples
     --------
-    >>> list(pipeline(range(4), lambda x: x + 1, lambda x: x * 10))
+    >>> list(loom.runtime.pipeline(range(4), lambda x: x + 1, lambda x: x * 10))
     [10, 20, 30, 40]
     """
     plan = Plan(name)
@@ -380,3 +558,235 @@ def status_text(actors: Iterable[Actor] | None = None) -> str:
             line += f", waiting on {r['waiting_on']}"
         lines.append(line)
     return "; ".join(lines) if lines else "no live actors"
+
+
+# ---------------------------------------------------------------- compiled graphs on actors
+
+class TaskSpec:
+    """One task of a `GraphProgram`: a compiled subgraph and where its inputs come from.
+
+    ``inputs[k]`` is ``(-1, i)`` (the call's argument i) or ``(p, j)`` (output
+    j of task p). `subgraph` is the subgraph in words; ``diagnose(error,
+    arrays)`` names the node that failed.
+    """
+
+    def __init__(self, name: str, run: Callable, inputs: list[tuple[int, int]], subgraph: str = "",
+                 diagnose: Callable | None = None):
+        self.name = name
+        self.run = run
+        self.inputs = inputs
+        self.subgraph = subgraph
+        self.diagnose = diagnose
+
+
+class _Feed:
+    """The source of a running `GraphProgram`: the arguments of each call, until closed."""
+
+    def __init__(self) -> None:
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.stop: threading.Event | None = None   # Set by the source actor: its plan's stop signal.
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:   # Idle between calls; wake up now and then to see whether the plan was stopped.
+            try:
+                item = self.q.get(timeout=0.1)
+            except queue.Empty:
+                if self.stop is not None and self.stop.is_set():
+                    raise _Stopped() from None
+                continue
+            if item is _END:
+                raise StopIteration
+            return item
+
+    def close(self) -> None:
+        self.q.put(_END)
+
+
+class GraphProgram:
+    """Compiled subgraphs (from `loom.compiler.partition`) run as one actor each; one call is one iteration.
+
+    With one task the program calls it directly in the caller's thread: no
+    actor, no queue, the same cost as the plain compiled step. With several,
+    a plan of actors is started on the first call and kept: a ``feed``
+    source hands each call's arguments to the tasks, tasks without a path
+    between them run at the same time, and ``collect`` assembles the
+    outputs. `map` streams many calls through the same actors, so with
+    ``registers >= 2`` the stages of consecutive calls overlap (a pipeline
+    over micro-batches). A failing task raises `ActorError` naming its
+    actor, subgraph and node; the plan then stops and the next call starts a
+    fresh one. `close` stops the actors.
+
+    Parameters
+    ----------
+    name : str
+    tasks : list of TaskSpec
+        In an order where producers come first.
+    outputs : list of (int, Any)
+        Per output: ``(-1, i)`` argument i, ``(p, j)`` output j of task p,
+        ``(-2, array)`` a constant.
+    n_inputs : int
+    track : bool
+        Keep the actors' state transitions (the state tracker).
+    registers : int
+        Registers per edge.
+    parallel : bool
+        Whether a single call runs on the actors (so independent branches
+        run at the same time) or calls the tasks one after another in the
+        caller's thread; the compiler decides by the work the branches hold
+        (handing values between threads costs tens of microseconds). `map`
+        always runs on the actors.
+    """
+
+    def __init__(self, name: str, tasks: list[TaskSpec], outputs: list[tuple[int, Any]], n_inputs: int,
+                 track: bool = False, registers: int = 2, parallel: bool = True):
+        self.parallel = parallel
+        self.name = name
+        self.tasks = tasks
+        self.outputs = outputs
+        self.n_inputs = n_inputs
+        self.track = track
+        self.registers = registers
+        self.plan: Plan | None = None
+        self._feed: _Feed | None = None
+        self._stream: Any = None
+        self._lock = threading.Lock()
+        self._single = tasks[0].run if len(tasks) == 1 and self._identity() else None
+
+    def _identity(self) -> bool:
+        t = self.tasks[0]
+        return t.inputs == [(-1, k) for k in range(self.n_inputs)] and \
+            self.outputs == [(0, k) for k in range(len(self.outputs))]
+
+    def _gather(self, t: TaskSpec, producers: list[int]):
+        where = {p: k for k, p in enumerate(producers)}
+        picks = [(-1, i) if p == -1 else (where[p], i) for p, i in t.inputs]
+
+        def args(feed: list, outs: tuple) -> list:
+            return [feed[i] if p == -1 else outs[p][i] for p, i in picks]
+        return args
+
+    def _task_fn(self, t: TaskSpec, producers: list[int]) -> Callable:
+        args = self._gather(t, producers)
+        run = t.run
+
+        def fire(feed, *outs):
+            return run(*args(feed, outs))
+        return fire
+
+    def _diagnose(self, t: TaskSpec, producers: list[int]) -> Callable | None:
+        if t.diagnose is None:
+            return None
+        args = self._gather(t, producers)
+        diagnose = t.diagnose
+
+        def which(err: BaseException, values: list):
+            return diagnose(err, args(values[0], tuple(values[1:])))
+        return which
+
+    def _start(self) -> None:
+        plan = Plan(self.name, track=self.track)
+        feed = _Feed()
+        src = plan.source("feed", feed, registers=self.registers)
+        made: list[Task] = []
+        for t in self.tasks:
+            producers = sorted({p for p, _ in t.inputs if p >= 0})
+            made.append(plan.task(t.name, self._task_fn(t, producers), [src] + [made[p] for p in producers],
+                                  registers=self.registers, subgraph=t.subgraph,
+                                  diagnose=self._diagnose(t, producers)))
+        used = sorted({p for p, _ in self.outputs if p >= 0})
+        where = {p: k for k, p in enumerate(used)}
+        spec = [(p, where.get(p, -1), x) for p, x in self.outputs]
+
+        def collect(args, *outs):
+            return tuple(args[x] if p == -1 else np.array(x) if p == -2 else outs[k][x] for p, k, x in spec)
+        plan.task("collect", collect, [src] + [made[p] for p in used], registers=self.registers)
+        self.plan, self._feed = plan, feed
+        self._stream = plan.stream()
+
+    def _in_caller(self, arrays) -> tuple:
+        """One call, task after task in the caller's thread; a failure names the task as its actor would."""
+        outs: list = []
+        for t in self.tasks:
+            args = [arrays[i] if p == -1 else outs[p][i] for p, i in t.inputs]
+            try:
+                outs.append(t.run(*args))
+            except Exception as err:
+                where = None
+                if t.diagnose is not None:
+                    try:
+                        where = t.diagnose(err, args)
+                    except Exception:
+                        where = None
+                at = f", at node {where}" if where else ""
+                e = ActorError(f"loom.runtime: plan {self.name}: task {t.name!r} failed (actor {self.name}/{t.name} "
+                               f"in the caller's thread, subgraph {t.subgraph}{at}): {type(err).__name__}: {err}")
+                e.actor, e.task, e.subgraph, e.node = f"{self.name}/{t.name}", t.name, t.subgraph, where
+                raise e from err
+        return tuple(arrays[x] if p == -1 else np.array(x) if p == -2 else outs[p][x] for p, x in self.outputs)
+
+    def __call__(self, *arrays):
+        if self._single is not None:
+            return self._single(*arrays)
+        if not self.parallel:
+            return self._in_caller(arrays)
+        with self._lock:
+            if self._stream is None:
+                self._start()
+            assert self._feed is not None
+            self._feed.q.put(list(arrays))
+            try:
+                return next(self._stream)
+            except BaseException:
+                self._stream = None
+                raise
+
+    def map(self, items: Iterable, lookahead: int | None = None):
+        """Run one call per item (a list of input arrays); yield the outputs in order.
+
+        Up to `lookahead` calls (default: registers times tasks) are in
+        flight, so consecutive calls overlap stage by stage.
+        """
+        if self._single is not None:
+            for item in items:
+                yield self._single(*item)
+            return
+        ahead = lookahead or self.registers * (len(self.tasks) + 1)
+        with self._lock:
+            if self._stream is None:
+                self._start()
+            assert self._feed is not None
+            pending = 0
+            try:
+                for item in items:
+                    self._feed.q.put(list(item))
+                    pending += 1
+                    if pending >= ahead:
+                        pending -= 1
+                        yield next(self._stream)
+                while pending:
+                    pending -= 1
+                    yield next(self._stream)
+            except GeneratorExit:  # Left early: take the calls still in flight, so no later call gets them.
+                for _ in range(pending):
+                    next(self._stream)
+                raise
+            except BaseException:
+                self._stream = None
+                raise
+
+    def close(self) -> None:
+        """Stop the actors (after the calls in flight); the next call starts them again."""
+        stream, feed = self._stream, self._feed
+        self._stream = None
+        if stream is not None and feed is not None:
+            feed.close()
+            for _ in stream:
+                pass
+
+    def __del__(self) -> None:
+        feed = self.__dict__.get("_feed")
+        if self.__dict__.get("_stream") is not None and feed is not None:
+            feed.close()

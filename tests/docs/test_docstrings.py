@@ -17,7 +17,9 @@ import loom_api  # noqa: E402
 SOURCE_DOCUMENTED = ["loom.optim.lr_scheduler.ExponentialLR", "loom.optim.lr_scheduler.ConstantLR",
                      "loom.bench.cli.main", "loom.is_grad_enabled", "loom.set_default_dtype", "loom.device",
                      "loom.result_type", "loom.can_cast", "loom.onnx.export", "loom.onnx.load",
-                     "loom.jit.save", "loom.jit.load", "loom.jit.build_runtime", "loom.jit.build_kernels"]
+                     "loom.jit.save", "loom.jit.load", "loom.jit.build_runtime", "loom.jit.build_kernels",
+                     "loom.train.Checkpointer", "loom.train.fit",
+                     "loom.runtime.actors.pipeline"]
 
 
 def _run_examples(obj, name: str) -> doctest.TestResults:

@@ -216,11 +216,33 @@ def _run_traced(fn, args):
         return traced(*args)   # Traced, compiled and replayed.
 
 
+def _run_actors(fn, args):
+    """loom.function on the actor runtime: the graph partitioned into branch tasks.
+
+    One call runs small branches in the caller's thread, as the compiler decides; with
+    ``LOOM_PARITY_ACTORS_PARALLEL=1`` every branch runs on its own actor thread.
+    """
+    from loom.compiler import partition
+
+    saved = partition.PARALLEL_MIN_WORK
+    if os.environ.get("LOOM_PARITY_ACTORS_PARALLEL", "0") != "0":
+        partition.PARALLEL_MIN_WORK = 0
+    traced = loom.function(fn, runtime="actors")
+    try:
+        traced(*args)
+        with _SyncKernels():
+            return traced(*args)
+    finally:
+        partition.PARALLEL_MIN_WORK = saved
+        traced.close()
+
+
 # Execution modes of loom's side: each runs the case's whole loom computation.
 MODES: dict[str, Callable[[Callable, list], Any]] = {
     "eager": _run_eager,
     "compiled": _run_compiled,
     "traced": _run_traced,
+    "actors": _run_actors,   # Not in the default selection: LOOM_PARITY_MODES=actors.
     # loom.function through the JAX/XLA plugin: the first call eager, the second traced and run by XLA.
     "xla": lambda fn, args: [f(*args) for f in [loom.function(fn, backend="xla")] for _ in range(2)][-1],
 }
@@ -281,7 +303,7 @@ def run_case(case: Case, mode: str = "eager", seed: int = 0, lib=None) -> None:
     l_in = _make(loom, arrays, set(grad_idx))
     fn = _loom_side(case, len(l_in), diff_idx, grad_idx, v_pos, loom if lib is None else lib)
     args = l_in + [loom.tensor(c) for c in cots] + [loom.tensor(v) for v in vs]
-    if mode in ("traced", "xla") and not case.traceable:
+    if mode in ("traced", "xla", "actors") and not case.traceable:
         import pytest
         with pytest.raises(loom.LoomError, match="loom.function: a traced function read the value"):
             MODES[mode](fn, args)

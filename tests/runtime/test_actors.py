@@ -95,7 +95,8 @@ def test_failure_names_the_task_and_stops_every_actor():
     mid = plan.task("bad", bad, [src])
     plan.task("sink", lambda x: x, [mid])
     t = time.perf_counter()
-    with pytest.raises(ActorError, match=r"plan failing: task 'bad' failed: ValueError: boom at 3"):
+    with pytest.raises(ActorError,
+                       match=r"plan failing: task 'bad' failed \(actor failing/bad\): ValueError: boom at 3"):
         plan.run(timeout=30)
     assert time.perf_counter() - t < 10
     time.sleep(0.1)

@@ -1,0 +1,248 @@
+"""Partition a graph into tasks for the actor runtime: pipeline stages, then independent branches.
+
+`partition(graph, stages)` splits a graph into `Part` s, each a subgraph
+that one actor runs:
+
+- **Pipeline stages.** Nodes the user marked with ``loom.stage(k)`` belong
+  to stage k; an unmarked node goes with the latest stage among its inputs
+  (so a backward pass joins the last stage it reads from), and a marked node
+  never runs before a stage it reads from. Stages run one after another for
+  one input and overlap across consecutive inputs (micro-batches).
+- **Independent branches.** Inside a stage, nodes with no path between
+  them (after leaving out the graph's inputs and constants, which every
+  branch may read) form separate parts that run in parallel.
+
+Values with no input behind them (constants and what is computed from
+constants only) are copied into every part that reads them instead of
+making parts of their own.
+
+`compile_partitioned` compiles each part with the caller's compiler and
+hands the result to the runtime as a `loom.runtime.actors.GraphProgram`: a
+plan with one part is the plain compiled graph, called directly. A single
+call runs its branches on actors in parallel only when two branches of a
+stage each hold at least `PARALLEL_MIN_WORK` FLOPs (`work`); smaller ones run
+one after another in the caller's thread, since handing values between
+threads would cost more than it saves. Streams of calls (`GraphProgram.map`)
+always run on the actors, where stages overlap.
+
+Examples
+--------
+>>> import loom
+>>> from loom.compiler.partition import partition
+>>> g = loom.ir.Graph()
+>>> x = g.add_input((3,), "float32")
+>>> g.outputs = [g.add_node("exp", [x]), g.add_node("neg", [x])]   # two branches
+>>> [(p.name, [n.op for n in p.graph]) for p in partition(g).parts]
+[('stage0.branch0', ['input', 'exp']), ('stage0.branch1', ['input', 'neg'])]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from loom.errors import fmt_shape
+from loom.ir.graph import Graph
+from loom.ir.node import Node
+from loom.runtime import actors, reference
+
+__all__ = ["Part", "Partition", "partition", "compile_partitioned", "work", "PARALLEL_MIN_WORK"]
+
+
+@dataclass
+class Part:
+    """One task: a subgraph, its stage, and where each of its inputs comes from.
+
+    ``inputs[k]`` is ``(-1, i)`` for the graph's input i, or ``(p, j)`` for
+    output j of part p (an earlier part).
+    """
+
+    name: str
+    stage: int
+    graph: Graph
+    inputs: list[tuple[int, int]]
+
+
+@dataclass
+class Partition:
+    """The parts of a graph in an order that runs (producers first), and where each graph output comes from.
+
+    ``outputs[k]`` is ``(-1, i)`` (graph input i), ``(p, j)`` (output j of
+    part p) or ``(-2, array)`` (a constant).
+    """
+
+    parts: list[Part]
+    outputs: list[tuple[int, Any]]
+    n_inputs: int
+
+
+def partition(graph: Graph, stages: dict[Node, int] | None = None) -> Partition:
+    """Split `graph` into parts by pipeline stage (`stages`: node -> stage number) and independent branch."""
+    stages = stages or {}
+    order = graph.topological_order()
+    free: set[Node] = set()     # Computed from constants only: copied into each reader.
+    stage_of: dict[Node, int] = {}
+    for n in order:
+        if n.op == "input":
+            continue
+        computed = [i for i in n.inputs if i.op != "input" and i not in free]
+        if all(i.op != "input" for i in n.inputs) and not computed:
+            free.add(n)
+            continue
+        stage_of[n] = max([stages.get(n, 0)] + [stage_of[i] for i in computed])
+    # Branches: union-find over computed nodes joined to their computed inputs of the same stage.
+    parent: dict[Node, Node] = {n: n for n in stage_of}
+
+    def root(n: Node) -> Node:
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+    for n in stage_of:
+        for i in n.inputs:
+            if i in stage_of and stage_of[i] == stage_of[n]:
+                a, b = root(i), root(n)
+                if a is not b:
+                    parent[b] = a
+    groups: dict[Node, list[Node]] = {}
+    for n in order:              # Topological order inside each group.
+        if n in stage_of:
+            groups.setdefault(root(n), []).append(n)
+    members = sorted(groups.values(), key=lambda g: (stage_of[g[0]], order.index(g[0])))
+    part_of = {n: k for k, g in enumerate(members) for n in g}
+    input_index = {n: k for k, n in enumerate(graph.inputs)}
+    exported: dict[int, list[Node]] = {k: [] for k in range(len(members))}
+    graph_out = set(graph.outputs)
+    # What each part reads from outside itself, in first-use order.
+    reads: list[list[Node]] = []
+    for k, g in enumerate(members):
+        outside: dict[Node, None] = {}
+        for n in g:
+            for i in n.inputs:
+                if i.op == "input" or (i in part_of and part_of[i] != k):
+                    outside[i] = None
+        reads.append(list(outside))
+        for i in outside:
+            if i in part_of and i not in exported[part_of[i]]:
+                exported[part_of[i]].append(i)
+    for k, g in enumerate(members):
+        for n in g:
+            if n in graph_out and n not in exported[k]:
+                exported[k].append(n)
+    per_stage: dict[int, int] = {}
+    parts = []
+    for k, g in enumerate(members):
+        st = stage_of[g[0]]
+        b = per_stage[st] = per_stage.get(st, -1) + 1
+        sources = [(-1, input_index[i]) if i.op == "input" else (part_of[i], exported[part_of[i]].index(i))
+                   for i in reads[k]]
+        parts.append(Part(f"stage{st}.branch{b}", st, graph.extract(reads[k], exported[k]), sources))
+    outputs: list[tuple[int, Any]] = []
+    for o in graph.outputs:
+        if o.op == "input":
+            outputs.append((-1, input_index[o]))
+        elif o in part_of:
+            outputs.append((part_of[o], exported[part_of[o]].index(o)))
+        else:
+            const = graph.extract([], [o]).run()[0]
+            outputs.append((-2, const._array()))
+    return Partition(parts, outputs, len(graph.inputs))
+
+
+def describe(graph: Graph, limit: int = 8) -> str:
+    """A subgraph in words for errors and status: its size and its first ops."""
+    ops = [n.op for n in graph.topological_order() if n.op not in ("input", "buffer")]
+    shown = ",".join(ops[:limit]) + (",..." if len(ops) > limit else "")
+    ins = ", ".join(f"{n.dtype.name}{fmt_shape(n.shape)}" for n in graph.inputs)
+    return f"[{len(ops)} nodes: {shown}] ({ins})"
+
+
+def _node_text(n: Node) -> str:
+    ins = ", ".join(f"{i.dtype.name}{fmt_shape(i.shape)}" for i in n.inputs)
+    return f"%{n.id} {n.op}({ins}) -> {n.dtype.name}{fmt_shape(n.shape)}"
+
+
+def find_failing_node(graph: Graph, arrays: list[np.ndarray]) -> str | None:
+    """Rerun `graph` node by node on the reference interpreter; the first node that raises, in words."""
+    env: dict[Node, Any] = dict(zip(graph.inputs, arrays))
+    with np.errstate(all="ignore"):
+        for n in graph.topological_order():
+            if n in env:
+                continue
+            if n.op == "buffer":
+                env[n] = n.buffer
+                continue
+            try:
+                env[n] = reference.evaluate(n, [env[i] for i in n.inputs])
+            except Exception:
+                return _node_text(n)
+    return None
+
+
+def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn: Callable[[Graph], Callable],
+                        name: str = "function", track: bool = False,
+                        registers: int = 2) -> actors.GraphProgram:
+    """Partition `graph`, compile each part with ``compile_fn(subgraph)`` and make a runtime program of them.
+
+    A graph that is one part is compiled whole (the very executable the
+    plain path would build). `registers` per edge (>= 2) lets consecutive
+    calls in `GraphProgram.map` overlap, stage by stage.
+
+    Examples
+    --------
+    >>> import loom, numpy as np
+    >>> from loom.runtime.executor import Executable
+    >>> from loom.compiler.partition import compile_partitioned
+    >>> g = loom.ir.Graph()
+    >>> x = g.add_input((2,), "float32")
+    >>> g.outputs = [g.add_node("exp", [x]), g.add_node("neg", [x])]
+    >>> prog = compile_partitioned(g, None, Executable, name="doc")
+    >>> [t.name for t in prog.tasks]
+    ['stage0.branch0', 'stage0.branch1']
+    >>> [a.tolist() for a in prog(np.zeros(2, np.float32))]
+    [[1.0, 1.0], [-0.0, -0.0]]
+    >>> prog.close()
+    """
+    parts = partition(graph, stages)
+    if len(parts.parts) == 1 and all(p != -2 for p, _ in parts.outputs):
+        # One task: the whole graph as the plain path compiles it, inputs and outputs in its own order.
+        whole = compile_fn(graph)
+        spec = actors.TaskSpec("stage0.branch0", whole, [(-1, k) for k in range(len(graph.inputs))],
+                               describe(graph), _diagnoser(graph))
+        return actors.GraphProgram(name, [spec], [(0, k) for k in range(len(graph.outputs))], len(graph.inputs),
+                                   track=track, registers=registers)
+    specs = [actors.TaskSpec(p.name, compile_fn(p.graph), p.inputs, describe(p.graph), _diagnoser(p.graph))
+             for p in parts.parts]
+    return actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers,
+                               parallel=_worth_parallel(parts))
+
+
+# A single call runs its branches on actors only when a second branch holds this much work (FLOPs): handing
+# a value to another thread and back costs tens of microseconds, more on a busy machine.
+PARALLEL_MIN_WORK = 2_000_000
+
+
+def work(graph: Graph) -> int:
+    """A graph's work in FLOPs, roughly: 2·m·n·k per matmul, one per output element elsewhere."""
+    total = 0
+    for n in graph.topological_order():
+        if n.op in ("input", "buffer"):
+            continue
+        size = int(np.prod(n.shape, dtype=np.int64)) if n.shape else 1
+        total += 2 * size * int(n.inputs[0].shape[-1]) if n.op == "matmul" else size
+    return total
+
+
+def _worth_parallel(parts: Partition) -> bool:
+    """Whether one call gains from running its branches at once: some stage has two branches of real work."""
+    by_stage: dict[int, list[int]] = {}
+    for p in parts.parts:
+        by_stage.setdefault(p.stage, []).append(work(p.graph))
+    return any(len(w) > 1 and sorted(w)[-2] >= PARALLEL_MIN_WORK for w in by_stage.values())
+
+
+def _diagnoser(graph: Graph) -> Callable[[BaseException, list], str | None]:
+    def diagnose(err: BaseException, arrays: list) -> str | None:
+        return find_failing_node(graph, arrays)
+    return diagnose
