@@ -30,7 +30,7 @@ from loom.runtime import threads
 log = logging.getLogger("loom.codegen")
 
 KINDS = {"conv2d": 0, "conv2d_input_grad": 1, "conv2d_weight_grad": 2}
-FORMAT = "loom-conv-3"
+FORMAT = "loom-conv-4"
 LIBS = ("-ldnnl",)
 
 SOURCE = r"""/* loom's native convolution: conv2d forward and both adjoints through oneDNN's C API (2.x).
@@ -44,7 +44,9 @@ SOURCE = r"""/* loom's native convolution: conv2d forward and both adjoints thro
  * All arrays are float32, C-contiguous (plain nchw / oihw layouts).
  *
  * Primitives (and their reorders) are created once per (kind, threads, p) and kept in a small
- * locked list; creating one JIT-compiles code, executing it is cheap. oneDNN runs on OpenMP: the
+ * locked list; creating one JIT-compiles code, executing it is cheap. Their scratchpads are ours
+ * (dnnl_scratchpad_mode_user), not oneDNN's per-thread ones: a primitive made or run on a thread
+ * that has since exited must not point at that thread's freed scratch memory. oneDNN runs on OpenMP: the
  * count is set on the calling thread before creation and before each run, so it uses exactly
  * loom's thread count. Returns 0 on success, else a oneDNN status (>0) or -1 (out of memory).
  */
@@ -63,6 +65,8 @@ typedef struct entry {
     dnnl_memory_desc_t plain[3], chosen[3];
     pthread_mutex_t busy;          /* Held while a call uses the kept buffers; others allocate their own. */
     void *kept[3];
+    dnnl_memory_desc_t scratch[4]; /* Scratchpad of the primitive (0) and of each reorder (1 + i). */
+    void *kept_scratch[4];
     struct entry *next;
 } entry;
 
@@ -93,7 +97,10 @@ static dnnl_status_t create(entry *e) {
     dnnl_memory_desc_t src, dst, wei, src_p, dst_p, wei_p;
     dnnl_convolution_desc_t fwd_d, bwd_d;
     dnnl_primitive_desc_t fwd_pd = NULL, bwd_pd = NULL, pd, rpd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
     dnnl_status_t status = dnnl_success;
+    CHECK(dnnl_primitive_attr_create(&attr));
+    CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
     CHECK(dnnl_memory_desc_init_by_tag(&src_p, 4, src_dims, dnnl_f32, dnnl_nchw));
     CHECK(dnnl_memory_desc_init_by_tag(&dst_p, 4, dst_dims, dnnl_f32, dnnl_nchw));
     CHECK(dnnl_memory_desc_init_by_tag(&wei_p, 5, w_dims, dnnl_f32, dnnl_goihw));
@@ -103,7 +110,7 @@ static dnnl_status_t create(entry *e) {
     CHECK(dnnl_dilated_convolution_forward_desc_init(&fwd_d, op == 0 ? dnnl_forward_inference : dnnl_forward_training,
                                                      dnnl_convolution_direct, &src, &wei, NULL, &dst, strides, dil,
                                                      pad_l, pad_r));
-    CHECK(dnnl_primitive_desc_create(&fwd_pd, &fwd_d, NULL, engine, NULL));
+    CHECK(dnnl_primitive_desc_create(&fwd_pd, &fwd_d, attr, engine, NULL));
     pd = fwd_pd;
     if (op != 0) {
         if (op == 1)
@@ -112,10 +119,11 @@ static dnnl_status_t create(entry *e) {
         else
             CHECK(dnnl_dilated_convolution_backward_weights_desc_init(&bwd_d, dnnl_convolution_direct, &src, &wei,
                                                                       NULL, &dst, strides, dil, pad_l, pad_r));
-        CHECK(dnnl_primitive_desc_create(&bwd_pd, &bwd_d, NULL, engine, fwd_pd));
+        CHECK(dnnl_primitive_desc_create(&bwd_pd, &bwd_d, attr, engine, fwd_pd));
         pd = bwd_pd;
     }
     CHECK(dnnl_primitive_create(&e->prim, pd));
+    e->scratch[0] = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     const dnnl_memory_desc_t *plain[3][3] = {{&src_p, &wei_p, &dst_p}, {&dst_p, &wei_p, &src_p},
                                              {&src_p, &dst_p, &wei_p}};
     for (int i = 0; i < 3; i++) {
@@ -124,12 +132,14 @@ static dnnl_status_t create(entry *e) {
         if (dnnl_memory_desc_equal(&e->plain[i], &e->chosen[i])) continue;
         const dnnl_memory_desc_t *from = i < 2 ? &e->plain[i] : &e->chosen[i];
         const dnnl_memory_desc_t *to = i < 2 ? &e->chosen[i] : &e->plain[i];
-        CHECK(dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL));
+        CHECK(dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, attr));
         CHECK(dnnl_primitive_create(&e->reorder[i], rpd));
+        e->scratch[1 + i] = *dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
         dnnl_primitive_desc_destroy(rpd);
         rpd = NULL;
     }
 done:
+    if (attr) dnnl_primitive_attr_destroy(attr);
     if (rpd) dnnl_primitive_desc_destroy(rpd);
     if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
     if (bwd_pd) dnnl_primitive_desc_destroy(bwd_pd);
@@ -170,9 +180,34 @@ done:
     return status;
 }
 
-static dnnl_status_t run(dnnl_primitive_t prim, dnnl_stream_t stream, int nargs, const dnnl_exec_arg_t *args) {
-    dnnl_status_t s = dnnl_primitive_execute(prim, stream, nargs, args);
-    return s == dnnl_success ? dnnl_stream_wait(stream) : s;
+/* Run `prim` with `args` plus its scratchpad (described by e->scratch[slot]): the entry's kept one when
+   this call owns the entry's buffers, else one allocated for the call. */
+static dnnl_status_t run(entry *e, int slot, int own, dnnl_primitive_t prim, dnnl_stream_t stream, int nargs,
+                         const dnnl_exec_arg_t *args) {
+    dnnl_exec_arg_t all[4];
+    dnnl_memory_t pad = NULL;
+    void *mine = NULL;
+    dnnl_status_t s = dnnl_success;
+    size_t size = dnnl_memory_desc_get_size(&e->scratch[slot]);
+    memcpy(all, args, (size_t)nargs * sizeof *args);
+    if (size) {
+        void *mem = own ? e->kept_scratch[slot] : NULL;
+        if (!mem) {
+            mem = aligned_alloc(64, (size + 63) / 64 * 64);
+            if (!mem) return (dnnl_status_t)-1;
+            if (own) e->kept_scratch[slot] = mem; else mine = mem;
+        }
+        s = dnnl_memory_create(&pad, &e->scratch[slot], engine, mem);
+        if (s != dnnl_success) { free(mine); return s; }
+        all[nargs].arg = DNNL_ARG_SCRATCHPAD;
+        all[nargs].memory = pad;
+        nargs++;
+    }
+    s = dnnl_primitive_execute(prim, stream, nargs, all);
+    if (s == dnnl_success) s = dnnl_stream_wait(stream);
+    if (pad) dnnl_memory_destroy(pad);
+    free(mine);
+    return s;
 }
 
 int loom_conv2d(int kind, int nthreads, const int64_t *p, const float *a, const float *b, float *out) {
@@ -205,15 +240,15 @@ int loom_conv2d(int kind, int nthreads, const int64_t *p, const float *a, const 
         }
         if (e->reorder[i] && i < 2) {
             dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, work[i]}};
-            CHECK(run(e->reorder[i], stream, 2, r));
+            CHECK(run(e, 1 + i, own, e->reorder[i], stream, 2, r));
         }
         args[i].arg = ARG[op][i];
         args[i].memory = work[i] ? work[i] : user[i];
     }
-    CHECK(run(e->prim, stream, 3, args));
+    CHECK(run(e, 0, own, e->prim, stream, 3, args));
     if (e->reorder[2]) {
         dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, work[2]}, {DNNL_ARG_TO, user[2]}};
-        CHECK(run(e->reorder[2], stream, 2, r));
+        CHECK(run(e, 3, own, e->reorder[2], stream, 2, r));
     }
 done:
     if (stream) dnnl_stream_destroy(stream);

@@ -164,3 +164,46 @@ def test_native_pool_index_matches_numpy(dtype):
                 x[rng.random(xs) < 0.5] = fill
             shape = xs[:2] + ref._pool_out(xs, attrs)
             np.testing.assert_array_equal(native.max_pool2d_index(x, attrs, shape), ref.pool_index(x, attrs))
+
+
+_THREADS_SCRIPT = r"""
+import sys, threading
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from loom.codegen import conv as native
+from loom.ir import conv as ref
+from tests.codegen.test_conv import GEOMETRIES, _calls
+
+assert native.available(timeout=300), native._state["error"]
+rng = np.random.default_rng(0)
+for k in range(24):  # Each round in a fresh thread that exits before the next: primitives outlive it.
+    xs, ws, stride, padding, dilation, groups = GEOMETRIES[k % len(GEOMETRIES)]
+    calls = _calls(rng, xs, ws, stride, padding, dilation, groups)
+    errors = []
+    def body():
+        for op, a, b, attrs in calls:
+            for blocked in (False, True):
+                got = native.run(op, a, b, attrs, blocked=blocked)
+                want = ref.REFERENCE[op](a, b, attrs)
+                if not np.allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()):
+                    errors.append((k, op, blocked))
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert not errors, errors
+print("threads ok")
+"""
+
+
+@pytest.mark.skipif(not HAVE_DNNL, reason="needs oneDNN (libdnnl-dev), which .ci/run installs")
+def test_primitives_outlive_the_threads_that_made_and_ran_them():
+    """oneDNN's own scratchpads are per thread; with loom's (user) scratchpads a cached primitive stays valid
+    after the thread that created or ran it exits. Run in a subprocess: the failure this guards against
+    was a segmentation fault."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, root], cwd=root, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, LOOM_CODEGEN_SYNC="1"))
+    assert proc.returncode == 0 and "threads ok" in proc.stdout, (proc.returncode, proc.stdout, proc.stderr[-2000:])
