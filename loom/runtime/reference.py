@@ -84,20 +84,27 @@ def cast(a: np.ndarray, src: dt.DType, dst: dt.DType) -> np.ndarray:
 
 def evaluate(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
     """Run one primitive on NumPy inputs, returning an array of the node's dtype and shape."""
-    prim = PRIMITIVES[node.op]
-    if node.op == "cast":
+    op = node.op
+    prim = PRIMITIVES[op]
+    if op == "cast":
         out = cast(arrays[0], node.inputs[0].dtype, node.dtype)
     elif prim.kind == "source":
         out = prim.impl(node.attrs)
     else:
-        if node.op == "matmul":
+        if op == "matmul":
             threads.prepare_blas(int(np.prod(node.shape, dtype=np.int64)) * int(node.inputs[0].shape[-1]))
-        in_dtypes = [i.dtype for i in node.inputs]
-        arrays = [to_compute(a, d) for a, d in zip(arrays, in_dtypes)]
-        out = np.asarray(prim.impl(*arrays, node.attrs))
-        out = from_compute(out, node.dtype)
-    if out.shape != tuple(node.shape):  # A broken rule must never pass silently.
-        raise AssertionError(f"loom internal: {node.op} produced {out.shape}, inferred {node.shape}")
+        for i in node.inputs:
+            if i.dtype in _UPCAST:
+                arrays = [to_compute(a, i.dtype) for a, i in zip(arrays, node.inputs)]
+                break
+        out = prim.impl(*arrays, node.attrs)
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        d = node.dtype
+        if d is dt.bfloat16 or out.dtype != d.np:
+            out = from_compute(out, d)
+    if out.shape != node.shape and out.shape != tuple(node.shape):  # A broken rule must never pass silently.
+        raise AssertionError(f"loom internal: {op} produced {out.shape}, inferred {node.shape}")
     return out
 
 
