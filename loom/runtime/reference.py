@@ -1,6 +1,7 @@
 """The NumPy reference interpreter: the semantics every other backend must match."""
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Iterable
 
@@ -119,17 +120,54 @@ def realize(targets: Iterable[Node]) -> None:
             node = order[k]
             order[k] = None
             arrays = [i.buffer for i in node.inputs]
+            ufunc = _IN_PLACE.get(node.op)
             if _profiler.ACTIVE is not None:
                 t0 = _profiler.now_us()
-                out = evaluate(node, arrays)
+                out = _compute(node, arrays, ufunc)
                 _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
             else:
-                out = evaluate(node, arrays)
+                out = _compute(node, arrays, ufunc)
             if _EXTERNAL and _views_external(out, arrays):
                 out = out.copy()  # A value, not a window onto memory that may change.
             del arrays
             node.buffer = out
+            del out  # So that the next node may reuse this value's memory once it is dead (`_compute`).
             node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
+
+
+# Elementwise primitives that are exactly these ufuncs: on float inputs of the output's dtype and shape,
+# writing the result over an input nothing else can read gives the same bits without a fresh
+# allocation (a fresh large array costs page faults on every step).
+_IN_PLACE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum,
+             "minimum": np.minimum, "neg": np.negative, "exp": np.exp, "tanh": np.tanh, "sqrt": np.sqrt,
+             "sin": np.sin, "cos": np.cos, "log": np.log, "log1p": np.log1p, "expm1": np.expm1}
+_REUSABLE = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_REUSE_MIN = 4096  # Elements; below this a fresh allocation is cheap.
+# References to a dead input node: its consumer's inputs tuple, `_compute`'s local and the call's
+# argument; to its array: the node's buffer, the `arrays` list, the local and the argument.
+_NODE_REFS, _ARRAY_REFS = 3, 4
+in_place_count = 0  # How many nodes reused an input's memory (for tests).
+
+
+def _compute(node: Node, arrays: list[np.ndarray], ufunc) -> np.ndarray:
+    """`evaluate`, writing over a dead input's memory where that gives the same result."""
+    if ufunc is not None:
+        shape = node.shape
+        inputs = node.inputs
+        for k in range(len(arrays)):
+            a = arrays[k]
+            if (a.base is None and a.dtype in _REUSABLE and a.shape == shape and a.size >= _REUSE_MIN
+                    and a.flags.c_contiguous and a.flags.writeable):
+                inp = inputs[k]
+                if (sys.getrefcount(inp) == _NODE_REFS and sys.getrefcount(a) == _ARRAY_REFS
+                        and not weakref.getweakrefcount(inp) and a.dtype == node.dtype.np
+                        and all(b.dtype == a.dtype for b in arrays)):
+                    global in_place_count
+                    in_place_count += 1
+                    return ufunc(*arrays, out=a)
+                del inp
+            del a
+    return evaluate(node, arrays)
 
 
 _ORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
