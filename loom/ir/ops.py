@@ -512,24 +512,7 @@ def _where_vjp(g, c, a, b, out, attrs):
     return None, P("where", c, g, zero), P("where", c, zero, g)
 
 
-_SAME_SIZE_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def _where_impl(c, a, b, attrs):
-    """np.where, done on large arrays as a bitwise select: the same bits, without the branch per element."""
-    u = _SAME_SIZE_UINT.get(a.dtype.itemsize)
-    if u is None or a.size < 1024 or a.dtype != b.dtype:
-        return np.where(c, a, b)
-    mask = c.astype(u)
-    np.negative(mask, out=mask)  # All ones where c holds, else zero.
-    out = np.bitwise_and(a.view(u), mask)
-    np.invert(mask, out=mask)
-    np.bitwise_and(mask, b.view(u), out=mask)
-    np.bitwise_or(out, mask, out=out)
-    return out.view(a.dtype)
-
-
-register("where", "ternary", 3, _infer_where, _where_impl, _where_vjp,
+register("where", "ternary", 3, _infer_where, lambda c, a, b, attrs: np.where(c, a, b), _where_vjp,
          check_attrs=_no_attrs("where"))
 
 

@@ -1,7 +1,7 @@
 """The reference backend's fast paths give the same bits as the plain NumPy formulas.
 
 Covers: writing an op's result over a dead input's memory (`reference._compute`),
-the bitwise `where`, constants as strided views, the binary fast path and the
+`where`, constants as strided views, the binary fast path and the
 row-major weight gradient of ``x @ W.T``.
 """
 import numpy as np
@@ -68,7 +68,7 @@ def test_backward_matches_with_reuse():
 
 
 @pytest.mark.parametrize("dtype", [loom.float32, loom.float64, loom.int32, loom.int16, loom.bool])
-def test_where_bitwise_select_matches_numpy(dtype):
+def test_where_matches_numpy(dtype):
     rng = np.random.default_rng(1)
     a = rng.standard_normal((48, 64)) * 10
     b = rng.standard_normal((48, 64)) * 10
