@@ -138,8 +138,10 @@ def realize(targets: Iterable[Node]) -> None:
 # Elementwise primitives that are exactly these ufuncs: on float inputs of the output's dtype and shape,
 # writing the result over an input nothing else can read gives the same bits without a fresh
 # allocation (a fresh large array costs page faults on every step).
-_IN_PLACE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum,
-             "minimum": np.minimum, "neg": np.negative, "exp": np.exp, "tanh": np.tanh, "sqrt": np.sqrt,
+# (On floats "div" is np.true_divide and "pow" np.power; see loom.ir.ops.)
+_IN_PLACE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+             "pow": np.power, "maximum": np.maximum, "minimum": np.minimum, "neg": np.negative,
+             "recip": np.reciprocal, "abs": np.abs, "exp": np.exp, "tanh": np.tanh, "sqrt": np.sqrt,
              "sin": np.sin, "cos": np.cos, "log": np.log, "log1p": np.log1p, "expm1": np.expm1}
 _REUSABLE = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _REUSE_MIN = 4096  # Elements; below this a fresh allocation is cheap.

@@ -111,3 +111,15 @@ def test_linear_weight_gradient_is_row_major():
     g = lin.weight.grad.numpy()
     assert g.flags.c_contiguous
     np.testing.assert_allclose(g, np.ones((8, 16), np.float32).T @ x.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_division_power_and_unary_reuse_give_numpy_bits():
+    x = loom.rand(64, 128, dtype=loom.float64) + 0.5
+    xn = x.numpy().copy()
+    y = (((x * 2.0) / 3.0) ** 1.5).reciprocal().abs().sqrt().log1p()
+    before = reference.in_place_count
+    out = y.numpy()
+    assert reference.in_place_count - before == 6
+    assert out.dtype == np.float64
+    ref = np.log1p(np.sqrt(np.abs(np.reciprocal(np.power(np.true_divide(xn * 2.0, 3.0), 1.5)))))
+    assert np.array_equal(out, ref)
