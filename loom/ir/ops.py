@@ -945,27 +945,8 @@ def _infer_matmul(inputs, attrs):
     return tuple(a.shape[:-1]) + (b.shape[-1],), d
 
 
-def _transposed(t) -> bool:
-    """Whether `t` is a transpose of its last two dims (a weight `W.T` in `x @ W.T`)."""
-    n = t._node
-    if len(n.shape) < 2:
-        return False
-    if n.buffer is not None:
-        s = getattr(n.buffer, "strides", None)
-        return s is not None and 0 < s[-2] < s[-1]
-    if n.op != "permute":
-        return False
-    k = len(n.shape)
-    return tuple(n.attrs["perm"][-2:]) == (k - 1, k - 2)
-
-
 def _matmul_vjp(g, a, b, out, attrs, needs=(True, True)):
-    gb = None
-    if needs[1]:
-        # Same values either way; for a transposed `b` this order makes the gradient of the
-        # untransposed weight a row-major array, so the optimizer's updates run on matching layouts.
-        gb = (g.mT @ a).mT if _transposed(b) else a.mT @ g
-    return (g @ b.mT if needs[0] else None, gb)
+    return (g @ b.mT if needs[0] else None, a.mT @ g if needs[1] else None)
 
 
 register("matmul", "contraction", 2, _infer_matmul, lambda a, b, attrs: np.matmul(a, b), _matmul_vjp,

@@ -112,6 +112,7 @@ def evaluate(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
 def realize(targets: Iterable[Node]) -> None:
     """Compute every pending node behind `targets`, turning each into a buffer node."""
     order = pending_order(targets)
+    flipped = _transposed_products(order)
     with np.errstate(all="ignore"):
         for k in range(len(order)):
             # The order list lets go of each node as it is computed, and a computed node lets go of
@@ -121,6 +122,8 @@ def realize(targets: Iterable[Node]) -> None:
             order[k] = None
             arrays = [i.buffer for i in node.inputs]
             ufunc = _IN_PLACE.get(node.op)
+            if flipped and node.id in flipped:
+                ufunc = _TRANSPOSED_MATMUL
             if _profiler.ACTIVE is not None:
                 t0 = _profiler.now_us()
                 out = _compute(node, arrays, ufunc)
@@ -151,8 +154,35 @@ _NODE_REFS, _ARRAY_REFS = 3, 4
 in_place_count = 0  # How many nodes reused an input's memory (for tests).
 
 
+def _transposed_products(order: list[Node]) -> set[int]:
+    """Float matmuls in `order` that a pending node transposes (the weight gradient of ``x @ W.T``).
+
+    Computing those as ``(b^T a^T)^T`` makes the transpose a row-major array, so the optimizer's
+    updates of `W` (row-major) do not mix layouts, each pass of which is several times slower.
+    """
+    flipped: set[int] = set()
+    for n in order:
+        if n.op == "permute":
+            src = n.inputs[0]
+            k = len(n.shape)
+            if (src.op == "matmul" and src.buffer is None and src.dtype in _FLIPPABLE and k >= 2
+                    and tuple(n.attrs["perm"]) == tuple(range(k - 2)) + (k - 1, k - 2)):
+                flipped.add(src.id)
+    return flipped
+
+
+_FLIPPABLE = (dt.float32, dt.float64)
+_TRANSPOSED_MATMUL = object()  # Marks a matmul to compute transposed (see `_transposed_products`).
+
+
 def _compute(node: Node, arrays: list[np.ndarray], ufunc) -> np.ndarray:
     """`evaluate`, writing over a dead input's memory where that gives the same result."""
+    if ufunc is _TRANSPOSED_MATMUL:
+        a, b = arrays
+        if a.dtype == b.dtype == node.dtype.np:
+            threads.prepare_blas(int(np.prod(node.shape, dtype=np.int64)) * int(a.shape[-1]))
+            return np.matmul(b.swapaxes(-1, -2), a.swapaxes(-1, -2)).swapaxes(-1, -2)
+        ufunc = None
     if ufunc is not None:
         shape = node.shape
         inputs = node.inputs
