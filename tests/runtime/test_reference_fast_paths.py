@@ -70,10 +70,10 @@ def test_backward_matches_with_reuse():
 @pytest.mark.parametrize("dtype", [loom.float32, loom.float64, loom.int32, loom.int16, loom.bool])
 def test_where_matches_numpy(dtype):
     rng = np.random.default_rng(1)
-    a = rng.standard_normal((48, 64)) * 10
-    b = rng.standard_normal((48, 64)) * 10
+    a = rng.standard_normal((64, 96)) * 10
+    b = rng.standard_normal((64, 96)) * 10
     a[0, :4] = [np.nan, np.inf, -0.0, -np.inf]
-    c = rng.random((48, 64)) > 0.5
+    c = rng.random((64, 96)) > 0.5
     if dtype.is_floating_point:
         an, bn = a.astype(dtype.np), b.astype(dtype.np)
     else:
@@ -83,6 +83,10 @@ def test_where_matches_numpy(dtype):
     # A broadcast constant branch and a transposed input.
     out = loom.where(loom.tensor(c.T), loom.tensor(an).t(), loom.zeros((), dtype=dtype)).numpy()
     assert out.tobytes() == np.where(c.T, an.T, np.zeros((), dtype.np)).tobytes()
+    # A broadcast mask (as attention's causal mask) takes np.where itself.
+    row = loom.tensor(c[:1]).expand(64, 96)
+    out = loom.where(row, loom.tensor(an), loom.tensor(bn)).numpy()
+    assert out.tobytes() == np.where(c[:1], an, bn).tobytes()
 
 
 def test_constants_are_read_only_views():
