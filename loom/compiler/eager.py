@@ -26,17 +26,18 @@ from loom.runtime.reference import pending_order
 # Compiled plans by graph structure, least recently used first (a hit moves its entry to the end).
 # Bounded in entries and in bytes: each plan keeps its arena (every intermediate of the graph) alive
 # between calls, so a process that realises many differently shaped graphs (a test suite) would
-# otherwise hold hundreds of arenas.
+# otherwise hold hundreds of arenas. The bound must hold one training step's plans (the benchmark
+# GPT's two take about 220 MiB), or every step compiles again.
 _CACHE: dict[Any, Any] = {}
 _CACHE_LIMIT = 512
-_CACHE_BYTES = int(os.environ.get("LOOM_EAGER_CACHE_BYTES", "") or 256 << 20)
+_CACHE_BYTES = int(os.environ.get("LOOM_EAGER_CACHE_BYTES", "") or 1 << 30)
 _NODE_BYTES = 4096  # A rough charge per graph node for the plan's steps, views and metadata.
 _FOOTPRINT: dict[Any, int] = {}
 stats = {"compiles": 0, "hits": 0, "evictions": 0, "bytes": 0}
 
 
 def set_cache_bytes(limit: int) -> None:
-    """Bound the eager plan cache to about `limit` bytes of arenas and plans (default 256 MiB,
+    """Bound the eager plan cache to about `limit` bytes of arenas and plans (default 1 GiB,
     or ``LOOM_EAGER_CACHE_BYTES``); least recently used plans are dropped first."""
     global _CACHE_BYTES
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
