@@ -1337,8 +1337,26 @@ _FLOAT_RESULT = {"div"}
 _COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
 
 
+# Ops whose float operands of one dtype and shape (or a float tensor and a Python number) need no
+# promotion, broadcasting or checks: `binary` applies them at once (most ops of an eager step).
+_FAST_BINARY = frozenset({"add", "sub", "mul", "div", "pow", "maximum", "minimum",
+                          "eq", "ne", "lt", "le", "gt", "ge"})
+
+
 def binary(op: str, a, b) -> Tensor:
     """Broadcast, promote and apply a binary primitive (PyTorch's semantics)."""
+    if op in _FAST_BINARY:
+        if isinstance(a, Tensor):
+            na = a._node
+            if na.dtype.is_floating_point:
+                if isinstance(b, Tensor):
+                    nb = b._node
+                    if nb.dtype is na.dtype and nb.shape == na.shape and nb.device == na.device:
+                        return apply(op, (a, b), {})
+                elif type(b) is float or type(b) is int:
+                    return apply(op, (a, const(b, na.shape, na.dtype)), {})
+        elif (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._node.dtype.is_floating_point:
+            return apply(op, (const(a, b._node.shape, b._node.dtype), b), {})
     ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
     if not ta and not _scalar_like(a):
         a = tensor(a)

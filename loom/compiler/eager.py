@@ -11,6 +11,7 @@ backend asks for compiled values.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -22,9 +23,53 @@ from loom.ir.node import Node
 from loom.runtime import realize as _realize
 from loom.runtime.reference import pending_order
 
+# Compiled plans by graph structure, least recently used first (a hit moves its entry to the end).
+# Bounded in entries and in bytes: each plan keeps its arena (every intermediate of the graph) alive
+# between calls, so a process that realises many differently shaped graphs (a test suite) would
+# otherwise hold hundreds of arenas. The bound must hold one training step's plans (the benchmark
+# GPT's two take about 220 MiB), or every step compiles again.
 _CACHE: dict[Any, Any] = {}
 _CACHE_LIMIT = 512
-stats = {"compiles": 0, "hits": 0}
+_CACHE_BYTES = int(os.environ.get("LOOM_EAGER_CACHE_BYTES", "") or 1 << 30)
+_NODE_BYTES = 4096  # A rough charge per graph node for the plan's steps, views and metadata.
+_FOOTPRINT: dict[Any, int] = {}
+stats = {"compiles": 0, "hits": 0, "evictions": 0, "bytes": 0}
+
+
+def set_cache_bytes(limit: int) -> None:
+    """Bound the eager plan cache to about `limit` bytes of arenas and plans (default 1 GiB,
+    or ``LOOM_EAGER_CACHE_BYTES``); least recently used plans are dropped first."""
+    global _CACHE_BYTES
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        from loom.errors import LoomValueError
+        raise LoomValueError(f"loom.compiler.eager.set_cache_bytes: expected a byte count >= 0, got {limit!r}")
+    _CACHE_BYTES = limit
+    _evict(0)
+
+
+def footprint(exe: Any) -> int:
+    """Bytes a cached plan keeps alive: its arenas, constant buffers and a charge per node."""
+    arena = int(getattr(exe, "_arena_bytes", 0) or 0)
+    pooled = max(1, len(getattr(exe, "_arenas", None) or ()))
+    graph = getattr(exe, "graph", None)
+    nodes = consts = 0
+    if isinstance(graph, Graph):
+        nodes = len(graph)
+        consts = sum(int(getattr(n.buffer, "nbytes", 0)) for n in graph if n.buffer is not None)
+    return arena * pooled + consts + nodes * _NODE_BYTES
+
+
+def _evict(incoming: int) -> None:
+    """Drop least recently used plans until `incoming` more bytes (and one more entry) fit."""
+    if len(_FOOTPRINT) != len(_CACHE):  # The cache was cleared or edited from outside: recount.
+        for key in [k for k in _FOOTPRINT if k not in _CACHE]:
+            del _FOOTPRINT[key]
+        stats["bytes"] = sum(_FOOTPRINT.get(k, 0) for k in _CACHE)
+    while _CACHE and (len(_CACHE) >= _CACHE_LIMIT or stats["bytes"] + incoming > _CACHE_BYTES):
+        key = next(iter(_CACHE))
+        del _CACHE[key]
+        stats["bytes"] -= _FOOTPRINT.pop(key, 0)
+        stats["evictions"] += 1
 _BUDGET: tuple[int, bool] | None = None  # (bytes, strict) from set_memory_budget.
 
 
@@ -116,11 +161,14 @@ def realize(targets: list[Node]) -> None:
         if _BUDGET is not None:
             graph.meta["memory_budget"] = _BUDGET
         exe = compile_graph(graph)
-        if len(_CACHE) >= _CACHE_LIMIT:
-            _CACHE.pop(next(iter(_CACHE)))
+        size = footprint(exe)
+        _evict(size)  # A plan larger than the whole bound still runs; it is then the only one kept.
         _CACHE[key] = exe
+        _FOOTPRINT[key] = size
+        stats["bytes"] += size
         stats["compiles"] += 1
     else:
+        _CACHE[key] = _CACHE.pop(key)  # Now the most recently used.
         stats["hits"] += 1
     results = exe(*[np.asarray(n.buffer) for n in inputs])
     for node, value in zip(outs, results):

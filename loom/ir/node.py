@@ -33,7 +33,13 @@ class Node:
         self.name = name
         self.buffer = buffer
         # Longest chain of pending nodes behind this one, to bound lazy graphs.
-        self.depth = 0 if buffer is not None else 1 + max((i.depth for i in inputs), default=0)
+        depth = 0
+        if buffer is None:
+            for i in inputs:  # A loop, not max() over a generator: this runs for every op in eager mode.
+                if i.depth > depth:
+                    depth = i.depth
+            depth += 1
+        self.depth = depth
 
     @property
     def ndim(self) -> int:

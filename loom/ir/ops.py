@@ -182,18 +182,26 @@ def _infer_source(inputs, attrs):
     return tuple(attrs["shape"]), dt.check_computable(dt.as_dtype(attrs["dtype"]), "tensor")
 
 
+def _splat(scalar: np.ndarray, shape) -> np.ndarray:
+    """A read-only view repeating a 0-d array over `shape` (np.broadcast_to's result, a few times faster)."""
+    shape = tuple(shape)
+    out = np.ndarray(shape, scalar.dtype, scalar, 0, (0,) * len(shape))
+    out.flags.writeable = False
+    return out
+
+
 def _const_impl(attrs):
     d = dt.as_dtype(attrs["dtype"])
     value = attrs["value"]
     if d is dt.bfloat16:
-        return np.broadcast_to(dt.f32_to_bf16(np.array(value, np.float32)), attrs["shape"])
+        return _splat(dt.f32_to_bf16(np.array(value, np.float32)), attrs["shape"])
     if d.category == 1 and isinstance(value, (int, np.integer)):
         # Out-of-range integers wrap around, as PyTorch's scalar conversion does (uint8 + 300).
         bits = 8 * d.itemsize
         value = int(value) % (1 << bits)
         if d.is_signed and value >= 1 << (bits - 1):
             value -= 1 << bits
-    return np.broadcast_to(np.array(value, dtype=d.np), attrs["shape"])
+    return _splat(np.array(value, dtype=d.np), attrs["shape"])
 
 
 def _arange_impl(attrs):
@@ -533,7 +541,30 @@ def _where_vjp(g, c, a, b, out, attrs):
     return None, P("where", c, g, zero), P("where", c, zero, g)
 
 
-register("where", "ternary", 3, _infer_where, lambda c, a, b, attrs: np.where(c, a, b), _where_vjp,
+_SAME_SIZE_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _unbroadcast_or_splat(a: np.ndarray) -> bool:
+    return all(a.strides) or not any(a.strides)
+
+
+def _where_impl(c, a, b, attrs):
+    """np.where; on a large mask that is not broadcast (a ReLU's) a bitwise select: the same bits,
+    without a mispredicted branch per element (several times faster on random masks)."""
+    u = _SAME_SIZE_UINT.get(a.dtype.itemsize)
+    if (u is None or c.size < 4096 or a.dtype != b.dtype or not all(c.strides)
+            or not _unbroadcast_or_splat(a) or not _unbroadcast_or_splat(b)):
+        return np.where(c, a, b)
+    mask = c.view(np.uint8).astype(u)
+    np.negative(mask, out=mask)  # All ones where c holds, else zero.
+    out = np.bitwise_and(a.view(u), mask)
+    np.invert(mask, out=mask)
+    np.bitwise_and(mask, b.view(u), out=mask)
+    np.bitwise_or(out, mask, out=out)
+    return out.view(a.dtype)
+
+
+register("where", "ternary", 3, _infer_where, _where_impl, _where_vjp,
          check_attrs=_no_attrs("where"))
 
 

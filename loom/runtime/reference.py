@@ -1,6 +1,7 @@
 """The NumPy reference interpreter: the semantics every other backend must match."""
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Iterable
 
@@ -87,26 +88,34 @@ def cast(a: np.ndarray, src: dt.DType, dst: dt.DType) -> np.ndarray:
 
 def evaluate(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
     """Run one primitive on NumPy inputs, returning an array of the node's dtype and shape."""
-    prim = PRIMITIVES[node.op]
-    if node.op == "cast":
+    op = node.op
+    prim = PRIMITIVES[op]
+    if op == "cast":
         out = cast(arrays[0], node.inputs[0].dtype, node.dtype)
     elif prim.kind == "source":
         out = prim.impl(node.attrs)
     else:
-        if node.op == "matmul":
+        if op == "matmul":
             threads.prepare_blas(int(np.prod(node.shape, dtype=np.int64)) * int(node.inputs[0].shape[-1]))
-        in_dtypes = [i.dtype for i in node.inputs]
-        arrays = [to_compute(a, d) for a, d in zip(arrays, in_dtypes)]
-        out = np.asarray(prim.impl(*arrays, node.attrs))
-        out = from_compute(out, node.dtype)
-    if out.shape != tuple(node.shape):  # A broken rule must never pass silently.
-        raise AssertionError(f"loom internal: {node.op} produced {out.shape}, inferred {node.shape}")
+        for i in node.inputs:
+            if i.dtype in _UPCAST:
+                arrays = [to_compute(a, i.dtype) for a, i in zip(arrays, node.inputs)]
+                break
+        out = prim.impl(*arrays, node.attrs)
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        d = node.dtype
+        if d is dt.bfloat16 or out.dtype != d.np:
+            out = from_compute(out, d)
+    if out.shape != node.shape and out.shape != tuple(node.shape):  # A broken rule must never pass silently.
+        raise AssertionError(f"loom internal: {op} produced {out.shape}, inferred {node.shape}")
     return out
 
 
 def realize(targets: Iterable[Node]) -> None:
     """Compute every pending node behind `targets`, turning each into a buffer node."""
     order = pending_order(targets)
+    flipped = _transposed_products(order)
     with np.errstate(all="ignore"):
         for k in range(len(order)):
             # The order list lets go of each node as it is computed, and a computed node lets go of
@@ -115,17 +124,85 @@ def realize(targets: Iterable[Node]) -> None:
             node = order[k]
             order[k] = None
             arrays = [i.buffer for i in node.inputs]
+            ufunc = _IN_PLACE.get(node.op)
+            if flipped and node.id in flipped:
+                ufunc = _TRANSPOSED_MATMUL
             if _profiler.ACTIVE is not None:
                 t0 = _profiler.now_us()
-                out = evaluate(node, arrays)
+                out = _compute(node, arrays, ufunc)
                 _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
             else:
-                out = evaluate(node, arrays)
+                out = _compute(node, arrays, ufunc)
             if _EXTERNAL and _views_external(out, arrays):
                 out = out.copy()  # A value, not a window onto memory that may change.
             del arrays
             node.buffer = out
+            del out  # So that the next node may reuse this value's memory once it is dead (`_compute`).
             node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
+
+
+# Elementwise primitives that are exactly these ufuncs: on float inputs of the output's dtype and shape,
+# writing the result over an input nothing else can read gives the same bits without a fresh
+# allocation (a fresh large array costs page faults on every step).
+# (On floats "div" is np.true_divide and "pow" np.power; see loom.ir.ops.)
+_IN_PLACE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+             "pow": np.power, "maximum": np.maximum, "minimum": np.minimum, "neg": np.negative,
+             "recip": np.reciprocal, "abs": np.abs, "exp": np.exp, "tanh": np.tanh, "sqrt": np.sqrt,
+             "sin": np.sin, "cos": np.cos, "log": np.log, "log1p": np.log1p, "expm1": np.expm1}
+_REUSABLE = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_REUSE_MIN = 4096  # Elements; below this a fresh allocation is cheap.
+# References to a dead input node: its consumer's inputs tuple, `_compute`'s local and the call's
+# argument; to its array: the node's buffer, the `arrays` list, the local and the argument.
+_NODE_REFS, _ARRAY_REFS = 3, 4
+in_place_count = 0  # How many nodes reused an input's memory (for tests).
+
+
+def _transposed_products(order: list[Node]) -> set[int]:
+    """Float matmuls in `order` that a pending node transposes (the weight gradient of ``x @ W.T``).
+
+    Computing those as ``(b^T a^T)^T`` makes the transpose a row-major array, so the optimizer's
+    updates of `W` (row-major) do not mix layouts, each pass of which is several times slower.
+    """
+    flipped: set[int] = set()
+    for n in order:
+        if n.op == "permute":
+            src = n.inputs[0]
+            k = len(n.shape)
+            if (src.op == "matmul" and src.buffer is None and src.dtype in _FLIPPABLE and k >= 2
+                    and tuple(n.attrs["perm"]) == tuple(range(k - 2)) + (k - 1, k - 2)):
+                flipped.add(src.id)
+    return flipped
+
+
+_FLIPPABLE = (dt.float32, dt.float64)
+_TRANSPOSED_MATMUL = object()  # Marks a matmul to compute transposed (see `_transposed_products`).
+
+
+def _compute(node: Node, arrays: list[np.ndarray], ufunc) -> np.ndarray:
+    """`evaluate`, writing over a dead input's memory where that gives the same result."""
+    if ufunc is _TRANSPOSED_MATMUL:
+        a, b = arrays
+        if a.dtype == b.dtype == node.dtype.np:
+            threads.prepare_blas(int(np.prod(node.shape, dtype=np.int64)) * int(a.shape[-1]))
+            return np.matmul(b.swapaxes(-1, -2), a.swapaxes(-1, -2)).swapaxes(-1, -2)
+        ufunc = None
+    if ufunc is not None:
+        shape = node.shape
+        inputs = node.inputs
+        for k in range(len(arrays)):
+            a = arrays[k]
+            if (a.base is None and a.dtype in _REUSABLE and a.shape == shape and a.size >= _REUSE_MIN
+                    and a.flags.c_contiguous and a.flags.writeable):
+                inp = inputs[k]
+                if (sys.getrefcount(inp) == _NODE_REFS and sys.getrefcount(a) == _ARRAY_REFS
+                        and not weakref.getweakrefcount(inp) and a.dtype == node.dtype.np
+                        and all(b.dtype == a.dtype for b in arrays)):
+                    global in_place_count
+                    in_place_count += 1
+                    return ufunc(*arrays, out=a)
+                del inp
+            del a
+    return evaluate(node, arrays)
 
 
 _ORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
