@@ -55,94 +55,120 @@ import numpy as np
 from loom.autograd.function import Function
 from loom.distributed import collectives as c
 from loom.distributed.process_group import DistributedError, ProcessGroup, new_group, resolve
+from loom.distributed.sbp_rules import SBP, broadcast, partial_sum, signatures, split
+from loom.distributed.sbp_rules import boxing_bytes as _boxing_bytes
 from loom.errors import LoomError, ShapeError
 
 __all__ = ["Placement", "placement", "SBP", "split", "broadcast", "partial_sum", "GlobalTensor", "to_global",
-           "from_full"]
-
-
-# ----------------------------------------------------------------------------- signatures
-class SBP:
-    """One signature: ``split(dim)``, ``broadcast`` or ``partial_sum``."""
-
-    __slots__ = ("kind", "dim")
-
-    def __init__(self, kind: str, dim: int | None = None):
-        self.kind, self.dim = kind, dim
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, SBP) and (self.kind, self.dim) == (other.kind, other.dim)
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.dim))
-
-    def __repr__(self) -> str:
-        return f"split({self.dim})" if self.kind == "S" else {"B": "broadcast", "P": "partial_sum"}[self.kind]
-
-    @property
-    def is_split(self) -> bool:
-        return self.kind == "S"
-
-
-def split(dim: int) -> SBP:
-    """The signature "each rank holds one slice along `dim`"."""
-    if not isinstance(dim, int) or isinstance(dim, bool):
-        raise LoomError(f"loom.distributed.sbp.split: dim must be an int, got {dim!r}")
-    return SBP("S", dim)
-
-
-broadcast = SBP("B")
-partial_sum = SBP("P")
+           "from_full", "linear", "layer_norm", "embedding", "cross_entropy", "choose", "OpChoice"]
 
 
 # ----------------------------------------------------------------------------- placement
-class Placement:
-    """A 1-D mesh of ranks that a global tensor lives on (``ranks``), on ``device`` ('cpu')."""
+class _AxisMesh:
+    """One axis of a placement seen from this rank: the ranks that differ from it only along that axis."""
 
-    def __init__(self, ranks: Sequence[int] | None = None, device: str = "cpu"):
+    def __init__(self, group, size: int, coord: int | None):
+        self.group, self.size, self._coord = group, size, coord
+
+    def index(self) -> int:
+        if self._coord is None:
+            raise DistributedError("loom.distributed.sbp: this process is not in the placement")
+        return self._coord
+
+
+class Placement:
+    """A mesh of ranks (``shape``, 1-D by default) that a global tensor lives on, on ``device`` ('cpu').
+
+    The ranks are laid out in increasing order, row-major over `shape`: on a
+    (2, 2) mesh of ranks 0-3, axis 0 joins ranks {0, 2} and {1, 3}, axis 1
+    joins {0, 1} and {2, 3}.
+    """
+
+    def __init__(self, ranks: Sequence[int] | None = None, device: str = "cpu",
+                 shape: Sequence[int] | None = None):
         if device != "cpu":
             raise LoomError(f"loom.distributed.sbp.placement: device {device!r} is not available; loom's distributed "
                             "layer runs on 'cpu' (Open MPI)")
         world = resolve(None, "sbp.placement")
         all_ranks = list(range(world.size()))
-        self.ranks = list(all_ranks if ranks is None else ranks)
-        if not self.ranks or sorted(set(self.ranks)) != sorted(self.ranks) or not set(self.ranks) <= set(all_ranks):
+        given = list(all_ranks if ranks is None else ranks)
+        if not given or len(set(given)) != len(given) or not set(given) <= set(all_ranks):
             raise LoomError(f"loom.distributed.sbp.placement: ranks must be distinct ranks of the job "
-                            f"(0..{len(all_ranks) - 1}), got {list(self.ranks)}")
+                            f"(0..{len(all_ranks) - 1}), got {given}")
+        self.ranks = sorted(given)
+        self.shape = (len(self.ranks),) if shape is None else tuple(int(s) for s in shape)
+        if int(np.prod(self.shape)) != len(self.ranks) or any(s < 1 for s in self.shape):
+            raise ShapeError(f"loom.distributed.sbp.placement: a mesh of shape {list(self.shape)} needs "
+                             f"{int(np.prod(self.shape))} ranks, got {len(self.ranks)} ({self.ranks})")
         self.device = device
         self.group: ProcessGroup | Any = world if self.ranks == all_ranks else new_group(self.ranks)
+        me = world.rank()
+        self.coords: tuple[int, ...] | None = (tuple(int(c) for c in np.unravel_index(self.ranks.index(me),
+                                                                                     self.shape))
+                                               if me in self.ranks else None)
+        grid = np.array(self.ranks).reshape(self.shape)
+        self._axes: list[_AxisMesh] = []
+        for a in range(len(self.shape)):
+            if len(self.shape) == 1:
+                self._axes.append(_AxisMesh(self.group, self.shape[0], None if self.coords is None
+                                            else self.coords[0]))
+                continue
+            mine = None
+            lines = np.moveaxis(grid, a, -1).reshape(-1, self.shape[a])
+            for line in lines:  # Every rank of the job creates every sub-group (new_group is collective).
+                g = new_group([int(r) for r in line])
+                if me in line:
+                    mine = g
+            self._axes.append(_AxisMesh(mine, self.shape[a], None if self.coords is None else self.coords[a]))
 
     @property
     def size(self) -> int:
         return len(self.ranks)
 
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_member(self) -> bool:
+        """Whether this process holds a part of tensors on this placement."""
+        return self.coords is not None
+
+    def axis(self, a: int) -> _AxisMesh:
+        """The sub-mesh along axis `a` that this rank belongs to (its group, size and this rank's position)."""
+        return self._axes[a]
+
     def index(self) -> int:
-        """This process's position in the mesh."""
-        g = resolve(self.group, "sbp")
-        if g is None:
+        """This process's position in the mesh (row-major)."""
+        if self.coords is None:
             raise DistributedError(f"loom.distributed.sbp: this process is not in the placement {self}")
-        return g.rank()
+        return int(np.ravel_multi_index(self.coords, self.shape))
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Placement) and self.ranks == other.ranks and self.device == other.device
+        return isinstance(other, Placement) and (self.ranks, self.shape, self.device) == \
+            (other.ranks, other.shape, other.device)
 
     def __hash__(self) -> int:
-        return hash((tuple(self.ranks), self.device))
+        return hash((tuple(self.ranks), self.shape, self.device))
 
     def __repr__(self) -> str:
-        return f"placement(device={self.device!r}, ranks={self.ranks})"
+        mesh = f", shape={list(self.shape)}" if self.ndim > 1 else ""
+        return f"placement(device={self.device!r}, ranks={self.ranks}{mesh})"
 
 
-def placement(device: str = "cpu", ranks: Sequence[int] | None = None) -> Placement:
-    """The mesh of `ranks` (default: every rank of the job). Every rank of the job must call it (collective).
+def placement(device: str = "cpu", ranks: Sequence[int] | None = None,
+              shape: Sequence[int] | None = None) -> Placement:
+    """The mesh of `ranks` (default: every rank of the job), of `shape` (default 1-D). Every rank of the job must
+    call it, in the same order (it creates the mesh's process groups).
 
     Examples
     --------
     .. code-block:: python
 
         mesh = loom.distributed.sbp.placement(ranks=[0, 1])
+        mesh2d = loom.distributed.sbp.placement(shape=(2, 2))   # 4 ranks: axis 0 data, axis 1 tensor parallel
     """
-    return Placement(ranks, device)
+    return Placement(ranks, device, shape)
 
 
 # ----------------------------------------------------------------------------- boxing, differentiable
@@ -245,44 +271,68 @@ class _ReplicatedUse(Function):
     """Identity forward; the gradient is summed over ranks (a broadcast value whose uses differ by rank)."""
 
     @staticmethod
-    def forward(ctx, mesh, x):
-        ctx.mesh = mesh
+    def forward(ctx, meshes, x):
+        ctx.meshes = meshes
         return x.clone()
 
     @staticmethod
     def backward(ctx, g):
         g = g.clone()
-        c.all_reduce(g, group=ctx.mesh.group)
+        for m in ctx.meshes:  # One sum per mesh axis along which the uses differ.
+            c.all_reduce(g, group=m.group)
         return None, g
 
 
-def _box(t: "GlobalTensor", to: SBP) -> "GlobalTensor":
-    """`t` with signature `to`, inserting the collective the conversion needs."""
-    src, mesh = t.sbp, t.placement
-    to = _norm(to, len(t.shape), "to_global")
-    if src == to:
-        return t
-    if to.is_split and t.shape[to.dim] < mesh.size:
-        raise ShapeError(f"loom.distributed.sbp: cannot split dimension {to.dim} of size {t.shape[to.dim]} over "
-                         f"{mesh.size} ranks")
-    x = t.local
+NdSBP = tuple[SBP, ...]
+
+
+def _box_axis(x, mesh: _AxisMesh, src: SBP, to: SBP, shape: tuple[int, ...]):
+    """`x` (this rank's part) converted from `src` to `to` along one mesh axis (differentiable)."""
     if src.is_split and to == broadcast:
-        y = _SplitToBroadcast.apply(mesh, src.dim, t.shape[src.dim], x)
-    elif src == partial_sum and to == broadcast:
-        y = _PartialToBroadcast.apply(mesh, x)
-    elif src == partial_sum and to.is_split:
-        y = _PartialToSplit.apply(mesh, to.dim, x)
-    elif src == broadcast and to.is_split:
-        y = _BroadcastToSplit.apply(mesh, to.dim, x)
-    elif src == broadcast and to == partial_sum:
-        y = _BroadcastToPartial.apply(mesh, x)
-    elif src.is_split and to.is_split:  # Through the whole value: all_gather, then slice.
-        return _box(_box(t, broadcast), to)
-    elif src.is_split and to == partial_sum:
-        return _box(_box(t, broadcast), partial_sum)
-    else:  # pragma: no cover - every pair is handled above
-        raise LoomError(f"loom.distributed.sbp: no boxing from {src} to {to}")
-    return GlobalTensor(y, mesh, to, t.shape)
+        return _SplitToBroadcast.apply(mesh, src.dim, shape[src.dim], x)
+    if src == partial_sum and to == broadcast:
+        return _PartialToBroadcast.apply(mesh, x)
+    if src == partial_sum and to.is_split:
+        return _PartialToSplit.apply(mesh, to.dim, x)
+    if src == broadcast and to.is_split:
+        return _BroadcastToSplit.apply(mesh, to.dim, x)
+    if src == broadcast and to == partial_sum:
+        return _BroadcastToPartial.apply(mesh, x)
+    # Split to another split or to partial_sum: through the whole value.
+    return _box_axis(_box_axis(x, mesh, src, broadcast, shape), mesh, broadcast, to, shape)
+
+
+def _check_nd(nd: NdSBP, mesh: Placement, shape: tuple[int, ...], op: str) -> None:
+    dims = [s.dim for s in nd if s.is_split]
+    if len(dims) != len(set(dims)):
+        raise LoomError(f"loom.distributed.sbp.{op}: signature {list(nd)} splits one dimension along two mesh "
+                        "axes; loom splits each tensor dimension along at most one axis")
+    for a, s in enumerate(nd):
+        if s.is_split and shape[s.dim] < mesh.shape[a]:
+            raise ShapeError(f"loom.distributed.sbp.{op}: cannot split dimension {s.dim} of size {shape[s.dim]} "
+                             f"over the {mesh.shape[a]} ranks of mesh axis {a}")
+
+
+def _box(t: "GlobalTensor", to) -> "GlobalTensor":
+    """`t` with signature `to` (one per mesh axis), inserting the collectives the conversion needs, axis by axis."""
+    mesh = t.placement
+    to = _nd(to, mesh, t.ndim, "to_global")
+    if t.nd_sbp == to:
+        return t
+    _check_nd(to, mesh, t.shape, "to_global")
+    if t.local is None:  # Not in the placement: nothing to move here.
+        return GlobalTensor(None, mesh, to, t.shape, t.dtype)
+    cur, x = list(t.nd_sbp), t.local
+    # First gather or reduce the axes whose split goes away or changes, then slice into the new splits, so no
+    # tensor dimension is ever split along two axes on the way.
+    for a in range(mesh.ndim):
+        if cur[a] != to[a] and not (to[a].is_split and not cur[a].is_split):
+            step = to[a] if not to[a].is_split else broadcast
+            x, cur[a] = _box_axis(x, mesh.axis(a), cur[a], step, t.shape), step
+    for a in range(mesh.ndim):
+        if cur[a] != to[a]:
+            x, cur[a] = _box_axis(x, mesh.axis(a), cur[a], to[a], t.shape), to[a]
+    return GlobalTensor(x, mesh, to, t.shape, t.dtype)
 
 
 def _norm(s: SBP, ndim: int, op: str) -> SBP:
@@ -296,60 +346,164 @@ def _norm(s: SBP, ndim: int, op: str) -> SBP:
     return s
 
 
+def _nd(s, mesh: Placement, ndim: int, op: str) -> NdSBP:
+    """A signature per mesh axis: one SBP on a 1-D mesh, a tuple of `mesh.ndim` on a larger one."""
+    sigs = tuple(s) if isinstance(s, (tuple, list)) else (s,)
+    if len(sigs) != mesh.ndim:
+        raise LoomError(f"loom.distributed.sbp.{op}: the placement has {mesh.ndim} mesh axes "
+                        f"(shape {list(mesh.shape)}), so it needs {mesh.ndim} signatures, got {s!r}")
+    return tuple(_norm(x, ndim, op) for x in sigs)
+
+
+def _local_shape(shape: tuple[int, ...], nd: NdSBP, mesh: Placement) -> tuple[int, ...]:
+    out = list(shape)
+    if mesh.coords is None:
+        return tuple(out)
+    for a, s in enumerate(nd):
+        if s.is_split:
+            lo, hi = _bounds(shape[s.dim], mesh.shape[a])[mesh.coords[a]]
+            out[s.dim] = hi - lo
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- choosing an op's signature
+class OpChoice:
+    """What `_apply` chose for one op: per mesh axis the rule (input signatures, output signature)."""
+
+    def __init__(self, op: str, rules: list, mesh: Placement, out_shape: tuple[int, ...]):
+        self.op, self.rules, self.mesh, self.out_shape = op, rules, mesh, out_shape
+        self.inputs: list[NdSBP] = [tuple(r[0][k] for r in rules) for k in range(len(rules[0][0]))]
+        self.output: NdSBP = tuple(r[1] for r in rules)
+
+    @property
+    def local_out_shape(self) -> tuple[int, ...]:
+        return _local_shape(self.out_shape, self.output, self.mesh)
+
+
+def choose(op: str, shapes: list, out_shape: tuple, current: list[NdSBP], mesh: Placement, attrs: dict | None = None,
+           itemsize: int = 4) -> OpChoice:
+    """The signature `op` runs under for inputs laid out as `current`: per mesh axis the legal rule
+    (`sbp_rules.signatures`) that matches them, else the one whose boxing moves the fewest bytes; a rule that
+    would split one tensor dimension along two axes is passed over."""
+    chosen: list = []
+    for a in range(mesh.ndim):
+        rules = signatures(op, shapes, out_shape, attrs, parts=mesh.shape[a])
+        cur = tuple(s[a] for s in current)
+
+        def cost(rule, a=a, cur=cur):
+            moved = sum(_boxing_bytes(c0, r0, itemsize * float(np.prod(sh)), mesh.shape[a])[0]
+                        for c0, r0, sh in zip(cur, rule[0], shapes))
+            return (0 if rule[0] == cur else 1, moved)
+        for rule in sorted(rules, key=cost):  # Stable: ties keep the table's order of preference.
+            trial = chosen + [rule]
+            outs = [r[1].dim for r in trial if r[1].is_split]
+            ins_ok = all(len(d) == len(set(d)) for d in
+                         ([r[0][k].dim for r in trial if r[0][k].is_split] for k in range(len(shapes))))
+            if len(outs) == len(set(outs)) and ins_ok:
+                chosen.append(rule)
+                break
+    return OpChoice(op, chosen, mesh, tuple(out_shape))
+
+
+def _apply(op: str, inputs: list["GlobalTensor"], out_shape, local_fn, attrs: dict | None = None) -> "GlobalTensor":
+    """Run `op` on global tensors: pick its signature from the rule table, box the inputs into it, compute the
+    local part with ``local_fn(choice, *locals)``."""
+    mesh = inputs[0].placement
+    for t in inputs[1:]:
+        _same_mesh(inputs[0], t, op)
+    ch = choose(op, [t.shape for t in inputs], tuple(out_shape), [t.nd_sbp for t in inputs], mesh, attrs,
+                inputs[0].dtype.itemsize if hasattr(inputs[0].dtype, "itemsize") else 4)
+    dtype = inputs[0].dtype
+    if not mesh.is_member:
+        return GlobalTensor(None, mesh, ch.output, tuple(out_shape), dtype)
+    locals_ = []
+    for t, want in zip(inputs, ch.inputs):
+        x = _box(t, want).local
+        differ = [mesh.axis(a) for a in range(mesh.ndim) if want[a] == broadcast and ch.output[a] != broadcast]
+        if differ and x.requires_grad:
+            x = _ReplicatedUse.apply(tuple(differ), x)
+        locals_.append(x)
+    y = local_fn(ch, *locals_)
+    return GlobalTensor(y, mesh, ch.output, tuple(out_shape), getattr(y, "dtype", dtype))
+
+
 # ----------------------------------------------------------------------------- the tensor
 class GlobalTensor:
     """One logical tensor over a `Placement`; `local` is this rank's part, laid out as `sbp` says.
 
     Build one with `to_global` (from each rank's part) or `from_full` (from the
     whole value, identical on every rank). Arithmetic, ``@``, ``.T``,
-    activations, `sum`/`mean` and `backward` work on the global value;
+    `reshape`, `transpose`, activations, `sum`/`mean`, `softmax`, `linear`,
+    `layer_norm`, `embedding`, `cross_entropy` and `backward` work on the
+    global value, each under a signature from `loom.distributed.sbp_rules`;
     `to_global(sbp=...)` converts signatures; `full()` gives the whole value.
+    On a rank outside the placement `local` is None and ops only track shapes.
     """
 
     __array_priority__ = 1000
 
-    def __init__(self, local, placement: Placement, sbp: SBP, shape: tuple[int, ...]):
-        self.local, self.placement, self.sbp, self.shape = local, placement, sbp, tuple(int(s) for s in shape)
+    def __init__(self, local, placement: Placement, sbp, shape: tuple[int, ...], dtype=None):
+        self.local, self.placement, self.shape = local, placement, tuple(int(s) for s in shape)
+        self.nd_sbp: NdSBP = tuple(sbp) if isinstance(sbp, (tuple, list)) else (sbp,)
+        self._dtype = dtype if dtype is not None else getattr(local, "dtype", None)
 
     # ------------------------------------------------------------ basics
+    @property
+    def sbp(self):
+        """The signature: one SBP on a 1-D placement, a tuple (one per mesh axis) on a larger mesh."""
+        return self.nd_sbp[0] if len(self.nd_sbp) == 1 else self.nd_sbp
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
 
     @property
     def dtype(self):
-        return self.local.dtype
+        return self._dtype
 
     @property
     def requires_grad(self) -> bool:
-        return self.local.requires_grad
+        return self.local is not None and self.local.requires_grad
 
     @property
     def grad(self):
         """The gradient of the global value, as a global tensor with this tensor's signature (or None)."""
-        g = self.local.grad
-        return None if g is None else GlobalTensor(g, self.placement, self.sbp, self.shape)
+        g = None if self.local is None else self.local.grad
+        return None if g is None else GlobalTensor(g, self.placement, self._grad_layout(), self.shape)
+
+    def _grad_layout(self) -> NdSBP:
+        # A partial sum's parts each receive the whole gradient: it is laid out as broadcast.
+        return tuple(broadcast if s == partial_sum else s for s in self.nd_sbp)
 
     def to_local(self):
-        """This rank's part (a plain loom tensor, still connected to autograd)."""
+        """This rank's part (a plain loom tensor, still connected to autograd; None outside the placement)."""
         return self.local
 
-    def to_global(self, placement: Placement | None = None, sbp: SBP | None = None) -> "GlobalTensor":
-        """The same value with signature `sbp` (boxing: the collective it needs runs now)."""
+    def to_global(self, placement: Placement | None = None, sbp=None) -> "GlobalTensor":
+        """The same value with signature `sbp` (boxing: the collective it needs runs now), on `placement`.
+
+        Moving to another placement sends the value from the ranks that hold it
+        to the ranks of the new one (send/recv); every rank of either placement
+        must call it.
+        """
         if placement is not None and placement != self.placement:
-            raise LoomError("loom.distributed.sbp.to_global: moving a tensor to another placement is not supported "
-                            f"yet ({self.placement} -> {placement})")
+            return _move(self, placement, sbp if sbp is not None else self.sbp)
         return _box(self, sbp if sbp is not None else self.sbp)
 
     def full(self):
-        """The whole global value on every rank (a loom tensor)."""
-        return _box(self, broadcast).local
+        """The whole global value on every rank of the placement (a loom tensor)."""
+        if not self.placement.is_member:
+            raise DistributedError(f"loom.distributed.sbp.GlobalTensor.full: this process is not in "
+                                   f"{self.placement}, so it holds no part of the value")
+        return _box(self, tuple(broadcast for _ in self.nd_sbp)).local
 
     def numpy(self):
         return self.full().detach().numpy()
 
     def backward(self, gradient=None) -> None:
         """Differentiate the global value (a scalar unless `gradient`, a global tensor of the same layout, is given)."""
+        if self.local is None:
+            return
         if gradient is None:
             if self.shape != ():
                 raise LoomError(f"loom.distributed.sbp.GlobalTensor.backward: the value has shape {list(self.shape)}; "
@@ -358,94 +512,72 @@ class GlobalTensor:
         else:
             if not isinstance(gradient, GlobalTensor):
                 raise LoomError("loom.distributed.sbp.GlobalTensor.backward: gradient must be a GlobalTensor")
-            self.local.backward(_box(gradient, self.sbp).local)
+            self.local.backward(_box(gradient, self._grad_layout()).local)
 
     def __repr__(self) -> str:
-        return (f"GlobalTensor(shape={list(self.shape)}, sbp={self.sbp}, {self.placement}, "
-                f"local={list(self.local.shape)})")
+        local = "None" if self.local is None else list(self.local.shape)
+        return f"GlobalTensor(shape={list(self.shape)}, sbp={self.sbp}, {self.placement}, local={local})"
 
     # ------------------------------------------------------------ ops
-    def _wrap(self, local, sbp: SBP, shape) -> "GlobalTensor":
-        return GlobalTensor(local, self.placement, sbp, tuple(shape))
+    def _wrap(self, local, sbp, shape) -> "GlobalTensor":
+        return GlobalTensor(local, self.placement, sbp, tuple(shape), self.dtype)
 
-    def _binary(self, other, fn, name: str, linear_in: tuple[bool, bool]) -> "GlobalTensor":
+    def _binary(self, other, fn, name: str) -> "GlobalTensor":
         import loom
         if not isinstance(other, GlobalTensor):  # A Python number or a 0-d tensor: the same on every rank.
             if isinstance(other, loom.Tensor) and other.ndim > 0:
                 raise LoomError(f"loom.distributed.sbp: {name} of a global tensor and a local tensor; make it global "
                                 "first (from_full / to_global)")
-            a = _box(self, broadcast) if self.sbp == partial_sum and name in ("add", "sub") else self
-            return a._wrap(fn(a.local, other), a.sbp, self.shape)
-        _same_mesh(self, other, name)
+            if name in ("add", "sub") and partial_sum in self.nd_sbp:
+                a = _box(self, self._grad_layout())
+            else:
+                a = self
+            return a._wrap(None if a.local is None else fn(a.local, other), a.nd_sbp, self.shape)
         shape = tuple(np.broadcast_shapes(self.shape, other.shape))
-        n = len(shape)
-
-        def aligned(t: GlobalTensor) -> SBP:  # The signature in the output's dimensions (trailing alignment).
-            return split(t.sbp.dim + (n - t.ndim)) if t.sbp.is_split else t.sbp
-        sa, sb = aligned(self), aligned(other)
-        a, b = self, other
-        if sa.is_split and sb.is_split and sa == sb:
-            out = sa
-        elif sa == broadcast and sb == broadcast:
-            out = broadcast
-        elif sa.is_split and sb == broadcast:
-            out, b = sa, _fit(other, sa.dim - (n - other.ndim), shape[sa.dim], self.placement)
-        elif sb.is_split and sa == broadcast:
-            out, a = sb, _fit(self, sb.dim - (n - self.ndim), shape[sb.dim], self.placement)
-        elif sa == partial_sum and sb == partial_sum and name in ("add", "sub"):
-            out = partial_sum
-        elif sa == partial_sum and sb == broadcast and linear_in[0]:
-            out, b = partial_sum, _use(other)
-        elif sb == partial_sum and sa == broadcast and linear_in[1]:
-            out, a = partial_sum, _use(self)
-        else:  # No local rule: compute on whole values.
-            a, b, out = _box(self, broadcast), _box(other, broadcast), broadcast
-        y = fn(a.local, b.local)
-        return self._wrap(y, out, shape)
+        return _apply(name, [self, other], shape, lambda ch, x, y: fn(x, y))
 
     def __add__(self, other):
-        return self._binary(other, lambda x, y: x + y, "add", (False, False))
+        return self._binary(other, lambda x, y: x + y, "add")
 
     def __radd__(self, other):
         return self + other
 
     def __sub__(self, other):
-        return self._binary(other, lambda x, y: x - y, "sub", (False, False))
+        return self._binary(other, lambda x, y: x - y, "sub")
 
     def __rsub__(self, other):
         return (-self) + other
 
     def __mul__(self, other):
-        return self._binary(other, lambda x, y: x * y, "mul", (True, True))
+        return self._binary(other, lambda x, y: x * y, "mul")
 
     def __rmul__(self, other):
         return self * other
 
     def __truediv__(self, other):
-        return self._binary(other, lambda x, y: x / y, "div", (True, False))
+        return self._binary(other, lambda x, y: x / y, "div")
 
     def __neg__(self):
-        return self._wrap(-self.local, self.sbp, self.shape)
+        return _apply("neg", [self], self.shape, lambda ch, x: -x)
 
-    def _unary(self, fn) -> "GlobalTensor":
-        t = _box(self, broadcast) if self.sbp == partial_sum else self
-        return t._wrap(fn(t.local), t.sbp, t.shape)
+    def _unary(self, name: str, fn) -> "GlobalTensor":
+        return _apply(name, [self], self.shape, lambda ch, x: fn(x))
 
     def relu(self):
-        return self._unary(lambda x: x.relu())
+        return self._unary("relu", lambda x: x.relu())
 
     def tanh(self):
-        return self._unary(lambda x: x.tanh())
+        return self._unary("tanh", lambda x: x.tanh())
 
     def gelu(self, approximate: str = "none"):
         import loom.nn.functional as F
-        return self._unary(lambda x: F.gelu(x, approximate=approximate))
+        return self._unary("gelu", lambda x: F.gelu(x, approximate=approximate))
 
     def exp(self):
-        return self._unary(lambda x: x.exp())
+        return self._unary("exp", lambda x: x.exp())
 
     def pow(self, exponent: float):
-        return self._unary(lambda x: x ** exponent)
+        return self._unary("pow_scalar", lambda x: x ** exponent)
 
     __pow__ = pow
 
@@ -453,128 +585,212 @@ class GlobalTensor:
     def T(self) -> "GlobalTensor":
         if self.ndim != 2:
             raise ShapeError(f"loom.distributed.sbp: .T needs a 2-d tensor, got shape {list(self.shape)}")
-        s = split(1 - self.sbp.dim) if self.sbp.is_split else self.sbp
-        return self._wrap(self.local.T, s, self.shape[::-1])
+        return self.transpose(0, 1)
 
-    def sum(self, dim: int | None = None, keepdim: bool = False) -> "GlobalTensor":
+    def transpose(self, dim0: int, dim1: int) -> "GlobalTensor":
+        perm = list(range(self.ndim))
+        perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+        return self.permute(*perm)
+
+    def permute(self, *perm: int) -> "GlobalTensor":
+        perm_t = tuple(p % self.ndim for p in (perm[0] if len(perm) == 1 and isinstance(perm[0], (tuple, list))
+                                              else perm))
+        shape = tuple(self.shape[p] for p in perm_t)
+        return _apply("permute", [self], shape, lambda ch, x: x.permute(*perm_t), {"perm": perm_t})
+
+    def reshape(self, *shape: int) -> "GlobalTensor":
+        want = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        if -1 in want:
+            known = int(np.prod([s for s in want if s != -1]))
+            want = tuple(int(np.prod(self.shape)) // max(known, 1) if s == -1 else s for s in want)
+        if int(np.prod(want)) != int(np.prod(self.shape)):
+            raise ShapeError(f"loom.distributed.sbp.reshape: cannot reshape {list(self.shape)} to {list(want)}")
+        return _apply("reshape", [self], want, lambda ch, x: x.reshape(ch.local_out_shape), {"shape": want})
+
+    def sum(self, dim=None, keepdim: bool = False) -> "GlobalTensor":
         """The sum over `dim` (all dims when None). Summing over the split dimension gives partial_sum."""
-        dims = tuple(range(self.ndim)) if dim is None else ((dim + self.ndim) % self.ndim,)
-        y = self.local.sum(dim=dims, keepdim=keepdim) if dims else self.local
+        dims = self._dims(dim)
         shape = tuple(1 if k in dims else s for k, s in enumerate(self.shape)) if keepdim else \
             tuple(s for k, s in enumerate(self.shape) if k not in dims)
-        if self.sbp.is_split:
-            d = self.sbp.dim
-            if d in dims:
-                return self._wrap(y, partial_sum, shape)
-            nd = d if keepdim else d - sum(1 for k in dims if k < d)
-            return self._wrap(y, split(nd), shape)
-        return self._wrap(y, self.sbp, shape)
+        return _apply("sum", [self], shape, lambda ch, x: x.sum(dim=dims, keepdim=keepdim) if dims else x,
+                      {"axes": dims, "keepdim": keepdim})
 
-    def mean(self, dim: int | None = None, keepdim: bool = False) -> "GlobalTensor":
-        dims = tuple(range(self.ndim)) if dim is None else ((dim + self.ndim) % self.ndim,)
-        count = 1
-        for k in dims:
-            count *= self.shape[k]
+    def _dims(self, dim) -> tuple[int, ...]:
+        if dim is None:
+            return tuple(range(self.ndim))
+        return tuple(sorted({d % self.ndim for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}))
+
+    def mean(self, dim=None, keepdim: bool = False) -> "GlobalTensor":
+        count = int(np.prod([self.shape[k] for k in self._dims(dim)]))
         return self.sum(dim, keepdim) * (1.0 / count)
+
+    def softmax(self, dim: int = -1) -> "GlobalTensor":
+        import loom.nn.functional as F
+        return _apply("softmax", [self], self.shape, lambda ch, x: F.softmax(x, dim=dim), {"dim": dim})
+
+    def log_softmax(self, dim: int = -1) -> "GlobalTensor":
+        import loom.nn.functional as F
+        return _apply("log_softmax", [self], self.shape, lambda ch, x: F.log_softmax(x, dim=dim), {"dim": dim})
 
     def __matmul__(self, other: "GlobalTensor") -> "GlobalTensor":
         if not isinstance(other, GlobalTensor):
             raise LoomError("loom.distributed.sbp: @ needs two global tensors")
-        _same_mesh(self, other, "matmul")
-        if self.ndim != 2 or other.ndim != 2 or self.shape[1] != other.shape[0]:
-            raise ShapeError(f"loom.distributed.sbp.matmul: expected (m, k) @ (k, n), got {list(self.shape)} @ "
-                             f"{list(other.shape)}")
-        sa, sb = self.sbp, other.sbp
-        a, b = self, other
-        shape = (self.shape[0], other.shape[1])
-        if sa == split(0) and sb == broadcast:
-            out, b = split(0), _use(other)
-        elif sa == broadcast and sb == split(1):
-            out, a = split(1), _use(self)
-        elif sa == split(1) and sb == split(0):
-            out = partial_sum
-        elif sa == broadcast and sb == broadcast:
-            out = broadcast
-        elif sa == partial_sum and sb == broadcast:
-            out, b = partial_sum, _use(other)
-        elif sa == broadcast and sb == partial_sum:
-            out, a = partial_sum, _use(self)
-        elif sa == split(0) and sb.is_split:  # Keep the row split; the weight is gathered.
-            out, b = split(0), _use(_box(other, broadcast))
-        elif sa.is_split and sb == split(1):
-            out, a = split(1), _use(_box(self, broadcast))
-        else:
-            a, b, out = _box(self, broadcast), _box(other, broadcast), broadcast
-        return self._wrap(a.local @ b.local, out, shape)
+        if self.ndim < 2 or other.ndim < 2 or self.shape[-1] != other.shape[-2]:
+            raise ShapeError(f"loom.distributed.sbp.matmul: expected (..., m, k) @ (..., k, n), got "
+                             f"{list(self.shape)} @ {list(other.shape)}")
+        batch = tuple(np.broadcast_shapes(self.shape[:-2], other.shape[:-2]))
+        shape = batch + (self.shape[-2], other.shape[-1])
+        return _apply("matmul", [self, other], shape, lambda ch, a, b: a @ b)
+
+
+def linear(x: GlobalTensor, weight: GlobalTensor, bias: GlobalTensor | None = None) -> GlobalTensor:
+    """``x Wᵀ + b`` on global tensors (W of shape (out, in)): data, column or row parallel by the signatures."""
+    import loom.nn.functional as F
+    if x.shape[-1] != weight.shape[1] or weight.ndim != 2:
+        raise ShapeError(f"loom.distributed.sbp.linear: input {list(x.shape)} and weight {list(weight.shape)} "
+                         "do not fit (expected weight (out, in) with in = the input's last dimension)")
+    ins = [x, weight] + ([bias] if bias is not None else [])
+    return _apply("linear", ins, x.shape[:-1] + (weight.shape[0],), lambda ch, *t: F.linear(*t))
+
+
+def layer_norm(x: GlobalTensor, normalized_shape, weight: GlobalTensor | None = None,
+               bias: GlobalTensor | None = None, eps: float = 1e-5) -> GlobalTensor:
+    """Layer normalisation over the last dims of a global tensor; leading dims may stay split."""
+    import loom.nn.functional as F
+    norm = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    ins = [x] + [t for t in (weight, bias) if t is not None]
+
+    def local(ch, xl, *wb):
+        w = wb[0] if weight is not None else None
+        b = wb[-1] if bias is not None else None
+        return F.layer_norm(xl, norm, w, b, eps)
+    return _apply("layer_norm", ins, x.shape, local, {"normalized_ndim": len(norm)})
+
+
+def embedding(idx: GlobalTensor, weight: GlobalTensor) -> GlobalTensor:
+    """Rows of `weight` (V, C) at `idx`: batch split, feature split, or vocabulary split (Megatron: each rank
+    looks up the rows it holds, zeros elsewhere, and the parts add up)."""
+    import loom
+    import loom.nn.functional as F
+    mesh = idx.placement
+
+    def local(ch, il, wl):
+        vocab_axes = [a for a, r in enumerate(ch.rules) if r[0][1] == split(0)]
+        if not vocab_axes:
+            return F.embedding(il, wl)
+        (a,) = vocab_axes
+        lo, hi = _bounds(weight.shape[0], mesh.shape[a])[mesh.coords[a]]
+        inside = (il >= lo) & (il < hi)
+        rows = F.embedding(loom.where(inside, il - lo, loom.zeros_like(il)), wl)
+        return rows * inside.unsqueeze(-1).to(rows.dtype)
+    return _apply("embedding", [idx, weight], idx.shape + (weight.shape[1],), local)
+
+
+def cross_entropy(logits: GlobalTensor, target: GlobalTensor) -> GlobalTensor:
+    """The mean cross-entropy of logits (N, C) and class targets (N,); split rows give a partial sum."""
+    import loom.nn.functional as F
+    if logits.ndim != 2 or target.shape != logits.shape[:1]:
+        raise ShapeError(f"loom.distributed.sbp.cross_entropy: expected logits (N, C) and targets (N,), got "
+                         f"{list(logits.shape)} and {list(target.shape)}")
+    n = logits.shape[0]
+    return _apply("cross_entropy", [logits, target], (),
+                  lambda ch, x, t: F.cross_entropy(x, t, reduction="sum") * (1.0 / n))
 
 
 def _same_mesh(a: GlobalTensor, b: GlobalTensor, op: str) -> None:
     if a.placement != b.placement:
         raise LoomError(f"loom.distributed.sbp.{op}: the tensors are on different placements ({a.placement} and "
-                        f"{b.placement})")
+                        f"{b.placement}); move one with to_global(placement=...)")
+
+
+# ----------------------------------------------------------------------------- crossing placements
+def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
+    """`t` on placement `dst`: the source ranks make the whole value, each destination rank outside the source
+    receives it from one source rank (send/recv), and keeps its part under `sbp`."""
+    import loom
+    from loom.distributed.process_group import resolve as _resolve
+    src = t.placement
+    to = _nd(sbp, dst, t.ndim, "to_global")
+    _check_nd(to, dst, t.shape, "to_global")
+    world = _resolve(None, "sbp.to_global")
+    me = world.rank()
+    whole = t.full() if src.is_member else None
+    receivers = [r for r in dst.ranks if r not in src.ranks]
+    sender_of = {r: src.ranks[k % src.size] for k, r in enumerate(receivers)}
+    for r, s in sender_of.items():
+        if me == s:
+            world._comm.send((t.shape, whole.dtype.name), dest=r, tag=7011)
+            c.send(whole.detach().contiguous(), dst=r)
+        elif me == r:
+            shape, dtype = world._comm.recv(source=s, tag=7011)
+            buf = loom.zeros(shape, dtype=dtype)
+            c.recv(buf, src=s)
+            whole = buf
+    if not dst.is_member:
+        return GlobalTensor(None, dst, to, t.shape, t.dtype)
+    g = GlobalTensor(whole, dst, tuple(broadcast for _ in to), t.shape, whole.dtype)
+    return _box(g, to)
 
 
 def _use(t: GlobalTensor) -> GlobalTensor:
     """`t` (broadcast) for a use whose result differs by rank: its gradient will be summed over ranks."""
-    return GlobalTensor(_ReplicatedUse.apply(t.placement, t.local), t.placement, t.sbp, t.shape)
+    meshes = tuple(t.placement.axis(a) for a in range(t.placement.ndim))
+    return GlobalTensor(_ReplicatedUse.apply(meshes, t.local), t.placement, t.nd_sbp, t.shape)
 
 
-def _fit(t: GlobalTensor, dim: int, full: int, mesh: Placement) -> GlobalTensor:
-    """A broadcast operand beside a split one: sliced the same way where it spans that dimension, else used whole."""
-    if dim >= 0 and t.shape[dim] == full and full > 1:
-        return _box(t, split(dim))
-    return _use(t)
-
-
-def to_global(local, placement: Placement, sbp: SBP) -> GlobalTensor:
+def to_global(local, placement: Placement, sbp) -> GlobalTensor:
     """The global tensor whose part on this rank is `local` (collective for a split: the sizes are exchanged).
 
     For ``split(d)`` the global shape is the locals' concatenation along `d`;
     for ``broadcast`` every rank must pass the same value; for ``partial_sum``
-    the global value is the sum of the locals.
+    the global value is the sum of the locals. On a 2-D placement `sbp` is a
+    tuple, one signature per mesh axis.
     """
     import loom
     if not isinstance(local, loom.Tensor):
         raise LoomError(f"loom.distributed.sbp.to_global: expected a loom tensor, got {type(local).__name__}")
     if not isinstance(placement, Placement):
         raise LoomError(f"loom.distributed.sbp.to_global: placement must come from sbp.placement(), got {placement!r}")
-    s = _norm(sbp, local.ndim, "to_global")
+    nd = _nd(sbp, placement, local.ndim, "to_global")
     shape = list(local.shape)
-    if s.is_split:
-        g = resolve(placement.group, "sbp.to_global")
+    for a, s in enumerate(nd):
+        if not s.is_split:
+            continue
+        g = resolve(placement.axis(a).group, "sbp.to_global")
         sizes = g._comm.allgather(int(local.shape[s.dim]))
         full = sum(sizes)
-        if sizes != [h - lo for lo, h in _bounds(full, placement.size)]:
+        if sizes != [h - lo for lo, h in _bounds(full, placement.shape[a])]:
             raise ShapeError(f"loom.distributed.sbp.to_global: split({s.dim}) parts have sizes {sizes}; loom lays "
-                             f"out {full} as {[h - lo for lo, h in _bounds(full, placement.size)]}")
+                             f"out {full} as {[h - lo for lo, h in _bounds(full, placement.shape[a])]}")
         shape[s.dim] = full
-    return GlobalTensor(local, placement, s, tuple(shape))
+    return GlobalTensor(local, placement, nd, tuple(shape))
 
 
-def from_full(value, placement: Placement, sbp: SBP) -> GlobalTensor:
+def from_full(value, placement: Placement, sbp) -> GlobalTensor:
     """The global tensor of `value` (the whole value, the same on every rank) laid out as `sbp`.
 
     A split keeps this rank's slice; partial_sum keeps the value on the
-    mesh's first rank and zeros elsewhere. A leaf that requires grad gives a
-    leaf part (a parameter's shard stays trainable).
+    first rank of that mesh axis and zeros elsewhere. A leaf that requires
+    grad gives a leaf part (a parameter's shard stays trainable). On a 2-D
+    placement `sbp` is a tuple, one signature per mesh axis.
     """
     import loom
     if not isinstance(value, loom.Tensor):
         raise LoomError(f"loom.distributed.sbp.from_full: expected a loom tensor, got {type(value).__name__}")
-    s = _norm(sbp, value.ndim, "from_full")
-    me = placement.index()
+    nd = _nd(sbp, placement, value.ndim, "from_full")
+    _check_nd(nd, placement, tuple(value.shape), "from_full")
+    if not placement.is_member:
+        return GlobalTensor(None, placement, nd, tuple(value.shape), value.dtype)
     with loom.no_grad():
-        if s.is_split:
-            if value.shape[s.dim] < placement.size:
-                raise ShapeError(f"loom.distributed.sbp.from_full: cannot split dimension {s.dim} of size "
-                                 f"{value.shape[s.dim]} over {placement.size} ranks")
-            lo, hi = _bounds(value.shape[s.dim], placement.size)[me]
-            part = _slice(value.detach(), s.dim, lo, hi)
-        elif s == partial_sum:
-            part = value.detach().clone() if me == 0 else loom.zeros_like(value)
-        else:
-            part = value.detach().clone()
+        part = value.detach()
+        for a, s in enumerate(nd):
+            k = placement.coords[a]
+            if s.is_split:
+                lo, hi = _bounds(value.shape[s.dim], placement.shape[a])[k]
+                part = _slice(part, s.dim, lo, hi)
+            elif s == partial_sum and k != 0:
+                part = loom.zeros_like(part)
+        part = part.clone()
     if value.requires_grad:
         part = loom.nn.Parameter(part) if isinstance(value, loom.nn.Parameter) else part.requires_grad_(True)
-    return GlobalTensor(part, placement, s, tuple(value.shape))
-
+    return GlobalTensor(part, placement, nd, tuple(value.shape))
