@@ -1,0 +1,489 @@
+"""Auto-parallel: choose an SBP signature for every node of a traced graph by a cost model, and run the choice.
+
+Given a graph (a `loom.function` training step, or any `loom.ir.Graph`) and a
+1-D placement of ``n`` ranks, `plan` picks for each node one of its legal
+rules from `loom.distributed.sbp_rules` (which input signatures it consumes,
+which output signature it makes), minimising the predicted step time:
+
+- **communication**: every edge whose producer's output signature is not the
+  signature its consumer's rule wants is boxed; its cost is the collective's
+  bytes per rank at the measured bandwidth plus its message hops at the
+  measured latency (`sbp_rules.boxing_bytes`, `CostModel.link`);
+- **computation**: each node's time at the measured rate (matmul FLOPs,
+  bytes for the rest), divided by ``n`` when the rule shares the work out
+  (any split or partial sum) and whole when every rank repeats it;
+- **state**: a parameter the step updates must come back in the signature it
+  went in with (its new value is boxed into it), so a replicated weight's
+  gradient pays its all-reduce and a sharded weight pays nothing; values the
+  step returns (the loss) are read whole, as ``broadcast``.
+
+Inputs and parameters may start in any split or broadcast layout (the data
+loader and the checkpoint loader shard them for free). The search is a
+dynamic program over the DAG in topological order (each node's cheapest cost
+per rule, given its inputs' cheapest costs) followed by greedy sweeps that
+change one node at a time while the exact total falls, which settles the
+nodes the tree-shaped program double counts (values with several consumers).
+
+`explain` prints the choice: each node's signature, the collectives inserted
+and their predicted times, the predicted step time, and for each node the
+cheapest alternative it rejected. `execute` runs a plan on the ranks (each
+node on its local parts, NumPy reference kernels, boxing by MPI), so a plan's
+result can be checked against one process.
+
+Examples
+--------
+.. code-block:: python
+
+    step(x, t)                                    # a loom.function, traced by its first calls
+    p = autoparallel.plan(step, placement=sbp.placement())
+    print(autoparallel.explain(p))                # chosen signatures, collectives, predicted time
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from loom.distributed import sbp_rules as R
+from loom.distributed.sbp_rules import SBP, Link, broadcast, partial_sum, split
+from loom.errors import LoomError, fmt_shape
+from loom.ir.graph import Graph
+from loom.ir.node import Node
+
+__all__ = ["CostModel", "Plan", "plan", "explain", "execute", "calibrate", "inputs_of", "DEFAULT_COST"]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Rates the plan is predicted with: the data plane `link`, matmul FLOP/s, and bytes/s for other ops."""
+
+    link: Link
+    matmul_flops: float
+    bytes_per_s: float
+
+    def boxing(self, src: SBP, dst: SBP, nbytes: float, parts: int) -> float:
+        moved, hops = R.boxing_bytes(src, dst, nbytes, parts)
+        return self.link.seconds(moved, hops) if hops else 0.0
+
+
+DEFAULT_COST = CostModel(R.LOOPBACK_MPI, matmul_flops=2e10, bytes_per_s=5e9)
+_CALIBRATED: dict[int, CostModel] = {}
+
+
+def calibrate(group=None) -> CostModel:
+    """Measure this job once: MPI all-reduce latency and bandwidth (`simulator.measure_allreduce`) and this
+    rank's matmul and elementwise rates. Collective: every rank calls it; later calls return the same figures."""
+    from loom.distributed.process_group import resolve
+    from loom.distributed.simulator import measure_allreduce
+    g = resolve(group, "autoparallel.calibrate")
+    key = id(g)
+    if key not in _CALIBRATED:
+        link = measure_allreduce(sizes=(2 ** 10, 2 ** 18, 2 ** 21), repeats=3)
+        a = np.ones((256, 256), np.float32)
+        t = time.perf_counter()
+        for _ in range(3):
+            a @ a
+        flops = 3 * 2 * 256 ** 3 / max(time.perf_counter() - t, 1e-9)
+        v = np.ones(2 ** 20, np.float32)
+        t = time.perf_counter()
+        for _ in range(3):
+            v + v
+        rate = 3 * 3 * v.nbytes / max(time.perf_counter() - t, 1e-9)
+        # Every rank plans with the same figures: take rank 0's.
+        figures = g._comm.bcast((link.latency, link.bandwidth, flops, rate), root=0)
+        _CALIBRATED[key] = CostModel(Link(figures[0], figures[1]), figures[2], figures[3])
+    return _CALIBRATED[key]
+
+
+@dataclass
+class Plan:
+    """A signature per node of `graph` for a mesh of `parts` ranks, and what it is predicted to cost."""
+
+    graph: Graph
+    parts: int
+    cost: CostModel
+    rules: dict[Node, R.Rule]
+    state: dict[Node, Node] = field(default_factory=dict)   # output node -> the input node it updates
+    returned: tuple[Node, ...] = ()
+    alternatives: dict[Node, tuple[R.Rule, float]] = field(default_factory=dict)
+
+    def signature(self, node: Node) -> SBP:
+        """The output signature chosen for `node`."""
+        return self.rules[node][1]
+
+    def boxings(self) -> list[tuple[Node, Node | None, SBP, SBP, str, float]]:
+        """(producer, consumer or None for a state/returned value, from, to, collective, seconds) per boxing."""
+        out = []
+        for v in self.graph.topological_order():
+            for u, want in zip(v.inputs, self.rules[v][0]):
+                have = self.signature(u)
+                if have != want:
+                    out.append((u, v, have, want, R.boxing_kind(have, want),
+                                self.cost.boxing(have, want, _nbytes(u), self.parts)))
+        for o in self.graph.outputs:
+            want = self.signature(self.state[o]) if o in self.state else (broadcast if o in self.returned else None)
+            if want is not None and self.signature(o) != want:
+                out.append((o, None, self.signature(o), want, R.boxing_kind(self.signature(o), want),
+                            self.cost.boxing(self.signature(o), want, _nbytes(o), self.parts)))
+        return out
+
+    @property
+    def comm_time(self) -> float:
+        return sum(b[-1] for b in self.boxings())
+
+    @property
+    def compute_time(self) -> float:
+        return sum(_compute(v, self.rules[v], self.parts, self.cost) for v in self.graph.topological_order())
+
+    @property
+    def predicted(self) -> float:
+        """Predicted seconds per step: computation plus communication (not overlapped)."""
+        return self.compute_time + self.comm_time
+
+
+# ----------------------------------------------------------------------------- the cost of one choice
+def _nbytes(n: Node) -> float:
+    return float(math.prod(n.shape)) * n.dtype.itemsize
+
+
+def _compute(v: Node, rule: R.Rule, parts: int, cost: CostModel) -> float:
+    if v.op in ("input", "buffer", "const"):
+        return 0.0
+    if v.op == "matmul":
+        k = v.inputs[0].shape[-1]
+        t = 2.0 * math.prod(v.shape) * k / cost.matmul_flops
+    elif v.op in ("reshape", "permute", "expand"):
+        t = 0.0  # Views: no data moves until something reads them.
+    else:
+        t = (sum(_nbytes(i) for i in v.inputs) + _nbytes(v)) / cost.bytes_per_s
+    shared = rule[1] != broadcast or any(s != broadcast for s in rule[0])
+    return t / parts if shared else t
+
+
+def _candidates(v: Node, parts: int) -> list[R.Rule]:
+    if v.op in ("input", "buffer"):
+        sigs = [split(d) for d in range(len(v.shape)) if v.shape[d] >= parts] + [broadcast]
+        return [((), s) for s in sigs]
+    if v.op == "rand":  # Every rank draws the same numbers; a split is a slice of them.
+        return [((), broadcast)]
+    return R.signatures(v.op, [i.shape for i in v.inputs], v.shape, v.attrs, parts)
+
+
+# ----------------------------------------------------------------------------- the search
+def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostModel | None = None,
+         state: dict | None = None, returned: Sequence | None = None, sweeps: int = 4) -> Plan:
+    """Choose a signature for every node of a graph on a 1-D mesh.
+
+    Parameters
+    ----------
+    fn_or_graph : loom.function or loom.ir.Graph
+        A `loom.function` already called (its first traced graph is used:
+        parameters it updates are paired with their new values, the values it
+        returns are read whole), or a Graph.
+    placement : sbp.Placement, optional
+        The 1-D mesh; or give `parts`, its number of ranks.
+    cost : CostModel, optional
+        Rates to predict with (`calibrate()` measures them on a live job);
+        `DEFAULT_COST` otherwise.
+    state : dict, optional
+        For a Graph: ``{output node: input node}`` for each value the step
+        updates (its new value goes back into the input's signature).
+    returned : sequence of Node, optional
+        For a Graph: outputs read whole (default: every output not in `state`).
+    """
+    if placement is not None:
+        if getattr(placement, "ndim", 1) != 1:
+            raise LoomError(f"loom.distributed.autoparallel.plan: the search runs on a 1-D placement, got mesh shape "
+                            f"{list(placement.shape)}; give 2-D signatures by hand (sbp.from_full with a tuple)")
+        parts = placement.size
+    if parts is None or parts < 1:
+        raise LoomError("loom.distributed.autoparallel.plan: give a placement or parts (the number of ranks)")
+    graph, st, ret = _graph_of(fn_or_graph, state, returned)
+    cost = cost or DEFAULT_COST
+    order = graph.topological_order()
+    cands = {v: _candidates(v, parts) for v in order}
+    consumers: dict[Node, list[tuple[Node, int]]] = {v: [] for v in order}
+    for v in order:
+        for k, u in enumerate(v.inputs):
+            consumers[u].append((v, k))
+    paired_in = {i: o for o, i in st.items()}
+
+    def box(u: Node, have: SBP, want: SBP) -> float:
+        return cost.boxing(have, want, _nbytes(u), parts)
+
+    def local(chosen: dict, v: Node, rule: R.Rule) -> float:
+        """The cost terms that involve `v`: its compute, its in-edges, out-edges, state pairing, being read."""
+        c = _compute(v, rule, parts, cost)
+        for u, want in zip(v.inputs, rule[0]):
+            c += box(u, chosen[u][1], want)
+        for w, k in consumers[v]:
+            c += box(v, rule[1], chosen[w][0][k])
+        if v in st:
+            c += box(v, rule[1], chosen[st[v]][1])
+        if v in paired_in:
+            c += box(paired_in[v], chosen[paired_in[v]][1], rule[1])
+        if v in ret:
+            c += box(v, rule[1], broadcast)
+        return c
+
+    def total(chosen: dict) -> float:
+        c = sum(_compute(v, chosen[v], parts, cost) for v in order)
+        for v in order:
+            c += sum(box(u, chosen[u][1], want) for u, want in zip(v.inputs, chosen[v][0]))
+        c += sum(box(o, chosen[o][1], chosen[i][1]) for o, i in st.items())
+        return c + sum(box(o, chosen[o][1], broadcast) for o in ret)
+
+    def search(fixed: dict[Node, SBP]) -> dict:
+        options = {v: ([((), fixed[v])] if v in fixed else cands[v]) for v in order}
+        # 1. Dynamic program, inputs before consumers: each node's cheapest cost under each of its rules.
+        best: dict[Node, list[float]] = {}
+        for v in order:
+            row = []
+            for rule in options[v]:
+                c = _compute(v, rule, parts, cost)
+                for u, want in zip(v.inputs, rule[0]):
+                    c += min(best[u][j] + box(u, r[1], want) for j, r in enumerate(options[u]))
+                row.append(c)
+            best[v] = row
+        # 2. Backtrack from the outputs: each node takes the rule its first consumer found cheapest.
+        chosen: dict[Node, R.Rule] = {}
+
+        def settle(v: Node, want: SBP | None) -> None:
+            if v in chosen:
+                return
+            opts = options[v]
+            j = min(range(len(opts)), key=lambda j: best[v][j] + (box(v, opts[j][1], want) if want else 0.0))
+            chosen[v] = opts[j]
+            for u, w in zip(v.inputs, chosen[v][0]):
+                settle(u, w)
+        for o in graph.outputs:
+            settle(o, broadcast if o in ret else None)
+        for v in order:
+            if v not in chosen:
+                chosen[v] = options[v][-1]
+        # 3. Greedy sweeps: change one node's rule while the exact total falls.
+        for _ in range(sweeps):
+            improved = False
+            for v in order:
+                now = local(chosen, v, chosen[v])
+                for rule in options[v]:
+                    if rule != chosen[v]:
+                        c = local(chosen, v, rule)
+                        if c < now - 1e-12:
+                            chosen[v], now, improved = rule, c, True
+            if not improved:
+                break
+        return chosen
+
+    # 4. Outer greedy over the layouts of inputs and parameters (what couples the forward pass, the backward
+    # pass and the update): flip one input's signature, search the rest, keep the flip if the total falls.
+    chosen = search({})
+    best_total = total(chosen)
+    for _ in range(3):
+        improved = False
+        for v in graph.inputs:
+            for rule in cands[v]:
+                if rule == chosen[v]:
+                    continue
+                fixed = {i: chosen[i][1] for i in graph.inputs}
+                fixed[v] = rule[1]
+                trial = search(fixed)
+                t = total(trial)
+                if t < best_total - 1e-12:
+                    chosen, best_total, improved = trial, t, True
+        if not improved:
+            break
+    alternatives = {}
+    for v in order:
+        others = [(local(chosen, v, r) - local(chosen, v, chosen[v]), r) for r in cands[v] if r != chosen[v]]
+        if others:
+            delta, rule = min(others, key=lambda x: x[0])
+            alternatives[v] = (rule, delta)
+    return Plan(graph, parts, cost, chosen, st, tuple(ret), alternatives)
+
+
+def _graph_of(fn_or_graph, state, returned) -> tuple[Graph, dict[Node, Node], set[Node]]:
+    if isinstance(fn_or_graph, Graph):
+        g = fn_or_graph
+        st = dict(state or {})
+        ret = set(returned) if returned is not None else {o for o in g.outputs if o not in st}
+        return g, st, ret
+    cache = getattr(fn_or_graph, "_cache", None)
+    if not cache:
+        raise LoomError("loom.distributed.autoparallel.plan: expected a Graph or a loom.function that has been "
+                        f"called (traced) at least warmup + 1 times, got {type(fn_or_graph).__name__}")
+    entry = next(iter(cache.values()))
+    g = entry.graph
+    inputs = {n.name: n for n in g.inputs}
+    outs = list(g.outputs)
+    st = {}
+    for k, (kind, ref) in enumerate(entry.mutated):
+        o = outs[entry.n_returned + k]
+        if kind == "arg":
+            st[o] = inputs[f"arg{ref}"]
+            continue
+        t = ref()
+        for j, (wr, _shape, _dtype) in enumerate(entry.externals):
+            if t is not None and wr() is t:
+                st[o] = inputs[f"ext{j}"]
+    return g, st, set(outs[:entry.n_returned])
+
+
+# ----------------------------------------------------------------------------- the report
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _fmt_s(t: float) -> str:
+    return f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms"
+
+
+def _label(v: Node) -> str:
+    return f"%{v.id}" + (f" '{v.name}'" if v.name else "")
+
+
+def explain(p: Plan) -> str:
+    """The plan as text: each node's signature and rejected alternative, the collectives, the predicted time."""
+    lines = [f"auto-parallel plan over {p.parts} ranks (link {_fmt_s(p.cost.link.latency)} per hop, "
+             f"{p.cost.link.bandwidth / 1e9:.2f} GB/s; matmul {p.cost.matmul_flops / 1e9:.1f} GFLOP/s)", "",
+             "nodes (signature <- input signatures; cheapest rejected alternative):"]
+    for v in p.graph.topological_order():
+        ins, out = p.rules[v]
+        alt = p.alternatives.get(v)
+        alt_s = f"   rejected {alt[0][1]}{'<-' + ','.join(map(str, alt[0][0])) if alt[0][0] else ''} " \
+                f"(+{_fmt_s(alt[1])})" if alt else ""
+        src = f" <- {', '.join(map(str, ins))}" if ins else ""
+        lines.append(f"  {_label(v):<14} {v.op:<10} {fmt_shape(v.shape):<14} {out}{src}{alt_s}")
+    lines.append("")
+    boxes = p.boxings()
+    lines.append(f"collectives inserted ({len(boxes)}):")
+    for u, v, have, want, kind, secs in boxes:
+        moved, _ = R.boxing_bytes(have, want, _nbytes(u), p.parts)
+        where = f"into {_label(v)} {v.op}" if v is not None else \
+            ("back into " + _label(p.state[u]) if u in p.state else "returned")
+        lines.append(f"  {kind:<14} {_label(u)} {have} -> {want} {where}: {_fmt_bytes(moved)} per rank, "
+                     f"{_fmt_s(secs)}")
+    if not boxes:
+        lines.append("  none")
+    lines.append("")
+    lines.append(f"predicted step: {_fmt_s(p.predicted)} = compute {_fmt_s(p.compute_time)} + communication "
+                 f"{_fmt_s(p.comm_time)}")
+    lines.append("inputs and parameters: " + ", ".join(f"{_label(v)} {fmt_shape(v.shape)} {p.signature(v)}"
+                                                       for v in p.graph.inputs))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- running a plan
+def inputs_of(fn, *args) -> list[np.ndarray]:
+    """The values of a traced `loom.function`'s graph inputs for a call with `args`: the arguments, then the
+    tensors it reads (parameters, optimizer state) and its runtime scalars (learning rates), as they are now."""
+    cache = getattr(fn, "_cache", None)
+    if not cache:
+        raise LoomError("loom.distributed.autoparallel.inputs_of: expected a loom.function that has been traced")
+    entry = next(iter(cache.values()))
+    if entry.rands or entry.grad_args:
+        raise LoomError("loom.distributed.autoparallel.inputs_of: the step draws random numbers or reads existing "
+                        ".grad values; feed its graph's inputs by hand")
+    values = [a.detach().numpy() for a in args if hasattr(a, "detach")]
+    for ref, _shape, _dtype in entry.externals:
+        t = ref()
+        if t is None:
+            raise LoomError("loom.distributed.autoparallel.inputs_of: a tensor the step reads no longer exists")
+        values.append(t.detach().numpy())
+    values += [np.asarray(getter(), dtype=d.np) for getter, d in entry.scalars]
+    return values
+
+
+def _bounds(n: int, parts: int) -> list[tuple[int, int]]:
+    from loom.distributed.sbp import _bounds as b
+    return b(n, parts)
+
+
+def _take(a: np.ndarray, dim: int, lo: int, hi: int) -> np.ndarray:
+    index = [slice(None)] * a.ndim
+    index[dim] = slice(lo, hi)
+    return np.ascontiguousarray(a[tuple(index)])
+
+
+def _local_shape(shape, sig: SBP, parts: int, me: int) -> tuple[int, ...]:
+    out = list(shape)
+    if sig.is_split:
+        lo, hi = _bounds(shape[sig.dim], parts)[me]
+        out[sig.dim] = hi - lo
+    return tuple(out)
+
+
+def _box_np(a: np.ndarray, have: SBP, want: SBP, shape, comm) -> np.ndarray:
+    """NumPy boxing on one mesh axis (`comm`): the executed plan's collectives."""
+    from mpi4py import MPI
+    parts, me = comm.Get_size(), comm.Get_rank()
+    if have == want:
+        return a
+    if have.is_split:  # all_gather (uneven parts allowed), then on from the whole value.
+        whole = np.concatenate(comm.allgather(a), axis=have.dim)
+        return _box_np(whole, broadcast, want, shape, comm)
+    if have == partial_sum:
+        a = np.ascontiguousarray(a).copy()
+        comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
+        return _box_np(a, broadcast, want, shape, comm)
+    if want.is_split:
+        lo, hi = _bounds(shape[want.dim], parts)[me]
+        return _take(a, want.dim, lo, hi)
+    return a if me == 0 else np.zeros_like(a)  # broadcast -> partial_sum
+
+
+def execute(p: Plan, *values, placement=None) -> tuple[np.ndarray, ...]:
+    """Run plan `p` on this job's ranks with the whole input `values` (the same on every rank, one per graph
+    input); returns every output's whole value (NumPy). Collective: every rank of the mesh calls it."""
+    from loom.distributed.process_group import resolve
+    from loom.runtime import reference
+    comm = resolve(placement.group if placement is not None else None, "autoparallel.execute")._comm
+    parts, me = comm.Get_size(), comm.Get_rank()
+    if parts != p.parts:
+        raise LoomError(f"loom.distributed.autoparallel.execute: the plan is for {p.parts} ranks, the job has {parts}")
+    g = p.graph
+    if len(values) != len(g.inputs):
+        raise LoomError(f"loom.distributed.autoparallel.execute: the graph takes {len(g.inputs)} inputs, got "
+                        f"{len(values)}")
+    env: dict[Node, np.ndarray] = {}
+    for node, val in zip(g.inputs, values):
+        a = np.asarray(val.numpy() if hasattr(val, "numpy") else val).astype(node.dtype.np, copy=False)
+        a = a.reshape(node.shape)
+        env[node] = _box_np(a, broadcast, p.signature(node), node.shape, comm)
+    with np.errstate(all="ignore"):
+        for v in g.topological_order():
+            if v in env:
+                continue
+            ins, out = p.rules[v]
+            arrays = [_box_np(env[u], p.signature(u), want, u.shape, comm) for u, want in zip(v.inputs, ins)]
+            if v.op == "buffer":
+                env[v] = _box_np(v.buffer, broadcast, out, v.shape, comm)
+                continue
+            oshape = _local_shape(v.shape, out, parts, me)
+            attrs = _local_attrs(v, oshape)
+            fakes = tuple(Node("input", (), {}, tuple(a.shape), u.dtype) for a, u in zip(arrays, v.inputs))
+            env[v] = reference.evaluate(Node(v.op, fakes, attrs, oshape, v.dtype), arrays)
+    results = []
+    for o in g.outputs:
+        results.append(_box_np(env[o], p.signature(o), broadcast, o.shape, comm))
+    return tuple(results)
+
+
+def _local_attrs(v: Node, oshape: tuple[int, ...]) -> dict[str, Any]:
+    """`v`'s attributes for its local part: target shapes become local shapes; whole-dimension slices end at the
+    local size."""
+    attrs = dict(v.attrs)
+    if v.op in ("reshape", "expand", "const", "arange", "rand") and "shape" in attrs:
+        attrs["shape"] = oshape
+    if v.op == "slice":
+        attrs["stops"] = tuple(min(s, o) if st == 0 and sp == 1 and s >= full else s
+                               for s, o, st, sp, full in zip(attrs["stops"], oshape, attrs["starts"],
+                                                             attrs["steps"], v.inputs[0].shape))
+    return attrs
