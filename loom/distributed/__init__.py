@@ -35,3 +35,13 @@ __all__ = [
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
     "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv",
 ]
+
+
+def explain(fn_or_plan, placement=None, **options) -> str:
+    """The auto-parallel choice for a traced step on `placement`: each node's SBP signature, the collectives
+    inserted, the predicted time and the alternatives rejected (see `loom.distributed.autoparallel`)."""
+    from loom.distributed.autoparallel import explain as _explain
+    return _explain(fn_or_plan, placement, **options)
+
+
+__all__.append("explain")

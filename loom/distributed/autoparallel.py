@@ -349,8 +349,24 @@ def _label(v: Node) -> str:
     return f"%{v.id}" + (f" '{v.name}'" if v.name else "")
 
 
-def explain(p: Plan) -> str:
-    """The plan as text: each node's signature and rejected alternative, the collectives, the predicted time."""
+def explain(p, placement=None, **options) -> str:
+    """The plan as text: each node's signature and rejected alternative, the collectives, the predicted time.
+
+    `p` is a `Plan`, or what `plan` takes (a traced `loom.function` or a Graph,
+    with `placement` or ``parts=`` and the other options of `plan`), planned here.
+
+    Examples
+    --------
+    >>> import loom
+    >>> from loom.distributed import autoparallel as ap
+    >>> g = loom.ir.Graph()
+    >>> x, w = g.add_input((4096, 64), "float32"), g.add_input((64, 64), "float32")
+    >>> g.outputs = [g.add_node("sum", [g.add_node("matmul", [x, w])], {"axes": (0, 1), "keepdim": False})]
+    >>> print(ap.explain(g, parts=2).splitlines()[-1])
+    inputs and parameters: %... [4096, 64] split(0), %... [64, 64] broadcast
+    """
+    if not isinstance(p, Plan):
+        p = plan(p, placement, **options)
     lines = [f"auto-parallel plan over {p.parts} ranks (link {_fmt_s(p.cost.link.latency)} per hop, "
              f"{p.cost.link.bandwidth / 1e9:.2f} GB/s; matmul {p.cost.matmul_flops / 1e9:.1f} GFLOP/s)", "",
              "nodes (signature <- input signatures; cheapest rejected alternative):"]

@@ -1,8 +1,10 @@
 """Global tensors with placement and split/broadcast/partial_sum signatures, and tensor parallelism built on them.
 
-The multi-process checks are in tests/distributed/scripts/sbp.py (boxing between every pair of signatures with
-gradients, matmul signature rules, data parallelism as split(0) x broadcast, tensor-parallel MLP and attention
-against one process).
+The multi-process checks are scripts in tests/distributed/scripts: sbp.py (boxing between every pair of
+signatures with gradients, matmul signature rules, data parallelism as split(0) x broadcast, tensor-parallel MLP
+and attention against one process), sbp_ops.py (the MLP and GPT ops under the rule table, moves between
+placements), sbp_mesh.py (a 2x2 mesh: nd boxing, a data + tensor parallel MLP, moves between 1-D and 2-D
+placements) and autoparallel.py (the pass's choices, and its plans run on the ranks against one process).
 """
 import pytest
 
@@ -23,6 +25,35 @@ def test_global_tensors_and_tensor_parallel_layers_on_2_ranks():
 @pytest.mark.slow
 def test_global_tensors_and_tensor_parallel_layers_on_4_ranks():
     _ok(launch("sbp.py", nproc=4), nproc=4)
+
+
+@needs_mpi
+def test_mlp_and_gpt_ops_follow_the_rule_table_on_2_ranks():
+    out = _ok(launch("sbp_ops.py"))
+    for what in ("linear", "embedding", "layer_norm softmax reshape transpose", "cross_entropy",
+                 "boxing into legal signatures", "crossing placements"):
+        assert f"rank 1: {what} ok" in out, what
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_mlp_and_gpt_ops_on_4_ranks():
+    _ok(launch("sbp_ops.py", nproc=4), nproc=4)
+
+
+@needs_mpi
+@pytest.mark.slow  # Four oversubscribed processes on 2 cores: about 25 s under load, most of it start-up.
+def test_2x2_mesh_data_and_tensor_parallel_mlp_on_4_ranks():
+    out = _ok(launch("sbp_mesh.py", nproc=4), nproc=4)
+    for what in ("nd boxing", "2x2 data + tensor parallel MLP", "crossing placements"):
+        assert f"rank 3: {what} ok" in out, what
+
+
+@needs_mpi
+def test_autoparallel_chooses_and_its_plans_equal_one_process_on_2_ranks():
+    out = _ok(launch("autoparallel.py"))
+    assert "data parallel chosen ok" in out and "model parallel chosen ok" in out, out
+    assert "collectives inserted" in out and "predicted step" in out, out
 
 
 def test_signatures_compare_and_print():

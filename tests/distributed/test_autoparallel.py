@@ -1,0 +1,89 @@
+"""The SBP rule table and the auto-parallel search, in one process (no MPI): which signatures each op declares,
+and which plan the cost model picks for data-parallel and model-parallel shaped MLP training steps."""
+import pytest
+
+import loom
+from loom.distributed import autoparallel as ap
+from loom.distributed import sbp_rules as R
+from loom.distributed.sbp_rules import broadcast as B
+from loom.distributed.sbp_rules import partial_sum as P
+from loom.distributed.sbp_rules import split as S
+
+
+def test_matmul_rules_are_megatrons():
+    rules = R.signatures("matmul", [(8, 4), (4, 6)], (8, 6), {}, parts=2)
+    assert ((S(0), B), S(0)) in rules and ((B, S(1)), S(1)) in rules and ((S(1), S(0)), P) in rules
+    assert rules[-1] == ((B, B), B)  # Always legal, always last.
+    batched = R.signatures("matmul", [(3, 8, 4), (3, 4, 6)], (3, 8, 6), {}, parts=2)
+    assert ((S(0), S(0)), S(0)) in batched
+
+
+def test_rules_of_reductions_movement_and_composites():
+    assert ((S(0),), P) in R.signatures("sum", [(4, 6)], (), {"axes": (0, 1), "keepdim": False})
+    assert ((S(0),), P) not in R.signatures("max", [(4, 6)], (6,), {"axes": (0,), "keepdim": False})
+    assert ((S(1),), S(0)) in R.signatures("max", [(4, 6)], (6,), {"axes": (0,), "keepdim": False})
+    assert ((S(1),), S(0)) in R.signatures("permute", [(4, 6)], (6, 4), {"perm": (1, 0)})
+    # A split survives a reshape only where its slices are the same rows before and after.
+    assert ((S(0),), S(0)) in R.signatures("reshape", [(4, 6)], (2, 2, 6), {"shape": (2, 2, 6)}, parts=2)
+    assert ((S(1),), S(1)) not in R.signatures("reshape", [(4, 6)], (4, 2, 3), {"shape": (4, 2, 3)}, parts=4)
+    assert ((S(1),), S(1)) not in R.signatures("softmax", [(4, 6)], (4, 6), {"dim": 1})
+    assert ((B, S(0)), P) in R.signatures("embedding", [(5,), (10, 4)], (5, 4), {})
+    assert ((S(0), S(0)), P) in R.signatures("cross_entropy", [(8, 7), (8,)], (), {})
+    assert ((P, B), P) in R.signatures("mul", [(4,), (4,)], (4,), {})
+    assert ((P, B), P) not in R.signatures("exp", [(4,)], (4,), {}) + R.signatures("add", [(4,), (4,)], (4,), {})
+    # A split is never offered on a dimension shorter than the mesh.
+    assert all(not s.is_split for ins, o in R.signatures("exp", [(1, 6)], (1, 6), {}, parts=2)
+               for s in ins if s.is_split and s.dim == 0)
+
+
+def test_boxing_costs():
+    assert R.boxing_kind(S(0), B) == "all_gather" and R.boxing_kind(P, B) == "all_reduce"
+    assert R.boxing_kind(P, S(1)) == "reduce_scatter" and R.boxing_kind(B, S(0)) == "slice"
+    assert R.boxing_bytes(B, S(0), 1000, 2) == (0.0, 0)
+    assert R.boxing_bytes(P, B, 1000, 4) == (1500.0, 6)  # Ring all-reduce: 2 (p-1)/p of the bytes.
+
+
+def _mlp_step(batch, d_in, hidden, d_out):
+    loom.manual_seed(0)
+    fc1, fc2 = loom.nn.Linear(d_in, hidden, bias=False), loom.nn.Linear(hidden, d_out, bias=False)
+    opt = loom.optim.SGD(list(fc1.parameters()) + list(fc2.parameters()), lr=0.1)
+
+    @loom.function
+    def step(x, t):
+        opt.zero_grad()
+        loss = ((fc2(fc1(x).relu()) - t) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    x, t = loom.randn(batch, d_in), loom.randn(batch, d_out)
+    for _ in range(2):
+        step(x, t)
+    return step, fc1.weight.shape, fc2.weight.shape
+
+
+def test_big_batch_small_weights_is_data_parallel():
+    step, w1, w2 = _mlp_step(4096, 32, 32, 8)
+    p = ap.plan(step, parts=2)
+    sig = {v.shape: p.signature(v) for v in p.graph.inputs}
+    assert sig[(4096, 32)] == S(0) and sig[w1] == B and sig[w2] == B
+    grads = [b for b in p.boxings() if b[4] == "all_reduce" and b[0] in p.state]
+    assert len(grads) == 2  # Each weight's update is all-reduced (the gradient, as DDP does).
+    text = ap.explain(p)
+    assert "all_reduce" in text and "rejected" in text and "predicted step" in text
+
+
+def test_tiny_batch_big_weights_is_model_parallel():
+    step, w1, w2 = _mlp_step(4, 512, 2048, 512)
+    p = ap.plan(step, parts=2)
+    sig = {v.shape: p.signature(v) for v in p.graph.inputs}
+    assert sig[w1] == S(0) and sig[w2] == S(1)  # Megatron: column then row, found by the search.
+    assert all(b[0] not in p.state for b in p.boxings())  # No weight-sized tensor moves.
+    dp = ap.plan(_mlp_step(4096, 32, 32, 8)[0], parts=2)
+    assert p.comm_time < 1e-4 and dp.comm_time < 1e-4
+
+
+def test_plan_needs_a_mesh_size_and_a_traced_function():
+    with pytest.raises(loom.LoomError, match="placement or parts"):
+        ap.plan(loom.ir.Graph())
+    with pytest.raises(loom.LoomError, match="has been called"):
+        ap.plan(loom.function(lambda x: x * 2), parts=2)
