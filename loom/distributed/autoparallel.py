@@ -305,11 +305,12 @@ def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostMod
     return Plan(graph, parts, cost, chosen, st, tuple(ret), alternatives)
 
 
-def _graph_of(fn_or_graph, state, returned) -> tuple[Graph, dict[Node, Node], set[Node]]:
+def _graph_of(fn_or_graph, state, returned) -> tuple[Graph, dict[Node, Node], list[Node]]:
+    # Lists, not sets: every rank must add the costs in one order and so reach the same plan.
     if isinstance(fn_or_graph, Graph):
         g = fn_or_graph
         st = dict(state or {})
-        ret = set(returned) if returned is not None else {o for o in g.outputs if o not in st}
+        ret = list(returned) if returned is not None else [o for o in g.outputs if o not in st]
         return g, st, ret
     cache = getattr(fn_or_graph, "_cache", None)
     if not cache:
@@ -329,7 +330,7 @@ def _graph_of(fn_or_graph, state, returned) -> tuple[Graph, dict[Node, Node], se
         for j, (wr, _shape, _dtype) in enumerate(entry.externals):
             if t is not None and wr() is t:
                 st[o] = inputs[f"ext{j}"]
-    return g, st, set(outs[:entry.n_returned])
+    return g, st, outs[:entry.n_returned]
 
 
 # ----------------------------------------------------------------------------- the report
@@ -465,6 +466,10 @@ def execute(p: Plan, *values, placement=None) -> tuple[np.ndarray, ...]:
     if parts != p.parts:
         raise LoomError(f"loom.distributed.autoparallel.execute: the plan is for {p.parts} ranks, the job has {parts}")
     g = p.graph
+    mine = [str(p.rules[v]) for v in g.topological_order()]
+    if len(set(map(tuple, comm.allgather(mine)))) != 1:
+        raise LoomError("loom.distributed.autoparallel.execute: the ranks hold different plans; plan with the same "
+                        "cost model on every rank (calibrate() shares rank 0's figures)")
     if len(values) != len(g.inputs):
         raise LoomError(f"loom.distributed.autoparallel.execute: the graph takes {len(g.inputs)} inputs, got "
                         f"{len(values)}")
