@@ -1,19 +1,21 @@
 """Global tensors: one logical tensor laid out over ranks by a placement and an SBP signature.
 
-A `GlobalTensor` is one value seen from every rank of a `Placement` (a 1-D
-mesh of ranks). Its signature says how each rank's local tensor relates to
-the global value:
+A `GlobalTensor` is one value seen from every rank of a `Placement` (a mesh
+of ranks, 1-D or of several axes). Its signature (one per mesh axis) says
+how each rank's local tensor relates to the global value:
 
 - ``split(d)``: the global value is the ranks' locals concatenated along
   dimension ``d`` (each rank holds one slice);
 - ``broadcast``: every rank holds the whole value;
 - ``partial_sum``: the global value is the sum of the ranks' locals.
 
-Ops on global tensors pick an output signature from their inputs' (each op
-declares which combinations it runs locally: ``split(0) @ broadcast ->
-split(0)``, ``broadcast @ split(1) -> split(1)``, ``split(1) @ split(0) ->
-partial_sum``, ...). When no rule fits, the inputs are converted first;
-converting between signatures (*boxing*) inserts the collective it needs:
+Ops on global tensors pick an output signature from their inputs': each op
+declares in `loom.distributed.sbp_rules` which combinations it runs locally
+(``split(0) @ broadcast -> split(0)``, ``broadcast @ split(1) -> split(1)``,
+``split(1) @ split(0) -> partial_sum``, ...); `choose` takes the one the
+inputs match, else the legal one cheapest to box into, per mesh axis. The
+inputs are converted first where needed; converting between signatures
+(*boxing*) inserts the collective it needs, over each mesh axis's sub-group:
 
 ===================  ===================  =========================
 from                 to                   collective
@@ -21,10 +23,13 @@ from                 to                   collective
 split(d)             broadcast            all_gather
 partial_sum          broadcast            all_reduce
 partial_sum          split(d)             reduce_scatter
-split(i)             split(j)             all_to_all
+split(i)             split(j)             all_gather, then slice
 broadcast            split(d)             none (each rank slices)
 broadcast            partial_sum          none (rank 0 keeps it)
 ===================  ===================  =========================
+
+Moving a tensor to another placement (``to_global(placement=...)``) sends
+the whole value from a source rank to each destination rank (send/recv).
 
 Gradients follow the global view: ``loss.backward()`` on a global scalar
 differentiates the one global loss (not a sum of per-rank losses), and each
