@@ -440,9 +440,14 @@ def _local_shape(shape, sig: SBP, parts: int, me: int) -> tuple[int, ...]:
 def _box_np(a: np.ndarray, have: SBP, want: SBP, shape, comm) -> np.ndarray:
     """NumPy boxing on one mesh axis (`comm`): the executed plan's collectives."""
     from mpi4py import MPI
+    from loom.distributed.sbp import np_all_to_all, np_reduce_scatter
     parts, me = comm.Get_size(), comm.Get_rank()
     if have == want:
         return a
+    if have.is_split and want.is_split:
+        return np_all_to_all(a, have.dim, want.dim, tuple(shape), comm)
+    if have == partial_sum and want.is_split:
+        return np_reduce_scatter(np.ascontiguousarray(a), want.dim, comm)
     if have.is_split:  # all_gather (uneven parts allowed), then on from the whole value.
         whole = np.concatenate(comm.allgather(a), axis=have.dim)
         return _box_np(whole, broadcast, want, shape, comm)

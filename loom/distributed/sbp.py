@@ -23,7 +23,7 @@ from                 to                   collective
 split(d)             broadcast            all_gather
 partial_sum          broadcast            all_reduce
 partial_sum          split(d)             reduce_scatter
-split(i)             split(j)             all_gather, then slice
+split(i)             split(j)             all_to_all
 broadcast            split(d)             none (each rank slices)
 broadcast            partial_sum          none (rank 0 keeps it)
 ===================  ===================  =========================
@@ -247,18 +247,57 @@ class _PartialToBroadcast(Function):
         return None, g
 
 
+def np_reduce_scatter(a: np.ndarray, dim: int, comm) -> np.ndarray:
+    """This rank's slice along `dim` of the sum of every rank's `a` (MPI Reduce_scatter, uneven slices)."""
+    from mpi4py import MPI
+    front = np.ascontiguousarray(np.moveaxis(a, dim, 0))
+    bounds = _bounds(front.shape[0], comm.Get_size())
+    inner = int(np.prod(front.shape[1:], dtype=np.int64))
+    counts = [(hi - lo) * inner for lo, hi in bounds]
+    lo, hi = bounds[comm.Get_rank()]
+    out = np.empty(counts[comm.Get_rank()], front.dtype)
+    comm.Reduce_scatter(front.reshape(-1), out, recvcounts=counts, op=MPI.SUM)
+    return np.ascontiguousarray(np.moveaxis(out.reshape((hi - lo,) + front.shape[1:]), 0, dim))
+
+
+def np_all_to_all(a: np.ndarray, src: int, dst: int, full: tuple[int, ...], comm) -> np.ndarray:
+    """A ``split(src)`` part `a` re-laid as this rank's ``split(dst)`` part of a tensor of shape `full`
+    (all_to_all: each rank sends every other the piece of its slice that lands in theirs)."""
+    to = _bounds(full[dst], comm.Get_size())
+    pieces = [np.ascontiguousarray(np.take(a, range(lo, hi), axis=dst)) for lo, hi in to]
+    got = comm.alltoall(pieces)
+    return np.ascontiguousarray(np.concatenate(got, axis=src))
+
+
+def _from_np(a: np.ndarray, like):
+    import loom
+    return loom.tensor(a, dtype=like.dtype)
+
+
 class _PartialToSplit(Function):
     @staticmethod
     def forward(ctx, mesh, dim, x):
         ctx.mesh, ctx.dim, ctx.full = mesh, dim, x.shape[dim]
-        total = x.clone()
-        c.all_reduce(total, group=mesh.group)  # reduce_scatter, as all_reduce + slice (uneven slices allowed).
-        lo, hi = _bounds(x.shape[dim], mesh.size)[mesh.index()]
-        return _slice(total, dim, lo, hi)
+        comm = resolve(mesh.group, "sbp")._comm
+        return _from_np(np_reduce_scatter(x.detach().numpy(), dim, comm), x)
 
     @staticmethod
     def backward(ctx, g):
         return None, None, _gather(g, ctx.dim, ctx.mesh, ctx.full)
+
+
+class _SplitToSplit(Function):
+    @staticmethod
+    def forward(ctx, mesh, src, dst, full, x):
+        ctx.mesh, ctx.src, ctx.dst, ctx.full = mesh, src, dst, full
+        comm = resolve(mesh.group, "sbp")._comm
+        return _from_np(np_all_to_all(x.detach().numpy(), src, dst, full, comm), x)
+
+    @staticmethod
+    def backward(ctx, g):  # The transpose of an all_to_all is the all_to_all back.
+        comm = resolve(ctx.mesh.group, "sbp")._comm
+        return None, None, None, None, _from_np(np_all_to_all(g.detach().numpy(), ctx.dst, ctx.src, ctx.full,
+                                                              comm), g)
 
 
 class _BroadcastToPartial(Function):
@@ -303,7 +342,9 @@ def _box_axis(x, mesh: _AxisMesh, src: SBP, to: SBP, shape: tuple[int, ...]):
         return _BroadcastToSplit.apply(mesh, to.dim, x)
     if src == broadcast and to == partial_sum:
         return _BroadcastToPartial.apply(mesh, x)
-    # Split to another split or to partial_sum: through the whole value.
+    if src.is_split and to.is_split:
+        return _SplitToSplit.apply(mesh, src.dim, to.dim, shape, x)
+    # Split to partial_sum: through the whole value.
     return _box_axis(_box_axis(x, mesh, src, broadcast, shape), mesh, broadcast, to, shape)
 
 
@@ -331,9 +372,13 @@ def _box(t: "GlobalTensor", to) -> "GlobalTensor":
     # First gather or reduce the axes whose split goes away or changes, then slice into the new splits, so no
     # tensor dimension is ever split along two axes on the way.
     for a in range(mesh.ndim):
-        if cur[a] != to[a] and not (to[a].is_split and not cur[a].is_split):
-            step = to[a] if not to[a].is_split else broadcast
-            x, cur[a] = _box_axis(x, mesh.axis(a), cur[a], step, t.shape), step
+        if cur[a] == to[a] or (to[a].is_split and not cur[a].is_split):
+            continue
+        step = to[a]
+        if to[a].is_split:  # split to split: one all_to_all, unless another axis splits the target dimension now.
+            taken = {cur[b].dim for b in range(mesh.ndim) if b != a and cur[b].is_split}
+            step = broadcast if to[a].dim in taken else to[a]
+        x, cur[a] = _box_axis(x, mesh.axis(a), cur[a], step, t.shape), step
     for a in range(mesh.ndim):
         if cur[a] != to[a]:
             x, cur[a] = _box_axis(x, mesh.axis(a), cur[a], to[a], t.shape), to[a]
