@@ -211,12 +211,29 @@ def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostMod
             consumers[u].append((v, k))
     paired_in = {i: o for o, i in st.items()}
 
+    memo: dict[tuple, float] = {}
+
     def box(u: Node, have: SBP, want: SBP) -> float:
-        return cost.boxing(have, want, _nbytes(u), parts)
+        if have is want or have == want:
+            return 0.0
+        key = (u, have, want)
+        c = memo.get(key)
+        if c is None:
+            c = memo[key] = cost.boxing(have, want, _nbytes(u), parts)
+        return c
+
+    compute_memo: dict[tuple, float] = {}
+
+    def compute(v: Node, rule: R.Rule) -> float:
+        key = (v, rule)
+        c = compute_memo.get(key)
+        if c is None:
+            c = compute_memo[key] = _compute(v, rule, parts, cost)
+        return c
 
     def local(chosen: dict, v: Node, rule: R.Rule) -> float:
         """The cost terms that involve `v`: its compute, its in-edges, out-edges, state pairing, being read."""
-        c = _compute(v, rule, parts, cost)
+        c = compute(v, rule)
         for u, want in zip(v.inputs, rule[0]):
             c += box(u, chosen[u][1], want)
         for w, k in consumers[v]:
@@ -230,7 +247,7 @@ def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostMod
         return c
 
     def total(chosen: dict) -> float:
-        c = sum(_compute(v, chosen[v], parts, cost) for v in order)
+        c = sum(compute(v, chosen[v]) for v in order)
         for v in order:
             c += sum(box(u, chosen[u][1], want) for u, want in zip(v.inputs, chosen[v][0]))
         c += sum(box(o, chosen[o][1], chosen[i][1]) for o, i in st.items())
@@ -240,12 +257,20 @@ def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostMod
         options = {v: ([((), fixed[v])] if v in fixed else cands[v]) for v in order}
         # 1. Dynamic program, inputs before consumers: each node's cheapest cost under each of its rules.
         best: dict[Node, list[float]] = {}
+        reach: dict[tuple, float] = {}  # (u, wanted signature) -> cheapest cost of u delivered in it
+
+        def delivered(u: Node, want: SBP) -> float:
+            key = (u, want)
+            c = reach.get(key)
+            if c is None:
+                c = reach[key] = min(best[u][j] + box(u, r[1], want) for j, r in enumerate(options[u]))
+            return c
         for v in order:
             row = []
             for rule in options[v]:
-                c = _compute(v, rule, parts, cost)
+                c = compute(v, rule)
                 for u, want in zip(v.inputs, rule[0]):
-                    c += min(best[u][j] + box(u, r[1], want) for j, r in enumerate(options[u]))
+                    c += delivered(u, want)
                 row.append(c)
             best[v] = row
         # 2. Backtrack from the outputs: each node takes the rule its first consumer found cheapest.

@@ -44,16 +44,17 @@ __all__ = ["SBP", "split", "broadcast", "partial_sum", "Rule", "RULES", "registe
 class SBP:
     """One signature: ``split(dim)``, ``broadcast`` or ``partial_sum``."""
 
-    __slots__ = ("kind", "dim")
+    __slots__ = ("kind", "dim", "_hash")
 
     def __init__(self, kind: str, dim: int | None = None):
         self.kind, self.dim = kind, dim
+        self._hash = hash((kind, dim))
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, SBP) and (self.kind, self.dim) == (other.kind, other.dim)
+        return self is other or (isinstance(other, SBP) and self.kind == other.kind and self.dim == other.dim)
 
     def __hash__(self) -> int:
-        return hash((self.kind, self.dim))
+        return self._hash
 
     def __repr__(self) -> str:
         return f"split({self.dim})" if self.kind == "S" else {"B": "broadcast", "P": "partial_sum"}[self.kind]
@@ -67,7 +68,13 @@ def split(dim: int) -> SBP:
     """The signature "each rank holds one slice along `dim`"."""
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise LoomError(f"loom.distributed.sbp.split: dim must be an int, got {dim!r}")
-    return SBP("S", dim)
+    s = _SPLITS.get(dim)
+    if s is None:
+        s = _SPLITS[dim] = SBP("S", dim)
+    return s
+
+
+_SPLITS: dict[int, SBP] = {}
 
 
 broadcast = SBP("B")

@@ -4,7 +4,8 @@ The multi-process checks are scripts in tests/distributed/scripts: sbp.py (boxin
 signatures with gradients, matmul signature rules, data parallelism as split(0) x broadcast, tensor-parallel MLP
 and attention against one process), sbp_ops.py (the MLP and GPT ops under the rule table, moves between
 placements), sbp_mesh.py (a 2x2 mesh: nd boxing, a data + tensor parallel MLP, moves between 1-D and 2-D
-placements) and autoparallel.py (the pass's choices, and its plans run on the ranks against one process).
+placements) autoparallel.py (the pass's choices, and its plans run on the ranks against one process) and
+autoparallel_gpt.py (a whole GPT training step planned and run on the ranks against one process).
 """
 import pytest
 
@@ -54,6 +55,13 @@ def test_autoparallel_chooses_and_its_plans_equal_one_process_on_2_ranks():
     out = _ok(launch("autoparallel.py"))
     assert "data parallel chosen ok" in out and "model parallel chosen ok" in out, out
     assert "collectives inserted" in out and "predicted step" in out, out
+
+
+@needs_mpi
+@pytest.mark.slow  # Planning a 516-node step and running it node by node: about 30 s under load.
+def test_autoparallel_gpt_step_equals_one_process_on_2_ranks():
+    out = _ok(launch("autoparallel_gpt.py"))
+    assert "equals one process ok" in out, out
 
 
 def test_signatures_compare_and_print():
