@@ -6,6 +6,9 @@
 - `RowParallelLinear`: the weight is ``split(1)`` (each rank holds some input
   features); a ``split(1)`` input (a column-parallel layer's output) gives a
   ``partial_sum``, turned into ``broadcast`` by one all_reduce before the bias.
+- `VocabParallelEmbedding`: the table is ``split(0)`` (each rank holds some
+  rows of the vocabulary); each rank looks up the indices it holds (zeros
+  for the others) and one all_reduce adds the parts.
 - `ParallelMLP`: column then row, so a two-layer block costs one all_reduce
   forward and one backward; `ParallelSelfAttention` splits the heads the same
   way (query/key/value projections by column, output projection by row).
@@ -33,7 +36,8 @@ import math
 from loom.distributed import sbp as S
 from loom.errors import LoomError, ShapeError
 
-__all__ = ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelSelfAttention"]
+__all__ = ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelSelfAttention",
+           "VocabParallelEmbedding"]
 
 
 def _check_linear(linear, name: str) -> None:
@@ -69,8 +73,7 @@ class ColumnParallelLinear:
         if x.shape[-1] != self.in_features or x.ndim != 2:
             raise ShapeError(f"loom.distributed.tensor_parallel.ColumnParallelLinear: expected input (batch, "
                              f"{self.in_features}), got {list(x.shape)}")
-        y = x.to_global(sbp=S.broadcast) @ self.weight.T
-        return y + self.bias if self.bias is not None else y
+        return S.linear(x.to_global(sbp=S.broadcast), self.weight, self.bias)  # The rule: B, S(0), S(0) -> S(1).
 
 
 class RowParallelLinear:
@@ -93,8 +96,8 @@ class RowParallelLinear:
         if x.shape[-1] != self.in_features or x.ndim != 2:
             raise ShapeError(f"loom.distributed.tensor_parallel.RowParallelLinear: expected input (batch, "
                              f"{self.in_features}), got {list(x.shape)}")
-        y = (x.to_global(sbp=S.split(1)) @ self.weight.T).to_global(sbp=S.broadcast)
-        return y + self.bias if self.bias is not None else y
+        bias = self.bias.to_global(sbp=S.partial_sum) if self.bias is not None else None  # Added once.
+        return S.linear(x.to_global(sbp=S.split(1)), self.weight, bias).to_global(sbp=S.broadcast)
 
 
 class ParallelMLP:
@@ -169,3 +172,24 @@ class ParallelSelfAttention:
         att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
         y = (att @ v).transpose(0, 1).reshape(t_len, heads * hd)  # This rank's heads: split(1) of (T, C).
         return self.proj(S.GlobalTensor(y, self.placement, S.split(1), (t_len, self.c)))
+
+
+class VocabParallelEmbedding:
+    """``weight[idx]`` with the (V, C) table split by rows over the mesh: broadcast indices, broadcast output."""
+
+    def __init__(self, embedding, placement: S.Placement):
+        from loom.nn import Embedding
+        if not isinstance(embedding, Embedding):
+            raise LoomError(f"loom.distributed.tensor_parallel.VocabParallelEmbedding: expected a loom.nn.Embedding "
+                            f"to shard, got {type(embedding).__name__}")
+        if embedding.num_embeddings < placement.size:
+            raise ShapeError(f"loom.distributed.tensor_parallel.VocabParallelEmbedding: {embedding.num_embeddings} "
+                             f"rows cannot be split over {placement.size} ranks")
+        self.placement = placement
+        self.weight = S.from_full(_param(embedding.weight), placement, S.split(0))
+
+    def parameters(self) -> list:
+        return [self.weight.local]
+
+    def __call__(self, idx: S.GlobalTensor) -> S.GlobalTensor:
+        return S.embedding(idx.to_global(sbp=S.broadcast), self.weight).to_global(sbp=S.broadcast)

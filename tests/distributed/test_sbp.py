@@ -18,7 +18,8 @@ from tests.distributed.test_distributed import _ok, launch, needs_mpi
 @needs_mpi
 def test_global_tensors_and_tensor_parallel_layers_on_2_ranks():
     out = _ok(launch("sbp.py"))
-    for what in ("boxing", "matmul", "data parallel", "tensor-parallel MLP", "tensor-parallel attention"):
+    for what in ("boxing", "matmul", "data parallel", "tensor-parallel MLP", "tensor-parallel attention",
+                 "vocabulary-parallel embedding"):
         assert f"rank 1: {what} ok" in out, what
 
 
