@@ -53,7 +53,7 @@ from loom.errors import LoomError, fmt_shape
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 
-__all__ = ["CostModel", "Plan", "plan", "explain", "execute", "calibrate", "inputs_of", "DEFAULT_COST"]
+__all__ = ["CostModel", "Plan", "NdPlan", "plan", "explain", "execute", "calibrate", "inputs_of", "DEFAULT_COST"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,10 @@ class Plan:
     state: dict[Node, Node] = field(default_factory=dict)   # output node -> the input node it updates
     returned: tuple[Node, ...] = ()
     alternatives: dict[Node, tuple[R.Rule, float]] = field(default_factory=dict)
+    # On an axis of a larger mesh: how much smaller each value (size_div) and each node's work (work_div) are
+    # already, from the splits chosen on the axes before it.
+    size_div: dict[Node, float] = field(default_factory=dict)
+    work_div: dict[Node, float] = field(default_factory=dict)
 
     def signature(self, node: Node) -> SBP:
         """The output signature chosen for `node`."""
@@ -122,13 +126,17 @@ class Plan:
                 have = self.signature(u)
                 if have != want:
                     out.append((u, v, have, want, R.boxing_kind(have, want),
-                                self.cost.boxing(have, want, _nbytes(u), self.parts)))
+                                self.cost.boxing(have, want, self.nbytes(u), self.parts)))
         for o in self.graph.outputs:
             want = self.signature(self.state[o]) if o in self.state else (broadcast if o in self.returned else None)
             if want is not None and self.signature(o) != want:
                 out.append((o, None, self.signature(o), want, R.boxing_kind(self.signature(o), want),
-                            self.cost.boxing(self.signature(o), want, _nbytes(o), self.parts)))
+                            self.cost.boxing(self.signature(o), want, self.nbytes(o), self.parts)))
         return out
+
+    def nbytes(self, node: Node) -> float:
+        """Bytes of `node`'s value as this axis sees it (after the splits of the axes before it)."""
+        return _nbytes(node) / self.size_div.get(node, 1.0)
 
     @property
     def comm_time(self) -> float:
@@ -136,7 +144,8 @@ class Plan:
 
     @property
     def compute_time(self) -> float:
-        return sum(_compute(v, self.rules[v], self.parts, self.cost) for v in self.graph.topological_order())
+        return sum(_compute(v, self.rules[v], self.parts, self.cost) / self.work_div.get(v, 1.0)
+                   for v in self.graph.topological_order())
 
     @property
     def predicted(self) -> float:
@@ -173,9 +182,14 @@ def _candidates(v: Node, parts: int) -> list[R.Rule]:
 
 
 # ----------------------------------------------------------------------------- the search
-def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostModel | None = None,
-         state: dict | None = None, returned: Sequence | None = None, sweeps: int = 4) -> Plan:
-    """Choose a signature for every node of a graph on a 1-D mesh.
+def plan(fn_or_graph, placement=None, *, parts: int | Sequence[int] | None = None, cost: CostModel | None = None,
+         state: dict | None = None, returned: Sequence | None = None, sweeps: int = 4):
+    """Choose a signature for every node of a graph on a mesh.
+
+    On a placement of several axes (a 2-D mesh) the axes are searched one
+    after the other, each seeing the values the axes before it split (smaller
+    values, less work) and never splitting a dimension they split; the result
+    is an `NdPlan` with one signature per axis for each node.
 
     Parameters
     ----------
@@ -184,7 +198,7 @@ def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostMod
         parameters it updates are paired with their new values, the values it
         returns are read whole), or a Graph.
     placement : sbp.Placement, optional
-        The 1-D mesh; or give `parts`, its number of ranks.
+        The mesh; or give `parts`: its number of ranks, or its shape.
     cost : CostModel, optional
         Rates to predict with (`calibrate()` measures them on a live job);
         `DEFAULT_COST` otherwise.
@@ -195,16 +209,50 @@ def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostMod
         For a Graph: outputs read whole (default: every output not in `state`).
     """
     if placement is not None:
-        if getattr(placement, "ndim", 1) != 1:
-            raise LoomError(f"loom.distributed.autoparallel.plan: the search runs on a 1-D placement, got mesh shape "
-                            f"{list(placement.shape)}; give 2-D signatures by hand (sbp.from_full with a tuple)")
-        parts = placement.size
-    if parts is None or parts < 1:
-        raise LoomError("loom.distributed.autoparallel.plan: give a placement or parts (the number of ranks)")
+        shape = tuple(placement.shape)
+    elif isinstance(parts, int):
+        shape = (parts,)
+    elif parts is not None:
+        shape = tuple(parts)
+    else:
+        shape = ()
+    if not shape or any(k < 1 for k in shape):
+        raise LoomError("loom.distributed.autoparallel.plan: give a placement or parts (the number of ranks, or "
+                        "a mesh shape)")
     graph, st, ret = _graph_of(fn_or_graph, state, returned)
     cost = cost or DEFAULT_COST
+    if len(shape) == 1:
+        return _plan_axis(graph, st, ret, shape[0], cost, sweeps, [], {}, {})
+    # A mesh of several axes: one axis after another, each seeing the values already split by the ones before
+    # (smaller values, less work per rank) and never splitting a dimension they split.
+    axes: list[Plan] = []
+    size_div: dict[Node, float] = {}
+    work_div: dict[Node, float] = {}
+    for k in shape:
+        p = _plan_axis(graph, st, ret, k, cost, sweeps, axes, dict(size_div), dict(work_div))
+        axes.append(p)
+        for v, (ins, out) in p.rules.items():
+            if out.is_split:
+                size_div[v] = size_div.get(v, 1.0) * k
+            if out != broadcast or any(x != broadcast for x in ins):
+                work_div[v] = work_div.get(v, 1.0) * k
+    return NdPlan(graph, shape, cost, axes)
+
+
+def _plan_axis(graph: Graph, st: dict, ret: list, parts: int, cost: CostModel, sweeps: int, earlier: list,
+               size_div: dict, work_div: dict) -> Plan:
+    """The search on one mesh axis of `parts` ranks, given the plans of the axes before it."""
     order = graph.topological_order()
-    cands = {v: _candidates(v, parts) for v in order}
+
+    def allowed(v: Node, rule: R.Rule) -> bool:  # No tensor dimension split along two axes.
+        for q in earlier:
+            ins, out = q.rules[v]
+            if rule[1].is_split and out.is_split and rule[1].dim == out.dim:
+                return False
+            if any(a.is_split and b.is_split and a.dim == b.dim for a, b in zip(rule[0], ins)):
+                return False
+        return True
+    cands = {v: [r for r in _candidates(v, parts) if allowed(v, r)] for v in order}
     consumers: dict[Node, list[tuple[Node, int]]] = {v: [] for v in order}
     for v in order:
         for k, u in enumerate(v.inputs):
@@ -219,7 +267,7 @@ def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostMod
         key = (u, have, want)
         c = memo.get(key)
         if c is None:
-            c = memo[key] = cost.boxing(have, want, _nbytes(u), parts)
+            c = memo[key] = cost.boxing(have, want, _nbytes(u) / size_div.get(u, 1.0), parts)
         return c
 
     compute_memo: dict[tuple, float] = {}
@@ -228,7 +276,7 @@ def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostMod
         key = (v, rule)
         c = compute_memo.get(key)
         if c is None:
-            c = compute_memo[key] = _compute(v, rule, parts, cost)
+            c = compute_memo[key] = _compute(v, rule, parts, cost) / work_div.get(v, 1.0)
         return c
 
     def local(chosen: dict, v: Node, rule: R.Rule) -> float:
@@ -327,7 +375,36 @@ def plan(fn_or_graph, placement=None, *, parts: int | None = None, cost: CostMod
         if others:
             delta, rule = min(others, key=lambda x: x[0])
             alternatives[v] = (rule, delta)
-    return Plan(graph, parts, cost, chosen, st, tuple(ret), alternatives)
+    return Plan(graph, parts, cost, chosen, st, tuple(ret), alternatives, size_div, work_div)
+
+
+@dataclass
+class NdPlan:
+    """A plan on a mesh of several axes: one `Plan` per axis; a node's signature is one SBP per axis."""
+
+    graph: Graph
+    shape: tuple[int, ...]
+    cost: CostModel
+    axes: list[Plan]
+
+    def signature(self, node: Node) -> tuple[SBP, ...]:
+        return tuple(p.signature(node) for p in self.axes)
+
+    @property
+    def state(self) -> dict[Node, Node]:
+        return self.axes[0].state
+
+    @property
+    def comm_time(self) -> float:
+        return sum(p.comm_time for p in self.axes)
+
+    @property
+    def compute_time(self) -> float:
+        return self.axes[-1].compute_time  # The last axis divides by every axis's sharing.
+
+    @property
+    def predicted(self) -> float:
+        return self.compute_time + self.comm_time
 
 
 def _graph_of(fn_or_graph, state, returned) -> tuple[Graph, dict[Node, Node], list[Node]]:
@@ -391,34 +468,47 @@ def explain(p, placement=None, **options) -> str:
     >>> print(ap.explain(g, parts=2).splitlines()[-1])
     inputs and parameters: %... [4096, 64] split(0), %... [64, 64] broadcast
     """
-    if not isinstance(p, Plan):
+    if not isinstance(p, (Plan, NdPlan)):
         p = plan(p, placement, **options)
-    lines = [f"auto-parallel plan over {p.parts} ranks (link {_fmt_s(p.cost.link.latency)} per hop, "
+    axes = p.axes if isinstance(p, NdPlan) else [p]
+    nd = len(axes) > 1
+    mesh = f"a {' x '.join(str(q.parts) for q in axes)} mesh" if nd else f"{p.parts} ranks"
+    lines = [f"auto-parallel plan over {mesh} (link {_fmt_s(p.cost.link.latency)} per hop, "
              f"{p.cost.link.bandwidth / 1e9:.2f} GB/s; matmul {p.cost.matmul_flops / 1e9:.1f} GFLOP/s)", "",
              "nodes (signature <- input signatures; cheapest rejected alternative):"]
+
+    def fmt(sigs) -> str:
+        return f"({', '.join(map(str, sigs))})" if nd else str(sigs[0])
     for v in p.graph.topological_order():
-        ins, out = p.rules[v]
-        alt = p.alternatives.get(v)
-        alt_s = f"   rejected {alt[0][1]}{'<-' + ','.join(map(str, alt[0][0])) if alt[0][0] else ''} " \
-                f"(+{_fmt_s(alt[1])})" if alt else ""
-        src = f" <- {', '.join(map(str, ins))}" if ins else ""
+        out = fmt([q.rules[v][1] for q in axes])
+        ins = [fmt([q.rules[v][0][k] for q in axes]) for k in range(len(v.inputs))]
+        src = f" <- {', '.join(ins)}" if ins else ""
+        rejected = []
+        for k, q in enumerate(axes):
+            alt = q.alternatives.get(v)
+            if alt:
+                where = f" on axis {k}" if nd else ""
+                rule = f"{alt[0][1]}{'<-' + ','.join(map(str, alt[0][0])) if alt[0][0] else ''}"
+                rejected.append(f"{rule}{where} (+{_fmt_s(alt[1])})")
+        alt_s = f"   rejected {'; '.join(rejected)}" if rejected else ""
         lines.append(f"  {_label(v):<14} {v.op:<10} {fmt_shape(v.shape):<14} {out}{src}{alt_s}")
     lines.append("")
-    boxes = p.boxings()
+    boxes = [(k, b) for k, q in enumerate(axes) for b in q.boxings()]
     lines.append(f"collectives inserted ({len(boxes)}):")
-    for u, v, have, want, kind, secs in boxes:
-        moved, _ = R.boxing_bytes(have, want, _nbytes(u), p.parts)
+    for k, (u, v, have, want, kind, secs) in boxes:
+        moved, _ = R.boxing_bytes(have, want, axes[k].nbytes(u), axes[k].parts)
         where = f"into {_label(v)} {v.op}" if v is not None else \
             ("back into " + _label(p.state[u]) if u in p.state else "returned")
-        lines.append(f"  {kind:<14} {_label(u)} {have} -> {want} {where}: {_fmt_bytes(moved)} per rank, "
+        axis = f"axis {k}: " if nd else ""
+        lines.append(f"  {axis}{kind:<14} {_label(u)} {have} -> {want} {where}: {_fmt_bytes(moved)} per rank, "
                      f"{_fmt_s(secs)}")
     if not boxes:
         lines.append("  none")
     lines.append("")
     lines.append(f"predicted step: {_fmt_s(p.predicted)} = compute {_fmt_s(p.compute_time)} + communication "
                  f"{_fmt_s(p.comm_time)}")
-    lines.append("inputs and parameters: " + ", ".join(f"{_label(v)} {fmt_shape(v.shape)} {p.signature(v)}"
-                                                       for v in p.graph.inputs))
+    lines.append("inputs and parameters: " + ", ".join(
+        f"{_label(v)} {fmt_shape(v.shape)} {fmt([q.signature(v) for q in axes])}" for v in p.graph.inputs))
     return "\n".join(lines)
 
 
@@ -454,14 +544,6 @@ def _take(a: np.ndarray, dim: int, lo: int, hi: int) -> np.ndarray:
     return np.ascontiguousarray(a[tuple(index)])
 
 
-def _local_shape(shape, sig: SBP, parts: int, me: int) -> tuple[int, ...]:
-    out = list(shape)
-    if sig.is_split:
-        lo, hi = _bounds(shape[sig.dim], parts)[me]
-        out[sig.dim] = hi - lo
-    return tuple(out)
-
-
 def _box_np(a: np.ndarray, have: SBP, want: SBP, shape, comm) -> np.ndarray:
     """NumPy boxing on one mesh axis (`comm`): the executed plan's collectives."""
     from mpi4py import MPI
@@ -486,45 +568,81 @@ def _box_np(a: np.ndarray, have: SBP, want: SBP, shape, comm) -> np.ndarray:
     return a if me == 0 else np.zeros_like(a)  # broadcast -> partial_sum
 
 
-def execute(p: Plan, *values, placement=None) -> tuple[np.ndarray, ...]:
-    """Run plan `p` on this job's ranks with the whole input `values` (the same on every rank, one per graph
-    input); returns every output's whole value (NumPy). Collective: every rank of the mesh calls it."""
+def _box_nd_np(a: np.ndarray, have: tuple, want: tuple, shape, comms: list) -> np.ndarray:
+    """NumPy boxing over every mesh axis: first the axes whose split goes away, then the new splits (as
+    `sbp._box` does), so no dimension is split along two axes on the way."""
+    cur = list(have)
+    for ax in range(len(cur)):
+        if cur[ax] == want[ax] or (want[ax].is_split and not cur[ax].is_split):
+            continue
+        step = want[ax]
+        if step.is_split and step.dim in {cur[b].dim for b in range(len(cur)) if b != ax and cur[b].is_split}:
+            step = broadcast
+        a, cur[ax] = _box_np(a, cur[ax], step, shape, comms[ax]), step
+    for ax in range(len(cur)):
+        if cur[ax] != want[ax]:
+            a, cur[ax] = _box_np(a, cur[ax], want[ax], shape, comms[ax]), want[ax]
+    return a
+
+
+def execute(p, *values, placement=None) -> tuple[np.ndarray, ...]:
+    """Run plan `p` (a `Plan`, or an `NdPlan` with the mesh `placement` it was made for) on this job's ranks with
+    the whole input `values` (the same on every rank, one per graph input); returns every output's whole value
+    (NumPy). Collective: every rank of the mesh calls it."""
     from loom.distributed.process_group import resolve
     from loom.runtime import reference
-    comm = resolve(placement.group if placement is not None else None, "autoparallel.execute")._comm
-    parts, me = comm.Get_size(), comm.Get_rank()
-    if parts != p.parts:
-        raise LoomError(f"loom.distributed.autoparallel.execute: the plan is for {p.parts} ranks, the job has {parts}")
+    axes = p.axes if isinstance(p, NdPlan) else [p]
+    if len(axes) > 1:
+        if placement is None or tuple(placement.shape) != tuple(p.shape):
+            raise LoomError(f"loom.distributed.autoparallel.execute: a plan for a mesh of shape {list(p.shape)} "
+                            f"needs that placement, got {placement}")
+        comms = [resolve(placement.axis(k).group, "autoparallel.execute")._comm for k in range(len(axes))]
+    else:
+        comms = [resolve(placement.group if placement is not None else None, "autoparallel.execute")._comm]
+    whole = resolve(placement.group if placement is not None else None, "autoparallel.execute")._comm
+    sizes = tuple(c.Get_size() for c in comms)
+    coords = [c.Get_rank() for c in comms]
+    if sizes != tuple(q.parts for q in axes):
+        raise LoomError(f"loom.distributed.autoparallel.execute: the plan is for a mesh of {[q.parts for q in axes]} "
+                        f"ranks, the job gives {list(sizes)}")
     g = p.graph
-    mine = [str(p.rules[v]) for v in g.topological_order()]
-    if len(set(map(tuple, comm.allgather(mine)))) != 1:
+    mine = [str([q.rules[v] for q in axes]) for v in g.topological_order()]
+    if len(set(map(tuple, whole.allgather(mine)))) != 1:
         raise LoomError("loom.distributed.autoparallel.execute: the ranks hold different plans; plan with the same "
                         "cost model on every rank (calibrate() shares rank 0's figures)")
     if len(values) != len(g.inputs):
         raise LoomError(f"loom.distributed.autoparallel.execute: the graph takes {len(g.inputs)} inputs, got "
                         f"{len(values)}")
+    every_b = tuple(broadcast for _ in axes)
+
+    def sig(u: Node) -> tuple:
+        return tuple(q.signature(u) for q in axes)
+
+    def local_shape(shape, sigs) -> tuple[int, ...]:
+        out = list(shape)
+        for k, s_ in enumerate(sigs):
+            if s_.is_split:
+                lo, hi = _bounds(shape[s_.dim], sizes[k])[coords[k]]
+                out[s_.dim] = hi - lo
+        return tuple(out)
     env: dict[Node, np.ndarray] = {}
     for node, val in zip(g.inputs, values):
         a = np.asarray(val.numpy() if hasattr(val, "numpy") else val).astype(node.dtype.np, copy=False)
-        a = a.reshape(node.shape)
-        env[node] = _box_np(a, broadcast, p.signature(node), node.shape, comm)
+        env[node] = _box_nd_np(a.reshape(node.shape), every_b, sig(node), node.shape, comms)
     with np.errstate(all="ignore"):
         for v in g.topological_order():
             if v in env:
                 continue
-            ins, out = p.rules[v]
-            arrays = [_box_np(env[u], p.signature(u), want, u.shape, comm) for u, want in zip(v.inputs, ins)]
             if v.op == "buffer":
-                env[v] = _box_np(v.buffer, broadcast, out, v.shape, comm)
+                env[v] = _box_nd_np(v.buffer, every_b, sig(v), v.shape, comms)
                 continue
-            oshape = _local_shape(v.shape, out, parts, me)
+            arrays = [_box_nd_np(env[u], sig(u), tuple(q.rules[v][0][k] for q in axes), u.shape, comms)
+                      for k, u in enumerate(v.inputs)]
+            oshape = local_shape(v.shape, sig(v))
             attrs = _local_attrs(v, oshape)
             fakes = tuple(Node("input", (), {}, tuple(a.shape), u.dtype) for a, u in zip(arrays, v.inputs))
             env[v] = reference.evaluate(Node(v.op, fakes, attrs, oshape, v.dtype), arrays)
-    results = []
-    for o in g.outputs:
-        results.append(_box_np(env[o], p.signature(o), broadcast, o.shape, comm))
-    return tuple(results)
+    return tuple(_box_nd_np(env[o], sig(o), every_b, o.shape, comms) for o in g.outputs)
 
 
 def _local_attrs(v: Node, oshape: tuple[int, ...]) -> dict[str, Any]:

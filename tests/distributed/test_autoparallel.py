@@ -87,3 +87,18 @@ def test_plan_needs_a_mesh_size_and_a_traced_function():
         ap.plan(loom.ir.Graph())
     with pytest.raises(loom.LoomError, match="has been called"):
         ap.plan(loom.function(lambda x: x * 2), parts=2)
+
+
+def test_2d_mesh_plans_axis_by_axis_and_never_splits_a_dimension_twice():
+    step, w1, w2 = _mlp_step(256, 256, 1024, 256)
+    p = ap.plan(step, parts=(2, 2))
+    assert isinstance(p, ap.NdPlan) and len(p.axes) == 2
+    for v in p.graph.topological_order():
+        dims = [s.dim for s in p.signature(v) if s.is_split]
+        assert len(dims) == len(set(dims)), (v, p.signature(v))
+    sig = {v.shape: p.signature(v) for v in p.graph.inputs}
+    assert any(s.is_split for s in sig[w1]) and any(s.is_split for s in sig[w2])  # Sharded weights somewhere.
+    text = ap.explain(p)
+    assert "2 x 2 mesh" in text and "axis 1:" in text and "predicted step" in text
+    # The second axis sees values the first one split: its plan is made on halved sizes.
+    assert any(d > 1 for d in p.axes[1].size_div.values())

@@ -47,7 +47,7 @@ def test_mlp_and_gpt_ops_on_4_ranks():
 @pytest.mark.slow  # Four oversubscribed processes on 2 cores: about 25 s under load, most of it start-up.
 def test_2x2_mesh_data_and_tensor_parallel_mlp_on_4_ranks():
     out = _ok(launch("sbp_mesh.py", nproc=4), nproc=4)
-    for what in ("nd boxing", "2x2 data + tensor parallel MLP", "crossing placements"):
+    for what in ("nd boxing", "2x2 data + tensor parallel MLP", "crossing placements", "2x2 auto-parallel plan"):
         assert f"rank 3: {what} ok" in out, what
 
 
