@@ -97,7 +97,9 @@ def test_2d_mesh_plans_axis_by_axis_and_never_splits_a_dimension_twice():
         dims = [s.dim for s in p.signature(v) if s.is_split]
         assert len(dims) == len(set(dims)), (v, p.signature(v))
     sig = {v.shape: p.signature(v) for v in p.graph.inputs}
-    assert any(s.is_split for s in sig[w1]) and any(s.is_split for s in sig[w2])  # Sharded weights somewhere.
+    # Megatron (column then row) on axis 0, data parallel (batch split) on axis 1.
+    x = next(v for v in p.graph.inputs if v.name == "arg0")
+    assert sig[w1] == (S(0), B) and sig[w2] == (S(1), B) and p.signature(x) == (B, S(0)), sig
     text = ap.explain(p)
     assert "2 x 2 mesh" in text and "axis 1:" in text and "predicted step" in text
     # The second axis sees values the first one split: its plan is made on halved sizes.
