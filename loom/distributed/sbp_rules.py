@@ -112,8 +112,8 @@ def signatures(op: str, in_shapes: Sequence[Shape], out_shape: Shape, attrs: dic
         if len(ins) != len(shapes):
             raise LoomError(f"loom internal: the SBP rule of {op} gave {len(ins)} input signatures for "
                             f"{len(shapes)} inputs")
-        bad = any(s.is_split and (s.dim >= len(sh) or sh[s.dim] < parts) for s, sh in zip(ins, shapes)) or \
-            (o.is_split and (o.dim >= len(out) or out[o.dim] < parts))
+        bad = any(s.is_split and not (0 <= s.dim < len(sh) and sh[s.dim] >= parts) for s, sh in zip(ins, shapes)) \
+            or (o.is_split and not (0 <= o.dim < len(out) and out[o.dim] >= parts))
         rule = (tuple(ins), o)
         if not bad and rule not in rules:
             rules.append(rule)
@@ -301,6 +301,8 @@ def _matmul_rule(ins, out, attrs, parts):
     """(..., m, k) @ (..., k, n): rows of a, columns of b, matching batch dims; a split k gives a partial sum."""
     a, b = ins
     n = len(out)
+    if len(a) < 2 or len(b) < 2:  # Vector operands: whole values only.
+        return []
     rules: list[Rule] = [
         ((split(len(a) - 2), B), split(n - 2)),
         ((B, split(len(b) - 1)), split(n - 1)),
