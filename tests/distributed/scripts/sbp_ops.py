@@ -98,10 +98,13 @@ np.testing.assert_allclose(grad_of(gl), lr_.grad.numpy(), **close)
 print(f"rank {r}: cross_entropy ok", flush=True)
 
 # The table chooses, the user does not: mismatched inputs are boxed into the cheapest legal signature.
-a, bb = full(4 * n, 6), full(6, 2 * n)
-y = S.from_full(a, mesh, S.split(0)) @ S.from_full(bb, mesh, S.split(0))  # k split on b only: b is gathered.
+a, bb = full(16 * n, 6), full(6, 2 * n)
+y = S.from_full(a, mesh, S.split(0)) @ S.from_full(bb, mesh, S.split(0))  # k split on b only: small b is gathered.
 assert y.sbp == S.split(0), y.sbp
 np.testing.assert_allclose(y.numpy(), (a @ bb).numpy(), **close)
+y = S.from_full(bb.T, mesh, S.split(1)) @ S.from_full(a.T, mesh, S.split(0))  # k split on both: legal, partial sums.
+assert y.sbp == S.partial_sum, y.sbp
+np.testing.assert_allclose(y.numpy(), (bb.T @ a.T).numpy(), **close)
 print(f"rank {r}: boxing into legal signatures ok", flush=True)
 
 # Crossing placements: from some ranks to others (send/recv), values intact, non-members hold nothing.
