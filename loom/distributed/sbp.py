@@ -754,9 +754,22 @@ def _same_mesh(a: GlobalTensor, b: GlobalTensor, op: str) -> None:
 
 
 # ----------------------------------------------------------------------------- crossing placements
+def _part(whole, shape: tuple[int, ...], nd: NdSBP, mesh: Placement, rank: int):
+    """The part of `whole` that global rank `rank` of `mesh` holds under `nd` (None: zeros of a partial sum)."""
+    coords = np.unravel_index(mesh.ranks.index(rank), mesh.shape)
+    part = whole
+    for a, sig in enumerate(nd):
+        if sig.is_split:
+            lo, hi = _bounds(shape[sig.dim], mesh.shape[a])[int(coords[a])]
+            part = _slice(part, sig.dim, lo, hi)
+        elif sig == partial_sum and int(coords[a]) != 0:
+            return None
+    return part
+
+
 def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
-    """`t` on placement `dst`: the source ranks make the whole value, each destination rank outside the source
-    receives it from one source rank (send/recv), and keeps its part under `sbp`."""
+    """`t` on placement `dst`: the source ranks make the whole value; each destination rank outside the source
+    receives its own part of it from one source rank (send/recv); ranks in both keep their part locally."""
     import loom
     from loom.distributed.process_group import resolve as _resolve
     src = t.placement
@@ -767,19 +780,26 @@ def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
     whole = t.full() if src.is_member else None
     receivers = [r for r in dst.ranks if r not in src.ranks]
     sender_of = {r: src.ranks[k % src.size] for k, r in enumerate(receivers)}
+    mine = None
     for r, s in sender_of.items():
         if me == s:
-            world._comm.send((t.shape, whole.dtype.name), dest=r, tag=7011)
-            c.send(whole.detach().contiguous(), dst=r)
+            with loom.no_grad():
+                part = _part(whole, t.shape, to, dst, r)
+            world._comm.send(None if part is None else (tuple(part.shape), part.dtype.name), dest=r, tag=7011)
+            if part is not None:
+                c.send(part.detach().contiguous(), dst=r)
         elif me == r:
-            shape, dtype = world._comm.recv(source=s, tag=7011)
-            buf = loom.zeros(shape, dtype=dtype)
-            c.recv(buf, src=s)
-            whole = buf
+            meta = world._comm.recv(source=s, tag=7011)
+            shape = _local_shape(t.shape, to, dst)
+            mine = loom.zeros(shape, dtype=t.dtype if meta is None else meta[1])
+            if meta is not None:
+                c.recv(mine, src=s)
     if not dst.is_member:
         return GlobalTensor(None, dst, to, t.shape, t.dtype)
+    if mine is not None:  # Received: this rank's part already.
+        return GlobalTensor(mine, dst, to, t.shape, mine.dtype)
     g = GlobalTensor(whole, dst, tuple(broadcast for _ in to), t.shape, whole.dtype)
-    return _box(g, to)
+    return _box(g, to)  # In both placements: sliced locally, differentiable.
 
 
 def _use(t: GlobalTensor) -> GlobalTensor:
