@@ -49,6 +49,7 @@ import numpy as np
 
 from loom.distributed import sbp_rules as R
 from loom.distributed.sbp_rules import SBP, Link, broadcast, partial_sum, split
+from loom.distributed.process_group import DistributedError
 from loom.errors import LoomError, fmt_shape
 from loom.ir.graph import Graph
 from loom.ir.node import Node
@@ -80,6 +81,8 @@ def calibrate(group=None) -> CostModel:
     from loom.distributed.simulator import measure_allreduce
     g = resolve(group, "autoparallel.calibrate")
     key = id(g)
+    if g is None:
+        raise DistributedError("loom.distributed.autoparallel.calibrate: this process is not in the group")
     if key not in _CALIBRATED:
         link = measure_allreduce(sizes=(2 ** 10, 2 ** 18, 2 ** 21), repeats=3)
         a = np.ones((256, 256), np.float32)
@@ -120,7 +123,7 @@ class Plan:
 
     def boxings(self) -> list[tuple[Node, Node | None, SBP, SBP, str, float]]:
         """(producer, consumer or None for a state/returned value, from, to, collective, seconds) per boxing."""
-        out = []
+        out: list[tuple[Node, Node | None, SBP, SBP, str, float]] = []
         for v in self.graph.topological_order():
             for u, want in zip(v.inputs, self.rules[v][0]):
                 have = self.signature(u)
@@ -128,10 +131,10 @@ class Plan:
                     out.append((u, v, have, want, R.boxing_kind(have, want),
                                 self.cost.boxing(have, want, self.nbytes(u), self.parts)))
         for o in self.graph.outputs:
-            want = self.signature(self.state[o]) if o in self.state else (broadcast if o in self.returned else None)
-            if want is not None and self.signature(o) != want:
-                out.append((o, None, self.signature(o), want, R.boxing_kind(self.signature(o), want),
-                            self.cost.boxing(self.signature(o), want, self.nbytes(o), self.parts)))
+            back = self.signature(self.state[o]) if o in self.state else (broadcast if o in self.returned else None)
+            if back is not None and self.signature(o) != back:
+                out.append((o, None, self.signature(o), back, R.boxing_kind(self.signature(o), back),
+                            self.cost.boxing(self.signature(o), back, self.nbytes(o), self.parts)))
         return out
 
     def nbytes(self, node: Node) -> float:
@@ -552,20 +555,33 @@ def _box_np(a: np.ndarray, have: SBP, want: SBP, shape, comm) -> np.ndarray:
     if have == want:
         return a
     if have.is_split and want.is_split:
-        return np_all_to_all(a, have.dim, want.dim, tuple(shape), comm)
+        return np_all_to_all(a, _dim(have), _dim(want), tuple(shape), comm)
     if have == partial_sum and want.is_split:
-        return np_reduce_scatter(np.ascontiguousarray(a), want.dim, comm)
+        return np_reduce_scatter(np.ascontiguousarray(a), _dim(want), comm)
     if have.is_split:  # all_gather (uneven parts allowed), then on from the whole value.
-        whole = np.concatenate(comm.allgather(a), axis=have.dim)
+        whole = np.concatenate(comm.allgather(a), axis=_dim(have))
         return _box_np(whole, broadcast, want, shape, comm)
     if have == partial_sum:
         a = np.ascontiguousarray(a).copy()
         comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
         return _box_np(a, broadcast, want, shape, comm)
     if want.is_split:
-        lo, hi = _bounds(shape[want.dim], parts)[me]
-        return _take(a, want.dim, lo, hi)
+        lo, hi = _bounds(shape[_dim(want)], parts)[me]
+        return _take(a, _dim(want), lo, hi)
     return a if me == 0 else np.zeros_like(a)  # broadcast -> partial_sum
+
+
+def _dim(s: SBP) -> int:
+    return int(s.dim) if s.dim is not None else 0
+
+
+def _comm(group):
+    """The MPI communicator of `group` (the job's when None); an error on a rank outside it."""
+    from loom.distributed.process_group import resolve
+    g = resolve(group, "autoparallel.execute")
+    if g is None:
+        raise DistributedError("loom.distributed.autoparallel.execute: this process is not in the plan's placement")
+    return g._comm
 
 
 def _box_nd_np(a: np.ndarray, have: tuple, want: tuple, shape, comms: list) -> np.ndarray:
@@ -589,17 +605,16 @@ def execute(p, *values, placement=None) -> tuple[np.ndarray, ...]:
     """Run plan `p` (a `Plan`, or an `NdPlan` with the mesh `placement` it was made for) on this job's ranks with
     the whole input `values` (the same on every rank, one per graph input); returns every output's whole value
     (NumPy). Collective: every rank of the mesh calls it."""
-    from loom.distributed.process_group import resolve
     from loom.runtime import reference
     axes = p.axes if isinstance(p, NdPlan) else [p]
     if len(axes) > 1:
         if placement is None or tuple(placement.shape) != tuple(p.shape):
             raise LoomError(f"loom.distributed.autoparallel.execute: a plan for a mesh of shape {list(p.shape)} "
                             f"needs that placement, got {placement}")
-        comms = [resolve(placement.axis(k).group, "autoparallel.execute")._comm for k in range(len(axes))]
+        comms = [_comm(placement.axis(k).group) for k in range(len(axes))]
     else:
-        comms = [resolve(placement.group if placement is not None else None, "autoparallel.execute")._comm]
-    whole = resolve(placement.group if placement is not None else None, "autoparallel.execute")._comm
+        comms = [_comm(placement.group if placement is not None else None)]
+    whole = _comm(placement.group if placement is not None else None)
     sizes = tuple(c.Get_size() for c in comms)
     coords = [c.Get_rank() for c in comms]
     if sizes != tuple(q.parts for q in axes):
