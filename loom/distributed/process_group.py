@@ -182,16 +182,15 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                                "group twice; call destroy_process_group() first")
     name = _normalise_backend(backend)
     MPI = _mpi()
-    comm = MPI.COMM_WORLD.Dup()
+    comm = _base_comm(MPI).Dup()
     size, me = comm.Get_size(), comm.Get_rank()
     env_size = int(os.environ.get("WORLD_SIZE", size) or size)
     if env_size != size:
         comm.Free()
         raise DistributedError(
             f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es). "
-            "loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc N` or "
-            "`mpirun -n N` (one mpirun with --host/--hostfile spans machines; joining separately started "
-            "machines over --nnodes/--master is not implemented)")
+            "loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc N` "
+            "(with --nnodes/--node-rank/--master on each machine) or `mpirun -n N`")
     for arg, have, what in ((world_size, size, "world_size"), (rank, me, "rank")):
         if arg not in (-1, None) and arg != have:
             comm.Free()
@@ -204,6 +203,14 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         _abort_on_uncaught_exception()
 
 
+def _base_comm(MPI):
+    """MPI's world, or for a job of separately launched machines, their ranks joined (once per process)."""
+    if _state.get("base") is None:
+        from loom.distributed.rendezvous import join_world, needs_join
+        _state["base"] = join_world(MPI) if needs_join(MPI) else MPI.COMM_WORLD
+    return _state["base"]
+
+
 def _abort_on_uncaught_exception() -> None:
     """Make an uncaught exception in one rank end the whole job instead of leaving the others blocked."""
     previous: Callable = sys.excepthook
@@ -213,7 +220,7 @@ def _abort_on_uncaught_exception() -> None:
     def hook(kind, value, tb):
         previous(kind, value, tb)
         sys.stderr.flush()
-        _mpi().COMM_WORLD.Abort(1)
+        _base_comm(_mpi()).Abort(1)
 
     hook._loom_aborts = True  # type: ignore[attr-defined]
     sys.excepthook = hook
