@@ -77,8 +77,9 @@ def test_two_launchers_form_one_job_over_loopback():
     assert "node 0 of 2 joined; ranks 0..0 of 2" in results[0][2], text
     assert "node 1 of 2 joined; ranks 1..1 of 2" in results[1][2], text
     for r, (_, out, _) in enumerate(results):  # Node r runs global rank r, with torchrun's environment.
-        for what in ("node {r} local 0 of world 2", "all_reduce ok", "all_gather ok", "broadcast ok", "ALL OK"):
-            assert f"rank {r}: " + what.format(r=r) in out, text
+        for what in (f"node {r} local 0 of world 2 master 127.0.0.1:{port}", "all_reduce ok", "all_gather ok",
+                     "broadcast ok", "ALL OK"):
+            assert f"rank {r}: {what}" in out, text
     assert "rank 1: recv ok" in results[1][1], text
     assert all(_gone(p) for p in _ompi_servers() - before), "node 0 left its ompi-server running"
 

@@ -9,7 +9,8 @@ import loom.distributed as dist
 dist.init_process_group("gloo")
 r, n = dist.get_rank(), dist.get_world_size()
 assert r == int(os.environ["RANK"]) and n == int(os.environ["WORLD_SIZE"]), (r, n, os.environ["RANK"])
-print(f"rank {r}: node {os.environ['NODE_RANK']} local {os.environ['LOCAL_RANK']} of world {n}", flush=True)
+print(f"rank {r}: node {os.environ['NODE_RANK']} local {os.environ['LOCAL_RANK']} of world {n} "
+      f"master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
 
 t = loom.ones(3) * (r + 1)
 dist.all_reduce(t)
