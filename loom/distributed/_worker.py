@@ -54,7 +54,8 @@ def main() -> None:
     if os.environ.get("LOOM_DIST_CONTROL") and os.environ.get("LOOM_DIST_TOKEN"):
         from loom.distributed.control import start_heartbeats
         start_heartbeats(os.environ["LOOM_DIST_CONTROL"], os.environ["LOOM_DIST_TOKEN"], world_rank, os.getpid(),
-                         float(os.environ.get("LOOM_DIST_HEARTBEAT_S", "1")))
+                         float(os.environ.get("LOOM_DIST_HEARTBEAT_S", "1")),
+                         orphan_after=float(os.environ.get("LOOM_DIST_ORPHAN_S", "0")))
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     sys.path.insert(0, str(Path(script).resolve().parent))

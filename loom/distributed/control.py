@@ -242,12 +242,15 @@ def heartbeat_once(address: str, token: str, rank: int, pid: int, timeout: float
 
 
 def start_heartbeats(address: str, token: str, rank: int, pid: int, interval: float,
-                     first_within: float = 10.0) -> threading.Thread:
+                     first_within: float = 10.0, orphan_after: float = 0.0) -> threading.Thread:
     """Send a heartbeat every `interval` seconds from a daemon thread, for as long as the process lives.
 
     The first one is sent before returning (retried for up to `first_within`
     seconds), so the launcher knows the rank before its program starts: a rank
-    that hangs early is still one whose heartbeats stop.
+    that hangs early is still one whose heartbeats stop. With `orphan_after`
+    > 0, a rank whose launcher has stopped listening (connections refused)
+    for that many seconds ends itself: the launcher was killed, and nothing
+    else would end a rank waiting in a collective.
     """
     import grpc
     deadline = time.monotonic() + first_within
@@ -264,11 +267,22 @@ def start_heartbeats(address: str, token: str, rank: int, pid: int, interval: fl
         channel = grpc.insecure_channel(address)
         call = channel.unary_unary(f"/{SERVICE}/Heartbeat")
         payload = json.dumps({"rank": rank, "pid": pid}).encode()
+        answered = time.monotonic()
         while True:
             try:
                 call(payload, timeout=max(interval, 1.0), metadata=((_TOKEN_KEY, token),))
-            except grpc.RpcError:
-                pass  # The launcher may be gone or busy; the next beat tries again.
+                answered = time.monotonic()
+            except grpc.RpcError as e:  # The launcher may be busy (the next beat tries again) or gone.
+                gone = e.code() == grpc.StatusCode.UNAVAILABLE if hasattr(e, "code") else False
+                if not gone:
+                    answered = time.monotonic()
+                elif orphan_after > 0 and time.monotonic() - answered > orphan_after:
+                    import os
+                    import sys
+                    print(f"loom.distributed: rank {rank} (pid {pid}): its launcher's control plane at {address} "
+                          f"has refused connections for {orphan_after:g} s (the launcher is gone); exiting",
+                          file=sys.stderr, flush=True)
+                    os._exit(1)
             time.sleep(interval)
 
     thread = threading.Thread(target=loop, name="loom-heartbeat", daemon=True)

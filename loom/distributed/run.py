@@ -101,7 +101,7 @@ def _mpirun_command(opts, mpirun: str, env: dict) -> list[str]:
         cmd += ["--hostfile", opts.hostfile]
     for name in ("PYTHONPATH", "LOOM_DIST_RUN_DIR", "LOOM_DIST_NNODES", "LOOM_DIST_NODE_RANK", "MASTER_ADDR",
                  "MASTER_PORT", "OMP_NUM_THREADS", "LOOM_DIST_CONTROL", "LOOM_DIST_TOKEN",
-                 "LOOM_DIST_HEARTBEAT_S") + _JOB_VARS:
+                 "LOOM_DIST_HEARTBEAT_S", "LOOM_DIST_ORPHAN_S") + _JOB_VARS:
         if name in env:  # -x forwards the variable to ranks on other machines too.
             cmd += ["-x", name]
     if env.get("LOOM_DIST_OMPI_SERVER"):
@@ -277,7 +277,8 @@ class _Node:
         try:
             self._ompi_server = subprocess.Popen([exe, "--no-daemonize", "-r", str(uri_file)], env=env,
                                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                                 start_new_session=True)
+                                                 start_new_session=True,
+                                                 preexec_fn=_die_with_parent(signal.SIGKILL))
         except OSError as e:
             raise ControlPlaneError(f"cannot start Open MPI's ompi-server ({e}); a multi-machine job needs it "
                                     "(apt-get install openmpi-bin)") from None
@@ -305,6 +306,7 @@ class _Node:
                    LOOM_DIST_RDZV_TIMEOUT=str(self.opts.rendezvous_timeout))
         if self.opts.heartbeat_timeout > 0:
             env["LOOM_DIST_HEARTBEAT_S"] = str(min(1.0, self.opts.heartbeat_timeout / 4))
+            env["LOOM_DIST_ORPHAN_S"] = str(self.opts.heartbeat_timeout)
         first = config["offsets"][self.node]
         print(f"loom.distributed.run: node {self.node} of {self.opts.nnodes} joined; ranks {first}.."
               f"{first + self.opts.nproc - 1} of {config['world_size']}", file=sys.stderr, flush=True)
@@ -382,8 +384,20 @@ def _start_control(opts, env: dict):
               file=sys.stderr)
         return None
     env.update(LOOM_DIST_CONTROL=server.address, LOOM_DIST_TOKEN=server.token,
-               LOOM_DIST_HEARTBEAT_S=str(min(1.0, opts.heartbeat_timeout / 4)))
+               LOOM_DIST_HEARTBEAT_S=str(min(1.0, opts.heartbeat_timeout / 4)),
+               LOOM_DIST_ORPHAN_S=str(opts.heartbeat_timeout))
     return server
+
+
+def _die_with_parent(sig: int):
+    """A preexec_fn: the child gets `sig` when the launcher dies, even by SIGKILL (Linux; elsewhere nothing)."""
+    def set_pdeathsig() -> None:
+        try:
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1.
+        except (OSError, AttributeError):
+            pass
+    return set_pdeathsig
 
 
 def _interrupt(signum, frame):
@@ -398,7 +412,9 @@ def _supervise(opts, mpirun: str, env: dict, run_dir: Path, control, job=None) -
     """
     # SIGTERM to the launcher takes the whole job down, as Ctrl-C does (mpirun runs in its own session).
     signal.signal(signal.SIGTERM, _interrupt)
-    proc = subprocess.Popen(_mpirun_command(opts, mpirun, env), env=env, start_new_session=True)
+    # A launcher killed outright takes its mpirun, and so its ranks, with it.
+    proc = subprocess.Popen(_mpirun_command(opts, mpirun, env), env=env, start_new_session=True,
+                            preexec_fn=_die_with_parent(signal.SIGTERM))
     failed_at, reported = None, []
     try:
         while proc.poll() is None:

@@ -2,6 +2,7 @@
 
 Each test starts both launchers as subprocesses with timeouts; the rank scripts are in tests/distributed/scripts.
 """
+import os
 import socket
 import subprocess
 import sys
@@ -205,3 +206,56 @@ def test_killed_rank_on_another_node_ends_every_node(tmp_path):
 @needs_mpi
 def test_stopped_rank_on_another_node_is_found_by_its_heartbeats(tmp_path):
     _job_ends_naming(tmp_path, "stop", "sent no heartbeat", extra=("--heartbeat-timeout", "2"))
+
+
+@needs_mpi
+def test_killed_master_launcher_ends_every_node_and_leaves_nothing_running(tmp_path):
+    port, before = _free_port(), _ompi_servers()
+    extra = ("--heartbeat-timeout", "2")
+    master = _node(0, port, "spin.py", str(tmp_path), extra=extra)
+    other = _node(1, port, "spin.py", str(tmp_path), extra=extra)
+    deadline = time.monotonic() + TIMEOUT
+    while not all((tmp_path / f"pid{r}").exists() for r in (0, 1)):
+        assert time.monotonic() < deadline and other.poll() is None, "the job did not start"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    master.kill()  # SIGKILL node 0's launcher: no chance to clean up.
+    killed_at = time.monotonic()
+    (rc, out, err), = _wait(other)
+    master.communicate(timeout=30)
+    assert rc != 0 and "lost the master at 127.0.0.1:" in err, out + err
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)]
+    while not all(_gone(p) for p in pids) and time.monotonic() - killed_at < 15:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids), f"ranks still running {time.monotonic() - killed_at:.1f} s after the kill"
+    assert time.monotonic() - killed_at < 15
+    assert all(_gone(p) for p in _ompi_servers() - before), "node 0's ompi-server outlived its launcher"
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_two_node_job_resumes_bit_identical_after_a_kill(tmp_path):
+    import numpy as np
+
+    import loom.distributed.checkpoint as dcp
+    from tests.distributed.test_distributed import launch
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    whole.mkdir()
+    broken.mkdir()
+    one = launch("zero_resume.py", "train", str(whole))  # The same 2 ranks in one launcher, uninterrupted.
+    assert one.returncode == 0, one.stdout + one.stderr
+
+    def two_nodes(*args):
+        port = _free_port()
+        return _wait(_node(0, port, "zero_resume.py", *args), _node(1, port, "zero_resume.py", *args))
+    killed = two_nodes("train", str(broken), "10")  # Rank 1, on node 1, SIGKILLs itself after step 10.
+    assert all(rc != 0 for rc, _, _ in killed) and all("node 1: rank 1" in e for _, _, e in killed), killed
+    assert os.path.basename(dcp.latest(broken / "ckpt")) == "step-000008"
+    resumed = two_nodes("train", str(broken))
+    text = "\n".join(o + e for _, o, e in resumed)
+    assert [rc for rc, _, _ in resumed] == [0, 0], text
+    assert "rank 0: resumed from step 8" in resumed[0][1] and "rank 1: resumed from step 8" in resumed[1][1], text
+    a, b = np.load(whole / "final.npz"), np.load(broken / "final.npz")
+    assert sorted(a) == sorted(b)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
