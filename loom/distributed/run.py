@@ -275,10 +275,9 @@ class _Node:
         if os.geteuid() == 0:
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         try:
-            self._ompi_server = subprocess.Popen([exe, "--no-daemonize", "-r", str(uri_file)], env=env,
-                                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                                 start_new_session=True,
-                                                 preexec_fn=_die_with_parent(signal.SIGKILL))
+            cmd = _die_with_parent([exe, "--no-daemonize", "-r", str(uri_file)], signal.SIGKILL)
+            self._ompi_server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                                 start_new_session=True)
         except OSError as e:
             raise ControlPlaneError(f"cannot start Open MPI's ompi-server ({e}); a multi-machine job needs it "
                                     "(apt-get install openmpi-bin)") from None
@@ -389,15 +388,22 @@ def _start_control(opts, env: dict):
     return server
 
 
-def _die_with_parent(sig: int):
-    """A preexec_fn: the child gets `sig` when the launcher dies, even by SIGKILL (Linux; elsewhere nothing)."""
-    def set_pdeathsig() -> None:
-        try:
-            import ctypes
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1.
-        except (OSError, AttributeError):
-            pass
-    return set_pdeathsig
+# Run argv[3:] with parent-death signal argv[1] set, unless the launcher (pid argv[2]) is already gone.
+_PDEATHSIG = ("import ctypes, os, sys\n"
+              "ctypes.CDLL(None).prctl(1, int(sys.argv[1]), 0, 0, 0)\n"  # PR_SET_PDEATHSIG = 1.
+              "if os.getppid() != int(sys.argv[2]):\n    sys.exit(1)\n"
+              "os.execvp(sys.argv[3], sys.argv[3:])\n")
+
+
+def _die_with_parent(cmd: list[str], sig: int) -> list[str]:
+    """`cmd`, made to receive `sig` when the launcher dies, even by SIGKILL (Linux; elsewhere `cmd` as is).
+
+    A wrapper sets the signal and execs: subprocess's preexec_fn would fork a
+    process whose gRPC threads are running, which gRPC does not survive.
+    """
+    if not sys.platform.startswith("linux"):
+        return cmd
+    return [sys.executable, "-c", _PDEATHSIG, str(int(sig)), str(os.getpid()), *cmd]
 
 
 def _interrupt(signum, frame):
@@ -413,8 +419,8 @@ def _supervise(opts, mpirun: str, env: dict, run_dir: Path, control, job=None) -
     # SIGTERM to the launcher takes the whole job down, as Ctrl-C does (mpirun runs in its own session).
     signal.signal(signal.SIGTERM, _interrupt)
     # A launcher killed outright takes its mpirun, and so its ranks, with it.
-    proc = subprocess.Popen(_mpirun_command(opts, mpirun, env), env=env, start_new_session=True,
-                            preexec_fn=_die_with_parent(signal.SIGTERM))
+    proc = subprocess.Popen(_die_with_parent(_mpirun_command(opts, mpirun, env), signal.SIGTERM), env=env,
+                            start_new_session=True)
     failed_at, reported = None, []
     try:
         while proc.poll() is None:
