@@ -51,7 +51,7 @@ class ControlServer:
 
     def __init__(self, token: str, host: str = "127.0.0.1", port: int = 0, nnodes: int = 1,
                  config: dict | None = None) -> None:
-        import grpc
+        import grpc  # type: ignore[import-untyped]
         from concurrent import futures
         self.token = token
         self.nnodes = nnodes

@@ -52,8 +52,8 @@ class _CupyDriver:
 
     def __init__(self) -> None:
         try:
-            import cupy
-            from cupy.cuda import nccl
+            import cupy  # type: ignore[import-not-found]
+            from cupy.cuda import nccl  # type: ignore[import-not-found]
         except ImportError as e:
             raise DistributedError(
                 "loom.distributed: backend 'nccl' runs NCCL through CuPy, which is not installed (or has no "

@@ -58,7 +58,7 @@ def join_world(MPI: Any) -> Any:
             comm = _merge(local.Connect(name, root=0), high=True)
         for k in range(node + 1, nnodes):
             if comm.Get_rank() == 0:  # Node 0's first rank: it holds the port.
-                client.put(f"mpi/port/{k}", port)
+                client.put(f"mpi/port/{k}", str(port))
             merged = _merge(comm.Accept(port, root=0), high=False)
             if comm is not local:
                 comm.Free()

@@ -217,6 +217,7 @@ def _launch_node(opts, mpirun: str, env: dict, run_dir: Path, addr: str, port: s
         print(f"loom.distributed.run: --master must be ADDR:PORT, got {opts.master!r}", file=sys.stderr)
         return 2
     job = None
+    signal.signal(signal.SIGTERM, _interrupt)  # Ended while joining: still stop what this launcher started.
     try:
         job = _Node(opts, mpirun, token, addr, int(port), run_dir)
         job.join(env)
@@ -226,6 +227,8 @@ def _launch_node(opts, mpirun: str, env: dict, run_dir: Path, addr: str, port: s
     except ControlPlaneError as e:
         print(f"loom.distributed.run: node {opts.node_rank}: {e}", file=sys.stderr, flush=True)
         return 1
+    except KeyboardInterrupt:
+        return 130
     finally:
         if job is not None:
             job.close()
@@ -242,9 +245,9 @@ class _Node:
     """
 
     def __init__(self, opts, mpirun: str, token: str | None, addr: str, port: int, run_dir: Path) -> None:
-        from loom.distributed.control import ControlClient, ControlServer, new_token
+        from loom.distributed.control import ControlClient, ControlPlaneError, ControlServer, new_token
         self.opts, self.node = opts, opts.node_rank
-        self.master = self.heartbeats = None
+        self.master: ControlServer | None = None
         self._ompi_server: subprocess.Popen | None = None
         self._last_check, self._contact = 0.0, time.monotonic()
         self._silence = opts.heartbeat_timeout if opts.heartbeat_timeout > 0 else 10.0
@@ -261,8 +264,10 @@ class _Node:
                 self._stop_ompi_server()
                 raise
         else:
+            if not token:
+                raise ControlPlaneError(f"node {self.node} needs the job's token (--token or LOOM_DIST_TOKEN)")
             self.heartbeats = ControlServer(token, host=opts.control_host)
-        self.token = token
+        self.token: str = token
         self.address = f"{addr}:{port}"
         self.client = ControlClient(self.address, token)
 
@@ -289,7 +294,8 @@ class _Node:
             if self._ompi_server.poll() is not None:
                 break
             time.sleep(_POLL_S)
-        err = self._ompi_server.stderr.read().decode()[-300:] if self._ompi_server.poll() is not None else ""
+        stderr = self._ompi_server.stderr
+        err = stderr.read().decode()[-300:] if stderr is not None and self._ompi_server.poll() is not None else ""
         self._stop_ompi_server()
         raise ControlPlaneError(f"ompi-server did not report its URI within 10 s {err}".strip())
 
