@@ -44,8 +44,9 @@ def main() -> None:
     world_rank = _env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK")
     world_size = _env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", default=1)
     nnodes, node_rank = _env_int("LOOM_DIST_NNODES", default=1), _env_int("LOOM_DIST_NODE_RANK")
-    if nnodes > 1 and world_size == local_size:  # Each machine launched on its own, torchrun style.
-        world_rank, world_size = node_rank * local_size + local, nnodes * local_size
+    if nnodes > 1 and world_size == local_size:  # Each machine launched on its own: the rendezvous numbered it.
+        world_rank = _env_int("LOOM_DIST_RANK_OFFSET", default=node_rank * local_size) + local
+        world_size = _env_int("LOOM_DIST_WORLD_SIZE", default=nnodes * local_size)
     os.environ.update(RANK=str(world_rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local),
                       LOCAL_WORLD_SIZE=str(local_size), NODE_RANK=str(node_rank), GROUP_RANK=str(node_rank))
     run_dir = Path(os.environ["LOOM_DIST_RUN_DIR"]) if os.environ.get("LOOM_DIST_RUN_DIR") else None
@@ -53,7 +54,8 @@ def main() -> None:
     if os.environ.get("LOOM_DIST_CONTROL") and os.environ.get("LOOM_DIST_TOKEN"):
         from loom.distributed.control import start_heartbeats
         start_heartbeats(os.environ["LOOM_DIST_CONTROL"], os.environ["LOOM_DIST_TOKEN"], world_rank, os.getpid(),
-                         float(os.environ.get("LOOM_DIST_HEARTBEAT_S", "1")))
+                         float(os.environ.get("LOOM_DIST_HEARTBEAT_S", "1")),
+                         orphan_after=float(os.environ.get("LOOM_DIST_ORPHAN_S", "0")))
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     sys.path.insert(0, str(Path(script).resolve().parent))

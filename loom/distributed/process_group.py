@@ -36,9 +36,9 @@ class ReduceOp(enum.Enum):
 
 
 class Backend:
-    """Backend names accepted by `init_process_group`: ``"mpi"``, and ``"gloo"`` which runs on MPI on CPU.
+    """Backend names accepted by `init_process_group`: ``"mpi"``, ``"gloo"`` (runs on MPI) and ``"nccl"``.
 
-    ``"nccl"`` needs a GPU and is refused with a clear error.
+    ``"nccl"`` needs CuPy with NCCL and a GPU (`loom.distributed.nccl`); without them it is refused.
     """
 
     MPI = "mpi"
@@ -81,6 +81,7 @@ class ProcessGroup:
         self._comm = comm
         self._ranks = list(ranks)
         self._backend = backend
+        self._nccl: Any = None  # Its NCCL communicator, made by loom.distributed.nccl on first use.
 
     def rank(self) -> int:
         """This process's rank within the group."""
@@ -139,14 +140,14 @@ def resolve(group, op: str) -> ProcessGroup | None:
 
 def _normalise_backend(backend) -> str:
     name = "mpi" if backend is None else str(backend).lower()
-    if "nccl" in name:
-        raise DistributedError(f"loom.distributed.init_process_group: backend {backend!r} needs a GPU and NCCL, "
-                               "which loom.distributed does not implement yet; use backend='mpi' (or 'gloo', "
-                               "which runs on MPI) on CPU")
+    if "nccl" in name:  # "nccl", "cuda:nccl", "cpu:gloo,cuda:nccl": device buffers over NCCL.
+        from loom.distributed.nccl import check_available
+        check_available()  # Raises, naming what is missing (CuPy, its NCCL, a GPU).
+        return "nccl"
     if name in ("mpi", "gloo", "cpu:gloo", "cpu:mpi"):
         return "mpi"
     raise DistributedError(f"loom.distributed.init_process_group: unknown backend {backend!r}; expected "
-                           "'mpi' or 'gloo' (both run on Open MPI)")
+                           "'mpi' or 'gloo' (both run on Open MPI), or 'nccl' (GPU buffers, through CuPy)")
 
 
 def init_process_group(backend: str | None = None, init_method: str | None = None, timeout=None,
@@ -161,7 +162,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     Parameters
     ----------
     backend : str, optional
-        ``"mpi"`` (default) or ``"gloo"`` (run on MPI too); ``"nccl"`` raises.
+        ``"mpi"`` (default) or ``"gloo"`` (run on MPI too); ``"nccl"`` adds NCCL for GPU buffers
+        (`loom.distributed.nccl`; needs CuPy and a GPU, else raises saying which is missing).
     init_method : str, optional
         Accepted for compatibility (``"env://"``, ``"tcp://..."``); MPI's launcher does the rendezvous.
     timeout, store, group_name, pg_options, device_id
@@ -182,16 +184,15 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                                "group twice; call destroy_process_group() first")
     name = _normalise_backend(backend)
     MPI = _mpi()
-    comm = MPI.COMM_WORLD.Dup()
+    comm = _base_comm(MPI).Dup()
     size, me = comm.Get_size(), comm.Get_rank()
     env_size = int(os.environ.get("WORLD_SIZE", size) or size)
     if env_size != size:
         comm.Free()
         raise DistributedError(
             f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es). "
-            "loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc N` or "
-            "`mpirun -n N` (one mpirun with --host/--hostfile spans machines; joining separately started "
-            "machines over --nnodes/--master is not implemented)")
+            "loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc N` "
+            "(with --nnodes/--node-rank/--master on each machine) or `mpirun -n N`")
     for arg, have, what in ((world_size, size, "world_size"), (rank, me, "rank")):
         if arg not in (-1, None) and arg != have:
             comm.Free()
@@ -204,6 +205,14 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         _abort_on_uncaught_exception()
 
 
+def _base_comm(MPI):
+    """MPI's world, or for a job of separately launched machines, their ranks joined (once per process)."""
+    if _state.get("base") is None:
+        from loom.distributed.rendezvous import join_world, needs_join
+        _state["base"] = join_world(MPI) if needs_join(MPI) else MPI.COMM_WORLD
+    return _state["base"]
+
+
 def _abort_on_uncaught_exception() -> None:
     """Make an uncaught exception in one rank end the whole job instead of leaving the others blocked."""
     previous: Callable = sys.excepthook
@@ -213,7 +222,7 @@ def _abort_on_uncaught_exception() -> None:
     def hook(kind, value, tb):
         previous(kind, value, tb)
         sys.stderr.flush()
-        _mpi().COMM_WORLD.Abort(1)
+        _base_comm(_mpi()).Abort(1)
 
     hook._loom_aborts = True  # type: ignore[attr-defined]
     sys.excepthook = hook
@@ -223,6 +232,7 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
     """Free `group`'s communicator, or with None every group and the default one."""
     if group is None:
         for g in _state["groups"] + ([_state["world"]] if _state["world"] is not None else []):
+            _release_nccl(g)
             if g._comm is not None:
                 g._comm.Free()
                 g._comm = None
@@ -234,9 +244,16 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
         return
     if group in _state["groups"]:
         _state["groups"].remove(group)
+    _release_nccl(group)
     if group._comm is not None:
         group._comm.Free()
         group._comm = None
+
+
+def _release_nccl(group: ProcessGroup) -> None:
+    if getattr(group, "_nccl", None) is not None:
+        from loom.distributed.nccl import release
+        release(group)
 
 
 def new_group(ranks: Sequence[int] | None = None, timeout=None, backend: str | None = None,
@@ -248,8 +265,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout=None, backend: str | N
     ``GroupMember.NON_GROUP_MEMBER``, on which collectives do nothing.
     """
     world = _world("new_group")
-    if backend is not None:
-        _normalise_backend(backend)
+    name = world._backend if backend is None else _normalise_backend(backend)
     members = list(range(world.size())) if ranks is None else sorted(int(r) for r in ranks)
     bad = [r for r in members if not 0 <= r < world.size()]
     if bad or len(set(members)) != len(members):
@@ -258,7 +274,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout=None, backend: str | N
     comm = world._comm.Create_group(world._comm.Get_group().Incl(members))
     if world.rank() not in members:
         return GroupMember.NON_GROUP_MEMBER
-    group = ProcessGroup(comm, members, world._backend)
+    group = ProcessGroup(comm, members, name)
     _state["groups"].append(group)
     return group
 
@@ -276,7 +292,7 @@ def get_world_size(group: ProcessGroup | None = None) -> int:
 
 
 def get_backend(group: ProcessGroup | None = None) -> str:
-    """The backend name of `group`: always ``"mpi"`` (``"gloo"`` requests run on MPI)."""
+    """The backend name of `group`: ``"mpi"`` (``"gloo"`` requests run on MPI) or ``"nccl"``."""
     g = resolve(group, "get_backend")
     if g is None:
         raise DistributedError("loom.distributed.get_backend: this process is not a member of the group")
