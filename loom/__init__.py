@@ -24,6 +24,7 @@ from loom.tensor import (  # noqa: F401
     manual_seed, multinomial, normal, numel, ones, ones_like, rand, rand_like, randint, randint_like, randn,
     randn_like, randperm, realize, seed, set_rng_state, synchronize, tensor, zeros, zeros_like,
 )
+from loom import alias as _alias  # noqa: F401  (fills loom._upper.alias, which every Tensor needs)
 from loom.autograd import GradientTape, enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 from loom import autograd, functional  # noqa: F401
 from loom.functional import install_methods as _install_methods
