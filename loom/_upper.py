@@ -1,11 +1,11 @@
-"""The frontend's calls that point up its layers, filled in from above.
+"""Calls that point up loom's layers, filled in from above.
 
-The frontend is layered (docs/architecture.md, Layering), and a module imports
-only modules below it. Where a lower module must call a higher one (Tensor's
-`@` calls loom.functional.linalg, `Tensor.backward` the autograd engine, ...), it
+loom is layered (docs/architecture.md, Layering), and a module imports only
+modules below it. Where a lower module must call a higher one (Tensor's `@`
+calls loom.functional.linalg, `Tensor.backward` the autograd engine, ...), it
 calls the slot here, and the higher module fills that slot when it is imported.
-`import loom` imports every layer before any tensor is made, so the slots are
-always filled when user code runs. This module imports nothing from loom.
+`import loom` imports every module that fills a slot before any tensor is made,
+so the slots are always filled when user code runs. This module imports nothing.
 """
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ cross: Callable[..., Any]  # loom.linalg.cross: loom.functional.compat.cross.
 multi_dot: Callable[..., Any]  # loom.linalg.multi_dot: loom.functional.compat.chain_matmul.
 matrix_power: Callable[..., Any]  # loom.linalg.matrix_power: loom.functional.compat.matrix_power.
 multi_head_attention: Callable[..., Any]  # loom.nn.modules.transformer: loom.nn.functional.
+is_torch_zip: Callable[..., Any]  # loom.io.torch_format: loom.io.checkpoint.load.
+torch_load: Callable[..., Any]  # loom.io.torch_format: loom.io.checkpoint.load.
+prepare_eager: Callable[..., Any]  # loom.quantization.eager: loom.quantization.quantize.prepare.
+convert_eager: Callable[..., Any]  # loom.quantization.eager: loom.quantization.quantize.convert.
 
 
 def register(**impls: Any) -> None:
