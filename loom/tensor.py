@@ -485,7 +485,7 @@ class Tensor:
             _upper.alias.link(self, value, (), None, differentiable=False, share_version=False)
         else:
             _upper.alias.link(value, self, (), _upper.alias.layout_of(value), differentiable=False,
-                            share_version=False)
+                              share_version=False)
         if _realize.active_trace is not None:
             _realize.active_trace.on_mutate(self, old)
 
