@@ -3,7 +3,7 @@
 `loom/__init__.py` re-exports all of it. The packages built on the core (optim,
 data, distributions, io, onnx, quantization, ...) import this module, never the
 `loom` package, whose __init__ imports them: that keeps the import graph free of
-cycles (docs/architecture.md, Layering). Inside them `from loom import _api as loom`
+cycles (docs/architecture.md, "The layers"). Inside them `from loom import _api as loom`
 keeps the `loom.exp(...)` spelling users know.
 """
 from loom import dtypes as _dtypes

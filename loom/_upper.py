@@ -1,6 +1,6 @@
 """Calls that point up loom's layers, filled in from above.
 
-loom is layered (docs/architecture.md, Layering), and a module imports only
+loom is layered (docs/architecture.md, "The layers"), and a module imports only
 modules below it. Where a lower module must call a higher one (Tensor's `@`
 calls loom.functional.linalg, `Tensor.backward` the autograd engine, ...), it
 calls the slot here, and the higher module fills that slot when it is imported.
