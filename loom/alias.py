@@ -14,11 +14,13 @@ checks when a tensor saved for backward was changed in place.
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from loom import _upper
 from loom.autograd.grad_mode import is_grad_enabled, set_grad_enabled
 from loom.errors import AutogradError, LoomError, ShapeError, fmt_shape
 
@@ -262,8 +264,7 @@ def _apply_step(t: Tensor, step) -> Tensor:
     flat = apply("reshape", (t,), {"shape": (t.numel(),)})
     if pos.size == 0:
         return apply("slice", (flat,), {"starts": [0], "stops": [0], "steps": [1]}).reshape(attrs["size"])
-    from loom.functional.indexing import take
-    return take(flat, tensor(pos))
+    return _upper.take(flat, tensor(pos))
 
 
 def _inverse_perm(perm) -> tuple[int, ...]:
@@ -296,8 +297,7 @@ def _unapply_step(old: Tensor, step, new: Tensor) -> Tensor:
         pos = _strided_positions(attrs["size"], attrs["stride"], attrs["offset"]).reshape(-1)
         flat = apply("reshape", (old,), {"shape": (old.numel(),)})
         if pos.size:
-            from loom.functional.indexing import index_put_functional
-            flat = index_put_functional(flat, (tensor(pos),), apply("reshape", (new,), {"shape": (pos.size,)}))
+            flat = _upper.index_put_functional(flat, (tensor(pos),), apply("reshape", (new,), {"shape": (pos.size,)}))
         return apply("reshape", (flat,), {"shape": tuple(old.shape)})
     raise LoomError(f"loom: internal error: no inverse for view step {op}")
 
@@ -441,3 +441,6 @@ def reshaped_in_place(t: Tensor, old_node) -> None:
     inverse.reverse()
     for v in live_views(t):
         v._path = tuple(inverse) + v._path
+
+
+_upper.register(alias=sys.modules[__name__])

@@ -278,7 +278,7 @@ def from_torch(module: Any):
     """
     import numpy as np
 
-    import loom
+    from loom import _api as loom
     import loom.nn as lnn
     try:
         import torch

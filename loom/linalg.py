@@ -13,6 +13,7 @@ Examples
 """
 from __future__ import annotations
 
+from loom import _upper
 from loom import dtypes as dt
 from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
 from loom.functional.linalg import _zero_grad_link, matmul
@@ -1054,3 +1055,6 @@ def vander(x, *, N=None) -> Tensor:
     for _ in range(1, N):
         powers.append(powers[-1] * x)
     return stack(powers[:N], -1)
+
+
+_upper.register(matrix_norm=matrix_norm, cross=cross, multi_dot=multi_dot, matrix_power=matrix_power)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from loom import alias as _alias_mod
+from loom import _upper
 from loom import dtypes as dt
 from loom.autograd.grad_mode import is_grad_enabled
 from loom.errors import (AutogradError, DeviceError, DTypeError, LoomError, LoomIndexError, LoomTypeError,
@@ -100,7 +100,7 @@ class Tensor:
         self._ctx = ctx
         self.requires_grad = requires_grad
         self._grad: Tensor | None = None
-        self._vc = _alias_mod.VersionCounter()
+        self._vc = _upper.alias.VersionCounter()
         self._retains_grad = False
         self._hooks: list | None = None
         self._alias: np.ndarray | None = None
@@ -450,7 +450,7 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A tensor sharing this one's storage, with no history (writes to it are seen here)."""
-        t = _alias_mod.alias(self, differentiable=False)
+        t = _upper.alias.alias(self, differentiable=False)
         t._owner = self.__dict__.get("_owner") or weakref.ref(self)  # Traces bind values to the original.
         return t
 
@@ -462,7 +462,7 @@ class Tensor:
     @property
     def data(self) -> Tensor:
         """This tensor's storage without history; as in PyTorch, writes to it are not versioned."""
-        t = _alias_mod.alias(self, differentiable=False, share_version=False)
+        t = _upper.alias.alias(self, differentiable=False, share_version=False)
         t._owner = self.__dict__.get("_owner") or weakref.ref(self)
         return t
 
@@ -475,17 +475,17 @@ class Tensor:
         old = self._node
         # Like PyTorch, the tensor now uses `value`'s storage; its former aliases keep the old one.
         if self._root is not None:
-            _alias_mod.unlink(self)
+            _upper.alias.unlink(self)
         elif self._views:
-            _alias_mod.rehome(self)
+            _upper.alias.rehome(self)
         self._node = value._node
         self._alias = None
         self._vc.value += 1
         if value._root is None and not value._views and value._alias is None:
-            _alias_mod.link(self, value, (), None, differentiable=False, share_version=False)
+            _upper.alias.link(self, value, (), None, differentiable=False, share_version=False)
         else:
-            _alias_mod.link(value, self, (), _alias_mod.layout_of(value), differentiable=False,
-                            share_version=False)
+            _upper.alias.link(value, self, (), _upper.alias.layout_of(value), differentiable=False,
+                              share_version=False)
         if _realize.active_trace is not None:
             _realize.active_trace.on_mutate(self, old)
 
@@ -507,9 +507,8 @@ class Tensor:
     def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
                  create_graph: bool = False, inputs: Sequence[Tensor] | None = None) -> None:
         """Accumulate d(self)/d(leaf) into the `.grad` of every leaf that requires grad."""
-        from loom.autograd.engine import backward
-        backward([self], [gradient] if gradient is not None else None, retain_graph=retain_graph,
-                 create_graph=create_graph, inputs=inputs)
+        _upper.backward([self], [gradient] if gradient is not None else None, retain_graph=retain_graph,
+                        create_graph=create_graph, inputs=inputs)
 
     # ------------------------------------------------------------ conversion
     def to(self, *args, **kwargs) -> Tensor:
@@ -596,18 +595,18 @@ class Tensor:
 
     def contiguous(self, memory_format=None) -> Tensor:
         """This tensor if its elements are in row-major order in its storage, else a copy that is."""
-        return self if _alias_mod.is_contiguous(self) else self.clone()
+        return self if _upper.alias.is_contiguous(self) else self.clone()
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return _alias_mod.is_contiguous(self)
+        return _upper.alias.is_contiguous(self)
 
     def stride(self, dim: int | None = None):
         """Steps in elements between neighbours along each dim, as PyTorch reports them."""
-        strides = _alias_mod.layout_of(self)[0]
+        strides = _upper.alias.layout_of(self)[0]
         return strides if dim is None else strides[normalize_dim(dim, self.ndim, "stride")]
 
     def storage_offset(self) -> int:
-        return _alias_mod.layout_of(self)[1]
+        return _upper.alias.layout_of(self)[1]
 
     @property
     def _base(self) -> Tensor | None:
@@ -619,7 +618,7 @@ class Tensor:
 
     def as_strided(self, size, stride, storage_offset: int | None = None) -> Tensor:
         """A view of this tensor's storage with the given sizes and strides (in elements)."""
-        return _alias_mod.as_strided(self, size, stride, storage_offset)
+        return _upper.alias.as_strided(self, size, stride, storage_offset)
 
     def clone(self, memory_format=None) -> Tensor:
         """A copy that is its own node (gradient flows through)."""
@@ -659,7 +658,7 @@ class Tensor:
 
     def _snapshot(self) -> Tensor:
         t = Tensor._wrap(self._node, self._ctx, self.requires_grad)
-        t._vc = _alias_mod.VersionCounter(self._vc.value)
+        t._vc = _upper.alias.VersionCounter(self._vc.value)
         t._owner = self.__dict__.get("_owner") or weakref.ref(self)  # Traces bind values to the original.
         return t
 
@@ -682,9 +681,9 @@ class Tensor:
                                  f"in-place output type {self.dtype.name}")
             result = result.to(self.dtype)
         if self._root is not None and not shape_op:
-            _alias_mod.check_writable(self, op)
+            _upper.alias.check_writable(self, op)
             root = self._root
-            new, snap = _alias_mod.root_value_with(self, result)
+            new, snap = _upper.alias.root_value_with(self, result)
             root._commit(new, op, snap, self._vc, self._vdiff)
             if not self._vdiff and is_grad_enabled() and result.requires_grad:
                 # A detached alias written with a value that requires grad gets that history itself.
@@ -693,7 +692,7 @@ class Tensor:
         old = self._node
         self._commit(result, op, snapshot, self._vc, True, rederive=not shape_op)
         if shape_op:
-            _alias_mod.reshaped_in_place(self, old)
+            _upper.alias.reshaped_in_place(self, old)
         return self
 
     def _commit(self, result: Tensor, op: str, snapshot: Tensor | None, vc, differentiable: bool,
@@ -705,7 +704,7 @@ class Tensor:
                 self._past = {}
             self._past[vc.value] = snapshot
         if self._views:
-            _alias_mod.snapshot_group(self, vc)
+            _upper.alias.snapshot_group(self, vc)
         if is_grad_enabled() and differentiable:
             if result.requires_grad and result._ctx is None:
                 # A leaf copied in: route the gradient to it through an identity node.
@@ -732,7 +731,7 @@ class Tensor:
             np.copyto(self._alias, self._node.buffer)
             self._node = Node("buffer", (), {}, self._node.shape, self.dtype, buffer=self._alias)
         if rederive and self._views:
-            _alias_mod.rederive_all(self)
+            _upper.alias.rederive_all(self)
 
     def _inplace(self, op: str, fn, *args, **kwargs) -> Tensor:
         self._check_inplace(op)
@@ -913,12 +912,10 @@ class Tensor:
         return binary("pow", other, self)
 
     def __matmul__(self, other):
-        from loom.functional.linalg import matmul
-        return matmul(self, other)
+        return _upper.matmul(self, other)
 
     def __rmatmul__(self, other):
-        from loom.functional.linalg import matmul
-        return matmul(as_tensor_like(other, self), self)
+        return _upper.matmul(as_tensor_like(other, self), self)
 
     def __neg__(self):
         if self.dtype is dt.bool_:
@@ -970,12 +967,10 @@ class Tensor:
         return binary("ge", self, other)
 
     def __getitem__(self, index):
-        from loom.functional.indexing import getitem
-        return getitem(self, index)
+        return _upper.getitem(self, index)
 
     def __setitem__(self, index, value) -> None:
-        from loom.functional.indexing import index_put_functional
-        self._inplace("setitem", lambda s: index_put_functional(s, index, value))
+        self._inplace("setitem", lambda s: _upper.index_put_functional(s, index, value))
 
 
 # ================================================================ printing (PyTorch's layout)
@@ -1890,8 +1885,7 @@ def multinomial(probs: Tensor, num_samples: int, replacement: bool = False, gene
     p = probs.detach()
     if p.ndim not in (1, 2):
         raise ShapeError(f"loom.multinomial: expected a 1-d or 2-d tensor, got {fmt_shape(p.shape)}")
-    from loom.functional.checks import check
-    p = check(p, "multinomial", "loom.multinomial: probability tensor contains either inf, nan or element < 0, "
+    p = _upper.check(p, "multinomial", "loom.multinomial: probability tensor contains either inf, nan or element < 0, "
               "got {value} (expected 0 <= probability < inf)", low=0.0, high=math.inf, error="value",
               positive_rows=True, rows_message="loom.multinomial: invalid multinomial distribution (sum of "
               "probabilities <= 0): a row sums to {value}").to(dt.float64)

@@ -125,3 +125,28 @@ def test_no_import_cycle_in_the_ir_runtime_codegen_and_compiler_layers():
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_of_loom_has_no_cycle():
+    cycles = _cycles(_graph())
+    listed = "\n".join(f"  {len(c)} modules: {c}" for c in sorted(cycles, key=len, reverse=True))
+    assert not cycles, f"{len(cycles)} import cycles in loom/ (each a strongly connected component):\n{listed}"
+
+
+def test_every_upward_slot_is_declared_and_filled_after_import_loom():
+    """Lower layers call higher ones only through loom._upper; `import loom` fills every slot it declares."""
+    import loom  # noqa: F401  (fills the slots)
+    from loom import _upper
+
+    declared = set(_upper.__annotations__)
+    filled = {name for name in declared if name in vars(_upper)}
+    assert declared and filled == declared, f"slots left empty: {sorted(declared - filled)}"
+
+
+def test_a_slot_that_is_not_declared_is_refused():
+    import pytest
+
+    from loom import _upper
+
+    with pytest.raises(NameError, match="no slot 'matmull'"):
+        _upper.register(matmull=lambda a, b: a)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from loom import _upper
 from loom.autograd.grad_mode import set_grad_enabled
 from loom.errors import AutogradError, LoomTypeError, fmt_shape
 from loom.ir.ops import CONJ_VJP, P, vjp_reads_input, wants_needs
@@ -281,3 +282,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
             _unlink(g)
         result.append(g)
     return tuple(result)
+
+
+_upper.register(backward=backward)

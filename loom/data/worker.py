@@ -124,7 +124,7 @@ def worker_loop(fetcher: Fetcher, index_queue, result_conn, done: _mp.Flag, base
         seed = base_seed + worker_id
         random.seed(seed)
         np.random.seed(np.random.SeedSequence([worker_id, base_seed]).generate_state(4))
-        import loom
+        from loom import _api as loom
         loom.manual_seed(seed)
         _worker_info = WorkerInfo(worker_id, num_workers, seed, fetcher.dataset)
         init_error = None

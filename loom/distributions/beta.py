@@ -1,7 +1,7 @@
 """The beta distribution on [0, 1]."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.dirichlet import Dirichlet
 from loom.distributions.exp_family import ExponentialFamily

@@ -1,7 +1,7 @@
 """The binomial distribution, with a vectorised sampler."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom import dtypes as dt
 from loom.distributions import constraints
 from loom.distributions.bernoulli import _probs_or_logits

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-import loom
+from loom import _api as loom
 from loom import dtypes as dt
 from loom.distributions import constraints
 from loom.distributions.bernoulli import _probs_or_logits

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import loom
+from loom import _api as loom
 from loom.tensor import Tensor
 
 __all__ = ["Constraint", "boolean", "cat", "corr_cholesky", "dependent", "dependent_property", "greater_than",

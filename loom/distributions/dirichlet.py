@@ -1,7 +1,7 @@
 """The Dirichlet distribution over the probability simplex."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.exp_family import ExponentialFamily
 from loom.distributions.gamma import _reparameterised_gamma

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import warnings
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.utils import lazy_property
 from loom.errors import LoomError, LoomTypeError, LoomValueError, ShapeError, fmt_shape

@@ -1,7 +1,7 @@
 """`ExponentialFamily`: distributions p(x) = h(x) exp(<t(x), theta> - F(theta)), with a generic entropy."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom.distributions.distribution import Distribution
 
 __all__ = ["ExponentialFamily"]

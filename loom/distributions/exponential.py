@@ -1,7 +1,7 @@
 """The exponential distribution."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.exp_family import ExponentialFamily
 from loom.distributions.utils import _uniform, broadcast_all

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.distribution import Distribution
 from loom.distributions.gamma import Gamma

@@ -9,7 +9,7 @@ their derivative in alpha; the same functions give the CDF.
 """
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom import dtypes as dt
 from loom.autograd.function import Function, once_differentiable
 from loom.distributions import constraints

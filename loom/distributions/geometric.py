@@ -1,7 +1,7 @@
 """The geometric distribution: failures before the first success."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.bernoulli import _probs_or_logits
 from loom.distributions.distribution import Distribution

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-import loom
+from loom import _api as loom
 from loom.distributions.bernoulli import Bernoulli
 from loom.distributions.beta import Beta
 from loom.distributions.binomial import Binomial

@@ -1,7 +1,7 @@
 """The Laplace (double exponential) distribution."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.distribution import Distribution
 from loom.distributions.utils import _eps, broadcast_all

@@ -1,7 +1,7 @@
 """The one-hot categorical distribution: categorical draws as one-hot vectors."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.categorical import Categorical
 from loom.distributions.distribution import Distribution

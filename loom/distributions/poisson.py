@@ -1,7 +1,7 @@
 """The Poisson distribution, with a vectorised sampler."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom import dtypes as dt
 from loom.distributions import constraints
 from loom.distributions.exp_family import ExponentialFamily

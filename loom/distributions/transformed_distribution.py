@@ -84,7 +84,7 @@ class TransformedDistribution(Distribution):
         return self.base_dist.has_rsample
 
     def sample(self, sample_shape=Size()):
-        import loom
+        from loom import _api as loom
         with loom.no_grad():
             x = self.base_dist.sample(sample_shape)
             for t in self.transforms:

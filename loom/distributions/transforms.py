@@ -15,7 +15,7 @@ import math
 import numbers
 import operator
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.utils import _eps, _sum_rightmost, _tiny
 from loom.errors import LoomValueError, ShapeError

@@ -1,7 +1,7 @@
 """The continuous uniform distribution."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.distribution import Distribution
 from loom.distributions.utils import broadcast_all

@@ -5,7 +5,7 @@ import functools
 
 import numpy as np
 
-import loom
+from loom import _api as loom
 from loom import dtypes as dt
 from loom.tensor import Tensor
 

@@ -1,7 +1,7 @@
 """The two-parameter Weibull distribution."""
 from __future__ import annotations
 
-import loom
+from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.exponential import Exponential
 from loom.distributions.gumbel import _EULER

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loom import _upper
 from loom.ir.ops import PRIMITIVES
 from loom.runtime import realize as _realize
 from loom.runtime.reference import to_compute
@@ -47,3 +48,6 @@ def check_index(t: Tensor, op: str, size: int, where: str, *, negative: bool = F
     message = (f"loom.{op}: {what} {{value}} is out of {out_of} for {where} "
                f"(expected {low} <= {what} < {size})")
     return check(t, op, message, low=low, high=size)
+
+
+_upper.register(check=check)

@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 
+from loom import _upper
 from loom import dtypes as dt
 from loom.errors import DTypeError, LoomError, LoomTypeError, LoomValueError, ShapeError, fmt_shape
 from loom.functional import indexing as _indexing
@@ -193,7 +194,6 @@ def dist(input, other, p: float = 2) -> Tensor:
 
 def cross(input, other, dim=None) -> Tensor:
     """Cross product of 3-vectors along `dim` (default: the first dim of size 3), as `torch.cross`."""
-    from loom.linalg import cross as _cross
     a, b = _t(input), _t(other)
     if dim is None:
         sizes = [k for k, n in enumerate(a.shape) if n == 3]
@@ -202,7 +202,7 @@ def cross(input, other, dim=None) -> Tensor:
         dim = sizes[0]
         warnings.warn(f"loom.cross: without dim, the first dimension of size 3 ({dim}) is used, as PyTorch does; "
                       "pass dim explicitly or use loom.linalg.cross", UserWarning, stacklevel=2)
-    return _cross(a, b, dim=dim)
+    return _upper.cross(a, b, dim=dim)
 
 
 def _bin_indices(x: Tensor, bins: int, lo: float, hi: float):
@@ -427,10 +427,9 @@ def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool =
 
 def chain_matmul(*matrices) -> Tensor:
     """The product of the given matrices, as `torch.chain_matmul`."""
-    from loom.linalg import multi_dot
     if len(matrices) == 1:
         return _t(matrices[0])
-    return multi_dot(list(matrices))
+    return _upper.multi_dot(list(matrices))
 
 
 def _split_along(op: str, input, sections, dim: int, min_ndim: int) -> tuple[Tensor, ...]:
@@ -609,8 +608,7 @@ def fill(input, value) -> Tensor:
 
 def matrix_power(input, n: int) -> Tensor:
     """`input` (a square matrix or a batch of them) to the integer power `n`, as `torch.matrix_power`."""
-    from loom.linalg import matrix_power as _matrix_power
-    return _matrix_power(_t(input), n)
+    return _upper.matrix_power(_t(input), n)
 
 
 def constant_pad_nd(input, pad, value: float = 0) -> Tensor:

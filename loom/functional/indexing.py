@@ -23,6 +23,7 @@ from typing import Callable, cast
 
 import numpy as np
 
+from loom import _upper
 from loom import dtypes as dt
 from loom.alias import make_view
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
@@ -945,3 +946,6 @@ METHODS = ["gather", "scatter", "scatter_add", "scatter_reduce", "index_select",
 INPLACE = ["scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_fill", "masked_fill",
            "masked_scatter", "index_put"]
 NN_FUNCTIONAL = ["one_hot"]
+
+
+_upper.register(getitem=getitem, index_put_functional=index_put_functional, take=take, nonzero=nonzero)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from loom import _upper
 from loom import dtypes as dt
 from loom import autocast as _autocast
 from loom.autocast import keep_op
@@ -500,3 +501,6 @@ def einsum(equation: str, *operands) -> Tensor:
 METHODS = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm", "addmv", "addr",
            "baddbmm", "addbmm", "kron"]
 INPLACE = ["addmm", "addmv", "addr", "baddbmm", "addbmm"]
+
+
+_upper.register(matmul=matmul)

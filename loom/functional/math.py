@@ -5,6 +5,7 @@ import functools
 import inspect
 import math
 
+from loom import _upper
 from loom import dtypes as dt
 import numpy as np
 
@@ -557,8 +558,7 @@ def clamp_max(x, max):
 def where(condition, x=None, y=None):
     """Elements of x where condition holds, else of y (both broadcast)."""
     if x is None and y is None:
-        from loom.functional.indexing import nonzero
-        return nonzero(condition, as_tuple=True)
+        return _upper.nonzero(condition, as_tuple=True)
     c = _t(condition)
     if c.dtype is not dt.bool_:
         c = c.to(dt.bool_)

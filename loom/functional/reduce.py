@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from loom import _upper
 from loom import dtypes as dt
 from loom import autocast as _autocast
 from loom.autograd.grad_mode import is_grad_enabled
@@ -559,8 +560,7 @@ def norm(x, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     if p in ("fro", None):
         p = 2
     if p == "nuc":  # The sum of singular values of the (dim[0], dim[1]) planes, the last two by default.
-        from loom.linalg import matrix_norm
-        return matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
+        return _upper.matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
     if isinstance(p, str):
         raise LoomError(f"loom.norm: unknown norm {p!r}; expected 'fro', 'nuc' or a number")
     if p == math.inf:

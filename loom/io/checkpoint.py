@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from loom import _upper
 from loom import dtypes as dt
 from loom.errors import DTypeError, LoomError
 
@@ -531,7 +532,7 @@ def load(f, map_location=None, weights_only: bool = True) -> Any:
     >>> loom.load("/tmp/ckpt.safetensors")["w"].tolist()
     [1.0, 1.0]
     """
-    from loom.io.torch_format import is_torch_zip, torch_load
+    is_torch_zip, torch_load = _upper.is_torch_zip, _upper.torch_load  # loom.io.torch_format writes through here.
     if not isinstance(f, (str, os.PathLike)) and hasattr(f, "read"):
         # A file object: PyTorch's format reads from one; loom's safetensors checkpoints are read from paths.
         if getattr(f, "seekable", lambda: False)():

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from loom import _upper
 from loom import dtypes as dt
 from loom.errors import LoomError
 
@@ -282,7 +283,7 @@ class _Storage:
         return self.array
 
     def tensor(self, offset, size, stride, requires_grad: bool, d: dt.DType | None = None):
-        import loom
+        from loom import _api as loom
         from loom.ir.node import Node
         from loom.tensor import Tensor
         d = d or self.dtype
@@ -646,3 +647,6 @@ def is_torch_zip(path) -> bool:
             return any(n.endswith("/data.pkl") and n.count("/") == 1 for n in z.namelist())
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
         return False
+
+
+_upper.register(is_torch_zip=is_torch_zip, torch_load=torch_load)  # loom.io.checkpoint.load reads with them.

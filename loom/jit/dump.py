@@ -287,7 +287,7 @@ def save(fn: Callable, example_args: Any, path: str | os.PathLike, *, level: int
             item = _kernel_entry(n, kernel_dir, built, compile_kernels)
             item["node"] = ids[n]
             kernels.append(item)
-    from loom import __version__
+    from loom._api import __version__
     from loom.codegen import build
 
     manifest = {"format": FORMAT, "version": VERSION, "graph": GRAPH_FILE, "weights": WEIGHTS_FILE,

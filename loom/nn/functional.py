@@ -1,6 +1,7 @@
 """PyTorch's `torch.nn.functional` names over loom's composite ops."""
 import importlib as _importlib
 
+from loom import _upper
 from loom.functional.math import (  # noqa: F401
     celu, elu, gelu, hardsigmoid, hardswish, hardtanh, leaky_relu, logsigmoid, mish, relu, relu6, selu,
     sigmoid, silu, softplus, softsign, tanh, tanhshrink,
@@ -31,12 +32,12 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check: int, num
     Returns (output (L, N, E), attention weights or None); see `loom.nn.MultiheadAttention`.
     """
     from loom.errors import LoomValueError, ShapeError
-    from loom.nn.modules.transformer import multi_head_attention_forward as _mha
     if static_k is not None or static_v is not None:
         raise LoomValueError("loom.nn.functional.multi_head_attention_forward: static_k/static_v are not supported")
     if query.shape[-1] != embed_dim_to_check:
         raise ShapeError(f"loom.nn.functional.multi_head_attention_forward: was expecting embedding dimension of "
                          f"{embed_dim_to_check}, but got {query.shape[-1]}")
+    _mha = _upper.multi_head_attention  # loom.nn.modules.transformer's, which builds on this module.
     return _mha(query, key, value, num_heads, in_proj_weight, in_proj_bias, bias_k, bias_v, add_zero_attn,
                 dropout_p, out_proj_weight, out_proj_bias, training, key_padding_mask, need_weights, attn_mask,
                 use_separate_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight, average_attn_weights,

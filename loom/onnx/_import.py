@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import loom
+from loom import _api as loom
 import loom.nn as nn
 import loom.nn.functional as F
 from loom import dtypes as dt

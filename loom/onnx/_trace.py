@@ -236,7 +236,7 @@ def _trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, st
     """
     import itertools
 
-    import loom
+    from loom import _api as loom
 
     leaves, rebuild = _flatten_args(example_args)
     symbols: dict[str, tuple[int, int]] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import loom
+from loom import _api as loom
 from loom import dtypes as dt
 from loom.errors import LoomError
 from loom.optim.optimizer import Optimizer, required

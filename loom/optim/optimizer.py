@@ -5,7 +5,7 @@ import collections
 import copy
 from typing import Any, Iterable
 
-import loom
+from loom import _api as loom
 from loom.errors import LoomError
 from loom.tensor import Tensor
 

@@ -13,7 +13,8 @@ import copy
 
 import numpy as np
 
-import loom
+from loom import _api as loom
+from loom import _upper
 from loom.errors import LoomTypeError, LoomValueError
 from loom.nn import Identity, Module, modules
 
@@ -201,3 +202,6 @@ def convert_eager(model: Module) -> Module:
     model.eval()
     model._loom_quantization = "int8"
     return model
+
+
+_upper.register(prepare_eager=prepare_eager, convert_eager=convert_eager)  # For quantize.prepare/convert.

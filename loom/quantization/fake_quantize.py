@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-import loom
+from loom import _api as loom
 from loom.errors import LoomValueError
 from loom.nn import Module, Parameter
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import loom
+from loom import _api as loom
 from loom.errors import LoomValueError, ShapeError
 from loom.nn import Module
 

@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-import loom
+from loom import _api as loom
+from loom import _upper
 import loom.nn.functional as F
 from loom.errors import LoomTypeError, LoomValueError
 from loom.nn import Module, ModuleList, Sequential, modules
@@ -87,8 +88,7 @@ def _prepare(model: Module, qconfig: QConfig, qat: bool, inplace: bool) -> Modul
         raise LoomTypeError(f"loom.quantization: qconfig must be a loom.quantization.QConfig, got "
                             f"{type(qconfig).__name__}")
     if not isinstance(model, (Sequential, *COMPUTE, *PASS)):  # A forward of its own: torch's eager mode.
-        from .eager import prepare_eager
-        return prepare_eager(model, qconfig, qat)
+        return _upper.prepare_eager(model, qconfig, qat)
     leaves = _leaves(model if inplace else copy.deepcopy(model))
     last = max((i for i, m in enumerate(leaves) if isinstance(m, COMPUTE)), default=-1)
     if last < 0:
@@ -193,8 +193,7 @@ def convert(model: Module, inplace: bool = False) -> Module:
         (uint8 activations, per-channel symmetric int8 weights along axis 0).
     """
     if getattr(model, "_loom_quantization", None) in ("ptq", "qat"):
-        from .eager import convert_eager
-        return convert_eager(model)
+        return _upper.convert_eager(model)
     if not isinstance(model, ObservedModel):
         raise LoomTypeError(f"loom.quantization.convert: expected the model returned by prepare or prepare_qat, got "
                             f"{type(model).__name__}")

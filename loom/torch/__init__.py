@@ -30,8 +30,7 @@ from loom.torch._forward import install as _install
 
 # Every name this module does not define is loom's (loom.cat, loom.float32, ...): see the end of the file.
 
-# The PyTorch release whose semantics loom.torch follows, in PEP 440 form so version checks parse it.
-__version__ = "2.13.0+loom"
+from loom.torch.version import __version__  # noqa: F401
 
 # ---------------------------------------------------------------- dtypes, devices, constants
 
@@ -260,7 +259,7 @@ def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad: bool = Fa
 # ---------------------------------------------------------------- global switches
 
 _flags = {"matmul_precision": "highest", "deterministic": False, "warn_only": False, "interop_threads": 1,
-          "anomaly": False, "anomaly_check_nan": True, "warn_always": False, "debug_mode": 0}
+          "warn_always": False, "debug_mode": 0}
 
 
 def set_float32_matmul_precision(precision: str) -> None:
@@ -309,17 +308,7 @@ def get_num_interop_threads() -> int:
     return _flags["interop_threads"]
 
 
-def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:
-    """Record anomaly detection; loom's errors already name the op that failed."""
-    _flags["anomaly"], _flags["anomaly_check_nan"] = bool(enabled), bool(check_nan)
-
-
-def is_anomaly_enabled() -> bool:
-    return _flags["anomaly"]
-
-
-def is_anomaly_check_nan_enabled() -> bool:
-    return _flags["anomaly_check_nan"]
+from loom.torch.autograd import is_anomaly_check_nan_enabled, is_anomaly_enabled, set_anomaly_enabled  # noqa: E402,F401
 
 
 def set_warn_always(b: bool) -> None:
@@ -524,18 +513,7 @@ from loom.func import vmap  # noqa: E402,F401
 
 
 
-def inplace_from(name: str, *sources):
-    """`name_` (e.g. `selu_`) as the op `name` found in `sources` whose result is written into its input."""
-    base = name[:-1]
-    for src in sources:
-        fn = getattr(src, base, None)
-        if callable(fn) and not isinstance(fn, type):
-            def inplace(input, *args, **kwargs):
-                return input.copy_(fn(input, *args, **kwargs))
-            inplace.__name__ = inplace.__qualname__ = name
-            inplace.__doc__ = f"In-place `{base}`: the result is written into `input`."
-            return inplace
-    raise AttributeError(name)
+from loom.torch._forward import inplace_from  # noqa: E402,F401
 
 
 def _tensor_method_function(name: str):

@@ -58,3 +58,17 @@ def install(globs: dict, *sources: str, lazy: dict[str, str] | None = None, fall
 
     globs["__getattr__"] = __getattr__
     globs["__dir__"] = __dir__
+
+
+def inplace_from(name: str, *sources):
+    """`name_` (e.g. `selu_`) as the op `name` found in `sources` whose result is written into its input."""
+    base = name[:-1]
+    for src in sources:
+        fn = getattr(src, base, None)
+        if callable(fn) and not isinstance(fn, type):
+            def inplace(input, *args, **kwargs):
+                return input.copy_(fn(input, *args, **kwargs))
+            inplace.__name__ = inplace.__qualname__ = name
+            inplace.__doc__ = f"In-place `{base}`: the result is written into `input`."
+            return inplace
+    raise AttributeError(name)

@@ -17,18 +17,33 @@ def Variable(data: Tensor, requires_grad: bool = False, volatile: bool = False) 
     return data.requires_grad_(True) if requires_grad else data
 
 
+_anomaly = {"enabled": False, "check_nan": True}
+
+
+def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:
+    """Record anomaly detection; loom's errors already name the op that failed."""
+    _anomaly["enabled"], _anomaly["check_nan"] = bool(enabled), bool(check_nan)
+
+
+def is_anomaly_enabled() -> bool:
+    return _anomaly["enabled"]
+
+
+def is_anomaly_check_nan_enabled() -> bool:
+    return _anomaly["check_nan"]
+
+
 def set_detect_anomaly(mode: bool, check_nan: bool = True):
     """Anomaly detection switch (loom's errors already name the failing op); usable as a context too."""
-    from loom import torch as _torch
-    previous = _torch.is_anomaly_enabled()
-    _torch.set_anomaly_enabled(mode, check_nan)
+    previous = is_anomaly_enabled()
+    set_anomaly_enabled(mode, check_nan)
 
     @contextlib.contextmanager
     def region():
         try:
             yield
         finally:
-            _torch.set_anomaly_enabled(previous)
+            set_anomaly_enabled(previous)
     return region()
 
 

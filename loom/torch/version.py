@@ -1,5 +1,6 @@
 """`torch.version`: which PyTorch release loom.torch follows, and no CUDA/ROCm."""
-from loom.torch import __version__  # noqa: F401
+# The PyTorch release whose semantics loom.torch follows, in PEP 440 form so version checks parse it.
+__version__ = "2.13.0+loom"
 
 cuda = None
 hip = None

@@ -69,7 +69,7 @@ class _Segment:
             args[pos] = t
         if not self.preserve_rng:
             return self.fn(*args, **self.kwargs)
-        import loom
+        from loom import _api as loom
         saved = loom.get_rng_state()
         loom.set_rng_state(self.rng_state)
         try:
@@ -158,7 +158,7 @@ def checkpoint(function: Callable, *args, use_reentrant: bool | None = None, con
         raise LoomValueError("loom.utils.checkpoint: context_fn is not supported")
     if not is_grad_enabled():
         return function(*args, **kwargs)
-    import loom
+    from loom import _api as loom
     rng_state = loom.get_rng_state() if preserve_rng_state else None
     tensor_pos = [k for k, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
     # The first run records history so the leaves the segment reads can be found; only the outputs' nodes

@@ -5,6 +5,7 @@ import copy
 import math
 from typing import Callable
 
+from loom import _upper
 from loom import dtypes as dt
 from loom.tensor import _check_device
 from loom.errors import LoomError, ShapeError, fmt_shape
@@ -540,3 +541,6 @@ class Transformer(Module):
                             memory_is_causal=memory_is_causal)
 
     generate_square_subsequent_mask = staticmethod(generate_square_subsequent_mask)
+
+
+_upper.register(multi_head_attention=multi_head_attention_forward)  # loom.nn.functional's.

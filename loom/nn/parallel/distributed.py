@@ -171,12 +171,12 @@ class DistributedDataParallel(Module):
     def _start(self, k: int) -> None:
         """Start bucket `k`'s non-blocking all-reduce: its gradients (zeros where none) and one had-a-gradient
         flag per parameter."""
-        import loom
+        from loom.tensor import realize
         bucket = self._buckets[k]
         grads = [self._ready.get(id(p), p.grad) for p in bucket]
         present = [g for g in grads if g is not None]
         if present:
-            loom.realize(*present)  # One compiled graph for the bucket, not one per parameter.
+            realize(*present)  # One compiled graph for the bucket, not one per parameter.
         parts = []
         for p, g in zip(bucket, grads):
             if g is not None:

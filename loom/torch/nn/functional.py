@@ -13,7 +13,7 @@ GRID_SAMPLE_PADDING_MODES = {"zeros": 0, "border": 1, "reflection": 2}
 
 def _fallback(name: str):
     if name.endswith("_") and not name.startswith("_"):
-        from loom.torch import inplace_from
+        from loom.torch._forward import inplace_from
         return inplace_from(name, _F)
     raise AttributeError(name)
 

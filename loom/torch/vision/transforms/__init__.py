@@ -25,6 +25,7 @@ from loom.data import transforms as _T
 from loom.data.transforms import Compose, Lambda, Normalize, _crop, _hw_axes, _lazy, _like, _np, _pad, _pad_arg, _rng
 from loom.errors import LoomTypeError, LoomValueError
 from loom.tensor import Tensor, from_numpy, tensor
+from loom.torch._forward import install as _install
 
 try:
     from PIL import Image
@@ -802,4 +803,5 @@ class ColorJitter:
                 f"saturation={self.saturation}, hue={self.hue})")
 
 
-from loom.torch.vision.transforms import functional  # noqa: E402  (torchvision's transforms.functional)
+# torchvision's transforms.functional, imported when first asked for: it builds on the transforms above.
+_install(globals(), lazy={"functional": "loom.torch.vision.transforms.functional"})
