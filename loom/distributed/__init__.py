@@ -22,6 +22,7 @@ from loom.distributed.collectives import (
     Work, all_gather, all_gather_into_tensor, all_reduce, all_to_all, all_to_all_single, barrier, broadcast, gather,
     irecv, isend, recv, reduce, reduce_scatter, reduce_scatter_tensor, scatter, send,
 )
+from loom.distributed import nccl as _nccl  # noqa: F401  (registers the "nccl" backend)
 from loom.distributed.process_group import (
     Backend, DistributedError, GroupMember, ProcessGroup, ReduceOp, destroy_process_group, get_backend,
     get_global_rank, get_process_group_ranks, get_rank, get_world_size, init_process_group, is_available,

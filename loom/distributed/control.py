@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from loom.distributed.process_group import DistributedError
+from loom.distributed._errors import DistributedError
 
 SERVICE = "loom.distributed.Control"
 _TOKEN_KEY = "loom-job-token"

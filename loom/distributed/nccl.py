@@ -25,12 +25,13 @@ memory over MPI (tests/distributed/test_nccl.py).
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Sequence
 
 import numpy as np
 
 from loom.distributed.process_group import (
-    DistributedError, ProcessGroup, ReduceOp, check_rank_arg, not_member_warning, resolve,
+    BACKENDS, DistributedError, ProcessGroup, ReduceOp, check_rank_arg, not_member_warning, resolve,
 )
 
 # NumPy dtype name -> the names of NCCL's data type in cupy.cuda.nccl (newer names first).
@@ -462,3 +463,6 @@ def _exchange(g: ProcessGroup, sends: list[_Buffer], recvs: list[_Buffer], op: s
     finally:
         d.group_end()
     d.copy(recvs[me].x, sends[me].x)
+
+
+BACKENDS["nccl"] = sys.modules[__name__]  # init_process_group("nccl") finds check_available/release here.

@@ -11,11 +11,13 @@ import sys
 import warnings
 from typing import Any, Callable, Sequence
 
-from loom.errors import LoomError, LoomValueError
+from loom.distributed._errors import DistributedError
+from loom.errors import LoomValueError
 
 
-class DistributedError(LoomError):
-    """A misuse of `loom.distributed` (no process group, wrong rank, unsupported backend) or a failed launch."""
+# Backends that register themselves when `loom.distributed` is imported (the NCCL one does, from
+# loom.distributed.nccl), so this module never imports them: name -> module with check_available/release.
+BACKENDS: dict[str, Any] = {}
 
 
 class ReduceOp(enum.Enum):
@@ -138,11 +140,16 @@ def resolve(group, op: str) -> ProcessGroup | None:
     return group
 
 
+def _nccl_backend():
+    # Python imports the package `loom.distributed` before this module, and the package's
+    # __init__ imports loom.distributed.nccl, which registers itself here.
+    return BACKENDS["nccl"]
+
+
 def _normalise_backend(backend) -> str:
     name = "mpi" if backend is None else str(backend).lower()
     if "nccl" in name:  # "nccl", "cuda:nccl", "cpu:gloo,cuda:nccl": device buffers over NCCL.
-        from loom.distributed.nccl import check_available
-        check_available()  # Raises, naming what is missing (CuPy, its NCCL, a GPU).
+        _nccl_backend().check_available()  # Raises, naming what is missing (CuPy, its NCCL, a GPU).
         return "nccl"
     if name in ("mpi", "gloo", "cpu:gloo", "cpu:mpi"):
         return "mpi"
@@ -252,8 +259,7 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
 
 def _release_nccl(group: ProcessGroup) -> None:
     if getattr(group, "_nccl", None) is not None:
-        from loom.distributed.nccl import release
-        release(group)
+        _nccl_backend().release(group)
 
 
 def new_group(ranks: Sequence[int] | None = None, timeout=None, backend: str | None = None,

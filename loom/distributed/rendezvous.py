@@ -20,7 +20,7 @@ import atexit
 import os
 from typing import Any
 
-from loom.distributed.process_group import DistributedError
+from loom.distributed._errors import DistributedError
 
 
 def _env_int(name: str, default: int) -> int:

@@ -196,7 +196,7 @@ def _slice(t, dim: int, lo: int, hi: int):
 
 def _gather(local, dim: int, mesh: Placement, full: int):
     """All ranks' slices along `dim`, concatenated (all_gather, padded to equal sizes for the transfer)."""
-    import loom
+    from loom import _api as loom
     bounds = _bounds(full, mesh.size)
     longest = max(h - lo for lo, h in bounds)
     shape = list(local.shape)
@@ -270,7 +270,7 @@ def np_all_to_all(a: np.ndarray, src: int, dst: int, full: tuple[int, ...], comm
 
 
 def _from_np(a: np.ndarray, like):
-    import loom
+    from loom import _api as loom
     return loom.tensor(a, dtype=like.dtype)
 
 
@@ -303,7 +303,7 @@ class _SplitToSplit(Function):
 class _BroadcastToPartial(Function):
     @staticmethod
     def forward(ctx, mesh, x):
-        import loom
+        from loom import _api as loom
         return x.clone() if mesh.index() == 0 else loom.zeros_like(x)
 
     @staticmethod
@@ -573,7 +573,7 @@ class GlobalTensor:
         return GlobalTensor(local, self.placement, sbp, tuple(shape), self.dtype)
 
     def _binary(self, other, fn, name: str) -> "GlobalTensor":
-        import loom
+        from loom import _api as loom
         if not isinstance(other, GlobalTensor):  # A Python number or a 0-d tensor: the same on every rank.
             if isinstance(other, loom.Tensor) and other.ndim > 0:
                 raise LoomError(f"loom.distributed.sbp: {name} of a global tensor and a local tensor; make it global "
@@ -720,7 +720,7 @@ def layer_norm(x: GlobalTensor, normalized_shape, weight: GlobalTensor | None = 
 def embedding(idx: GlobalTensor, weight: GlobalTensor) -> GlobalTensor:
     """Rows of `weight` (V, C) at `idx`: batch split, feature split, or vocabulary split (Megatron: each rank
     looks up the rows it holds, zeros elsewhere, and the parts add up)."""
-    import loom
+    from loom import _api as loom
     import loom.nn.functional as F
     mesh = idx.placement
 
@@ -770,7 +770,7 @@ def _part(whole, shape: tuple[int, ...], nd: NdSBP, mesh: Placement, rank: int):
 def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
     """`t` on placement `dst`: the source ranks make the whole value; each destination rank outside the source
     receives its own part of it from one source rank (send/recv); ranks in both keep their part locally."""
-    import loom
+    from loom import _api as loom
     from loom.distributed.process_group import resolve as _resolve
     src = t.placement
     to = _nd(sbp, dst, t.ndim, "to_global")
@@ -816,7 +816,7 @@ def to_global(local, placement: Placement, sbp) -> GlobalTensor:
     the global value is the sum of the locals. On a 2-D placement `sbp` is a
     tuple, one signature per mesh axis.
     """
-    import loom
+    from loom import _api as loom
     if not isinstance(local, loom.Tensor):
         raise LoomError(f"loom.distributed.sbp.to_global: expected a loom tensor, got {type(local).__name__}")
     if not isinstance(placement, Placement):
@@ -844,7 +844,7 @@ def from_full(value, placement: Placement, sbp) -> GlobalTensor:
     grad gives a leaf part (a parameter's shard stays trainable). On a 2-D
     placement `sbp` is a tuple, one signature per mesh axis.
     """
-    import loom
+    from loom import _api as loom
     if not isinstance(value, loom.Tensor):
         raise LoomError(f"loom.distributed.sbp.from_full: expected a loom tensor, got {type(value).__name__}")
     nd = _nd(sbp, placement, value.ndim, "from_full")
