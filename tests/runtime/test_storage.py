@@ -9,9 +9,10 @@ from loom.runtime import storage
 from loom.runtime.storage import DiskTier
 
 
+@pytest.mark.parametrize("io", ["file", "mmap"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.uint8, np.uint16])
-def test_round_trip_is_bit_exact_and_deletes_the_file(tmp_path, dtype):
-    tier = DiskTier(str(tmp_path))
+def test_round_trip_is_bit_exact_and_deletes_the_file(tmp_path, dtype, io):
+    tier = DiskTier(str(tmp_path), io)
     value = (np.random.default_rng(0).standard_normal((3, 5, 7)) * 1000).astype(dtype)
     if value.dtype.kind == "f":
         value.reshape(-1)[:3] = [np.nan, -0.0, np.inf]
@@ -42,6 +43,8 @@ def test_a_half_written_file_is_never_read(tmp_path):
 
 
 def test_empty_values_and_the_bandwidth_probe(tmp_path):
+    with pytest.raises(loom.LoomValueError, match="io must be 'file' or 'mmap'"):
+        DiskTier(str(tmp_path), "tape")
     tier = DiskTier(str(tmp_path))
     tier.put("e", np.empty((0, 4), np.float32))
     assert tier.get("e", np.empty((0, 4), np.float32)).shape == (0, 4)
