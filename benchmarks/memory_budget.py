@@ -116,7 +116,12 @@ def child(budget: int | None, offload: str, steps: int) -> dict:
     if os.environ.get("LOOM_BENCH_DEBUG"):
         print("debug after", _status("VmRSS"), peak, file=sys.stderr)
     rep = entry.remat
-    return {"arena": exe.plan.arena_bytes, "native_arena": getattr(exe._native, "arena_bytes", None),
+    from loom.compiler.remat import flop_rate
+    from loom.runtime.storage import disk_bandwidth
+    outputs = sum(int(np.prod(n.shape)) * n.dtype.np.itemsize for n in set(exe.graph.outputs))
+    return {"arena": exe.plan.arena_bytes, "outputs": outputs, "flop_rate": flop_rate(),
+            "disk_bw": disk_bandwidth() if offload != "never" else None,
+            "native_arena": getattr(exe._native, "arena_bytes", None),
             "base_rss": base, "peak_rss": peak, "rss_delta": peak - base, "peak_reset": reset,
             "times": times, "losses": losses, "setup_s": setup_s,
             "strategy": rep.strategy if rep else None, "met": rep.met if rep else None,
@@ -158,6 +163,7 @@ def main(argv=None) -> None:
         for name, b, mode in configs:
             if r == 0 and b is None:
                 continue
+            print(f"round {r + 1}: {name}", file=sys.stderr, flush=True)
             results[name].append(_run_child(b, mode, args.steps))
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
@@ -165,8 +171,8 @@ def main(argv=None) -> None:
     print(f"gpt step (loom.bench gpt workload); planned peak (arena) without a budget {_mib(full)}; budget "
           f"{args.fraction:g} x = {_mib(budget)}; {args.steps} steps x {args.rounds} rounds per configuration, "
           f"each in a fresh process; load average {load}")
-    print(f"  {'configuration':<16} {'arena':>10} {'arena/budget':>12} {'RSS delta':>10} {'RSS/budget':>10} "
-          f"{'step ms':>9} {'vs none':>8}  plan")
+    print(f"  {'configuration':<16} {'arena':>10} {'arena/budget':>12} {'outputs':>9} {'RSS delta':>10} "
+          f"{'RSS/budget':>10} {'step ms':>9} {'vs none':>8}  plan")
     ref_losses = results["no budget"][0]["losses"]
     for name, b, _ in configs:
         runs = results[name]
@@ -178,10 +184,17 @@ def main(argv=None) -> None:
                 f"{runs[0]['offloaded']} values / {_mib(runs[0]['offload_bytes'])} offloaded" if b else "-")
         ratio = f"{arena / budget:.3f}" if b else "-"
         rss_ratio = f"{rss / budget:.3f}" if b else f"{rss / full:.3f}*"
-        print(f"  {name:<16} {_mib(arena):>10} {ratio:>12} {_mib(rss):>10} {rss_ratio:>10} {ms:9.1f} "
+        print(f"  {name:<16} {_mib(arena):>10} {ratio:>12} {_mib(runs[0]['outputs']):>9} {_mib(rss):>10} "
+              f"{rss_ratio:>10} {ms:9.1f} "
               f"{ms / base_ms:7.2f}x  {plan}; losses bit-identical: {same}")
     print("  (*: the unbudgeted RSS delta over its own planned arena; RSS delta = peak VmHWM over the timed steps "
-          "minus VmRSS before them, with the arena freed before the first timed step)")
+          "minus VmRSS before them, with the arena freed before the first timed step; outputs = the step's result "
+          "arrays (updated parameters, optimizer state, gradients, loss), fresh each call and outside the budget)")
+    rates = [(r["flop_rate"], r["disk_bw"]) for runs in results.values() for r in runs if r["disk_bw"]]
+    if rates:
+        print(f"  cost model inputs measured in the offload runs: sgemm {min(f for f, _ in rates) / 1e9:.1f}-"
+              f"{max(f for f, _ in rates) / 1e9:.1f} GFLOP/s, disk round trip {min(b for _, b in rates) / 1e6:.0f}-"
+              f"{max(b for _, b in rates) / 1e6:.0f} MB/s")
 
 
 if __name__ == "__main__":

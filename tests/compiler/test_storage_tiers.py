@@ -107,3 +107,26 @@ def test_gpt_step_under_a_quarter_of_its_arena_with_disk_offload_is_bit_identica
     _assert_same(losses, base_losses)
     _assert_same(params, base_params)
     assert storage.disk().keys() == []
+
+
+def _matmul_chain():
+    """`a` is read first and last; matmuls do not fuse, so it stays live across every step between."""
+    g = loom.ir.Graph()
+    x = g.add_input((64, 64), "float32")
+    a = g.add_node("matmul", [x, x])
+    b = g.add_node("matmul", [a, a])
+    c = g.add_node("matmul", [b, b])
+    d = g.add_node("matmul", [c, c])
+    g.outputs = [g.add_node("matmul", [g.add_node("add", [d, c]), a])]
+    return g
+
+
+@pytest.mark.parametrize("offload", ["disk", "auto"])
+def test_compiler_explain_lists_the_choice_per_value(offload, monkeypatch):
+    monkeypatch.setattr(storage, "_BW", [1e15])  # Free transfers: "auto" offloads too.
+    full = loom.compiler.explain(_matmul_chain()).memory.arena_bytes
+    text = str(loom.compiler.explain(_matmul_chain(), memory_budget=full - 16384 + 128, offload=offload))
+    assert "== rematerialisation ==" in text and f"storage tiers (offload='{offload}'): 1 values offloaded" in text
+    line = next(row for row in text.splitlines() if "float32[64, 64]" in row and "offload " in row)
+    assert "16.00 KiB" in line and "recompute" in line and "disk" in line  # Both estimates beside the choice.
+    assert "storage" in text  # The offload, prefetch and reload nodes appear in the pass listing.
