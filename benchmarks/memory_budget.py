@@ -148,6 +148,8 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=7, help="timed steps per configuration and round (>= 5)")
     p.add_argument("--rounds", type=int, default=1, help="times each configuration's process is run, in turn")
     p.add_argument("--modes", default="never,disk,auto", help="offload settings to run under the budget")
+    p.add_argument("--count-outputs", action="store_true",
+                   help="give the compiler the budget minus the step's output bytes, so arena + outputs fit it")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -156,7 +158,8 @@ def main(argv=None) -> None:
     base = _run_child(None, "never", args.steps)
     full = base["arena"]
     budget = int(full * args.fraction)
-    configs = [("no budget", None, "never")] + [(f"offload={m}", budget, m) for m in args.modes.split(",")]
+    given = budget - base["outputs"] if args.count_outputs else budget  # What memory_budget= gets.
+    configs = [("no budget", None, "never")] + [(f"offload={m}", given, m) for m in args.modes.split(",")]
     results: dict = {name: [] for name, *_ in configs}
     results["no budget"].append(base)
     for r in range(args.rounds):
@@ -169,7 +172,9 @@ def main(argv=None) -> None:
         load = " ".join(f.read().split()[:3])
     base_ms = statistics.median(t for res in results["no budget"] for t in res["times"]) * 1e3
     print(f"gpt step (loom.bench gpt workload); planned peak (arena) without a budget {_mib(full)}; budget "
-          f"{args.fraction:g} x = {_mib(budget)}; {args.steps} steps x {args.rounds} rounds per configuration, "
+          f"{args.fraction:g} x = {_mib(budget)}"
+          + (f" (memory_budget={_mib(given)}: the budget minus the step's outputs)" if args.count_outputs else "")
+          + f"; {args.steps} steps x {args.rounds} rounds per configuration, "
           f"each in a fresh process; load average {load}")
     print(f"  {'configuration':<16} {'arena':>10} {'arena/budget':>12} {'outputs':>9} {'RSS delta':>10} "
           f"{'RSS/budget':>10} {'step ms':>9} {'vs none':>8}  plan")
