@@ -63,6 +63,7 @@ from loom.function import Function, cond, dynamic_scalar, function, stage, traci
 from loom import jit  # noqa: E402,F401  (callable: loom.jit(fn) is loom.function(fn); loom.jit.save dumps for C)
 from loom.runtime.realize import backend, get_backend, set_backend  # noqa: E402,F401
 from loom.compiler.eager import get_memory_budget, set_memory_budget  # noqa: E402,F401
+from loom.eager_budget import memory_budget  # noqa: E402,F401
 from loom.runtime.threads import get_num_threads, set_num_threads  # noqa: E402,F401
 get_num_threads()  # Decide the default now, so NumPy's BLAS uses loom's count from the first matmul.
 

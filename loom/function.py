@@ -269,7 +269,7 @@ class Function:
 
     def __init__(self, fn: Callable, level: int = 3, backend: str = "c", warmup: int = 1,
                  memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
-                 track: bool = False) -> None:
+                 track: bool = False, offload: str = "never") -> None:
         functools.update_wrapper(self, fn)
         if runtime not in ("native", "actors"):
             raise LoomValueError(f"loom.function: runtime must be 'native' (one compiled step) or 'actors' (the "
@@ -285,6 +285,10 @@ class Function:
         self.warmup = warmup
         self.memory_budget: int | None = None
         self.strict = bool(strict)
+        if offload not in ("never", "disk", "auto"):
+            raise LoomValueError(f"loom.function: offload must be 'never' (recompute only), 'disk' (offload to the "
+                                 f"disk tier) or 'auto' (the cost model chooses per value), got {offload!r}")
+        self.offload = offload
         if memory_budget is not None:
             from loom.compiler.remat import parse_budget
 
@@ -413,6 +417,7 @@ class Function:
             t._grad = prev
         if self.memory_budget is not None:
             graph.meta["memory_budget"] = (self.memory_budget, self.strict)
+            graph.meta["offload"] = self.offload
         if self.runtime == "actors":
             from loom.compiler.partition import compile_partitioned
 
@@ -590,7 +595,7 @@ def _buffer_tensor(array: np.ndarray, dtype: dt.DType) -> Tensor:
 
 def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", warmup: int = 1,
              memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
-             track: bool = False):
+             track: bool = False, offload: str = "never"):
     """Trace `fn` into one static graph, compile it once and replay it on later calls.
 
     The first `warmup` calls run eagerly (so optimizer state and lazily created
@@ -625,6 +630,13 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
         plan found; `memory_reports` and `explain()` say what was done.
     strict : bool
         With `memory_budget`: raise `loom.MemoryBudgetError` instead of warning.
+    offload : str
+        With `memory_budget`, the storage tiers a saved activation may go to:
+        ``"never"`` (default: recompute only), ``"disk"`` (offload to a
+        memory-mapped file and prefetch it back before the backward reads it)
+        or ``"auto"`` (per value, whichever the cost model says is cheaper:
+        recompute FLOPs at the measured rate, or bytes at the measured disk
+        bandwidth). Results stay bit-identical; see docs/memory-budget.md.
     runtime : str
         ``"native"`` (default): the whole step is one compiled program.
         ``"actors"``: the graph is partitioned into tasks — pipeline stages
@@ -653,7 +665,7 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     [0.7, 0.7, 0.7]
     """
     options: dict[str, Any] = dict(level=level, backend=backend, warmup=warmup, memory_budget=memory_budget,
-                                  strict=strict, runtime=runtime, track=track)
+                                  strict=strict, runtime=runtime, track=track, offload=offload)
     if fn is None:
         return lambda f: Function(f, **options)
     return Function(fn, **options)

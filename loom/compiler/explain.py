@@ -151,7 +151,7 @@ def _kernel_info(node: Node) -> KernelInfo:
 
 
 def explain(fn: Callable | Graph, *args, level: int = 3, memory_budget: int | str | None = None,
-            strict: bool = False) -> Explanation:
+            strict: bool = False, offload: str = "never") -> Explanation:
     """Show what the compiler does to `fn(*args)`: the graph after each pass, the kernels, the memory plan.
 
     Parameters
@@ -170,6 +170,10 @@ def explain(fn: Callable | Graph, *args, level: int = 3, memory_budget: int | st
         choice the report's "rematerialisation" section states.
     strict : bool
         With `memory_budget`: raise instead of warning when it cannot be met.
+    offload : str
+        With `memory_budget`, as for `loom.function`: ``"never"``, ``"disk"``
+        or ``"auto"``; the section then lists, per value, whether it was
+        recomputed or offloaded to disk and what the cost model estimated.
 
     Returns
     -------
@@ -212,6 +216,7 @@ def explain(fn: Callable | Graph, *args, level: int = 3, memory_budget: int | st
         if level != 3:
             raise LoomError(f"loom.compiler.explain: memory_budget needs level 3 (the memory plan), got {level}")
         work.meta["memory_budget"] = (parse_budget(memory_budget, "loom.compiler.explain"), bool(strict))
+        work.meta["offload"] = offload
     result = Explanation(level, graph.copy(), str(work))
     last = {"time": time.perf_counter(), "size": len(graph)}
 

@@ -37,7 +37,10 @@ outcome goes to ``graph.meta["remat"]`` (a `RematReport`).
 """
 from __future__ import annotations
 
+import itertools
+import os
 import re
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -49,6 +52,7 @@ from loom.errors import LoomValueError, LoomWarning, MemoryBudgetError
 from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
+from loom.runtime.storage import disk_bandwidth
 
 # Primitive kinds whose nodes are pure functions of their inputs, so a clone computes the same bits.
 RECOMPUTABLE_KINDS = frozenset({"unary", "binary", "compare", "ternary", "reduce", "movement",
@@ -124,9 +128,20 @@ class RematReport:
         (reordering alone fits), ``"greedy"``, ``"segments(k)"`` (Chen's checkpointing
         with `k` segments) or ``"segments(k)+greedy"`` (segments, then the
         greedy to close the gap).
-    candidates : list of (str, int, int, bool)
+    candidates : list of (str, int, int, bool, int, float)
         Every plan the cost model weighed: strategy, arena bytes, extra FLOPs,
-        whether it meets the budget.
+        whether it meets the budget, bytes offloaded to disk, and the cost
+        model's extra seconds per run.
+    offload : str
+        The disk tier setting: ``"never"``, ``"disk"`` or ``"auto"``.
+    offloaded, offload_bytes : int
+        Values offloaded to the disk tier, and their bytes (written and read
+        back once per run).
+    seconds : float
+        The cost model's estimate of the time the chosen plan adds per run.
+    tiers : list of TierChoice
+        Per value moved off the peak: recomputed or offloaded, with both
+        estimates where both were possible.
     rescheduled : int
         Nodes the rescheduling moved earlier (pure work that frees memory,
         such as weight gradients, run as soon as its inputs are ready).
@@ -145,23 +160,47 @@ class RematReport:
     met: bool = True
     strict: bool = False
     strategy: str = "greedy"
-    candidates: list[tuple[str, int, int, bool]] = field(default_factory=list)
+    candidates: list[tuple] = field(default_factory=list)
     rescheduled: int = 0
     arena_rescheduled: int = 0
+    offload: str = "never"
+    offloaded: int = 0
+    offload_bytes: int = 0
+    seconds: float = 0.0
+    tiers: list = field(default_factory=list)
 
     def __str__(self) -> str:
         state = "met" if self.met else "NOT met (best plan found is used)"
-        weighed = "; ".join(f"{name}: {fmt_bytes(arena)}, {extra / 1e9:.2f} GFLOP{'' if met else ', over'}"
-                            for name, arena, extra, met in self.candidates)
+        timed = self.offload != "never"
+        weighed = "; ".join(f"{name}: {fmt_bytes(arena)}, {extra / 1e9:.2f} GFLOP"
+                            + (f", {fmt_bytes(disk)} to disk, ~{sec * 1e3:.1f} ms" if timed else "")
+                            + ("" if met else ", over")
+                            for name, arena, extra, met, disk, sec in self.candidates)
         moved = (f"rescheduled {self.rescheduled} nodes to run earlier (arena "
                  f"{fmt_bytes(self.arena_rescheduled)} before recomputing); " if self.rescheduled else "")
-        why = f" (fewest recomputed FLOPs among the plans that fit; weighed {weighed})" if weighed else ""
+        rule = "least estimated time" if timed else "fewest recomputed FLOPs"
+        why = f" ({rule} among the plans that fit; weighed {weighed})" if weighed else ""
         return (f"{moved}strategy {self.strategy}{why}\n"
                 f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; planned arena "
                 f"{fmt_bytes(self.arena_before)} -> {fmt_bytes(self.arena_after)} "
                 f"({self.arena_before} B -> {self.arena_after} B), lower bound "
                 f"{self.lower_bound_before} B -> {self.lower_bound_after} B; rematerialised {self.values} "
-                f"values by recomputing {self.recomputed} nodes, about {self.extra_flops} extra FLOPs per run")
+                f"values by recomputing {self.recomputed} nodes, about {self.extra_flops} extra FLOPs per run"
+                + self._tiers_text())
+
+    def _tiers_text(self, limit: int = 60) -> str:
+        """The disk tier line and the per-value choices (the first `limit`)."""
+        if self.offload == "never" and not self.tiers:
+            return ""
+        out = [f"\nstorage tiers (offload={self.offload!r}): {self.offloaded} values offloaded to disk "
+               f"({fmt_bytes(self.offload_bytes)} written and read back per run), estimated "
+               f"{self.seconds * 1e3:.1f} ms extra per run"]
+        if self.tiers:
+            out.append(f"  {'value':<34} {'bytes':>11}  {'choice':<9}  cost model")
+            out += [f"  {t}" for t in self.tiers[:limit]]
+            if len(self.tiers) > limit:
+                out.append(f"  ... {len(self.tiers) - limit} more")
+        return "\n".join(out)
 
 
 def flops(node: Node) -> int:
@@ -260,11 +299,17 @@ class _Choice:
     subs: dict[Node, Node]
     saved: int
     cost: float
+    seconds: float = 0.0            # The cost model's recompute time (set when tiers are weighed).
+    transfer: float | None = None   # The disk tier's time for the same value, when weighed.
 
     @property
     def footprint(self) -> set[Node]:
         return {self.node, *self.clones, *self.extend, *self.subs, *self.subs.values()} \
             | {i for n in self.clones for i in n.inputs}
+
+    def decision(self, state: _State) -> TierChoice:
+        return TierChoice(_describe(self.node), self.saved, "recompute",
+                          self.seconds or recompute_seconds(self.clones), self.transfer)
 
 
 def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Node]],
@@ -401,12 +446,19 @@ def _reschedule(graph: Graph) -> int:
 SEGMENT_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # Segmentations the cost model weighs.
 
 
-def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list[Node]]
-            ) -> tuple[Graph, MemoryPlan, list[int]]:
+def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list[Node]],
+            tiers: str = "never", decisions: list | None = None) -> tuple[Graph, MemoryPlan, list]:
     """The greedy rounds (see the module docstring) from `plan`; returns the best state and its
-    [values, recomputed nodes, extra FLOPs]."""
-    stats = [0, 0, 0]
-    best: tuple[int, Graph | None, list[int]] = (plan.arena_bytes, None, [0, 0, 0])
+    stats (`_STATS`).
+
+    `tiers` says what the rounds may do with a value live across the peak:
+    ``"never"`` recompute it, ``"disk"`` offload it, ``"auto"`` whichever the
+    cost model (`recompute_seconds` against `transfer_seconds`) says is
+    cheaper for that value. Each choice is appended to `decisions`.
+    """
+    stats = [0] * len(_STATS)
+    decisions = decisions if decisions is not None else []
+    best: tuple[int, Graph | None, list, int] = (plan.arena_bytes, None, list(stats), 0)
     target = budget  # For the live bytes; lowered when placement needs room above them.
     stale = 0
     futile: set[Node] = set()  # Clones that did not lower the peak they were made for.
@@ -422,26 +474,36 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
             continue
         if plan.arena_bytes < best[0] or best[1] is None:
             # The best state so far: keep a copy to fall back to if later rounds only make it worse.
-            best = (plan.arena_bytes, graph.copy(), list(stats))
+            best = (plan.arena_bytes, graph.copy(), list(stats), len(decisions))
         need = int(state.profile[peak]) - target
         touched: set[Node] = set()
         applied = 0
         made: list[Node] = []
-        for choice in _choices(graph, state, peak, copies, futile):
+        moves: list[_Offload] = []
+        for choice in _tier_choices(graph, state, peak, copies, futile, tiers):
             if need <= 0:
                 break
             foot = choice.footprint
             if foot & touched:
                 continue
             touched |= foot
-            made += _apply(graph, state, choice, copies)
-            stats[0] += 1
-            stats[1] += len(choice.clones)
-            stats[2] += sum(flops(n) for n in choice.clones)
+            decisions.append(choice.decision(state))
+            if isinstance(choice, _Offload):
+                moves.append(choice)
+                stats[3] += 1
+                stats[4] += choice.saved
+                stats[5] += transfer_seconds(choice.saved)
+            else:
+                made += _apply(graph, state, choice, copies)
+                stats[0] += 1
+                stats[1] += len(choice.clones)
+                stats[2] += sum(flops(n) for n in choice.clones)
+                stats[5] += recompute_seconds(choice.clones)
             need -= choice.saved
             applied += 1
         if not applied:
             break
+        _place_offloads(graph, state, moves)
         _prune_dead(graph)
         lower = plan.lower_bound
         plan = plan_memory(graph)
@@ -452,9 +514,197 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
         stale = stale + 1 if plan.arena_bytes >= best[0] else 0
         if stale >= MAX_STALE:
             break
-    if best[1] is not None and (plan.arena_bytes, stats[0]) > (best[0], best[2][0]):
+    if best[1] is not None and (plan.arena_bytes, stats[0] + stats[3]) > (best[0], best[2][0] + best[2][3]):
+        del decisions[best[3]:]
         return best[1], plan_memory(best[1]), best[2]
     return graph, plan, stats
+
+
+# ---------------------------------------------------------------- the disk tier
+
+# What a plan's stats list holds: recomputed values, recomputed nodes, extra FLOPs, offloaded values,
+# offloaded bytes, estimated extra seconds per run (the cost model's).
+_STATS = ("values", "recomputed", "extra_flops", "offloaded", "offload_bytes", "seconds")
+OFFLOAD_MODES = ("never", "disk", "auto")
+MEMORY_BANDWIDTH = 4e9   # Bytes/s an elementwise kernel streams (assumed; such kernels are memory-bound).
+_RATE: list[float] = []
+_key_counter = itertools.count(1)
+
+
+def flop_rate() -> float:
+    """Matmul FLOP/s on this machine (a 192x192 sgemm, the median of five timings of four), measured once
+    per process; ``LOOM_FLOP_RATE`` replaces the measurement."""
+    if not _RATE:
+        env = os.environ.get("LOOM_FLOP_RATE")
+        if env:
+            _RATE.append(float(env))
+        else:
+            a = np.ones((192, 192), np.float32)
+            np.matmul(a, a)
+            rates = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for _ in range(4):
+                    np.matmul(a, a)
+                rates.append(4 * 2 * 192**3 / max(time.perf_counter() - t0, 1e-6))
+            _RATE.append(sorted(rates)[2])
+    return _RATE[0]
+
+
+def recompute_seconds(nodes) -> float:
+    """The cost model's time to recompute `nodes`: matmul FLOPs at `flop_rate`, other kernels' traffic at
+    `MEMORY_BANDWIDTH`."""
+    total = 0.0
+    for n in nodes:
+        if n.op == "matmul":
+            total += flops(n) / flop_rate()
+        else:
+            total += (nbytes(n) + sum(nbytes(i) for i in n.inputs)) / MEMORY_BANDWIDTH + flops(n) / flop_rate()
+    return total
+
+
+def transfer_seconds(size: int) -> float:
+    """The cost model's time to write `size` bytes to the disk tier and read them back (measured bandwidth)."""
+    return size / disk_bandwidth()
+
+
+@dataclass
+class TierChoice:
+    """Where one value live across the peak went: recomputed or offloaded, and what each would cost.
+
+    Attributes
+    ----------
+    value : str
+        The value (``%id op dtype[shape]``).
+    nbytes : int
+        Its size.
+    choice : str
+        ``"recompute"`` or ``"offload"``.
+    recompute_s, transfer_s : float or None
+        The cost model's estimates (None: that option was not available).
+    """
+
+    value: str
+    nbytes: int
+    choice: str
+    recompute_s: float | None
+    transfer_s: float | None
+
+    def __str__(self) -> str:
+        def ms(t):
+            return "n/a" if t is None else f"{t * 1e3:.3f} ms"
+        return (f"{self.value:<34} {fmt_bytes(self.nbytes):>11}  {self.choice:<9}  recompute {ms(self.recompute_s)}, "
+                f"disk {ms(self.transfer_s)}")
+
+
+def _describe(n: Node) -> str:
+    return f"%{n.id} {n.op} {n.dtype.name}{list(n.shape)}"
+
+
+@dataclass
+class _Offload:
+    """Offload `node` after its last reader before the peak, reload it before its first reader after."""
+
+    node: Node
+    at: int
+    saved: int
+    seconds: float
+    recompute: float | None = None
+
+    @property
+    def footprint(self) -> set[Node]:
+        return {self.node}
+
+    def decision(self, state: _State) -> TierChoice:
+        return TierChoice(_describe(self.node), self.saved, "offload", self.recompute, self.seconds)
+
+
+def _offloads(state: _State, peak: int) -> list[_Offload]:
+    """Every value live across step `peak` without being read there that the disk tier could hold."""
+    out = []
+    for n in state.alone:
+        first, last = state.live.spans[n]
+        if not first < peak < last or n.op == "storage" or peak in state.readers[n]:
+            continue
+        at = min(r for r in state.readers[n] if r > peak)
+        size = state.live.sizes[n]
+        if size:
+            out.append(_Offload(n, at, size, transfer_seconds(size)))
+    return out
+
+
+def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers: str) -> list:
+    """The moves one greedy round weighs, best first: recompute choices, offloads, or per value the cheaper."""
+    if tiers == "never":
+        return _choices(graph, state, peak, copies, futile)
+    offloads = _offloads(state, peak)
+    if tiers == "disk":
+        return sorted(offloads, key=lambda c: (-c.saved, c.node.id))
+    remat = {c.node: c for c in _choices(graph, state, peak, copies, futile)}
+    picked: list = []
+    for off in offloads:
+        rc = remat.pop(off.node, None)
+        if rc is not None:
+            rc_s = recompute_seconds(rc.clones)
+            if rc_s <= off.seconds:
+                rc.seconds, rc.transfer = rc_s, off.seconds
+                picked.append(rc)
+                continue
+            off.recompute = rc_s
+        picked.append(off)
+    for rc in remat.values():
+        rc.seconds, rc.transfer = recompute_seconds(rc.clones), None
+        picked.append(rc)
+    return sorted(picked, key=lambda c: (-c.saved / (c.seconds + 1e-9), c.node.id))
+
+
+def _place_offloads(graph: Graph, state: _State, moves: list[_Offload]) -> None:
+    """Add each move's offload, prefetch and reload nodes and put them where they belong in the schedule.
+
+    The offload runs right after the value's last reader before the peak, the
+    reload right before its first reader after it (every later reader reads
+    the reloaded copy), and the prefetch early enough before the reload that
+    the cost model's transfer time is covered by the compute in between.
+    """
+    if not moves:
+        return
+    order = state.live.order
+    after: dict[Node, list[Node]] = {}
+    before: dict[Node, list[Node]] = {}
+    new: set[Node] = set()
+    for mv in moves:
+        n = mv.node
+        early = max((r for r in state.readers[n] if r < mv.at), default=state.pos[n])
+        key = next(_key_counter)
+        tok = graph.add_node("storage", [n], {"action": "offload", "key": key})
+        pre = graph.add_node("storage", [tok], {"action": "prefetch", "key": key})
+        back = graph.add_node("storage", [pre], {"action": "reload", "key": key, "shape": tuple(n.shape),
+                                                  "dtype": n.dtype})
+        for reader in graph.consumers(n):
+            if reader in state.pos and state.pos[reader] >= mv.at:
+                for k, i in enumerate(reader.inputs):
+                    if i is n:
+                        graph.set_input(reader, k, back)
+        # The prefetch goes back from the reload over steps whose estimated time covers the read.
+        lead, covered = mv.at, 0.0
+        while lead - 1 > early and covered < mv.seconds / 2:
+            lead -= 1
+            step = order[lead]
+            if step.op not in ("input", "storage") and step.op not in CONSTANT_OPS:
+                covered += recompute_seconds([step])
+        after.setdefault(order[early], []).append(tok)
+        before.setdefault(order[lead], []).append(pre)
+        before.setdefault(order[mv.at], []).append(back)
+        new |= {tok, pre, back}
+    sched: list[Node] = []
+    for m in graph.topological_order():
+        if m in new:
+            continue
+        sched += before.get(m, [])
+        sched.append(m)
+        sched += after.get(m, [])
+    # The schedule is the graph's insertion order whenever that order is topological.
+    graph._nodes = dict.fromkeys(sched)
 
 
 def _boundaries(live: MemoryPlan, crossing: list[Node], fwd_last: dict[Node, int], peak: int,
@@ -492,7 +742,7 @@ def _boundaries(live: MemoryPlan, crossing: list[Node], fwd_last: dict[Node, int
     return cuts
 
 
-def _segment(graph: Graph, k: int) -> tuple[list[int], dict[Node, list[Node]]]:
+def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list, dict[Node, list[Node]]]:
     """Chen et al.'s checkpointing with `k` segments, applied to `graph` in place.
 
     The forward (the schedule before the live-bytes peak) is cut into `k`
@@ -500,7 +750,8 @@ def _segment(graph: Graph, k: int) -> tuple[list[int], dict[Node, list[Node]]]:
     (the checkpoints), and every other value of segments 1..k-1 that lives
     across the peak is recomputed once, from the checkpoints, for its readers
     after the peak. The last segment is kept: its backward starts at once.
-    Returns [values, recomputed nodes, extra FLOPs] and original -> clones.
+    Returns the stats (`_STATS`) and original -> clones; each recomputed value
+    goes to `decisions`.
     """
     state = _State(graph)
     live, pos = state.live, state.pos
@@ -514,7 +765,7 @@ def _segment(graph: Graph, k: int) -> tuple[list[int], dict[Node, list[Node]]]:
     cuts = _boundaries(live, crossing, fwd_last, peak, k)
     kept = {n for n in fwd_last for b in cuts if pos[n] < b <= fwd_last[n]}  # The checkpoints.
     crossing_set = set(crossing)
-    stats = [0, 0, 0]
+    stats = [0] * len(_STATS)
     copies: dict[Node, list[Node]] = {}
     for lo, hi in zip([0, *cuts], cuts):
         targets = [n for n in crossing if lo <= pos[n] < hi and n not in kept]
@@ -545,11 +796,18 @@ def _segment(graph: Graph, k: int) -> tuple[list[int], dict[Node, list[Node]]]:
         stats[0] += len(targets)
         stats[1] += len(need)
         stats[2] += sum(flops(n) for n in need)
+        seconds = recompute_seconds(need)
+        stats[5] += seconds
+        if decisions is not None:
+            total = sum(live.sizes[n] for n in targets) or 1
+            decisions += [TierChoice(_describe(n), live.sizes[n], "recompute", seconds * live.sizes[n] / total, None)
+                          for n in targets]
     _prune_dead(graph)
     return stats, copies
 
 
-def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Graph, RematReport]:
+def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str = "never"
+                  ) -> tuple[Graph, RematReport]:
     """`graph` edited so its planned arena fits `budget` bytes, and what was done; see the module docstring.
 
     Weighs the greedy against Chen's segmentation (`SEGMENT_COUNTS` segments,
@@ -574,8 +832,11 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Grap
     (16384, 12288, 1)
     """
     before = plan_memory(graph)
+    if offload not in OFFLOAD_MODES:
+        raise LoomValueError(f"loom: offload must be one of {OFFLOAD_MODES} ('never': recompute only, 'disk': "
+                             f"offload only, 'auto': the cheaper per value), got {offload!r}")
     report = RematReport(budget, before.arena_bytes, before.arena_bytes, before.lower_bound,
-                         before.lower_bound, strict=strict, strategy="none")
+                         before.lower_bound, strict=strict, strategy="none", offload=offload)
     plan = before
     if before.arena_bytes > budget:
         sched = graph.copy()
@@ -585,33 +846,44 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False) -> tuple[Grap
             graph, plan, report.rescheduled = sched, sched_plan, moved
             report.arena_rescheduled = sched_plan.arena_bytes
     if plan.arena_bytes > budget:
-        # (arena, extra FLOPs, name, graph, plan, stats) per plan weighed. Segmentations first (cheap);
-        # the greedy finishes one that misses only while it could still beat the best fit found.
-        found: list[tuple[int, int, str, Graph, MemoryPlan, list[int]]] = []
-        segmented = []
-        for k in SEGMENT_COUNTS:
-            g = graph.copy()
-            stats, copies = _segment(g, k)
-            if stats[0]:
-                segmented.append((stats[2], k, g, plan_memory(g), stats, copies))
-        for extra, k, g, p, stats, copies in sorted(segmented, key=lambda c: (c[0], c[1])):
-            name = f"segments({k})"
-            if p.arena_bytes > budget:
-                best_fit = min((f[1] for f in found if f[0] <= budget), default=None)
-                if best_fit is not None and extra >= best_fit:
-                    found.append((p.arena_bytes, extra, name, g, p, stats))
-                    continue
-                g, p, more = _greedy(g, budget, p, copies)
-                stats = [a + b for a, b in zip(stats, more)]
-                name += "+greedy" if more[0] else ""
-            found.append((p.arena_bytes, stats[2], name, g, p, stats))
-        g, p, stats = _greedy(graph.copy(), budget, plan, {})
-        found.append((p.arena_bytes, stats[2], "greedy", g, p, stats))
-        report.candidates = [(name, arena, extra, arena <= budget) for arena, extra, name, *_ in found]
+        # (arena, cost, name, graph, plan, stats, decisions) per plan weighed; the cost is the extra FLOPs
+        # (recomputation only) or the cost model's extra seconds (with the disk tier). Segmentations first
+        # (cheap); the greedy finishes one that misses only while it could still beat the best fit found.
+        timed = offload != "never"
+        found: list[tuple] = []
+        if offload != "disk":
+            segmented = []
+            for k in SEGMENT_COUNTS:
+                g, dec = graph.copy(), []
+                stats, copies = _segment(g, k, dec)
+                if stats[0]:
+                    segmented.append((stats[5 if timed else 2], k, g, plan_memory(g), stats, copies, dec))
+            for cost, k, g, p, stats, copies, dec in sorted(segmented, key=lambda c: (c[0], c[1])):
+                name = f"segments({k})"
+                if p.arena_bytes > budget:
+                    best_fit = min((f[1] for f in found if f[0] <= budget), default=None)
+                    if best_fit is not None and cost >= best_fit:
+                        found.append((p.arena_bytes, cost, name, g, p, stats, dec))
+                        continue
+                    g, p, more = _greedy(g, budget, p, copies, offload, dec)
+                    stats = [a + b for a, b in zip(stats, more)]
+                    name += ("+offload" if more[3] else "") + ("+greedy" if more[0] else "")
+                found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
+            dec = []
+            g, p, stats = _greedy(graph.copy(), budget, plan, {}, offload, dec)
+            name = "greedy" if not stats[3] else "offload+greedy" if stats[0] else "offload"
+            found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
+        if offload != "never":
+            dec = []
+            g, p, stats = _greedy(graph.copy(), budget, plan, {}, "disk", dec)
+            found.append((p.arena_bytes, stats[5], "offload", g, p, stats, dec))
+        report.candidates = [(name, arena, st[2], arena <= budget, st[4], st[5])
+                             for arena, _, name, _, _, st, _ in found]
         fits = [f for f in found if f[0] <= budget]
-        arena, _, report.strategy, graph, plan, stats = (
+        arena, _, report.strategy, graph, plan, stats, report.tiers = (
             min(fits, key=lambda f: (f[1], f[0])) if fits else min(found, key=lambda f: (f[0], f[1])))
-        report.values, report.recomputed, report.extra_flops = stats
+        (report.values, report.recomputed, report.extra_flops, report.offloaded, report.offload_bytes,
+         report.seconds) = stats
     elif report.rescheduled:
         report.strategy = "schedule"
     report.arena_after, report.lower_bound_after = plan.arena_bytes, plan.lower_bound

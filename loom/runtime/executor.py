@@ -31,7 +31,7 @@ from loom.errors import DTypeError, GraphError, LoomError, ShapeError, fmt_shape
 from loom.ir import ops
 from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
-from loom.runtime import native, reference, threads, toolchain
+from loom.runtime import native, reference, storage, threads, toolchain
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _CONV_OPS = frozenset({"conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d_index"})
@@ -173,6 +173,8 @@ class Executable:
                 fn = _matmul(n)
             elif n.op in _CONV_OPS:
                 fn = _conv(n, self.tools)
+            elif n.op == "storage":
+                fn = storage.step(n)  # Disk tier: offload, prefetch, reload straight into the arena.
             elif n.op in ops.PRIMITIVES:
                 fn = _reference(n)
             else:

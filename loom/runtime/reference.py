@@ -11,7 +11,7 @@ from loom import dtypes as dt
 from loom.ir.node import Node
 from loom import profiler as _profiler
 from loom.ir.ops import PRIMITIVES
-from loom.runtime import threads
+from loom.runtime import dtr, threads
 
 _UPCAST = (dt.bfloat16, dt.float16)
 
@@ -116,6 +116,9 @@ def realize(targets: Iterable[Node]) -> None:
     """Compute every pending node behind `targets`, turning each into a buffer node."""
     order = pending_order(targets)
     flipped = _transposed_products(order)
+    pool = dtr.ACTIVE
+    if pool is not None:
+        pool.begin()
     with np.errstate(all="ignore"):
         for k in range(len(order)):
             # The order list lets go of each node as it is computed, and a computed node lets go of
@@ -123,9 +126,20 @@ def realize(targets: Iterable[Node]) -> None:
             # PyTorch frees it, instead of living until the whole pending graph is done.
             node = order[k]
             order[k] = None
+            if pool is not None:
+                if node.buffer is not None:
+                    continue  # Computed already, as an input of a value the memory budget evicted.
+                pool.before(node)
+                evicted = [i for i in node.inputs if i.buffer is None]
+                if evicted:
+                    realize(evicted)  # Read after the budget evicted them: computed again (same bits).
+                    del evicted
+                recipe = (node.op, node.inputs, node.attrs, node.depth)
+                t_start = dtr.timer()
             arrays = [i.buffer for i in node.inputs]
-            ufunc = _IN_PLACE.get(node.op)
-            if flipped and node.id in flipped:
+            # Under a memory budget a recipe may read an input again later: never write over one.
+            ufunc = _IN_PLACE.get(node.op) if pool is None else None
+            if flipped and node.id in flipped and (pool is None or not pool.known(node)):
                 ufunc = _TRANSPOSED_MATMUL
             if _profiler.ACTIVE is not None:
                 t0 = _profiler.now_us()
@@ -137,8 +151,11 @@ def realize(targets: Iterable[Node]) -> None:
                 out = out.copy()  # A value, not a window onto memory that may change.
             del arrays
             node.buffer = out
-            del out  # So that the next node may reuse this value's memory once it is dead (`_compute`).
             node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
+            if pool is not None:
+                pool.after(node, *recipe, out, dtr.timer() - t_start, ufunc is not _TRANSPOSED_MATMUL)
+                del recipe
+            del out  # So that the next node may reuse this value's memory once it is dead (`_compute`).
 
 
 # Elementwise primitives that are exactly these ufuncs: on float inputs of the output's dtype and shape,

@@ -286,7 +286,7 @@ def test_segmentation_alone_is_bit_identical(small_gpt, monkeypatch):
     """With the greedy switched off, the plan is Chen's segmentation; losses and parameters stay the same bits."""
     from loom.compiler import remat
 
-    monkeypatch.setattr(remat, "_greedy", lambda graph, budget, plan, copies: (graph, plan, [0, 0, 0]))
+    monkeypatch.setattr(remat, "_greedy", lambda graph, budget, plan, copies, *tiers: (graph, plan, [0] * 6))
     build, data = small_gpt
     base_losses, base_params, base_fn = _run(build, data, 3)
     budget = int(_arena(base_fn) * 0.5)
@@ -305,7 +305,7 @@ def test_reschedule_pulls_weight_gradients_forward_bit_identically(small_gpt, mo
     from loom.compiler import remat
 
     monkeypatch.setattr(remat, "SEGMENT_COUNTS", ())
-    monkeypatch.setattr(remat, "_greedy", lambda graph, budget, plan, copies: (graph, plan, [0, 0, 0]))
+    monkeypatch.setattr(remat, "_greedy", lambda graph, budget, plan, copies, *tiers: (graph, plan, [0] * 6))
     build, data = small_gpt
     base_losses, base_params, base_fn = _run(build, data, 3)
     with warnings.catch_warnings():

@@ -116,6 +116,10 @@ def every_primitive_graph():
     outs += [half, add("fft_c2r", [half], axes=(0, 1), n=5)]
     outs.append(add("argsort", [x], axis=1, descending=True))
     outs.append(add("argsort", [i], axis=0, descending=False))
+    # The disk tier: offload, prefetch and reload give back the value bit for bit.
+    tok = add("storage", [add("exp", [x])], action="offload", key=90001)
+    outs.append(add("storage", [add("storage", [tok], action="prefetch", key=90001)], action="reload", key=90001,
+                    shape=(3, 4), dtype=F32))
     outs.append(add("check", [idx], user_op="gather", low=0, high=3, closed=False, ignore=None, error="index",
                     positive_rows=False, message="loom.gather: index {value} is out of bounds", rows_message=""))
     outs.append(add("check", [add("abs", [x])], user_op="multinomial", low=0.0, high=math.inf, closed=False,

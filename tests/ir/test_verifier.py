@@ -221,7 +221,7 @@ for _op in ("sum", "prod", "max", "min"):
     ])
 
 # Primitives whose rules are tested elsewhere in this file (graph inputs, constants, subgraph ops).
-SPECIAL = {"input", "buffer", "fused", "while_loop"}
+SPECIAL = {"input", "buffer", "fused", "while_loop", "storage"}  # storage: tests/runtime/test_storage.py
 CASES = [(op, k) for op in sorted(TABLE) for k in range(len(TABLE[op][2]))]
 
 

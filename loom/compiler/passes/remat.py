@@ -12,7 +12,8 @@ def remat(graph: Graph) -> Graph:
 
     Runs only when asked (``loom.function(..., memory_budget=...)`` puts it
     before ``memory``); the budget is ``graph.meta["memory_budget"]`` as
-    ``(bytes, strict)`` and the outcome goes to ``graph.meta["remat"]``.
+    ``(bytes, strict)``, the disk tier setting ``graph.meta["offload"]``
+    (``"never"`` when absent) and the outcome goes to ``graph.meta["remat"]``.
 
     Examples
     --------
@@ -30,6 +31,6 @@ def remat(graph: Graph) -> Graph:
     if budget is None:
         return graph
     nbytes, strict = budget
-    graph, report = rematerialize(graph, nbytes, strict)
+    graph, report = rematerialize(graph, nbytes, strict, graph.meta.get("offload") or "never")
     graph.meta["remat"] = report
     return graph

@@ -43,7 +43,8 @@ def bools(shape=(4, 6), seed=0):
 
 
 def test_every_primitive_is_lowered():
-    missing = sorted(set(PRIMITIVES) - SUPPORTED)
+    # "storage" (the disk tier) is only inserted by the c backend's remat pass, never handed to a plugin.
+    missing = sorted(set(PRIMITIVES) - SUPPORTED - {"storage"})
     assert not missing, f"primitives the XLA plugin does not lower: {missing}"
 
 

@@ -1,0 +1,132 @@
+"""memory_budget with the disk tier: offload="disk" / "auto" keep results bit-identical and report each choice."""
+import warnings
+
+import numpy as np
+import pytest
+
+import loom
+from loom.compiler.memory import plan_memory
+from loom.compiler.remat import TierChoice, rematerialize
+from loom.runtime import storage
+from loom.runtime.executor import Executable
+from tests.compiler.test_memory_budget import _arena, _assert_same, _chain_graph, _mlp, _mlp_data, small_gpt  # noqa: F401
+
+
+def _train(build, data, steps, budget=None, offload="never"):
+    model, step = build()
+    fn = loom.function(step, memory_budget=budget, offload=offload)
+    losses = [fn(*data[k % len(data)]).detach().numpy().copy() for k in range(steps)]
+    params = [p.detach().numpy().copy() for p in model.parameters()]
+    return losses, params, fn
+
+
+def _storage_nodes(fn):
+    (entry,) = fn._cache.values()
+    return [n.attrs["action"] for n in entry.exe.graph.topological_order() if n.op == "storage"]
+
+
+def test_offload_on_a_hand_made_graph_places_offload_prefetch_reload_in_order():
+    g = _chain_graph()
+    x = np.random.default_rng(0).standard_normal(1024).astype(np.float32)
+    want = Executable(g.copy(), plan_memory(g))(x)[0]
+    budget = 3 * 4096 + 128  # Room for the two one-byte tokens (64-byte aligned) beside three values.
+    h, report = rematerialize(g.copy(), budget, offload="disk")
+    assert report.met and report.strategy == "offload" and report.offloaded == 1 and report.values == 0
+    assert report.offload_bytes == 4096 and report.arena_after <= budget < report.arena_before
+    order = h.topological_order()
+    acts = [(k, n.attrs["action"]) for k, n in enumerate(order) if n.op == "storage"]
+    assert [a for _, a in acts] == ["offload", "prefetch", "reload"]
+    off, pre, back = (k for k, _ in acts)
+    reload_node = order[back]
+    # The reloaded copy is read by every late reader; the original dies at the offload.
+    assert reload_node.shape == (1024,) and all(order.index(c) > back for c in h.consumers(reload_node))
+    assert off < pre <= back
+    got = Executable(h, plan_memory(h))(x)[0]
+    assert got.tobytes() == want.tobytes()
+    assert storage.disk().keys() == []  # Every file is deleted once reloaded.
+    (choice,) = report.tiers
+    assert isinstance(choice, TierChoice) and choice.choice == "offload" and choice.nbytes == 4096
+    assert "offload" in str(report) and "disk 0." in str(report)
+
+
+def test_offload_setting_is_checked():
+    with pytest.raises(loom.LoomValueError, match="offload must be"):
+        loom.function(lambda x: x, memory_budget="1MB", offload="tape")
+    with pytest.raises(loom.LoomValueError, match="offload must be one of"):
+        rematerialize(_chain_graph(), 4096, offload="ssd")
+
+
+@pytest.mark.parametrize("offload", ["disk", "auto"])
+def test_mlp_training_under_a_budget_with_the_disk_tier_is_bit_identical(offload):
+    data = _mlp_data()
+    base_losses, base_params, base_fn = _train(_mlp, data, 4)
+    budget = int(_arena(base_fn) * 0.6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", loom.LoomWarning)
+        losses, params, fn = _train(_mlp, data, 4, budget, offload)
+    (report,) = fn.memory_reports
+    assert report.met and _arena(fn) <= budget and report.offload == offload
+    _assert_same(losses, base_losses)
+    _assert_same(params, base_params)
+    acts = _storage_nodes(fn)
+    assert len(acts) == 3 * report.offloaded
+    if offload == "disk":
+        assert report.offloaded > 0 and report.values == 0 and acts.count("reload") == report.offloaded
+    # Every value moved off the peak is listed with its choice and the cost model's figures.
+    assert len(report.tiers) == report.offloaded + report.values
+    text = fn.explain()
+    assert f"storage tiers (offload='{offload}')" in text and "least estimated time" in text
+
+
+def test_auto_picks_per_value_by_the_cost_model(monkeypatch):
+    """A slow disk makes every value recomputed, a fast one offloaded: the setting, not the code, decides."""
+    data = _mlp_data()
+    *_, base_fn = _train(_mlp, data, 2)
+    budget = int(_arena(base_fn) * 0.6)
+    monkeypatch.setattr(storage, "_BW", [1e3])         # 1 kB/s: recomputing always wins.
+    *_, slow = _train(_mlp, data, 2, budget, "auto")
+    (r,) = slow.memory_reports
+    assert r.offloaded == 0 and r.values > 0 and all(t.choice == "recompute" for t in r.tiers)
+    assert any(t.transfer_s is not None and t.transfer_s > t.recompute_s for t in r.tiers)
+    monkeypatch.setattr(storage, "_BW", [1e15])        # Free transfers: offloading always wins.
+    *_, fast = _train(_mlp, data, 2, budget, "auto")
+    (r,) = fast.memory_reports
+    assert r.offloaded > 0 and r.strategy.startswith("offload")
+    assert any(t.choice == "offload" and t.recompute_s is not None for t in r.tiers)
+
+
+def test_gpt_step_under_a_quarter_of_its_arena_with_disk_offload_is_bit_identical(small_gpt):  # noqa: F811
+    build, data = small_gpt
+    base_losses, base_params, base_fn = _train(build, data, 3)
+    budget = _arena(base_fn) // 4
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always", loom.LoomWarning)
+        losses, params, fn = _train(build, data, 3, budget, "disk")
+    (report,) = fn.memory_reports
+    assert report.offloaded > 0 and _arena(fn) < _arena(base_fn)
+    _assert_same(losses, base_losses)
+    _assert_same(params, base_params)
+    assert storage.disk().keys() == []
+
+
+def _matmul_chain():
+    """`a` is read first and last; matmuls do not fuse, so it stays live across every step between."""
+    g = loom.ir.Graph()
+    x = g.add_input((64, 64), "float32")
+    a = g.add_node("matmul", [x, x])
+    b = g.add_node("matmul", [a, a])
+    c = g.add_node("matmul", [b, b])
+    d = g.add_node("matmul", [c, c])
+    g.outputs = [g.add_node("matmul", [g.add_node("add", [d, c]), a])]
+    return g
+
+
+@pytest.mark.parametrize("offload", ["disk", "auto"])
+def test_compiler_explain_lists_the_choice_per_value(offload, monkeypatch):
+    monkeypatch.setattr(storage, "_BW", [1e15])  # Free transfers: "auto" offloads too.
+    full = loom.compiler.explain(_matmul_chain()).memory.arena_bytes
+    text = str(loom.compiler.explain(_matmul_chain(), memory_budget=full - 16384 + 128, offload=offload))
+    assert "== rematerialisation ==" in text and f"storage tiers (offload='{offload}'): 1 values offloaded" in text
+    line = next(row for row in text.splitlines() if "float32[64, 64]" in row and "offload " in row)
+    assert "16.00 KiB" in line and "recompute" in line and "disk" in line  # Both estimates beside the choice.
+    assert "storage" in text  # The offload, prefetch and reload nodes appear in the pass listing.
