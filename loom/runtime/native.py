@@ -301,6 +301,13 @@ class NativeProgram:
         for s in out_slots:
             last[s] = len(steps)
         gemm_args = {a for st in steps if st.node.op == "matmul" for a in st.args}
+        found = iter(exe.kernels)  # The executor made one kernel per fused step, in step order.
+        self._kernels = [next(found) if st.node.op == "fused" else None for st in steps]
+        kernel_reads: dict[int, list] = {}  # Slot -> (kernel, argument index) of the fused steps reading it.
+        for st, kern in zip(steps, self._kernels):
+            if kern is not None:
+                for j, a in enumerate(st.args):
+                    kernel_reads.setdefault(a, []).append((kern, j))
         writes = np.zeros((3, len(steps)), np.int64)  # Per step: whether it writes the arena, from, to.
         for j, st in enumerate(steps):
             loc = own[st.out]
@@ -316,7 +323,8 @@ class NativeProgram:
                 locs[s] = own[s]
                 if s in free and st.args[0] in locs:
                     view = _view_of(st.node, locs[st.args[0]])
-                    if view is not None and (s not in gemm_args or self._gemm_ok(view)):
+                    if view is not None and (s not in gemm_args or self._gemm_ok(view)) and \
+                            _kernels_read(view, kernel_reads.get(s, ())):
                         view.src, view.node = st.args[0], st.node
                         locs[s] = view
                         root[s] = root.get(st.args[0], st.args[0])
@@ -342,8 +350,6 @@ class NativeProgram:
         self._index_records: dict[int, list[int] | None] = {}
         self._ctxs: list[_Ctx] = []
         self._tools = exe.tools
-        found = iter(exe.kernels)  # The executor made one kernel per fused step, in step order.
-        self._kernels = [next(found) if st.node.op == "fused" else None for st in steps]
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
 
@@ -743,6 +749,37 @@ def _profiled(call, n: int):
         _profiler.record(f"native steps {start}-{min(k, n) - 1}", "native", t0, _profiler.now_us(), steps=k - start)
         return k
     return run
+
+
+def _kernels_read(view: _Loc, reads) -> bool:
+    """Whether every kernel reading `view` walks it through strides as it would a contiguous array: a view
+    that a kernel's movement chain would have to copy is better made once by a copy step."""
+    for kern, j in reads:
+        spec = getattr(kern, "spec", None)
+        if spec is None:
+            continue
+        for lf in spec.leaves:
+            if lf.input == j and _chain_copies(view, lf.chain) and \
+                    not _chain_copies(_Loc(0, 0, view.shape, _contiguous(view.shape, view.dtype.itemsize),
+                                           view.dtype), lf.chain):
+                return False
+    return True
+
+
+def _chain_copies(loc: _Loc, chain) -> bool:
+    """Whether NumPy copies when it applies the movement nodes `chain` to an array laid out as `loc`."""
+    base = np.zeros(1, loc.dtype)
+    array = np.lib.stride_tricks.as_strided(base, loc.shape, loc.strides)
+    for m in chain:
+        if m.op == "pad":
+            return True
+        try:
+            array = _apply_view(m, array)
+        except ValueError:  # A reshape that needs a copy.
+            return True
+        if array.size and not np.may_share_memory(array, base):
+            return True
+    return False
 
 
 def _index_dtype(loc: _Loc) -> bool:
