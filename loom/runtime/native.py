@@ -286,6 +286,14 @@ class NativeProgram:
                     strides = v.strides[:-2] + (v.strides[-1], v.strides[-2])
                     own[src.out] = _Loc(v.base, 0, src.node.shape, strides, v.dtype)
                     into_output.add(st.out)
+            elif node.op == "permute" and src is not None and readers.get(src.out) == 1 and \
+                    src.node.op in ("matmul", "fused") and src.out not in self._out_base and \
+                    st.out not in self._out_base and own[src.out].base == 0:
+                # The producer writes in the permuted layout, so the permute (a head split or merge) is a
+                # view of contiguous memory, not a transpose copy.
+                laid = _permuted(own[src.out], tuple(node.attrs["perm"]), src.node.op == "matmul")
+                if laid is not None:
+                    own[src.out] = laid
         for st in steps:
             loc = own[st.out]
             if loc.base == 0:
@@ -546,7 +554,10 @@ class NativeProgram:
         view = ctx.views.get(s)
         if view is None:
             nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
-            view = ctx.views[s] = ctx.arena[loc.off:loc.off + nbytes].view(loc.dtype).reshape(loc.shape)
+            view = ctx.arena[loc.off:loc.off + nbytes].view(loc.dtype).reshape(loc.shape)
+            if view.strides != loc.strides:  # A producer writing in its permute reader's layout.
+                view = np.lib.stride_tricks.as_strided(view, loc.shape, loc.strides)
+            ctx.views[s] = view
         return view
 
     def _run_python(self, step: _Step, objs, ctx: _Ctx) -> None:
@@ -749,6 +760,19 @@ def _profiled(call, n: int):
         _profiler.record(f"native steps {start}-{min(k, n) - 1}", "native", t0, _profiler.now_us(), steps=k - start)
         return k
     return run
+
+
+def _permuted(loc: _Loc, perm: tuple, gemm: bool) -> _Loc | None:
+    """`loc`'s memory holding its value laid out so that permuting it by `perm` gives a C-contiguous array; None
+    when a GEMM could not write it (neither of its last two dims has unit stride)."""
+    shape = tuple(loc.shape)
+    dense = _contiguous([shape[p] for p in perm], loc.dtype.itemsize)
+    strides = [0] * len(shape)
+    for k, p in enumerate(perm):
+        strides[p] = dense[k]
+    if gemm and (len(shape) < 2 or loc.dtype.itemsize not in (strides[-1], strides[-2])):
+        return None
+    return _Loc(loc.base, loc.off, shape, strides, loc.dtype)
 
 
 def _kernels_read(view: _Loc, reads) -> bool:
