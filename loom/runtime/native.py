@@ -195,10 +195,11 @@ def _copy_dims(shape, ss, ds) -> list[tuple[int, int, int]]:
 class _Step:
     """One table entry: what it is and how Python runs it when C does not."""
 
-    __slots__ = ("kind", "st", "args", "dst", "gemm")
+    __slots__ = ("kind", "st", "args", "dst", "gemm", "pre")
 
-    def __init__(self, kind, st, args, dst, gemm=None):
+    def __init__(self, kind, st, args, dst, gemm=None, pre=None):
         self.kind, self.st, self.args, self.dst, self.gemm = kind, st, args, dst, gemm
+        self.pre = pre  # For a GEMM epilogue's kernel: the whole GEMM Python reruns before it.
 
 
 class _Ctx:
@@ -360,6 +361,8 @@ class NativeProgram:
         self._tools = exe.tools
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
+        self._epilogue = exe.tools.gemm_epilogue() if self._blas is not None else None
+        self._pairs = self._epilogue_pairs(readers, index) if self._epilogue is not None else {}
 
     def _safe(self, r: int, index: dict, until: int, k: int, writes, own) -> bool:
         """Whether the memory of root slot `r` stays unwritten from step `k` through step `until`."""
@@ -440,6 +443,99 @@ class NativeProgram:
         if swap:
             return (int(isz == 8), 1 - lb[0], 1 - la[0], N, M, K, lb[1], la[1], ldc, b, a, c, batch, macs)
         return (int(isz == 8), la[0], lb[0], M, N, K, la[1], lb[1], ldc, a, b, c, batch, macs)
+
+    # ------------------------------------------------------------ GEMM epilogues
+    def _epilogue_pairs(self, readers: dict, index: dict) -> dict[int, int]:
+        """Matmul step -> the fused step that is its value's only reader and may run on its row blocks.
+
+        The kernel moves up to the GEMM: its other inputs are ready by then, and no step in between touches
+        its output's memory. Its output, C-contiguous like C, shares no bytes with the GEMM's operands or
+        with its other inputs (it may be C itself), and C none with its other inputs.
+        """
+        steps, locs = self._steps, self._locs
+        reader_of: dict[int, int] = {}
+        for j, st in enumerate(steps):
+            for a in st.args:
+                reader_of[a] = j
+        pairs = {}
+        for k, st in enumerate(steps):
+            if st.node.op != "matmul" or st.out in self._out_base or readers.get(st.out) != 1:
+                continue
+            k2 = reader_of[st.out]
+            fst = steps[k2]
+            if fst.node.op != "fused" or self._kernels[k2] is None or fst.out in self._virtual:
+                continue
+            g = self._gemm_plan(st)
+            if g is None or g[12] or g[9] is not locs[st.args[0]]:
+                continue  # Batched, or C stored transposed.
+            c, out = locs[st.out], locs[fst.out]
+            isz = c.dtype.itemsize
+            if out.dtype != c.dtype or tuple(c.strides) != _contiguous(c.shape, isz) or \
+                    tuple(out.strides) != _contiguous(out.shape, isz) or \
+                    int(np.prod(out.shape, dtype=np.int64)) != int(np.prod(c.shape, dtype=np.int64)):
+                continue
+            same_c = (out.base, out.off) == (c.base, c.off)
+            others = [self._root_loc(a) for a in fst.args if a != st.out]
+            if any(index.get(self._root(a), -1) >= k for a in fst.args if a != st.out):
+                continue
+            if self._overlaps(out, locs[st.args[0]]) or self._overlaps(out, locs[st.args[1]]) or \
+                    (self._overlaps(out, c) and not same_c) or any(self._overlaps(out, o) for o in others) or \
+                    any(self._overlaps(c, o) for o in others):
+                continue
+            between = [steps[j] for j in range(k + 1, k2) if steps[j].out not in self._virtual]
+            if any(self._overlaps(out, self._root_loc(x)) for b in between for x in [b.out, *b.args]):
+                continue
+            pairs[k] = k2
+        return pairs
+
+    def _root(self, s: int) -> int:
+        while self._locs[s].src >= 0:
+            s = self._locs[s].src
+        return s
+
+    def _root_loc(self, s: int) -> _Loc:
+        """The memory a value is read from: a free view's root."""
+        return self._locs[self._root(s)]
+
+    def _epilogue_records(self, st, k2: int, objs, ctx: _Ctx, keep) -> tuple[list, list] | None:
+        """The records of a matmul and its epilogue kernel as alternating row blocks, or None."""
+        kern, fst = self._kernels[k2], self._steps[k2]
+        if kern is None or not kern.ready:
+            return None
+        args = [self._value(a, objs, ctx) for a in fst.args]
+        out = self._value(fst.out, objs, ctx)
+        if not all(self._tools.kernel_usable(a) for a in args + [out]):
+            return None
+        plan = kern._plan(args, out)
+        if plan.meta is None or plan.copies:
+            return None
+        g = self._gemm_plan(st)
+        dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
+        isz = c.dtype.itemsize
+        bm = self._epilogue.block_rows(M, N, isz)
+        rows = [(r0, min(M, r0 + bm)) for r0 in range(0, M, bm)]
+        meta = plan.meta.copy()
+        meta[0] = meta[1] = 0  # The driver passes a table of pointers to data-pointer cells.
+        metas = self._epilogue.row_blocks(kern, meta, M * N, N, rows, isz)
+        if metas is None:
+            return None
+        fn = _address(kern._lib._handle.loom_call)
+        cells = [self._locs[fst.out]] + [self._locs[x] for x in fst.args]
+        records, steps = [], []
+        for (r0, r1), m in zip(rows, metas):
+            ga = _Loc(a.base, a.off + r0 * (1 if ta else lda) * isz, a.shape, a.strides, a.dtype)
+            gc = _Loc(c.base, c.off + r0 * ldc * isz, c.shape, c.strides, c.dtype)
+            gb = (dbl, ta, tb, r1 - r0, N, K, lda, ldb, ldc, ga, b, gc, [], (r1 - r0) * N * K)
+            records.append([_GEMM, dbl, ta, tb, r1 - r0, N, K, lda, ldb, ldc, ga.base, ga.off, b.base, b.off,
+                            gc.base, gc.off, 0, (r1 - r0) * N * K])
+            steps.append(_Step(_GEMM, st, st.args, st.out, gemm=gb))
+            keep.append(m)
+            rec = [_KERNEL, fn, m.ctypes.data, len(cells)]
+            for loc in cells:
+                rec += [loc.base, loc.off]
+            records.append(rec)
+            steps.append(_Step(_KERNEL, fst, fst.args, fst.out, pre=g))
+        return records, steps
 
     # ------------------------------------------------------------ index steps
     def _index_record(self, k: int, st) -> list[int] | None:
@@ -562,6 +658,8 @@ class NativeProgram:
 
     def _run_python(self, step: _Step, objs, ctx: _Ctx) -> None:
         st = step.st
+        if step.pre is not None:
+            self._gemm_python(step.pre, objs, ctx)
         dst = self._value(st.out, objs, ctx)
         if step.kind == _GEMM:
             self._gemm_python(step.gemm, objs, ctx)
@@ -596,10 +694,19 @@ class NativeProgram:
         steps: list[_Step] = []
         records: list[list[int]] = []
         keep: list[Any] = []
+        fused_done: set[int] = set()  # Kernels already run as a GEMM's epilogue.
         for k, st in enumerate(self._steps):
             s = st.out
-            if s in self._virtual:
+            if s in self._virtual or k in fused_done:
                 continue
+            k2 = self._pairs.get(k)
+            if k2 is not None and k not in self._forced and k2 not in self._forced and driver is not None:
+                pair = self._epilogue_records(st, k2, objs, ctx, keep)
+                if pair is not None:
+                    records += pair[0]
+                    steps += pair[1]
+                    fused_done.add(k2)
+                    continue
             op = st.node.op
             step = _Step(_PY, st, st.args, s)
             rec = [_PY]
@@ -738,7 +845,7 @@ class NativeProgram:
                     with self._lock:
                         self._forced.add(self._steps.index(step.st))
                         self._fast = None
-                step = _Step(_PY, step.st, step.args, step.dst)
+                step = _Step(_PY, step.st, step.args, step.dst, pre=step.pre)
             if _profiler.ACTIVE is not None:
                 t0 = _profiler.now_us()
                 self._run_python(step, objs, ctx)

@@ -56,3 +56,78 @@ def test_producer_writes_in_its_permute_layout(monkeypatch):
                    prog._locs[s.out].shape, 4)]
     assert {s.node.op for s in strided} == {"matmul", "fused"}
     assert native._COPY not in _kinds(exe)
+
+
+def _epilogue_kernels(exe):
+    """(GEMM records, kernel records that run as a GEMM's epilogue) of the native table."""
+    steps = exe._native._table[2]
+    return sum(s.kind == native._GEMM for s in steps), sum(s.kind == native._KERNEL and s.pre is not None
+                                                            for s in steps)
+
+
+def test_epilogues_run_on_row_blocks(monkeypatch):
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")  # 32 rows of 32 floats: blocks of 32, 32, 32, 4 rows.
+    rng = np.random.default_rng(1)
+    w = [loom.tensor(rng.standard_normal((24, 32)).astype(np.float32) * 0.3) for _ in range(6)]
+    bias = loom.tensor(rng.standard_normal(32).astype(np.float32))
+
+    def fn(x, r):
+        heads = [
+            F.relu(x @ w[0] + bias),             # Bias broadcast over rows, then an activation.
+            F.gelu(x @ w[1]),
+            (x @ w[2]).tanh() * 0.5,             # Activation and scaling.
+            (x @ w[3]).sigmoid(),
+            x @ w[4] + r,                        # Residual add.
+            F.softmax((x @ w[5]) * 0.25, -1),    # Read by two kernels (max, then exp and sum): no epilogue.
+        ]
+        return tuple(heads)
+
+    x = loom.tensor(rng.standard_normal((100, 24)).astype(np.float32))
+    r = loom.tensor(rng.standard_normal((100, 32)).astype(np.float32))
+    with loom.no_grad():
+        exe = _traced(fn, x, r)
+    _check(exe, monkeypatch, exact_vs_python=False)
+    gemms, epilogues = _epilogue_kernels(exe)
+    assert len(exe._native._pairs) == 5
+    assert (gemms, epilogues) == (5 * 4 + 1, 5 * 4), "each GEMM and its kernel as 4 alternating row blocks"
+    want = [np.maximum(x.numpy() @ w[0].numpy() + bias.numpy(), 0), None, None, None,
+            x.numpy() @ w[4].numpy() + r.numpy(), None]
+    got = exe(*[a.numpy() for a in (x, r, bias, *w)])  # The graph's inputs: the arguments, then captures.
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[4], want[4], rtol=1e-5, atol=1e-5)
+
+
+def test_training_step_epilogues_match_python_path(monkeypatch):
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "2048")
+    loom.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 5))
+    opt = loom.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    x, y = loom.randn(70, 20), loom.tensor(np.arange(70) % 5)
+    exe = _traced(step, x, y)
+    _check(exe, monkeypatch, exact_vs_python=False)
+    gemms, epilogues = _epilogue_kernels(exe)
+    # Blocks of 32 rows (the least): 3 per 32-wide layer, for two forward bias adds and two activation gradients.
+    assert epilogues >= 4 * 3, "forward bias adds and backward activation gradients run on row blocks"
+    assert gemms > 8
+
+
+def test_whole_gemm_then_epilogue_when_blocks_are_off(monkeypatch):
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "0")
+    rng = np.random.default_rng(2)
+    w = loom.tensor(rng.standard_normal((8, 16)).astype(np.float32))
+
+    def fn(x):
+        return F.relu(x @ w + 1.0)
+
+    with loom.no_grad():
+        exe = _traced(fn, loom.tensor(rng.standard_normal((64, 8)).astype(np.float32)))
+    _check(exe, monkeypatch, exact_vs_python=False)
+    assert _epilogue_kernels(exe) == (1, 1)

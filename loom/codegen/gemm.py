@@ -1,0 +1,84 @@
+"""GEMM epilogues: a fused kernel that only post-processes a GEMM's result runs on each row block right after it.
+
+When a matmul's value is read by one fused kernel alone (bias add, activation,
+residual add, scaling, a row softmax...), the native step (`loom.runtime.native`)
+runs the pair as alternating driver records: ``sgemm`` on a block of rows of
+C, then the kernel on the same rows while they are still in cache, instead of
+the whole GEMM followed by a kernel that reads C back from memory.
+
+This module cuts a kernel's argument block (`loom.codegen.kernel`) into row
+blocks. The kernel is not rebuilt: a block is the same argument block with
+the outermost output loop dim shortened and every pointer moved to the block's
+first element (the leaves' and the output's byte offsets, the pad guards'
+bases), so every object's data pointer and extent stay those of the whole
+call and the kernel's overlap and alignment checks answer as they would for
+it. Nothing depends on the kernel's source.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+BLOCK_BYTES_DEFAULT = 256 * 1024  # Bytes of C per row block: about half an L2 cache.
+
+
+def block_bytes() -> int:
+    """Bytes of C per GEMM row block (``LOOM_GEMM_BLOCK_BYTES``; 0 runs each GEMM whole, then its epilogue)."""
+    try:
+        return max(0, int(os.environ.get("LOOM_GEMM_BLOCK_BYTES", BLOCK_BYTES_DEFAULT)))
+    except ValueError:
+        return BLOCK_BYTES_DEFAULT
+
+
+def block_rows(M: int, N: int, itemsize: int) -> int:
+    """Rows of C per block: a multiple of 16 (the GEMM micro-kernels' row unroll) near `block_bytes`."""
+    want = block_bytes() // max(1, N * itemsize)
+    if want >= M or block_bytes() == 0:
+        return M
+    return max(32, want // 16 * 16)
+
+
+def row_blocks(kern, meta: np.ndarray, elems: int, row_elems: int, rows: list[tuple[int, int]],
+               itemsize: int) -> list[np.ndarray] | None:
+    """One argument block per row range of `rows` for a kernel whose full-call argument block is `meta`.
+
+    The kernel's output is C-contiguous with `elems` elements; a row of C is
+    `row_elems` of them, and rows ``[r0, r1)`` are its elements
+    ``[r0 * row_elems, r1 * row_elems)``. Returns None when the kernel's
+    outermost output loop dim does not walk the output in whole rows.
+    """
+    spec = getattr(kern, "spec", None)
+    if spec is None or meta is None:
+        return None
+    nslot, nobj = int(meta[2]), int(meta[3])
+    kpos = 4 + 2 * nslot + 4 * nobj
+    lay = spec.layout.offsets()
+    NO, L = spec.n_o, spec.n_o + spec.n_r
+    n = meta[kpos + lay["n"][0]:kpos + lay["n"][0] + L]
+    os_ = meta[kpos + lay["os"][0]:kpos + lay["os"][0] + NO]
+    ls = meta[kpos + lay["ls"][0]:kpos + lay["ls"][0] + len(spec.leaves) * L].reshape(-1, L) \
+        if spec.leaves else np.zeros((0, L), np.int64)
+    outer = [d for d in range(NO) if n[d] != 1]
+    if not outer:
+        return None
+    D = outer[0]
+    step = int(os_[D])
+    if step <= 0 or int(n[D]) * step != elems or (spec.accs and D == NO - 1):
+        return None  # Not the whole output in order, or a reduction's own inner dim.
+    ng = sum(len(g.sizes) for g in spec.guards)
+    gb0, gc0 = lay["gb"][0], lay["gc"][0]
+    out = []
+    for r0, r1 in rows:
+        if (r0 * row_elems) % step or (r1 * row_elems) % step:
+            return None
+        i0, i1 = r0 * row_elems // step, r1 * row_elems // step
+        m = meta.copy()
+        m[kpos + lay["n"][0] + D] = i1 - i0
+        m[5] += i0 * step * itemsize  # Slot 0 is the output: its byte offset.
+        for k, lf in enumerate(spec.leaves):
+            m[5 + 2 * (k + 1)] += i0 * int(ls[k, D]) * lf.dtype.np.itemsize
+        for g in range(ng):
+            m[kpos + gb0 + g] += i0 * int(meta[kpos + gc0 + g * L + D])
+        out.append(m)
+    return out
