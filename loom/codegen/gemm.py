@@ -13,12 +13,17 @@ first element (the leaves' and the output's byte offsets, the pad guards'
 bases), so every object's data pointer and extent stay those of the whole
 call and the kernel's overlap and alignment checks answer as they would for
 it. Nothing depends on the kernel's source.
+
+It also holds the driver's GEMM on float16/bfloat16 operands (`DRIVER_SOURCE`):
+blocks converted to float32, ``sgemm``, the result rounded once.
 """
 from __future__ import annotations
 
 import os
 
 import numpy as np
+
+from . import half
 
 BLOCK_BYTES_DEFAULT = 256 * 1024  # Bytes of C per row block: about half an L2 cache.
 
@@ -82,3 +87,64 @@ def row_blocks(kern, meta: np.ndarray, elems: int, row_elems: int, rows: list[tu
             m[kpos + gb0 + g] += i0 * int(meta[kpos + gc0 + g * L + D])
         out.append(m)
     return out
+
+
+# The step driver's half-precision GEMM (record 9, `loom.codegen.driver`): each operand converted to float32 in
+# scratch memory of the arena, ``sgemm``, the result rounded back. Record: ``[9, bfloat16?, transa, transb, M, N,
+# K, lda, ldb, ldc, (base, offset) for A, B and C, batch dims, multiply-adds, (base, offset) of the scratch,
+# (size, A, B, C byte strides) per batch dim]``.
+DRIVER_SOURCE = r"""
+#include <math.h>
+""" + half.HELPERS + r"""
+static void loom_h2f(int bf, const char *src, int64_t rows, int64_t cols, int64_t ld, float *dst) {
+  for (int64_t i = 0; i < rows; i++) {
+    float *d = dst + i * cols;
+    if (bf) {
+      const uint16_t *s = (const uint16_t *)src + i * ld;
+      for (int64_t j = 0; j < cols; j++) d[j] = loom_bf16_f32(s[j]);
+    } else {
+      const loom_f16 *s = (const loom_f16 *)src + i * ld;
+      for (int64_t j = 0; j < cols; j++) d[j] = loom_f16_f32(s[j]);
+    }
+  }
+}
+
+static void loom_f2h(int bf, const float *src, int64_t rows, int64_t cols, char *dst, int64_t ld) {
+  for (int64_t i = 0; i < rows; i++) {
+    const float *s = src + i * cols;
+    if (bf) {
+      uint16_t *d = (uint16_t *)dst + i * ld;
+      for (int64_t j = 0; j < cols; j++) d[j] = loom_f32_bf16(s[j]);
+    } else {
+      loom_f16 *d = (loom_f16 *)dst + i * ld;
+      for (int64_t j = 0; j < cols; j++) d[j] = loom_f32_f16(s[j]);
+    }
+  }
+}
+
+static void loom_gemm_half(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
+  int bf = (int)r[1], ta = (int)r[2], tb = (int)r[3];
+  int32_t M = (int32_t)r[4], N = (int32_t)r[5], K = (int32_t)r[6];
+  int64_t lda = r[7], ldb = r[8], ldc = r[9];
+  char *A = base[r[10]] + r[11], *B = base[r[12]] + r[13], *C = base[r[14]] + r[15];
+  int64_t nbd = r[16], macs = r[17], nb = 1;
+  float *Af = (float *)(base[r[18]] + r[19]), *Bf = Af + (int64_t)M * K, *Cf = Bf + (int64_t)K * N;
+  const int64_t *bd = r + 20;
+  for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
+  loom_blas_threads(prog, ctl, macs);
+  /* Stored shapes: A is M x K (K x M transposed), B is K x N (N x K transposed). */
+  int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  for (int64_t b = 0; b < nb; b++) {
+    int64_t rest = b, oa = 0, ob = 0, oc = 0;
+    for (int64_t j = nbd - 1; j >= 0; j--) {
+      int64_t i = rest % bd[4 * j]; rest /= bd[4 * j];
+      oa += i * bd[4 * j + 1]; ob += i * bd[4 * j + 2]; oc += i * bd[4 * j + 3];
+    }
+    loom_h2f(bf, A + oa, ar, ac, lda, Af);
+    loom_h2f(bf, B + ob, br, bc, ldb, Bf);
+    ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, Af, (int32_t)ac, Bf, (int32_t)bc, 0.0f,
+                       Cf, N);
+    loom_f2h(bf, Cf, M, N, C + oc, ldc);
+  }
+}
+"""

@@ -1,13 +1,13 @@
 """float16 and bfloat16 in generated kernels: load half, compute in float32, store half.
 
-`widen` rewrites a fused body before `loom.codegen.c` renders it: every
-half-precision value is computed in float32, with a cast from half right
-where an input (or a view of one) is first used and a cast back to half at
-the output. A body's explicit cast to half stays a rounding (to half and back
-to float32), so a value the user rounds is rounded in the kernel too.
-Reductions of half values accumulate in float32. Only inputs, views of them
-and casts carry half dtypes in the rewritten body; the rest of the code
-generator sees float32.
+`widen` rewrites a fused body before `loom.codegen.c` renders it: every op on
+half-precision values computes in float32 from float32 operands and rounds
+its result to half (a cast to half and back), as the reference does op by op,
+so a kernel gives the reference's values, not merely close ones. Inputs (and
+views of them) are widened where first used, and the output is stored half.
+Reductions of half values accumulate in float32 and round once. Only inputs,
+views of them and casts carry half dtypes in the rewritten body; the rest of
+the code generator sees float32.
 
 In C, float16 is ``_Float16`` where the compiler has it (conversions by the
 F16C instructions under ``-march=native``) and bit conversions otherwise;
@@ -102,16 +102,16 @@ def widen(body: Graph) -> Graph:
             value = reference.to_compute(np.asarray(ops.PRIMITIVES["const"].impl(dict(n.attrs, shape=()))),
                                          n.dtype)
             new[n] = g.add_node("const", [], dict(n.attrs, value=float(value), dtype=dt.float32))
-        elif n.op == "cast":
+        elif n.op == "cast" and n.dtype not in HALF:
             x = f32(ins[0])
-            if n.dtype in HALF:  # A rounding the user asked for: to half and back.
-                new[n] = f32(g.add_node("cast", [x], dict(n.attrs)))
-            elif x.dtype is n.dtype:
-                new[n] = x
-            else:
-                new[n] = g.add_node("cast", [x], dict(n.attrs))
+            new[n] = x if x.dtype is n.dtype else g.add_node("cast", [x], dict(n.attrs))
+        elif n.op == "cast":  # To half: round, then go on in float32.
+            new[n] = f32(g.add_node("cast", [f32(ins[0])], dict(n.attrs)))
         else:
-            new[n] = g.add_node(n.op, [f32(x) for x in ins], dict(n.attrs))
+            x = g.add_node(n.op, [f32(x) for x in ins], dict(n.attrs))
+            if n.dtype in HALF:  # Computed in float32, rounded to half as the reference rounds each op.
+                x = f32(g.add_node("cast", [x], {"dtype": n.dtype}))
+            new[n] = x
     out = new[body.outputs[0]]
     want = body.outputs[0].dtype
     if out.dtype is not want:

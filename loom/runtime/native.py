@@ -11,6 +11,9 @@ the C driver (`loom.codegen.driver`):
 - float32/float64 matmuls call ``cblas_sgemm``/``dgemm`` of the
   ``scipy-openblas32`` wheel, transposes and leading dimensions read from the
   operand strides (a transposed operand is never copied), batches as a loop;
+  float16/bfloat16 ones convert their operands to float32 scratch in the
+  arena and call ``sgemm`` (`loom.codegen.gemm`); a kernel that is a float
+  GEMM's only reader runs on its row blocks right after each (an epilogue);
 - views that must exist as values (outputs, views whose source memory is
   reused before their last reader) become strided copies;
 - gather, scatter_add, pad and ``check`` become the driver's index steps
@@ -40,15 +43,17 @@ from typing import Any
 
 import numpy as np
 
+from loom import dtypes as _dt
 from loom import profiler as _profiler
 from loom.ir.node import Node
 from loom.runtime import threads
 
-_KERNEL, _GEMM, _COPY, _PY, _GATHER, _SCATTER, _PAD, _CHECK = 1, 2, 3, 4, 5, 6, 7, 8
+_KERNEL, _GEMM, _COPY, _PY, _GATHER, _SCATTER, _PAD, _CHECK, _HGEMM = 1, 2, 3, 4, 5, 6, 7, 8, 9
 _INDEX_OPS = {"gather": _GATHER, "scatter_add": _SCATTER, "pad": _PAD, "check": _CHECK}
 _CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int8, np.int16, np.int32,
                                                         np.int64, np.uint8, np.uint16, np.uint32))}
 _SCATTER_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
+_HALF = (_dt.float16, _dt.bfloat16)
 _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 _ALIGN = 64
 _INT32_MAX = 2**31 - 1
@@ -363,6 +368,16 @@ class NativeProgram:
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
         self._epilogue = exe.tools.gemm_epilogue() if self._blas is not None else None
         self._pairs = self._epilogue_pairs(readers, index) if self._epilogue is not None else {}
+        # Float32 scratch for half-precision GEMMs (one at a time): A, B and C of the largest.
+        scratch = 0
+        for st in steps:
+            g = self._gemm_plan(st) if st.node.op == "matmul" and st.node.dtype in _HALF else None
+            if g is not None:
+                M, N, K = g[3:6]
+                scratch = max(scratch, 4 * (M * K + K * N + M * N))
+        self._scratch_off = -(-self.arena_bytes // _ALIGN) * _ALIGN
+        if scratch:
+            self.arena_bytes = self._scratch_off + scratch
 
     def _safe(self, r: int, index: dict, until: int, k: int, writes, own) -> bool:
         """Whether the memory of root slot `r` stays unwritten from step `k` through step `until`."""
@@ -414,7 +429,8 @@ class NativeProgram:
 
     def _gemm_plan(self, st) -> tuple | None:
         """The CBLAS arguments of a matmul step, or None when it runs from Python."""
-        if self._blas is None or st.node.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)):
+        if self._blas is None or (st.node.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)) and
+                                  st.node.dtype not in _HALF):
             return None
         a, b, c = self._locs[st.args[0]], self._locs[st.args[1]], self._locs[st.out]
         if a.dtype != st.node.dtype.np or b.dtype != st.node.dtype.np:
@@ -466,8 +482,8 @@ class NativeProgram:
             if fst.node.op != "fused" or self._kernels[k2] is None or fst.out in self._virtual:
                 continue
             g = self._gemm_plan(st)
-            if g is None or g[12] or g[9] is not locs[st.args[0]]:
-                continue  # Batched, or C stored transposed.
+            if g is None or g[12] or g[9] is not locs[st.args[0]] or st.node.dtype in _HALF:
+                continue  # Batched, C stored transposed, or half precision.
             c, out = locs[st.out], locs[fst.out]
             isz = c.dtype.itemsize
             if out.dtype != c.dtype or tuple(c.strides) != _contiguous(c.shape, isz) or \
@@ -720,7 +736,13 @@ class NativeProgram:
                         rec, step = krec, _Step(_KERNEL, st, st.args, s)
             elif op == "matmul":
                 g = self._gemm_plan(st)
-                if g is not None:
+                if g is not None and st.node.dtype in _HALF:
+                    dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
+                    rec = [_HGEMM, int(st.node.dtype is _dt.bfloat16), ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off,
+                           b.base, b.off, c.base, c.off, len(batch), macs, 0, self._scratch_off] + \
+                        [v for d in batch for v in d]
+                    step = _Step(_HGEMM, st, st.args, s)  # (Python runs it as the reference does.)
+                elif g is not None:
                     dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
                     rec = [_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
                            len(batch), macs] + [v for d in batch for v in d]

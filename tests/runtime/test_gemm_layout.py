@@ -1,12 +1,13 @@
 """Transposes as strides in the native step: views keep their source alive, producers write in their permute's layout,
 and GEMM epilogues run right after their GEMM (loom.runtime.native, loom.codegen.gemm)."""
 import numpy as np
+import pytest
 
 import loom
 import loom.nn.functional as F
 from loom import nn
-from loom.runtime import native
-from tests.runtime.test_native import _check, _kinds, _traced
+from loom.runtime import native, reference
+from tests.runtime.test_native import _check, _inputs, _kinds, _python_path, _traced
 
 
 def _attention_step():
@@ -131,3 +132,28 @@ def test_whole_gemm_then_epilogue_when_blocks_are_off(monkeypatch):
         exe = _traced(fn, loom.tensor(rng.standard_normal((64, 8)).astype(np.float32)))
     _check(exe, monkeypatch, exact_vs_python=False)
     assert _epilogue_kernels(exe) == (1, 1)
+
+
+@pytest.mark.parametrize("d", [loom.float16, loom.bfloat16], ids=lambda d: d.name)
+def test_half_precision_step_runs_in_c(d, monkeypatch):
+    rng = np.random.default_rng(3)
+    w = loom.tensor(rng.standard_normal((24, 16)).astype(np.float32) * 0.2).to(d)
+    v = loom.tensor(rng.standard_normal((2, 16, 8)).astype(np.float32) * 0.2).to(d)
+    b = loom.tensor(rng.standard_normal(16).astype(np.float32)).to(d)
+
+    def fn(x):
+        h = F.relu(x @ w + b)                          # A GEMM, then a half kernel.
+        return (h.reshape(2, 20, 16) @ v).sum(-1), x.t() @ h  # Batched; transposed operand.
+
+    x = loom.tensor(rng.standard_normal((40, 24)).astype(np.float32)).to(d)
+    with loom.no_grad():
+        exe = _traced(fn, x)
+    arrays = _inputs(exe)
+    got = exe(*arrays)
+    kinds = _kinds(exe)
+    assert kinds.count(native._HGEMM) == 3 and native._KERNEL in kinds and native._PY not in kinds
+    want = _python_path(exe, monkeypatch)(*arrays)
+    for g, r in zip(got, want):
+        g, r = (reference.to_compute(a, d).astype(np.float64) for a in (g, r))
+        eps = 2.0 ** -10 if d is loom.float16 else 2.0 ** -7
+        np.testing.assert_allclose(g, r, rtol=4 * eps, atol=4 * eps * np.abs(r).max())
