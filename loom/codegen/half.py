@@ -106,7 +106,10 @@ def widen(body: Graph) -> Graph:
             x = f32(ins[0])
             new[n] = x if x.dtype is n.dtype else g.add_node("cast", [x], dict(n.attrs))
         elif n.op == "cast":  # To half: round, then go on in float32.
-            new[n] = f32(g.add_node("cast", [f32(ins[0])], dict(n.attrs)))
+            x = f32(ins[0])
+            if x.dtype is not dt.float32 and x.dtype.np.itemsize <= 2 and x.dtype.np.kind in "biu":
+                x = g.add_node("cast", [x], {"dtype": dt.float32})  # Exact: one rounding, as NumPy's.
+            new[n] = f32(g.add_node("cast", [x], dict(n.attrs)))  # (Others: `cast_expr` refuses them.)
         else:
             x = g.add_node(n.op, [f32(x) for x in ins], dict(n.attrs))
             if n.dtype in HALF:  # Computed in float32, rounded to half as the reference rounds each op.
