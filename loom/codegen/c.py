@@ -19,7 +19,8 @@ Semantics follow the NumPy reference (`loom.runtime.reference`) exactly for
 arithmetic, comparisons, casts, floor division/modulo and NaN propagation;
 transcendental functions come from libm (or glibc's libmvec in vectorised
 loops) and agree with NumPy to a few ulp. Half precision (float16, bfloat16)
-is not rendered: such bodies stay on the reference path.
+loads half, computes in float32 and stores half (`loom.codegen.half`): the
+reference rounds after every op, a kernel once at the end.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ from loom.ir import ops
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 
+from . import half
+
 FORMAT_VERSION = 3
 TILE = 256          # Output elements per accumulator tile when reducing over outer dims.
 BCAST_SLOTS = 2     # Leaves per phase that get a specialised "broadcast along the inner dim" loop.
@@ -41,6 +44,7 @@ BLOCK = 1024        # Float32 sums add in float within blocks this long (then in
 
 CTYPE = {dt.float32: "float", dt.float64: "double", dt.int64: "int64_t", dt.int32: "int32_t",
          dt.int16: "int16_t", dt.int8: "int8_t", dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
+CTYPE.update(half.CTYPES)  # Only inputs, views and casts: `half.widen` computes the rest in float32.
 _SUFFIX = {dt.float32: "f", dt.float64: ""}
 _INT_LIMITS = {dt.int64: ("INT64_MIN", "INT64_MAX"), dt.int32: ("INT32_MIN", "INT32_MAX"),
                dt.int16: ("INT16_MIN", "INT16_MAX"), dt.int8: ("INT8_MIN", "INT8_MAX"),
@@ -344,6 +348,11 @@ def _fname(d: dt.DType) -> str:
 def cast_expr(src: dt.DType, dst: dt.DType, x: str) -> str:
     if src is dst:
         return x
+    conv = half.cast_expr(src, dst, x)
+    if conv is not None:
+        return conv
+    if src in half.HALF or dst in half.HALF:
+        raise Unsupported(f"cast from {src.name} to {dst.name}")
     if dst is dt.bool_:
         return f"(uint8_t)({x} != 0)"
     # C conversions: float -> int truncates toward zero (out-of-range values are undefined, as in NumPy).
@@ -441,7 +450,7 @@ class _Walker:
             return hit
         prim = ops.PRIMITIVES.get(node.op)
         kind = prim.kind if prim is not None else None
-        if node.dtype not in CTYPE:
+        if node.dtype not in CTYPE or (node.dtype in half.HALF and node.op not in ("input", "cast", *_AFFINE_MOVES)):
             raise Unsupported(f"dtype {node.dtype.name} ({node.op})")
         if node.op == "input":
             res = self.leaf(node, ctx, pending, blk)
@@ -618,6 +627,7 @@ _HELPERS = r"""
 #include <math.h>
 #include <omp.h>
 
+""" + half.HELPERS + r"""
 static inline int loom_in(int64_t c, int64_t n) { return (uint64_t)c < (uint64_t)n; }
 static inline int64_t loom_fdiv(int64_t x, int64_t d) { return x >= 0 ? x / d : -((-x + d - 1) / d); }
 /* Narrow [*lo, *hi) to the i with 0 <= b + i * a < n: a guard tested once per run, not per element. */
@@ -1164,6 +1174,7 @@ def render(body: Graph) -> KernelSpec:
     """
     if len(body.outputs) != 1:
         raise Unsupported(f"a kernel body has one output, this one has {len(body.outputs)}")
+    body = half.widen(body)
     out = body.outputs[0]
     if out.dtype not in CTYPE:
         raise Unsupported(f"output dtype {out.dtype.name}")

@@ -20,6 +20,7 @@ each step...]`` then one record per step:
 - copy ``[3, ndim, itemsize, src base, src offset, dst base, dst offset,
   (size, src stride, dst stride) per dim]``
 - python ``[4]``
+- half-precision gemm ``[9, ...]``: see `loom.codegen.gemm`
 - gather ``[5, ...]``, scatter_add ``[6, ...]``, pad ``[7, ...]``, check ``[8, ...]``: see
   `loom.codegen.driver_index` (a bad index or value stops the walk there, and Python reruns the step
   to raise loom's error for it)
@@ -35,7 +36,7 @@ import logging
 import os
 import threading
 
-from . import build, driver_index, trust
+from . import build, driver_index, gemm, trust
 
 log = logging.getLogger("loom.codegen")
 
@@ -102,7 +103,7 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
   }
 }
 
-""" + driver_index.SOURCE + r"""
+""" + gemm.DRIVER_SOURCE + driver_index.SOURCE + r"""
 /* Run steps from `start` until a Python step, a kernel or index step that returns nonzero (its code goes to
    ctl[CTL_RC]) or the end; return that step's index (nsteps at the end). */
 int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t start) {
@@ -134,6 +135,7 @@ int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t st
       case 6: if (loom_scatter_add(r, base)) { ctl[CTL_RC] = 1; return k; } break;
       case 7: loom_pad(r, base); break;
       case 8: if (loom_check(r, base)) { ctl[CTL_RC] = 1; return k; } break;
+      case 9: loom_gemm_half(prog, r, base, ctl); break;
       default: return k;
     }
   }

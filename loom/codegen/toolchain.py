@@ -19,6 +19,7 @@ from loom.runtime import toolchain as _runtime_toolchain
 
 from . import conv as _conv
 from . import driver as _driver
+from . import gemm as _gemm
 from . import kernel as _kernel
 from .cache import get_kernel
 
@@ -40,6 +41,9 @@ class CodegenToolchain(_runtime_toolchain.Toolchain):
 
     def kernel_abi(self) -> tuple[int, int] | None:
         return _kernel._ABI
+
+    def gemm_epilogue(self) -> Any:
+        return _gemm
 
     def driver(self) -> Any:
         return _driver.get_driver()

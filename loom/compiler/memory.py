@@ -6,7 +6,10 @@ result never shares bytes with the inputs it reads, unless the in-place pass
 marked the node (``graph.meta["inplace"] = {node: input_index}``), in which
 case it takes over that input's slot. Graph inputs, constants and outputs are
 not placed: inputs and constants already have memory, and outputs get arrays
-of their own so they can be returned.
+of their own so they can be returned. Views (reshape, permute, expand, slice,
+flip) are not placed either: they read their source's memory through strides,
+and the source stays live until the last reader of any view of it, so a
+transposed operand is never copied (`MemoryPlan.alias` names each view's source).
 
 Slots are placed greedily by size (largest first), each at the best-fitting
 gap among the slots whose lifetimes overlap it. The plan reports the arena
@@ -25,6 +28,7 @@ from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
 
 ALIGNMENT = 64
+VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 _BLOCK = 32  # Schedule steps per block of the placement index.
 
 
@@ -66,6 +70,7 @@ class MemoryPlan:
     pos: dict[Node, int] = field(default_factory=dict)
     spans: dict[Node, list[int]] = field(default_factory=dict)
     slot_of: dict[Node, Node] = field(default_factory=dict)
+    alias: dict[Node, Node] = field(default_factory=dict)  # Unplaced views: the value whose memory they read.
 
     def view(self, arena: np.ndarray, node: Node) -> np.ndarray:
         """The C-contiguous array of `node`'s shape and stored dtype at its offset in `arena` (uint8)."""
@@ -157,7 +162,14 @@ def live_slots(graph: Graph) -> MemoryPlan:
     outputs = set(graph.outputs)
     plan = MemoryPlan(order)
     plan.pos = pos
-    placed = [n for n in order if n.op != "input" and n.op not in CONSTANT_OPS and n not in outputs]
+    # A view (reshape, permute, ...) is not placed: it reads its source's memory through strides, and the
+    # source stays live until the view's (and its own views') last reader. A transpose is never a copy.
+    alias: dict[Node, Node] = {}
+    for n in order:
+        if n.op in VIEW_OPS and n not in outputs and n.inputs:
+            alias[n] = alias.get(n.inputs[0], n.inputs[0])
+    placed = [n for n in order if n.op != "input" and n.op not in CONSTANT_OPS and n not in outputs
+              and n not in alias]
 
     # Slots: a node starts its own, or continues its donor's when marked in place.
     slot_of: dict[Node, Node] = {}
@@ -172,9 +184,14 @@ def live_slots(graph: Graph) -> MemoryPlan:
             slot_of[n] = n
         plan.sizes[n] = nbytes(n)
 
+    reads: dict[Node, int] = {}  # Last reader of each value, through the views of it.
+    for n in reversed(order):
+        last = max((pos[c] for c in graph.consumers(n)), default=pos[n])
+        reads[n] = max([last] + [reads[c] for c in graph.consumers(n) if alias.get(c) is not None
+                                  and c.inputs[0] is n])
     span: dict[Node, list[int]] = {}
     for n in placed:
-        last = max((pos[c] for c in graph.consumers(n)), default=pos[n])
+        last = reads[n]
         s = span.setdefault(slot_of[n], [pos[n], last])
         s[0], s[1] = min(s[0], pos[n]), max(s[1], last)
     for n in placed:
@@ -192,4 +209,5 @@ def live_slots(graph: Graph) -> MemoryPlan:
 
     plan.spans = span
     plan.slot_of = slot_of
+    plan.alias = alias
     return plan

@@ -241,6 +241,8 @@ class _State:
         pos = self.live.pos
         self.pos = pos
         self.readers = {n: sorted(pos[c] for c in graph.consumers(n)) for n in self.live.sizes}
+        # Values read through views live on for the views' readers; recomputing one would not free it.
+        self.viewed = {v.inputs[0] for v in self.live.alias}
         shared = set(self.live.shares) | set(self.live.shares.values())
         self.alone = {n for n in self.live.sizes if n not in shared}
         delta = [0] * (len(self.live.order) + 1)
@@ -251,6 +253,7 @@ class _State:
 
     def available(self, node: Node, at: int) -> bool:
         """Whether `node`'s value can be read at step `at` without keeping it longer."""
+        node = self.live.alias.get(node, node)  # A view lives as long as the memory it reads.
         if node not in self.live.sizes:
             return True  # Inputs, constants and outputs are never freed.
         return self.live.spans[self.live.slot_of[node]][1] >= at and node in self.alone
@@ -318,7 +321,7 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
     out = []
     for n in state.alone:
         first, last = state.live.spans[n]
-        if not first < peak < last or not recomputable(n) or n in futile:
+        if not first < peak < last or not recomputable(n) or n in futile or n in state.viewed:
             continue
         readers = state.readers[n]
         if peak in readers:

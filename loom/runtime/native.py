@@ -11,6 +11,9 @@ the C driver (`loom.codegen.driver`):
 - float32/float64 matmuls call ``cblas_sgemm``/``dgemm`` of the
   ``scipy-openblas32`` wheel, transposes and leading dimensions read from the
   operand strides (a transposed operand is never copied), batches as a loop;
+  float16/bfloat16 ones convert their operands to float32 scratch in the
+  arena and call ``sgemm`` (`loom.codegen.gemm`); a kernel that is a float
+  GEMM's only reader runs on its row blocks right after each (an epilogue);
 - views that must exist as values (outputs, views whose source memory is
   reused before their last reader) become strided copies;
 - gather, scatter_add, pad and ``check`` become the driver's index steps
@@ -40,15 +43,17 @@ from typing import Any
 
 import numpy as np
 
+from loom import dtypes as _dt
 from loom import profiler as _profiler
 from loom.ir.node import Node
 from loom.runtime import threads
 
-_KERNEL, _GEMM, _COPY, _PY, _GATHER, _SCATTER, _PAD, _CHECK = 1, 2, 3, 4, 5, 6, 7, 8
+_KERNEL, _GEMM, _COPY, _PY, _GATHER, _SCATTER, _PAD, _CHECK, _HGEMM = 1, 2, 3, 4, 5, 6, 7, 8, 9
 _INDEX_OPS = {"gather": _GATHER, "scatter_add": _SCATTER, "pad": _PAD, "check": _CHECK}
 _CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int8, np.int16, np.int32,
                                                         np.int64, np.uint8, np.uint16, np.uint32))}
 _SCATTER_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
+_HALF = (_dt.float16, _dt.bfloat16)
 _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 _ALIGN = 64
 _INT32_MAX = 2**31 - 1
@@ -195,10 +200,11 @@ def _copy_dims(shape, ss, ds) -> list[tuple[int, int, int]]:
 class _Step:
     """One table entry: what it is and how Python runs it when C does not."""
 
-    __slots__ = ("kind", "st", "args", "dst", "gemm")
+    __slots__ = ("kind", "st", "args", "dst", "gemm", "pre")
 
-    def __init__(self, kind, st, args, dst, gemm=None):
+    def __init__(self, kind, st, args, dst, gemm=None, pre=None):
         self.kind, self.st, self.args, self.dst, self.gemm = kind, st, args, dst, gemm
+        self.pre = pre  # For a GEMM epilogue's kernel: the whole GEMM Python reruns before it.
 
 
 class _Ctx:
@@ -286,6 +292,14 @@ class NativeProgram:
                     strides = v.strides[:-2] + (v.strides[-1], v.strides[-2])
                     own[src.out] = _Loc(v.base, 0, src.node.shape, strides, v.dtype)
                     into_output.add(st.out)
+            elif node.op == "permute" and src is not None and readers.get(src.out) == 1 and \
+                    src.node.op in ("matmul", "fused") and src.out not in self._out_base and \
+                    st.out not in self._out_base and own[src.out].base == 0:
+                # The producer writes in the permuted layout, so the permute (a head split or merge) is a
+                # view of contiguous memory, not a transpose copy.
+                laid = _permuted(own[src.out], tuple(node.attrs["perm"]), src.node.op == "matmul")
+                if laid is not None:
+                    own[src.out] = laid
         for st in steps:
             loc = own[st.out]
             if loc.base == 0:
@@ -301,6 +315,13 @@ class NativeProgram:
         for s in out_slots:
             last[s] = len(steps)
         gemm_args = {a for st in steps if st.node.op == "matmul" for a in st.args}
+        found = iter(exe.kernels)  # The executor made one kernel per fused step, in step order.
+        self._kernels = [next(found) if st.node.op == "fused" else None for st in steps]
+        kernel_reads: dict[int, list] = {}  # Slot -> (kernel, argument index) of the fused steps reading it.
+        for st, kern in zip(steps, self._kernels):
+            if kern is not None:
+                for j, a in enumerate(st.args):
+                    kernel_reads.setdefault(a, []).append((kern, j))
         writes = np.zeros((3, len(steps)), np.int64)  # Per step: whether it writes the arena, from, to.
         for j, st in enumerate(steps):
             loc = own[st.out]
@@ -316,7 +337,8 @@ class NativeProgram:
                 locs[s] = own[s]
                 if s in free and st.args[0] in locs:
                     view = _view_of(st.node, locs[st.args[0]])
-                    if view is not None and (s not in gemm_args or self._gemm_ok(view)):
+                    if view is not None and (s not in gemm_args or self._gemm_ok(view)) and \
+                            _kernels_read(view, kernel_reads.get(s, ())):
                         view.src, view.node = st.args[0], st.node
                         locs[s] = view
                         root[s] = root.get(st.args[0], st.args[0])
@@ -342,10 +364,20 @@ class NativeProgram:
         self._index_records: dict[int, list[int] | None] = {}
         self._ctxs: list[_Ctx] = []
         self._tools = exe.tools
-        found = iter(exe.kernels)  # The executor made one kernel per fused step, in step order.
-        self._kernels = [next(found) if st.node.op == "fused" else None for st in steps]
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
+        self._epilogue = exe.tools.gemm_epilogue() if self._blas is not None else None
+        self._pairs = self._epilogue_pairs(readers, index) if self._epilogue is not None else {}
+        # Float32 scratch for half-precision GEMMs (one at a time): A, B and C of the largest.
+        scratch = 0
+        for st in steps:
+            g = self._gemm_plan(st) if st.node.op == "matmul" and st.node.dtype in _HALF else None
+            if g is not None:
+                M, N, K = g[3:6]
+                scratch = max(scratch, 4 * (M * K + K * N + M * N))
+        self._scratch_off = -(-self.arena_bytes // _ALIGN) * _ALIGN
+        if scratch:
+            self.arena_bytes = self._scratch_off + scratch
 
     def _safe(self, r: int, index: dict, until: int, k: int, writes, own) -> bool:
         """Whether the memory of root slot `r` stays unwritten from step `k` through step `until`."""
@@ -397,7 +429,8 @@ class NativeProgram:
 
     def _gemm_plan(self, st) -> tuple | None:
         """The CBLAS arguments of a matmul step, or None when it runs from Python."""
-        if self._blas is None or st.node.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)):
+        if self._blas is None or (st.node.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)) and
+                                  st.node.dtype not in _HALF):
             return None
         a, b, c = self._locs[st.args[0]], self._locs[st.args[1]], self._locs[st.out]
         if a.dtype != st.node.dtype.np or b.dtype != st.node.dtype.np:
@@ -426,6 +459,99 @@ class NativeProgram:
         if swap:
             return (int(isz == 8), 1 - lb[0], 1 - la[0], N, M, K, lb[1], la[1], ldc, b, a, c, batch, macs)
         return (int(isz == 8), la[0], lb[0], M, N, K, la[1], lb[1], ldc, a, b, c, batch, macs)
+
+    # ------------------------------------------------------------ GEMM epilogues
+    def _epilogue_pairs(self, readers: dict, index: dict) -> dict[int, int]:
+        """Matmul step -> the fused step that is its value's only reader and may run on its row blocks.
+
+        The kernel moves up to the GEMM: its other inputs are ready by then, and no step in between touches
+        its output's memory. Its output, C-contiguous like C, shares no bytes with the GEMM's operands or
+        with its other inputs (it may be C itself), and C none with its other inputs.
+        """
+        steps, locs = self._steps, self._locs
+        reader_of: dict[int, int] = {}
+        for j, st in enumerate(steps):
+            for a in st.args:
+                reader_of[a] = j
+        pairs = {}
+        for k, st in enumerate(steps):
+            if st.node.op != "matmul" or st.out in self._out_base or readers.get(st.out) != 1:
+                continue
+            k2 = reader_of[st.out]
+            fst = steps[k2]
+            if fst.node.op != "fused" or self._kernels[k2] is None or fst.out in self._virtual:
+                continue
+            g = self._gemm_plan(st)
+            if g is None or g[12] or g[9] is not locs[st.args[0]] or st.node.dtype in _HALF:
+                continue  # Batched, C stored transposed, or half precision.
+            c, out = locs[st.out], locs[fst.out]
+            isz = c.dtype.itemsize
+            if out.dtype != c.dtype or tuple(c.strides) != _contiguous(c.shape, isz) or \
+                    tuple(out.strides) != _contiguous(out.shape, isz) or \
+                    int(np.prod(out.shape, dtype=np.int64)) != int(np.prod(c.shape, dtype=np.int64)):
+                continue
+            same_c = (out.base, out.off) == (c.base, c.off)
+            others = [self._root_loc(a) for a in fst.args if a != st.out]
+            if any(index.get(self._root(a), -1) >= k for a in fst.args if a != st.out):
+                continue
+            if self._overlaps(out, locs[st.args[0]]) or self._overlaps(out, locs[st.args[1]]) or \
+                    (self._overlaps(out, c) and not same_c) or any(self._overlaps(out, o) for o in others) or \
+                    any(self._overlaps(c, o) for o in others):
+                continue
+            between = [steps[j] for j in range(k + 1, k2) if steps[j].out not in self._virtual]
+            if any(self._overlaps(out, self._root_loc(x)) for b in between for x in [b.out, *b.args]):
+                continue
+            pairs[k] = k2
+        return pairs
+
+    def _root(self, s: int) -> int:
+        while self._locs[s].src >= 0:
+            s = self._locs[s].src
+        return s
+
+    def _root_loc(self, s: int) -> _Loc:
+        """The memory a value is read from: a free view's root."""
+        return self._locs[self._root(s)]
+
+    def _epilogue_records(self, st, k2: int, objs, ctx: _Ctx, keep) -> tuple[list, list] | None:
+        """The records of a matmul and its epilogue kernel as alternating row blocks, or None."""
+        kern, fst = self._kernels[k2], self._steps[k2]
+        if kern is None or not kern.ready:
+            return None
+        args = [self._value(a, objs, ctx) for a in fst.args]
+        out = self._value(fst.out, objs, ctx)
+        if not all(self._tools.kernel_usable(a) for a in args + [out]):
+            return None
+        plan = kern._plan(args, out)
+        if plan.meta is None or plan.copies:
+            return None
+        g = self._gemm_plan(st)
+        dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
+        isz = c.dtype.itemsize
+        bm = self._epilogue.block_rows(M, N, isz)
+        rows = [(r0, min(M, r0 + bm)) for r0 in range(0, M, bm)]
+        meta = plan.meta.copy()
+        meta[0] = meta[1] = 0  # The driver passes a table of pointers to data-pointer cells.
+        metas = self._epilogue.row_blocks(kern, meta, M * N, N, rows, isz)
+        if metas is None:
+            return None
+        fn = _address(kern._lib._handle.loom_call)
+        cells = [self._locs[fst.out]] + [self._locs[x] for x in fst.args]
+        records, steps = [], []
+        for (r0, r1), m in zip(rows, metas):
+            ga = _Loc(a.base, a.off + r0 * (1 if ta else lda) * isz, a.shape, a.strides, a.dtype)
+            gc = _Loc(c.base, c.off + r0 * ldc * isz, c.shape, c.strides, c.dtype)
+            gb = (dbl, ta, tb, r1 - r0, N, K, lda, ldb, ldc, ga, b, gc, [], (r1 - r0) * N * K)
+            records.append([_GEMM, dbl, ta, tb, r1 - r0, N, K, lda, ldb, ldc, ga.base, ga.off, b.base, b.off,
+                            gc.base, gc.off, 0, (r1 - r0) * N * K])
+            steps.append(_Step(_GEMM, st, st.args, st.out, gemm=gb))
+            keep.append(m)
+            rec = [_KERNEL, fn, m.ctypes.data, len(cells)]
+            for loc in cells:
+                rec += [loc.base, loc.off]
+            records.append(rec)
+            steps.append(_Step(_KERNEL, fst, fst.args, fst.out, pre=g))
+        return records, steps
 
     # ------------------------------------------------------------ index steps
     def _index_record(self, k: int, st) -> list[int] | None:
@@ -540,11 +666,16 @@ class NativeProgram:
         view = ctx.views.get(s)
         if view is None:
             nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
-            view = ctx.views[s] = ctx.arena[loc.off:loc.off + nbytes].view(loc.dtype).reshape(loc.shape)
+            view = ctx.arena[loc.off:loc.off + nbytes].view(loc.dtype).reshape(loc.shape)
+            if view.strides != loc.strides:  # A producer writing in its permute reader's layout.
+                view = np.lib.stride_tricks.as_strided(view, loc.shape, loc.strides)
+            ctx.views[s] = view
         return view
 
     def _run_python(self, step: _Step, objs, ctx: _Ctx) -> None:
         st = step.st
+        if step.pre is not None:
+            self._gemm_python(step.pre, objs, ctx)
         dst = self._value(st.out, objs, ctx)
         if step.kind == _GEMM:
             self._gemm_python(step.gemm, objs, ctx)
@@ -579,10 +710,19 @@ class NativeProgram:
         steps: list[_Step] = []
         records: list[list[int]] = []
         keep: list[Any] = []
+        fused_done: set[int] = set()  # Kernels already run as a GEMM's epilogue.
         for k, st in enumerate(self._steps):
             s = st.out
-            if s in self._virtual:
+            if s in self._virtual or k in fused_done:
                 continue
+            k2 = self._pairs.get(k)
+            if k2 is not None and k not in self._forced and k2 not in self._forced and driver is not None:
+                pair = self._epilogue_records(st, k2, objs, ctx, keep)
+                if pair is not None:
+                    records += pair[0]
+                    steps += pair[1]
+                    fused_done.add(k2)
+                    continue
             op = st.node.op
             step = _Step(_PY, st, st.args, s)
             rec = [_PY]
@@ -596,7 +736,13 @@ class NativeProgram:
                         rec, step = krec, _Step(_KERNEL, st, st.args, s)
             elif op == "matmul":
                 g = self._gemm_plan(st)
-                if g is not None:
+                if g is not None and st.node.dtype in _HALF:
+                    dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
+                    rec = [_HGEMM, int(st.node.dtype is _dt.bfloat16), ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off,
+                           b.base, b.off, c.base, c.off, len(batch), macs, 0, self._scratch_off] + \
+                        [v for d in batch for v in d]
+                    step = _Step(_HGEMM, st, st.args, s)  # (Python runs it as the reference does.)
+                elif g is not None:
                     dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
                     rec = [_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
                            len(batch), macs] + [v for d in batch for v in d]
@@ -721,7 +867,7 @@ class NativeProgram:
                     with self._lock:
                         self._forced.add(self._steps.index(step.st))
                         self._fast = None
-                step = _Step(_PY, step.st, step.args, step.dst)
+                step = _Step(_PY, step.st, step.args, step.dst, pre=step.pre)
             if _profiler.ACTIVE is not None:
                 t0 = _profiler.now_us()
                 self._run_python(step, objs, ctx)
@@ -743,6 +889,50 @@ def _profiled(call, n: int):
         _profiler.record(f"native steps {start}-{min(k, n) - 1}", "native", t0, _profiler.now_us(), steps=k - start)
         return k
     return run
+
+
+def _permuted(loc: _Loc, perm: tuple, gemm: bool) -> _Loc | None:
+    """`loc`'s memory holding its value laid out so that permuting it by `perm` gives a C-contiguous array; None
+    when a GEMM could not write it (neither of its last two dims has unit stride)."""
+    shape = tuple(loc.shape)
+    dense = _contiguous([shape[p] for p in perm], loc.dtype.itemsize)
+    strides = [0] * len(shape)
+    for k, p in enumerate(perm):
+        strides[p] = dense[k]
+    if gemm and (len(shape) < 2 or loc.dtype.itemsize not in (strides[-1], strides[-2])):
+        return None
+    return _Loc(loc.base, loc.off, shape, strides, loc.dtype)
+
+
+def _kernels_read(view: _Loc, reads) -> bool:
+    """Whether every kernel reading `view` walks it through strides as it would a contiguous array: a view
+    that a kernel's movement chain would have to copy is better made once by a copy step."""
+    for kern, j in reads:
+        spec = getattr(kern, "spec", None)
+        if spec is None:
+            continue
+        for lf in spec.leaves:
+            if lf.input == j and _chain_copies(view, lf.chain) and \
+                    not _chain_copies(_Loc(0, 0, view.shape, _contiguous(view.shape, view.dtype.itemsize),
+                                           view.dtype), lf.chain):
+                return False
+    return True
+
+
+def _chain_copies(loc: _Loc, chain) -> bool:
+    """Whether NumPy copies when it applies the movement nodes `chain` to an array laid out as `loc`."""
+    base = np.zeros(1, loc.dtype)
+    array = np.lib.stride_tricks.as_strided(base, loc.shape, loc.strides)
+    for m in chain:
+        if m.op == "pad":
+            return True
+        try:
+            array = _apply_view(m, array)
+        except ValueError:  # A reshape that needs a copy.
+            return True
+        if array.size and not np.may_share_memory(array, base):
+            return True
+    return False
 
 
 def _index_dtype(loc: _Loc) -> bool:

@@ -45,6 +45,10 @@ class Toolchain:
         """The offsets of the kernel argument block the step driver fills, or None."""
         return None
 
+    def gemm_epilogue(self) -> Any:
+        """The module that cuts a kernel's arguments into GEMM row blocks (``block_rows``, ``row_blocks``), or None."""
+        return None
+
     def driver(self) -> Any:
         """The loaded step driver, or None while it is not built (or cannot be)."""
         return None

@@ -182,16 +182,3 @@ def test_nan_propagation_in_maximum_minimum():
         y = np.array([1, np.nan, np.nan, np.inf], np.float32)
         out = run_kernel(g, [x, y])
         assert np.isnan(out[:3]).all() and out[3] == (np.inf if op == "maximum" else -np.inf)
-
-
-def test_half_precision_stays_on_reference_path():
-    from loom.codegen import get_kernel
-    for d in (loom.float16, loom.bfloat16):
-        g = Graph()
-        x = g.add_input((3,), d)
-        g.outputs = [g.add_node("exp", [x])]
-        k = get_kernel(g)
-        assert not k.ready and "float16" in k.fallback_reason
-        out = np.empty(3, d.np)
-        k([np.zeros(3, d.np)], out)
-        np.testing.assert_array_equal(out, run_reference(g, [np.zeros(3, d.np)]))

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 
 import loom
 from loom.compiler import passes_for_level, plan_memory, run_passes
-from loom.compiler.memory import ALIGNMENT
+from loom.compiler.memory import ALIGNMENT, VIEW_OPS
 from loom.ir import Graph
 from tests.compiler.helpers import random_graphs
 
@@ -16,15 +16,21 @@ def check_plan(g, plan):
     order = g.topological_order()
     pos = {n: k for k, n in enumerate(order)}
     outputs = set(g.outputs)
-    placed = [n for n in order if n.op not in ("input", "buffer", "const", "arange", "rand") and n not in outputs]
+    views = {n for n in order if n.op in VIEW_OPS and n not in outputs}
+    assert set(plan.alias) == views
+    placed = [n for n in order if n.op not in ("input", "buffer", "const", "arange", "rand") and n not in outputs
+              and n not in views]
     assert set(plan.offsets) == set(placed)
+
+    def last_read(m):  # Through views: a view reads its source's memory.
+        return max([pos[m]] + [last_read(c) if c in views else pos[c] for c in g.consumers(m)])
     marks = g.meta.get("inplace", {})
     for n in placed:
         assert plan.offsets[n] % ALIGNMENT == 0
         assert plan.sizes[n] == int(np.prod(n.shape)) * n.dtype.np.itemsize
         assert plan.offsets[n] + plan.sizes[n] <= plan.arena_bytes
         first, last = plan.intervals[n]
-        assert first <= pos[n] and last >= max([pos[c] for c in g.consumers(n)], default=pos[n])
+        assert first <= pos[n] and last >= last_read(n)
         if n in plan.shares:
             donor = plan.shares[n]
             assert marks.get(n) is not None and n.inputs[marks[n]] is donor
@@ -40,7 +46,7 @@ def check_plan(g, plan):
     for root, members in groups.items():
         steps = set()
         for m in members:  # Each member is live from its definition to its last use.
-            steps |= set(range(pos[m], max([pos[c] for c in g.consumers(m)], default=pos[m]) + 1))
+            steps |= set(range(pos[m], last_read(m) + 1))
         slots.append((plan.offsets[root], plan.offsets[root] + plan.sizes[root], steps))
     for i, (o1, e1, s1) in enumerate(slots):
         for o2, e2, s2 in slots[i + 1:]:

@@ -1,0 +1,150 @@
+"""GEMM epilogues: a fused kernel that only post-processes a GEMM's result runs on each row block right after it.
+
+When a matmul's value is read by one fused kernel alone (bias add, activation,
+residual add, scaling, a row softmax...), the native step (`loom.runtime.native`)
+runs the pair as alternating driver records: ``sgemm`` on a block of rows of
+C, then the kernel on the same rows while they are still in cache, instead of
+the whole GEMM followed by a kernel that reads C back from memory.
+
+This module cuts a kernel's argument block (`loom.codegen.kernel`) into row
+blocks. The kernel is not rebuilt: a block is the same argument block with
+the outermost output loop dim shortened and every pointer moved to the block's
+first element (the leaves' and the output's byte offsets, the pad guards'
+bases), so every object's data pointer and extent stay those of the whole
+call and the kernel's overlap and alignment checks answer as they would for
+it. Nothing depends on the kernel's source.
+
+It also holds the driver's GEMM on float16/bfloat16 operands (`DRIVER_SOURCE`):
+blocks converted to float32, ``sgemm``, the result rounded once.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import half
+
+BLOCK_BYTES_DEFAULT = 256 * 1024  # Bytes of C per row block: about half an L2 cache.
+
+
+def block_bytes() -> int:
+    """Bytes of C per GEMM row block (``LOOM_GEMM_BLOCK_BYTES``; 0 runs each GEMM whole, then its epilogue)."""
+    try:
+        return max(0, int(os.environ.get("LOOM_GEMM_BLOCK_BYTES", BLOCK_BYTES_DEFAULT)))
+    except ValueError:
+        return BLOCK_BYTES_DEFAULT
+
+
+def block_rows(M: int, N: int, itemsize: int) -> int:
+    """Rows of C per block: a multiple of 16 (the GEMM micro-kernels' row unroll) near `block_bytes`."""
+    want = block_bytes() // max(1, N * itemsize)
+    if want >= M or block_bytes() == 0:
+        return M
+    return max(32, want // 16 * 16)
+
+
+def row_blocks(kern, meta: np.ndarray, elems: int, row_elems: int, rows: list[tuple[int, int]],
+               itemsize: int) -> list[np.ndarray] | None:
+    """One argument block per row range of `rows` for a kernel whose full-call argument block is `meta`.
+
+    The kernel's output is C-contiguous with `elems` elements; a row of C is
+    `row_elems` of them, and rows ``[r0, r1)`` are its elements
+    ``[r0 * row_elems, r1 * row_elems)``. Returns None when the kernel's
+    outermost output loop dim does not walk the output in whole rows.
+    """
+    spec = getattr(kern, "spec", None)
+    if spec is None or meta is None:
+        return None
+    nslot, nobj = int(meta[2]), int(meta[3])
+    kpos = 4 + 2 * nslot + 4 * nobj
+    lay = spec.layout.offsets()
+    NO, L = spec.n_o, spec.n_o + spec.n_r
+    n = meta[kpos + lay["n"][0]:kpos + lay["n"][0] + L]
+    os_ = meta[kpos + lay["os"][0]:kpos + lay["os"][0] + NO]
+    ls = meta[kpos + lay["ls"][0]:kpos + lay["ls"][0] + len(spec.leaves) * L].reshape(-1, L) \
+        if spec.leaves else np.zeros((0, L), np.int64)
+    outer = [d for d in range(NO) if n[d] != 1]
+    if not outer:
+        return None
+    D = outer[0]
+    step = int(os_[D])
+    if step <= 0 or int(n[D]) * step != elems or (spec.accs and D == NO - 1):
+        return None  # Not the whole output in order, or a reduction's own inner dim.
+    ng = sum(len(g.sizes) for g in spec.guards)
+    gb0, gc0 = lay["gb"][0], lay["gc"][0]
+    out = []
+    for r0, r1 in rows:
+        if (r0 * row_elems) % step or (r1 * row_elems) % step:
+            return None
+        i0, i1 = r0 * row_elems // step, r1 * row_elems // step
+        m = meta.copy()
+        m[kpos + lay["n"][0] + D] = i1 - i0
+        m[5] += i0 * step * itemsize  # Slot 0 is the output: its byte offset.
+        for k, lf in enumerate(spec.leaves):
+            m[5 + 2 * (k + 1)] += i0 * int(ls[k, D]) * lf.dtype.np.itemsize
+        for g in range(ng):
+            m[kpos + gb0 + g] += i0 * int(meta[kpos + gc0 + g * L + D])
+        out.append(m)
+    return out
+
+
+# The step driver's half-precision GEMM (record 9, `loom.codegen.driver`): each operand converted to float32 in
+# scratch memory of the arena, ``sgemm``, the result rounded back. Record: ``[9, bfloat16?, transa, transb, M, N,
+# K, lda, ldb, ldc, (base, offset) for A, B and C, batch dims, multiply-adds, (base, offset) of the scratch,
+# (size, A, B, C byte strides) per batch dim]``.
+DRIVER_SOURCE = r"""
+#include <math.h>
+""" + half.HELPERS + r"""
+static void loom_h2f(int bf, const char *src, int64_t rows, int64_t cols, int64_t ld, float *dst) {
+  for (int64_t i = 0; i < rows; i++) {
+    float *d = dst + i * cols;
+    if (bf) {
+      const uint16_t *s = (const uint16_t *)src + i * ld;
+      for (int64_t j = 0; j < cols; j++) d[j] = loom_bf16_f32(s[j]);
+    } else {
+      const loom_f16 *s = (const loom_f16 *)src + i * ld;
+      for (int64_t j = 0; j < cols; j++) d[j] = loom_f16_f32(s[j]);
+    }
+  }
+}
+
+static void loom_f2h(int bf, const float *src, int64_t rows, int64_t cols, char *dst, int64_t ld) {
+  for (int64_t i = 0; i < rows; i++) {
+    const float *s = src + i * cols;
+    if (bf) {
+      uint16_t *d = (uint16_t *)dst + i * ld;
+      for (int64_t j = 0; j < cols; j++) d[j] = loom_f32_bf16(s[j]);
+    } else {
+      loom_f16 *d = (loom_f16 *)dst + i * ld;
+      for (int64_t j = 0; j < cols; j++) d[j] = loom_f32_f16(s[j]);
+    }
+  }
+}
+
+static void loom_gemm_half(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
+  int bf = (int)r[1], ta = (int)r[2], tb = (int)r[3];
+  int32_t M = (int32_t)r[4], N = (int32_t)r[5], K = (int32_t)r[6];
+  int64_t lda = r[7], ldb = r[8], ldc = r[9];
+  char *A = base[r[10]] + r[11], *B = base[r[12]] + r[13], *C = base[r[14]] + r[15];
+  int64_t nbd = r[16], macs = r[17], nb = 1;
+  float *Af = (float *)(base[r[18]] + r[19]), *Bf = Af + (int64_t)M * K, *Cf = Bf + (int64_t)K * N;
+  const int64_t *bd = r + 20;
+  for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
+  loom_blas_threads(prog, ctl, macs);
+  /* Stored shapes: A is M x K (K x M transposed), B is K x N (N x K transposed). */
+  int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  for (int64_t b = 0; b < nb; b++) {
+    int64_t rest = b, oa = 0, ob = 0, oc = 0;
+    for (int64_t j = nbd - 1; j >= 0; j--) {
+      int64_t i = rest % bd[4 * j]; rest /= bd[4 * j];
+      oa += i * bd[4 * j + 1]; ob += i * bd[4 * j + 2]; oc += i * bd[4 * j + 3];
+    }
+    loom_h2f(bf, A + oa, ar, ac, lda, Af);
+    loom_h2f(bf, B + ob, br, bc, ldb, Bf);
+    ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, Af, (int32_t)ac, Bf, (int32_t)bc, 0.0f,
+                       Cf, N);
+    loom_f2h(bf, Cf, M, N, C + oc, ldc);
+  }
+}
+"""

@@ -1,0 +1,159 @@
+"""Transposes as strides in the native step: views keep their source alive, producers write in their permute's layout,
+and GEMM epilogues run right after their GEMM (loom.runtime.native, loom.codegen.gemm)."""
+import numpy as np
+import pytest
+
+import loom
+import loom.nn.functional as F
+from loom import nn
+from loom.runtime import native, reference
+from tests.runtime.test_native import _check, _inputs, _kinds, _python_path, _traced
+
+
+def _attention_step():
+    """A one-block causal self-attention training step: head split and merge, q @ k^T, weight gradients."""
+    loom.manual_seed(0)
+    B, T, C, H = 2, 8, 16, 4
+    qkv, proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+    opt = loom.optim.SGD(list(qkv.parameters()) + list(proj.parameters()), lr=0.1)
+    mask = loom.tensor(np.tril(np.ones((T, T), bool)))
+
+    def step(x):
+        opt.zero_grad()
+        q, k, v = qkv(x).reshape(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // H) ** 0.5)
+        att = F.softmax(att.masked_fill(~mask, float("-inf")), -1)
+        y = (att @ v).permute(0, 2, 1, 3).reshape(B, T, C)
+        loss = (proj(y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    return step, loom.randn(B, T, C)
+
+
+def test_attention_step_has_no_copy_steps(monkeypatch):
+    step, x = _attention_step()
+    exe = _traced(step, x)
+    _check(exe, monkeypatch, exact_vs_python=False)
+    kinds = _kinds(exe)
+    assert native._COPY not in kinds, "head split/merge and k^T are strides, not copies"
+    assert native._PY not in kinds
+    assert kinds.count(native._GEMM) >= 10
+
+
+def test_producer_writes_in_its_permute_layout(monkeypatch):
+    def fn(a, b, w):
+        y = (a @ b).permute(0, 2, 1, 3)          # Head merge: the GEMM writes (b, t, h, d) directly.
+        z = (a.exp() * 2.0).permute(0, 2, 1, 3)  # A kernel writes in the permuted layout too.
+        return y.reshape(10, 12) @ w, z.reshape(10, 12) @ w
+
+    rng = np.random.default_rng(0)
+    a, b, w = (loom.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((2, 3, 5, 4), (2, 3, 4, 4), (12, 6)))
+    exe = _traced(fn, a, b, w)
+    _check(exe, monkeypatch, exact_vs_python=False)
+    prog = exe._native
+    strided = [s for s in exe._steps if s.node.op in ("matmul", "fused") and s.out in prog._locs
+               and prog._locs[s.out].base == 0 and prog._locs[s.out].strides != native._contiguous(
+                   prog._locs[s.out].shape, 4)]
+    assert {s.node.op for s in strided} == {"matmul", "fused"}
+    assert native._COPY not in _kinds(exe)
+
+
+def _epilogue_kernels(exe):
+    """(GEMM records, kernel records that run as a GEMM's epilogue) of the native table."""
+    steps = exe._native._table[2]
+    return sum(s.kind == native._GEMM for s in steps), sum(s.kind == native._KERNEL and s.pre is not None
+                                                            for s in steps)
+
+
+def test_epilogues_run_on_row_blocks(monkeypatch):
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")  # 32 rows of 32 floats: blocks of 32, 32, 32, 4 rows.
+    rng = np.random.default_rng(1)
+    w = [loom.tensor(rng.standard_normal((24, 32)).astype(np.float32) * 0.3) for _ in range(6)]
+    bias = loom.tensor(rng.standard_normal(32).astype(np.float32))
+
+    def fn(x, r):
+        heads = [
+            F.relu(x @ w[0] + bias),             # Bias broadcast over rows, then an activation.
+            F.gelu(x @ w[1]),
+            (x @ w[2]).tanh() * 0.5,             # Activation and scaling.
+            (x @ w[3]).sigmoid(),
+            x @ w[4] + r,                        # Residual add.
+            F.softmax((x @ w[5]) * 0.25, -1),    # Read by two kernels (max, then exp and sum): no epilogue.
+        ]
+        return tuple(heads)
+
+    x = loom.tensor(rng.standard_normal((100, 24)).astype(np.float32))
+    r = loom.tensor(rng.standard_normal((100, 32)).astype(np.float32))
+    with loom.no_grad():
+        exe = _traced(fn, x, r)
+    _check(exe, monkeypatch, exact_vs_python=False)
+    gemms, epilogues = _epilogue_kernels(exe)
+    assert len(exe._native._pairs) == 5
+    assert (gemms, epilogues) == (5 * 4 + 1, 5 * 4), "each GEMM and its kernel as 4 alternating row blocks"
+    want = [np.maximum(x.numpy() @ w[0].numpy() + bias.numpy(), 0), None, None, None,
+            x.numpy() @ w[4].numpy() + r.numpy(), None]
+    got = exe(*[a.numpy() for a in (x, r, bias, *w)])  # The graph's inputs: the arguments, then captures.
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[4], want[4], rtol=1e-5, atol=1e-5)
+
+
+def test_training_step_epilogues_match_python_path(monkeypatch):
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "2048")
+    loom.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 5))
+    opt = loom.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    x, y = loom.randn(70, 20), loom.tensor(np.arange(70) % 5)
+    exe = _traced(step, x, y)
+    _check(exe, monkeypatch, exact_vs_python=False)
+    gemms, epilogues = _epilogue_kernels(exe)
+    # Blocks of 32 rows (the least): 3 per 32-wide layer, for two forward bias adds and two activation gradients.
+    assert epilogues >= 4 * 3, "forward bias adds and backward activation gradients run on row blocks"
+    assert gemms > 8
+
+
+def test_whole_gemm_then_epilogue_when_blocks_are_off(monkeypatch):
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "0")
+    rng = np.random.default_rng(2)
+    w = loom.tensor(rng.standard_normal((8, 16)).astype(np.float32))
+
+    def fn(x):
+        return F.relu(x @ w + 1.0)
+
+    with loom.no_grad():
+        exe = _traced(fn, loom.tensor(rng.standard_normal((64, 8)).astype(np.float32)))
+    _check(exe, monkeypatch, exact_vs_python=False)
+    assert _epilogue_kernels(exe) == (1, 1)
+
+
+@pytest.mark.parametrize("d", [loom.float16, loom.bfloat16], ids=lambda d: d.name)
+def test_half_precision_step_runs_in_c(d, monkeypatch):
+    rng = np.random.default_rng(3)
+    w = loom.tensor(rng.standard_normal((24, 16)).astype(np.float32) * 0.2).to(d)
+    v = loom.tensor(rng.standard_normal((2, 16, 8)).astype(np.float32) * 0.2).to(d)
+    b = loom.tensor(rng.standard_normal(16).astype(np.float32)).to(d)
+
+    def fn(x):
+        h = F.relu(x @ w + b)                          # A GEMM, then a half kernel.
+        return (h.reshape(2, 20, 16) @ v).sum(-1), x.t() @ h  # Batched; transposed operand.
+
+    x = loom.tensor(rng.standard_normal((40, 24)).astype(np.float32)).to(d)
+    with loom.no_grad():
+        exe = _traced(fn, x)
+    arrays = _inputs(exe)
+    got = exe(*arrays)
+    kinds = _kinds(exe)
+    assert kinds.count(native._HGEMM) == 3 and native._KERNEL in kinds and native._PY not in kinds
+    want = _python_path(exe, monkeypatch)(*arrays)
+    for g, r in zip(got, want):
+        g, r = (reference.to_compute(a, d).astype(np.float64) for a in (g, r))
+        eps = 2.0 ** -10 if d is loom.float16 else 2.0 ** -7
+        np.testing.assert_allclose(g, r, rtol=4 * eps, atol=4 * eps * np.abs(r).max())
