@@ -340,6 +340,9 @@ class Plan:
         self.trace = {name: a.transitions for name, a in actors_here.items()}
         if failure:
             raise _failure_error(self.name, *failure[0])
+        why = next((a.stopped_by for a in actors_here.values() if a.stopped_by), None)
+        if why is not None:
+            raise ActorError(f"loom.runtime: plan {self.name} was stopped because {why}")
         if any(a.cancelled for a in actors_here.values()):
             raise ActorError(f"loom.runtime: plan {self.name} was cancelled")
         return results[sinks[0].name] if len(sinks) == 1 else results
@@ -400,6 +403,7 @@ class Actor(threading.Thread):
         self.producers: list[Actor] = []
         self.consumers: list[tuple[Any, int]] = []
         self.cancelled = False
+        self.stopped_by: str | None = None   # The failure elsewhere that stopped this actor, in words.
         _LIVE.add(self)
 
     def wire(self, actors: dict[str, Any]) -> None:
@@ -435,24 +439,28 @@ class Actor(threading.Thread):
                 self._run_source()
             else:
                 self._run_task()
-        except _Stopped:
+        except _Stopped as e:
             self.cancelled = True
+            self.stopped_by = e.args[0] if e.args else None
             self._set("done", "stopped")
-            self._tell_neighbours()
+            self._tell_neighbours(self.stopped_by)
             return
         except BaseException as e:  # Stops every actor; Plan.run raises it with the task's name.
             self._set("failed", repr(e))
             self.failure.append((self, e, getattr(e, "_loom_node", None)))
             self.stop.set()
-            self._tell_neighbours()
+            where = getattr(self.task, "rank", None)
+            self._tell_neighbours(f"task {self.task.name!r}{'' if where is None else f' on rank {where}'} failed: "
+                                  f"{type(e).__name__}: {e}")
             return
         self._set("done")
 
-    def _tell_neighbours(self) -> None:
+    def _tell_neighbours(self, why: str | None = None) -> None:
+        """Stop the neighbours; `why` (the failure that started it) travels along, to other ranks too."""
         for c, _ in self.consumers:
-            c.inbox.put(("stop", None, None, None))
+            c.inbox.put(("stop", None, None, why))
         for p in self.producers:
-            p.inbox.put(("stop", None, None, None))
+            p.inbox.put(("stop", None, None, why))
 
     def _attempt(self, call: Callable, values: list) -> Any:
         """`call()`, repeated after an error up to the task's retries, with exponential backoff."""
@@ -498,7 +506,7 @@ class Actor(threading.Thread):
                 del self.acks[reg]
                 self.free.append(reg)
         elif kind == "stop":
-            raise _Stopped()
+            raise _Stopped(value)
 
     def _wait_free(self) -> None:
         while not self.free:

@@ -79,7 +79,7 @@ plan.task("check", boom, [a], rank=1)
 try:
     plan.run(timeout=30)
 except ActorError as e:
-    want_text = "task 'check' failed" if r == 1 else "was cancelled"
+    want_text = "task 'check' failed" if r == 1 else "stopped because task 'check' on rank 1 failed: ValueError"
     assert want_text in str(e), str(e)
     print(f"rank {r}: failure stops both ranks ok ({str(e)[:60]})", flush=True)
 else:
