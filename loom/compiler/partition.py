@@ -43,7 +43,9 @@ from typing import Any, Callable
 import numpy as np
 
 from loom.errors import fmt_shape
+from loom.ir import collective
 from loom.ir.graph import Graph
+from loom.ir.ops import PRIMITIVES
 from loom.ir.node import Node
 from loom.runtime import actors, reference
 
@@ -214,8 +216,11 @@ def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn
                                    track=track, registers=registers)
     specs = [actors.TaskSpec(p.name, compile_fn(p.graph), p.inputs, describe(p.graph), _diagnoser(p.graph))
              for p in parts.parts]
+    # Collectives must run in the same order on every rank: tasks on several threads could start them in
+    # different orders, so a graph that talks to other ranks runs its tasks one after another.
+    serial = any(PRIMITIVES[n.op].kind == collective.KIND for n in graph if n.op in PRIMITIVES)
     return actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers,
-                               parallel=_worth_parallel(parts))
+                               parallel=_worth_parallel(parts) and not serial, serial=serial)
 
 
 # A single call runs its branches on actors only when a second branch holds this much work (FLOPs): handing

@@ -693,12 +693,17 @@ class GraphProgram:
         run at the same time) or calls the tasks one after another in the
         caller's thread; the compiler decides by the work the branches hold
         (handing values between threads costs tens of microseconds). `map`
-        always runs on the actors.
+        runs on the actors unless `serial`.
+    serial : bool
+        Never run on actors: every call, `map` included, runs the tasks one
+        after another in the caller's thread (a graph with collectives, which
+        must start in the same order on every rank).
     """
 
     def __init__(self, name: str, tasks: list[TaskSpec], outputs: list[tuple[int, Any]], n_inputs: int,
-                 track: bool = False, registers: int = 2, parallel: bool = True):
-        self.parallel = parallel
+                 track: bool = False, registers: int = 2, parallel: bool = True, serial: bool = False):
+        self.serial = serial
+        self.parallel = parallel and not serial
         self.name = name
         self.tasks = tasks
         self.outputs = outputs
@@ -805,9 +810,9 @@ class GraphProgram:
         Up to `lookahead` calls (default: registers times tasks) are in
         flight, so consecutive calls overlap stage by stage.
         """
-        if self._single is not None:
+        if self._single is not None or self.serial:
             for item in items:
-                yield self._single(*item)
+                yield self._single(*item) if self._single is not None else self._in_caller(item)
             return
         ahead = lookahead or self.registers * (len(self.tasks) + 1)
         with self._lock:

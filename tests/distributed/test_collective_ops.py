@@ -116,3 +116,19 @@ def test_collective_primitives_on_2_ranks():
 @pytest.mark.slow
 def test_collective_primitives_on_4_ranks():
     _check(_ok(launch("collective_graph.py", nproc=4), nproc=4), 4)
+
+
+def test_a_partitioned_graph_with_collectives_runs_its_tasks_in_one_order():
+    w = loom.ones(3, 3)
+
+    @loom.function(runtime="actors", warmup=0)
+    def two_stages(x):
+        with loom.stage(0):
+            h = apply("all_reduce", ((x @ w).relu(),), {"reduction": "sum", "ranks": ONE})
+        with loom.stage(1):
+            return (h @ w).sum(1)
+    outs = [y.numpy() for y in two_stages.map((loom.ones(2, 3) * k,) for k in range(3))]
+    np.testing.assert_allclose(np.stack(outs), [[0.0, 0.0], [27.0, 27.0], [54.0, 54.0]])
+    prog = next(iter(two_stages._cache.values())).exe
+    assert len(prog.tasks) == 2 and prog.serial and not prog.parallel
+    two_stages.close()
