@@ -68,9 +68,22 @@ def _average(a: np.ndarray, op: str, n: int) -> np.ndarray:
     return (a / n).astype(a.dtype) if a.dtype.kind in "fc" else (a // n).astype(a.dtype)
 
 
-def all_reduce(a: np.ndarray, op: str, ranks: Sequence[int]) -> np.ndarray:
-    """The elementwise sum (``op="sum"``) or mean (``"avg"``) of every rank's `a`."""
-    g = group_of(ranks, "all_reduce")
+def channel(ranks: Sequence[int], op: str = "channel") -> ProcessGroup | None:
+    """A private communicator over the group `ranks` (collective: every member calls it, in the same order).
+
+    Collectives on different channels may run at the same time from different
+    threads (each channel sees its own calls in order), which lets actor tasks
+    overlap their communication; None for a one-rank group.
+    """
+    g = group_of(ranks, op)
+    if g is None:
+        return None
+    return ProcessGroup(g._comm.Dup(), g._ranks, g._backend)
+
+
+def all_reduce(a: np.ndarray, op: str, ranks: Sequence[int], group: ProcessGroup | None = None) -> np.ndarray:
+    """The elementwise sum (``op="sum"``) or mean (``"avg"``) of every rank's `a` (on `group` if given)."""
+    g = group if group is not None else group_of(ranks, "all_reduce")
     if g is None:
         return np.array(a, copy=True)
     buf = _buf(a)

@@ -1,6 +1,7 @@
 """Actors across processes (loom.runtime.transport): placement rules in one process, and on 2 ranks through
 tests/distributed/scripts/actor_pipeline.py (a placed plan, a two-stage model pipelined over 4 micro-batches
 forward and in training, equal to one process; a failure on one rank stopping both)."""
+import re
 import subprocess
 import sys
 
@@ -89,3 +90,11 @@ def test_two_stage_pipeline_across_ranks_equals_one_process():
                  "rank 1: pipelined training loss equals one process ok",
                  "rank 0: failure stops both ranks ok", "rank 1: failure stops both ranks ok"):
         assert line in out, line
+
+
+@needs_mpi
+def test_gradient_all_reduce_tasks_overlap_backward_and_equal_one_process():
+    out = _ok(launch("overlap.py"))
+    for r in (0, 1):
+        assert f"rank {r}: data parallel grads equal one process over 4 steps ok" in out
+        assert re.search(rf"rank {r}: [1-8] of 8 all-reduces overlapped a backward task ok", out), out
