@@ -289,7 +289,7 @@ class Plan:
                 _started.set()
             return []
         placed = sorted({t.rank for t in self.tasks if t.rank is not None})
-        wire = self.transport if placed and (len(placed) > 1 or placed[0] != getattr(self.transport, "rank", 0)) \
+        wire: Any = self.transport if placed and (len(placed) > 1 or placed[0] != getattr(self.transport, "rank", 0)) \
             else None
         if placed and self.transport is None and placed != [0]:
             raise LoomError(f"loom.runtime.Plan {self.name}: tasks are placed on ranks {placed} but the plan has no "
@@ -305,7 +305,7 @@ class Plan:
         actors: dict[str, Any] = {t.name: Actor(t, results.get(t.name), failure, stop) for t in local}
         for t in self.tasks:  # The neighbours on other ranks, as mailboxes that send through the transport.
             if t.name not in actors and any(n.name in actors for n in t.inputs + t.consumers):
-                actors[t.name] = _transport.RemoteMailbox(wire, t.rank, t)
+                actors[t.name] = _transport.RemoteMailbox(wire, int(t.rank), t)  # type: ignore[arg-type]
         for t in local:
             actors[t.name].wire(actors)
         serving = wire is not None and me in placed
@@ -323,8 +323,8 @@ class Plan:
             a.start()
         if _started is not None:
             _started.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            deadline = None if timeout is None else time.monotonic() + timeout
             for a in actors_here.values():
                 a.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
                 if a.is_alive():
@@ -336,7 +336,7 @@ class Plan:
         finally:
             self._running = {}
             if serving:
-                wire.finish(None if timeout is None else max(1.0, deadline - time.monotonic()))
+                wire.finish(None if deadline is None else max(1.0, deadline - time.monotonic()))
         self.trace = {name: a.transitions for name, a in actors_here.items()}
         if failure:
             raise _failure_error(self.name, *failure[0])
