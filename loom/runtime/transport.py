@@ -97,7 +97,9 @@ class MpiTransport(Transport):
     comm : mpi4py communicator, optional
         The processes the plan spans; this transport works on a duplicate of
         it, so its messages never meet the program's own. Default: a duplicate
-        of ``MPI.COMM_WORLD``. Ranks are ranks of this communicator.
+        of ``MPI.COMM_WORLD``. Ranks are ranks of this communicator. Making a
+        transport is collective: every process of `comm` makes its transports
+        in the same order.
     poll : float
         Longest pause, in seconds, between polls of the receiving thread when
         nothing arrives (it starts at a tenth of that and backs off), so an
