@@ -135,3 +135,13 @@ def test_a_partitioned_graph_with_collectives_runs_its_tasks_in_one_order():
     prog = next(iter(two_stages._cache.values())).exe
     assert len(prog.tasks) == 2 and prog.serial and not prog.parallel
     two_stages.close()
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_collectives_match_torch_distributed_in_the_parity_harness_on_2_ranks():
+    out = _ok(launch("collective_parity.py"))
+    for name in ("all_reduce", "all_gather", "broadcast", "all_to_all"):
+        for mode in ("eager", "compiled", "traced"):
+            for r in (0, 1):
+                assert f"rank {r}: parity {name} {mode} ok" in out, (name, mode, r)
