@@ -240,9 +240,10 @@ class Plan:
         further ahead than its registers allow. Closing the generator early
         stops every actor.
         """
-        sinks = [t for t in self.tasks if not t.consumers]
-        if len(sinks) != 1 or sinks[0].rank is not None:
-            raise LoomError(f"loom.runtime.Plan {self.name}: stream needs exactly one sink task, with no rank; "
+        me = getattr(self.transport, "rank", None)
+        sinks = [t for t in self.tasks if not t.consumers and (t.rank is None or me is None or t.rank == me)]
+        if len(sinks) != 1:
+            raise LoomError(f"loom.runtime.Plan {self.name}: stream needs exactly one sink task on this rank, "
                             f"has {[t.name for t in sinks]}")
         caller = _Caller()
         box: list = []
@@ -627,7 +628,8 @@ class TaskSpec:
     """
 
     def __init__(self, name: str, run: Callable, inputs: list[tuple[int, int]], subgraph: str = "",
-                 diagnose: Callable | None = None):
+                 diagnose: Callable | None = None, rank: int | None = None):
+        self.rank = rank   # The transport rank that runs it (a placed program); None: this process.
         self.name = name
         self.run = run
         self.inputs = inputs
@@ -701,7 +703,9 @@ class GraphProgram:
     """
 
     def __init__(self, name: str, tasks: list[TaskSpec], outputs: list[tuple[int, Any]], n_inputs: int,
-                 track: bool = False, registers: int = 2, parallel: bool = True, serial: bool = False):
+                 track: bool = False, registers: int = 2, parallel: bool = True, serial: bool = False,
+                 transport: Any = None):
+        self.transport = transport
         self.serial = serial
         self.parallel = parallel and not serial
         self.name = name
@@ -714,7 +718,7 @@ class GraphProgram:
         self._feed: _Feed | None = None
         self._stream: Any = None
         self._lock = threading.Lock()
-        self._single = tasks[0].run if len(tasks) == 1 and self._identity() else None
+        self._single = tasks[0].run if len(tasks) == 1 and self._identity() and transport is None else None
 
     def _identity(self) -> bool:
         t = self.tasks[0]
@@ -748,22 +752,28 @@ class GraphProgram:
         return which
 
     def _start(self) -> None:
-        plan = Plan(self.name, track=self.track)
+        plan = Plan(self.name, track=self.track, transport=self.transport)
         feed = _Feed()
-        src = plan.source("feed", feed, registers=self.registers)
+        src = plan.source("feed", feed, registers=self.registers)   # Every process feeds its own copy.
         made: list[Task] = []
         for t in self.tasks:
             producers = sorted({p for p, _ in t.inputs if p >= 0})
             made.append(plan.task(t.name, self._task_fn(t, producers), [src] + [made[p] for p in producers],
                                   registers=self.registers, subgraph=t.subgraph,
-                                  diagnose=self._diagnose(t, producers)))
+                                  diagnose=self._diagnose(t, producers), rank=t.rank))
         used = sorted({p for p, _ in self.outputs if p >= 0})
         where = {p: k for k, p in enumerate(used)}
         spec = [(p, where.get(p, -1), x) for p, x in self.outputs]
 
         def collect(args, *outs):
             return tuple(args[x] if p == -1 else np.array(x) if p == -2 else outs[k][x] for p, k, x in spec)
-        plan.task("collect", collect, [src] + [made[p] for p in used], registers=self.registers)
+        placed = sorted({t.rank for t in self.tasks if t.rank is not None})
+        if self.transport is None or not placed:
+            plan.task("collect", collect, [src] + [made[p] for p in used], registers=self.registers)
+        else:  # Every rank of the program collects every output (the other ranks' travel to it).
+            for r in range(self.transport.size):
+                plan.task(f"collect@{r}", collect, [src] + [made[p] for p in used], registers=self.registers,
+                          rank=r)
         self.plan, self._feed = plan, feed
         self._stream = plan.stream()
 

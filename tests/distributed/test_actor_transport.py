@@ -85,6 +85,8 @@ def test_two_stage_pipeline_across_ranks_equals_one_process():
     out = _ok(launch("actor_pipeline.py"))
     for line in ("rank 1: placed plan equals one process ok", "rank 0: registers sent ok",
                  "rank 1: loom.function stages pipelined over 4 micro-batches equal one process ok",
+                 "rank 0: loom.function stages placed on 2 ranks equal one process (every rank gets the outputs) ok",
+                 "rank 1: loom.function stages placed on 2 ranks equal one process (every rank gets the outputs) ok",
                  "rank 0: pipelined training grad W0 equals one process ok",
                  "rank 1: pipelined training grad W1 equals one process ok",
                  "rank 1: pipelined training loss equals one process ok",

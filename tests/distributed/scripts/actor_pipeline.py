@@ -51,6 +51,23 @@ outs = pipeline_plan([stage0, stage1], [X[k * B:(k + 1) * B] for k in range(M)],
 if r == 1:
     check("loom.function stages pipelined over 4 micro-batches equal one process", np.concatenate(outs), want, 1e-5)
 
+# 2b. One loom.function whose stages (loom.stage) the compiler's partition makes tasks, placed on the ranks.
+@loom.function(runtime="actors", warmup=0, placement={0: 0, 1: 1}, transport=transport)
+def two_stages(x):
+    with loom.stage(0):
+        v = (x @ W0).tanh()
+    with loom.stage(1):
+        return v @ W1
+
+
+with loom.no_grad():
+    outs = [y.numpy() for y in two_stages.map((loom.tensor(X[k * B:(k + 1) * B]),) for k in range(M))]
+prog = next(iter(two_stages._cache.values())).exe
+assert sorted(t.rank for t in prog.tasks) == [0, 1], [(t.name, t.rank) for t in prog.tasks]
+two_stages.close()
+check("loom.function stages placed on 2 ranks equal one process (every rank gets the outputs)",
+      np.concatenate(outs), want, 1e-5)
+
 # 3. Training: forward and backward pipelined (1F1B-style through the registers), gradients accumulated.
 loss_fn = lambda out, y: ((out - y) ** 2).mean()  # noqa: E731
 grads, losses = train_pipeline([lambda x: (x @ W0).tanh(), lambda v: v @ W1], [W0, W1], loss_fn,
