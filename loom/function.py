@@ -269,7 +269,8 @@ class Function:
 
     def __init__(self, fn: Callable, level: int = 3, backend: str = "c", warmup: int = 1,
                  memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
-                 track: bool = False, offload: str = "never") -> None:
+                 track: bool = False, offload: str = "never",
+                 placement: dict | None = None, transport: Any = None) -> None:
         functools.update_wrapper(self, fn)
         if runtime not in ("native", "actors"):
             raise LoomValueError(f"loom.function: runtime must be 'native' (one compiled step) or 'actors' (the "
@@ -279,6 +280,7 @@ class Function:
                                  "one or the other")
         self.runtime = runtime
         self.track = bool(track)
+        self.placement, self.transport = placement, transport  # Stage -> rank, over a runtime transport.
         self.fn = fn
         self.level = level
         self.backend = backend
@@ -429,7 +431,8 @@ class Function:
                         tags[new] = k
             entry.exe = compile_partitioned(graph, tags, lambda g: _compile(g, self.level, self.backend),
                                             name=f"loom.function:{getattr(self.fn, '__name__', 'fn')}",
-                                            track=self.track)
+                                            track=self.track, placement=self.placement,
+                                            transport=self.transport)
         else:
             entry.exe = _compile(graph, self.level, self.backend)
         optimized = getattr(entry.exe, "graph", None)
@@ -595,7 +598,8 @@ def _buffer_tensor(array: np.ndarray, dtype: dt.DType) -> Tensor:
 
 def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", warmup: int = 1,
              memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
-             track: bool = False, offload: str = "never"):
+             track: bool = False, offload: str = "never",
+             placement: dict | None = None, transport: Any = None):
     """Trace `fn` into one static graph, compile it once and replay it on later calls.
 
     The first `warmup` calls run eagerly (so optimizer state and lazily created
@@ -647,6 +651,10 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
         task runs exactly as the native step does.
     track : bool
         With ``runtime="actors"``: keep every actor's state transitions.
+    placement, transport : dict, loom.runtime.transport.Transport
+        With ``runtime="actors"``: run stage k's tasks on rank ``placement[k]``
+        of `transport` (`MpiTransport`); every rank calls the function with
+        the same arguments and gets every output (docs/runtime.md).
 
     Examples
     --------
@@ -665,7 +673,8 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     [0.7, 0.7, 0.7]
     """
     options: dict[str, Any] = dict(level=level, backend=backend, warmup=warmup, memory_budget=memory_budget,
-                                  strict=strict, runtime=runtime, track=track, offload=offload)
+                                  strict=strict, runtime=runtime, track=track, offload=offload,
+                                  placement=placement, transport=transport)
     if fn is None:
         return lambda f: Function(f, **options)
     return Function(fn, **options)

@@ -1153,7 +1153,9 @@ def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
             ctx = Context(prim, tuple(inputs), attrs)
             requires = True
     out = Tensor._wrap(node, ctx, requires)
-    if node.depth > LAZY_DEPTH_LIMIT:
+    if node.depth > LAZY_DEPTH_LIMIT or (prim.kind == "collective" and len(attrs["ranks"]) > 1):
+        # A collective among ranks runs when the program reaches it (outside traces): every rank talks in
+        # program order.
         _realize.realize_barrier([node])
     return out
 

@@ -43,7 +43,9 @@ from typing import Any, Callable
 import numpy as np
 
 from loom.errors import fmt_shape
+from loom.ir import collective
 from loom.ir.graph import Graph
+from loom.ir.ops import PRIMITIVES
 from loom.ir.node import Node
 from loom.runtime import actors, reference
 
@@ -181,13 +183,14 @@ def find_failing_node(graph: Graph, arrays: list[np.ndarray]) -> str | None:
 
 
 def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn: Callable[[Graph], Callable],
-                        name: str = "function", track: bool = False,
-                        registers: int = 2) -> actors.GraphProgram:
+                        name: str = "function", track: bool = False, registers: int = 2,
+                        placement: dict[int, int] | None = None, transport: Any = None) -> actors.GraphProgram:
     """Partition `graph`, compile each part with ``compile_fn(subgraph)`` and make a runtime program of them.
 
     A graph that is one part is compiled whole (the very executable the
     plain path would build). `registers` per edge (>= 2) lets consecutive
-    calls in `GraphProgram.map` overlap, stage by stage.
+    calls in `GraphProgram.map` overlap, stage by stage. With `placement`
+    (stage -> rank) each stage's tasks run on that rank of `transport`.
 
     Examples
     --------
@@ -205,6 +208,11 @@ def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn
     >>> prog.close()
     """
     parts = partition(graph, stages)
+    if placement is not None:
+        specs = [actors.TaskSpec(p.name, compile_fn(p.graph), p.inputs, describe(p.graph), _diagnoser(p.graph),
+                                 rank=placement.get(p.stage, 0)) for p in parts.parts]
+        return actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers,
+                                   transport=transport)
     if len(parts.parts) == 1 and all(p != -2 for p, _ in parts.outputs):
         # One task: the whole graph as the plain path compiles it, inputs and outputs in its own order.
         whole = compile_fn(graph)
@@ -214,8 +222,11 @@ def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn
                                    track=track, registers=registers)
     specs = [actors.TaskSpec(p.name, compile_fn(p.graph), p.inputs, describe(p.graph), _diagnoser(p.graph))
              for p in parts.parts]
+    # Collectives must run in the same order on every rank: tasks on several threads could start them in
+    # different orders, so a graph that talks to other ranks runs its tasks one after another.
+    serial = any(PRIMITIVES[n.op].kind == collective.KIND for n in graph if n.op in PRIMITIVES)
     return actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers,
-                               parallel=_worth_parallel(parts))
+                               parallel=_worth_parallel(parts) and not serial, serial=serial)
 
 
 # A single call runs its branches on actors only when a second branch holds this much work (FLOPs): handing

@@ -1123,6 +1123,7 @@ VJP_IGNORES_INPUT_VALUES = frozenset({
     "neg", "add", "sub", "exp", "expm1", "sqrt", "recip", "tan", "tanh", "cast", "sum", "reshape", "permute",
     "expand", "pad", "slice", "flip", "sign", "floor", "ceil", "round", "trunc", "floordiv",
     "real", "imag", "conj", "complex", "fft_c2c", "fft_r2c", "fft_c2r",
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send", "recv",
 })
 
 # Holomorphic primitives whose backward rule, written for real inputs, gives PyTorch's complex

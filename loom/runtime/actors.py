@@ -11,8 +11,14 @@ it (back-pressure): a producer with no free register waits. Two or more
 registers let consecutive iterations overlap (pipelining), and tasks without
 a path between them run at the same time.
 
-Actors talk only through their inboxes (in-process queues here; the
-distributed layer puts the same messages on the wire). The end of the stream
+Actors talk only through their inboxes, behind one interface
+(`loom.runtime.transport`): an actor in this process through its queue, an
+actor in another process through a `RemoteMailbox` that hands the message to
+a transport (`MpiTransport`: tagged isend/irecv of the register's buffers).
+A plan is placed by giving tasks a ``rank``; every process builds the same
+plan and runs the actors of its own rank (tasks without a rank run in every
+process and read only unplaced tasks), so no process sees or schedules the
+whole job. The end of the stream
 travels as a last message down every edge, so each actor stops by itself
 after its inputs are drained; a failure stops every actor of the plan and
 `Plan.run` raises it, naming the task.
@@ -55,10 +61,12 @@ import numpy as np
 
 from loom import profiler as _profiler
 from loom.errors import LoomError
+from loom.runtime import transport as _transport
 
 __all__ = ["Plan", "Task", "Actor", "status", "status_text", "pipeline", "ActorError", "GraphProgram", "TaskSpec"]
 
 _END = object()          # The end of a stream, sent down every edge once.
+_transport._END_OBJECT[0] = _END
 _LIVE: "weakref.WeakSet[Actor]" = weakref.WeakSet()   # For status queries only; never used to schedule.
 STATES = ("waiting", "ready", "running", "done", "failed", "retrying")
 
@@ -93,8 +101,9 @@ class Task:
 
     def __init__(self, plan: "Plan", name: str, fn: Callable | None, inputs: list["Task"], registers: int,
                  source: Iterable | None = None, retries: int = 0, backoff: float = 0.05,
-                 subgraph: str | None = None, diagnose: Callable | None = None):
+                 subgraph: str | None = None, diagnose: Callable | None = None, rank: int | None = None):
         self.plan = plan
+        self.rank = rank              # The process (transport rank) that runs it; None: every process.
         self.name = name
         self.fn = fn
         self.inputs = inputs
@@ -121,11 +130,16 @@ class Plan:
         Keep each actor's list of timestamped state transitions (``Plan.trace``
         after a run). Off, actors keep only their current state (for
         `status()`), which costs nothing measurable.
+    transport : loom.runtime.transport.Transport, optional
+        How actors on different ranks talk (`MpiTransport`); needed when tasks
+        are placed on ranks (``rank=``). Every process builds the same plan
+        and runs it; each starts only its own rank's actors.
     """
 
-    def __init__(self, name: str = "plan", track: bool = True):
+    def __init__(self, name: str = "plan", track: bool = True, transport: Any = None):
         self.name = name
         self.track = track
+        self.transport = transport
         self.tasks: list[Task] = []
         self.trace: dict[str, list] = {}
         self._running: dict[str, Actor] = {}
@@ -136,6 +150,13 @@ class Plan:
         if task.registers < 1:
             raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r} needs at least one output "
                             f"register, got {task.registers}")
+        if task.rank is not None and (not isinstance(task.rank, int) or task.rank < 0):
+            raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r}: rank must be an int >= 0 or None, "
+                            f"got {task.rank!r}")
+        if task.rank is None and any(i.rank is not None for i in task.inputs):
+            placed = [i.name for i in task.inputs if i.rank is not None]
+            raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r} has no rank (it runs in every "
+                            f"process) but reads tasks placed on ranks ({placed}); give it a rank")
         if not isinstance(task.retries, int) or task.retries < 0 or task.backoff < 0:
             raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r}: retries must be an int >= 0 "
                             f"and backoff >= 0 seconds, got retries={task.retries!r}, backoff={task.backoff!r}")
@@ -148,7 +169,7 @@ class Plan:
         return task
 
     def source(self, name: str, iterable: Iterable, registers: int = 2, retries: int = 0,
-               backoff: float = 0.05) -> Task:
+               backoff: float = 0.05, rank: int | None = None) -> Task:
         """A task with no inputs that emits the items of `iterable`, one per firing.
 
         With ``retries=n`` a read that raises is tried again up to n times,
@@ -180,10 +201,11 @@ class Plan:
                             "after it raised; give an iterator object whose __next__ may be called again, or "
                             "read in a task (Plan.task(..., retries=n)) fed with what to read")
         return self._add(Task(self, name, None, [], registers, source=iterable, retries=retries,
-                              backoff=backoff))
+                              backoff=backoff, rank=rank))
 
     def task(self, name: str, fn: Callable, inputs: list[Task], registers: int = 1, retries: int = 0,
-             backoff: float = 0.05, subgraph: str | None = None, diagnose: Callable | None = None) -> Task:
+             backoff: float = 0.05, subgraph: str | None = None, diagnose: Callable | None = None,
+             rank: int | None = None) -> Task:
         """A task computing ``fn(*input_values)`` each time every input has a value.
 
         `registers` is the number of output values that may be in flight at
@@ -193,12 +215,13 @@ class Plan:
         n times with exponential backoff. `subgraph` says in words what the
         task runs and `diagnose(error, inputs)` names the failing node; both
         go into the error when the task fails (graph tasks from
-        `loom.runtime.partition` set them).
+        `loom.runtime.partition` set them). `rank` places the task on that
+        process of the plan's transport (None: every process runs it).
         """
         if not inputs:
             raise LoomError(f"loom.runtime.Plan {self.name}: task {name!r} has no inputs; use Plan.source")
         return self._add(Task(self, name, fn, list(inputs), registers, retries=retries, backoff=backoff,
-                              subgraph=subgraph, diagnose=diagnose))
+                              subgraph=subgraph, diagnose=diagnose, rank=rank))
 
     def cancel(self) -> None:
         """Stop every actor of the running plan (each stops at its next message); the run raises."""
@@ -217,9 +240,10 @@ class Plan:
         further ahead than its registers allow. Closing the generator early
         stops every actor.
         """
-        sinks = [t for t in self.tasks if not t.consumers]
+        me = getattr(self.transport, "rank", None)
+        sinks = [t for t in self.tasks if not t.consumers and (t.rank is None or me is None or t.rank == me)]
         if len(sinks) != 1:
-            raise LoomError(f"loom.runtime.Plan {self.name}: stream needs exactly one sink task, "
+            raise LoomError(f"loom.runtime.Plan {self.name}: stream needs exactly one sink task on this rank, "
                             f"has {[t.name for t in sinks]}")
         caller = _Caller()
         box: list = []
@@ -265,38 +289,62 @@ class Plan:
             if _started is not None:
                 _started.set()
             return []
-        sinks = [t for t in self.tasks if not t.consumers]
+        placed = sorted({t.rank for t in self.tasks if t.rank is not None})
+        wire: Any = self.transport if placed and (len(placed) > 1 or placed[0] != getattr(self.transport, "rank", 0)) \
+            else None
+        if placed and self.transport is None and placed != [0]:
+            raise LoomError(f"loom.runtime.Plan {self.name}: tasks are placed on ranks {placed} but the plan has no "
+                            "transport; pass Plan(..., transport=loom.runtime.transport.MpiTransport())")
+        me = wire.rank if wire is not None else None
+        local = [t for t in self.tasks if t.rank is None or wire is None or t.rank == me]
+        sinks = [t for t in local if not t.consumers]
         results: dict[str, Any] = {t.name: [] for t in sinks}
         if _caller is not None:
             results[sinks[0].name] = None
         failure: list = []
         stop = threading.Event()
-        actors = {t.name: Actor(t, results.get(t.name), failure, stop) for t in self.tasks}
-        for a in actors.values():
-            a.wire(actors)
+        actors: dict[str, Any] = {t.name: Actor(t, results.get(t.name), failure, stop) for t in local}
+        for t in self.tasks:  # The neighbours on other ranks, as mailboxes that send through the transport.
+            if t.name not in actors and any(n.name in actors for n in t.inputs + t.consumers):
+                actors[t.name] = _transport.RemoteMailbox(wire, int(t.rank), t)  # type: ignore[arg-type]
+        for t in local:
+            actors[t.name].wire(actors)
+        serving = wire is not None and me in placed
+        if serving:
+            def deliver(name: str, message: tuple) -> None:
+                target = actors.get(name)
+                if isinstance(target, Actor):
+                    target.inbox.put(message)
+            wire.serve(deliver, placed)
+        actors_here = {n: a for n, a in actors.items() if isinstance(a, Actor)}
         if _caller is not None:
             actors[sinks[0].name].consumers.append((_caller, 0))
-        self._running = actors
-        for a in actors.values():
+        self._running = actors_here
+        for a in actors_here.values():
             a.start()
         if _started is not None:
             _started.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            for a in actors.values():
+            for a in actors_here.values():
                 a.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
                 if a.is_alive():
-                    text = status_text([b for b in actors.values() if b.is_alive()])
+                    text = status_text([b for b in actors_here.values() if b.is_alive()])
                     self.cancel()
-                    for b in actors.values():
+                    for b in actors_here.values():
                         b.join(1.0)
                     raise ActorError(f"loom.runtime: plan {self.name} did not finish within {timeout} s; {text}")
         finally:
             self._running = {}
-        self.trace = {name: a.transitions for name, a in actors.items()}
+            if serving:
+                wire.finish(None if deadline is None else max(1.0, deadline - time.monotonic()))
+        self.trace = {name: a.transitions for name, a in actors_here.items()}
         if failure:
             raise _failure_error(self.name, *failure[0])
-        if any(a.cancelled for a in actors.values()):
+        why = next((a.stopped_by for a in actors_here.values() if a.stopped_by), None)
+        if why is not None:
+            raise ActorError(f"loom.runtime: plan {self.name} was stopped because {why}")
+        if any(a.cancelled for a in actors_here.values()):
             raise ActorError(f"loom.runtime: plan {self.name} was cancelled")
         return results[sinks[0].name] if len(sinks) == 1 else results
 
@@ -356,11 +404,16 @@ class Actor(threading.Thread):
         self.producers: list[Actor] = []
         self.consumers: list[tuple[Any, int]] = []
         self.cancelled = False
+        self.stopped_by: str | None = None   # The failure elsewhere that stopped this actor, in words.
         _LIVE.add(self)
 
-    def wire(self, actors: dict[str, "Actor"]) -> None:
+    def wire(self, actors: dict[str, Any]) -> None:
+        """Find the neighbours: actors here, or `RemoteMailbox` es for those on other ranks."""
         self.producers = [actors[i.name] for i in self.task.inputs]
         for c in self.task.consumers:
+            if self.task.rank is None and c.name not in actors or \
+                    self.task.rank is None and isinstance(actors[c.name], _transport.RemoteMailbox):
+                continue  # An unplaced task feeds only this process; each rank runs its own copy.
             for k, i in enumerate(c.inputs):
                 if i is self.task:
                     self.consumers.append((actors[c.name], k))
@@ -387,24 +440,28 @@ class Actor(threading.Thread):
                 self._run_source()
             else:
                 self._run_task()
-        except _Stopped:
+        except _Stopped as e:
             self.cancelled = True
+            self.stopped_by = e.args[0] if e.args else None
             self._set("done", "stopped")
-            self._tell_neighbours()
+            self._tell_neighbours(self.stopped_by)
             return
         except BaseException as e:  # Stops every actor; Plan.run raises it with the task's name.
             self._set("failed", repr(e))
             self.failure.append((self, e, getattr(e, "_loom_node", None)))
             self.stop.set()
-            self._tell_neighbours()
+            where = getattr(self.task, "rank", None)
+            self._tell_neighbours(f"task {self.task.name!r}{'' if where is None else f' on rank {where}'} failed: "
+                                  f"{type(e).__name__}: {e}")
             return
         self._set("done")
 
-    def _tell_neighbours(self) -> None:
+    def _tell_neighbours(self, why: str | None = None) -> None:
+        """Stop the neighbours; `why` (the failure that started it) travels along, to other ranks too."""
         for c, _ in self.consumers:
-            c.inbox.put(("stop", None, None, None))
+            c.inbox.put(("stop", None, None, why))
         for p in self.producers:
-            p.inbox.put(("stop", None, None, None))
+            p.inbox.put(("stop", None, None, why))
 
     def _attempt(self, call: Callable, values: list) -> Any:
         """`call()`, repeated after an error up to the task's retries, with exponential backoff."""
@@ -450,7 +507,7 @@ class Actor(threading.Thread):
                 del self.acks[reg]
                 self.free.append(reg)
         elif kind == "stop":
-            raise _Stopped()
+            raise _Stopped(value)
 
     def _wait_free(self) -> None:
         while not self.free:
@@ -571,7 +628,8 @@ class TaskSpec:
     """
 
     def __init__(self, name: str, run: Callable, inputs: list[tuple[int, int]], subgraph: str = "",
-                 diagnose: Callable | None = None):
+                 diagnose: Callable | None = None, rank: int | None = None):
+        self.rank = rank   # The transport rank that runs it (a placed program); None: this process.
         self.name = name
         self.run = run
         self.inputs = inputs
@@ -637,12 +695,19 @@ class GraphProgram:
         run at the same time) or calls the tasks one after another in the
         caller's thread; the compiler decides by the work the branches hold
         (handing values between threads costs tens of microseconds). `map`
-        always runs on the actors.
+        runs on the actors unless `serial`.
+    serial : bool
+        Never run on actors: every call, `map` included, runs the tasks one
+        after another in the caller's thread (a graph with collectives, which
+        must start in the same order on every rank).
     """
 
     def __init__(self, name: str, tasks: list[TaskSpec], outputs: list[tuple[int, Any]], n_inputs: int,
-                 track: bool = False, registers: int = 2, parallel: bool = True):
-        self.parallel = parallel
+                 track: bool = False, registers: int = 2, parallel: bool = True, serial: bool = False,
+                 transport: Any = None):
+        self.transport = transport
+        self.serial = serial
+        self.parallel = parallel and not serial
         self.name = name
         self.tasks = tasks
         self.outputs = outputs
@@ -653,7 +718,7 @@ class GraphProgram:
         self._feed: _Feed | None = None
         self._stream: Any = None
         self._lock = threading.Lock()
-        self._single = tasks[0].run if len(tasks) == 1 and self._identity() else None
+        self._single = tasks[0].run if len(tasks) == 1 and self._identity() and transport is None else None
 
     def _identity(self) -> bool:
         t = self.tasks[0]
@@ -687,22 +752,28 @@ class GraphProgram:
         return which
 
     def _start(self) -> None:
-        plan = Plan(self.name, track=self.track)
+        plan = Plan(self.name, track=self.track, transport=self.transport)
         feed = _Feed()
-        src = plan.source("feed", feed, registers=self.registers)
+        src = plan.source("feed", feed, registers=self.registers)   # Every process feeds its own copy.
         made: list[Task] = []
         for t in self.tasks:
             producers = sorted({p for p, _ in t.inputs if p >= 0})
             made.append(plan.task(t.name, self._task_fn(t, producers), [src] + [made[p] for p in producers],
                                   registers=self.registers, subgraph=t.subgraph,
-                                  diagnose=self._diagnose(t, producers)))
+                                  diagnose=self._diagnose(t, producers), rank=t.rank))
         used = sorted({p for p, _ in self.outputs if p >= 0})
         where = {p: k for k, p in enumerate(used)}
         spec = [(p, where.get(p, -1), x) for p, x in self.outputs]
 
         def collect(args, *outs):
             return tuple(args[x] if p == -1 else np.array(x) if p == -2 else outs[k][x] for p, k, x in spec)
-        plan.task("collect", collect, [src] + [made[p] for p in used], registers=self.registers)
+        placed = sorted({t.rank for t in self.tasks if t.rank is not None})
+        if self.transport is None or not placed:
+            plan.task("collect", collect, [src] + [made[p] for p in used], registers=self.registers)
+        else:  # Every rank of the program collects every output (the other ranks' travel to it).
+            for r in range(self.transport.size):
+                plan.task(f"collect@{r}", collect, [src] + [made[p] for p in used], registers=self.registers,
+                          rank=r)
         self.plan, self._feed = plan, feed
         self._stream = plan.stream()
 
@@ -749,9 +820,9 @@ class GraphProgram:
         Up to `lookahead` calls (default: registers times tasks) are in
         flight, so consecutive calls overlap stage by stage.
         """
-        if self._single is not None:
+        if self._single is not None or self.serial:
             for item in items:
-                yield self._single(*item)
+                yield self._single(*item) if self._single is not None else self._in_caller(item)
             return
         ahead = lookahead or self.registers * (len(self.tasks) + 1)
         with self._lock:

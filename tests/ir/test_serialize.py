@@ -114,6 +114,14 @@ def every_primitive_graph():
     outs.append(add("fft_c2c", [z], axes=(1, 0), forward=False))
     half = add("fft_r2c", [x], axes=(0, 1))
     outs += [half, add("fft_c2r", [half], axes=(0, 1), n=5)]
+    # Collectives on a group of one rank (no MPI); send then recv, ordered by the token.
+    one = (0,)
+    gathered = add("all_gather", [x], ranks=one)
+    outs += [add("all_reduce", [x], reduction="sum", ranks=one), gathered,
+             add("reduce_scatter", [gathered], reduction="avg", ranks=one), add("broadcast", [y], src=0, ranks=one),
+             add("reduce", [y], dst=0, ranks=one), add("all_to_all", [gathered], ranks=one)]
+    token = add("send", [y], dst=0, tag=7, ranks=one)
+    outs += [token, add("recv", [token], src=0, tag=7, shape=(3, 4), dtype=F32, ranks=one)]
     outs.append(add("argsort", [x], axis=1, descending=True))
     outs.append(add("argsort", [i], axis=0, descending=False))
     # The disk tier: offload, prefetch and reload give back the value bit for bit.

@@ -221,6 +221,25 @@ for _op in ("sum", "prod", "max", "min"):
     ])
 
 # Primitives whose rules are tested elsewhere in this file (graph inputs, constants, subgraph ops).
+ONE = {"ranks": (0,)}
+TABLE["all_reduce"] = ([((2, 3), F32)], {"reduction": "avg", **ONE}, [
+    ({"reduction": "max", **ONE}, r"all_reduce: attr 'reduction' is 'max'; expected 'sum' or 'avg'"),
+    ({"reduction": "sum", "ranks": ()}, r"all_reduce: attr 'ranks' is \(\); expected a non-empty tuple"),
+    ({"reduction": "sum"}, r"all_reduce: needs attr 'ranks'")])
+TABLE["all_gather"] = ([((2, 3), F32)], ONE, [({"ranks": (1, 1)}, r"all_gather: attr 'ranks' is \(1, 1\); expected "
+                                                                  "distinct")])
+TABLE["reduce_scatter"] = ([((1, 3), F32)], {"reduction": "sum", **ONE}, [
+    ({"reduction": "sum", "ranks": (0, 1)}, r"reduce_scatter: the input must have one row per rank")])
+TABLE["broadcast"] = ([((2, 3), F32)], {"src": 0, **ONE}, [
+    ({"src": 2, **ONE}, r"broadcast: attr 'src' is 2; expected one of the group's global ranks \[0\]")])
+TABLE["reduce"] = ([((2, 3), F32)], {"dst": 0, **ONE}, [({"dst": -1, **ONE}, r"reduce: attr 'dst' is -1")])
+TABLE["all_to_all"] = ([((1, 3), F32)], ONE, [({"ranks": (0, 1)}, r"all_to_all: the input must have one row per")])
+TABLE["send"] = ([((2, 3), F32)], {"dst": 0, "tag": 0, **ONE}, [
+    ({"dst": 0, "tag": -2, **ONE}, r"send: attr 'tag' is -2"),
+    ({"dst": 1, "tag": 0, **ONE}, r"send: attr 'dst' is 1; expected one of the group's global ranks")])
+TABLE["recv"] = ([((), F32)], {"src": 0, "tag": 0, "shape": (2,), "dtype": F32, **ONE}, [
+    ({"src": 0, "tag": 0, "shape": (2,), "dtype": "f", **ONE}, r"(recv: attr 'dtype' is 'f'|unknown dtype name 'f')"),
+    ({"src": 0, "tag": 0, "shape": (-2,), "dtype": F32, **ONE}, r"recv: attr 'shape' is \(-2,\)")])
 SPECIAL = {"input", "buffer", "fused", "while_loop", "storage"}  # storage: tests/runtime/test_storage.py
 CASES = [(op, k) for op in sorted(TABLE) for k in range(len(TABLE[op][2]))]
 

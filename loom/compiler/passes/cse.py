@@ -4,7 +4,9 @@ Two nodes merge when they apply the same op to the same inputs with equal
 attrs (compared exactly: ``0.0`` and ``-0.0`` differ, NaN equals NaN); the
 inputs of commutative ops are compared as a set. Constants merge when their
 values are bitwise equal. ``rand`` nodes merge only when every attr, the seed
-included, is equal, since they then produce the same values.
+included, is equal, since they then produce the same values. Collectives
+(``send``, ``recv``, ``all_reduce``, ...) never merge: each one is a message
+exchange that the other ranks wait for.
 """
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ import numpy as np
 from loom.compiler.passes.registry import register_pass
 from loom.compiler.passes.prune import drop_unused
 from loom.dtypes import DType
+from loom.ir import collective
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 
 # Ops whose result does not depend on the order of their two inputs (bitwise, NaN payloads aside).
 COMMUTATIVE = frozenset({"add", "mul", "eq", "ne", "and", "or", "xor"})
+_COLLECTIVES = frozenset(collective.OPS)
 
 
 def attr_key(value: Any) -> Hashable:
@@ -73,7 +77,7 @@ def cse(graph: Graph) -> Graph:
     position = {n: k for k, n in enumerate(order)}
     seen: dict[Hashable, Node] = {}
     for node in order:
-        if node.op == "input":
+        if node.op == "input" or node.op in _COLLECTIVES:
             continue
         key = _buffer_key(node) if node.op == "buffer" else node_key(node, position)
         first = seen.get(key)

@@ -4,7 +4,8 @@ The value comes from the reference interpreter, so a folded graph computes
 what the original did. A result whose elements are all equal becomes a
 ``const`` node (free, whatever its size); any other result becomes a
 ``buffer`` node if it is at most `MAX_FOLD_BYTES`. Nodes depending on
-``rand`` are left alone, and so is a node whose evaluation raises (integer
+``rand`` are left alone, so are collectives (they talk to the other ranks
+at run time), and so is a node whose evaluation raises (integer
 division by zero, an index out of range): that error belongs to run time.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from loom.compiler.constants import FOLDABLE_SOURCES, const_attrs, nbytes, sourc
 from loom.compiler.passes.registry import register_pass
 from loom.compiler.passes.prune import drop_unused
 from loom.errors import LoomError
-from loom.ir import ops
+from loom.ir import collective, ops
 from loom.ir.graph import Graph, _frozen
 from loom.ir.node import Node
 from loom.runtime import reference
@@ -78,7 +79,8 @@ def fold(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> Graph:
 
     with np.errstate(all="ignore"):
         for node in graph.topological_order():
-            if not node.inputs or not all(i.op in FOLDABLE_SOURCES for i in node.inputs):
+            if not node.inputs or not all(i.op in FOLDABLE_SOURCES for i in node.inputs) or \
+                    ops.PRIMITIVES[node.op].kind == collective.KIND:
                 continue
             try:
                 uniform = _fold_uniform(node)
