@@ -153,7 +153,11 @@ def every_primitive_graph():
     return g, args
 
 
-def test_round_trip_covers_every_primitive():
+def test_round_trip_covers_every_primitive(monkeypatch):
+    # The convolutions run on the NumPy path here: oneDNN's float32 weight gradient was seen to differ by
+    # 1 ulp between two calls on the same inputs (about 1 run in 10, on a loaded machine), and this test
+    # compares the two graphs' results bit for bit. The serialiser is what it checks, not the kernels.
+    monkeypatch.setenv("LOOM_NATIVE_CONV", "0")
     g, args = every_primitive_graph()
     missing = set(PRIMITIVES) - {n.op for n in g}
     assert not missing, f"add these primitives to every_primitive_graph and docs/graph-format.md: {missing}"
