@@ -17,6 +17,7 @@ from typing import Any
 
 from loom.runtime import toolchain as _runtime_toolchain
 
+from . import attention as _attention
 from . import conv as _conv
 from . import driver as _driver
 from . import kernel as _kernel
@@ -34,6 +35,9 @@ class CodegenToolchain(_runtime_toolchain.Toolchain):
 
     def conv(self) -> Any:
         return _conv
+
+    def library_step(self, node, locs) -> Any:
+        return _attention.step(node, locs)
 
     def kernel_usable(self, array) -> bool:
         return _kernel._usable(array)

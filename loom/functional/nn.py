@@ -23,7 +23,7 @@ from loom.functional.math import (
 )
 from loom.functional.reduce import amax, amin, centre, scaled_pnorm
 from loom.functional.shape import chunk, repeat_interleave
-from loom.tensor import Tensor, _rand_node, apply, arange, const, normalize_dim, tensor
+from loom.tensor import Tensor, _rand_node, apply, arange, broadcast_to, const, normalize_dim, tensor
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -1237,6 +1237,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         v = repeat_interleave(v, hq // hk, v.ndim - 3)
     L, S = q.shape[-2], k.shape[-2]
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if attn_mask is None and dropout_p == 0.0 and _fused_attention_fits(q, k, v, s):
+        return _fused_attention(q, k, v, is_causal, s)
     scores = matmul(q, k.transpose(-2, -1)) * s
     mask = None if attn_mask is None else _t(attn_mask)
     if is_causal:
@@ -1258,6 +1260,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p)
     return matmul(attn, v)
+
+
+def _fused_attention_fits(q, k, v, scale: float) -> bool:
+    """Whether sdpa can be the ``attention`` library primitive (one blocked kernel in compiled steps)."""
+    return (q.dtype in (dt.float32, dt.float64) and q.dtype is k.dtype is v.dtype and math.isfinite(scale)
+            and q.shape[-1] == v.shape[-1] and min(q.shape[-2], k.shape[-2], q.shape[-1]) > 0)
+
+
+def _fused_attention(q, k, v, is_causal: bool, scale: float) -> Tensor:
+    """sdpa through the ``attention`` primitive: batch dims broadcast, then the packed output sliced."""
+    batch = tuple(np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2])))
+    q, k, v = (broadcast_to(t, batch + tuple(t.shape[-2:])) for t in (q, k, v))
+    packed = apply("attention", (q, k, v), {"causal": bool(is_causal), "scale": scale})
+    return packed[..., :q.shape[-1]]
 
 
 # ---------------------------------------------------------------- rearrangements

@@ -50,6 +50,8 @@ _CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np
                                                         np.int64, np.uint8, np.uint16, np.uint32))}
 _SCATTER_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
 _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
+# Library ops whose native kernels the toolchain supplies (`Toolchain.library_step`).
+_LIBRARY_OPS = frozenset({"attention", "attention_grad"})
 _ALIGN = 64
 _INT32_MAX = 2**31 - 1
 _CTL_RC = 5
@@ -393,6 +395,8 @@ class NativeProgram:
             return self._gemm_plan(st) is not None
         if op in _INDEX_OPS:
             return self._index_record(k, st) is not None
+        if op in _LIBRARY_OPS:
+            return self._library_record(st, []) is not None
         return op in _VIEW_OPS
 
     def _gemm_plan(self, st) -> tuple | None:
@@ -601,6 +605,10 @@ class NativeProgram:
                     rec = [_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
                            len(batch), macs] + [v for d in batch for v in d]
                     step = _Step(_GEMM, st, st.args, s, gemm=g)
+            elif op in _LIBRARY_OPS and driver is not None:
+                lrec = self._library_record(st, keep)
+                if lrec is not None:
+                    rec, step = lrec, _Step(_KERNEL, st, st.args, s)
             elif op in _INDEX_OPS:
                 irec = self._index_record(k, st) if driver is not None else None
                 if irec is not None:
@@ -643,6 +651,22 @@ class NativeProgram:
         locs = [self._locs[st.out]] + [self._locs[a] for a in st.args]
         rec = [_KERNEL, fn, meta.ctypes.data, len(locs)]
         for loc in locs:
+            rec += [loc.base, loc.off]
+        return rec
+
+    def _library_record(self, st, keep) -> list[int] | None:
+        """A kernel record for a library op the toolchain has a native kernel for (attention, row ops)."""
+        out = self._locs[st.out]
+        ins = [self._locs[a] for a in st.args]
+        if out.strides != _contiguous(out.shape, out.dtype.itemsize) or any(self._overlaps(out, x) for x in ins):
+            return None
+        found = self._tools.library_step(st.node, [out] + ins)
+        if found is None:
+            return None
+        fn, meta = found
+        keep.append(meta)
+        rec = [_KERNEL, fn, meta.ctypes.data, 1 + len(ins)]
+        for loc in [out] + ins:
             rec += [loc.base, loc.off]
         return rec
 

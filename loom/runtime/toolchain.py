@@ -37,6 +37,11 @@ class Toolchain:
         """The native convolution module (``run`` and ``max_pool2d_index``), or None."""
         return None
 
+    def library_step(self, node, locs) -> Any:
+        """(entry point address, int64 meta) of a native library kernel for `node` (attention, row ops)
+        over `locs` (output first, then inputs: objects with shape, byte strides, dtype), or None."""
+        return None
+
     def kernel_usable(self, array) -> bool:
         """Whether a native kernel may read or write `array` in place (alignment, strides)."""
         return False
