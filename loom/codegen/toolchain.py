@@ -21,6 +21,7 @@ from . import attention as _attention
 from . import conv as _conv
 from . import driver as _driver
 from . import kernel as _kernel
+from . import rows as _rows
 from .cache import get_kernel
 
 
@@ -37,6 +38,8 @@ class CodegenToolchain(_runtime_toolchain.Toolchain):
         return _conv
 
     def library_step(self, node, locs) -> Any:
+        if node.op in _rows.OPS:
+            return _rows.step(node, locs)
         return _attention.step(node, locs)
 
     def kernel_usable(self, array) -> bool:

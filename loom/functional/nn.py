@@ -417,6 +417,18 @@ def _affine_trailing(op: str, y: Tensor, ns: tuple[int, ...], weight, bias) -> T
     return y
 
 
+def _fused_layer_norm(x: Tensor, ns: tuple[int, ...], weight, bias, eps: float) -> Tensor | None:
+    """layer_norm through the ``layer_norm`` row primitive, or None where the decomposition serves."""
+    n = math.prod(ns)
+    params = [None if v is None else _t(v) for v in (weight, bias)]
+    if x.dtype not in (dt.float32, dt.float64) or n == 0 or not math.isfinite(eps) or eps < 0 or \
+            any(v is not None and (tuple(v.shape) != ns or v.dtype is not x.dtype) for v in params):
+        return None
+    w, b = (const(float(fill), (n,), x.dtype) if v is None else v.reshape(n) for v, fill in zip(params, (1, 0)))
+    y = apply("layer_norm", (x.reshape(tuple(x.shape[:x.ndim - len(ns)]) + (n,)), w, b), {"eps": float(eps)})
+    return y.reshape(x.shape)
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing `normalized_shape` dims (biased variance), then scale and shift.
 
@@ -429,6 +441,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     x = _t(input)
     _need_float("layer_norm", x)
     ns = _trailing_shape("layer_norm", x, normalized_shape)
+    fused = _fused_layer_norm(x, ns, weight, bias, eps)
+    if fused is not None:
+        return fused
     axes = tuple(range(x.ndim - len(ns), x.ndim))
     centred, _ = centre(x, axes)
     var = (centred * centred).mean(axes, keepdim=True)

@@ -1,0 +1,120 @@
+"""Row-wise library primitives: layer_norm and its backward, one pass per row in compiled steps.
+
+``layer_norm(x, w, b)``          x (*, N), w (N,), b (N,) -> (*, N): (x - mean) / sqrt(var + eps) * w + b
+                                 over the last axis (biased variance)
+``layer_norm_grad(x, w, gy)``    -> (R + 2, N), R the rows of x: dx in rows :R, dw in row R, db in row R + 1
+
+Attribute: ``eps`` (a finite float >= 0). Operands share one float32/float64 dtype.
+
+The references are the plain formula in NumPy; compiled steps run the row kernels of
+`loom.codegen.rows` (mean, variance, normalise and affine in one pass per row; the backward
+recomputes the row's statistics and accumulates dw, db per thread). The backward rule emits
+``layer_norm_grad`` for a first-order gradient and writes the gradient with primitives when a
+graph of it is being built (``create_graph``), so gradients of gradients work to any order.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from loom import dtypes as dt
+from loom.errors import AutogradError, DTypeError, ShapeError
+from loom.ir.ops import P, _attr_names, _bad_attr, _desc, _number_attr, register
+
+OPS = ("layer_norm", "layer_norm_grad")
+
+
+def _attrs(op):
+    def rule(inputs, attrs):
+        _attr_names(op, attrs, ("eps",))
+        _number_attr(op, "eps", attrs["eps"], finite=True)
+        if isinstance(attrs["eps"], bool) or attrs["eps"] < 0:
+            raise _bad_attr(op, "eps", attrs["eps"], "a finite float >= 0")
+    return rule
+
+
+def _check(op, x, w, other, inputs):
+    if len(x.shape) < 1 or tuple(w.shape) != (x.shape[-1],):
+        raise ShapeError(f"loom.{op}: expects x (*, N) and a weight (N,), got {_desc(inputs)}")
+    if not (x.dtype is w.dtype is other.dtype) or x.dtype not in (dt.float32, dt.float64):
+        raise DTypeError(f"loom.{op}: expects float32 or float64 operands of one dtype, got {_desc(inputs)}")
+
+
+def _infer_ln(inputs, attrs):
+    x, w, b = inputs
+    _check("layer_norm", x, w, b, inputs)
+    if tuple(b.shape) != tuple(w.shape):
+        raise ShapeError(f"loom.layer_norm: the bias must be (N,) like the weight, got {_desc(inputs)}")
+    return tuple(x.shape), x.dtype
+
+
+def _infer_ln_grad(inputs, attrs):
+    x, w, gy = inputs
+    _check("layer_norm_grad", x, w, gy, inputs)
+    if tuple(gy.shape) != tuple(x.shape):
+        raise ShapeError(f"loom.layer_norm_grad: the output gradient must be shaped like x, got {_desc(inputs)}")
+    return (math.prod(x.shape[:-1]) + 2, x.shape[-1]), x.dtype
+
+
+# ---------------------------------------------------------------- reference implementations
+
+def _normalised(x, eps):
+    xc = x - np.mean(x, axis=-1, keepdims=True)
+    rstd = 1 / np.sqrt(np.mean(xc * xc, axis=-1, keepdims=True) + x.dtype.type(eps))
+    return xc * rstd, rstd
+
+
+def reference_ln(x, w, b, attrs):
+    return _normalised(x, attrs["eps"])[0] * w + b
+
+
+def reference_ln_grad(x, w, gy, attrs):
+    n = x.shape[-1]
+    xhat, rstd = _normalised(x.reshape(-1, n), attrs["eps"])
+    gy = gy.reshape(-1, n)
+    g = gy * w
+    c1 = np.mean(g, axis=-1, keepdims=True)
+    c2 = np.mean(g * xhat, axis=-1, keepdims=True)
+    dx = rstd * (g - c1 - xhat * c2)
+    return np.concatenate([dx, np.sum(gy * xhat, axis=0, keepdims=True), np.sum(gy, axis=0, keepdims=True)])
+
+
+# ---------------------------------------------------------------- backward rules
+
+def _primitive_ln_grad(g, x, w, attrs):
+    """dx, dw, db of layer_norm written with primitives (differentiable again)."""
+    last = (x.ndim - 1,)
+    n = x.shape[-1]
+    xc = x - (x.sum(last, keepdim=True) * (1.0 / n)).expand(x.shape)
+    rstd = P("recip", P("sqrt", (xc * xc).sum(last, keepdim=True) * (1.0 / n) + attrs["eps"]))
+    xhat = xc * rstd.expand(x.shape)
+    gw = g * w.expand(x.shape)
+    c1 = gw.sum(last, keepdim=True) * (1.0 / n)
+    c2 = (gw * xhat).sum(last, keepdim=True) * (1.0 / n)
+    dx = rstd.expand(x.shape) * (gw - c1.expand(x.shape) - xhat * c2.expand(x.shape))
+    lead = tuple(range(x.ndim - 1))
+    return dx, (g * xhat).sum(lead), g.sum(lead)
+
+
+def _ln_vjp(g, x, w, b, out, attrs):
+    from loom.autograd.grad_mode import is_grad_enabled
+    if is_grad_enabled():  # A graph of the gradient is being built: write it with primitives.
+        return _primitive_ln_grad(g, x, w, attrs)
+    packed = P("layer_norm_grad", x, w, g, **attrs)
+    r, n = packed.shape
+
+    def rows(lo, hi):
+        return P("slice", packed, starts=(lo, 0), stops=(hi, n), steps=(1, 1))
+    return P("reshape", rows(0, r - 2), shape=tuple(x.shape)), rows(r - 2, r - 1).reshape((n,)), \
+        rows(r - 1, r).reshape((n,))
+
+
+def _ln_grad_vjp(g, x, w, gy, out, attrs):
+    raise AutogradError("loom.layer_norm_grad: the fused layer_norm gradient is not differentiable; its gradient "
+                        "is built with primitives when the first gradient is taken with create_graph=True")
+
+
+register("layer_norm", "contraction", 3, _infer_ln, reference_ln, _ln_vjp, check_attrs=_attrs("layer_norm"))
+register("layer_norm_grad", "contraction", 3, _infer_ln_grad, reference_ln_grad, _ln_grad_vjp,
+         check_attrs=_attrs("layer_norm_grad"))
