@@ -74,40 +74,37 @@ def _infer_grad(inputs, attrs):
 
 # ---------------------------------------------------------------- reference implementations
 
-def _scores(q, k, attrs):
-    """The scaled scores and the causal mask (None without one)."""
-    s = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(attrs["scale"])
+def _scores(q, k, attrs, xp=np):
+    """The scaled scores, masked with -inf where causal."""
+    s = xp.matmul(q, xp.swapaxes(k, -1, -2)) * q.dtype.type(attrs["scale"])
     if not attrs["causal"]:
-        return s, None
+        return s
     L, S = q.shape[-2], k.shape[-2]
     keep = np.arange(S)[None, :] <= np.arange(L)[:, None]
-    return np.where(keep, s, -np.inf), keep
+    return xp.where(keep, s, -np.inf)
 
 
-def _lse(s):
-    m = np.max(s, axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
-    return m + np.log(np.sum(np.exp(s - m), axis=-1, keepdims=True))
+def reference_attention(q, k, v, attrs, xp=np):
+    """The packed output by the plain formula, in NumPy or jax.numpy (`xp`)."""
+    s = _scores(q, k, attrs, xp)
+    m = xp.max(s, axis=-1, keepdims=True)
+    lse = m + xp.log(xp.sum(xp.exp(s - m), axis=-1, keepdims=True))  # Causal rows keep key 0: m is finite.
+    p = xp.exp(s - lse)
+    return xp.concatenate([xp.matmul(p, v), lse], axis=-1)
 
 
-def reference_attention(q, k, v, attrs):
-    s, _ = _scores(q, k, attrs)
-    lse = _lse(s)
-    p = np.exp(s - lse)
-    return np.concatenate([np.matmul(p, v), lse], axis=-1)
-
-
-def reference_grad(q, k, v, y, gy, attrs):
-    s, _ = _scores(q, k, attrs)
-    p = np.exp(s - y[..., -1:])
+def reference_grad(q, k, v, y, gy, attrs, xp=np):
+    """dq, dk, dv packed, by the plain formula, in NumPy or jax.numpy (`xp`)."""
+    s = _scores(q, k, attrs, xp)
+    p = xp.exp(s - y[..., -1:])
     go, glse = gy[..., :-1], gy[..., -1:]
-    dv = np.matmul(np.swapaxes(p, -1, -2), go)
-    dp = np.matmul(go, np.swapaxes(v, -1, -2))
-    d = np.sum(go * y[..., :-1], axis=-1, keepdims=True) - glse
+    dv = xp.matmul(xp.swapaxes(p, -1, -2), go)
+    dp = xp.matmul(go, xp.swapaxes(v, -1, -2))
+    d = xp.sum(go * y[..., :-1], axis=-1, keepdims=True) - glse
     ds = p * (dp - d) * q.dtype.type(attrs["scale"])
-    dq = np.matmul(ds, k)
-    dk = np.matmul(np.swapaxes(ds, -1, -2), q)
-    return np.concatenate([dq, dk, dv], axis=-2)
+    dq = xp.matmul(ds, k)
+    dk = xp.matmul(xp.swapaxes(ds, -1, -2), q)
+    return xp.concatenate([dq, dk, dv], axis=-2)
 
 
 # ---------------------------------------------------------------- backward rules
@@ -132,7 +129,7 @@ def _primitive_grad(q, k, v, y, gy, attrs):
     if attrs["causal"]:
         rows = P("arange", start=0, step=1, shape=(L,), dtype=dt.int64).reshape((L, 1)).expand((L, S))
         cols = P("arange", start=0, step=1, shape=(S,), dtype=dt.int64).reshape((1, S)).expand((L, S))
-        keep = P("expand", cols <= rows, shape=tuple(s.shape))
+        keep = (cols <= rows).reshape((1,) * (s.ndim - 2) + (L, S)).expand(tuple(s.shape))
         p = P("where", keep, p, P("const", value=0.0, shape=tuple(s.shape), dtype=s.dtype))
     go, glse = _cols(gy, 0, E), _cols(gy, E, E + 1)
     dv = P("matmul", _t(p), go)

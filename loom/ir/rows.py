@@ -59,25 +59,27 @@ def _infer_ln_grad(inputs, attrs):
 
 # ---------------------------------------------------------------- reference implementations
 
-def _normalised(x, eps):
-    xc = x - np.mean(x, axis=-1, keepdims=True)
-    rstd = 1 / np.sqrt(np.mean(xc * xc, axis=-1, keepdims=True) + x.dtype.type(eps))
+def _normalised(x, eps, xp):
+    xc = x - xp.mean(x, axis=-1, keepdims=True)
+    rstd = 1 / xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + x.dtype.type(eps))
     return xc * rstd, rstd
 
 
-def reference_ln(x, w, b, attrs):
-    return _normalised(x, attrs["eps"])[0] * w + b
+def reference_ln(x, w, b, attrs, xp=np):
+    """layer_norm by the plain formula, in NumPy or jax.numpy (`xp`)."""
+    return _normalised(x, attrs["eps"], xp)[0] * w + b
 
 
-def reference_ln_grad(x, w, gy, attrs):
+def reference_ln_grad(x, w, gy, attrs, xp=np):
+    """dx, dw, db packed, by the plain formula, in NumPy or jax.numpy (`xp`)."""
     n = x.shape[-1]
-    xhat, rstd = _normalised(x.reshape(-1, n), attrs["eps"])
+    xhat, rstd = _normalised(x.reshape(-1, n), attrs["eps"], xp)
     gy = gy.reshape(-1, n)
     g = gy * w
-    c1 = np.mean(g, axis=-1, keepdims=True)
-    c2 = np.mean(g * xhat, axis=-1, keepdims=True)
+    c1 = xp.mean(g, axis=-1, keepdims=True)
+    c2 = xp.mean(g * xhat, axis=-1, keepdims=True)
     dx = rstd * (g - c1 - xhat * c2)
-    return np.concatenate([dx, np.sum(gy * xhat, axis=0, keepdims=True), np.sum(gy, axis=0, keepdims=True)])
+    return xp.concatenate([dx, xp.sum(gy * xhat, axis=0, keepdims=True), xp.sum(gy, axis=0, keepdims=True)])
 
 
 # ---------------------------------------------------------------- backward rules
