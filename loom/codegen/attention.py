@@ -30,7 +30,7 @@ import numpy as np
 
 from .conv import NativeLibrary
 
-FORMAT = "loom-attention-1"
+FORMAT = "loom-attention-4"
 
 SOURCE = r"""
 #pragma GCC optimize ("fp-contract=fast")
@@ -80,9 +80,74 @@ static int64_t attn_off(const attn_args *a, int64_t b, int64_t o) {
   return off;
 }
 
+/* exp for float rows: Cephes' polynomial on a split ln 2 (about 1 ulp), branch-free so loops vectorise
+   (libm's expf is a call per element); exp(x) for x below -87.3 is 0. */
+static inline float fexpf(float x) {
+  const float xc = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+  const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  union { int32_t i; float f; } sc;
+  sc.i = ((int32_t)n + 127) << 23;
+  return x < -87.3f ? 0.0f : y * sc.f;
+}
+
+/* C[m][n] = (beta ? C[m][n] : 0) + sum_k A(m, k) B[k][n], with A(m, k) = A[m * am + k * ak]: full tiles of
+   MR rows x 2 vectors held in registers (GCC vector types, unaligned loads), edges by a scalar loop. */
+#define MR 4
+#define MM(T, V, W)                                                                                           \
+typedef T V __attribute__((vector_size(W * sizeof(T)), aligned(sizeof(T))));                               \
+static void mm_##T(int64_t M, int64_t N, int64_t K, const T *A, int64_t am, int64_t ak, const T *B,         \
+                   int64_t ldb, T *C, int64_t ldc, int beta) {                                               \
+  for (int64_t m0 = 0; m0 < M; m0 += MR) {                                                                  \
+    const int64_t mr = M - m0 < MR ? M - m0 : MR;                                                           \
+    for (int64_t n0 = 0; n0 < N; n0 += 2 * W) {                                                             \
+      const int64_t nr = N - n0 < 2 * W ? N - n0 : 2 * W;                                                   \
+      if (mr == MR && nr == 2 * W) {                                                                        \
+        V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};           \
+        const T *a0 = A + m0 * am, *a1 = a0 + am, *a2 = a1 + am, *a3 = a2 + am;                             \
+        for (int64_t k = 0; k < K; k++) {                                                                   \
+          const V b0 = *(const V *)(B + k * ldb + n0), b1 = *(const V *)(B + k * ldb + n0 + W);             \
+          const T x0 = a0[k * ak], x1 = a1[k * ak], x2 = a2[k * ak], x3 = a3[k * ak];                       \
+          c00 += x0 * b0; c01 += x0 * b1; c10 += x1 * b0; c11 += x1 * b1;                                   \
+          c20 += x2 * b0; c21 += x2 * b1; c30 += x3 * b0; c31 += x3 * b1;                                   \
+        }                                                                                                   \
+        V *r0 = (V *)(C + m0 * ldc + n0), *r1 = (V *)(C + (m0 + 1) * ldc + n0),                             \
+          *r2 = (V *)(C + (m0 + 2) * ldc + n0), *r3 = (V *)(C + (m0 + 3) * ldc + n0);                       \
+        if (beta) {                                                                                         \
+          r0[0] += c00; r0[1] += c01; r1[0] += c10; r1[1] += c11;                                           \
+          r2[0] += c20; r2[1] += c21; r3[0] += c30; r3[1] += c31;                                           \
+        } else {                                                                                            \
+          r0[0] = c00; r0[1] = c01; r1[0] = c10; r1[1] = c11;                                               \
+          r2[0] = c20; r2[1] = c21; r3[0] = c30; r3[1] = c31;                                               \
+        }                                                                                                   \
+        continue;                                                                                           \
+      }                                                                                                     \
+      for (int64_t r = 0; r < mr; r++) {                                                                    \
+        T *cr = C + (m0 + r) * ldc + n0;                                                                    \
+        const T *ar = A + (m0 + r) * am;                                                                    \
+        for (int64_t c = 0; c < nr; c++) {                                                                  \
+          T acc = 0;                                                                                        \
+          for (int64_t k = 0; k < K; k++) acc += ar[k * ak] * B[k * ldb + n0 + c];                          \
+          cr[c] = beta ? cr[c] + acc : acc;                                                                 \
+        }                                                                                                   \
+      }                                                                                                     \
+    }                                                                                                       \
+  }                                                                                                         \
+}
+MM(float, vfloat, 8)
+MM(double, vdouble, 4)
+
 #define ATTN(T, EXP, LOG)                                                                                     \
 static void attn_fwd_##T(const attn_args *a, int64_t nthreads) {                                            \
-  const int64_t L = a->L, S = a->S, E = a->E, nqb = (L + BQ - 1) / BQ;                                      \
+  const int64_t L = a->L, S = a->S, E = a->E, nqb = (L + BQ - 1) / BQ, z = sizeof(T);                       \
   const T scale = (T)a->scale;                                                                              \
   _Pragma("omp parallel num_threads(nthreads)")                                                              \
   {                                                                                                         \
@@ -104,22 +169,16 @@ static void attn_fwd_##T(const attn_args *a, int64_t nthreads) {                
           const T *kr = (const T *)(k + (j0 + jj) * rk);                                                    \
           for (int64_t e = 0; e < E; e++) kt[e * BK + jj] = kr[e];                                          \
         }                                                                                                   \
+        mm_##T(ni, nj, E, (const T *)(q + i0 * rq), rq / z, 1, kt, BK, s, BK, 0);                           \
         for (int64_t ii = 0; ii < ni; ii++) {                                                               \
           const int64_t i = i0 + ii;                                                                        \
           const int64_t nje = a->causal ? (i - j0 + 1 < nj ? i - j0 + 1 : nj) : nj;                         \
-          if (nje <= 0) continue;                                                                           \
-          const T *qr = (const T *)(q + i * rq);                                                            \
-          T *sr = s + ii * BK;                                                                              \
-          for (int64_t jj = 0; jj < nje; jj++) sr[jj] = 0;                                                  \
-          for (int64_t e = 0; e < E; e++) {                                                                 \
-            const T qv = qr[e], *kc = kt + e * BK;                                                          \
-            for (int64_t jj = 0; jj < nje; jj++) sr[jj] += qv * kc[jj];                                     \
-          }                                                                                                 \
+          T *sr = s + ii * BK, *ar = acc + ii * E;                                                          \
           T mx = -INFINITY;                                                                                 \
           for (int64_t jj = 0; jj < nje; jj++) { sr[jj] *= scale; mx = sr[jj] > mx ? sr[jj] : mx; }         \
+          for (int64_t jj = nje > 0 ? nje : 0; jj < nj; jj++) sr[jj] = 0;                                   \
+          if (nje <= 0) continue;                                                                           \
           const T mnew = mx > m[ii] ? mx : m[ii];                                                           \
-          T *ar = acc + ii * E;                                                                             \
-          if (mnew == -INFINITY) continue;                                                                  \
           if (m[ii] != mnew) {                                                                              \
             const T corr = m[ii] == -INFINITY ? 0 : EXP(m[ii] - mnew);                                      \
             l[ii] *= corr;                                                                                  \
@@ -129,11 +188,8 @@ static void attn_fwd_##T(const attn_args *a, int64_t nthreads) {                
           T sum = 0;                                                                                        \
           for (int64_t jj = 0; jj < nje; jj++) { sr[jj] = EXP(sr[jj] - mnew); sum += sr[jj]; }              \
           l[ii] += sum;                                                                                     \
-          for (int64_t jj = 0; jj < nje; jj++) {                                                            \
-            const T p = sr[jj], *vr = (const T *)(v + (j0 + jj) * rv);                                      \
-            for (int64_t e = 0; e < E; e++) ar[e] += p * vr[e];                                             \
-          }                                                                                                 \
         }                                                                                                   \
+        mm_##T(ni, E, nj, s, BK, 1, (const T *)(v + j0 * rv), rv / z, acc, E, 1);                           \
       }                                                                                                     \
       for (int64_t ii = 0; ii < ni; ii++) {                                                                 \
         T *orow = (T *)(out + (i0 + ii) * ro);                                                              \
@@ -147,13 +203,13 @@ static void attn_fwd_##T(const attn_args *a, int64_t nthreads) {                
 }                                                                                                           \
                                                                                                             \
 static void attn_bwd_##T(const attn_args *a, int64_t nthreads) {                                            \
-  const int64_t L = a->L, S = a->S, E = a->E;                                                               \
+  const int64_t L = a->L, S = a->S, E = a->E, z = sizeof(T);                                                \
   const T scale = (T)a->scale;                                                                              \
   _Pragma("omp parallel num_threads(nthreads)")                                                              \
   {                                                                                                         \
-    T *kt = malloc(sizeof(T) * (2 * E * BK + 2 * BK * E + 3 * BK + L));                                    \
-    T *vt = kt + E * BK, *dk = vt + E * BK, *dv = dk + BK * E, *p = dv + BK * E, *dp = p + BK,              \
-      *ds = dp + BK, *D = ds + BK;                                                                          \
+    T *kt = malloc(sizeof(T) * (2 * E * BK + 2 * BK * E + 4 * BQ * BK + L));                               \
+    T *vt = kt + E * BK, *dk = vt + E * BK, *dv = dk + BK * E, *p = dv + BK * E, *ds = p + BQ * BK,         \
+      *pt = ds + BQ * BK, *dst = pt + BQ * BK, *D = dst + BQ * BK;                                          \
     _Pragma("omp for schedule(dynamic)")                                                                    \
     for (int64_t b = 0; b < a->nb; b++) {                                                                   \
       char *out = a->data[0] + attn_off(a, b, 0);                                                           \
@@ -177,29 +233,27 @@ static void attn_bwd_##T(const attn_args *a, int64_t nthreads) {                
         }                                                                                                   \
         memset(dk, 0, sizeof(T) * nj * E);                                                                  \
         memset(dv, 0, sizeof(T) * nj * E);                                                                  \
-        for (int64_t i = a->causal ? j0 : 0; i < L; i++) {                                                  \
-          const int64_t nje = a->causal ? (i - j0 + 1 < nj ? i - j0 + 1 : nj) : nj;                         \
-          const T *qr = (const T *)(q + i * rq), *gr = (const T *)(gy + i * rg);                            \
-          const T lse = ((const T *)(y + i * ry))[E], Di = D[i];                                            \
-          for (int64_t jj = 0; jj < nje; jj++) { p[jj] = 0; dp[jj] = 0; }                                   \
-          for (int64_t e = 0; e < E; e++) {                                                                 \
-            const T qv = qr[e], gv = gr[e], *kc = kt + e * BK, *vc = vt + e * BK;                           \
-            for (int64_t jj = 0; jj < nje; jj++) { p[jj] += qv * kc[jj]; dp[jj] += gv * vc[jj]; }           \
-          }                                                                                                 \
-          for (int64_t jj = 0; jj < nje; jj++) {                                                            \
-            p[jj] = EXP(p[jj] * scale - lse);                                                               \
-            ds[jj] = p[jj] * (dp[jj] - Di) * scale;                                                         \
-          }                                                                                                 \
-          T *dq = (T *)(out + i * ro);                                                                      \
-          for (int64_t jj = 0; jj < nje; jj++) {                                                            \
-            const T pj = p[jj], sj = ds[jj], *kr = (const T *)(k + (j0 + jj) * rk);                         \
-            T *dvr = dv + jj * E, *dkr = dk + jj * E;                                                       \
-            for (int64_t e = 0; e < E; e++) {                                                               \
-              dvr[e] += pj * gr[e];                                                                         \
-              dkr[e] += sj * qr[e];                                                                         \
-              dq[e] += sj * kr[e];                                                                          \
+        for (int64_t i0 = a->causal ? j0 : 0; i0 < L; i0 += BQ) {                                           \
+          const int64_t ni = L - i0 < BQ ? L - i0 : BQ;                                                     \
+          /* Causal: keys past the block's last query are masked for every row of it. */                   \
+          const int64_t nb = a->causal && i0 + ni - j0 < nj ? i0 + ni - j0 : nj;                            \
+          mm_##T(ni, nb, E, (const T *)(q + i0 * rq), rq / z, 1, kt, BK, p, BK, 0);                         \
+          mm_##T(ni, nb, E, (const T *)(gy + i0 * rg), rg / z, 1, vt, BK, ds, BK, 0);                       \
+          for (int64_t ii = 0; ii < ni; ii++) {                                                             \
+            const int64_t i = i0 + ii;                                                                      \
+            const int64_t nje = a->causal ? (i - j0 + 1 < nb ? i - j0 + 1 : nb) : nb;                       \
+            const T lse = ((const T *)(y + i * ry))[E], Di = D[i];                                          \
+            T *pr = p + ii * BK, *dr = ds + ii * BK;                                                        \
+            for (int64_t jj = 0; jj < nje; jj++) {                                                          \
+              pr[jj] = EXP(pr[jj] * scale - lse);                                                           \
+              dr[jj] = pr[jj] * (dr[jj] - Di) * scale;                                                      \
             }                                                                                               \
+            for (int64_t jj = nje > 0 ? nje : 0; jj < nb; jj++) { pr[jj] = 0; dr[jj] = 0; }                 \
+            for (int64_t jj = 0; jj < nb; jj++) { pt[jj * BQ + ii] = pr[jj]; dst[jj * BQ + ii] = dr[jj]; }  \
           }                                                                                                 \
+          mm_##T(nb, E, ni, pt, BQ, 1, (const T *)(gy + i0 * rg), rg / z, dv, E, 1);                        \
+          mm_##T(nb, E, ni, dst, BQ, 1, (const T *)(q + i0 * rq), rq / z, dk, E, 1);                        \
+          mm_##T(ni, E, nb, ds, BK, 1, (const T *)(k + j0 * rk), rk / z, (T *)(out + i0 * ro), ro / z, 1);  \
         }                                                                                                   \
         for (int64_t jj = 0; jj < nj; jj++) {                                                               \
           memcpy(out + (L + j0 + jj) * ro, dk + jj * E, sizeof(T) * E);                                     \
@@ -211,7 +265,7 @@ static void attn_bwd_##T(const attn_args *a, int64_t nthreads) {                
   }                                                                                                         \
 }
 
-ATTN(float, expf, logf)
+ATTN(float, fexpf, logf)
 ATTN(double, exp, log)
 
 int32_t loom_attention(const char *objs, const int64_t *meta, int64_t nthreads) {
