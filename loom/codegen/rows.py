@@ -22,7 +22,7 @@ import numpy as np
 
 from .conv import NativeLibrary
 
-FORMAT = "loom-rows-1"
+FORMAT = "loom-rows-2"
 
 SOURCE = r"""
 #pragma GCC optimize ("fp-contract=fast")
@@ -40,7 +40,7 @@ static void rows_read(char **data, const char *objs, const int64_t *meta) {
 }
 
 #define ROWS(T, SQRT)                                                                                       \
-static void ln_fwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t ws, int64_t bs, int64_t nt) { \
+static void ln_fwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t nt) {             \
   T *y = (T *)data[0];                                                                                      \
   const T *x = (const T *)data[1], *w = (const T *)data[2], *b = (const T *)data[3];                       \
   const T inv_n = (T)1 / (T)N, e = (T)eps;                                                                  \
@@ -55,11 +55,11 @@ static void ln_fwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t ws
     _Pragma("omp simd reduction(+:v)")                                                                     \
     for (int64_t j = 0; j < N; j++) { T c = xr[j] - mean; v += c * c; }                                     \
     const T rstd = (T)1 / SQRT(v * inv_n + e);                                                              \
-    for (int64_t j = 0; j < N; j++) yr[j] = (xr[j] - mean) * rstd * w[j * ws] + b[j * bs];                  \
+    for (int64_t j = 0; j < N; j++) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];                  \
   }                                                                                                         \
 }                                                                                                           \
                                                                                                             \
-static void ln_bwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t ws, int64_t nt) {            \
+static void ln_bwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t nt) {                       \
   T *out = (T *)data[0];                                                                                    \
   const T *x = (const T *)data[1], *w = (const T *)data[2], *gy = (const T *)data[3];                      \
   const T inv_n = (T)1 / (T)N, e = (T)eps;                                                                  \
@@ -82,13 +82,13 @@ static void ln_bwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t ws
       const T rstd = (T)1 / SQRT(v * inv_n + e);                                                            \
       _Pragma("omp simd reduction(+:c1, c2)")                                                              \
       for (int64_t j = 0; j < N; j++) {                                                                     \
-        const T xh = (xr[j] - mean) * rstd, g = gr[j] * w[j * ws];                                          \
+        const T xh = (xr[j] - mean) * rstd, g = gr[j] * w[j];                                          \
         c1 += g; c2 += g * xh;                                                                              \
         dw[j] += gr[j] * xh; db[j] += gr[j];                                                                \
       }                                                                                                     \
       c1 *= inv_n; c2 *= inv_n;                                                                             \
       for (int64_t j = 0; j < N; j++)                                                                       \
-        dx[j] = rstd * (gr[j] * w[j * ws] - c1 - (xr[j] - mean) * rstd * c2);                               \
+        dx[j] = rstd * (gr[j] * w[j] - c1 - (xr[j] - mean) * rstd * c2);                               \
     }                                                                                                       \
   }                                                                                                         \
   T *dw = out + R * N, *db = dw + N;                                                                        \
@@ -101,28 +101,38 @@ static void ln_bwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t ws
 ROWS(float, sqrtf)
 ROWS(double, sqrt)
 
-int32_t loom_layer_norm(const char *objs, const int64_t *meta, int64_t nthreads) {
-  char *data[4];
+/* A broadcast scalar weight or bias (element stride 0) as a contiguous vector, so row loops vectorise. */
+static char *rows_dense(char *p, int64_t stride, int64_t n, int64_t isz, char **owned) {
+  if (stride) return p;
+  char *d = malloc((size_t)(n * isz));
+  for (int64_t j = 0; j < n; j++) memcpy(d + j * isz, p, (size_t)isz);
+  *owned = d;
+  return d;
+}
+
+static int32_t rows_entry(const char *objs, const int64_t *meta, int64_t nthreads, int backward) {
+  char *data[4], *own[2] = {0, 0};
   double eps;
   if (meta[2] != 4) return 1;
   rows_read(data, objs, meta);
   memcpy(&eps, &meta[4], 8);
   if (nthreads < 1) nthreads = 1;
-  if (meta[3]) ln_fwd_double(data, meta[5], meta[6], eps, meta[7], meta[8], nthreads);
-  else ln_fwd_float(data, meta[5], meta[6], eps, meta[7], meta[8], nthreads);
+  const int64_t R = meta[5], N = meta[6], isz = meta[3] ? 8 : 4;
+  data[2] = rows_dense(data[2], meta[7], N, isz, &own[0]);
+  if (!backward) data[3] = rows_dense(data[3], meta[8], N, isz, &own[1]);
+  if (backward) { if (meta[3]) ln_bwd_double(data, R, N, eps, nthreads); else ln_bwd_float(data, R, N, eps, nthreads); }
+  else { if (meta[3]) ln_fwd_double(data, R, N, eps, nthreads); else ln_fwd_float(data, R, N, eps, nthreads); }
+  free(own[0]);
+  free(own[1]);
   return 0;
 }
 
+int32_t loom_layer_norm(const char *objs, const int64_t *meta, int64_t nthreads) {
+  return rows_entry(objs, meta, nthreads, 0);
+}
+
 int32_t loom_layer_norm_grad(const char *objs, const int64_t *meta, int64_t nthreads) {
-  char *data[4];
-  double eps;
-  if (meta[2] != 4) return 1;
-  rows_read(data, objs, meta);
-  memcpy(&eps, &meta[4], 8);
-  if (nthreads < 1) nthreads = 1;
-  if (meta[3]) ln_bwd_double(data, meta[5], meta[6], eps, meta[7], nthreads);
-  else ln_bwd_float(data, meta[5], meta[6], eps, meta[7], nthreads);
-  return 0;
+  return rows_entry(objs, meta, nthreads, 1);
 }
 """
 
