@@ -16,6 +16,7 @@ from loom import autocast as _autocast
 from loom.autocast import keep_op
 from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
+from loom.functional import library_ops as _library_ops
 from loom.functional.checks import check, check_index
 from loom.functional.linalg import matmul
 from loom.functional.math import (
@@ -421,7 +422,8 @@ def _fused_layer_norm(x: Tensor, ns: tuple[int, ...], weight, bias, eps: float) 
     """layer_norm through the ``layer_norm`` row primitive, or None where the decomposition serves."""
     n = math.prod(ns)
     params = [None if v is None else _t(v) for v in (weight, bias)]
-    if x.dtype not in (dt.float32, dt.float64) or n == 0 or not math.isfinite(eps) or eps < 0 or \
+    if not _library_ops.enabled() or x.dtype not in (dt.float32, dt.float64) or n == 0 or not math.isfinite(eps) or \
+            eps < 0 or \
             any(v is not None and (tuple(v.shape) != ns or v.dtype is not x.dtype) for v in params):
         return None
     w, b = (const(float(fill), (n,), x.dtype) if v is None else v.reshape(n) for v, fill in zip(params, (1, 0)))
@@ -1279,7 +1281,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
 
 def _fused_attention_fits(q, k, v, scale: float) -> bool:
     """Whether sdpa can be the ``attention`` library primitive (one blocked kernel in compiled steps)."""
-    return (q.dtype in (dt.float32, dt.float64) and q.dtype is k.dtype is v.dtype and math.isfinite(scale)
+    return (_library_ops.enabled() and q.dtype in (dt.float32, dt.float64) and q.dtype is k.dtype is v.dtype
+            and math.isfinite(scale)
             and q.shape[-1] == v.shape[-1] and min(q.shape[-2], k.shape[-2], q.shape[-1]) > 0)
 
 
