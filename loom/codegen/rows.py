@@ -1,4 +1,4 @@
-"""C for the row primitives of `loom.ir.rows`: layer_norm forward and backward, one pass per row.
+"""C for the row primitives of `loom.ir.rows`: layer_norm and log_softmax + NLL, forward and backward.
 
 Forward: each row's mean and (two-pass, biased) variance, then the
 normalised, scaled and shifted row, written once. Backward: each row's
@@ -11,7 +11,12 @@ step driver like generated kernels. Meta: ``[item_off, data_off, nobj, dtype
 (0 float32, 1 float64), eps (double bits), rows, N, weight element stride,
 bias (or dy) element stride]``; objects: output, x, w, b (forward) or output,
 x, w, gy (backward), all C-contiguous but the weight and bias, which may be a
-broadcast scalar (element stride 0).
+broadcast scalar (element stride 0). log_softmax + NLL: per row the maximum,
+the sum of exponentials and the picked logit (backward: the softmax times
+the row's gradient, minus it at the target); a target outside [0, C) makes
+the kernel return 1, and Python reruns the step to raise loom's error.
+Meta ``[item_off, data_off, nobj, dtype, target width, rows, C]``; objects:
+output, x, t (and g).
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import numpy as np
 
 from .conv import NativeLibrary
 
-FORMAT = "loom-rows-2"
+FORMAT = "loom-rows-3"
 
 SOURCE = r"""
 #pragma GCC optimize ("fp-contract=fast")
@@ -101,6 +106,55 @@ static void ln_bwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t nt
 ROWS(float, sqrtf)
 ROWS(double, sqrt)
 
+/* exp for float rows: Cephes' polynomial on a split ln 2 (about 1 ulp), branch-free so loops vectorise. */
+static inline float rows_expf(float x) {
+  const float xc = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+  const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  union { int32_t i; float f; } sc;
+  sc.i = ((int32_t)n + 127) << 23;
+  return x < -87.3f ? 0.0f : y * sc.f;
+}
+
+#define CE_T(p, iw) ((iw) == 8 ? ((const int64_t *)(p))[0] : (int64_t)((const int32_t *)(p))[0])
+
+/* log_softmax + NLL per row (backward: (softmax - onehot) * g); a target outside [0, C) returns 1. */
+#define CE(T, EXP, LOG)                                                                                     \
+static int32_t ce_##T(char **data, int64_t R, int64_t C, int64_t iw, int backward, int64_t nt) {           \
+  const T *x = (const T *)data[1];                                                                          \
+  const char *t = data[2];                                                                                  \
+  const T *g = backward ? (const T *)data[3] : 0;                                                           \
+  int32_t bad = 0;                                                                                          \
+  _Pragma("omp parallel for num_threads(nt) schedule(static) reduction(|:bad)")                              \
+  for (int64_t r = 0; r < R; r++) {                                                                         \
+    const T *xr = x + r * C;                                                                                \
+    const int64_t tr = CE_T(t + r * iw, iw);                                                                \
+    if (tr < 0 || tr >= C) { bad = 1; continue; }                                                           \
+    T m = xr[0], s = 0;                                                                                     \
+    for (int64_t j = 1; j < C; j++) m = xr[j] > m ? xr[j] : m;                                              \
+    _Pragma("omp simd reduction(+:s)")                                                                     \
+    for (int64_t j = 0; j < C; j++) s += EXP(xr[j] - m);                                                    \
+    const T lse = m + LOG(s);                                                                               \
+    if (!backward) { ((T *)data[0])[r] = lse - xr[tr]; continue; }                                          \
+    T *dr = (T *)data[0] + r * C;                                                                           \
+    const T gr = g[r];                                                                                      \
+    for (int64_t j = 0; j < C; j++) dr[j] = EXP(xr[j] - lse) * gr;                                          \
+    dr[tr] -= gr;                                                                                           \
+  }                                                                                                         \
+  return bad;                                                                                               \
+}
+
+CE(float, rows_expf, logf)
+CE(double, exp, log)
+
 /* A broadcast scalar weight or bias (element stride 0) as a contiguous vector, so row loops vectorise. */
 static char *rows_dense(char *p, int64_t stride, int64_t n, int64_t isz, char **owned) {
   if (stride) return p;
@@ -127,6 +181,24 @@ static int32_t rows_entry(const char *objs, const int64_t *meta, int64_t nthread
   return 0;
 }
 
+/* Meta: [item_off, data_off, nobj, dtype, target width, rows, C]; objects: out, x, t (and g). */
+static int32_t ce_entry(const char *objs, const int64_t *meta, int64_t nthreads, int backward) {
+  char *data[4];
+  if (meta[2] != 3 + backward) return 1;
+  rows_read(data, objs, meta);
+  if (nthreads < 1) nthreads = 1;
+  if (meta[3]) return ce_double(data, meta[5], meta[6], meta[4], backward, nthreads);
+  return ce_float(data, meta[5], meta[6], meta[4], backward, nthreads);
+}
+
+int32_t loom_cross_entropy_rows(const char *objs, const int64_t *meta, int64_t nthreads) {
+  return ce_entry(objs, meta, nthreads, 0);
+}
+
+int32_t loom_cross_entropy_rows_grad(const char *objs, const int64_t *meta, int64_t nthreads) {
+  return ce_entry(objs, meta, nthreads, 1);
+}
+
 int32_t loom_layer_norm(const char *objs, const int64_t *meta, int64_t nthreads) {
   return rows_entry(objs, meta, nthreads, 0);
 }
@@ -138,9 +210,9 @@ int32_t loom_layer_norm_grad(const char *objs, const int64_t *meta, int64_t nthr
 
 _P = ctypes.c_void_p
 _ENTRY = [_P, _P, ctypes.c_int64]
-LIBRARY = NativeLibrary("row kernels", FORMAT, SOURCE, (),
-                        {"loom_layer_norm": _ENTRY, "loom_layer_norm_grad": _ENTRY}, "LOOM_NATIVE_ROWS")
-_SYMBOL = {"layer_norm": "loom_layer_norm", "layer_norm_grad": "loom_layer_norm_grad"}
+_SYMBOL = {"layer_norm": "loom_layer_norm", "layer_norm_grad": "loom_layer_norm_grad",
+           "cross_entropy_rows": "loom_cross_entropy_rows", "cross_entropy_rows_grad": "loom_cross_entropy_rows_grad"}
+LIBRARY = NativeLibrary("row kernels", FORMAT, SOURCE, (), {s: _ENTRY for s in _SYMBOL.values()}, "LOOM_NATIVE_ROWS")
 OPS = frozenset(_SYMBOL)
 
 
@@ -156,6 +228,8 @@ def _contiguous(loc) -> bool:
 def meta(node, locs) -> np.ndarray | None:
     """The int64 meta block of a row step over `locs` (output first, then x, w and b or gy), or None when
     a layout is not one the kernel reads."""
+    if node.op.startswith("cross_entropy"):
+        return _ce_meta(locs)
     out, x, w, third = locs
     isz = out.dtype.itemsize
     if out.dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or any(v.dtype != out.dtype for v in locs):
@@ -170,6 +244,17 @@ def meta(node, locs) -> np.ndarray | None:
     eps = struct.unpack("<q", struct.pack("<d", float(node.attrs["eps"])))[0]
     strides = [v.strides[-1] // isz for v in vecs] + [1] * (2 - len(vecs))
     return np.array([0, 0, 4, int(isz == 8), eps, rows, n] + strides, np.int64)
+
+
+def _ce_meta(locs) -> np.ndarray | None:
+    out, x, t = locs[:3]
+    floats = [out, x] + list(locs[3:])
+    if out.dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or any(v.dtype != out.dtype for v in floats):
+        return None
+    if t.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or not all(_contiguous(v) for v in locs):
+        return None
+    return np.array([0, 0, len(locs), int(out.dtype.itemsize == 8), t.dtype.itemsize, int(x.shape[0]),
+                     int(x.shape[1])], np.int64)
 
 
 def step(node, locs) -> tuple[int, np.ndarray] | None:

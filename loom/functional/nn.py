@@ -739,12 +739,17 @@ class _Targets:
         return loss.reshape(()) if self.unbatched else loss
 
 
-def _nll(tg: _Targets, logp: Tensor, reduction: str) -> tuple[Tensor, Tensor]:
-    """Reduced negative log likelihood of the targets, and the per-target weights."""
+def _nll(tg: _Targets, logp: Tensor, reduction: str, logits: bool = False) -> tuple[Tensor, Tensor]:
+    """Reduced negative log likelihood of the targets, and the per-target weights.
+
+    With `logits`, `logp` holds logits (N, C) and log_softmax + NLL run as one row primitive."""
     x = logp.reshape((1,) + tuple(logp.shape)) if tg.unbatched else logp
-    picked = apply("gather", (x, tg.safe.unsqueeze(1)), {"axis": 1}).squeeze(1)
+    if logits:
+        nll = apply("cross_entropy_rows", (x, tg.safe), {})
+    else:
+        nll = -apply("gather", (x, tg.safe.unsqueeze(1)), {"axis": 1}).squeeze(1)
     wt = tg.weights(x.dtype)
-    loss = where(tg.valid, -picked * wt, 0.0)
+    loss = where(tg.valid, nll * wt, 0.0)
     if reduction == "none":
         return tg.finish(loss), wt
     if reduction == "sum":
@@ -797,6 +802,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
         raise ShapeError("loom.cross_entropy: input must have at least 1 dim (C,) or (N, C, *), got a 0-d tensor")
     cd = 0 if x.ndim == 1 else 1
     c = x.shape[cd]
+    if (_library_ops.enabled() and x.ndim == 2 and c > 0 and not t.dtype.is_floating_point and label_smoothing <= 0
+            and x.dtype in (dt.float32, dt.float64)):
+        tg = _Targets("cross_entropy", x, t, weight, ignore_index)
+        return _nll(tg, x, reduction, logits=True)[0]
     logp = log_softmax(x, cd)
     w_view = None
     if weight is not None:

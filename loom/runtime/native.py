@@ -51,7 +51,8 @@ _CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np
 _SCATTER_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
 _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 # Library ops whose native kernels the toolchain supplies (`Toolchain.library_step`).
-_LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad"})
+_LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad", "cross_entropy_rows",
+                          "cross_entropy_rows_grad"})
 _ALIGN = 64
 _INT32_MAX = 2**31 - 1
 _CTL_RC = 5
