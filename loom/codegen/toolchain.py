@@ -42,6 +42,10 @@ class CodegenToolchain(_runtime_toolchain.Toolchain):
             return _rows.step(node, locs)
         return _attention.step(node, locs)
 
+    def library_pending(self, node) -> bool:
+        lib = _rows.LIBRARY if node.op in _rows.OPS else _attention.LIBRARY
+        return lib.enabled() and lib.state["status"] in ("unbuilt", "building")
+
     def kernel_usable(self, array) -> bool:
         return _kernel._usable(array)
 

@@ -1290,9 +1290,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
 
 def _fused_attention_fits(q, k, v, scale: float) -> bool:
     """Whether sdpa can be the ``attention`` library primitive (one blocked kernel in compiled steps)."""
-    return (_library_ops.enabled() and q.dtype in (dt.float32, dt.float64) and q.dtype is k.dtype is v.dtype
-            and math.isfinite(scale)
-            and q.shape[-1] == v.shape[-1] and min(q.shape[-2], k.shape[-2], q.shape[-1]) > 0)
+    if not (_library_ops.enabled() and q.dtype in (dt.float32, dt.float64) and q.dtype is k.dtype is v.dtype
+            and math.isfinite(scale) and q.shape[-1] == v.shape[-1] and min(q.shape[-2], k.shape[-2], q.shape[-1]) > 0):
+        return False
+    try:
+        np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]))
+    except ValueError:
+        return False  # The decomposition's matmul reports the mismatch.
+    return True
 
 
 def _fused_attention(q, k, v, is_causal: bool, scale: float) -> Tensor:

@@ -20,8 +20,6 @@ instead, so gradients of gradients work to any order.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from loom import dtypes as dt
@@ -156,11 +154,6 @@ def _attention_vjp(g, q, k, v, out, attrs):
 def _grad_vjp(g, q, k, v, y, gy, out, attrs):
     raise AutogradError("loom.attention_grad: the fused attention gradient is not differentiable; its gradient "
                         "is built with primitives when the first gradient is taken with create_graph=True")
-
-
-def scale_of(head_dim: int, scale: float | None) -> float:
-    """The score scale sdpa uses: 1/sqrt(E) unless given."""
-    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
 
 
 register("attention", "contraction", 3, _infer_attention, reference_attention, _attention_vjp,

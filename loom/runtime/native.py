@@ -576,7 +576,11 @@ class NativeProgram:
     # ------------------------------------------------------------ encoding
     def _state(self, driver) -> tuple:
         ready = tuple(k.ready if k is not None else False for k in self._kernels)
-        return (driver is not None, ready, frozenset(self._forced))
+        return (driver is not None, ready, frozenset(self._forced), self._library_building())
+
+    def _library_building(self) -> tuple[bool, ...]:
+        """Per library step (attention, row ops): whether its native library is still being built."""
+        return tuple(self._tools.library_pending(st.node) for st in self._steps if st.node.op in _LIBRARY_OPS)
 
     def _encode(self, driver, objs, ctx: _Ctx) -> tuple:
         """The table for the kernels built now (a kernel not built yet is a Python step)."""
@@ -693,7 +697,8 @@ class NativeProgram:
             if self._table is None or self._encoded_for != state:
                 self._table = self._encode(driver, objs, ctx)
                 self._encoded_for = state
-            pending = any(k is not None and k._lib is not None and not k._lib.done.is_set() for k in self._kernels)
+            pending = any(k is not None and k._lib is not None and not k._lib.done.is_set() for k in self._kernels) \
+                or any(state[3])
             current = (driver, self._table)
             if driver is not None and not pending:
                 self._fast = current

@@ -42,6 +42,10 @@ class Toolchain:
         over `locs` (output first, then inputs: objects with shape, byte strides, dtype), or None."""
         return None
 
+    def library_pending(self, node) -> bool:
+        """Whether the native library that would run `node` is still being built (a later call may use it)."""
+        return False
+
     def kernel_usable(self, array) -> bool:
         """Whether a native kernel may read or write `array` in place (alignment, strides)."""
         return False
