@@ -7,16 +7,20 @@ the row sums of g = gy * w and g * xhat, and dw, db are accumulated per
 thread and summed at the end. Rows are split over OpenMP threads.
 
 ``loom_call``-style entry points (objects, int64 meta, threads), run by the
-step driver like generated kernels. Meta: ``[item_off, data_off, nobj, dtype
-(0 float32, 1 float64), eps (double bits), rows, N, weight element stride,
-bias (or dy) element stride]``; objects: output, x, w, b (forward) or output,
-x, w, gy (backward), all C-contiguous but the weight and bias, which may be a
-broadcast scalar (element stride 0). log_softmax + NLL: per row the maximum,
-the sum of exponentials and the picked logit (backward: the softmax times
-the row's gradient, minus it at the target); a target outside [0, C) makes
-the kernel return 1, and Python reruns the step to raise loom's error.
-Meta ``[item_off, data_off, nobj, dtype, target width, rows, C]``; objects:
-output, x, t (and g).
+step driver like generated kernels.
+
+layer_norm meta: ``[item_off, data_off, nobj, dtype (0 float32, 1 float64),
+eps (double bits), rows, N, weight element stride, bias element stride, x row
+stride, gy row stride]`` (strides in elements); objects: output, x, w, b
+(forward) or output, x, w, gy (backward). The output is C-contiguous; x and
+gy are rows of unit element stride one row stride apart; the weight and bias
+are contiguous or a broadcast scalar (element stride 0).
+
+log_softmax + NLL: per row the maximum, the sum of exponentials and the
+picked logit (backward: the softmax times the row's gradient, minus it at
+the target); a target outside [0, C) makes the kernel return 1, and Python
+reruns the step to raise loom's error. Meta ``[item_off, data_off, nobj,
+dtype, target width, rows, C]``; objects: output, x, t (and g), contiguous.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import numpy as np
 
 from .conv import NativeLibrary
 
-FORMAT = "loom-rows-3"
+FORMAT = "loom-rows-4"
 
 SOURCE = r"""
 #pragma GCC optimize ("fp-contract=fast")
@@ -45,13 +49,13 @@ static void rows_read(char **data, const char *objs, const int64_t *meta) {
 }
 
 #define ROWS(T, SQRT)                                                                                       \
-static void ln_fwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t nt) {             \
+static void ln_fwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t rx, int64_t nt) { \
   T *y = (T *)data[0];                                                                                      \
   const T *x = (const T *)data[1], *w = (const T *)data[2], *b = (const T *)data[3];                       \
   const T inv_n = (T)1 / (T)N, e = (T)eps;                                                                  \
   _Pragma("omp parallel for num_threads(nt) schedule(static)")                                               \
   for (int64_t r = 0; r < R; r++) {                                                                         \
-    const T *xr = x + r * N;                                                                                \
+    const T *xr = x + r * rx;                                                                               \
     T *yr = y + r * N;                                                                                      \
     T s = 0, v = 0;                                                                                         \
     _Pragma("omp simd reduction(+:s)")                                                                     \
@@ -64,7 +68,7 @@ static void ln_fwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t nt
   }                                                                                                         \
 }                                                                                                           \
                                                                                                             \
-static void ln_bwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t nt) {                       \
+static void ln_bwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t rx, int64_t rg, int64_t nt) {            \
   T *out = (T *)data[0];                                                                                    \
   const T *x = (const T *)data[1], *w = (const T *)data[2], *gy = (const T *)data[3];                      \
   const T inv_n = (T)1 / (T)N, e = (T)eps;                                                                  \
@@ -76,7 +80,7 @@ static void ln_bwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t nt
     T *dw = part + 2 * N * t, *db = dw + N;                                                                 \
     const int64_t lo = R * t / nth, hi = R * (t + 1) / nth;                                                 \
     for (int64_t r = lo; r < hi; r++) {                                                                     \
-      const T *xr = x + r * N, *gr = gy + r * N;                                                            \
+      const T *xr = x + r * rx, *gr = gy + r * rg;                                                          \
       T *dx = out + r * N;                                                                                  \
       T s = 0, v = 0, c1 = 0, c2 = 0;                                                                       \
       _Pragma("omp simd reduction(+:s)")                                                                   \
@@ -174,8 +178,10 @@ static int32_t rows_entry(const char *objs, const int64_t *meta, int64_t nthread
   const int64_t R = meta[5], N = meta[6], isz = meta[3] ? 8 : 4;
   data[2] = rows_dense(data[2], meta[7], N, isz, &own[0]);
   if (!backward) data[3] = rows_dense(data[3], meta[8], N, isz, &own[1]);
-  if (backward) { if (meta[3]) ln_bwd_double(data, R, N, eps, nthreads); else ln_bwd_float(data, R, N, eps, nthreads); }
-  else { if (meta[3]) ln_fwd_double(data, R, N, eps, nthreads); else ln_fwd_float(data, R, N, eps, nthreads); }
+  if (backward) { if (meta[3]) ln_bwd_double(data, R, N, eps, meta[9], meta[10], nthreads);
+                  else ln_bwd_float(data, R, N, eps, meta[9], meta[10], nthreads); }
+  else { if (meta[3]) ln_fwd_double(data, R, N, eps, meta[9], nthreads);
+         else ln_fwd_float(data, R, N, eps, meta[9], nthreads); }
   free(own[0]);
   free(own[1]);
   return 0;
@@ -225,6 +231,21 @@ def _contiguous(loc) -> bool:
     return all(n == 1 or s == e for n, s, e in zip(reversed(loc.shape), loc.strides[::-1], expect))
 
 
+def _row_stride(loc) -> int | None:
+    """The byte stride between rows of `loc` seen as (rows, N) with unit element stride, or None."""
+    isz, shape, strides = loc.dtype.itemsize, list(loc.shape), list(loc.strides)
+    if shape[-1] > 1 and strides[-1] != isz:
+        return None
+    lead = [(n, st) for n, st in zip(shape[:-1], strides[:-1]) if n != 1]
+    if not lead:
+        return shape[-1] * isz
+    for (_, outer), (n, inner) in zip(lead[:-1], lead[1:]):
+        if outer != inner * n:  # The leading dims must merge into one run of rows.
+            return None
+    row = lead[-1][1]
+    return row if row % isz == 0 and row >= 0 else None
+
+
 def meta(node, locs) -> np.ndarray | None:
     """The int64 meta block of a row step over `locs` (output first, then x, w and b or gy), or None when
     a layout is not one the kernel reads."""
@@ -235,15 +256,16 @@ def meta(node, locs) -> np.ndarray | None:
     if out.dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or any(v.dtype != out.dtype for v in locs):
         return None
     vecs = [w] + ([third] if node.op == "layer_norm" else [])
-    if not all(_contiguous(v) for v in (out, x)) or any(v.strides[-1] not in (0, isz) for v in vecs):
-        return None
-    if node.op == "layer_norm_grad" and not _contiguous(third):
+    rows_of = [x] + ([third] if node.op == "layer_norm_grad" else [])
+    row_strides = [_row_stride(v) for v in rows_of]
+    if not _contiguous(out) or None in row_strides or any(v.strides[-1] not in (0, isz) for v in vecs):
         return None
     n = int(x.shape[-1])
     rows = int(np.prod(x.shape[:-1], dtype=np.int64))
     eps = struct.unpack("<q", struct.pack("<d", float(node.attrs["eps"])))[0]
     strides = [v.strides[-1] // isz for v in vecs] + [1] * (2 - len(vecs))
-    return np.array([0, 0, 4, int(isz == 8), eps, rows, n] + strides, np.int64)
+    rs = [r // isz for r in row_strides] + [n] * (2 - len(row_strides))
+    return np.array([0, 0, 4, int(isz == 8), eps, rows, n] + strides + rs, np.int64)
 
 
 def _ce_meta(locs) -> np.ndarray | None:
