@@ -51,7 +51,7 @@ _CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np
 _SCATTER_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
 _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 # Library ops whose native kernels the toolchain supplies (`Toolchain.library_step`).
-_LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad", "cross_entropy_rows",
+LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad", "cross_entropy_rows",
                           "cross_entropy_rows_grad"})
 _ALIGN = 64
 _INT32_MAX = 2**31 - 1
@@ -396,7 +396,7 @@ class NativeProgram:
             return self._gemm_plan(st) is not None
         if op in _INDEX_OPS:
             return self._index_record(k, st) is not None
-        if op in _LIBRARY_OPS:
+        if op in LIBRARY_OPS:
             return self._library_record(st, []) is not None
         return op in _VIEW_OPS
 
@@ -580,7 +580,7 @@ class NativeProgram:
 
     def _library_building(self) -> tuple[bool, ...]:
         """Per library step (attention, row ops): whether its native library is still being built."""
-        return tuple(self._tools.library_pending(st.node) for st in self._steps if st.node.op in _LIBRARY_OPS)
+        return tuple(self._tools.library_pending(st.node) for st in self._steps if st.node.op in LIBRARY_OPS)
 
     def _encode(self, driver, objs, ctx: _Ctx) -> tuple:
         """The table for the kernels built now (a kernel not built yet is a Python step)."""
@@ -610,7 +610,7 @@ class NativeProgram:
                     rec = [_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
                            len(batch), macs] + [v for d in batch for v in d]
                     step = _Step(_GEMM, st, st.args, s, gemm=g)
-            elif op in _LIBRARY_OPS and driver is not None:
+            elif op in LIBRARY_OPS and driver is not None:
                 lrec = self._library_record(st, keep)
                 if lrec is not None:
                     rec, step = lrec, _Step(_KERNEL, st, st.args, s)
