@@ -923,13 +923,16 @@ def _profiled(call, n: int):
 
 def _permuted(loc: _Loc, perm: tuple, gemm: bool) -> _Loc | None:
     """`loc`'s memory holding its value laid out so that permuting it by `perm` gives a C-contiguous array; None
-    when a GEMM could not write it (neither of its last two dims has unit stride)."""
+    when a GEMM could not write it as row-major C (its last dim would not have unit stride)."""
     shape = tuple(loc.shape)
     dense = _contiguous([shape[p] for p in perm], loc.dtype.itemsize)
     strides = [0] * len(shape)
     for k, p in enumerate(perm):
         strides[p] = dense[k]
-    if gemm and (len(shape) < 2 or loc.dtype.itemsize not in (strides[-1], strides[-2])):
+    # A GEMM writes rows of C with unit stride only: C stored transposed would run as the swapped product
+    # (B^T A^T), whose sums OpenBLAS rounds differently, and a step's bits must not depend on the plan (a
+    # memory budget changes which values a permute reads).
+    if gemm and (len(shape) < 2 or strides[-1] != loc.dtype.itemsize):
         return None
     return _Loc(loc.base, loc.off, shape, strides, loc.dtype)
 
