@@ -224,9 +224,18 @@ def realize(targets: list[Node]) -> None:
     else:
         _CACHE[key] = _CACHE.pop(key)  # Now the most recently used.
         stats["hits"] += 1
-    with _LOCK:
-        _lend_arena(exe)
-        results = exe(*[np.asarray(n.buffer) for n in inputs])
+    arrays = [np.asarray(n.buffer) for n in inputs]
+    if getattr(_BUSY, "on", False):  # Realised from inside a compiled call (a Python step): not on the shared arena.
+        _take_back_arena(exe)
+        results = exe(*arrays)
+    else:
+        with _LOCK:
+            _BUSY.on = True
+            try:
+                _lend_arena(exe)
+                results = exe(*arrays)
+            finally:
+                _BUSY.on = False
     for node, value in zip(outs, results):
         node.buffer = value
         node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
@@ -236,6 +245,7 @@ def realize(targets: list[Node]) -> None:
 # One arena for every cached plan: eager plans run one at a time (under _LOCK), so they share the memory
 # for their intermediates, and the cache holds the largest arena once instead of one arena per plan.
 _LOCK = threading.Lock()
+_BUSY = threading.local()  # .on while this thread runs a plan on the shared arena.
 _ARENA: list[Any] = [None, 0]  # [the buffer, its generation]
 
 
@@ -253,6 +263,13 @@ def _lend_arena(exe: Any) -> None:
     if getattr(prog, "_eager_arena", None) != gen:
         prog.lend(buf)
         prog._eager_arena = gen
+
+
+def _take_back_arena(exe: Any) -> None:
+    prog = getattr(exe, "_native", None)
+    if prog is not None and getattr(prog, "_eager_arena", None) is not None:
+        prog.lend(None)
+        prog._eager_arena = None
 
 
 def arena_bytes() -> int:
