@@ -134,3 +134,18 @@ def test_new_batch_size_builds_no_kernel_traced(fresh_cache):
     after = loom.codegen.stats()
     assert fn.trace_count == 2
     assert (after["builds"], after["disk_hits"]) == (before["builds"], before["disk_hits"])
+
+
+@pytest.mark.parametrize("backend", ["reference", "compiled"])
+def test_a_float64_check_bound_holds_for_float32_values(backend):
+    """A check bound float32 cannot hold (float64's tiny) splits float32 values alike in every backend."""
+    from loom.functional.checks import check
+    with loom.backend(backend):
+        x = loom.tensor([1.0, 0.0, 2.0]) * 1.0
+        y = check(x.abs(), "t", "loom.t: bad value {value}", low=np.finfo(np.float64).tiny, high=np.inf,
+                  error="value") + 1.0
+        with pytest.raises(loom.LoomValueError, match="loom.t: bad value 0.0"):
+            y.tolist()
+        x = loom.tensor([1.0, 3.0, 2.0]) * 1.0
+        z = check(x, "t", "loom.t: {value}", low=1.0, high=3.0, closed=True, error="value") + 1.0
+        assert z.tolist() == [2.0, 4.0, 3.0]
