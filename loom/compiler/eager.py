@@ -40,14 +40,18 @@ stats = {"compiles": 0, "hits": 0, "evictions": 0, "bytes": 0}
 
 
 def set_cache_bytes(limit: int) -> None:
-    """Bound the eager plan cache to about `limit` bytes of arenas and plans (default 1 GiB,
-    or ``LOOM_EAGER_CACHE_BYTES``); least recently used plans are dropped first."""
+    """Bound the eager plan cache to about `limit` bytes of plans (default 1 GiB, or
+    ``LOOM_EAGER_CACHE_BYTES``); least recently used plans are dropped first, and the arena they
+    share goes with the last of them."""
     global _CACHE_BYTES
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         from loom.errors import LoomValueError
         raise LoomValueError(f"loom.compiler.eager.set_cache_bytes: expected a byte count >= 0, got {limit!r}")
     _CACHE_BYTES = limit
     _evict(0)
+    if not _CACHE:
+        _ARENA[0] = None
+        _ARENA[1] += 1
 
 
 def footprint(exe: Any) -> int:

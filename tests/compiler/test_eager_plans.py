@@ -149,3 +149,20 @@ def test_a_float64_check_bound_holds_for_float32_values(backend):
         x = loom.tensor([1.0, 3.0, 2.0]) * 1.0
         z = check(x, "t", "loom.t: {value}", low=1.0, high=3.0, closed=True, error="value") + 1.0
         assert z.tolist() == [2.0, 4.0, 3.0]
+
+
+def test_an_empty_cache_lets_the_shared_arena_go():
+    saved = eager._CACHE_BYTES
+    try:
+        with loom.backend("compiled"):
+            x = loom.ones(64, 64)
+            (((x * 2.0).exp() @ x) - 1.0).tanh().sum().item()
+        assert eager.arena_bytes() > 0
+        eager.set_cache_bytes(0)
+        assert not eager._CACHE and eager.arena_bytes() == 0
+    finally:
+        eager.set_cache_bytes(saved)
+    with loom.backend("compiled"):  # Plans compiled after run on a fresh arena.
+        x = loom.ones(8, 8)
+        assert (((x * 2.0).exp() @ x) - 1.0).tanh().sum().item() > 0
+    assert eager.arena_bytes() > 0
