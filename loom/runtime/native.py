@@ -656,7 +656,7 @@ class NativeProgram:
 
     def _new_ctx(self, buffer: np.ndarray | None = None) -> _Ctx:
         abi = self._tools.kernel_abi()
-        ctx = _Ctx(self.arena_bytes, buffer)
+        ctx = _Ctx(self.arena_bytes) if buffer is None else _Ctx(self.arena_bytes, buffer)
         ctl = ctx.ctl
         ctl[0], ctl[1] = abi if abi is not None else (0, 0)
         ctl[2] = 1 + self._nin + len(self._out_specs) + len(self._const_arrays)
