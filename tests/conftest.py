@@ -2,7 +2,10 @@ import os
 
 import pytest
 
-from tests.parity.harness import MODES
+# The suite checks the graph after every compiler pass (off by default for compile speed).
+os.environ.setdefault("LOOM_VERIFY_PASSES", "1")
+
+from tests.parity.harness import MODES  # noqa: E402
 
 # Execution modes the parity suite runs each case in (comma-separated), e.g. LOOM_PARITY_MODES=eager.
 _SELECTED = [m for m in os.environ.get("LOOM_PARITY_MODES", "eager,compiled,traced").split(",") if m]

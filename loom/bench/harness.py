@@ -58,7 +58,7 @@ class Options:
     seed: int = 0
     quick: bool = False
     loom_backend: str = "c"           # loom.function's backend.
-    loom_eager_backend: str = "reference"
+    loom_eager_backend: str | None = None  # None: loom's default (`loom.get_backend`).
     timeout: float = 1800.0           # Seconds a worker may take for one answer (build + warm-up included).
     cache_dir: str | None = None      # LOOM_CACHE_DIR for the workers; None keeps the environment's.
     log_dir: str | None = None        # Where workers' stderr goes; None: a temporary folder.

@@ -89,7 +89,7 @@ def markdown(doc: dict) -> str:
         f"repeats of timed blocks, frameworks interleaved in rotating order; {c['threads']} thread(s), workers "
         f"pinned to CPUs {c.get('cpu_affinity')}; median/min/max wall time over the repeats, and the median CPU "
         "time of all the worker's threads; peak RSS is ru_maxrss of each framework's own worker process.",
-        f"- loom.function backend: {c['loom_backend']}; loom eager backend: {c['loom_eager_backend']}", "",
+        f"- loom.function backend: {c['loom_backend']}; loom eager backend: {c['loom_eager_backend'] or 'default'}", "",
         "| model | framework | median ms/step | min | max | CPU ms/step | throughput | x best peer "
         "| x best peer (CPU) | GFLOP/s | % of sgemm | warm-up s | peak RSS MiB | planned MiB "
         "| load (1 min) before/after | status |",

@@ -72,7 +72,8 @@ def build(workload: Workload, framework: str, options: dict[str, Any]) -> Runner
     """The `Runner` for `framework`'s variant of `workload`.
 
     `options`: ``seed``, ``threads``, ``loom_backend`` ("c" or "reference",
-    for loom.function), ``loom_eager_backend`` ("compiled" or "reference").
+    for loom.function), ``loom_eager_backend`` ("auto", "compiled" or "reference"; absent or
+    None: loom's default).
     """
     reason = workload.supports(framework)
     if reason:
@@ -125,7 +126,8 @@ def _loom(a, framework: str, step: Callable, data: list, options: dict) -> Runne
     if framework == "loom-function":
         fn = loom.function(step, backend=options.get("loom_backend", "c"))
     else:
-        loom.set_backend(options.get("loom_eager_backend", "reference"))
+        if options.get("loom_eager_backend"):
+            loom.set_backend(options["loom_eager_backend"])
 
     def value(out) -> float:
         return float(np.asarray(out.detach().numpy(), dtype=np.float64).sum())

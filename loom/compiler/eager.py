@@ -12,51 +12,60 @@ backend asks for compiled values.
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from typing import Any
 
 import numpy as np
 
 from loom.compiler.pipeline import compile as compile_graph
 from loom.compiler.remat import parse_budget
+from loom.dtypes import DType
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 from loom.runtime import realize as _realize
 from loom.runtime.reference import pending_order
 
 # Compiled plans by graph structure, least recently used first (a hit moves its entry to the end).
-# Bounded in entries and in bytes: each plan keeps its arena (every intermediate of the graph) alive
-# between calls, so a process that realises many differently shaped graphs (a test suite) would
-# otherwise hold hundreds of arenas. The bound must hold one training step's plans (the benchmark
-# GPT's two take about 220 MiB), or every step compiles again.
+# Bounded in entries and in bytes (constants and plan metadata; the plans' intermediates live in one
+# shared arena, `_lend_arena`), so a process that realises many differently shaped graphs (a test
+# suite) does not keep hundreds of plans.
 _CACHE: dict[Any, Any] = {}
 _CACHE_LIMIT = 512
 _CACHE_BYTES = int(os.environ.get("LOOM_EAGER_CACHE_BYTES", "") or 1 << 30)
 _NODE_BYTES = 4096  # A rough charge per graph node for the plan's steps, views and metadata.
+_ARENA_ALIGN = 64  # Slack for aligning the shared arena (loom.runtime.native aligns to 64 bytes).
 _FOOTPRINT: dict[Any, int] = {}
 stats = {"compiles": 0, "hits": 0, "evictions": 0, "bytes": 0}
 
 
 def set_cache_bytes(limit: int) -> None:
-    """Bound the eager plan cache to about `limit` bytes of arenas and plans (default 1 GiB,
-    or ``LOOM_EAGER_CACHE_BYTES``); least recently used plans are dropped first."""
+    """Bound the eager plan cache to about `limit` bytes of plans (default 1 GiB, or
+    ``LOOM_EAGER_CACHE_BYTES``); least recently used plans are dropped first, and the arena they
+    share goes with the last of them."""
     global _CACHE_BYTES
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         from loom.errors import LoomValueError
         raise LoomValueError(f"loom.compiler.eager.set_cache_bytes: expected a byte count >= 0, got {limit!r}")
     _CACHE_BYTES = limit
     _evict(0)
+    if not _CACHE:
+        _ARENA[0] = None
+        _ARENA[1] += 1
 
 
 def footprint(exe: Any) -> int:
-    """Bytes a cached plan keeps alive: its arenas, constant buffers and a charge per node."""
-    arena = int(getattr(exe, "_arena_bytes", 0) or 0)
-    pooled = max(1, len(getattr(exe, "_arenas", None) or ()))
+    """Bytes a cached plan keeps alive: its constant buffers, a charge per node, and its own arena
+    when it has no native program (a native program runs on the arena all plans share)."""
+    arena = 0
+    if getattr(exe, "_native", None) is None:
+        arena = int(getattr(exe, "_arena_bytes", 0) or 0) * max(1, len(getattr(exe, "_arenas", None) or ()))
     graph = getattr(exe, "graph", None)
     nodes = consts = 0
     if isinstance(graph, Graph):
         nodes = len(graph)
         consts = sum(int(getattr(n.buffer, "nbytes", 0)) for n in graph if n.buffer is not None)
-    return arena * pooled + consts + nodes * _NODE_BYTES
+    return arena + consts + nodes * _NODE_BYTES
 
 
 def _evict(incoming: int) -> None:
@@ -119,21 +128,70 @@ def _attr_key(value: Any) -> Any:
     return value
 
 
+_SIMPLE = frozenset({int, str, bool, type(None), DType})
+
+
+def _attrs_key(attrs: dict) -> Any:
+    """`_attr_key` of a node's attributes, without its recursion and sorting for the common case
+    (scalars, dtypes and tuples of ints): this runs for every node of every eager step."""
+    for v in attrs.values():
+        t = type(v)
+        if t in _SIMPLE or (t is float and v == v):
+            continue
+        if t is tuple and all(type(x) is int for x in v):
+            continue
+        return _attr_key(attrs)
+    return tuple(attrs.items())
+
+
+# References to a pending node that the capture itself accounts for: `sys.getrefcount`'s argument,
+# the loop variable and the order list (each consumer's inputs tuple is counted separately).
+_OWN_REFS = 3
+# Held pending nodes up to this many elements become outputs (the loss and what it is computed from);
+# larger ones (a parameter's pending gradient) stay pending, as computing them here would add writes.
+_HELD_MAX = 2048
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    k = 1
+    for d in shape:
+        k *= d
+    return k
+
+
 def capture(targets: list[Node]) -> tuple[Any, list[Node], list[Node], list[Node]]:
-    """The structural key of the pending subgraph, its order, its realised inputs and targets."""
+    """The structural key of the pending subgraph, its order, its realised inputs and its outputs.
+
+    The outputs are `targets` and every pending node that something outside the pending graph still
+    holds (a tensor the program kept, such as the loss, or a pending node not computed now): each
+    becomes a value, so reading it later costs nothing and its history (and the buffers that history
+    holds) is freed with the rest of the graph.
+    """
     order = pending_order(targets)
     index: dict[int, int] = {}
     inputs: list[Node] = []
     parts: list[Any] = []
+    uses: dict[int, int] = {}  # Pending node id -> how many inputs tuples of the pending graph hold it.
     for n in order:
+        ins = []
         for i in n.inputs:
-            if i.buffer is not None and i.id not in index:
-                index[i.id] = len(index)
+            k = index.get(i.id)
+            if k is None:  # Pending inputs come earlier in the order: this one is realised.
+                k = index[i.id] = len(index)
                 inputs.append(i)
-                parts.append(("in", i.dtype.name, i.shape))
+                parts.append(("in", i.dtype, i.shape))
+            elif i.buffer is None:
+                uses[i.id] += 1
+            ins.append(k)
         index[n.id] = len(index)
-        parts.append((n.op, tuple(index[i.id] for i in n.inputs), _attr_key(n.attrs), n.dtype.name, n.shape))
+        uses[n.id] = 0
+        parts.append((n.op, tuple(ins), _attrs_key(n.attrs) if n.attrs else (), n.dtype, n.shape))
     outs = [t for t in dict.fromkeys(targets) if t.buffer is None]
+    wanted = {t.id for t in outs}
+    n = i = None  # Drop the loops' references before counting.
+    for n in order:
+        if n.id not in wanted and _numel(n.shape) <= _HELD_MAX and sys.getrefcount(n) - _OWN_REFS > uses[n.id]:
+            outs.append(n)
     parts.append(("out", tuple(index[t.id] for t in outs)))
     return tuple(parts), order, inputs, outs
 
@@ -170,12 +228,57 @@ def realize(targets: list[Node]) -> None:
     else:
         _CACHE[key] = _CACHE.pop(key)  # Now the most recently used.
         stats["hits"] += 1
-    results = exe(*[np.asarray(n.buffer) for n in inputs])
+    arrays = [np.asarray(n.buffer) for n in inputs]
+    if getattr(_BUSY, "on", False):  # Realised from inside a compiled call (a Python step): not on the shared arena.
+        _take_back_arena(exe)
+        results = exe(*arrays)
+    else:
+        with _LOCK:
+            _BUSY.on = True
+            try:
+                _lend_arena(exe)
+                results = exe(*arrays)
+            finally:
+                _BUSY.on = False
     for node, value in zip(outs, results):
         node.buffer = value
         node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
-    # Intermediate nodes were folded into kernels; drop their inputs so history is freed,
-    # and let any of them that a tensor still holds be recomputed on demand from its own inputs.
+    # The other pending nodes are now held only by each other: they and their history are freed.
+
+
+# One arena for every cached plan: eager plans run one at a time (under _LOCK), so they share the memory
+# for their intermediates, and the cache holds the largest arena once instead of one arena per plan.
+_LOCK = threading.Lock()
+_BUSY = threading.local()  # .on while this thread runs a plan on the shared arena.
+_ARENA: list[Any] = [None, 0]  # [the buffer, its generation]
+
+
+def _lend_arena(exe: Any) -> None:
+    """Make `exe`'s native program run on the shared arena, growing it to fit."""
+    prog = getattr(exe, "_native", None)
+    if prog is None:
+        return
+    need = int(prog.arena_bytes) + _ARENA_ALIGN
+    buf, gen = _ARENA
+    if buf is None or buf.nbytes < need:
+        _ARENA[0] = None  # Let the old buffer go before the new one is taken.
+        buf = _ARENA[0] = np.empty(need, np.uint8)
+        gen = _ARENA[1] = gen + 1
+    if getattr(prog, "_eager_arena", None) != gen:
+        prog.lend(buf)
+        prog._eager_arena = gen
+
+
+def _take_back_arena(exe: Any) -> None:
+    prog = getattr(exe, "_native", None)
+    if prog is not None and getattr(prog, "_eager_arena", None) is not None:
+        prog.lend(None)
+        prog._eager_arena = None
+
+
+def arena_bytes() -> int:
+    """Bytes of the arena the cached eager plans share (0 before the first compiled realisation)."""
+    return 0 if _ARENA[0] is None else int(_ARENA[0].nbytes)
 
 
 _realize.register_compiled(realize)

@@ -27,6 +27,8 @@ def check(t: Tensor, op: str, message: str, *, low, high, closed: bool = False, 
     (`rows_message` then gets the row's sum). Use the returned tensor: the
     check runs where it is read.
     """
+    if t.dtype.name in _SINGLE:  # Compared in float32: bounds that float32 holds, so every backend agrees.
+        low, high = _single(low, True), _single(high, not closed)
     attrs = {"user_op": op, "low": low, "high": high, "closed": closed, "ignore": ignore, "error": error,
              "positive_rows": positive_rows, "message": message, "rows_message": rows_message}
     buf = t._node.buffer
@@ -36,6 +38,24 @@ def check(t: Tensor, op: str, message: str, *, low, high, closed: bool = False, 
         if trace is None or t._node.id >= trace.start_id:
             return t  # Checked for good: an eager value, or a constant of the trace, never changes.
     return apply("check", (t,), attrs)  # Pending, or state a trace reads afresh on every call.
+
+
+_SINGLE = frozenset({"float32", "float16", "bfloat16"})  # Dtypes whose values compute in float32.
+
+
+def _single(bound, up: bool):
+    """A float bound as the float32 value that splits float32 values the same way (rounded up for
+    ``x >= low`` and ``x < high``, down for ``x <= high``). A float64 bound such as float64's tiny
+    would otherwise read as 0 where the graph's attributes become Python floats and NumPy compares a
+    float32 array with them in float32, but as itself where it stays a NumPy float64."""
+    if not isinstance(bound, (float, np.floating)) or not np.isfinite(bound):
+        return bound
+    b = np.float32(bound)
+    if up and b < bound:
+        b = np.nextafter(b, np.float32(np.inf))
+    elif not up and b > bound:
+        b = np.nextafter(b, np.float32(-np.inf))
+    return float(b)
 
 
 def check_index(t: Tensor, op: str, size: int, where: str, *, negative: bool = False,

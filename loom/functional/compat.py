@@ -808,12 +808,18 @@ def logdet(input) -> Tensor:
     return _math.where(s < 0, math.nan, logabs)
 
 
+def _tiny(t: Tensor) -> float:
+    """The smallest normal number of the precision `t` computes in: a check bound that every backend
+    compares alike (a float64 bound reads as 0 where a float32 comparison rounds it)."""
+    return float(np.finfo(np.float64 if t.dtype.name == "float64" else np.float32).tiny)
+
+
 def _pivots_nonzero(op: str, u: Tensor) -> Tensor:
     """U's diagonal, checked (where it is read) to hold no zero pivot."""
     from loom.functional.checks import check
     d = _diag(u)
     checked = check(d.abs(), op, f"loom.{op}: the matrix is singular (an LU pivot is {{value}})",
-                    low=np.finfo(np.float64).tiny, high=math.inf, error="value")
+                    low=_tiny(d), high=math.inf, error="value")
     return d.sign() * checked
 
 
@@ -868,7 +874,7 @@ def cholesky(input, upper: bool = False) -> Tensor:
     for j in range(n):
         s = a[..., :, j] - (lm @ lm[..., j, :].unsqueeze(-1)).squeeze(-1)
         pivot = check(s[..., j], "cholesky", "loom.cholesky: the input is not positive-definite (a pivot is "
-                      "{value})", low=np.finfo(np.float64).tiny, high=math.inf, error="value")
+                      "{value})", low=_tiny(s), high=math.inf, error="value")
         d = pivot.sqrt().unsqueeze(-1)
         col = _math.where(idx > j, s / d, _math.where(idx == j, d.expand(s.shape), 0.0))
         lm = lm + col.unsqueeze(-1) * (idx == j).to(a.dtype)

@@ -215,10 +215,11 @@ class _Ctx:
 
     __slots__ = ("arena", "views", "ctl", "ctl_ptr")
 
-    def __init__(self, nbytes: int):
-        self.arena = np.empty(max(nbytes, 1) + _ALIGN, np.uint8)
-        shift = (-self.arena.ctypes.data) % _ALIGN
-        self.arena = self.arena[shift:shift + max(nbytes, 1)]
+    def __init__(self, nbytes: int, buffer: np.ndarray | None = None):
+        if buffer is None:
+            buffer = np.empty(max(nbytes, 1) + _ALIGN, np.uint8)
+        shift = (-buffer.ctypes.data) % _ALIGN
+        self.arena = buffer[shift:shift + max(nbytes, 1)]
         self.views: dict[int, np.ndarray] = {}
         self.ctl = np.zeros(8, np.int64)
         self.ctl_ptr = 0
@@ -822,9 +823,15 @@ class NativeProgram:
         return rec
 
     # ------------------------------------------------------------ running
-    def _new_ctx(self) -> _Ctx:
+    def lend(self, buffer: np.ndarray | None) -> None:
+        """Run later calls on `buffer` (uint8, at least ``arena_bytes + 64``) instead of an arena of its own;
+        None: own arenas again. The compiled eager backend lends one buffer to all its plans, which it runs
+        one at a time; a concurrent call of this program still gets an arena of its own."""
+        self._ctxs[:] = [self._new_ctx(buffer)] if buffer is not None else []
+
+    def _new_ctx(self, buffer: np.ndarray | None = None) -> _Ctx:
         abi = self._tools.kernel_abi()
-        ctx = _Ctx(self.arena_bytes)
+        ctx = _Ctx(self.arena_bytes) if buffer is None else _Ctx(self.arena_bytes, buffer)
         ctl = ctx.ctl
         ctl[0], ctl[1] = abi if abi is not None else (0, 0)
         ctl[2] = 1 + self._nin + len(self._out_specs) + len(self._const_arrays)
