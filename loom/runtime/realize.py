@@ -20,7 +20,7 @@ from loom.runtime import reference
 active_trace = None
 
 _BACKENDS = ("auto", "reference", "compiled")
-_backend = os.environ.get("LOOM_BACKEND", "auto")
+_backend = os.environ.get("LOOM_BACKEND", "reference")
 # With the "auto" backend, pending graphs of at least this many nodes (a training step's forward,
 # backward and update) go through the compiler; smaller ones (one-off ops) run on the reference path,
 # where compiling would cost more than it saves.
@@ -39,8 +39,8 @@ def set_backend(name: str) -> None:
 
     'compiled' sends every pending graph through the compiler (passes, fused C
     kernels, a plan cached by the graph's structure, so a repeated training
-    step compiles once); 'reference' evaluates node by node with NumPy; 'auto'
-    (the default, or ``LOOM_BACKEND``) compiles graphs of at least
+    step compiles once); 'reference' (the default, or ``LOOM_BACKEND``)
+    evaluates node by node with NumPy; 'auto' compiles graphs of at least
     ``AUTO_MIN_NODES`` nodes and runs smaller ones on the reference path. All
     three give the same results within float rounding.
     """

@@ -1,5 +1,5 @@
 """The compiler tests compare optimised graphs with eager values computed node by node on the reference
-path (the oracle), bit for bit; loom's default eager backend ("auto") would compile large graphs too."""
+path (the oracle), bit for bit, whatever eager backend LOOM_BACKEND chose ("auto" would compile large graphs)."""
 from __future__ import annotations
 
 import pytest
