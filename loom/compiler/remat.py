@@ -629,7 +629,10 @@ def _offloads(state: _State, peak: int) -> list[_Offload]:
         first, last = state.live.spans[n]
         if not first < peak < last or n.op == "storage" or peak in state.readers[n]:
             continue
-        at = min(r for r in state.readers[n] if r > peak)
+        later = [r for r in state.readers[n] if r > peak]
+        if not later:  # Live past the peak only as a view's source or an output: nothing to reload for.
+            continue
+        at = min(later)
         size = state.live.sizes[n]
         if size:
             out.append(_Offload(n, at, size, transfer_seconds(size)))

@@ -297,11 +297,13 @@ class NativeProgram:
                     own[src.out] = _Loc(v.base, 0, src.node.shape, strides, v.dtype)
                     into_output.add(st.out)
             elif node.op == "permute" and src is not None and readers.get(src.out) == 1 and \
-                    src.node.op in ("matmul", "fused") and src.out not in self._out_base and \
-                    st.out not in self._out_base and own[src.out].base == 0:
-                # The producer writes in the permuted layout, so the permute (a head split or merge) is a
-                # view of contiguous memory, not a transpose copy.
-                laid = _permuted(own[src.out], tuple(node.attrs["perm"]), src.node.op == "matmul")
+                    src.node.op == "matmul" and \
+                    src.out not in self._out_base and st.out not in self._out_base and own[src.out].base == 0:
+                # The GEMM writes in the permuted layout, so the permute (a head split or merge) is a view of
+                # contiguous memory, not a transpose copy. GEMMs only: a fused kernel's bits depend on the
+                # layout it walks (vector and scalar paths, summation order), and a memory budget changes
+                # which values a permute reads, while a step's bits must not depend on the plan.
+                laid = _permuted(own[src.out], tuple(node.attrs["perm"]), True)
                 if laid is not None:
                     own[src.out] = laid
         for st in steps:

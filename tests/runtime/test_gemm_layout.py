@@ -36,7 +36,9 @@ def test_attention_step_has_no_copy_steps(monkeypatch):
     exe = _traced(step, x)
     _check(exe, monkeypatch, exact_vs_python=False)
     kinds = _kinds(exe)
-    assert native._COPY not in kinds, "head split/merge and k^T are strides, not copies"
+    # Head split/merge and k^T are strides; a permute of a fused kernel's output is copied once (kernels
+    # write row-major: their bits must not depend on the layout the plan gives them).
+    assert kinds.count(native._COPY) <= 1
     assert native._PY not in kinds
     assert kinds.count(native._GEMM) >= 10
 
@@ -44,7 +46,7 @@ def test_attention_step_has_no_copy_steps(monkeypatch):
 def test_producer_writes_in_its_permute_layout(monkeypatch):
     def fn(a, b, w):
         y = (a @ b).permute(0, 2, 1, 3)          # Head merge: the GEMM writes (b, t, h, d) directly.
-        z = (a.exp() * 2.0).permute(0, 2, 1, 3)  # A kernel writes in the permuted layout too.
+        z = (a.exp() * 2.0).permute(0, 2, 1, 3)  # A kernel writes row-major; its permute is one copy.
         return y.reshape(10, 12) @ w, z.reshape(10, 12) @ w
 
     rng = np.random.default_rng(0)
@@ -55,8 +57,8 @@ def test_producer_writes_in_its_permute_layout(monkeypatch):
     strided = [s for s in exe._steps if s.node.op in ("matmul", "fused") and s.out in prog._locs
                and prog._locs[s.out].base == 0 and prog._locs[s.out].strides != native._contiguous(
                    prog._locs[s.out].shape, 4)]
-    assert {s.node.op for s in strided} == {"matmul", "fused"}
-    assert native._COPY not in _kinds(exe)
+    assert {s.node.op for s in strided} == {"matmul"}
+    assert _kinds(exe).count(native._COPY) == 1
 
 
 def _epilogue_kernels(exe):
