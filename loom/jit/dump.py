@@ -124,6 +124,13 @@ def _kernel_entry(node, kernel_dir: str, built: dict[str, dict], compile_kernels
     from loom.ir.serialize import _encode
 
     body = node.attrs["body"]
+    if any(n.dtype.name in ("float16", "bfloat16") for n in body):
+        # The in-process kernels compute half precision since loom.codegen.half; libloomrt has no half type.
+        ops = sorted({n.op for n in body if n.op != "input"})
+        raise LoomError(f"loom.jit.save: a fused kernel ({', '.join(ops)}, output {node.dtype.name}"
+                        f"{list(node.shape)}) cannot be generated as C: output dtype {node.dtype.name} "
+                        "(the standalone C runtime computes float32, float64 and integers; cast the model "
+                        "to float32 first)")
     try:
         spec = render(body)
     except Unsupported as e:
