@@ -7,7 +7,7 @@ import loom
 import loom.nn.functional as F
 from loom import nn
 from loom.runtime import native, reference
-from tests.runtime.test_native import _check, _inputs, _kinds, _python_path, _traced
+from tests.runtime.test_native import _check, _inputs, _kinds, _mlp_sgd_step, _python_path, _traced
 
 
 def _attention_step():
@@ -102,19 +102,7 @@ def test_epilogues_run_on_row_blocks(monkeypatch):
 
 def test_training_step_epilogues_match_python_path(monkeypatch):
     monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "2048")
-    loom.manual_seed(0)
-    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 5))
-    opt = loom.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    x, y = loom.randn(70, 20), loom.tensor(np.arange(70) % 5)
-    exe = _traced(step, x, y)
+    exe = _mlp_sgd_step(70, second_act=nn.GELU)
     _check(exe, monkeypatch, exact_vs_python=False)
     gemms, epilogues = _epilogue_kernels(exe)
     # Blocks of 32 rows (the least): 3 per 32-wide layer, for two forward bias adds and two activation gradients.

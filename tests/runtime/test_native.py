@@ -90,9 +90,10 @@ def _kinds(exe):
     return [s.kind for s in exe._native._table[2]]
 
 
-def test_mlp_train_step_matches_python_path(monkeypatch):
+def _mlp_sgd_step(batch, second_act=nn.ReLU):
+    """The Executable of a 20-32-32-5 MLP's SGD-momentum training step on `batch` rows."""
     loom.manual_seed(0)
-    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 5))
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), second_act(), nn.Linear(32, 5))
     opt = loom.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step(x, y):
@@ -102,8 +103,11 @@ def test_mlp_train_step_matches_python_path(monkeypatch):
         opt.step()
         return loss
 
-    x, y = loom.randn(16, 20), loom.tensor(np.arange(16) % 5)
-    exe = _traced(step, x, y)
+    return _traced(step, loom.randn(batch, 20), loom.tensor(np.arange(batch) % 5))
+
+
+def test_mlp_train_step_matches_python_path(monkeypatch):
+    exe = _mlp_sgd_step(16)
     _check(exe, monkeypatch, exact_vs_python=False)
     kinds = _kinds(exe)
     assert kinds.count(native._GEMM) == 8, "3 forward GEMMs, 3 weight gradients, 2 input gradients"
