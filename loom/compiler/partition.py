@@ -207,6 +207,13 @@ def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn
     [[1.0, 1.0], [-0.0, -0.0]]
     >>> prog.close()
     """
+    if not stages and placement is None and any(PRIMITIVES[n.op].kind == collective.KIND for n in graph
+                                                 if n.op in PRIMITIVES):
+        # Each all-reduce a task of its own on a private communicator, overlapping the compute around it.
+        from loom.distributed.overlap import compile_overlapped
+        overlapped = compile_overlapped(graph, compile_fn, name=name, track=track, registers=registers)
+        if overlapped is not None:
+            return overlapped
     parts = partition(graph, stages)
     if placement is not None:
         specs = [actors.TaskSpec(p.name, compile_fn(p.graph), p.inputs, describe(p.graph), _diagnoser(p.graph),
