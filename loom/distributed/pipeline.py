@@ -59,6 +59,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from loom.autocast import autocast, get_dtype, is_enabled
 from loom.autograd.grad_mode import enable_grad, no_grad
 from loom.distributed.actor_pipeline import run_stages
 from loom.distributed.process_group import DistributedError, resolve
@@ -170,8 +171,8 @@ class PipelineStage:
             engine.backward([loss / n_microbatches])
         else:
             # The next stage returns one gradient per floating-point output, in order.
-            pairs = [(o, loom.tensor(g)) for o, g in zip([o for o in out if o.is_floating_point()], grads or ())
-                     if o.requires_grad]
+            pairs = [(o, loom.tensor(g).to(o.dtype)) for o, g in zip([o for o in out if o.is_floating_point()],
+                                                                     grads or ()) if o.requires_grad]
             if pairs:
                 engine.backward([o for o, _ in pairs], [g for _, g in pairs])
         if self.is_first:
@@ -250,10 +251,12 @@ class _PipelineSchedule:
         st.order = []
         outs: list = [None] * m
         scale = m if self.scale_grads else 1
+        # The stage's actors run in threads of their own: they take the caller's autocast region with them.
+        region = (get_dtype(), is_enabled())
 
         def forward(mb: int, received):
             st.order.append(("F", mb))
-            with (enable_grad() if train else no_grad()):
+            with (enable_grad() if train else no_grad()), autocast(*region):
                 args = tuple(x[mb] for x in xs) if st.is_first else received
                 out, loss = st._forward(mb, args, {k: v[mb] for k, v in kws.items()}, targets[mb], self.loss_fn,
                                         train)
@@ -265,7 +268,7 @@ class _PipelineSchedule:
 
         def backward(mb: int, grads):
             st.order.append(("B", mb))
-            with enable_grad():
+            with enable_grad(), autocast(*region):
                 return st._backward(mb, grads, scale)
         run_stages(st._transport, st.num_stages, m, forward, backward if train else None, schedule=self._schedule,
                    name=self._name)

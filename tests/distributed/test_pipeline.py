@@ -17,7 +17,7 @@ def _check(out: str, nproc: int) -> None:
             in out
         assert f"rank {r}: ScheduleGPipe actors fired in the schedule's order" in out
         assert f"rank {r}: Schedule1F1B actors fired in the schedule's order" in out
-        assert f"rank {r}: forward-only ok" in out and f"rank {r}: errors ok" in out
+        assert f"rank {r}: forward-only ok" in out and f"rank {r}: autocast ok" in out and f"rank {r}: errors ok" in out
         assert f"rank {r}: tuple with integer activations ok" in out
         assert f"rank {r}: a failing stage stops every rank ok" in out
 

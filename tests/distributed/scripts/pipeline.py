@@ -90,6 +90,22 @@ if stage.is_last:
 assert stage.live == 0
 print(f"rank {r}: forward-only ok", flush=True)
 
+# Under autocast the stages' actors compute in bfloat16 too (the region travels into their threads).
+stage = PipelineStage(stage_of(blocks()), r, n)
+losses = []
+with loom.autocast.autocast():
+    out = Schedule1F1B(stage, 4, loss_fn=mse).step(loom.tensor(X[0]), target=loom.tensor(Y[0]), losses=losses)
+    ref = loom.nn.Sequential(*blocks())
+    ref_loss = mse(ref(loom.tensor(X[0])), loom.tensor(Y[0]))
+ref_loss.backward()
+for p, q in zip(stage.submod.parameters(), stage_of(list(ref)).parameters()):
+    np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=0, atol=2e-2)
+if stage.is_last:
+    assert abs(float(sum(float(v) for v in losses) / 4) - float(ref_loss)) < 2e-2, (losses, float(ref_loss))
+    assert all(v.dtype == loom.float32 for v in losses)   # Losses compute in float32 under autocast.
+    assert out.dtype == loom.bfloat16, out.dtype           # The last Linear ran in bfloat16 in its actor.
+print(f"rank {r}: autocast ok", flush=True)
+
 
 class Part(loom.nn.Module):
     """A stage passing (integer row index, activation) on: integer activations travel without gradients."""
