@@ -446,6 +446,11 @@ class Actor(threading.Thread):
             return ""
         need = [p.task.name for p, q in zip(self.producers, self.pending) if not q]
         parts = [f"input from {', '.join(need)}"] if need else []
+        ahead = self.task.lookahead or ()
+        later = [f"{k + 1 - len(q)} more from {p.task.name}" for p, q, k in zip(self.producers, self.pending, ahead)
+                 if q and len(q) <= k and q[-1][1] is not _END]
+        if later:
+            parts.append(f"values queued behind the next one (lookahead): {', '.join(later)}")
         if self.consumers and not self.free:
             parts.append(f"a free output register ({self.task.registers} in use by "
                          f"{', '.join(sorted({c.task.name for c, _ in self.consumers}))})")

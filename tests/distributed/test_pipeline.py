@@ -77,3 +77,30 @@ def test_lookahead_holds_a_firing_until_later_values_arrive():
     starts = [t for t, s, _ in plan.trace["late"] if s == "running"]
     assert len(reads) == 5 and len(starts) == 4
     assert starts[0] > reads[2]   # The first firing waited until the third value was being read.
+
+
+def test_status_names_the_values_a_lookahead_waits_for():
+    import threading
+    import time
+
+    from loom.runtime.actors import status_text
+    go = threading.Event()
+
+    def reads():
+        yield 1
+        go.wait(10)
+        yield 2
+    plan = Plan("lookahead-status")
+    plan.task("late", lambda v: v, [plan.source("read", reads(), registers=3)], lookahead=[2])
+    got = []
+    runner = threading.Thread(target=lambda: got.append(plan.run(timeout=20)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while "2 more from read" not in status_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "lookahead-status/late: waiting" in status_text() and "2 more from read" in status_text()
+    finally:
+        go.set()
+        runner.join(20)
+    assert got == [[1, 2]]
