@@ -57,8 +57,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
-
 from loom.autocast import autocast, get_dtype, is_enabled
 from loom.autograd.grad_mode import enable_grad, no_grad
 from loom.distributed.actor_pipeline import run_stages
@@ -70,6 +68,22 @@ __all__ = ["PipelineStage", "ScheduleGPipe", "Schedule1F1B"]
 
 def _as_tuple(x) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _pack(tensors: tuple) -> tuple:
+    """Tensors as what a register carries to another rank: raw arrays, with loom dtypes NumPy lacks named."""
+    arrays = tuple(t.detach().numpy() for t in tensors)
+    names = tuple(t.dtype.name for t in tensors)
+    if all(a.dtype.name == name for a, name in zip(arrays, names)):
+        return arrays                    # Sent as raw buffers.
+    return ("typed", arrays, names)     # bfloat16 travels as float32 and is cast back (pickled: a rare path).
+
+
+def _unpack(value: tuple) -> list:
+    import loom
+    if value and isinstance(value[0], str):   # ("typed", arrays, dtype names)
+        return [loom.tensor(a).to(getattr(loom, name)) for a, name in zip(value[1], value[2])]
+    return [loom.tensor(a) for a in value]
 
 
 class PipelineStage:
@@ -146,9 +160,8 @@ class PipelineStage:
 
     def _forward(self, mb: int, args: tuple, kwargs: dict, target, loss_fn: Callable | None, with_grad: bool):
         """Run the stage on micro-batch `mb` (`args`: the previous stage's outputs unless first)."""
-        import loom
         if not self.is_first:
-            args = tuple(loom.tensor(a).requires_grad_(with_grad and np.dtype(a.dtype).kind == "f") for a in args)
+            args = tuple(t.requires_grad_(with_grad and t.is_floating_point()) for t in _unpack(args))
             kwargs = {}
         out = _as_tuple(self.submod(*args, **kwargs))
         loss = None
@@ -171,14 +184,14 @@ class PipelineStage:
             engine.backward([loss / n_microbatches])
         else:
             # The next stage returns one gradient per floating-point output, in order.
-            pairs = [(o, loom.tensor(g).to(o.dtype)) for o, g in zip([o for o in out if o.is_floating_point()],
-                                                                     grads or ()) if o.requires_grad]
+            pairs = [(o, g.to(o.dtype)) for o, g in zip([o for o in out if o.is_floating_point()],
+                                                        _unpack(grads or ())) if o.requires_grad]
             if pairs:
                 engine.backward([o for o, _ in pairs], [g for _, g in pairs])
         if self.is_first:
             return None
         with no_grad():
-            return tuple((a.grad if a.grad is not None else loom.zeros_like(a)).numpy() for a in wants)
+            return _pack(tuple(a.grad if a.grad is not None else loom.zeros_like(a) for a in wants))
 
 
 class _PipelineSchedule:
@@ -264,7 +277,7 @@ class _PipelineSchedule:
             if losses is not None and loss is not None:
                 losses.append(loss.detach())
             # Sent on as raw arrays: gradients flow back through the floating-point ones.
-            return None if st.is_last else tuple(o.detach().numpy() for o in out)
+            return None if st.is_last else _pack(out)
 
         def backward(mb: int, grads):
             st.order.append(("B", mb))

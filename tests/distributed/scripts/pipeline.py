@@ -92,6 +92,8 @@ print(f"rank {r}: forward-only ok", flush=True)
 
 # Under autocast the stages' actors compute in bfloat16 too (the region travels into their threads).
 stage = PipelineStage(stage_of(blocks()), r, n)
+seen = []
+stage.submod.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].dtype))
 losses = []
 with loom.autocast.autocast():
     out = Schedule1F1B(stage, 4, loss_fn=mse).step(loom.tensor(X[0]), target=loom.tensor(Y[0]), losses=losses)
@@ -104,6 +106,8 @@ if stage.is_last:
     assert abs(float(sum(float(v) for v in losses) / 4) - float(ref_loss)) < 2e-2, (losses, float(ref_loss))
     assert all(v.dtype == loom.float32 for v in losses)   # Losses compute in float32 under autocast.
     assert out.dtype == loom.bfloat16, out.dtype           # The last Linear ran in bfloat16 in its actor.
+if not stage.is_first:   # Activations arrive in the dtype they left in (bfloat16, which NumPy lacks).
+    assert seen == [loom.bfloat16] * 4, seen
 print(f"rank {r}: autocast ok", flush=True)
 
 
