@@ -38,12 +38,15 @@ def test_split_puts_each_all_reduce_after_the_compute_it_needs():
     assert [k for k, _ in split_at_collectives(g, min_work=10**9)] == ["compute", "collective", "compute"]
 
 
-def test_overlapped_program_equals_the_graph_in_order():
+@pytest.mark.parametrize("min_work, tasks", [
+    (0, ["compute0", "all_reduce0", "compute1", "all_reduce1", "compute2"]),
+    (10**9, ["compute0", "all_reduce0", "compute1"])])   # One bucket: both all-reduces in one task.
+def test_overlapped_program_equals_the_graph_in_order(min_work, tasks):
     g = _step_graph()
     rng = np.random.default_rng(0)
     args = [rng.standard_normal((32, 32)).astype(np.float32) for _ in range(3)]
-    prog = compile_overlapped(g, Executable, name="overlap-test", min_work=0)
-    assert [t.name for t in prog.tasks] == ["compute0", "all_reduce0", "compute1", "all_reduce1", "compute2"]
+    prog = compile_overlapped(g, Executable, name="overlap-test", min_work=min_work)
+    assert [t.name for t in prog.tasks] == tasks
     try:
         got = prog(*args)
         want = [t.numpy() for t in g.run(*[loom.tensor(a) for a in args])]
