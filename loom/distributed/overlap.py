@@ -201,44 +201,21 @@ def compile_overlapped(graph: Any, compile_fn: Callable, name: str = "function",
                     p -= 0.1 * dfn.all_reduce(g, op=dist.ReduceOp.AVG)
             return loss
     """
-    from loom.compiler.partition import _diagnoser, describe
+    from loom.compiler.partition import _diagnoser, describe, wire
     from loom.runtime import actors
     groups = split_at_collectives(graph, min_work)
     if groups is None:
         return None
-    where: dict = {}                 # Node -> (part, index among its part's outputs).
-    exported: list[list] = [[] for _ in groups]
-    part_of: dict = {}
-    for k, (kind, nodes) in enumerate(groups):
-        for n in nodes:
-            part_of[n] = k
-        if kind == "collective":
-            exported[k] = list(nodes)
-    index = {n: k for k, n in enumerate(graph.inputs)}
-    reads: list[list] = []
-    for k, (_, nodes) in enumerate(groups):
-        outside: dict = {}
-        for n in nodes:
-            for i in n.inputs:
-                if i.op == "input" or (i in part_of and part_of[i] != k):
-                    outside[i] = None
-        reads.append(list(outside))
-        for i in outside:
-            if i in part_of and i not in exported[part_of[i]]:
-                exported[part_of[i]].append(i)
-    for o in graph.outputs:
-        if o in part_of and o not in exported[part_of[o]]:
-            exported[part_of[o]].append(o)
-    for k, out in enumerate(exported):
-        for j, n in enumerate(out):
-            where[n] = (k, j)
+    # A collective group exports its results in its own order; the wiring adds what others read.
+    reads, exported, sources, outputs = wire(graph, [nodes for _, nodes in groups],
+                                             [nodes if kind == "collective" else [] for kind, nodes in groups])
     specs = []
     chunks = collectives = 0
     for k, (kind, nodes) in enumerate(groups):
-        sources = [(-1, index[i]) if i.op == "input" else where[i] for i in reads[k]]
         if kind == "compute":
             sub = graph.extract(reads[k], exported[k])
-            specs.append(actors.TaskSpec(f"compute{chunks}", compile_fn(sub), sources, describe(sub), _diagnoser(sub)))
+            specs.append(actors.TaskSpec(f"compute{chunks}", compile_fn(sub), sources[k], describe(sub),
+                                         _diagnoser(sub)))
             chunks += 1
             continue
         channels = {}
@@ -252,16 +229,8 @@ def compile_overlapped(graph: Any, compile_fn: Callable, name: str = "function",
         def reduce(*arrays, pick=pick, calls=calls):
             return tuple(comm.all_reduce(arrays[j], op, ranks, chan) for j, (op, ranks, chan) in zip(pick, calls))
         shapes = ", ".join(f"{c.dtype.name}{list(c.shape)}" for c in nodes)
-        specs.append(actors.TaskSpec(f"all_reduce{collectives}", reduce, sources,
+        specs.append(actors.TaskSpec(f"all_reduce{collectives}", reduce, sources[k],
                                      f"[{len(nodes)} all_reduce: {shapes}] on a private communicator"))
         collectives += 1
-    outputs: list = []
-    for o in graph.outputs:
-        if o.op == "input":
-            outputs.append((-1, index[o]))
-        elif o in where:
-            outputs.append(where[o])
-        else:
-            outputs.append((-2, graph.extract([], [o]).run()[0]._array()))
     return actors.GraphProgram(name, specs, outputs, len(graph.inputs), track=track, registers=registers,
                                parallel=True)
