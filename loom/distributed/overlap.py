@@ -129,13 +129,14 @@ def split_at_collectives(graph: Any, min_work: int = BUCKET_MIN_WORK) -> list[tu
             i = n.inputs[0]
             if i in free:
                 return None  # An all-reduce of a constant: nothing to overlap.
-            phase[n] = phase.get(i, 0)
+            phase[n] = phase[i] + 1 if _is_collective(i) else phase.get(i, 0)
             continue
         computed = [i for i in n.inputs if i.op != "input" and i not in free]
         if not computed and all(i.op != "input" for i in n.inputs):
             free.add(n)
             continue
         phase[n] = max([0] + [phase[i] + (1 if _is_collective(i) else 0) for i in computed])
+    pos = {n: k for k, n in enumerate(order)}
     groups: list[tuple[str, list]] = []
     for p in sorted(set(phase.values())):
         work = [n for n in order if phase.get(n) == p and not _is_collective(n)]
@@ -151,15 +152,19 @@ def split_at_collectives(graph: Any, min_work: int = BUCKET_MIN_WORK) -> list[tu
             return seen
         here = [c for c in colls if phase[c] == p]
         wants = {c: needs(c) for c in here}
+        flops = {n: _flops(n) for n in work}
+        cost = {c: sum(flops[n] for n in wants[c]) for c in here}   # Work still to do before c can start.
         done: set = set()
         buckets: list[tuple[set, list]] = []
         # Cheapest first: the all-reduce whose input needs the least work beyond what is done goes next.
         while here:
-            c = min(here, key=lambda c: (sum(_flops(n) for n in wants[c] - done), order.index(c)))
+            c = min(here, key=lambda c: (cost[c], pos[c]))
             here.remove(c)
             new = wants[c] - done
             done |= new
-            if buckets and sum(_flops(n) for n in new) < min_work:
+            for d in here:
+                cost[d] -= sum(flops[n] for n in new & wants[d])
+            if buckets and cost[c] < min_work:
                 buckets[-1][0].update(new)
                 buckets[-1][1].append(c)
             else:

@@ -56,6 +56,40 @@ def test_overlapped_program_equals_the_graph_in_order(min_work, tasks):
         prog.close()
 
 
+def test_an_all_reduce_of_an_all_reduce_runs_after_it():
+    g = Graph()
+    x = g.add_input((8, 8), "float32")
+    inner = g.add_node("all_reduce", [g.add_node("exp", [x])], {"reduction": "sum", "ranks": (0,)})
+    outer = g.add_node("all_reduce", [inner], {"reduction": "avg", "ranks": (0,)})
+    g.outputs = [g.add_node("neg", [outer])]
+    groups = split_at_collectives(g, min_work=0)
+    assert [(k, [n.op for n in nodes]) for k, nodes in groups] == [
+        ("compute", ["exp"]), ("collective", ["all_reduce"]), ("collective", ["all_reduce"]), ("compute", ["neg"])]
+    assert groups[1][1] == [inner] and groups[2][1] == [outer]
+    prog = compile_overlapped(g, Executable, min_work=0)
+    try:
+        a = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
+        np.testing.assert_allclose(prog(a)[0], -np.exp(a), rtol=1e-6)
+    finally:
+        prog.close()
+
+
+def test_split_of_a_deep_step_is_quick():
+    """150 layers, one all-reduce each: the cut is made in well under a second."""
+    import time
+    g = Graph()
+    h = g.add_input((4, 4), "float32")
+    grads = []
+    for _ in range(150):
+        h = g.add_node("tanh", [h])
+        grads.append(g.add_node("all_reduce", [g.add_node("exp", [h])], {"reduction": "avg", "ranks": (0,)}))
+    g.outputs = grads
+    t0 = time.perf_counter()
+    groups = split_at_collectives(g, min_work=0)
+    assert time.perf_counter() - t0 < 2.0
+    assert sum(k == "collective" for k, _ in groups) == 150
+
+
 def test_graphs_without_an_overlappable_collective_keep_graph_order():
     g = Graph()
     x = g.add_input((3,), "float32")
