@@ -112,11 +112,30 @@ def partition(graph: Graph, stages: dict[Node, int] | None = None) -> Partition:
         if n in stage_of:
             groups.setdefault(root(n), []).append(n)
     members = sorted(groups.values(), key=lambda g: (stage_of[g[0]], order.index(g[0])))
+    reads, exported, sources, outputs = wire(graph, members)
+    per_stage: dict[int, int] = {}
+    parts = []
+    for k, g in enumerate(members):
+        st = stage_of[g[0]]
+        b = per_stage[st] = per_stage.get(st, -1) + 1
+        parts.append(Part(f"stage{st}.branch{b}", st, graph.extract(reads[k], exported[k]), sources[k]))
+    return Partition(parts, outputs, len(graph.inputs))
+
+
+def wire(graph: Graph, members: list[list[Node]], exported: list[list[Node]] | None = None):
+    """How parts of `graph` connect; ``members[k]`` is part k's nodes, producers' parts first.
+
+    Returns ``(reads, exported, sources, outputs)``: per part, the nodes it
+    reads from outside itself (first-use order), the nodes it exports
+    (`exported`'s given ones first, then those others read, then graph
+    outputs), and where each read comes from (``(-1, i)`` graph input i,
+    ``(p, j)`` export j of part p); and where each graph output comes from,
+    as `Partition.outputs`.
+    """
     part_of = {n: k for k, g in enumerate(members) for n in g}
+    exported = [list(e) for e in exported] if exported is not None else [[] for _ in members]
     input_index = {n: k for k, n in enumerate(graph.inputs)}
-    exported: dict[int, list[Node]] = {k: [] for k in range(len(members))}
     graph_out = set(graph.outputs)
-    # What each part reads from outside itself, in first-use order.
     reads: list[list[Node]] = []
     for k, g in enumerate(members):
         outside: dict[Node, None] = {}
@@ -132,14 +151,8 @@ def partition(graph: Graph, stages: dict[Node, int] | None = None) -> Partition:
         for n in g:
             if n in graph_out and n not in exported[k]:
                 exported[k].append(n)
-    per_stage: dict[int, int] = {}
-    parts = []
-    for k, g in enumerate(members):
-        st = stage_of[g[0]]
-        b = per_stage[st] = per_stage.get(st, -1) + 1
-        sources = [(-1, input_index[i]) if i.op == "input" else (part_of[i], exported[part_of[i]].index(i))
-                   for i in reads[k]]
-        parts.append(Part(f"stage{st}.branch{b}", st, graph.extract(reads[k], exported[k]), sources))
+    sources = [[(-1, input_index[i]) if i.op == "input" else (part_of[i], exported[part_of[i]].index(i))
+                for i in r] for r in reads]
     outputs: list[tuple[int, Any]] = []
     for o in graph.outputs:
         if o.op == "input":
@@ -147,9 +160,8 @@ def partition(graph: Graph, stages: dict[Node, int] | None = None) -> Partition:
         elif o in part_of:
             outputs.append((part_of[o], exported[part_of[o]].index(o)))
         else:
-            const = graph.extract([], [o]).run()[0]
-            outputs.append((-2, const._array()))
-    return Partition(parts, outputs, len(graph.inputs))
+            outputs.append((-2, graph.extract([], [o]).run()[0]._array()))
+    return reads, exported, sources, outputs
 
 
 def describe(graph: Graph, limit: int = 8) -> str:
@@ -207,6 +219,13 @@ def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn
     [[1.0, 1.0], [-0.0, -0.0]]
     >>> prog.close()
     """
+    if not stages and placement is None and any(PRIMITIVES[n.op].kind == collective.KIND for n in graph
+                                                 if n.op in PRIMITIVES):
+        # Each all-reduce a task of its own on a private communicator, overlapping the compute around it.
+        from loom.distributed.overlap import compile_overlapped
+        overlapped = compile_overlapped(graph, compile_fn, name=name, track=track, registers=registers)
+        if overlapped is not None:
+            return overlapped
     parts = partition(graph, stages)
     if placement is not None:
         specs = [actors.TaskSpec(p.name, compile_fn(p.graph), p.inputs, describe(p.graph), _diagnoser(p.graph),

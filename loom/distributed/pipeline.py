@@ -17,9 +17,17 @@ Two schedules:
   each stage alternates one forward and one backward, so stage ``i`` holds at
   most ``num_stages - i`` micro-batches' activations (`PipelineStage.peak_live`).
 
-Sends are non-blocking (awaited at the end of `step`), receives block; a stage
-sends each message's shapes and dtypes ahead of its values, so stages need no
-shape inference and batches may change size between steps.
+Both run on the actor runtime (`loom.distributed.actor_pipeline.run_stages`):
+stage i's forward and backward are actors on rank i, each firing once per
+micro-batch, and activations and their gradients travel between ranks as
+registers over the MPI transport (`loom.runtime.transport.MpiTransport`).
+No list of steps is written out: a stage's forward holds one register per
+micro-batch whose backward is still to come (``num_stages - stage_index``
+for 1F1B, all of them for GPipe), and its backward waits until the forwards
+the schedule puts before it have filled theirs, so the firings come in the
+schedule's order. Messages carry their arrays' shapes and dtypes, so
+batches may change size between steps. A stage that raises stops every
+stage's actors, and each rank's `step` raises naming the failing stage.
 
 Examples
 --------
@@ -49,19 +57,33 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from loom.autograd.grad_mode import no_grad
-from loom.distributed import collectives as _coll
+from loom.autocast import autocast, get_dtype, is_enabled
+from loom.autograd.grad_mode import enable_grad, no_grad
+from loom.distributed.actor_pipeline import run_stages
 from loom.distributed.process_group import DistributedError, resolve
 from loom.nn.module import Module
 
 __all__ = ["PipelineStage", "ScheduleGPipe", "Schedule1F1B"]
 
-# Message tags: shapes ahead of values, forward activations apart from backward gradients.
-_TAG_FWD_META, _TAG_FWD, _TAG_BWD_META, _TAG_BWD = 0x701, 0x702, 0x703, 0x704
-
 
 def _as_tuple(x) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _pack(tensors: tuple) -> tuple:
+    """Tensors as what a register carries to another rank: raw arrays, with loom dtypes NumPy lacks named."""
+    arrays = tuple(t.detach().numpy() for t in tensors)
+    names = tuple(t.dtype.name for t in tensors)
+    if all(a.dtype.name == name for a, name in zip(arrays, names)):
+        return arrays                    # Sent as raw buffers.
+    return ("typed", arrays, names)     # bfloat16 travels as float32 and is cast back (pickled: a rare path).
+
+
+def _unpack(value: tuple) -> list:
+    import loom
+    if value and isinstance(value[0], str):   # ("typed", arrays, dtype names)
+        return [loom.tensor(a).to(getattr(loom, name)) for a, name in zip(value[1], value[2])]
+    return [loom.tensor(a) for a in value]
 
 
 class PipelineStage:
@@ -90,6 +112,9 @@ class PipelineStage:
         How many micro-batches' activations this stage holds now (forward done, backward not yet).
     peak_live : int
         The most it held at once during the last `step`.
+    order : list of (str, int)
+        The last `step`'s firings on this stage in the order they ran:
+        ``("F", k)`` the forward and ``("B", k)`` the backward of micro-batch k.
 
     Examples
     --------
@@ -119,52 +144,26 @@ class PipelineStage:
         self.group = g
         self.is_first = stage_index == 0
         self.is_last = stage_index == num_stages - 1
-        self._prev: int = g._ranks[stage_index - 1] if not self.is_first else -1  # Global ranks; -1: none.
-        self._next: int = g._ranks[stage_index + 1] if not self.is_last else -1
-        self._sends: list = []
+        self._transport = None
+        if num_stages > 1:  # Collective over the group: every rank makes its stage in the same order.
+            from loom.runtime.transport import MpiTransport
+            self._transport = MpiTransport(g._comm)
         self._saved: dict[int, tuple] = {}  # Micro-batch -> (inputs that want a gradient, outputs, loss).
         self.live = 0
         self.peak_live = 0
+        self.order: list[tuple[str, int]] = []
 
     def __repr__(self) -> str:
         return f"PipelineStage(stage_index={self.stage_index}, num_stages={self.num_stages})"
 
-    # Messages -----------------------------------------------------------------------------------------------
-
-    def _send(self, tensors: tuple, dst: int, meta_tag: int, tag: int) -> None:
-        # Let go of the copies of sends that have completed, so buffers do not pile up over a step.
-        self._sends = [w for w in self._sends if not (w.is_completed() if isinstance(w, _coll.Work) else w.test()[0])]
-        meta = [(tuple(t.shape), t.dtype.name) for t in tensors]
-        self._sends.append(self.group._comm.isend(meta, dest=self.group.group_rank(dst, "pipeline"), tag=meta_tag))
-        for t in tensors:
-            self._sends.append(_coll.isend(t.detach(), dst, self.group, tag))
-
-    def _recv(self, src: int, meta_tag: int, tag: int) -> tuple:
-        import loom
-        meta = self.group._comm.recv(source=self.group.group_rank(src, "pipeline"), tag=meta_tag)
-        out = []
-        for shape, dtype in meta:
-            buf = loom.zeros(*shape, dtype=getattr(loom, dtype))
-            _coll.recv(buf, src, self.group, tag)
-            out.append(buf)
-        return tuple(out)
-
-    def _wait_sends(self) -> None:
-        for w in self._sends:
-            w.wait()
-        self._sends.clear()
-
-    # Forward and backward of one micro-batch ------------------------------------------------------------------
+    # Forward and backward of one micro-batch, as the actors fire them -----------------------------------------
 
     def _forward(self, mb: int, args: tuple, kwargs: dict, target, loss_fn: Callable | None, with_grad: bool):
-        """Run the stage on micro-batch `mb` (received from the previous stage unless first) and pass it on."""
+        """Run the stage on micro-batch `mb` (`args`: the previous stage's outputs unless first)."""
         if not self.is_first:
-            received = self._recv(self._prev, _TAG_FWD_META, _TAG_FWD)
-            args = tuple(t.detach().requires_grad_(with_grad and t.is_floating_point()) for t in received)
+            args = tuple(t.requires_grad_(with_grad and t.is_floating_point()) for t in _unpack(args))
             kwargs = {}
         out = _as_tuple(self.submod(*args, **kwargs))
-        if not self.is_last:
-            self._send(out, self._next, _TAG_FWD_META, _TAG_FWD)
         loss = None
         if self.is_last and loss_fn is not None:
             loss = loss_fn(out[0] if len(out) == 1 else out, target)
@@ -175,24 +174,24 @@ class PipelineStage:
             self.peak_live = max(self.peak_live, self.live)
         return out, loss
 
-    def _backward(self, mb: int, n_microbatches: int) -> None:
-        """Backpropagate micro-batch `mb` through the stage and send its input gradients to the previous stage."""
+    def _backward(self, mb: int, grads: tuple | None, n_microbatches: int) -> tuple | None:
+        """Backpropagate micro-batch `mb` (`grads`: the next stage's input gradients); this stage's input gradients."""
+        import loom
         from loom.autograd import engine
         wants, out, loss = self._saved.pop(mb)
         self.live -= 1
         if self.is_last:
             engine.backward([loss / n_microbatches])
         else:
-            grads = self._recv(self._next, _TAG_BWD_META, _TAG_BWD)
             # The next stage returns one gradient per floating-point output, in order.
-            pairs = [(o, g) for o, g in zip([o for o in out if o.is_floating_point()], grads) if o.requires_grad]
+            pairs = [(o, g.to(o.dtype)) for o, g in zip([o for o in out if o.is_floating_point()],
+                                                        _unpack(grads or ())) if o.requires_grad]
             if pairs:
                 engine.backward([o for o, _ in pairs], [g for _, g in pairs])
-        if not self.is_first:
-            import loom
-            with no_grad():
-                sent = tuple(a.grad if a.grad is not None else loom.zeros_like(a) for a in wants)
-            self._send(sent, self._prev, _TAG_BWD_META, _TAG_BWD)
+        if self.is_first:
+            return None
+        with no_grad():
+            return _pack(tuple(a.grad if a.grad is not None else loom.zeros_like(a) for a in wants))
 
 
 class _PipelineSchedule:
@@ -228,8 +227,7 @@ class _PipelineSchedule:
         k = n // m
         return [value[i * k:(i + 1) * k] for i in range(m)]
 
-    def _order(self) -> list[tuple[str, int]]:
-        raise NotImplementedError
+    _schedule = "1F1B"  # The order of each stage's firings (loom.distributed.actor_pipeline.run_stages).
 
     def step(self, *args: Any, target=None, losses: list | None = None, **kwargs: Any):
         """Run one batch through the pipeline: forwards, and backwards when there is a `loss_fn`.
@@ -263,22 +261,30 @@ class _PipelineSchedule:
                                    "and needs target=, e.g. schedule.step(target=y)")
         targets = self._split(target, "target") if st.is_last and train else [None] * m
         st.peak_live = 0
+        st.order = []
         outs: list = [None] * m
-        if not train:  # Forward only: nothing to hold for a backward.
-            with no_grad():
-                for mb in range(m):
-                    outs[mb] = st._forward(mb, tuple(x[mb] for x in xs), {k: v[mb] for k, v in kws.items()},
-                                           None, None, False)[0]
-        else:
-            for kind, mb in self._order():
-                if kind == "F":
-                    outs[mb], loss = st._forward(mb, tuple(x[mb] for x in xs), {k: v[mb] for k, v in kws.items()},
-                                                 targets[mb], self.loss_fn, True)
-                    if losses is not None and loss is not None:
-                        losses.append(loss.detach())
-                else:
-                    st._backward(mb, m if self.scale_grads else 1)
-        st._wait_sends()
+        scale = m if self.scale_grads else 1
+        # The stage's actors run in threads of their own: they take the caller's autocast region with them.
+        region = (get_dtype(), is_enabled())
+
+        def forward(mb: int, received):
+            st.order.append(("F", mb))
+            with (enable_grad() if train else no_grad()), autocast(*region):
+                args = tuple(x[mb] for x in xs) if st.is_first else received
+                out, loss = st._forward(mb, args, {k: v[mb] for k, v in kws.items()}, targets[mb], self.loss_fn,
+                                        train)
+            outs[mb] = out if st.is_last else None
+            if losses is not None and loss is not None:
+                losses.append(loss.detach())
+            # Sent on as raw arrays: gradients flow back through the floating-point ones.
+            return None if st.is_last else _pack(out)
+
+        def backward(mb: int, grads):
+            st.order.append(("B", mb))
+            with enable_grad(), autocast(*region):
+                return st._backward(mb, grads, scale)
+        run_stages(st._transport, st.num_stages, m, forward, backward if train else None, schedule=self._schedule,
+                   name=self._name)
         if not st.is_last:
             return None
         with no_grad():
@@ -311,10 +317,7 @@ class ScheduleGPipe(_PipelineSchedule):
     """
 
     _name = "ScheduleGPipe"
-
-    def _order(self) -> list[tuple[str, int]]:
-        m = self.n_microbatches
-        return [("F", k) for k in range(m)] + [("B", k) for k in range(m)]
+    _schedule = "GPipe"
 
 
 class Schedule1F1B(_PipelineSchedule):
@@ -334,12 +337,4 @@ class Schedule1F1B(_PipelineSchedule):
     """
 
     _name = "Schedule1F1B"
-
-    def _order(self) -> list[tuple[str, int]]:
-        m, st = self.n_microbatches, self.stage
-        warmup = min(st.num_stages - st.stage_index - 1, m)
-        order = [("F", k) for k in range(warmup)]
-        for k in range(warmup, m):
-            order += [("F", k), ("B", k - warmup)]
-        order += [("B", k) for k in range(m - warmup, m)]
-        return order
+    _schedule = "1F1B"

@@ -101,8 +101,10 @@ class Task:
 
     def __init__(self, plan: "Plan", name: str, fn: Callable | None, inputs: list["Task"], registers: int,
                  source: Iterable | None = None, retries: int = 0, backoff: float = 0.05,
-                 subgraph: str | None = None, diagnose: Callable | None = None, rank: int | None = None):
+                 subgraph: str | None = None, diagnose: Callable | None = None, rank: int | None = None,
+                 lookahead: tuple[int, ...] | None = None):
         self.plan = plan
+        self.lookahead = lookahead    # Per input edge: values that must wait behind the one a firing takes.
         self.rank = rank              # The process (transport rank) that runs it; None: every process.
         self.name = name
         self.fn = fn
@@ -157,6 +159,16 @@ class Plan:
             placed = [i.name for i in task.inputs if i.rank is not None]
             raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r} has no rank (it runs in every "
                             f"process) but reads tasks placed on ranks ({placed}); give it a rank")
+        if task.lookahead is not None:
+            ok = len(task.lookahead) == len(task.inputs) and all(type(k) is int and k >= 0 for k in task.lookahead)
+            if not ok:
+                raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r}: lookahead must give one int >= 0 "
+                                f"per input ({len(task.inputs)}), got {task.lookahead!r}")
+            for i, k in zip(task.inputs, task.lookahead):
+                if k >= i.registers:
+                    raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r} waits for {k + 1} values "
+                                    f"from {i.name!r} (lookahead {k}), which has only {i.registers} registers and "
+                                    f"would never fill them; give {i.name!r} at least {k + 1} registers")
         if not isinstance(task.retries, int) or task.retries < 0 or task.backoff < 0:
             raise LoomError(f"loom.runtime.Plan {self.name}: task {task.name!r}: retries must be an int >= 0 "
                             f"and backoff >= 0 seconds, got retries={task.retries!r}, backoff={task.backoff!r}")
@@ -205,7 +217,7 @@ class Plan:
 
     def task(self, name: str, fn: Callable, inputs: list[Task], registers: int = 1, retries: int = 0,
              backoff: float = 0.05, subgraph: str | None = None, diagnose: Callable | None = None,
-             rank: int | None = None) -> Task:
+             rank: int | None = None, lookahead: list[int] | None = None) -> Task:
         """A task computing ``fn(*input_values)`` each time every input has a value.
 
         `registers` is the number of output values that may be in flight at
@@ -217,11 +229,16 @@ class Plan:
         go into the error when the task fails (graph tasks from
         `loom.runtime.partition` set them). `rank` places the task on that
         process of the plan's transport (None: every process runs it).
+        ``lookahead[k]`` holds a firing back until input k also has that many
+        later values waiting (or its stream has ended): a schedule written as
+        registers, e.g. 1F1B's backward of micro-batch j after the forward of
+        j + warm-up (`loom.distributed.actor_pipeline`).
         """
         if not inputs:
             raise LoomError(f"loom.runtime.Plan {self.name}: task {name!r} has no inputs; use Plan.source")
         return self._add(Task(self, name, fn, list(inputs), registers, retries=retries, backoff=backoff,
-                              subgraph=subgraph, diagnose=diagnose, rank=rank))
+                              subgraph=subgraph, diagnose=diagnose, rank=rank,
+                              lookahead=None if lookahead is None else tuple(lookahead)))
 
     def cancel(self) -> None:
         """Stop every actor of the running plan (each stops at its next message); the run raises."""
@@ -429,6 +446,11 @@ class Actor(threading.Thread):
             return ""
         need = [p.task.name for p, q in zip(self.producers, self.pending) if not q]
         parts = [f"input from {', '.join(need)}"] if need else []
+        ahead = self.task.lookahead or ()
+        later = [f"{k + 1 - len(q)} more from {p.task.name}" for p, q, k in zip(self.producers, self.pending, ahead)
+                 if q and len(q) <= k and q[-1][1] is not _END]
+        if later:
+            parts.append(f"values queued behind the next one (lookahead): {', '.join(later)}")
         if self.consumers and not self.free:
             parts.append(f"a free output register ({self.task.registers} in use by "
                          f"{', '.join(sorted({c.task.name for c, _ in self.consumers}))})")
@@ -543,10 +565,17 @@ class Actor(threading.Thread):
     def _end_ready(self) -> bool:
         return all(self.pending) and any(q[0][1] is _END for q in self.pending)
 
+    def _filled(self) -> bool:
+        """Every input holds a value (and, with lookahead, the later ones it asks for, or its end)."""
+        ahead = self.task.lookahead
+        if ahead is None:
+            return all(self.pending)
+        return all(len(q) > k or (q and q[-1][1] is _END) for q, k in zip(self.pending, ahead))
+
     def _run_task(self) -> None:
         fn: Callable = self.task.fn  # type: ignore[assignment]
         while True:
-            while not all(self.pending) or (self.consumers and not self.free and not self._end_ready()):
+            while not self._filled() or (self.consumers and not self.free and not self._end_ready()):
                 if self.state != "waiting":
                     self._set("waiting", self.waiting_on() if self.track else "")
                 self._handle(self.inbox.get())

@@ -31,6 +31,17 @@ def stage_of(bs):
     return loom.nn.Sequential(*bs[r * per:(r + 1) * per])
 
 
+def schedule_order(Schedule, m):
+    """The textbook order of this stage's forwards (F) and backwards (B), which the actors' registers must give."""
+    if Schedule is ScheduleGPipe:
+        return [("F", k) for k in range(m)] + [("B", k) for k in range(m)]
+    warmup = min(n - r - 1, m)
+    order = [("F", k) for k in range(warmup)]
+    for k in range(warmup, m):
+        order += [("F", k), ("B", k - warmup)]
+    return order + [("B", k) for k in range(m - warmup, m)]
+
+
 for Schedule in (ScheduleGPipe, Schedule1F1B):
     ref = loom.nn.Sequential(*blocks())
     ref_opt = loom.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
@@ -61,11 +72,13 @@ for Schedule in (ScheduleGPipe, Schedule1F1B):
             assert out is None
         expected = M if Schedule is ScheduleGPipe else min(n - r, M)
         assert stage.peak_live == expected and stage.live == 0, (Schedule.__name__, stage.peak_live, expected)
+        assert stage.order == schedule_order(Schedule, M), (Schedule.__name__, stage.order)
     ref_stage = stage_of(list(ref))
     for p, q in zip(stage.submod.parameters(), ref_stage.parameters()):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=0, atol=1e-6)
     print(f"rank {r}: {Schedule.__name__} equals one process after {len(X)} steps "
           f"(peak live micro-batches {stage.peak_live})", flush=True)
+    print(f"rank {r}: {Schedule.__name__} actors fired in the schedule's order", flush=True)
 
 # Without a loss function a schedule runs forwards only.
 stage = PipelineStage(stage_of(blocks()), r, n)
@@ -76,6 +89,26 @@ if stage.is_last:
                                    rtol=0, atol=1e-5)
 assert stage.live == 0
 print(f"rank {r}: forward-only ok", flush=True)
+
+# Under autocast the stages' actors compute in bfloat16 too (the region travels into their threads).
+stage = PipelineStage(stage_of(blocks()), r, n)
+seen = []
+stage.submod.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].dtype))
+losses = []
+with loom.autocast.autocast():
+    out = Schedule1F1B(stage, 4, loss_fn=mse).step(loom.tensor(X[0]), target=loom.tensor(Y[0]), losses=losses)
+    ref = loom.nn.Sequential(*blocks())
+    ref_loss = mse(ref(loom.tensor(X[0])), loom.tensor(Y[0]))
+ref_loss.backward()
+for p, q in zip(stage.submod.parameters(), stage_of(list(ref)).parameters()):
+    np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=0, atol=2e-2)
+if stage.is_last:
+    assert abs(float(sum(float(v) for v in losses) / 4) - float(ref_loss)) < 2e-2, (losses, float(ref_loss))
+    assert all(v.dtype == loom.float32 for v in losses)   # Losses compute in float32 under autocast.
+    assert out.dtype == loom.bfloat16, out.dtype           # The last Linear ran in bfloat16 in its actor.
+if not stage.is_first:   # Activations arrive in the dtype they left in (bfloat16, which NumPy lacks).
+    assert seen == [loom.bfloat16] * 4, seen
+print(f"rank {r}: autocast ok", flush=True)
 
 
 class Part(loom.nn.Module):
@@ -129,5 +162,29 @@ if stage.is_last and not stage.is_first:
 if stage.is_first:
     raises(lambda: Schedule1F1B(stage, 4, loss_fn=mse).step(target=loom.tensor(Y[0])), "needs the batch")
 print(f"rank {r}: errors ok", flush=True)
+
+
+class Faulty(loom.nn.Module):
+    """The last stage fails on its third micro-batch: every rank's step raises instead of waiting forever."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.seen = loom.nn.Linear(6, 6), 0
+
+    def forward(self, x):
+        self.seen += 1
+        if r == n - 1 and self.seen == 3:
+            raise ValueError("bad micro-batch 2")
+        return self.lin(x)
+
+
+try:
+    Schedule1F1B(PipelineStage(Faulty(), r, n), 4, loss_fn=mse).step(loom.tensor(X[0][:8, :6]),
+                                                                     target=loom.tensor(Y[0][:8].repeat(2, axis=1)))
+except loom.errors.LoomError as e:
+    assert "forward" in str(e) and ("bad micro-batch 2" in str(e) or f"rank {n - 1} failed" in str(e)), str(e)
+    print(f"rank {r}: a failing stage stops every rank ok", flush=True)
+else:
+    raise AssertionError("the failing pipeline did not raise")
 dist.destroy_process_group()
 print(f"rank {r}: ALL OK", flush=True)
