@@ -18,6 +18,7 @@ affects both sides alike:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
@@ -77,16 +78,44 @@ def wait_compiled(fn) -> None:
                 run.wait(300)
 
 
+def paired(fns: dict, steps: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of each function in each round: a block of `steps` calls each, in rotating order.
+
+    Both sides of a comparison run within the same round, a few milliseconds
+    apart, so a change of machine load between rounds hits both alike: the
+    per-round ratio is steadier than the ratio of two medians.
+    """
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[name]
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            times[name].append((time.perf_counter() - t0) / steps)
+    return times
+
+
 def one_task(quick: bool) -> None:
     print("1. one-task plan: loom.function(step, runtime='actors') vs loom.function(step) (target: within 3%)")
-    for name, steps in (("mlp", 20), ("gpt", 3)):
+    print(f"   load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    for name, steps in (("mlp", 10), ("gpt", 1)):
         native, _ = training_step(name, "native")
+        again, _ = training_step(name, "native")   # A second native step: the noise floor of the comparison.
         on_actors, fn = training_step(name, "actors")
         (entry,) = fn._cache.values()
-        tasks = len(entry.exe.tasks)
-        t = side_by_side({"native": native, "actors": on_actors}, 3 if quick else steps, 3 if quick else 9)
-        print(f"   {name:4s} native {t['native'] * 1e3:8.3f} ms   actors ({tasks} task) "
-              f"{t['actors'] * 1e3:8.3f} ms   ratio {t['actors'] / t['native']:.3f}")
+        prog = entry.exe
+        assert len(prog.tasks) == 1 and prog._single is prog.tasks[0].run, "not a one-task program"
+        rounds = 7 if quick else 21
+        t = paired({"native": native, "native again": again, "actors": on_actors}, steps, rounds)
+        med = {k: statistics.median(v) for k, v in t.items()}
+        ratio = [a / n for a, n in zip(t["actors"], t["native"])]
+        floor = [a / n for a, n in zip(t["native again"], t["native"])]
+        print(f"   {name:4s} native {med['native'] * 1e3:8.3f} ms   actors (1 task, {type(prog._single).__name__} "
+              f"called directly) {med['actors'] * 1e3:8.3f} ms   ratio: median of {rounds} rounds "
+              f"{statistics.median(ratio):.3f} (quartiles {_quartiles(ratio)}); native vs native again "
+              f"{statistics.median(floor):.3f} ({_quartiles(floor)})")
     # What the runtime adds to a one-task call, timed alone (it is below the noise of whole steps).
     def noop(*arrays):
         return arrays
@@ -94,10 +123,15 @@ def one_task(quick: bool) -> None:
     xs = (np.zeros(1), np.zeros(1))
     reps = 200_000
     t = side_by_side({"direct": lambda: [noop(*xs) for _ in range(reps)],
-                      "program": lambda: [prog(*xs) for _ in range(reps)]}, 1, 5)
+                      "program": lambda: [prog(*xs) for _ in range(reps)]}, 1, 7)
     added = (t["program"] - t["direct"]) / reps
     print(f"   added per call by a one-task GraphProgram: {added * 1e9:.0f} ns "
           f"(= {added / 1e-3 * 100:.4f}% of a 1 ms step)")
+
+
+def _quartiles(xs: list[float]) -> str:
+    q = statistics.quantiles(xs, n=4)
+    return f"{q[0]:.3f}-{q[2]:.3f}"
 
 
 def two_stages(quick: bool) -> None:
