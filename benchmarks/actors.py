@@ -78,22 +78,24 @@ def wait_compiled(fn) -> None:
                 run.wait(300)
 
 
-def paired(fns: dict, steps: int, rounds: int) -> dict[str, list[float]]:
+def paired(fns: dict, steps: int, rounds: int, clock=time.perf_counter) -> dict[str, list[float]]:
     """Seconds per call of each function in each round: a block of `steps` calls each, in rotating order.
 
     Both sides of a comparison run within the same round, a few milliseconds
     apart, so a change of machine load between rounds hits both alike: the
-    per-round ratio is steadier than the ratio of two medians.
+    per-round ratio is steadier than the ratio of two medians. `clock` may be
+    ``time.process_time`` (CPU seconds of every thread of this process), which
+    leaves out the time spent waiting for a core on a loaded machine.
     """
     times: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn = fns[name]
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(steps):
                 fn()
-            times[name].append((time.perf_counter() - t0) / steps)
+            times[name].append((clock() - t0) / steps)
     return times
 
 
@@ -108,14 +110,15 @@ def one_task(quick: bool) -> None:
         prog = entry.exe
         assert len(prog.tasks) == 1 and prog._single is prog.tasks[0].run, "not a one-task program"
         rounds = 7 if quick else 21
-        t = paired({"native": native, "native again": again, "actors": on_actors}, steps, rounds)
-        med = {k: statistics.median(v) for k, v in t.items()}
-        ratio = [a / n for a, n in zip(t["actors"], t["native"])]
-        floor = [a / n for a, n in zip(t["native again"], t["native"])]
-        print(f"   {name:4s} native {med['native'] * 1e3:8.3f} ms   actors (1 task, {type(prog._single).__name__} "
-              f"called directly) {med['actors'] * 1e3:8.3f} ms   ratio: median of {rounds} rounds "
-              f"{statistics.median(ratio):.3f} (quartiles {_quartiles(ratio)}); native vs native again "
-              f"{statistics.median(floor):.3f} ({_quartiles(floor)})")
+        for clock, what in ((time.perf_counter, "wall"), (time.process_time, "CPU ")):
+            t = paired({"native": native, "native again": again, "actors": on_actors}, steps, rounds, clock)
+            med = {k: statistics.median(v) for k, v in t.items()}
+            ratio = [a / n for a, n in zip(t["actors"], t["native"])]
+            floor = [a / n for a, n in zip(t["native again"], t["native"])]
+            print(f"   {name:4s} {what} native {med['native'] * 1e3:8.3f} ms  actors (1 task: "
+                  f"{type(prog._single).__name__} called directly) {med['actors'] * 1e3:8.3f} ms  ratio, median of "
+                  f"{rounds} rounds: {statistics.median(ratio):.3f} (quartiles {_quartiles(ratio)}); noise floor, "
+                  f"native vs native again: {statistics.median(floor):.3f} ({_quartiles(floor)})")
     # What the runtime adds to a one-task call, timed alone (it is below the noise of whole steps).
     def noop(*arrays):
         return arrays
