@@ -53,12 +53,12 @@ class _Trace:
     def stage_of(self, node_id: int) -> "StageTag | None":
         """The stage (and visit, and whether it is backward) of a traced node, or None if unmarked."""
         from loom.compiler.partition import StageTag
+        for lo, hi, k, v in self.backward:   # First: a backward run inside a later stage's block is still its own.
+            if lo <= node_id < hi:
+                return StageTag(k, True, v)
         for lo, hi, k, v in self.stages:
             if lo <= node_id < hi:
                 return StageTag(k, False, v)
-        for lo, hi, k, v in self.backward:
-            if lo <= node_id < hi:
-                return StageTag(k, True, v)
         return None
 
     def on_backward(self, t: Tensor) -> Callable[[], None] | None:
