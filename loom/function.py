@@ -446,12 +446,12 @@ class Function:
         if self.runtime == "actors":
             from loom.compiler.partition import compile_partitioned
 
-            tags = {}
+            tags: dict[Node, StageTag] = {}
             if tr.stages:
-                for old, new in entry.node_map.items():
-                    k = tr.stage_of(old)
-                    if k is not None:
-                        tags[new] = k
+                for traced, new in entry.node_map.items():
+                    tag = tr.stage_of(traced)
+                    if tag is not None:
+                        tags[new] = tag
             entry.exe = compile_partitioned(graph, tags, lambda g: _compile(g, self.level, self.backend),
                                             name=f"loom.function:{getattr(self.fn, '__name__', 'fn')}",
                                             track=self.track, placement=self.placement,

@@ -44,7 +44,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -102,7 +102,7 @@ class Partition:
     n_inputs: int
 
 
-def partition(graph: Graph, stages: dict[Node, int | StageTag] | None = None) -> Partition:
+def partition(graph: Graph, stages: Mapping[Node, int | StageTag] | None = None) -> Partition:
     """Split `graph` into parts by pipeline stage (`stages`: node -> stage number or tag) and independent branch.
 
     Stages run in the order of a pipeline's schedule for one micro-batch:
@@ -172,13 +172,13 @@ def partition(graph: Graph, stages: dict[Node, int | StageTag] | None = None) ->
     parts = []
     for k, g in enumerate(members):
         st = stage_of[g[0]]
-        b = per_stage[st] = per_stage.get(st, -1) + 1
+        branch = per_stage[st] = per_stage.get(st, -1) + 1
         sources = [(-1, input_index[i]) if i.op == "input" else (part_of[i], exported[part_of[i]].index(i))
                    for i in reads[k]]
-        t = tag_of[st]
-        name = f"stage{t.stage}" + (".backward" if t.backward else "") + (f".mb{t.visit}" if t.visit else "")
-        parts.append(Part(f"{name}.branch{b}", t.stage, graph.extract(reads[k], exported[k]), sources,
-                          t.backward, t.visit))
+        tag = tag_of[st]
+        name = f"stage{tag.stage}" + (".backward" if tag.backward else "") + (f".mb{tag.visit}" if tag.visit else "")
+        parts.append(Part(f"{name}.branch{branch}", tag.stage, graph.extract(reads[k], exported[k]), sources,
+                          tag.backward, tag.visit))
     outputs: list[tuple[int, Any]] = []
     for o in graph.outputs:
         if o.op == "input":
@@ -221,7 +221,8 @@ def find_failing_node(graph: Graph, arrays: list[np.ndarray]) -> str | None:
     return None
 
 
-def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn: Callable[[Graph], Callable],
+def compile_partitioned(graph: Graph, stages: Mapping[Node, int | StageTag] | None,
+                        compile_fn: Callable[[Graph], Callable],
                         name: str = "function", track: bool = False, registers: int = 2,
                         placement: dict[int, int] | None = None, transport: Any = None) -> actors.GraphProgram:
     """Partition `graph`, compile each part with ``compile_fn(subgraph)`` and make a runtime program of them.
