@@ -117,6 +117,9 @@ def partition(graph: Graph, stages: Mapping[Node, int | StageTag] | None = None)
         return (2 * last + 1 - t.stage if t.backward else t.stage, t.visit)
     order = graph.topological_order()
     free: set[Node] = set()     # Computed from constants only: copied into each reader.
+    # Unmarked, computed from the graph's inputs alone (an optimizer's hyperparameters, a batch reshaped
+    # before a loop over micro-batches): placed with their earliest reader, instead of in parts of their own.
+    early: set[Node] = set()
     stage_of: dict[Node, tuple[int, int]] = {}
     for n in order:
         if n.op == "input":
@@ -125,8 +128,20 @@ def partition(graph: Graph, stages: Mapping[Node, int | StageTag] | None = None)
         if all(i.op != "input" for i in n.inputs) and not computed:
             free.add(n)
             continue
+        if tags and n not in tags and all(i in early for i in computed):
+            early.add(n)
+            continue
         own = key(tags[n]) if n in tags else (0, 0)
-        stage_of[n] = max([own] + [stage_of[i] for i in computed])
+        stage_of[n] = max([own] + [stage_of[i] for i in computed if i not in early])
+    if early:
+        readers: dict[Node, list[Node]] = {n: [] for n in early}
+        for n in order:
+            for i in n.inputs:
+                if i in early:
+                    readers[i].append(n)
+        for n in reversed(order):   # Readers first: an early reader has its stage already.
+            if n in early:
+                stage_of[n] = min((stage_of[r] for r in readers[n]), default=(0, 0))
     tag_of = {k: StageTag(k[0], False, k[1]) if k[0] <= last else StageTag(2 * last + 1 - k[0], True, k[1])
               for k in set(stage_of.values())}
     # Branches: union-find over computed nodes joined to their computed inputs of the same stage.

@@ -201,6 +201,8 @@ def test_backward_and_micro_batches_are_pipeline_tasks_with_the_native_steps_res
         for k in (0, 1):
             for part in (f"stage{k}{mb}.branch0", f"stage{k}.backward{mb}.branch0"):
                 assert part in names, (part, names)
+    # Nothing else: what reads only the step's inputs (the optimizer's scalars) joins its first reader's task.
+    assert len(names) == 12, names
     # Producers come first: forwards, then backward of stage 1, then of stage 0.
     assert names.index("stage1.backward.branch0") < names.index("stage0.backward.branch0")
     assert names.index("stage1.mb2.branch0") < names.index("stage1.backward.branch0")
