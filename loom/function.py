@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from loom.runtime import realize as _realize
 from loom.runtime import reference
 from loom.tensor import Tensor, apply, default_generator
 
+if TYPE_CHECKING:
+    from loom.compiler.partition import StageTag
+
 
 class _Trace:
     """Bookkeeping while a function is traced (installed as `loom.runtime.realize.active_trace`)."""
@@ -42,13 +45,33 @@ class _Trace:
         self.grad_reads: set[int] = set()                  # ids of tensors whose entry .grad matters
         self.scalars: list[tuple[Node, Callable[[], Any]]] = []
         self.guards: list[tuple[Callable[[], Any], Any]] = []
-        self.stages: list[tuple[int, int, int]] = []      # (first node id, end node id, stage), inner first
+        # (first node id, end node id, stage, visit), inner first: the forward nodes of each `loom.stage` block;
+        # the visit counts the blocks of that stage before it (micro-batch v of a loop over micro-batches).
+        self.stages: list[tuple[int, int, int, int]] = []
+        self.backward: list[tuple[int, int, int, int]] = []   # The same for the backward of each staged op.
 
-    def stage_of(self, node_id: int) -> int | None:
-        for lo, hi, k in self.stages:
+    def stage_of(self, node_id: int) -> "StageTag | None":
+        """The stage (and visit, and whether it is backward) of a traced node, or None if unmarked."""
+        from loom.compiler.partition import StageTag
+        for lo, hi, k, v in self.backward:   # First: a backward run inside a later stage's block is still its own.
             if lo <= node_id < hi:
-                return k
+                return StageTag(k, True, v)
+        for lo, hi, k, v in self.stages:
+            if lo <= node_id < hi:
+                return StageTag(k, False, v)
         return None
+
+    def on_backward(self, t: Tensor) -> Callable[[], None] | None:
+        """Called by autograd before it runs the backward rule of `t`'s op; the returned call closes its nodes."""
+        node_id = t._node.id
+        where = next(((k, v) for lo, hi, k, v in self.stages if lo <= node_id < hi), None)
+        if where is None:
+            return None
+        lo = _next_node_id()
+
+        def done() -> None:
+            self.backward.append((lo, _next_node_id()) + where)
+        return done
 
     def on_read(self, inputs) -> None:
         """Bind values from before the trace to the variables that hold them."""
@@ -423,12 +446,12 @@ class Function:
         if self.runtime == "actors":
             from loom.compiler.partition import compile_partitioned
 
-            tags = {}
+            tags: dict[Node, StageTag] = {}
             if tr.stages:
-                for old, new in entry.node_map.items():
-                    k = tr.stage_of(old)
-                    if k is not None:
-                        tags[new] = k
+                for traced, new in entry.node_map.items():
+                    tag = tr.stage_of(traced)
+                    if tag is not None:
+                        tags[new] = tag
             entry.exe = compile_partitioned(graph, tags, lambda g: _compile(g, self.level, self.backend),
                                             name=f"loom.function:{getattr(self.fn, '__name__', 'fn')}",
                                             track=self.track, placement=self.placement,
@@ -689,9 +712,13 @@ class stage:
     While a function is traced, every node created inside ``with
     loom.stage(k):`` belongs to stage k; the actor runtime runs each stage as
     its own task, so with `Function.map` stage k of one micro-batch overlaps
-    stage k+1 of the previous one. Unmarked ops (a backward pass) join the
-    latest stage they read from. Outside a trace, and with the native
-    runtime, the marker does nothing.
+    stage k+1 of the previous one. The backward of a stage's ops is a task of
+    its own, placed with the stage (``placement``). A loop over micro-batches
+    inside one traced step enters each stage once per micro-batch; each
+    micro-batch's stages (forward and backward) are tasks of their own, so
+    they pipeline within the step. Other unmarked ops (the loss, an optimizer
+    update) join the latest stage they read from. Outside a trace, and with
+    the native runtime, the marker does nothing.
 
     Parameters
     ----------
@@ -720,7 +747,8 @@ class stage:
     def __exit__(self, *exc) -> None:
         tr = _realize.active_trace
         if tr is not None and self._lo is not None:
-            tr.stages.append((self._lo, _next_node_id(), self.k))
+            visit = sum(1 for _, _, k, _ in tr.stages if k == self.k)
+            tr.stages.append((self._lo, _next_node_id(), self.k, visit))
         self._lo = None
 
 

@@ -11,6 +11,7 @@ from loom import _upper
 from loom.autograd.grad_mode import set_grad_enabled
 from loom.errors import AutogradError, LoomTypeError, fmt_shape
 from loom.ir.ops import CONJ_VJP, P, vjp_reads_input, wants_needs
+from loom.runtime import realize as _realize
 
 
 def inputs_at_use(ctx, check: bool = False) -> list:
@@ -149,6 +150,9 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
             if stop_at is None and t._retains_grad:
                 t.grad = g if create_graph else g.detach()
             ctx = t._ctx
+            # A trace with pipeline stages learns which stage's backward each rule's nodes belong to.
+            tr = _realize.active_trace
+            mark = tr.on_backward(t) if tr is not None and tr.stages else None
             used = inputs_at_use(ctx, check=True)
             # A rule that ignores input values only needs shapes: the current tensor serves.
             args = [u if u is not None else i for u, i in zip(used, ctx.inputs)]
@@ -163,6 +167,8 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
                 in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs)
             if conj:
                 in_grads = [None if gi is None else P("conj", gi) for gi in in_grads]
+            if mark is not None:
+                mark()
             if not retain_graph:
                 t._ctx = _Freed(ctx)
             for inp, gi in zip(used, in_grads):

@@ -4,10 +4,15 @@
 that one actor runs:
 
 - **Pipeline stages.** Nodes the user marked with ``loom.stage(k)`` belong
-  to stage k; an unmarked node goes with the latest stage among its inputs
-  (so a backward pass joins the last stage it reads from), and a marked node
-  never runs before a stage it reads from. Stages run one after another for
-  one input and overlap across consecutive inputs (micro-batches).
+  to stage k, and the backward of a stage's ops (autograd tells the trace)
+  to the backward of stage k, placed with it; an unmarked node goes with the
+  latest stage among its inputs, and a marked node never runs before a stage
+  it reads from. For one input the order is forward 0..S-1, then backward
+  S-1..0. A traced loop over micro-batches enters each stage block once per
+  micro-batch, and each (stage, micro-batch) is a part of its own, so stage 0
+  of micro-batch 1 runs beside stage 1 of micro-batch 0, backwards included
+  (a GPipe schedule from the dependencies alone). Across calls, stages of
+  consecutive inputs overlap too (`GraphProgram.map`).
 - **Independent branches.** Inside a stage, nodes with no path between
   them (after leaving out the graph's inputs and constants, which every
   branch may read) form separate parts that run in parallel.
@@ -19,10 +24,11 @@ making parts of their own.
 `compile_partitioned` compiles each part with the caller's compiler and
 hands the result to the runtime as a `loom.runtime.actors.GraphProgram`: a
 plan with one part is the plain compiled graph, called directly. A single
-call runs its branches on actors in parallel only when two branches of a
-stage each hold at least `PARALLEL_MIN_WORK` FLOPs (`work`); smaller ones run
-one after another in the caller's thread, since handing values between
-threads would cost more than it saves. Streams of calls (`GraphProgram.map`)
+call runs its parts on actors in parallel only when two parts with no path
+between them (branches of a stage, or stages of different micro-batches) each
+hold at least `PARALLEL_MIN_WORK` FLOPs (`work`); smaller ones run one after
+another in the caller's thread, since handing values between threads would
+cost more than it saves. Streams of calls (`GraphProgram.map`)
 always run on the actors, where stages overlap.
 
 Examples
@@ -38,7 +44,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -49,7 +55,20 @@ from loom.ir.ops import PRIMITIVES
 from loom.ir.node import Node
 from loom.runtime import actors, reference
 
-__all__ = ["Part", "Partition", "partition", "compile_partitioned", "work", "PARALLEL_MIN_WORK"]
+__all__ = ["Part", "Partition", "StageTag", "partition", "compile_partitioned", "work", "PARALLEL_MIN_WORK"]
+
+
+class StageTag(NamedTuple):
+    """Where a marked node belongs: pipeline stage `stage`, its forward or its backward, micro-batch `visit`.
+
+    `visit` counts the ``loom.stage(stage)`` blocks before this one in the
+    traced function (a loop over micro-batches enters each stage once per
+    micro-batch); the backward of a staged op has its op's stage and visit.
+    """
+
+    stage: int
+    backward: bool = False
+    visit: int = 0
 
 
 @dataclass
@@ -57,13 +76,17 @@ class Part:
     """One task: a subgraph, its stage, and where each of its inputs comes from.
 
     ``inputs[k]`` is ``(-1, i)`` for the graph's input i, or ``(p, j)`` for
-    output j of part p (an earlier part).
+    output j of part p (an earlier part). `backward` says the part runs the
+    backward of its stage (placed with the stage's forward), `visit` the
+    micro-batch.
     """
 
     name: str
     stage: int
     graph: Graph
     inputs: list[tuple[int, int]]
+    backward: bool = False
+    visit: int = 0
 
 
 @dataclass
@@ -79,12 +102,25 @@ class Partition:
     n_inputs: int
 
 
-def partition(graph: Graph, stages: dict[Node, int] | None = None) -> Partition:
-    """Split `graph` into parts by pipeline stage (`stages`: node -> stage number) and independent branch."""
-    stages = stages or {}
+def partition(graph: Graph, stages: Mapping[Node, int | StageTag] | None = None) -> Partition:
+    """Split `graph` into parts by pipeline stage (`stages`: node -> stage number or tag) and independent branch.
+
+    Stages run in the order of a pipeline's schedule for one micro-batch:
+    the forwards of stages 0, 1, ..., S-1, then the backwards of stages S-1,
+    ..., 0; within that, micro-batch by micro-batch. A node runs no earlier
+    than what it reads, so an unmarked node joins the latest of its inputs.
+    """
+    tags = {n: t if isinstance(t, StageTag) else StageTag(int(t)) for n, t in (stages or {}).items()}
+    last = max((t.stage for t in tags.values()), default=0)
+
+    def key(t: StageTag) -> tuple[int, int]:
+        return (2 * last + 1 - t.stage if t.backward else t.stage, t.visit)
     order = graph.topological_order()
     free: set[Node] = set()     # Computed from constants only: copied into each reader.
-    stage_of: dict[Node, int] = {}
+    # Unmarked, computed from the graph's inputs alone (an optimizer's hyperparameters, a batch reshaped
+    # before a loop over micro-batches): placed with their earliest reader, instead of in parts of their own.
+    early: set[Node] = set()
+    stage_of: dict[Node, tuple[int, int]] = {}
     for n in order:
         if n.op == "input":
             continue
@@ -92,7 +128,22 @@ def partition(graph: Graph, stages: dict[Node, int] | None = None) -> Partition:
         if all(i.op != "input" for i in n.inputs) and not computed:
             free.add(n)
             continue
-        stage_of[n] = max([stages.get(n, 0)] + [stage_of[i] for i in computed])
+        if tags and n not in tags and all(i in early for i in computed):
+            early.add(n)
+            continue
+        own = key(tags[n]) if n in tags else (0, 0)
+        stage_of[n] = max([own] + [stage_of[i] for i in computed if i not in early])
+    if early:
+        readers: dict[Node, list[Node]] = {n: [] for n in early}
+        for n in order:
+            for i in n.inputs:
+                if i in early:
+                    readers[i].append(n)
+        for n in reversed(order):   # Readers first: an early reader has its stage already.
+            if n in early:
+                stage_of[n] = min((stage_of[r] for r in readers[n]), default=(0, 0))
+    tag_of = {k: StageTag(k[0], False, k[1]) if k[0] <= last else StageTag(2 * last + 1 - k[0], True, k[1])
+              for k in set(stage_of.values())}
     # Branches: union-find over computed nodes joined to their computed inputs of the same stage.
     parent: dict[Node, Node] = {n: n for n in stage_of}
 
@@ -113,12 +164,15 @@ def partition(graph: Graph, stages: dict[Node, int] | None = None) -> Partition:
             groups.setdefault(root(n), []).append(n)
     members = sorted(groups.values(), key=lambda g: (stage_of[g[0]], order.index(g[0])))
     reads, exported, sources, outputs = wire(graph, members)
-    per_stage: dict[int, int] = {}
+    per_stage: dict[tuple[int, int], int] = {}
     parts = []
     for k, g in enumerate(members):
         st = stage_of[g[0]]
-        b = per_stage[st] = per_stage.get(st, -1) + 1
-        parts.append(Part(f"stage{st}.branch{b}", st, graph.extract(reads[k], exported[k]), sources[k]))
+        branch = per_stage[st] = per_stage.get(st, -1) + 1
+        tag = tag_of[st]
+        name = f"stage{tag.stage}" + (".backward" if tag.backward else "") + (f".mb{tag.visit}" if tag.visit else "")
+        parts.append(Part(f"{name}.branch{branch}", tag.stage, graph.extract(reads[k], exported[k]), sources[k],
+                          tag.backward, tag.visit))
     return Partition(parts, outputs, len(graph.inputs))
 
 
@@ -194,7 +248,8 @@ def find_failing_node(graph: Graph, arrays: list[np.ndarray]) -> str | None:
     return None
 
 
-def compile_partitioned(graph: Graph, stages: dict[Node, int] | None, compile_fn: Callable[[Graph], Callable],
+def compile_partitioned(graph: Graph, stages: Mapping[Node, int | StageTag] | None,
+                        compile_fn: Callable[[Graph], Callable],
                         name: str = "function", track: bool = False, registers: int = 2,
                         placement: dict[int, int] | None = None, transport: Any = None) -> actors.GraphProgram:
     """Partition `graph`, compile each part with ``compile_fn(subgraph)`` and make a runtime program of them.
@@ -265,11 +320,22 @@ def work(graph: Graph) -> int:
 
 
 def _worth_parallel(parts: Partition) -> bool:
-    """Whether one call gains from running its branches at once: some stage has two branches of real work."""
-    by_stage: dict[int, list[int]] = {}
+    """Whether one call gains from running on actors: two parts of real work with no path between them.
+
+    Branches of a stage, or stages of different micro-batches (stage 1 of
+    micro-batch 0 beside stage 0 of micro-batch 1).
+    """
+    big = [k for k, p in enumerate(parts.parts) if work(p.graph) >= PARALLEL_MIN_WORK]
+    if len(big) < 2:
+        return False
+    before: list[set[int]] = []    # The parts each part waits for, directly or not.
     for p in parts.parts:
-        by_stage.setdefault(p.stage, []).append(work(p.graph))
-    return any(len(w) > 1 and sorted(w)[-2] >= PARALLEL_MIN_WORK for w in by_stage.values())
+        seen: set[int] = set()
+        for q, _ in p.inputs:
+            if q >= 0:
+                seen |= before[q] | {q}
+        before.append(seen)
+    return any(a not in before[b] for i, a in enumerate(big) for b in big[i + 1:])
 
 
 def _diagnoser(graph: Graph) -> Callable[[BaseException, list], str | None]:

@@ -90,6 +90,9 @@ def test_two_stage_pipeline_across_ranks_equals_one_process():
                  "rank 0: pipelined training grad W0 equals one process ok",
                  "rank 1: pipelined training grad W1 equals one process ok",
                  "rank 1: pipelined training loss equals one process ok",
+                 "rank 0: placed training step 2 loss equals one process ok",
+                 "rank 1: placed training step weights equal one process ok",
+                 "rank 0: placed training step weights equal one process ok",
                  "rank 0: failure stops both ranks ok", "rank 1: failure stops both ranks ok"):
         assert line in out, line
 

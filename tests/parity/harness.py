@@ -7,8 +7,9 @@ gradients (for a shared random cotangent) and, when asked, second-order
 gradients. The execution mode of loom's side is a parameter: the harness puts
 loom's whole computation of a case (outputs, gradients, second-order
 gradients) in one function and a mode runs it — eagerly, through the compiler
-(`loom.backend("compiled")`), or traced by `loom.function` — so every case
-holds every mode to the same results without being rewritten.
+(`loom.backend("compiled")`), traced by `loom.function`, or traced and run
+on the actor runtime (``runtime="actors"``, with the slow tests) — so every
+case holds every mode to the same results without being rewritten.
 """
 from __future__ import annotations
 
@@ -242,7 +243,7 @@ MODES: dict[str, Callable[[Callable, list], Any]] = {
     "eager": _run_eager,
     "compiled": _run_compiled,
     "traced": _run_traced,
-    "actors": _run_actors,   # Not in the default selection: LOOM_PARITY_MODES=actors.
+    "actors": _run_actors,   # A slow mode (pytest -m slow), or alone: LOOM_PARITY_MODES=actors.
     # loom.function through the JAX/XLA plugin: the first call eager, the second traced and run by XLA.
     "xla": lambda fn, args: [f(*args) for f in [loom.function(fn, backend="xla")] for _ in range(2)][-1],
 }

@@ -156,6 +156,75 @@ def test_stages_pipeline_over_micro_batches_with_results_of_plain_calls():
     assert _wait_gone(entry.exe.name + "/") == []
 
 
+def _micro_batched_step(runtime, M=3, **options):
+    """A two-stage SGD step looping over M micro-batches, each backward right after its forward (GPipe)."""
+    rng = np.random.default_rng(0)
+    w0 = loom.tensor(rng.standard_normal((8, 16)).astype(np.float32) * 0.3, requires_grad=True)
+    w1 = loom.tensor(rng.standard_normal((16, 4)).astype(np.float32) * 0.3, requires_grad=True)
+    opt = loom.optim.SGD([w0, w1], lr=0.1, momentum=0.9)
+
+    @loom.function(runtime=runtime, **options)
+    def step(x, y):
+        opt.zero_grad()
+        total = 0
+        for k in range(M):
+            with loom.stage(0):
+                h = (x[4 * k:4 * (k + 1)] @ w0).tanh()
+            with loom.stage(1):
+                loss = ((h @ w1 - y[4 * k:4 * (k + 1)]) ** 2).mean() / M
+            loss.backward()
+            total = total + loss.detach()
+        opt.step()
+        return total
+    return (w0, w1), step
+
+
+def test_backward_and_micro_batches_are_pipeline_tasks_with_the_native_steps_results(monkeypatch):
+    monkeypatch.setattr(partition_mod, "PARALLEL_MIN_WORK", 0)   # Every task on its own actor.
+    rng = np.random.default_rng(1)
+    data = [(loom.tensor(rng.standard_normal((12, 8)).astype(np.float32)),
+             loom.tensor(rng.standard_normal((12, 4)).astype(np.float32))) for _ in range(4)]
+    out = {}
+    for runtime in ("native", "actors"):
+        ws, step = _micro_batched_step(runtime, track=runtime == "actors")
+        losses = [step(*b).item() for b in data]
+        out[runtime] = (losses, [w.detach().numpy().tobytes() for w in ws])
+        if runtime == "actors":
+            (entry,) = step._cache.values()
+            prog = entry.exe
+            plan = prog.plan
+        step.close()
+    assert out["native"] == out["actors"]
+    names = [t.name for t in prog.tasks]
+    # Forward stage k and its backward, per micro-batch, each a task of its own.
+    for mb in ("", ".mb1", ".mb2"):
+        for k in (0, 1):
+            for part in (f"stage{k}{mb}.branch0", f"stage{k}.backward{mb}.branch0"):
+                assert part in names, (part, names)
+    # Nothing else: what reads only the step's inputs (the optimizer's scalars) joins its first reader's task.
+    assert len(names) == 12, names
+    # Producers come first: forwards, then backward of stage 1, then of stage 0.
+    assert names.index("stage1.backward.branch0") < names.index("stage0.backward.branch0")
+    assert names.index("stage1.mb2.branch0") < names.index("stage1.backward.branch0")
+
+    def upstream(name):
+        seen, todo = set(), [names.index(name)]
+        while todo:
+            for p, _ in prog.tasks[todo.pop()].inputs:
+                if p >= 0 and p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        return {names[p] for p in seen}
+    # Micro-batch 1's forward waits for nothing of micro-batch 0's stage 1 (so they overlap) and the
+    # backward of stage 0 reads the backward of stage 1, not the other way round.
+    assert not any(n.startswith("stage1") for n in upstream("stage0.mb1.branch0"))
+    assert "stage1.backward.branch0" in upstream("stage0.backward.branch0")
+    assert not any(n.startswith("stage0.backward") for n in upstream("stage1.backward.mb2.branch0"))
+    assert prog.parallel and plan is not None
+    fired = {n: sum(1 for _, s, _ in t if s == "running") for n, t in plan.trace.items()}
+    assert fired["stage0.backward.mb2.branch0"] == fired["stage1.mb1.branch0"] == 3   # 3 replays, 1 eager call
+
+
 def test_small_branches_run_in_the_callers_thread_and_big_ones_on_actors():
     def two(a, b):
         return (a @ a).sum(), (b @ b).sum()

@@ -82,6 +82,43 @@ else:
     check("pipelined training grad W1 equals one process", grads[1], W1.grad.numpy(), 1e-5)
     check("pipelined training loss equals one process", sum(losses), full.detach().numpy(), 1e-5)
 
+# 3b. A whole training step in one loom.function placed on the ranks: a loop over micro-batches, stage blocks,
+# backward and SGD update. The compiler puts each stage's backward on its stage's rank and each micro-batch in
+# tasks of its own, so micro-batches pipeline forward and backward; the weights equal one process's.
+def sgd_step(runtime, **options):
+    V = [loom.tensor(W0.detach().numpy(), requires_grad=True), loom.tensor(W1.detach().numpy(), requires_grad=True)]
+    opt = loom.optim.SGD(V, lr=0.1)
+
+    @loom.function(runtime=runtime, **options)
+    def step(x, y):
+        opt.zero_grad()
+        total = 0
+        for k in range(M):
+            with loom.stage(0):
+                v = (x[k * B:(k + 1) * B] @ V[0]).tanh()
+            with loom.stage(1):
+                loss = loss_fn(v @ V[1], y[k * B:(k + 1) * B]) / M
+            loss.backward()
+            total = total + loss.detach()
+        opt.step()
+        return total
+    return V, step
+
+
+Vp, placed = sgd_step("actors", placement={0: 0, 1: 1}, transport=transport)
+Vs, single = sgd_step("native")
+for s in range(3):
+    xy = (loom.tensor(X * (1 + 0.1 * s)), loom.tensor(Y))
+    got_loss, want_loss = placed(*xy).item(), single(*xy).item()
+    check(f"placed training step {s} loss equals one process", got_loss, want_loss, 1e-5)
+prog = next(iter(placed._cache.values())).exe
+where = {t.name: t.rank for t in prog.tasks}
+assert where["stage0.backward.branch0"] == 0 and where["stage1.backward.branch0"] == 1, where
+assert {f"stage{k}.mb{M - 1}.branch0" for k in (0, 1)} <= set(where), where
+placed.close()
+check("placed training step weights equal one process", np.concatenate([v.detach().numpy().ravel() for v in Vp]),
+      np.concatenate([v.detach().numpy().ravel() for v in Vs]), 1e-5)
+
 # 4. A task failing on rank 1 stops the actors on both ranks; each raises, naming the task.
 plan = Plan("failing", transport=transport)
 src = plan.source("read", iter(range(100)), rank=0)
