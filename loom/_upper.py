@@ -29,6 +29,7 @@ is_torch_zip: Callable[..., Any]  # loom.io.torch_format: loom.io.checkpoint.loa
 torch_load: Callable[..., Any]  # loom.io.torch_format: loom.io.checkpoint.load.
 prepare_eager: Callable[..., Any]  # loom.quantization.eager: loom.quantization.quantize.prepare.
 convert_eager: Callable[..., Any]  # loom.quantization.eager: loom.quantization.quantize.convert.
+compile_overlapped: Callable[..., Any]  # loom.distributed.overlap: loom.compiler.partition.compile_partitioned.
 
 
 def register(**impls: Any) -> None:

@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from loom import _upper
 from loom.errors import fmt_shape
 from loom.ir import collective
 from loom.ir.graph import Graph
@@ -277,8 +278,7 @@ def compile_partitioned(graph: Graph, stages: Mapping[Node, int | StageTag] | No
     if not stages and placement is None and any(PRIMITIVES[n.op].kind == collective.KIND for n in graph
                                                  if n.op in PRIMITIVES):
         # Each all-reduce a task of its own on a private communicator, overlapping the compute around it.
-        from loom.distributed.overlap import compile_overlapped
-        overlapped = compile_overlapped(graph, compile_fn, name=name, track=track, registers=registers)
+        overlapped = _upper.compile_overlapped(graph, compile_fn, name=name, track=track, registers=registers)
         if overlapped is not None:
             return overlapped
     parts = partition(graph, stages)

@@ -23,11 +23,21 @@ from loom.distributed.collectives import (
     irecv, isend, recv, reduce, reduce_scatter, reduce_scatter_tensor, scatter, send,
 )
 from loom.distributed import nccl as _nccl  # noqa: F401  (registers the "nccl" backend)
+from loom import _upper
 from loom.distributed.process_group import (
     Backend, DistributedError, GroupMember, ProcessGroup, ReduceOp, destroy_process_group, get_backend,
     get_global_rank, get_process_group_ranks, get_rank, get_world_size, init_process_group, is_available,
     is_initialized, new_group,
 )
+
+
+def _compile_overlapped(*args, **kwargs):
+    # Imported on first use: a compiled step holding collectives is cut into overlapping tasks.
+    from loom.distributed.overlap import compile_overlapped
+    return compile_overlapped(*args, **kwargs)
+
+
+_upper.register(compile_overlapped=_compile_overlapped)
 
 __all__ = [
     "init_process_group", "destroy_process_group", "is_initialized", "is_available", "get_rank", "get_world_size",
