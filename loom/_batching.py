@@ -79,6 +79,10 @@ def _rule(node: Node, args: list[tuple[Tensor, bool]], b: int) -> tuple[Tensor, 
         return apply(op, full, attrs), True
     if op in ("conv2d", "conv2d_input_grad", "conv2d_weight_grad"):
         return _conv_rule(op, args, full, attrs, b), True
+    if op in ("attention", "attention_grad"):  # Batch dims lead every operand and the result.
+        return apply(op, full, attrs), True
+    if op == "layer_norm" and not args[1][1] and not args[2][1]:  # Rows mapped, affine shared.
+        return apply(op, (full[0], args[1][0], args[2][0]), attrs), True
     if op == "max_pool2d_index":  # Window positions within each (sample, channel) plane: fold into the batch.
         y = apply(op, (_flat(x, 2),), attrs)
         return apply("reshape", (y,), {"shape": (b, x.shape[1]) + tuple(y.shape[1:])}), True
