@@ -1,6 +1,8 @@
 """C for the row primitives of `loom.ir.rows`: layer_norm and log_softmax + NLL, forward and backward.
 
-Forward: each row's mean and (two-pass, biased) variance, then the
+Forward: each row's mean and (two-pass, biased) variance of the row less
+its first element (shifted data: accurate far from zero, as
+`loom.functional.reduce.centre`), then the
 normalised, scaled and shifted row, written once. Backward: each row's
 statistics are recomputed (cheaper than storing them), dx is written from
 the row sums of g = gy * w and g * xhat, and dw, db are accumulated per
@@ -31,7 +33,7 @@ import numpy as np
 
 from .conv import NativeLibrary
 
-FORMAT = "loom-rows-4"
+FORMAT = "loom-rows-5"
 
 SOURCE = r"""
 #pragma GCC optimize ("fp-contract=fast")
@@ -57,14 +59,15 @@ static void ln_fwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t rx
   for (int64_t r = 0; r < R; r++) {                                                                         \
     const T *xr = x + r * rx;                                                                               \
     T *yr = y + r * N;                                                                                      \
+    const T p = xr[0];                                                                                      \
     T s = 0, v = 0;                                                                                         \
     _Pragma("omp simd reduction(+:s)")                                                                     \
-    for (int64_t j = 0; j < N; j++) s += xr[j];                                                             \
+    for (int64_t j = 0; j < N; j++) s += xr[j] - p;                                                         \
     const T mean = s * inv_n;                                                                               \
     _Pragma("omp simd reduction(+:v)")                                                                     \
-    for (int64_t j = 0; j < N; j++) { T c = xr[j] - mean; v += c * c; }                                     \
+    for (int64_t j = 0; j < N; j++) { T c = (xr[j] - p) - mean; v += c * c; }                               \
     const T rstd = (T)1 / SQRT(v * inv_n + e);                                                              \
-    for (int64_t j = 0; j < N; j++) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];                  \
+    for (int64_t j = 0; j < N; j++) yr[j] = ((xr[j] - p) - mean) * rstd * w[j] + b[j];                      \
   }                                                                                                         \
 }                                                                                                           \
                                                                                                             \
@@ -82,22 +85,23 @@ static void ln_bwd_##T(char **data, int64_t R, int64_t N, double eps, int64_t rx
     for (int64_t r = lo; r < hi; r++) {                                                                     \
       const T *xr = x + r * rx, *gr = gy + r * rg;                                                          \
       T *dx = out + r * N;                                                                                  \
+      const T p = xr[0];                                                                                    \
       T s = 0, v = 0, c1 = 0, c2 = 0;                                                                       \
       _Pragma("omp simd reduction(+:s)")                                                                   \
-      for (int64_t j = 0; j < N; j++) s += xr[j];                                                           \
+      for (int64_t j = 0; j < N; j++) s += xr[j] - p;                                                       \
       const T mean = s * inv_n;                                                                             \
       _Pragma("omp simd reduction(+:v)")                                                                   \
-      for (int64_t j = 0; j < N; j++) { T c = xr[j] - mean; v += c * c; }                                   \
+      for (int64_t j = 0; j < N; j++) { T c = (xr[j] - p) - mean; v += c * c; }                            \
       const T rstd = (T)1 / SQRT(v * inv_n + e);                                                            \
       _Pragma("omp simd reduction(+:c1, c2)")                                                              \
       for (int64_t j = 0; j < N; j++) {                                                                     \
-        const T xh = (xr[j] - mean) * rstd, g = gr[j] * w[j];                                          \
+        const T xh = ((xr[j] - p) - mean) * rstd, g = gr[j] * w[j];                                         \
         c1 += g; c2 += g * xh;                                                                              \
         dw[j] += gr[j] * xh; db[j] += gr[j];                                                                \
       }                                                                                                     \
       c1 *= inv_n; c2 *= inv_n;                                                                             \
       for (int64_t j = 0; j < N; j++)                                                                       \
-        dx[j] = rstd * (gr[j] * w[j] - c1 - (xr[j] - mean) * rstd * c2);                               \
+        dx[j] = rstd * (gr[j] * w[j] - c1 - ((xr[j] - p) - mean) * rstd * c2);                             \
     }                                                                                                       \
   }                                                                                                         \
   T *dw = out + R * N, *db = dw + N;                                                                        \

@@ -66,7 +66,10 @@ def _infer_ln_grad(inputs, attrs):
 # ---------------------------------------------------------------- reference implementations
 
 def _normalised(x, eps, xp):
-    xc = x - xp.mean(x, axis=-1, keepdims=True)
+    # Centred on shifted data (each row less its first element), as `loom.functional.reduce.centre`: far from
+    # zero the float mean of the raw row is only known to half an ulp of its size, the shifted one to its spread.
+    xs = x - x[..., :1]
+    xc = xs - xp.mean(xs, axis=-1, keepdims=True)
     rstd = 1 / xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + x.dtype.type(eps))
     return xc * rstd, rstd
 
@@ -94,7 +97,10 @@ def _primitive_ln_grad(g, x, w, attrs):
     """dx, dw, db of layer_norm written with primitives (differentiable again)."""
     last = (x.ndim - 1,)
     n = x.shape[-1]
-    xc = x - (x.sum(last, keepdim=True) * (1.0 / n)).expand(x.shape)
+    first = tuple(0 for _ in x.shape)
+    shift = P("slice", x.detach(), starts=first, stops=tuple(x.shape[:-1]) + (1,), steps=(1,) * x.ndim)
+    xs = x - shift.expand(x.shape)  # Shifted data, centred accurately far from zero (see `_normalised`).
+    xc = xs - (xs.sum(last, keepdim=True) * (1.0 / n)).expand(x.shape)
     rstd = P("recip", P("sqrt", (xc * xc).sum(last, keepdim=True) * (1.0 / n) + attrs["eps"]))
     xhat = xc * rstd.expand(x.shape)
     gw = g * w.expand(x.shape)
