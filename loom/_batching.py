@@ -172,11 +172,11 @@ def _layer_norm_rule(op: str, args, full: list[Tensor], attrs: dict, b: int) -> 
     dw = apply("sum", (apply("reshape", (apply("mul", (gy, xhat), {}),), {"shape": (b, r, n)}),),
                {"axes": (1,), "keepdim": True})
     db = apply("sum", (gy3,), {"axes": (1,), "keepdim": True})
-    out = None
-    for part, (lo, hi) in ((apply("reshape", (dx,), {"shape": (b, r, n)}), (0, 2)), (dw, (r, 1)), (db, (r + 1, 0))):
-        padded = apply("pad", (part,), {"pads": [(0, 0), (lo, hi), (0, 0)], "value": 0})
-        out = padded if out is None else apply("add", (out, padded), {})
-    return out  # (B, R + 2, N): each sample's dx rows, then its dw and db rows.
+    def rows_at(part: Tensor, lo: int, hi: int) -> Tensor:  # Zero rows around `part` along the rows axis.
+        return apply("pad", (part,), {"pads": [(0, 0), (lo, hi), (0, 0)], "value": 0})
+    # (B, R + 2, N): each sample's dx rows, then its dw and db rows.
+    out = apply("add", (rows_at(apply("reshape", (dx,), {"shape": (b, r, n)}), 0, 2), rows_at(dw, r, 1)), {})
+    return apply("add", (out, rows_at(db, r + 1, 0)), {})
 
 
 def _kind(op: str) -> str:
