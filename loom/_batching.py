@@ -79,6 +79,13 @@ def _rule(node: Node, args: list[tuple[Tensor, bool]], b: int) -> tuple[Tensor, 
         return apply(op, full, attrs), True
     if op in ("conv2d", "conv2d_input_grad", "conv2d_weight_grad"):
         return _conv_rule(op, args, full, attrs, b), True
+    if op in ("attention", "attention_grad"):  # Batch dims lead every operand and the result.
+        return apply(op, full, attrs), True
+    if op in ("layer_norm", "layer_norm_grad"):
+        return _layer_norm_rule(op, args, full, attrs, b), True
+    if op in ("cross_entropy_rows", "cross_entropy_rows_grad"):  # Samples' rows are more rows.
+        y = apply(op, [_flat(t, 2) for t in full], attrs)
+        return apply("reshape", (y,), {"shape": (b, y.shape[0] // b) + tuple(y.shape[1:])}), True
     if op == "max_pool2d_index":  # Window positions within each (sample, channel) plane: fold into the batch.
         y = apply(op, (_flat(x, 2),), attrs)
         return apply("reshape", (y,), {"shape": (b, x.shape[1]) + tuple(y.shape[1:])}), True
@@ -123,6 +130,53 @@ def _conv_rule(op: str, args, full: list[Tensor], attrs: dict, b: int) -> Tensor
         return apply("reshape", (y,), {"shape": (b, y.shape[0] // b) + tuple(y.shape[1:])})
     x, w = full
     return _split(apply(op, (_merge(x, b), _flat(w, 2)), attrs), b)
+
+
+def _layer_norm_rule(op: str, args, full: list[Tensor], attrs: dict, b: int) -> Tensor:
+    """layer_norm and its gradient batched: the samples' rows are more rows of one call. A mapped weight
+    (or bias) leaves the primitive's affine at 1 (0) and is applied per sample around it; the gradient's
+    dw and db, sums over one sample's rows, are taken per sample from the normalised rows."""
+    x, w_mapped, b_mapped = full[0], args[1][1], args[2][1]
+    shape, n, dtype = tuple(x.shape), x.shape[-1], x.dtype
+    r = 1
+    for k in shape[1:-1]:
+        r *= k
+
+    def rows(t: Tensor) -> Tensor:  # (B, ..., N) -> (B * R, N)
+        return apply("reshape", (t,), {"shape": (b * r, n)})
+
+    def per_row(v: Tensor) -> Tensor:  # A mapped (B, N) vector -> (B * R, N), each sample's over its rows.
+        v = apply("expand", (apply("reshape", (v,), {"shape": (b, 1, n)}),), {"shape": (b, r, n)})
+        return rows(v)
+
+    one, zero = (apply("const", (), {"value": v, "shape": (n,), "dtype": dtype}) for v in (1.0, 0.0))
+    if op == "layer_norm":
+        if not w_mapped and not b_mapped:  # Affine shared: one call.
+            y = apply(op, (rows(x), args[1][0], args[2][0]), attrs)
+            return apply("reshape", (y,), {"shape": shape})
+        if w_mapped:  # The bias, shared or not, is added after the mapped weight scales.
+            y = apply("mul", (apply(op, (rows(x), one, zero), attrs), per_row(full[1])), {})
+            bias = per_row(full[2] if b_mapped else _front(args[2][0], b))
+            y = apply("add", (y, bias), {})
+        else:
+            y = apply("add", (apply(op, (rows(x), args[1][0], zero), attrs), per_row(full[2])), {})
+        return apply("reshape", (y,), {"shape": shape})
+    gy = rows(full[2])
+    if w_mapped:  # dx depends on gy and w only through gy * w.
+        packed = apply(op, (rows(x), one, apply("mul", (gy, per_row(full[1])), {})), attrs)
+    else:
+        packed = apply(op, (rows(x), args[1][0], gy), attrs)
+    dx = apply("slice", (packed,), {"starts": (0, 0), "stops": (b * r, n), "steps": (1, 1)})
+    xhat = apply("layer_norm", (rows(x), one, zero), attrs)
+    gy3 = apply("reshape", (gy,), {"shape": (b, r, n)})
+    dw = apply("sum", (apply("reshape", (apply("mul", (gy, xhat), {}),), {"shape": (b, r, n)}),),
+               {"axes": (1,), "keepdim": True})
+    db = apply("sum", (gy3,), {"axes": (1,), "keepdim": True})
+    def rows_at(part: Tensor, lo: int, hi: int) -> Tensor:  # Zero rows around `part` along the rows axis.
+        return apply("pad", (part,), {"pads": [(0, 0), (lo, hi), (0, 0)], "value": 0})
+    # (B, R + 2, N): each sample's dx rows, then its dw and db rows.
+    out = apply("add", (rows_at(apply("reshape", (dx,), {"shape": (b, r, n)}), 0, 2), rows_at(dw, r, 1)), {})
+    return apply("add", (out, rows_at(db, r + 1, 0)), {})
 
 
 def _kind(op: str) -> str:

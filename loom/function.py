@@ -11,6 +11,7 @@ back: no per-op Python work.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
@@ -19,6 +20,7 @@ import numpy as np
 
 from loom import dtypes as dt
 from loom.alias import rederive_all
+from loom.functional import library_ops as _library_ops
 from loom.autograd.grad_mode import is_grad_enabled, no_grad
 from loom.errors import LoomError, LoomValueError, fmt_shape
 from loom import profiler as _profiler
@@ -406,8 +408,12 @@ class Function:
                 arg_nodes.append(node)
                 grad_args.append(k)
         _realize.active_trace = tr
+        # ONNX Runtime gets the decomposition of attention, layer_norm and cross_entropy (ONNX has no op
+        # for loom's fused library primitives).
+        plain = _library_ops.decomposed() if self.backend == "onnxruntime" else contextlib.nullcontext()
         try:
-            result = self.fn(*targs, **tkwargs)
+            with plain:
+                result = self.fn(*targs, **tkwargs)
         finally:
             _realize.active_trace = None
             default_generator._seed, default_generator._counter = rng_state

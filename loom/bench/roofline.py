@@ -51,6 +51,11 @@ def _node_flops(node) -> tuple[str, int]:
         return "matmul", 2 * _numel(node.inputs[0].shape) * _numel(node.inputs[1].shape[1:])
     if op == "conv2d_weight_grad":    # (x, grad_y) -> grad_weight
         return "matmul", 2 * _numel(node.inputs[1].shape) * _numel(node.shape[1:])
+    # Attention counts the products of its plain formula: q k^T and p v forward, four more backward
+    # (the backward kernel's recomputed scores are not model FLOPs), each 2 x (batch L S E).
+    if op in ("attention", "attention_grad"):
+        q, k = node.inputs[0].shape, node.inputs[1].shape
+        return "matmul", (2 if op == "attention" else 4) * 2 * _numel(q) * int(k[-2])
     if op == "fused":
         return "other", sum(_node_flops(n)[1] for n in node.attrs["body"])
     kind = getattr(ops.PRIMITIVES.get(op), "kind", None)

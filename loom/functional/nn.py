@@ -16,6 +16,7 @@ from loom import autocast as _autocast
 from loom.autocast import keep_op
 from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
+from loom.functional import library_ops as _library_ops
 from loom.functional.checks import check, check_index
 from loom.functional.linalg import matmul
 from loom.functional.math import (
@@ -23,7 +24,7 @@ from loom.functional.math import (
 )
 from loom.functional.reduce import amax, amin, centre, scaled_pnorm
 from loom.functional.shape import chunk, repeat_interleave
-from loom.tensor import Tensor, _rand_node, apply, arange, const, normalize_dim, tensor
+from loom.tensor import Tensor, _rand_node, apply, arange, broadcast_to, const, normalize_dim, tensor
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -417,6 +418,19 @@ def _affine_trailing(op: str, y: Tensor, ns: tuple[int, ...], weight, bias) -> T
     return y
 
 
+def _fused_layer_norm(x: Tensor, ns: tuple[int, ...], weight, bias, eps: float) -> Tensor | None:
+    """layer_norm through the ``layer_norm`` row primitive, or None where the decomposition serves."""
+    n = math.prod(ns)
+    params = [None if v is None else _t(v) for v in (weight, bias)]
+    if not _library_ops.enabled() or x.dtype not in (dt.float32, dt.float64) or n == 0 or not math.isfinite(eps) or \
+            eps < 0 or \
+            any(v is not None and (tuple(v.shape) != ns or v.dtype is not x.dtype) for v in params):
+        return None
+    w, b = (const(float(fill), (n,), x.dtype) if v is None else v.reshape(n) for v, fill in zip(params, (1, 0)))
+    y = apply("layer_norm", (x.reshape(tuple(x.shape[:x.ndim - len(ns)]) + (n,)), w, b), {"eps": float(eps)})
+    return y.reshape(x.shape)
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing `normalized_shape` dims (biased variance), then scale and shift.
 
@@ -429,6 +443,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     x = _t(input)
     _need_float("layer_norm", x)
     ns = _trailing_shape("layer_norm", x, normalized_shape)
+    fused = _fused_layer_norm(x, ns, weight, bias, eps)
+    if fused is not None:
+        return fused
     axes = tuple(range(x.ndim - len(ns), x.ndim))
     centred, _ = centre(x, axes)
     var = (centred * centred).mean(axes, keepdim=True)
@@ -722,12 +739,17 @@ class _Targets:
         return loss.reshape(()) if self.unbatched else loss
 
 
-def _nll(tg: _Targets, logp: Tensor, reduction: str) -> tuple[Tensor, Tensor]:
-    """Reduced negative log likelihood of the targets, and the per-target weights."""
+def _nll(tg: _Targets, logp: Tensor, reduction: str, logits: bool = False) -> tuple[Tensor, Tensor]:
+    """Reduced negative log likelihood of the targets, and the per-target weights.
+
+    With `logits`, `logp` holds logits (N, C) and log_softmax + NLL run as one row primitive."""
     x = logp.reshape((1,) + tuple(logp.shape)) if tg.unbatched else logp
-    picked = apply("gather", (x, tg.safe.unsqueeze(1)), {"axis": 1}).squeeze(1)
+    if logits:
+        nll = apply("cross_entropy_rows", (x, tg.safe), {})
+    else:
+        nll = -apply("gather", (x, tg.safe.unsqueeze(1)), {"axis": 1}).squeeze(1)
     wt = tg.weights(x.dtype)
-    loss = where(tg.valid, -picked * wt, 0.0)
+    loss = where(tg.valid, nll * wt, 0.0)
     if reduction == "none":
         return tg.finish(loss), wt
     if reduction == "sum":
@@ -780,6 +802,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
         raise ShapeError("loom.cross_entropy: input must have at least 1 dim (C,) or (N, C, *), got a 0-d tensor")
     cd = 0 if x.ndim == 1 else 1
     c = x.shape[cd]
+    if (_library_ops.enabled() and x.ndim == 2 and c > 0 and not t.dtype.is_floating_point and label_smoothing <= 0
+            and x.dtype in (dt.float32, dt.float64)):
+        tg = _Targets("cross_entropy", x, t, weight, ignore_index)
+        return _nll(tg, x, reduction, logits=True)[0]
     logp = log_softmax(x, cd)
     w_view = None
     if weight is not None:
@@ -1237,6 +1263,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         v = repeat_interleave(v, hq // hk, v.ndim - 3)
     L, S = q.shape[-2], k.shape[-2]
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if attn_mask is None and dropout_p == 0.0 and _fused_attention_fits(q, k, v, s):
+        return _fused_attention(q, k, v, is_causal, s)
     scores = matmul(q, k.transpose(-2, -1)) * s
     mask = None if attn_mask is None else _t(attn_mask)
     if is_causal:
@@ -1258,6 +1286,26 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p)
     return matmul(attn, v)
+
+
+def _fused_attention_fits(q, k, v, scale: float) -> bool:
+    """Whether sdpa can be the ``attention`` library primitive (one blocked kernel in compiled steps)."""
+    if not (_library_ops.enabled() and q.dtype in (dt.float32, dt.float64) and q.dtype is k.dtype is v.dtype
+            and math.isfinite(scale) and q.shape[-1] == v.shape[-1] and min(q.shape[-2], k.shape[-2], q.shape[-1]) > 0):
+        return False
+    try:
+        np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]))
+    except ValueError:
+        return False  # The decomposition's matmul reports the mismatch.
+    return True
+
+
+def _fused_attention(q, k, v, is_causal: bool, scale: float) -> Tensor:
+    """sdpa through the ``attention`` primitive: batch dims broadcast, then the packed output sliced."""
+    batch = tuple(np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2])))
+    q, k, v = (broadcast_to(t, batch + tuple(t.shape[-2:])) for t in (q, k, v))
+    packed = apply("attention", (q, k, v), {"causal": bool(is_causal), "scale": scale})
+    return packed[..., :q.shape[-1]]
 
 
 # ---------------------------------------------------------------- rearrangements

@@ -11,6 +11,8 @@ from loom.ir import decomp as _decomp  # noqa: F401  (registers the factorisatio
 from loom.ir import complex as _complex  # noqa: F401  (registers real, imag, conj, complex)
 from loom.ir import fft as _fft  # noqa: F401  (registers the FFT primitives)
 from loom.ir import collective as _collective  # noqa: F401  (registers all_reduce, send, recv, ...)
+from loom.ir import attention as _attention  # noqa: F401  (registers the attention primitives)
+from loom.ir import rows as _rows  # noqa: F401  (registers the row primitives: layer_norm)
 from loom.ir.graph import Graph
 from loom.ir.serialize import from_json, load, save, to_json
 

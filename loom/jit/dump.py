@@ -28,6 +28,7 @@ import numpy as np
 
 from loom import dtypes as dt
 from loom.errors import LoomError, LoomValueError
+from loom.functional import library_ops as _library_ops
 
 FORMAT = "loom.dump"
 VERSION = 1
@@ -99,7 +100,7 @@ def _trace(fn: Callable, args: tuple, level: int):
     # Detached: an argument's .grad would otherwise be traced as one more input.
     args = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
     traced = Function(fn, level=level, backend="reference", warmup=0)
-    with no_grad():
+    with no_grad(), _library_ops.decomposed():  # The C runtime runs the small primitive set.
         entry = traced._trace(args, {})
     if entry.rands:
         raise LoomError(f"loom.jit.save: the function draws {len(entry.rands)} random tensor(s) (dropout in "

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from loom.errors import LoomError
+from loom.functional import library_ops as _library_ops
 from loom.ir.graph import Graph
 
 # Passes that keep shapes symbolic: constant folding would bake batch-sized arrays into buffers.
@@ -219,11 +220,13 @@ MAX_SYMBOLS = 3
 
 
 def trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, str]], native_conv: bool = True) -> Traced:
-    """Trace `fn` (see `_trace`), convolutions recorded whole when `native_conv`."""
-    if not native_conv:
-        return _trace(fn, example_args, dynamic)
-    with native_convs():
-        return _trace(fn, example_args, dynamic)
+    """Trace `fn` (see `_trace`), convolutions recorded whole when `native_conv`; attention, layer_norm and
+    cross_entropy as their decompositions (ONNX has no single op for loom's fused forms)."""
+    with _library_ops.decomposed():
+        if not native_conv:
+            return _trace(fn, example_args, dynamic)
+        with native_convs():
+            return _trace(fn, example_args, dynamic)
 
 
 def _trace(fn: Callable, example_args: Sequence, dynamic: dict[int, dict[int, str]]) -> Traced:

@@ -84,6 +84,18 @@ def _conv(node: Node, tools: toolchain.Toolchain) -> Callable:
     return run
 
 
+def _library(node: Node, tools: toolchain.Toolchain) -> Callable:
+    """attention or a row op: the native library kernel the step driver runs, so every tier computes the same
+    bits (the reference where the toolchain has none for the node or its layout)."""
+    fallback = _reference(node)
+    shape, npd = tuple(node.shape), node.dtype.np
+
+    def run(args, out):
+        dst = np.empty(shape, npd) if out is None else out
+        return dst if tools.library_call(node, args, dst) else fallback(args, out)
+    return run
+
+
 def _reference(node: Node) -> Callable:
     def run(args, out):
         with np.errstate(all="ignore"):
@@ -175,6 +187,8 @@ class Executable:
                 fn = _conv(n, self.tools)
             elif n.op == "storage":
                 fn = storage.step(n)  # Disk tier: offload, prefetch, reload straight into the arena.
+            elif n.op in native.LIBRARY_OPS:
+                fn = _library(n, self.tools)
             elif n.op in ops.PRIMITIVES:
                 fn = _reference(n)
             else:

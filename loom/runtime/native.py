@@ -55,6 +55,9 @@ _CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np
 _SCATTER_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
 _HALF = (_dt.float16, _dt.bfloat16)
 _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
+# Library ops whose native kernels the toolchain supplies (`Toolchain.library_step`).
+LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad", "cross_entropy_rows",
+                          "cross_entropy_rows_grad"})
 _ALIGN = 64
 _INT32_MAX = 2**31 - 1
 _CTL_RC = 5
@@ -428,6 +431,8 @@ class NativeProgram:
             return self._gemm_plan(st) is not None
         if op in _INDEX_OPS:
             return self._index_record(k, st) is not None
+        if op in LIBRARY_OPS:
+            return self._library_record(st, []) is not None
         return op in _VIEW_OPS
 
     def _gemm_plan(self, st) -> tuple | None:
@@ -705,7 +710,11 @@ class NativeProgram:
     # ------------------------------------------------------------ encoding
     def _state(self, driver) -> tuple:
         ready = tuple(k.ready if k is not None else False for k in self._kernels)
-        return (driver is not None, ready, frozenset(self._forced))
+        return (driver is not None, ready, frozenset(self._forced), self._library_building())
+
+    def _library_building(self) -> tuple[bool, ...]:
+        """Per library step (attention, row ops): whether its native library is still being built."""
+        return tuple(self._tools.library_pending(st.node) for st in self._steps if st.node.op in LIBRARY_OPS)
 
     def _encode(self, driver, objs, ctx: _Ctx) -> tuple:
         """The table for the kernels built now (a kernel not built yet is a Python step)."""
@@ -750,6 +759,10 @@ class NativeProgram:
                     rec = [_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
                            len(batch), macs] + [v for d in batch for v in d]
                     step = _Step(_GEMM, st, st.args, s, gemm=g)
+            elif op in LIBRARY_OPS and driver is not None:
+                lrec = self._library_record(st, keep)
+                if lrec is not None:
+                    rec, step = lrec, _Step(_KERNEL, st, st.args, s)
             elif op in _INDEX_OPS:
                 irec = self._index_record(k, st) if driver is not None else None
                 if irec is not None:
@@ -795,6 +808,22 @@ class NativeProgram:
             rec += [loc.base, loc.off]
         return rec
 
+    def _library_record(self, st, keep) -> list[int] | None:
+        """A kernel record for a library op the toolchain has a native kernel for (attention, row ops)."""
+        out = self._locs[st.out]
+        ins = [self._locs[a] for a in st.args]
+        if out.strides != _contiguous(out.shape, out.dtype.itemsize) or any(self._overlaps(out, x) for x in ins):
+            return None
+        found = self._tools.library_step(st.node, [out] + ins)
+        if found is None:
+            return None
+        fn, meta = found
+        keep.append(meta)
+        rec = [_KERNEL, fn, meta.ctypes.data, 1 + len(ins)]
+        for loc in [out] + ins:
+            rec += [loc.base, loc.off]
+        return rec
+
     # ------------------------------------------------------------ running
     def lend(self, buffer: np.ndarray | None) -> None:
         """Run later calls on `buffer` (uint8, at least ``arena_bytes + 64``) instead of an arena of its own;
@@ -823,7 +852,8 @@ class NativeProgram:
             if self._table is None or self._encoded_for != state:
                 self._table = self._encode(driver, objs, ctx)
                 self._encoded_for = state
-            pending = any(k is not None and k._lib is not None and not k._lib.done.is_set() for k in self._kernels)
+            pending = any(k is not None and k._lib is not None and not k._lib.done.is_set() for k in self._kernels) \
+                or any(state[3])
             current = (driver, self._table)
             if driver is not None and not pending:
                 self._fast = current

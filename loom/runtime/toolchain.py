@@ -37,6 +37,20 @@ class Toolchain:
         """The native convolution module (``run`` and ``max_pool2d_index``), or None."""
         return None
 
+    def library_step(self, node, locs) -> Any:
+        """(entry point address, int64 meta) of a native library kernel for `node` (attention, row ops)
+        over `locs` (output first, then inputs: objects with shape, byte strides, dtype), or None."""
+        return None
+
+    def library_call(self, node, args, out) -> bool:
+        """Run `node` (attention, a row op) on NumPy arrays into `out` with its native library kernel, waiting
+        for the library's build; False (nothing written) when there is none for the node or the layouts."""
+        return False
+
+    def library_pending(self, node) -> bool:
+        """Whether the native library that would run `node` is still being built (a later call may use it)."""
+        return False
+
     def kernel_usable(self, array) -> bool:
         """Whether a native kernel may read or write `array` in place (alignment, strides)."""
         return False

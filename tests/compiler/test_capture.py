@@ -1,4 +1,6 @@
 """Real graphs captured from lazy loom code: an MLP training step, a small attention block."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -65,17 +67,25 @@ def test_mlp_with_special_inputs_still_matches():
         assert_same(run_passes(g, passes_for_level(level)).run(*feeds), want)
 
 
-def test_attention_block_forward_and_backward():
+@pytest.mark.parametrize("library", [True, False], ids=["library_ops", "decomposed"])
+def test_attention_block_forward_and_backward(library):
+    """Attention and layer_norm as library primitives (one kernel each way), or decomposed and fused."""
+    from loom.functional import library_ops
     rng = np.random.default_rng(1)
     q = loom.tensor(rng.standard_normal((2, 4, 8)).astype(np.float32), requires_grad=True)
     k = loom.tensor(rng.standard_normal((2, 4, 8)).astype(np.float32), requires_grad=True)
     v = loom.tensor(rng.standard_normal((2, 4, 8)).astype(np.float32), requires_grad=True)
-    att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    out = F.layer_norm(att, (8,)).tanh().sum()
-    grads = loom.autograd.grad(out, [q, k, v])
+    with contextlib.nullcontext() if library else library_ops.decomposed():
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = F.layer_norm(att, (8,)).tanh().sum()
+        grads = loom.autograd.grad(out, [q, k, v])
     g = Graph.from_tensors([out, *grads], inputs=[q, k, v])
     eager = [t.detach() for t in [out, *grads]]
     for level in range(4):
         opt = run_passes(g, passes_for_level(level))
         assert_same(opt.run(q, k, v), eager)
-    assert op_counts(opt)["fused"] >= 4
+    counts = op_counts(opt)
+    if library:
+        assert all(counts.get(op, 0) == 1 for op in ("attention", "attention_grad", "layer_norm", "layer_norm_grad"))
+    else:
+        assert counts["fused"] >= 4

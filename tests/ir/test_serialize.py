@@ -109,6 +109,15 @@ def every_primitive_graph():
     outs.append(add("triangular_solve", [sq, x], upper=True, unitriangular=False))
     outs.append(add("matrix_exp", [sq]))
     outs.append(add("geqrf", [x]))
+    # The fused library primitives (attention and the row kernels), forward and backward.
+    att = add("attention", [x, y, add("exp", [y])], causal=True, scale=0.5)
+    outs += [att, add("attention_grad", [x, y, add("exp", [y]), att, add("neg", [att])], causal=True, scale=0.5)]
+    vec = add("reshape", [add("slice", [y], starts=(0, 0), stops=(1, 4), steps=(1, 1))], shape=(4,))
+    outs += [add("layer_norm", [x, vec, add("neg", [vec])], eps=1e-5), add("layer_norm_grad", [x, vec, y], eps=0.0)]
+    cls = add("arange", [], start=0, step=1, shape=(3,), dtype=loom.int64)
+    outs += [add("cross_entropy_rows", [x, cls]),
+             add("cross_entropy_rows_grad", [x, add("cast", [cls], dtype=loom.int32), add("sum", [y], axes=(1,),
+                                                                                              keepdim=False)])]
     z = add("complex", [x, y])
     outs += [add("real", [z]), add("imag", [add("conj", [z])])]
     outs.append(add("fft_c2c", [z], axes=(1, 0), forward=False))

@@ -241,6 +241,28 @@ TABLE["recv"] = ([((), F32)], {"src": 0, "tag": 0, "shape": (2,), "dtype": F32, 
     ({"src": 0, "tag": 0, "shape": (2,), "dtype": "f", **ONE}, r"(recv: attr 'dtype' is 'f'|unknown dtype name 'f')"),
     ({"src": 0, "tag": 0, "shape": (-2,), "dtype": F32, **ONE}, r"recv: attr 'shape' is \(-2,\)")])
 SPECIAL = {"input", "buffer", "fused", "while_loop", "storage"}  # storage: tests/runtime/test_storage.py
+# The fused library primitives: attention (loom.ir.attention) and the row kernels (loom.ir.rows).
+_QKV = [((2, 3, 4), F32)] * 3
+for _op, _ins in (("attention", _QKV), ("attention_grad", _QKV + [((2, 3, 5), F32)] * 2)):
+    TABLE[_op] = (_ins, {"causal": True, "scale": 0.5}, [
+        ({"causal": True}, rf"{_op}: needs attr 'scale'"),
+        ({"causal": 1, "scale": 0.5}, rf"{_op}: attr 'causal' is 1; expected a bool"),
+        ({"causal": False, "scale": float("inf")}, rf"{_op}: attr 'scale' is inf; expected a finite"),
+        ({"causal": False, "scale": True}, rf"{_op}: attr 'scale' is True; expected a finite"),
+        ({"causal": False, "scale": 0.5, "dropout": 0.1}, rf"{_op}: unknown attr\(s\) \['dropout'\]"),
+    ])
+for _op in ("layer_norm", "layer_norm_grad"):
+    TABLE[_op] = ([((3, 4), F32), ((4,), F32), ((3, 4) if _op.endswith("grad") else (4,), F32)], {"eps": 1e-5}, [
+        ({}, rf"{_op}: needs attr 'eps'"),
+        ({"eps": -1e-5}, rf"{_op}: attr 'eps' is -1e-05; expected a finite float >= 0"),
+        ({"eps": float("nan")}, rf"{_op}: attr 'eps' is nan; expected a finite"),
+        ({"eps": "1e-5"}, rf"{_op}: attr 'eps' is '1e-5'; expected a"),
+        ({"eps": 1e-5, **EXTRA}, rf"{_op}: unknown attr\(s\) \['bogus'\]"),
+    ])
+TABLE["cross_entropy_rows"] = ([((3, 4), F32), ((3,), I64)], {}, [
+    (EXTRA, r"cross_entropy_rows: unknown attr\(s\) \['bogus'\]")])
+TABLE["cross_entropy_rows_grad"] = ([((3, 4), F32), ((3,), I64), ((3,), F32)], {}, [
+    ({"reduction": "mean"}, r"cross_entropy_rows_grad: unknown attr\(s\) \['reduction'\]")])
 CASES = [(op, k) for op in sorted(TABLE) for k in range(len(TABLE[op][2]))]
 
 

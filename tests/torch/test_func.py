@@ -295,6 +295,54 @@ def test_convolutions_batch_in_the_replay(replay_log):
     assert replay_log == [True, True, True]
 
 
+def _ln_loss(lib, x, w, b):
+    return (lib.nn.functional.layer_norm(x, (6,), w, b) ** 2 * x).sum()
+
+
+def _ce_loss(lib, x, t):
+    return lib.nn.functional.cross_entropy(x * x, t, reduction="sum")
+
+
+def _sdpa_loss(lib, q, k, v):
+    return (lib.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) ** 2).sum()
+
+
+ROW_CASES = [  # (name, loss, in_dims, per-sample shapes or int targets, the fused primitives the replay batches)
+    ("layer_norm_mapped_affine", _ln_loss, (0, 0, 0), [(4, 2, 3, 6), (4, 6), (4, 6)],
+     {"layer_norm", "layer_norm_grad"}),
+    ("layer_norm_shared_affine", _ln_loss, (0, None, None), [(4, 5, 6), (6,), (6,)],
+     {"layer_norm", "layer_norm_grad"}),
+    ("layer_norm_one_row_mapped_weight", _ln_loss, (0, 0, None), [(3, 6), (3, 6), (6,)],
+     {"layer_norm", "layer_norm_grad"}),
+    ("cross_entropy_rows", _ce_loss, (0, 0), [(4, 5, 7), 7], {"cross_entropy_rows", "cross_entropy_rows_grad"}),
+    ("attention_causal", _sdpa_loss, (0, 0, 0), [(3, 2, 5, 4), (3, 2, 5, 4), (3, 2, 5, 4)],
+     {"attention", "attention_grad"}),
+]
+
+
+@pytest.mark.parametrize("name,loss,dims,shapes,ops", ROW_CASES, ids=[c[0] for c in ROW_CASES])
+def test_fused_row_primitives_batch_in_the_replay(name, loss, dims, shapes, ops, replay_log, monkeypatch):
+    """Per-sample gradients through layer_norm, cross_entropy and attention: one batched replay of the fused
+    primitives and their gradients (mapped or shared weights), equal to PyTorch's."""
+    from loom import _batching
+    seen = set()
+    real = _batching._rule
+    monkeypatch.setattr(_batching, "_rule", lambda node, args, b: seen.add(node.op) or real(node, args, b))
+    rng = np.random.default_rng(13)
+    arrays = [rng.integers(0, s, shapes[0][:2]) if isinstance(s, int) else rng.standard_normal(s).astype(np.float32)
+              for s in shapes]
+    for d, a in zip(dims, arrays):
+        if d is None:  # A shared operand has no mapped dim.
+            assert a.ndim == 1
+    argnums = tuple(i for i, s in enumerate(shapes) if not isinstance(s, int))
+    lts, tts = _both(*arrays)
+    got = func.vmap(func.grad_and_value(lambda *a: loss(loom, *a), argnums=argnums), in_dims=dims)(*lts)
+    want = tfunc.vmap(tfunc.grad_and_value(lambda *a: loss(torch, *a), argnums=argnums), in_dims=dims)(*tts)
+    _close(got, want, rtol=1e-4, atol=1e-4)
+    assert replay_log == [True]
+    assert ops <= seen, seen
+
+
 def test_jacrev_rows_replay_as_one_pass(replay_log):
     rng = np.random.default_rng(12)
     (lx, lw), (tx, tw) = _both(rng.standard_normal(4), rng.standard_normal((3, 4)))

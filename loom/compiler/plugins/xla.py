@@ -45,8 +45,10 @@ from loom import dtypes as dt
 from loom.errors import GraphError, LoomError, LoomIndexError, LoomZeroDivisionError, fmt_shape
 from loom.ir.graph import Graph, _dfs_order
 from loom.ir.node import Node
+from loom.ir.attention import reference_attention, reference_grad
 from loom.ir.conv import pool_index
 from loom.ir.ops import PRIMITIVES, check_error, check_failure, mix64, value_text
+from loom.ir.rows import reference_ce, reference_ce_grad, reference_ln, reference_ln_grad
 
 _JAX_DTYPE = {dt.bool_: jnp.bool_, dt.uint8: jnp.uint8, dt.int8: jnp.int8, dt.int16: jnp.int16,
               dt.int32: jnp.int32, dt.int64: jnp.int64, dt.float16: jnp.float16,
@@ -597,6 +599,13 @@ _RULES: dict[str, Callable] = {
     "fft_c2c": _fft_c2c,
     "fft_r2c": lambda lw, a, x: jnp.fft.rfftn(x, axes=tuple(a["axes"])),
     "fft_c2r": _fft_c2r,
+    # Library primitives whose NumPy references are written for either array module.
+    "attention": lambda lw, a, q, k, v: reference_attention(q, k, v, a, jnp),
+    "attention_grad": lambda lw, a, q, k, v, y, gy: reference_grad(q, k, v, y, gy, a, jnp),
+    "layer_norm": lambda lw, a, x, w, b: reference_ln(x, w, b, a, jnp),
+    "layer_norm_grad": lambda lw, a, x, w, gy: reference_ln_grad(x, w, gy, a, jnp),
+    "cross_entropy_rows": lambda lw, a, x, t: reference_ce(x, t, a, jnp),
+    "cross_entropy_rows_grad": lambda lw, a, x, t, g: reference_ce_grad(x, t, g, a, jnp),
 }
 
 # Primitives handled in _Lowering.node itself.

@@ -429,3 +429,40 @@ def test_subnormal_results_flush_to_zero():
     y = np.array([1e10, 1e10], np.float64)
     (out,) = get_plugin("xla")(one_node("div", [loom.float64, loom.float64], (2,)))(x, y)
     assert out[0] > 0 and out[1] == 0.0
+
+
+# ---------------------------------------------------------------- fused library primitives
+
+@pytest.mark.parametrize("d", [loom.float32, loom.float64], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_and_its_gradient(d, causal):
+    from loom.ir.attention import reference_attention
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal(s).astype(d.np) for s in ((2, 5, 3), (2, 7, 3), (2, 7, 3)))
+    attrs = {"causal": causal, "scale": 0.6}
+    y = reference_attention(q, k, v, attrs)
+    gy = rng.standard_normal(y.shape).astype(d.np)
+    tol = 1e-5 if d is loom.float32 else 1e-12
+    compare(one_node("attention", [d] * 3, None, attrs, shapes=[q.shape, k.shape, v.shape]), [q, k, v],
+            rtol=tol, atol=tol)
+    compare(one_node("attention_grad", [d] * 5, None, attrs, shapes=[q.shape, k.shape, v.shape, y.shape, y.shape]),
+            [q, k, v, y, gy], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("d", [loom.float32, loom.float64], ids=str)
+def test_row_primitives(d):
+    rng = np.random.default_rng(6)
+    x = (3e3 + rng.standard_normal((2, 3, 8))).astype(d.np)  # Far from zero: both centre shifted rows.
+    w, b = rng.standard_normal(8).astype(d.np), rng.standard_normal(8).astype(d.np)
+    gy = rng.standard_normal(x.shape).astype(d.np)
+    tol = 1e-4 if d is loom.float32 else 1e-11
+    compare(one_node("layer_norm", [d] * 3, None, {"eps": 1e-5}, shapes=[x.shape, w.shape, b.shape]), [x, w, b],
+            rtol=tol, atol=tol)
+    compare(one_node("layer_norm_grad", [d] * 3, None, {"eps": 1e-5}, shapes=[x.shape, w.shape, gy.shape]),
+            [x, w, gy], rtol=tol, atol=tol)
+    logits, t = rng.standard_normal((6, 5)).astype(d.np) * 4, np.array([0, 4, 2, 2, 1, 3], np.int32)
+    g = rng.standard_normal(6).astype(d.np)
+    compare(one_node("cross_entropy_rows", [d, loom.int32], None, shapes=[logits.shape, t.shape]), [logits, t],
+            rtol=tol, atol=tol)
+    compare(one_node("cross_entropy_rows_grad", [d, loom.int32, d], None, shapes=[logits.shape, t.shape, g.shape]),
+            [logits, t, g], rtol=tol, atol=tol)
