@@ -38,6 +38,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import sys
 import threading
 from typing import Any
 
@@ -58,6 +59,8 @@ _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 _ALIGN = 64
 _INT32_MAX = 2**31 - 1
 _CTL_RC = 5
+_RECYCLE_BYTES = 1 << 16  # Outputs at least this large are recycled (smaller ones come from malloc's heap).
+_RECYCLE_DEPTH = 4        # Arrays kept per output.
 
 
 def enabled() -> bool:
@@ -239,11 +242,14 @@ class NativeProgram:
         produced = {st.out for st in steps}
         self._out_base: dict[int, int] = {}
         self._out_specs: list[tuple[tuple[int, ...], np.dtype]] = []
+        self._held: list[list | None] = []  # Per output: arrays handed out before, reused once unreferenced.
         node_of = {st.out: st.node for st in steps}
         for s in out_slots:
             if s in produced and s not in self._out_base:
                 self._out_base[s] = 1 + nin + len(self._out_specs)
                 self._out_specs.append((tuple(node_of[s].shape), node_of[s].dtype.np))
+                nbytes = int(np.prod(node_of[s].shape, dtype=np.int64)) * node_of[s].dtype.np.itemsize
+                self._held.append([] if nbytes >= _RECYCLE_BYTES else None)
         locs: dict[int, _Loc] = {}
         for k, node in enumerate(exe._inputs):
             d = node.dtype.np
@@ -834,7 +840,7 @@ class NativeProgram:
             f = a.flags
             if not (f.c_contiguous and f.aligned):
                 return None
-        outs = [np.empty(shape, d) for shape, d in self._out_specs]
+        outs = self._outputs()
         ctxs = self._ctxs
         try:
             ctx = ctxs.pop()  # One arena per concurrent call (list.pop and append are atomic).
@@ -854,6 +860,34 @@ class NativeProgram:
             return tuple([objs[j] if j >= 0 else np.array(self._value(s, objs, ctx)) for s, j in self._results])
         finally:
             ctxs.append(ctx)
+
+    def _outputs(self) -> list[np.ndarray]:
+        """Fresh output arrays, recycling large ones that only this program still references.
+
+        A large new array comes from mmap and costs a page fault per 4 KiB on first touch (hundreds per
+        training step); an output whose caller has dropped it (a parameter's value two steps ago) is
+        unreachable from outside, and every output step writes all of its elements.
+        """
+        outs = []
+        held = self._held
+        with self._lock:
+            for j, (shape, d) in enumerate(self._out_specs):
+                pool = held[j]
+                if pool is None:
+                    outs.append(np.empty(shape, d))
+                    continue
+                for a in pool:
+                    # References: the pool, the loop variable and getrefcount's argument.
+                    if sys.getrefcount(a) == 3:
+                        outs.append(a)
+                        break
+                else:
+                    a = np.empty(shape, d)
+                    if len(pool) >= _RECYCLE_DEPTH:
+                        pool.pop(0)
+                    pool.append(a)
+                    outs.append(a)
+        return outs
 
     def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
         prog, prog_ptr, steps, _ = table
