@@ -2,6 +2,7 @@
 
     python -m loom.bench --models mlp,cnn,gpt --frameworks loom,torch,torch-compile,jax --repeats 7 --json out.json
     python -m loom.bench --quick --models mlp --frameworks loom,loom-function,torch
+    python -m loom.bench --models mlp --repeats 5 --background-load 1   # idle, then beside one busy process
     python -m loom.bench --list
 
 A peer that is not installed is skipped with a printed reason. Exit status:
