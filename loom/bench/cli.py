@@ -2,6 +2,7 @@
 
     python -m loom.bench --models mlp,cnn,gpt --frameworks loom,torch,torch-compile,jax --repeats 7 --json out.json
     python -m loom.bench --quick --models mlp --frameworks loom,loom-function,torch
+    python -m loom.bench --models mlp --repeats 5 --background-load 1   # idle, then beside one busy process
     python -m loom.bench --list
 
 A peer that is not installed is skipped with a printed reason. Exit status:
@@ -75,6 +76,13 @@ def parser() -> argparse.ArgumentParser:
                    help="process counts for a data-parallel scaling run (e.g. 1,2,4): loom DDP over Open MPI "
                         "beside PyTorch DDP over gloo, each rank on its own batch; replaces the "
                         "one-process comparison")
+    p.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="after the idle timed blocks, time every framework again beside N busy single-threaded "
+                        "processes pinned to the workers' CPUs (rows named MODEL+busy), and print how much of its "
+                        "idle ratio to the best peer each framework keeps; the processes are killed at the end")
+    p.add_argument("--background-kind", choices=("gemm", "spin"), default="gemm",
+                   help="the busy processes' loop: a NumPy float32 GEMM (competes for the caches too) or a "
+                        "pure-Python spin")
     p.add_argument("--cold-cache", action="store_true",
                    help="give the workers an empty LOOM_CACHE_DIR, so loom's warm-up includes every kernel build")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds a worker may take for one answer")
@@ -113,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in (("--repeats", args.repeats), ("--threads", args.threads)):
         if value < 1:
             parser().error(f"{name} must be >= 1, got {value}")
+    if args.background_load < 0:
+        parser().error(f"--background-load must be >= 0, got {args.background_load}")
     if args.steps is not None and args.steps < 1:
         parser().error(f"--steps must be >= 1, got {args.steps}")
     notes: list[str] = []
@@ -140,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = harness.Options(models=args.models, frameworks=args.frameworks, repeats=repeats, steps=args.steps,
                            warmup=warmup, threads=args.threads, seed=args.seed, quick=args.quick,
                            loom_backend=loom_backend, loom_eager_backend=args.loom_eager_backend,
-                           timeout=args.timeout, cache_dir=cache_dir, log_dir=args.log_dir, pin=not args.no_pin)
+                           timeout=args.timeout, cache_dir=cache_dir, log_dir=args.log_dir, pin=not args.no_pin,
+                           background_load=args.background_load, background_kind=args.background_kind)
     machine = machine_info()
     say(f"loom.bench: {machine['cpu_model']}, {machine['cores_available']} cores, {args.threads} thread(s), "
         f"load average {machine['load_average']}; {repeats} repeats, warm-up {warmup}")
@@ -149,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_end"] = load_average()
     print()
     print(report.table(results))
+    if args.background_load:
+        print("\n".join(harness.load_summary(results)))
     print(f"load average at start {machine['load_average']}, at end {machine['load_average_end']} "
           f"on {machine['cores_available']} cores")
     config = harness.options_dict(opts)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from loom.bench import roofline, stats
+from loom.bench.background import BusyLoad
 from loom.bench.machine import load_average
 from loom.bench.workloads import FRAMEWORKS, get
 
@@ -63,6 +64,8 @@ class Options:
     cache_dir: str | None = None      # LOOM_CACHE_DIR for the workers; None keeps the environment's.
     log_dir: str | None = None        # Where workers' stderr goes; None: a temporary folder.
     pin: bool = True                  # Pin each worker to `threads` CPUs (see `worker_cpus`).
+    background_load: int = 0          # Busy processes beside the workers in a second round of timed blocks.
+    background_kind: str = "gemm"     # Their loop: "gemm" (NumPy, one thread) or "spin" (pure Python).
 
 
 def framework_missing(framework: str) -> str | None:
@@ -195,7 +198,6 @@ def run(opts: Options, say: Callable[[str], None] = print) -> list[dict]:
         say(f"{model}: {workload.description}")
         entries: dict[str, dict] = {}
         workers: dict[str, Worker] = {}
-        load_before = load_average()
         for fw in opts.frameworks:
             entry = {"model": model, "framework": fw, "unit": workload.unit,
                      "samples_per_step": workload.samples_per_step, "steps_per_block": steps,
@@ -220,77 +222,129 @@ def run(opts: Options, say: Callable[[str], None] = print) -> list[dict]:
             entry.update({k: v for k, v in msg.items() if k not in ("event", "pid")})
             entry["compile_s"] = msg["warmup_s"]
             workers[fw] = worker
-        blocks: dict[str, list[float]] = {fw: [] for fw in workers}
-        cpu: dict[str, list[float]] = {fw: [] for fw in workers}
-        order = stats.interleave(list(workers), opts.repeats)
-        for r, fw in order:
-            if fw not in workers:
-                continue
-            worker = workers[fw]
-            worker.send({"op": "block", "steps": steps})
-            msg = worker.recv(opts.timeout)
-            if msg.get("event") != "block":
-                worker.kill()
-                worker.close()
-                del workers[fw]
-                _fail(entries[fw], f"during timed repeat {r + 1}: {msg.get('reason', msg)}", say)
-                continue
-            blocks[fw].append(msg["seconds"])
-            if "cpu_seconds" in msg:
-                cpu[fw].append(msg["cpu_seconds"])
+        phases = [0] + ([opts.background_load] if opts.background_load > 0 else [])
+        for busy in phases:
+            if busy:
+                loaded = {fw: dict(entries[fw], background_load=busy, background_kind=opts.background_kind)
+                          for fw in workers}
+                results.extend(loaded.values())
+                say(f"  {model}: timed blocks again beside {busy} busy {opts.background_kind} process(es) "
+                    f"on CPUs {worker_cpus(opts) or 'any'}")
+                with BusyLoad(busy, opts.background_kind, worker_cpus(opts)):
+                    _timed(opts, model, workload, steps, workers, loaded, roof, say)
+            else:
+                _timed(opts, model, workload, steps, workers, entries, roof, say)
         for fw, worker in workers.items():
             worker.send({"op": "finish"})
             msg = worker.recv(opts.timeout)
             worker.close()
-            entry = entries[fw]
             if msg.get("event") == "finish":
-                entry["peak_rss_mb"] = msg["peak_rss_mb"]
-                entry["os_threads"] = msg.get("os_threads")
-                entry["info"] = msg["info"]
-                planned = msg["info"].get("planned_peak_bytes")
-                if planned is not None:
-                    entry["planned_peak_bytes"] = planned
-            entry["block_seconds"] = blocks[fw]
-            entry.update(stats.summarize(blocks[fw], steps))
-            if cpu[fw]:
-                # CPU time of all the worker's threads: steadier than wall time on a busy machine, and
-                # above it when a framework computes on several threads.
-                entry["block_cpu_seconds"] = cpu[fw]
-                entry["cpu_ms"] = stats.summarize(cpu[fw], steps)["median_ms"]
-            entry["throughput"] = stats.throughput(entry["median_ms"], workload.samples_per_step)
-            entry["status"] = "ok"
-        load_after = load_average()
-        ok = {fw: e["throughput"] for fw, e in entries.items() if e.get("status") == "ok"}
-        ratios = stats.ratios_to_best_peer(ok)
-        best = stats.best_peer(ok)
-        ok_cpu = {fw: stats.throughput(e["cpu_ms"], workload.samples_per_step) for fw, e in entries.items()
-                  if e.get("status") == "ok" and e.get("cpu_ms")}
-        cpu_ratios = stats.ratios_to_best_peer(ok_cpu)
-        values = [e["first_value"] for e in entries.values() if e.get("status") == "ok"]
-        for fw, e in entries.items():
-            e["load_average_before"] = load_before
-            e["load_average_after"] = load_after
-            if e.get("status") == "ok":
-                e["best_peer"] = best
-                e["ratio_to_best_peer"] = ratios[fw]
-                if fw in ok_cpu:
-                    e["cpu_throughput"] = ok_cpu[fw]
-                    e["cpu_best_peer"] = stats.best_peer(ok_cpu)
-                    e["cpu_ratio_to_best_peer"] = cpu_ratios[fw]
-                # All frameworks start from the same weights and batch: their first outputs must agree.
-                e["first_value_spread"] = max(values) - min(values) if values else None
-        for fw in opts.frameworks:
-            e = entries[fw]
-            if e.get("status") == "ok":
-                ratio = e["ratio_to_best_peer"]
-                cpu_ratio = e.get("cpu_ratio_to_best_peer")
-                roofline.annotate([e], roof)
-                say(f"  {model}/{fw}: {e['median_ms']:.3f} ms/step (min {e['min_ms']:.3f}, max {e['max_ms']:.3f}), "
-                    f"{e['throughput']:.1f} {workload.unit}/s" + (f", {ratio:.2f}x best peer" if ratio else "")
-                    + (f" (CPU time: {e['cpu_ms']:.3f} ms/step, {cpu_ratio:.2f}x)" if cpu_ratio else "")
-                    + (f", {e['gflops']:.1f} GFLOP/s = {100 * e['sgemm_fraction']:.0f}% of sgemm"
-                       if e.get("sgemm_fraction") is not None else ""))
+                for e in results:
+                    if e["model"] == model and e["framework"] == fw and e.get("status") == "ok":
+                        e["peak_rss_mb"] = msg["peak_rss_mb"]
+                        e["os_threads"] = msg.get("os_threads")
+                        e["info"] = msg["info"]
+                        planned = msg["info"].get("planned_peak_bytes")
+                        if planned is not None:
+                            e["planned_peak_bytes"] = planned
+        if len(phases) > 1:
+            for line in load_summary([e for e in results if e["model"] == model]):
+                say(line)
     return results
+
+
+def _timed(opts: Options, model: str, workload, steps: int, workers: dict[str, Worker], entries: dict[str, dict],
+           roof: dict, say: Callable[[str], None]) -> None:
+    """One round of interleaved timed blocks of every live worker, summarised into `entries`."""
+    blocks: dict[str, list[float]] = {fw: [] for fw in workers}
+    cpu: dict[str, list[float]] = {fw: [] for fw in workers}
+    load_before = load_average()
+    order = stats.interleave(list(workers), opts.repeats)
+    for r, fw in order:
+        if fw not in workers:
+            continue
+        worker = workers[fw]
+        worker.send({"op": "block", "steps": steps})
+        msg = worker.recv(opts.timeout)
+        if msg.get("event") != "block":
+            worker.kill()
+            worker.close()
+            del workers[fw]
+            _fail(entries[fw], f"during timed repeat {r + 1}: {msg.get('reason', msg)}", say)
+            continue
+        blocks[fw].append(msg["seconds"])
+        if "cpu_seconds" in msg:
+            cpu[fw].append(msg["cpu_seconds"])
+    for fw in list(blocks):
+        if fw not in workers:
+            continue
+        entry = entries[fw]
+        entry["block_seconds"] = blocks[fw]
+        entry.update(stats.summarize(blocks[fw], steps))
+        if cpu[fw]:
+            # CPU time of all the worker's threads: steadier than wall time on a busy machine, and
+            # above it when a framework computes on several threads.
+            entry["block_cpu_seconds"] = cpu[fw]
+            entry["cpu_ms"] = stats.summarize(cpu[fw], steps)["median_ms"]
+        entry["throughput"] = stats.throughput(entry["median_ms"], workload.samples_per_step)
+        entry["status"] = "ok"
+    load_after = load_average()
+    ok = {fw: e["throughput"] for fw, e in entries.items() if e.get("status") == "ok"}
+    ratios = stats.ratios_to_best_peer(ok)
+    best = stats.best_peer(ok)
+    ok_cpu = {fw: stats.throughput(e["cpu_ms"], workload.samples_per_step) for fw, e in entries.items()
+              if e.get("status") == "ok" and e.get("cpu_ms")}
+    cpu_ratios = stats.ratios_to_best_peer(ok_cpu)
+    values = [e["first_value"] for e in entries.values() if e.get("status") == "ok"]
+    for fw, e in entries.items():
+        e["load_average_before"] = load_before
+        e["load_average_after"] = load_after
+        if e.get("status") == "ok":
+            e["best_peer"] = best
+            e["ratio_to_best_peer"] = ratios[fw]
+            if fw in ok_cpu:
+                e["cpu_throughput"] = ok_cpu[fw]
+                e["cpu_best_peer"] = stats.best_peer(ok_cpu)
+                e["cpu_ratio_to_best_peer"] = cpu_ratios[fw]
+            # All frameworks start from the same weights and batch: their first outputs must agree.
+            e["first_value_spread"] = max(values) - min(values) if values else None
+    for fw, e in entries.items():
+        if e.get("status") == "ok":
+            ratio = e["ratio_to_best_peer"]
+            cpu_ratio = e.get("cpu_ratio_to_best_peer")
+            roofline.annotate([e], roof)
+            busy = f" [beside {e['background_load']} busy]" if e.get("background_load") else ""
+            say(f"  {model}/{fw}{busy}: {e['median_ms']:.3f} ms/step (min {e['min_ms']:.3f}, "
+                f"max {e['max_ms']:.3f}), {e['throughput']:.1f} {workload.unit}/s"
+                + (f", {ratio:.2f}x best peer" if ratio else "")
+                + (f" (CPU time: {e['cpu_ms']:.3f} ms/step, {cpu_ratio:.2f}x)" if cpu_ratio else "")
+                + (f", {e['gflops']:.1f} GFLOP/s = {100 * e['sgemm_fraction']:.0f}% of sgemm"
+                   if e.get("sgemm_fraction") is not None else ""))
+
+
+def load_summary(results: list[dict]) -> list[str]:
+    """Lines comparing each framework's ratio to the best peer idle and beside the busy processes.
+
+    Examples
+    --------
+    >>> rows = [{"model": "mlp", "framework": "loom", "status": "ok", "ratio_to_best_peer": 1.1},
+    ...         {"model": "mlp", "framework": "loom", "status": "ok", "ratio_to_best_peer": 0.9,
+    ...          "background_load": 1, "median_ms": 2.0}]
+    >>> load_summary(rows)
+    ['  mlp/loom: 1.10x best peer idle, 0.90x beside 1 busy process(es) (keeps 82% of its idle ratio)']
+    """
+    idle = {(e["model"], e["framework"]): e for e in results if not e.get("background_load")}
+    lines = []
+    for e in results:
+        base = idle.get((e["model"], e["framework"]))
+        if not e.get("background_load") or base is None or e.get("status") != "ok" or base.get("status") != "ok":
+            continue
+        a, b = base.get("ratio_to_best_peer"), e.get("ratio_to_best_peer")
+        if a is None or b is None:
+            continue
+        lines.append(f"  {e['model']}/{e['framework']}: {a:.2f}x best peer idle, {b:.2f}x beside "
+                     f"{e['background_load']} busy process(es) (keeps {100 * b / a:.0f}% of its idle ratio)")
+    return lines
 
 
 def roofline_probe(opts: Options, log_dir: Path, say: Callable[[str], None] = print) -> dict:

@@ -26,6 +26,11 @@ def _fmt(value, spec: str, missing: str = "-") -> str:
     return missing if value is None else format(value, spec)
 
 
+def _name(r: dict) -> str:
+    """The row's model, marked ``+busy`` for blocks timed beside ``--background-load`` processes."""
+    return r["model"] + ("+busy" if r.get("background_load") else "")
+
+
 def table(results: list[dict]) -> str:
     """The results as a fixed-width text table (ms per step, throughput, ratio to the best peer, memory).
 
@@ -34,7 +39,8 @@ def table(results: list[dict]) -> str:
     loom's traced step, the same for every framework) over the median time and %sgemm that rate over the
     machine's measured float32 GEMM rate at the same thread count (`loom.bench.roofline`), warm-up is
     seconds (first call, tracing, compiling), peak RSS is the worker's MiB, planned is loom's planned arena
-    MiB for the traced step.
+    MiB for the traced step. A model named ``+busy`` is the second round of blocks of a ``--background-load``
+    run, timed beside the busy processes.
     """
     head = (f"{'model':<9} {'framework':<13} {'median':>8} {'min':>8} {'max':>8} {'CPU':>8} {'throughput':>20} "
             f"{'x best':>7} {'x best':>7} {'GFLOP':>7} {'%sgemm':>6} {'warm-up':>9} {'peak RSS':>8} {'planned':>7}"
@@ -49,7 +55,7 @@ def table(results: list[dict]) -> str:
         status = "ok" if ok else f"{r.get('status')}: {r.get('reason', '')}"
         frac = r.get("sgemm_fraction")
         lines.append(
-            f"{r['model']:<9} {r['framework']:<13} {_fmt(r.get('median_ms'), '.3f'):>8} "
+            f"{_name(r):<9} {r['framework']:<13} {_fmt(r.get('median_ms'), '.3f'):>8} "
             f"{_fmt(r.get('min_ms'), '.3f'):>8} {_fmt(r.get('max_ms'), '.3f'):>8} {_fmt(r.get('cpu_ms'), '.3f'):>8} "
             f"{thr:>20} "
             f"{_fmt(r.get('ratio_to_best_peer'), '.2f'):>7} {_fmt(r.get('cpu_ratio_to_best_peer'), '.2f'):>7} "
@@ -101,7 +107,7 @@ def markdown(doc: dict) -> str:
         load = "/".join(str(x[0]) if x else "-" for x in (r.get("load_average_before"),
                                                              r.get("load_average_after")))
         out.append(
-            f"| {r['model']} | {r['framework']} | {_fmt(r.get('median_ms'), '.3f')} | {_fmt(r.get('min_ms'), '.3f')} "
+            f"| {_name(r)} | {r['framework']} | {_fmt(r.get('median_ms'), '.3f')} | {_fmt(r.get('min_ms'), '.3f')} "
             f"| {_fmt(r.get('max_ms'), '.3f')} | {_fmt(r.get('cpu_ms'), '.3f')} | "
             + (f"{r['throughput']:.0f} {r['unit']}/s" if ok else "-")
             + f" | {_fmt(r.get('ratio_to_best_peer'), '.2f')} | {_fmt(r.get('cpu_ratio_to_best_peer'), '.2f')} "
@@ -122,14 +128,14 @@ def plot(doc: dict, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in doc["results"] if r.get("status") == "ok" and r.get("ratio_to_best_peer") is not None]
-    models = list(dict.fromkeys(r["model"] for r in doc["results"]))
+    models = list(dict.fromkeys(_name(r) for r in doc["results"]))
     frameworks = list(dict.fromkeys(r["framework"] for r in doc["results"]))
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(models) + 2), 4.0))
     width = 0.8 / max(len(frameworks), 1)
     for i, fw in enumerate(frameworks):
         xs, ys = [], []
         for j, m in enumerate(models):
-            hit = [r for r in rows if r["model"] == m and r["framework"] == fw]
+            hit = [r for r in rows if _name(r) == m and r["framework"] == fw]
             if hit:
                 xs.append(j + (i - (len(frameworks) - 1) / 2) * width)
                 ys.append(hit[0]["ratio_to_best_peer"])

@@ -21,7 +21,8 @@ each step...]`` then one record per step:
   (size, src stride, dst stride) per dim]``
 - python ``[4]``
 - half-precision gemm ``[9, ...]``: see `loom.codegen.gemm`
-- gather ``[5, ...]``, scatter_add ``[6, ...]``, pad ``[7, ...]``, check ``[8, ...]``: see
+- gather ``[5, ...]``, scatter_add ``[6, ...]``, pad ``[7, ...]``, check ``[8, ...]``, a fused
+  gather-multiply-scatter_add (sparse-dense product) ``[10, ...]``: see
   `loom.codegen.driver_index` (a bad index or value stops the walk there, and Python reruns the step
   to raise loom's error for it)
 
@@ -136,6 +137,7 @@ int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t st
       case 7: loom_pad(r, base); break;
       case 8: if (loom_check(r, base)) { ctl[CTL_RC] = 1; return k; } break;
       case 9: loom_gemm_half(prog, r, base, ctl); break;
+      case 10: if (loom_spmm(r, base)) { ctl[CTL_RC] = 1; return k; } break;
       default: return k;
     }
   }

@@ -14,7 +14,16 @@ from its plan table with the records `loom.runtime.native` writes:
   (size, src stride, dst stride) per dim]``;
 - check ``[8, code, compare, flags, low, high, ignore, count, row length, src base, src off, dst base,
   dst off]`` (code: the input's element type; compare 0 in int64, 1 in double, 2 in float; flags 1
-  closed, 2 ignore, 4 positive rows; bounds as int64, or as double bits).
+  closed, 2 ignore, 4 positive rows; bounds as int64, or as double bits);
+- sparse-dense product ``[10, dtype, E, F, x rows, out rows, (base, off, stride 0, stride 1) of x,
+  (base, off, stride 0, stride 1, width) of the column index, (base, off, stride 0, stride 1) of the weights,
+  (base, off, stride 0, stride 1, width) of the row index, base base, base off, (base, off, stride 0,
+  stride 1) of out, copy ndim, (size, base stride, out stride) per copy dim, final ndim, final base, final
+  off, (size, out stride, final stride) per final dim]``: a gather of x's rows, a product with the weights
+  and a scatter-add of the products into out's rows (the message passing of a graph layer,
+  ``index_add(0, rows, x.index_select(0, cols) * w)``) in one pass over the E x F products, none of them
+  stored (dtype 0 float32, 1 float64). With a final ndim above 0, "out" is scratch memory copied to the
+  final place at the end (the planned output may share memory with x, dead once the gather has read it).
 
 A step that finds a bad index or value writes nothing it did not own and
 returns 1: the driver stops there and Python reruns the step, which raises
@@ -110,6 +119,75 @@ static int loom_scatter_add(const int64_t *r, char *const *base) {
     case 2: loom_scatter_int32_t(nd, d, iw, size, oas, ix, s, o); break;
     default: loom_scatter_int64_t(nd, d, iw, size, oas, ix, s, o); break;
   }
+  return 0;
+}
+
+#define LOOM_SPMM(T)                                                                                    \
+static void loom_spmm_##T(const int64_t *r, const char *x, const char *ci, const char *w, const char *ri,  \
+                          char *o) {                                                                    \
+  int64_t E = r[2], F = r[3], xn = r[4], on = r[5], xs0 = r[8], xs1 = r[9], cs0 = r[12], cs1 = r[13];    \
+  int64_t cw = r[14], ws0 = r[17], ws1 = r[18], rs0 = r[21], rs1 = r[22], rw = r[23];                    \
+  int64_t os0 = r[28], os1 = r[29], isz = (int64_t)sizeof(T);                                            \
+  int rows = cs1 == 0 && rs1 == 0, dense = xs1 == isz && os1 == isz;                                     \
+  for (int64_t e = 0; e < E; e++) {                                                                     \
+    const char *cp = ci + e * cs0, *rp = ri + e * rs0, *wp = w + e * ws0;                               \
+    if (rows) {                                                                                         \
+      int64_t c = LOOM_IDX(cp, cw), t = LOOM_IDX(rp, rw);                                               \
+      if (c < 0) c += xn;                                                                               \
+      if (t < 0) t += on;                                                                               \
+      const char *xr = x + c * xs0;                                                                     \
+      char *orow = o + t * os0;                                                                         \
+      if (dense && ws1 == 0) {                                                                          \
+        const T *xv = (const T *)xr, wv = *(const T *)wp;                                               \
+        T *ov = (T *)orow;                                                                              \
+        for (int64_t f = 0; f < F; f++) { T m = xv[f] * wv; ov[f] += m; }                               \
+      } else {                                                                                          \
+        for (int64_t f = 0; f < F; f++) {                                                               \
+          T m = *(const T *)(xr + f * xs1) * *(const T *)(wp + f * ws1);                                \
+          *(T *)(orow + f * os1) += m;                                                                  \
+        }                                                                                               \
+      }                                                                                                 \
+    } else {                                                                                            \
+      for (int64_t f = 0; f < F; f++) {                                                                 \
+        int64_t c = LOOM_IDX(cp + f * cs1, cw), t = LOOM_IDX(rp + f * rs1, rw);                         \
+        if (c < 0) c += xn;                                                                             \
+        if (t < 0) t += on;                                                                             \
+        T m = *(const T *)(x + c * xs0 + f * xs1) * *(const T *)(wp + f * ws1);                         \
+        *(T *)(o + t * os0 + f * os1) += m;                                                             \
+      }                                                                                                 \
+    }                                                                                                   \
+  }                                                                                                     \
+}
+LOOM_SPMM(float)
+LOOM_SPMM(double)
+
+/* Whether every index of an E x F index block (strides s0, s1) lies in [-size, size). */
+static int loom_index2_ok(const char *ix, int64_t E, int64_t F, int64_t s0, int64_t s1, int64_t iw,
+                          int64_t size) {
+  int64_t nf = s1 == 0 ? 1 : F;
+  for (int64_t e = 0; e < E; e++)
+    for (int64_t f = 0; f < nf; f++) {
+      int64_t v = LOOM_IDX(ix + e * s0 + f * s1, iw);
+      if (v < -size || v >= size) return 0;
+    }
+  return 1;
+}
+
+/* Products summed in the order of the unfused steps (each rounded, then added in C order of the index, as
+   np.add.at does), so the bits are theirs. A bad index stops it before anything is written. */
+static int loom_spmm(const int64_t *r, char *const *base) {
+  int64_t code = r[1], E = r[2], F = r[3];
+  const char *x = base[r[6]] + r[7], *ci = base[r[10]] + r[11], *w = base[r[15]] + r[16];
+  const char *ri = base[r[19]] + r[20], *b = base[r[24]] + r[25];
+  char *o = base[r[26]] + r[27];
+  if (!loom_index2_ok(ci, E, F, r[12], r[13], r[14], r[4]) || !loom_index2_ok(ri, E, F, r[21], r[22], r[23], r[5]))
+    return 1;
+  int64_t isz = code == 1 ? 8 : 4, cnd = r[30];
+  const int64_t *fin = r + 31 + 3 * cnd;  /* [ndim, dst base, dst off, (size, src stride, dst stride) per dim] */
+  if (b != o) loom_copy(cnd, isz, r + 31, (char *)b, o);
+  if (code == 1) loom_spmm_double(r, x, ci, w, ri, o);
+  else loom_spmm_float(r, x, ci, w, ri, o);
+  if (fin[0] > 0) loom_copy(fin[0], isz, fin + 3, o, base[fin[1]] + fin[2]);
   return 0;
 }
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import sys
 import threading
 from typing import Any
 
@@ -48,7 +49,7 @@ from loom import profiler as _profiler
 from loom.ir.node import Node
 from loom.runtime import threads
 
-_KERNEL, _GEMM, _COPY, _PY, _GATHER, _SCATTER, _PAD, _CHECK, _HGEMM = 1, 2, 3, 4, 5, 6, 7, 8, 9
+_KERNEL, _GEMM, _COPY, _PY, _GATHER, _SCATTER, _PAD, _CHECK, _HGEMM, _SPMM = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 _INDEX_OPS = {"gather": _GATHER, "scatter_add": _SCATTER, "pad": _PAD, "check": _CHECK}
 _CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int8, np.int16, np.int32,
                                                         np.int64, np.uint8, np.uint16, np.uint32))}
@@ -61,6 +62,8 @@ LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_nor
 _ALIGN = 64
 _INT32_MAX = 2**31 - 1
 _CTL_RC = 5
+_RECYCLE_BYTES = 1 << 16  # Outputs at least this large are recycled (smaller ones come from malloc's heap).
+_RECYCLE_DEPTH = 4        # Arrays kept per output.
 
 
 def enabled() -> bool:
@@ -203,11 +206,12 @@ def _copy_dims(shape, ss, ds) -> list[tuple[int, int, int]]:
 class _Step:
     """One table entry: what it is and how Python runs it when C does not."""
 
-    __slots__ = ("kind", "st", "args", "dst", "gemm", "pre")
+    __slots__ = ("kind", "st", "args", "dst", "gemm", "pre", "chain")
 
-    def __init__(self, kind, st, args, dst, gemm=None, pre=None):
+    def __init__(self, kind, st, args, dst, gemm=None, pre=None, chain=()):
         self.kind, self.st, self.args, self.dst, self.gemm = kind, st, args, dst, gemm
         self.pre = pre  # For a GEMM epilogue's kernel: the whole GEMM Python reruns before it.
+        self.chain = chain  # For a fused record of several steps: those steps, which Python runs in turn.
 
 
 class _Ctx:
@@ -242,11 +246,14 @@ class NativeProgram:
         produced = {st.out for st in steps}
         self._out_base: dict[int, int] = {}
         self._out_specs: list[tuple[tuple[int, ...], np.dtype]] = []
+        self._held: list[list | None] = []  # Per output: arrays handed out before, reused once unreferenced.
         node_of = {st.out: st.node for st in steps}
         for s in out_slots:
             if s in produced and s not in self._out_base:
                 self._out_base[s] = 1 + nin + len(self._out_specs)
                 self._out_specs.append((tuple(node_of[s].shape), node_of[s].dtype.np))
+                nbytes = int(np.prod(node_of[s].shape, dtype=np.int64)) * node_of[s].dtype.np.itemsize
+                self._held.append([] if nbytes >= _RECYCLE_BYTES else None)
         locs: dict[int, _Loc] = {}
         for k, node in enumerate(exe._inputs):
             d = node.dtype.np
@@ -374,6 +381,7 @@ class NativeProgram:
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
         self._epilogue = exe.tools.gemm_epilogue() if self._blas is not None else None
         self._pairs = self._epilogue_pairs(readers, index) if self._epilogue is not None else {}
+        self._spmm = self._spmm_triples(readers)
         # Float32 scratch for half-precision GEMMs (one at a time): A, B and C of the largest.
         scratch = 0
         for st in steps:
@@ -381,6 +389,10 @@ class NativeProgram:
             if g is not None:
                 M, N, K = g[3:6]
                 scratch = max(scratch, 4 * (M * K + K * N + M * N))
+        for _, ks in self._spmm.values():  # A sparse product's sums when its output shares x's memory.
+            o = self._locs[self._steps[ks].out]
+            scratch = max(scratch, int(np.prod(o.shape, dtype=np.int64)) * o.dtype.itemsize)
+        self._scratch_bytes = scratch
         self._scratch_off = -(-self.arena_bytes // _ALIGN) * _ALIGN
         if scratch:
             self.arena_bytes = self._scratch_off + scratch
@@ -561,6 +573,79 @@ class NativeProgram:
             steps.append(_Step(_KERNEL, fst, fst.args, fst.out, pre=g))
         return records, steps
 
+    # ------------------------------------------------------------ sparse-dense products
+    def _spmm_triples(self, readers: dict) -> dict[int, tuple[int, int]]:
+        """Gather step -> (product kernel step, scatter_add step) of a message-passing chain run as one record.
+
+        ``scatter_add(base, 0, ri, gather(x, 0, ci) * w)`` on 2-D float values: the gather's value is read by
+        the product alone, the product's by the scatter alone (as its source). The record runs at the
+        scatter's place, so the steps in between must not write what it reads late (x, ci, w) nor the
+        skipped values' memory (which Python's rerun of the three steps writes).
+        """
+        steps, virtual, outs, locs = self._steps, self._virtual, self._out_base, self._locs
+        reader_of = {a: j for j, st in enumerate(steps) for a in st.args}
+        triples = {}
+        for kg, gst in enumerate(steps):
+            g = gst.node
+            if g.op != "gather" or int(g.attrs["axis"]) != 0 or len(g.shape) != 2 or \
+                    g.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)) or \
+                    gst.out in outs or gst.out in virtual or readers.get(gst.out) != 1:
+                continue
+            km = reader_of[gst.out]
+            mst = steps[km]
+            if mst.node.op != "fused" or mst.out in outs or mst.out in virtual or readers.get(mst.out) != 1 or \
+                    not _is_product(mst.node, mst.args, gst.out):
+                continue
+            ks = reader_of[mst.out]
+            sst = steps[ks]
+            n = sst.node
+            if n.op != "scatter_add" or int(n.attrs["axis"]) != 0 or len(n.shape) != 2 or \
+                    list(sst.args).index(mst.out) != 2 or list(sst.args).count(mst.out) != 1 or \
+                    n.dtype is not g.dtype or mst.node.dtype is not g.dtype:
+                continue
+            w = mst.args[1] if mst.args[0] == gst.out else mst.args[0]
+            late = [self._root_loc(a) for a in (gst.args[0], gst.args[1], w)] + [locs[gst.out], locs[mst.out]]
+            between = [steps[j] for j in range(kg + 1, ks) if j != km and steps[j].out not in virtual]
+            if not any(self._overlaps(self._root_loc(b.out), v) for b in between for v in late):
+                triples[kg] = (km, ks)
+        return triples
+
+    def _spmm_record(self, kg: int) -> tuple[list[int], _Step] | None:
+        """The driver record of a gather-product-scatter chain (`_spmm_triples`), and its step, or None."""
+        km, ks = self._spmm[kg]
+        gst, mst, sst = self._steps[kg], self._steps[km], self._steps[ks]
+        locs = self._locs
+        x, ci = locs[gst.args[0]], locs[gst.args[1]]
+        w = locs[mst.args[1] if mst.args[0] == gst.out else mst.args[0]]
+        b, ri, o = locs[sst.args[0]], locs[sst.args[1]], locs[sst.out]
+        E, F = (int(v) for v in gst.node.shape)
+        isz = o.dtype.itemsize
+        if not (_index_dtype(ci) and _index_dtype(ri)) or x.dtype != o.dtype or w.dtype != o.dtype or \
+                b.dtype != o.dtype or tuple(ci.shape) != (E, F) or tuple(ri.shape) != (E, F) or \
+                tuple(w.shape) != (E, F) or tuple(mst.node.shape) != (E, F) or \
+                any(v % isz for v in (*x.strides, *w.strides, *o.strides)):
+            return None
+        final = []
+        if any(self._overlaps(o, v) for v in (x, ci, w, ri)) or \
+                ((b.base, b.off, b.strides) != (o.base, o.off, o.strides) and self._overlaps(o, b)):
+            # The planned output reuses memory the chain reads (x, dead after the gather): sum in scratch.
+            if int(np.prod(o.shape, dtype=np.int64)) * isz > self._scratch_bytes:
+                return None
+            temp = _Loc(0, self._scratch_off, o.shape, _contiguous(o.shape, isz), o.dtype)
+            fdims = _copy_dims(o.shape, temp.strides, o.strides)
+            final = [len(fdims), o.base, o.off] + [v for d in fdims for v in d]
+            o = temp
+        cdims = _copy_dims(b.shape, b.strides, o.strides)
+        rec = [_SPMM, int(isz == 8), E, F, int(x.shape[0]), int(o.shape[0]),
+               x.base, x.off, x.strides[0], x.strides[1],
+               ci.base, ci.off, ci.strides[0], ci.strides[1], ci.dtype.itemsize,
+               w.base, w.off, w.strides[0], w.strides[1],
+               ri.base, ri.off, ri.strides[0], ri.strides[1], ri.dtype.itemsize,
+               b.base, b.off, o.base, o.off, o.strides[0], o.strides[1], len(cdims)] + \
+            [v for d in cdims for v in d] + (final or [0, 0, 0])
+        chain = tuple(_Step(_PY, st, st.args, st.out) for st in (gst, mst, sst))
+        return rec, _Step(_SPMM, sst, sst.args, sst.out, chain=chain)
+
     # ------------------------------------------------------------ index steps
     def _index_record(self, k: int, st) -> list[int] | None:
         """The driver record of a gather, scatter_add, pad or check step, or None when it runs from Python."""
@@ -681,6 +766,10 @@ class NativeProgram:
         return view
 
     def _run_python(self, step: _Step, objs, ctx: _Ctx) -> None:
+        for sub in step.chain:
+            self._run_python(sub, objs, ctx)
+        if step.chain:
+            return
         st = step.st
         if step.pre is not None:
             self._gemm_python(step.pre, objs, ctx)
@@ -722,10 +811,21 @@ class NativeProgram:
         steps: list[_Step] = []
         records: list[list[int]] = []
         keep: list[Any] = []
-        fused_done: set[int] = set()  # Kernels already run as a GEMM's epilogue.
+        fused_done: set[int] = set()  # Steps run as part of another record (a GEMM's epilogue, a sparse product).
+        spmm_at: dict[int, tuple] = {}  # Scatter step -> the record of its whole gather-product-scatter chain.
+        for kg, (km, ks) in self._spmm.items():
+            spmm = self._spmm_record(kg) if driver is not None and not self._forced.intersection((kg, km, ks)) \
+                else None
+            if spmm is not None:
+                spmm_at[ks] = spmm
+                fused_done.update((kg, km))
         for k, st in enumerate(self._steps):
             s = st.out
             if s in self._virtual or k in fused_done:
+                continue
+            if k in spmm_at:
+                records.append(spmm_at[k][0])
+                steps.append(spmm_at[k][1])
                 continue
             k2 = self._pairs.get(k)
             if k2 is not None and k not in self._forced and k2 not in self._forced and driver is not None:
@@ -864,7 +964,7 @@ class NativeProgram:
             f = a.flags
             if not (f.c_contiguous and f.aligned):
                 return None
-        outs = [np.empty(shape, d) for shape, d in self._out_specs]
+        outs = self._outputs()
         ctxs = self._ctxs
         try:
             ctx = ctxs.pop()  # One arena per concurrent call (list.pop and append are atomic).
@@ -884,6 +984,34 @@ class NativeProgram:
             return tuple([objs[j] if j >= 0 else np.array(self._value(s, objs, ctx)) for s, j in self._results])
         finally:
             ctxs.append(ctx)
+
+    def _outputs(self) -> list[np.ndarray]:
+        """Fresh output arrays, recycling large ones that only this program still references.
+
+        A large new array comes from mmap and costs a page fault per 4 KiB on first touch (hundreds per
+        training step); an output whose caller has dropped it (a parameter's value two steps ago) is
+        unreachable from outside, and every output step writes all of its elements.
+        """
+        outs = []
+        held = self._held
+        with self._lock:
+            for j, (shape, d) in enumerate(self._out_specs):
+                pool = held[j]
+                if pool is None:
+                    outs.append(np.empty(shape, d))
+                    continue
+                for a in pool:
+                    # References: the pool, the loop variable and getrefcount's argument.
+                    if sys.getrefcount(a) == 3:
+                        outs.append(a)
+                        break
+                else:
+                    a = np.empty(shape, d)
+                    if len(pool) >= _RECYCLE_DEPTH:
+                        pool.pop(0)
+                    pool.append(a)
+                    outs.append(a)
+        return outs
 
     def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
         prog, prog_ptr, steps, _ = table
@@ -944,6 +1072,18 @@ def _permuted(loc: _Loc, perm: tuple, gemm: bool) -> _Loc | None:
     if gemm and (len(shape) < 2 or strides[-1] != loc.dtype.itemsize):
         return None
     return _Loc(loc.base, loc.off, shape, strides, loc.dtype)
+
+
+def _is_product(node: Node, args, slot: int) -> bool:
+    """Whether fused `node` computes only ``a * b`` of its two same-shaped arguments, one of them `slot`."""
+    body = node.attrs.get("body")
+    if body is None or len(args) != 2 or args.count(slot) != 1:
+        return False
+    ops = [m for m in body.topological_order() if m.op != "input"]
+    ins = [m for m in body.topological_order() if m.op == "input"]
+    return len(ops) == 1 and ops[0].op == "mul" and list(body.outputs) == ops and len(ins) == 2 and \
+        set(ops[0].inputs) == set(ins) and all(tuple(m.shape) == tuple(node.shape) and m.dtype is node.dtype
+                                               for m in ins)
 
 
 def _kernels_read(view: _Loc, reads) -> bool:

@@ -153,6 +153,10 @@ GATHER_SCATTER = [
     Case("index_add_alpha", lambda m, x, s: x.index_add(1, m.tensor([0, 2, 0]), s, alpha=2),
          (randn(2, 3), randn(2, 3))),
     Case("index_add_inplace_int", lambda m, x, s: (x * 1).index_add_(0, m.tensor([1, 1]), s), (ints(3), ints(2))),
+    # Message passing (a graph layer): gather rows, weight them, scatter-add them; native runs it as one record.
+    Case("index_select_mul_index_add", lambda m, x, y, w, r, c: x.index_add(0, r, y.index_select(0, c)
+                                                                            * w.unsqueeze(1)),
+         (randn(4, 3), randn(5, 3), randn(9), ints(9, high=4), ints(9, high=5)), grad_inputs=(0, 1, 2)),
     Case("index_copy", lambda m, x, s: x.index_copy(0, m.tensor([2, 0]), s), (randn(3, 2), randn(2, 2))),
     Case("index_fill_scalar", lambda m, x: x.index_fill(1, m.tensor([0, 2]), -3.0), (randn(2, 4),)),
     Case("index_fill_tensor_value", lambda m, x, v: m.index_fill(x, 0, m.tensor([1]), v), (randn(3, 2), randn())),

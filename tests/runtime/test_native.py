@@ -279,6 +279,29 @@ def test_outputs_are_fresh_arrays_per_call():
     np.testing.assert_array_equal(r1[1], x.T)
 
 
+def test_large_outputs_are_recycled_only_once_unreferenced():
+    def fn(a):
+        return (a * 2.0).exp(), a + 1.0
+
+    x = np.full((256, 128), 0.5, np.float32)  # 128 KiB outputs: above native._RECYCLE_BYTES.
+    exe = _compiled(fn, x)
+    prog = exe._native
+    assert prog is not None and x.nbytes >= native._RECYCLE_BYTES
+    kept = exe(x)
+    first = [o.__array_interface__["data"][0] for o in exe(x)]  # Dropped at once.
+    again = exe(x)
+    assert [o.__array_interface__["data"][0] for o in again] == first  # The dropped arrays came back.
+    for k in kept:
+        assert not any(np.shares_memory(k, o) for o in again)  # Still referenced: never reused.
+    view = again[1][:3]
+    del again
+    third = exe(x * 0.0)
+    assert not np.shares_memory(view, third[1])  # A view keeps its base out of the pool.
+    np.testing.assert_array_equal(view, np.full((3, 128), 1.5, np.float32))
+    np.testing.assert_array_equal(kept[0], np.exp(x * 2.0))
+    np.testing.assert_array_equal(third[1], np.ones_like(x))
+
+
 def test_concurrent_calls_from_threads(monkeypatch):
     def fn(a, b):
         h = (a @ b).relu()

@@ -172,3 +172,86 @@ def test_check_positive_rows(monkeypatch):
     _same_error(exe, ref, [x])
     x[1, 0] = -1
     _same_error(exe, ref, [x])
+
+
+def _message_passing_step(nodes, features, hidden):
+    """A GCN-like training step: gather, weight and scatter-add rows (index_select, index_add) both ways."""
+    loom.manual_seed(0)
+    lin1, lin2 = nn.Linear(features, hidden, bias=False), nn.Linear(hidden, 3, bias=False)
+    opt = loom.optim.SGD(list(lin1.parameters()) + list(lin2.parameters()), lr=0.1)
+
+    def spmm(rows, cols, values, dense):
+        messages = dense.index_select(0, cols) * values.unsqueeze(1)
+        return loom.zeros(dense.shape[0], dense.shape[1]).index_add(0, rows, messages)
+
+    def step(x, rows, cols, values, labels):
+        opt.zero_grad()
+        h = F.relu(spmm(rows, cols, values, lin1(x)))
+        loss = F.cross_entropy(spmm(rows, cols, values, lin2(h)), labels)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def test_message_passing_runs_as_sparse_products_with_the_unfused_bits(monkeypatch):
+    nodes, features, hidden, edges = 9, 5, 6, 23
+    rng = np.random.default_rng(3)
+    rows = np.concatenate([rng.integers(0, nodes, edges), [4, 4, 4]])  # Repeated targets sum in order.
+    cols = np.concatenate([rng.integers(0, nodes, edges), [0, 0, 8]])
+    data = [rng.standard_normal((nodes, features)).astype(np.float32), rows, cols,
+            rng.standard_normal(len(rows)).astype(np.float32), rng.integers(0, 3, nodes)]
+    exe = _traced(_message_passing_step(nodes, features, hidden), *[loom.tensor(a) for a in data])
+    arrays = _inputs(exe)
+    arrays[:5] = data
+    got = exe(*arrays)
+    kinds = _kinds(exe)
+    assert kinds.count(native._SPMM) >= 3, "the forward products and the backward ones are single records"
+    assert native._PY not in kinds
+    ref = _python_path(exe, monkeypatch)
+    _same(got, ref(*arrays))  # Bit for bit: each product rounded, then added in the index's order.
+    bad = list(arrays)
+    bad[2] = cols.copy()
+    bad[2][5] = nodes
+    _same_error(exe, ref, bad)
+    _same(exe(*arrays), got)
+
+
+@pytest.mark.parametrize("idx_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sparse_product_record_on_strided_operands_and_index_blocks(monkeypatch, dtype, idx_dtype):
+    from loom.compiler import optimize
+
+    def build(g, x, ci, ri, w, base):
+        xt = g.add_node("permute", [g.add_node("exp", [x])], {"perm": (1, 0)})  # Strided rows, in the arena.
+        gathered = g.add_node("gather", [xt, ci], {"axis": 0})
+        prod = g.add_node("mul", [gathered, w])
+        return g.add_node("scatter_add", [base, ri, prod], {"axis": 0})
+
+    g = Graph()
+    specs = [((4, 6), dtype), ((8, 3), idx_dtype), ((8, 3), idx_dtype), ((8, 3), dtype), ((5, 3), dtype)]
+    xs = [g.add_input(shape, d) for shape, d in specs]
+    g.outputs = [build(g, *xs)]
+    opt, plan = optimize(g, 3)
+    exe = Executable(opt, plan)
+    assert exe.wait(300)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 6)).astype(dtype)
+    ci = rng.integers(-6, 6, (8, 3)).astype(idx_dtype)    # Per-element indices, negative ones too.
+    ri = rng.integers(-5, 5, (8, 3)).astype(idx_dtype)
+    ri[:, 1] = 2
+    w = rng.standard_normal((8, 3)).astype(dtype)
+    base = rng.standard_normal((5, 3)).astype(dtype)
+    got = exe(x, ci, ri, w, base)
+    assert native._SPMM in _kinds(exe)
+    ref = _python_path(exe, monkeypatch)
+    _same(got, ref(x, ci, ri, w, base))
+    want = base.copy()
+    np.add.at(want, (np.where(ri < 0, ri + 5, ri), np.arange(3)), np.exp(x).T[np.where(ci < 0, ci + 6, ci),
+                                                                            np.arange(3)] * w)
+    np.testing.assert_allclose(got[0], want, rtol=1e-6)
+    for k, v in ((1, 6), (2, -6)):
+        bad = [x, ci.copy(), ri.copy(), w, base]
+        bad[k][7, 2] = v
+        _same_error(exe, ref, bad)
+    _same(exe(x, ci, ri, w, base), got)
