@@ -29,7 +29,10 @@ broadcast            partial_sum          none (rank 0 keeps it)
 ===================  ===================  =========================
 
 Moving a tensor to another placement (``to_global(placement=...)``) sends
-the whole value from a source rank to each destination rank (send/recv).
+each destination rank its part of the value from a source rank (send/recv).
+Gradients cross back: `GlobalTensor.backward`, called on every rank, sends
+each move's gradient the other way (send/recv), boxed into the source's
+layout, and continues the backward pass on the source ranks, last move first.
 
 Gradients follow the global view: ``loss.backward()`` on a global scalar
 differentiates the one global loss (not a sum of per-rank losses), and each
@@ -551,18 +554,27 @@ class GlobalTensor:
         return self.full().detach().numpy()
 
     def backward(self, gradient=None) -> None:
-        """Differentiate the global value (a scalar unless `gradient`, a global tensor of the same layout, is given)."""
-        if self.local is None:
-            return
-        if gradient is None:
-            if self.shape != ():
-                raise LoomError(f"loom.distributed.sbp.GlobalTensor.backward: the value has shape {list(self.shape)}; "
-                                "give a gradient or call it on a scalar")
-            self.local.backward()
-        else:
-            if not isinstance(gradient, GlobalTensor):
-                raise LoomError("loom.distributed.sbp.GlobalTensor.backward: gradient must be a GlobalTensor")
-            self.local.backward(_box(gradient, self._grad_layout()).local)
+        """Differentiate the global value (a scalar unless `gradient`, a global tensor of the same layout, is given).
+
+        Every rank of the job calls it: gradients flow back through moves between placements
+        (``to_global(placement=...)``) made since the last backward, as send/recv in the other direction.
+        """
+        roots, grads = [], []
+        if self.local is not None:
+            if gradient is None:
+                if self.shape != ():
+                    raise LoomError(f"loom.distributed.sbp.GlobalTensor.backward: the value has shape "
+                                    f"{list(self.shape)}; give a gradient or call it on a scalar")
+                from loom import _api as loom
+                grad = loom.ones_like(self.local)
+            else:
+                if not isinstance(gradient, GlobalTensor):
+                    raise LoomError("loom.distributed.sbp.GlobalTensor.backward: gradient must be a GlobalTensor")
+                grad = _box(gradient, self._grad_layout()).local
+            roots, grads = [self.local], [grad]
+        elif gradient is not None and not isinstance(gradient, GlobalTensor):
+            raise LoomError("loom.distributed.sbp.GlobalTensor.backward: gradient must be a GlobalTensor")
+        _backward_through_crossings(roots, grads)
 
     def __repr__(self) -> str:
         local = "None" if self.local is None else list(self.local.shape)
@@ -767,39 +779,119 @@ def _part(whole, shape: tuple[int, ...], nd: NdSBP, mesh: Placement, rank: int):
     return part
 
 
-def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
-    """`t` on placement `dst`: the source ranks make the whole value; each destination rank outside the source
-    receives its own part of it from one source rank (send/recv); ranks in both keep their part locally."""
+_CROSSING_TAG = 7011
+
+
+class _Crossing:
+    """A move between placements on this rank's backward tape: the part that left (`source`, on a source rank)
+    and the leaf that arrived (`received`, on a destination rank); backward sends the gradient the other way."""
+
+    __slots__ = ("src", "dst", "src_nd", "dst_nd", "shape", "dtype", "source", "received")
+
+    def __init__(self, t: "GlobalTensor", dst: Placement, to: NdSBP, received):
+        self.src, self.dst, self.src_nd, self.dst_nd = t.placement, dst, t.nd_sbp, to
+        self.shape, self.dtype = t.shape, t.dtype
+        self.source, self.received = t.local, received
+
+
+# The crossings made since the last backward, in program order (every rank of the job runs the same program,
+# so the ranks that take part in one crossing see it at the same place in their tapes).
+_TAPE: list[_Crossing] = []
+
+
+def _transfer(t: GlobalTensor, dst: Placement, to: NdSBP, grad: bool):
+    """This rank's part of `t`'s value on `dst` laid out as `to` (None outside `dst`), detached; and whether
+    the value needs a gradient (`grad` and `t` requires one, agreed between the ranks that take part).
+
+    The source ranks make the whole value; each destination rank outside the
+    source receives its own part from one source rank (send/recv); ranks in
+    both take their part locally.
+    """
     from loom import _api as loom
     from loom.distributed.process_group import resolve as _resolve
     src = t.placement
-    to = _nd(sbp, dst, t.ndim, "to_global")
-    _check_nd(to, dst, t.shape, "to_global")
     world = _resolve(None, "sbp.to_global")
     me = world.rank()
-    whole = t.full() if src.is_member else None
-    receivers = [r for r in dst.ranks if r not in src.ranks]
-    sender_of = {r: src.ranks[k % src.size] for k, r in enumerate(receivers)}
-    mine = None
-    for r, s in sender_of.items():
-        if me == s:
-            with loom.no_grad():
+    needs = bool(grad and t.requires_grad)
+    with loom.no_grad():
+        whole = t.full().detach() if src.is_member else None
+        receivers = [r for r in dst.ranks if r not in src.ranks]
+        sender_of = {r: src.ranks[k % src.size] for k, r in enumerate(receivers)}
+        mine = None
+        for r, s in sender_of.items():
+            if me == s:
                 part = _part(whole, t.shape, to, dst, r)
-            world._comm.send(None if part is None else (tuple(part.shape), part.dtype.name), dest=r, tag=7011)
-            if part is not None:
-                c.send(part.detach().contiguous(), dst=r)
-        elif me == r:
-            meta = world._comm.recv(source=s, tag=7011)
-            shape = _local_shape(t.shape, to, dst)
-            mine = loom.zeros(shape, dtype=t.dtype if meta is None else meta[1])
-            if meta is not None:
-                c.recv(mine, src=s)
-    if not dst.is_member:
-        return GlobalTensor(None, dst, to, t.shape, t.dtype)
-    if mine is not None:  # Received: this rank's part already.
-        return GlobalTensor(mine, dst, to, t.shape, mine.dtype)
-    g = GlobalTensor(whole, dst, tuple(broadcast for _ in to), t.shape, whole.dtype)
-    return _box(g, to)  # In both placements: sliced locally, differentiable.
+                meta = (None if part is None else (tuple(part.shape), part.dtype.name), needs)
+                world._comm.send(meta, dest=r, tag=_CROSSING_TAG)
+                if part is not None:
+                    c.send(part.contiguous(), dst=r, tag=_CROSSING_TAG)
+            elif me == r:
+                shape_dtype, needs = world._comm.recv(source=s, tag=_CROSSING_TAG)
+                mine = loom.zeros(_local_shape(t.shape, to, dst), dtype=t.dtype if shape_dtype is None
+                                  else shape_dtype[1])
+                if shape_dtype is not None:
+                    c.recv(mine, src=s, tag=_CROSSING_TAG)
+        if dst.is_member and mine is None:  # In both placements: sliced locally (a copy, not an alias).
+            mine = _box(GlobalTensor(whole, dst, tuple(broadcast for _ in to), t.shape, whole.dtype), to).local
+            mine = mine.clone()
+    return mine, needs
+
+
+def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
+    """`t` on placement `dst` (send/recv between the placements). When `t` requires grad the part that arrives
+    is a leaf, and the crossing goes on the tape that `GlobalTensor.backward` sends gradients back through."""
+    from loom.autograd.grad_mode import is_grad_enabled
+    to = _nd(sbp, dst, t.ndim, "to_global")
+    _check_nd(to, dst, t.shape, "to_global")
+    mine, needs = _transfer(t, dst, to, is_grad_enabled())
+    if needs:
+        if mine is not None:
+            mine = mine.requires_grad_(True)
+        if t.placement.is_member or dst.is_member:
+            _TAPE.append(_Crossing(t, dst, to, mine))
+    return GlobalTensor(mine, dst, to, t.shape, t.dtype if mine is None else mine.dtype)
+
+
+def _backward_through_crossings(roots: list, grads: list) -> None:
+    """Backward on this rank from `roots` (with `grads`), and through the crossings on the tape, last first.
+
+    At each crossing the destination ranks first run the backward pass of
+    what they hold so far (so the gradient of the part that arrived is
+    complete), then the gradient moves back to the source placement, laid out
+    as the source's gradient (send/recv in the other direction), where it
+    seeds the source ranks' backward pass. Every rank of the job calls it.
+    """
+    from loom import _api as loom
+    from loom.autograd import engine
+    tape = list(_TAPE)
+    _TAPE.clear()
+    pending: dict[int, list] = {}
+
+    def seed(t, g) -> None:
+        if id(t) in pending:
+            pending[id(t)][1] = pending[id(t)][1] + g
+        else:
+            pending[id(t)] = [t, g]
+
+    def flush(last: bool) -> None:
+        if pending:
+            ts, gs = zip(*pending.values())
+            pending.clear()
+            engine.backward(list(ts), list(gs), retain_graph=not last)
+    for t, g in zip(roots, grads):
+        seed(t, g)
+    for cr in reversed(tape):
+        layout_dst = tuple(broadcast if s == partial_sum else s for s in cr.dst_nd)
+        layout_src = tuple(broadcast if s == partial_sum else s for s in cr.src_nd)
+        g = None
+        if cr.received is not None:
+            flush(last=False)
+            g = cr.received.grad
+            g = loom.zeros_like(cr.received) if g is None else g.detach()
+        back, _ = _transfer(GlobalTensor(g, cr.dst, layout_dst, cr.shape, cr.dtype), cr.src, layout_src, False)
+        if cr.source is not None and cr.source.requires_grad:
+            seed(cr.source, back.to(cr.source.dtype))
+    flush(last=True)
 
 
 def _use(t: GlobalTensor) -> GlobalTensor:
