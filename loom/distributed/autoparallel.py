@@ -464,27 +464,6 @@ def _joint_candidates(v: Node, shape: tuple[int, ...]) -> list[NdRule]:
     return out
 
 
-def _nd_steps(have: NdSig, want: NdSig) -> list[tuple[int, NdSig, SBP, SBP]]:
-    """The one-axis conversions that box `have` into `want`, in order: (axis, signature before the step, from,
-    to). First the axes whose split goes away or changes, then the new splits, so no tensor dimension is split
-    along two axes on the way (`sbp._box` and the executed plans follow these steps)."""
-    cur = list(have)
-    steps = []
-    for ax in range(len(cur)):
-        if cur[ax] == want[ax] or (want[ax].is_split and not cur[ax].is_split):
-            continue
-        step = want[ax]
-        if step.is_split and step.dim in {cur[b].dim for b in range(len(cur)) if b != ax and cur[b].is_split}:
-            step = broadcast
-        steps.append((ax, tuple(cur), cur[ax], step))
-        cur[ax] = step
-    for ax in range(len(cur)):
-        if cur[ax] != want[ax]:
-            steps.append((ax, tuple(cur), cur[ax], want[ax]))
-            cur[ax] = want[ax]
-    return steps
-
-
 def _nd_step_cost(cost: CostModel, shape: tuple[int, ...], nbytes: float, ax: int, before: NdSig, src: SBP,
                   dst: SBP) -> float:
     """One step of nd boxing: the collective along axis `ax` on the value as the other axes leave it."""
@@ -493,7 +472,7 @@ def _nd_step_cost(cost: CostModel, shape: tuple[int, ...], nbytes: float, ax: in
 
 
 def _nd_box_cost(cost: CostModel, shape: tuple[int, ...], nbytes: float, have: NdSig, want: NdSig) -> float:
-    return sum(_nd_step_cost(cost, shape, nbytes, *s) for s in _nd_steps(have, want))
+    return sum(_nd_step_cost(cost, shape, nbytes, *s) for s in R.nd_boxing_steps(have, want))
 
 
 def _nd_compute(v: Node, rule: NdRule, shape: tuple[int, ...], cost: CostModel) -> float:
@@ -569,7 +548,7 @@ class NdPlan:
             if have == want:
                 continue
             steps = []
-            for ax, before, src, dst in _nd_steps(have, want):
+            for ax, before, src, dst in R.nd_boxing_steps(have, want):
                 seen = _nbytes(u) / math.prod(self.shape[b] for b in range(len(self.shape))
                                               if b != ax and before[b].is_split)
                 moved, _ = R.boxing_bytes(src, dst, seen, self.shape[ax])
@@ -772,7 +751,7 @@ def _comm(group):
 
 def _box_nd_np(a: np.ndarray, have: tuple, want: tuple, shape, comms: list) -> np.ndarray:
     """NumPy boxing over every mesh axis, one axis at a time in the order of `_nd_steps` (as `sbp._box`)."""
-    for ax, _before, src, dst in _nd_steps(tuple(have), tuple(want)):
+    for ax, _before, src, dst in R.nd_boxing_steps(tuple(have), tuple(want)):
         a = _box_np(a, src, dst, shape, comms[ax])
     return a
 

@@ -63,7 +63,7 @@ import numpy as np
 from loom.autograd.function import Function
 from loom.distributed import collectives as c
 from loom.distributed.process_group import DistributedError, ProcessGroup, new_group, resolve
-from loom.distributed.sbp_rules import SBP, broadcast, partial_sum, signatures, split
+from loom.distributed.sbp_rules import SBP, broadcast, nd_boxing_steps, partial_sum, signatures, split
 from loom.distributed.sbp_rules import boxing_bytes as _boxing_bytes
 from loom.errors import LoomError, ShapeError
 
@@ -371,20 +371,9 @@ def _box(t: "GlobalTensor", to) -> "GlobalTensor":
     _check_nd(to, mesh, t.shape, "to_global")
     if t.local is None:  # Not in the placement: nothing to move here.
         return GlobalTensor(None, mesh, to, t.shape, t.dtype)
-    cur, x = list(t.nd_sbp), t.local
-    # First gather or reduce the axes whose split goes away or changes, then slice into the new splits, so no
-    # tensor dimension is ever split along two axes on the way.
-    for a in range(mesh.ndim):
-        if cur[a] == to[a] or (to[a].is_split and not cur[a].is_split):
-            continue
-        step = to[a]
-        if to[a].is_split:  # split to split: one all_to_all, unless another axis splits the target dimension now.
-            taken = {cur[b].dim for b in range(mesh.ndim) if b != a and cur[b].is_split}
-            step = broadcast if to[a].dim in taken else to[a]
-        x, cur[a] = _box_axis(x, mesh.axis(a), cur[a], step, t.shape), step
-    for a in range(mesh.ndim):
-        if cur[a] != to[a]:
-            x, cur[a] = _box_axis(x, mesh.axis(a), cur[a], to[a], t.shape), to[a]
+    x = t.local
+    for a, _before, src, dst in nd_boxing_steps(t.nd_sbp, to):
+        x = _box_axis(x, mesh.axis(a), src, dst, t.shape)
     return GlobalTensor(x, mesh, to, t.shape, t.dtype)
 
 
