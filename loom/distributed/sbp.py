@@ -109,6 +109,8 @@ class Placement:
             raise ShapeError(f"loom.distributed.sbp.placement: a mesh of shape {list(self.shape)} needs "
                              f"{int(np.prod(self.shape))} ranks, got {len(self.ranks)} ({self.ranks})")
         self.device = device
+        _Effects.start()
+        _anchor()
         self.group: ProcessGroup | Any = world if self.ranks == all_ranks else new_group(self.ranks)
         me = world.rank()
         self.coords: tuple[int, ...] | None = (tuple(int(c) for c in np.unravel_index(self.ranks.index(me),
@@ -335,6 +337,13 @@ NdSBP = tuple[SBP, ...]
 
 def _box_axis(x, mesh: _AxisMesh, src: SBP, to: SBP, shape: tuple[int, ...]):
     """`x` (this rank's part) converted from `src` to `to` along one mesh axis (differentiable)."""
+    if mesh.size == 1:  # One rank holds the whole value under every signature.
+        return x
+    if _tracing() and not (src == broadcast and (to.is_split or to == partial_sum)):
+        raise LoomError(f"loom.distributed.sbp: converting {src} to {to} over {mesh.size} ranks inside "
+                        "loom.function is not supported (global tensors box through eager collectives); trace "
+                        "steps whose global tensors need no collective (one-rank placements, moves between "
+                        "them), or run the step eagerly")
     if src.is_split and to == broadcast:
         return _SplitToBroadcast.apply(mesh, src.dim, shape[src.dim], x)
     if src == partial_sum and to == broadcast:
@@ -775,17 +784,97 @@ class _Crossing:
     """A move between placements on this rank's backward tape: the part that left (`source`, on a source rank)
     and the leaf that arrived (`received`, on a destination rank); backward sends the gradient the other way."""
 
-    __slots__ = ("src", "dst", "src_nd", "dst_nd", "shape", "dtype", "source", "received")
+    __slots__ = ("src", "dst", "src_nd", "dst_nd", "shape", "dtype", "source", "received", "grad")
 
     def __init__(self, t: "GlobalTensor", dst: Placement, to: NdSBP, received):
         self.src, self.dst, self.src_nd, self.dst_nd = t.placement, dst, t.nd_sbp, to
         self.shape, self.dtype = t.shape, t.dtype
         self.source, self.received = t.local, received
+        self.grad = None  # The gradient of the part that arrived, left by `_Arrival`'s backward.
+
+
+class _Arrival(Function):
+    """The part that arrived on a destination rank, in autograd: its backward keeps the gradient on the
+    crossing's record for `_backward_through_crossings` to send back (not in a `.grad`, which a traced step
+    would have to keep)."""
+
+    @staticmethod
+    def forward(ctx, crossing, anchor, x):
+        ctx.crossing = crossing
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        cr = ctx.crossing
+        cr.grad = g if cr.grad is None else cr.grad + g
+        return None, None, None
+
+
+_ANCHOR: list = []  # One 0-d tensor that requires grad, made outside any trace: what makes `_Arrival` recorded.
+
+
+def _anchor():
+    from loom import _api as loom
+    if not _ANCHOR:
+        _ANCHOR.append(loom.zeros((), dtype=loom.float32, requires_grad=True))
+    return _ANCHOR[0]
 
 
 # The crossings made since the last backward, in program order (every rank of the job runs the same program,
 # so the ranks that take part in one crossing see it at the same place in their tapes).
 _TAPE: list[_Crossing] = []
+
+
+def _tracing() -> bool:
+    from loom.function import tracing
+    return tracing()
+
+
+class _Effects:
+    """Inside `loom.function`, the traced sends and receives of moves between placements, in program order.
+
+    Each one takes the token of the one before (so the traced step runs them in
+    the order the program made them, as every rank expects), and each send's
+    token is added into `sink`, a tensor from outside the trace, so the traced
+    step keeps the sends though nothing reads their result.
+    """
+
+    sink = None
+    token = None
+    trace = None  # The trace `token` belongs to: each trace starts its own chain.
+
+    @classmethod
+    def start(cls) -> None:
+        from loom import _api as loom
+        if cls.sink is None:  # Made outside any trace (placements are), so a trace sees it as state it updates.
+            cls.sink = loom.zeros((), dtype=loom.float32)
+
+    @classmethod
+    def after(cls, t):
+        """`t` made to depend on the last traced send/recv (adds a zero)."""
+        from loom.runtime import realize
+        if cls.trace is not realize.active_trace:
+            cls.token, cls.trace = None, realize.active_trace
+        if cls.token is None:
+            return t
+        return t + cls.token.to(t.dtype)
+
+    @classmethod
+    def send(cls, part, dst: int) -> None:
+        import loom.distributed.nn.functional as dfn
+        tok = dfn.send(cls.after(part), dst=dst, tag=_CROSSING_TAG).to(cls.sink.dtype)
+        cls.sink.add_(tok)
+        cls.token = tok
+
+    @classmethod
+    def recv(cls, shape: tuple[int, ...], dtype, src: int):
+        from loom import _api as loom
+        import loom.distributed.nn.functional as dfn
+        cls.after(loom.zeros(()))  # Forgets a token from an earlier trace.
+        token = cls.token if cls.token is not None else loom.zeros((), dtype=loom.float32)
+        got = dfn.recv(shape, dtype, src=src, tag=_CROSSING_TAG, token=token)
+        cls.token = got.reshape(-1)[:1].sum().to(loom.float32) * 0.0 if got.numel() else token
+        return got
 
 
 def _transfer(t: GlobalTensor, dst: Placement, to: NdSBP, grad: bool):
@@ -802,6 +891,7 @@ def _transfer(t: GlobalTensor, dst: Placement, to: NdSBP, grad: bool):
     world = _resolve(None, "sbp.to_global")
     me = world.rank()
     needs = bool(grad and t.requires_grad)
+    traced = _tracing()
     with loom.no_grad():
         whole = t.full().detach() if src.is_member else None
         receivers = [r for r in dst.ranks if r not in src.ranks]
@@ -812,14 +902,19 @@ def _transfer(t: GlobalTensor, dst: Placement, to: NdSBP, grad: bool):
                 part = _part(whole, t.shape, to, dst, r)
                 meta = (None if part is None else (tuple(part.shape), part.dtype.name), needs)
                 world._comm.send(meta, dest=r, tag=_CROSSING_TAG)
-                if part is not None:
+                if part is not None and traced:
+                    _Effects.send(part.contiguous(), r)
+                elif part is not None:
                     c.send(part.contiguous(), dst=r, tag=_CROSSING_TAG)
             elif me == r:
                 shape_dtype, needs = world._comm.recv(source=s, tag=_CROSSING_TAG)
-                mine = loom.zeros(_local_shape(t.shape, to, dst), dtype=t.dtype if shape_dtype is None
-                                  else shape_dtype[1])
-                if shape_dtype is not None:
-                    c.recv(mine, src=s, tag=_CROSSING_TAG)
+                shape = _local_shape(t.shape, to, dst)
+                if shape_dtype is not None and traced:
+                    mine = _Effects.recv(shape, shape_dtype[1], s)
+                else:
+                    mine = loom.zeros(shape, dtype=t.dtype if shape_dtype is None else shape_dtype[1])
+                    if shape_dtype is not None:
+                        c.recv(mine, src=s, tag=_CROSSING_TAG)
         if dst.is_member and mine is None:  # In both placements: sliced locally (a copy, not an alias).
             mine = _box(GlobalTensor(whole, dst, tuple(broadcast for _ in to), t.shape, whole.dtype), to).local
             mine = mine.clone()
@@ -833,11 +928,11 @@ def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
     to = _nd(sbp, dst, t.ndim, "to_global")
     _check_nd(to, dst, t.shape, "to_global")
     mine, needs = _transfer(t, dst, to, is_grad_enabled())
-    if needs:
+    if needs and (t.placement.is_member or dst.is_member):
+        cr = _Crossing(t, dst, to, mine)
         if mine is not None:
-            mine = mine.requires_grad_(True)
-        if t.placement.is_member or dst.is_member:
-            _TAPE.append(_Crossing(t, dst, to, mine))
+            mine = cr.received = _Arrival.apply(cr, _anchor(), mine)
+        _TAPE.append(cr)
     return GlobalTensor(mine, dst, to, t.shape, t.dtype if mine is None else mine.dtype)
 
 
@@ -875,8 +970,7 @@ def _backward_through_crossings(roots: list, grads: list) -> None:
         g = None
         if cr.received is not None:
             flush(last=False)
-            g = cr.received.grad
-            g = loom.zeros_like(cr.received) if g is None else g.detach()
+            g = loom.zeros_like(cr.received) if cr.grad is None else cr.grad.detach()
         back, _ = _transfer(GlobalTensor(g, cr.dst, layout_dst, cr.shape, cr.dtype), cr.src, layout_src, False)
         if cr.source is not None and cr.source.requires_grad:
             seed(cr.source, back.to(cr.source.dtype))

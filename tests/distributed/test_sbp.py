@@ -85,10 +85,10 @@ def test_placement_needs_a_process_group():
 
 
 @needs_mpi
-def test_gradients_cross_placements_and_training_equals_one_process_on_2_ranks():
+def test_gradients_cross_placements_eager_and_traced_equal_one_process_on_2_ranks():
     out = _ok(launch("placement_grad.py"))
     for what in ("one rank to another", "one rank to all ranks and back", "back and forth",
-                 "unused and no_grad moves"):
+                 "unused and no_grad moves", "traced step"):
         assert f"rank 1: {what} ok" in out, what
 
 
