@@ -345,22 +345,26 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
         options = {v: ([((), fixed[v])] if v in fixed else cands[v]) for v in order}
         # 1. Dynamic program, inputs before consumers: each node's cheapest cost under each of its rules.
         best: dict[Node, list[float]] = {}
+        by_out: dict[Node, dict] = {}   # u -> {output signature: u's cheapest cost making it}
         reach: dict[tuple, float] = {}  # (u, wanted signature) -> cheapest cost of u delivered in it
 
         def delivered(u: Node, want) -> float:
             key = (u, want)
             c = reach.get(key)
             if c is None:
-                c = reach[key] = min(best[u][j] + box(u, r[1], want) for j, r in enumerate(options[u]))
+                c = reach[key] = min(c0 + box(u, sig, want) for sig, c0 in by_out[u].items())
             return c
         for v in order:
             row = []
+            outs: dict = {}
             for rule in options[v]:
                 c = compute(v, rule)
                 for u, want in zip(v.inputs, rule[0]):
                     c += delivered(u, want)
                 row.append(c)
-            best[v] = row
+                if c < outs.get(rule[1], math.inf):
+                    outs[rule[1]] = c
+            best[v], by_out[v] = row, outs
         # 2. Backtrack from the outputs: each node takes the rule its first consumer found cheapest.
         chosen: dict = {}
 
@@ -368,7 +372,8 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
             if v in chosen:
                 return
             opts = options[v]
-            j = min(range(len(opts)), key=lambda j: best[v][j] + (box(v, opts[j][1], want) if want else 0.0))
+            j = min(range(len(opts)),
+                    key=lambda j: best[v][j] + (0.0 if want is None else box(v, opts[j][1], want)))
             chosen[v] = opts[j]
             for u, w in zip(v.inputs, chosen[v][0]):
                 settle(u, w)
@@ -484,35 +489,73 @@ def _nd_compute(v: Node, rule: NdRule, shape: tuple[int, ...], cost: CostModel) 
     return t
 
 
-def _nd_costs(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel) -> _Costs:
-    boxing = _memo(lambda u, have, want: _nd_box_cost(cost, shape, _nbytes(u), have, want))
+class _NdCodes:
+    """Nd signatures as small ints, so the joint search hashes and compares ints, not tuples of SBPs."""
 
-    def box(u: Node, have: NdSig, want: NdSig) -> float:
-        return 0.0 if have == want else boxing(u, have, want)
-    compute = _memo(lambda v, rule: _nd_compute(v, rule, shape, cost))
-    return _Costs(graph, st, ret, box, compute, tuple(broadcast for _ in shape))
+    def __init__(self):
+        self.ids: dict[NdSig, int] = {}
+        self.sigs: list[NdSig] = []
+
+    def sig(self, s: NdSig) -> int:
+        k = self.ids.get(s)
+        if k is None:
+            k = self.ids[s] = len(self.sigs)
+            self.sigs.append(s)
+        return k
+
+    def rule(self, r: NdRule) -> tuple:
+        return tuple(self.sig(i) for i in r[0]), self.sig(r[1])
+
+    def unrule(self, r: tuple) -> NdRule:
+        return tuple(self.sigs[i] for i in r[0]), self.sigs[r[1]]
+
+
+def _nd_search_space(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel):
+    """The joint search's codes, prices (on coded rules) and coded candidates per node."""
+    codes = _NdCodes()
+    sigs = codes.sigs
+    box_memo: dict[tuple, float] = {}
+
+    def box(u: Node, have: int, want: int) -> float:
+        if have == want:
+            return 0.0
+        key = (u, have, want)
+        c = box_memo.get(key)
+        if c is None:
+            c = box_memo[key] = _nd_box_cost(cost, shape, _nbytes(u), sigs[have], sigs[want])
+        return c
+    compute_memo: dict[tuple, float] = {}
+
+    def compute(v: Node, rule: tuple) -> float:
+        key = (v, rule)
+        c = compute_memo.get(key)
+        if c is None:
+            c = compute_memo[key] = _nd_compute(v, codes.unrule(rule), shape, cost)
+        return c
+    costs = _Costs(graph, st, ret, box, compute, codes.sig(tuple(broadcast for _ in shape)))
+    cands = {v: [codes.rule(r) for r in _joint_candidates(v, shape)] for v in costs.order}
+    return codes, costs, cands
 
 
 def _plan_joint(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel, sweeps: int):
     """The search on a mesh of several axes, with one rule per axis for each node chosen together."""
-    costs = _nd_costs(graph, st, ret, shape, cost)
-    cands = {v: _joint_candidates(v, shape) for v in costs.order}
+    space = codes, costs, cands = _nd_search_space(graph, st, ret, shape, cost)
     # The axis-by-axis choice is one starting point: the joint search never ends above it.
     start = plan(graph, parts=shape, cost=cost, state=st, returned=ret, sweeps=sweeps, joint=False).rules
-    chosen = _search(costs, cands, sweeps, start)
-    return _nd_plan(graph, st, ret, shape, cost, chosen, costs=costs, cands=cands, joint=True)
+    chosen = _search(costs, cands, sweeps, {v: codes.rule(r) for v, r in start.items()})
+    return _nd_plan(graph, st, ret, shape, cost, {v: codes.unrule(r) for v, r in chosen.items()}, space=space)
 
 
 def _nd_plan(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel, rules: dict,
-             axes: list | None = None, costs: _Costs | None = None, cands: dict | None = None,
-             joint: bool = True) -> "NdPlan":
+             axes: list | None = None, space: tuple | None = None, joint: bool = True) -> "NdPlan":
     """An `NdPlan` for the nd `rules`, its cheapest rejected alternative per node priced by the joint cost."""
-    costs = costs or _nd_costs(graph, st, ret, shape, cost)
-    cands = cands or {v: _joint_candidates(v, shape) for v in costs.order}
+    codes, costs, cands = space or _nd_search_space(graph, st, ret, shape, cost)
+    alternatives = {v: (codes.unrule(r), d)
+                    for v, (r, d) in costs.alternatives({v: codes.rule(r) for v, r in rules.items()}, cands).items()}
     if axes is None:  # Each axis's view of the choice, as the executor and the one-axis reports read it.
         axes = [Plan(graph, k, cost, {v: (tuple(i[a] for i in r[0]), r[1][a]) for v, r in rules.items()}, st,
                      tuple(ret)) for a, k in enumerate(shape)]
-    return NdPlan(graph, tuple(shape), cost, axes, rules, costs.alternatives(rules, cands), st, tuple(ret), joint)
+    return NdPlan(graph, tuple(shape), cost, axes, rules, alternatives, st, tuple(ret), joint)
 
 
 @dataclass
