@@ -782,7 +782,7 @@ _CROSSING_TAG = 7011
 
 class _Crossing:
     """A move between placements on this rank's backward tape: the part that left (`source`, on a source rank)
-    and the leaf that arrived (`received`, on a destination rank); backward sends the gradient the other way."""
+    and the part that arrived (`received`, on a destination rank); backward sends the gradient the other way."""
 
     __slots__ = ("src", "dst", "src_nd", "dst_nd", "shape", "dtype", "source", "received", "grad")
 
@@ -922,8 +922,9 @@ def _transfer(t: GlobalTensor, dst: Placement, to: NdSBP, grad: bool):
 
 
 def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
-    """`t` on placement `dst` (send/recv between the placements). When `t` requires grad the part that arrives
-    is a leaf, and the crossing goes on the tape that `GlobalTensor.backward` sends gradients back through."""
+    """`t` on placement `dst` (send/recv between the placements). When `t` requires grad the move goes on the
+    tape that `GlobalTensor.backward` sends gradients back through, and the part that arrives records its
+    gradient there (`_Arrival`)."""
     from loom.autograd.grad_mode import is_grad_enabled
     to = _nd(sbp, dst, t.ndim, "to_global")
     _check_nd(to, dst, t.shape, "to_global")
@@ -958,9 +959,12 @@ def _backward_through_crossings(roots: list, grads: list) -> None:
             pending[id(t)] = [t, g]
 
     def flush(last: bool) -> None:
-        if pending:
-            ts, gs = zip(*pending.values())
-            pending.clear()
+        # With moves on the tape, a part that needs no gradient is passed over here (the other ranks go on
+        # through the moves); without, the engine says what is wrong, as a plain backward would.
+        work = [(t, g) for t, g in pending.values() if t.requires_grad or not tape]
+        pending.clear()
+        if work:
+            ts, gs = zip(*work)
             engine.backward(list(ts), list(gs), retain_graph=not last)
     for t, g in zip(roots, grads):
         seed(t, g)

@@ -102,8 +102,8 @@ train([(first, B, [(param(6, 5), param(6))]), (last, B, [(param(6, 6), param(6))
        (first, B, [(param(4, 6), param(4))]), (last, B, [(param(3, 4), param(3))])], x, t, mse)
 print(f"rank {r}: back and forth ok", flush=True)
 
-# 4. A move whose value is not used by the loss still gets (zero) gradients, and a move under no_grad records
-# nothing.
+# 4. A move whose value is not used by the loss still gets (zero) gradients, a move under no_grad records
+# nothing, and a move into a partial sum.
 a = S.from_full(param(4, 2), first, B)
 with loom.no_grad():
     a.to_global(placement=last, sbp=B)
@@ -115,6 +115,16 @@ y.backward()
 if r == 0:
     np.testing.assert_allclose(a.local.grad.numpy(), np.full((4, 2), 3.0))
 assert not S._TAPE
+# A value moved into a partial sum over every rank (rank 0 keeps it, the others hold zeros), differentiated
+# with a given gradient: the gradient of a partial sum is whole on every rank, and comes back whole.
+v = param(4, 3)
+a = S.from_full(v, first, B)
+m = a.to_global(placement=mesh, sbp=S.partial_sum)
+gw = value(4, 3)
+(m * 2.0).backward(S.from_full(gw, mesh, B))
+if r == 0:
+    np.testing.assert_allclose(a.local.grad.numpy(), 2 * gw.numpy(), **TOL)
+assert S._anchor().grad is None  # The arrivals' anchor never takes a gradient.
 print(f"rank {r}: unused and no_grad moves ok", flush=True)
 
 # 5. A traced training step (loom.function: forward, backward and SGD in one graph per rank): rank 0's layer,
