@@ -94,6 +94,6 @@ def test_gradients_cross_placements_eager_and_traced_equal_one_process_on_2_rank
 
 @needs_mpi
 @pytest.mark.slow  # Four oversubscribed processes on 2 cores.
-def test_gradients_cross_disjoint_2_rank_placements_on_4_ranks():
+def test_gradients_cross_disjoint_and_2d_placements_on_4_ranks():
     out = _ok(launch("placement_grad.py", nproc=4), nproc=4)
-    assert "rank 3: two ranks to two others ok" in out, out
+    assert "rank 3: two ranks to two others ok" in out and "rank 3: into and out of a 2 x 2 mesh ok" in out, out

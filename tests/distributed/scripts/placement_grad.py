@@ -1,5 +1,6 @@
 """Gradients across placements on N ranks: a model whose layers live on different placements (one rank, then
-every rank data parallel, then the other rank; and on 4 ranks a 2-rank placement to a disjoint 2-rank one),
+every rank data parallel, then the other rank; and on 4 ranks a 2-rank placement to a disjoint 2-rank one and
+into and out of a 2 x 2 mesh),
 trained by SGD with `backward` through every `to_global(placement=...)`, eagerly and as a traced
 `loom.function` step, equals the single-process run (gradients every step and parameters after the last, to
 1e-6)."""
@@ -36,7 +37,8 @@ def train(stages, x, t, loss_fn):
            for _, _, layers in stages for w, b in layers]
     glob = []
     for mesh, _, layers in stages:
-        glob += [(S.from_full(w, mesh, B), S.from_full(b, mesh, B)) for w, b in layers]
+        whole = B if mesh.ndim == 1 else (B,) * mesh.ndim
+        glob += [(S.from_full(w, mesh, whole), S.from_full(b, mesh, whole)) for w, b in layers]
     owned = [p.local for wb in glob for p in wb if p.local is not None]
     opt_ref = loom.optim.SGD([p for wb in ref for p in wb], lr=LR)
     opt = loom.optim.SGD(owned, lr=LR) if owned else None
@@ -58,7 +60,7 @@ def train(stages, x, t, loss_fn):
                 g = S.linear(g, *glob[k]).tanh()
                 k += 1
         last = stages[-1][0]
-        tg = S.from_full(t, last, B)
+        tg = S.from_full(t, last, B if last.ndim == 1 else (B,) * last.ndim)
         loss = loss_fn(g, tg)
         if opt is not None:
             opt.zero_grad()
@@ -193,4 +195,10 @@ if n >= 4:
            (high, S.split(1), [(param(3, 4), param(3))])], x, t,
           lambda y, tt: (y * tt).sum())
     print(f"rank {r}: two ranks to two others ok", flush=True)
+    # Into a 2 x 2 mesh (rows split along axis 0, features along axis 1) and out to rank 3: the gradients are
+    # boxed over both mesh axes on the way back.
+    grid = S.placement(shape=(2, 2))
+    train([(low, S.split(0), [(param(6, 5), param(6))]), (grid, (S.split(0), S.split(1)), [(param(4, 6), param(4))]),
+           (S.placement(ranks=[3]), B, [(param(3, 4), param(3))])], x, t, mse)
+    print(f"rank {r}: into and out of a 2 x 2 mesh ok", flush=True)
 print(f"rank {r}: ALL OK", flush=True)
