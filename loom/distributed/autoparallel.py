@@ -580,13 +580,14 @@ class NdPlan:
         """(producer, consumer or None for a state/returned value, from, to, steps) per boxed edge; a step is
         (axis, collective, from, to, bytes per rank, seconds)."""
         whole = tuple(broadcast for _ in self.shape)
-        edges = [(u, v, self.signature(u), want) for v in self.graph.topological_order()
-                 for u, want in zip(v.inputs, self.rules[v][0])]
+        edges: list[tuple[Node, Node | None, NdSig, NdSig]] = [
+            (u, v, self.signature(u), want) for v in self.graph.topological_order()
+            for u, want in zip(v.inputs, self.rules[v][0])]
         for o in self.graph.outputs:
             back = self.signature(self.state[o]) if o in self.state else (whole if o in self.returned else None)
             if back is not None:
                 edges.append((o, None, self.signature(o), back))
-        out = []
+        out: list[tuple[Node, Node | None, NdSig, NdSig, list[tuple[int, str, SBP, SBP, float, float]]]] = []
         for u, v, have, want in edges:
             if have == want:
                 continue

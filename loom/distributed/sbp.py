@@ -839,9 +839,9 @@ class _Effects:
     step keeps the sends though nothing reads their result.
     """
 
-    sink = None
-    token = None
-    trace = None  # The trace `token` belongs to: each trace starts its own chain.
+    sink: Any = None
+    token: Any = None
+    trace: Any = None  # The trace `token` belongs to: each trace starts its own chain.
 
     @classmethod
     def start(cls) -> None:
@@ -886,9 +886,10 @@ def _transfer(t: GlobalTensor, dst: Placement, to: NdSBP, grad: bool):
     both take their part locally.
     """
     from loom import _api as loom
-    from loom.distributed.process_group import resolve as _resolve
     src = t.placement
-    world = _resolve(None, "sbp.to_global")
+    world = resolve(None, "sbp.to_global")
+    if world is None:
+        raise DistributedError("loom.distributed.sbp.to_global: this process is not in the job's process group")
     me = world.rank()
     needs = bool(grad and t.requires_grad)
     traced = _tracing()
@@ -916,8 +917,8 @@ def _transfer(t: GlobalTensor, dst: Placement, to: NdSBP, grad: bool):
                     if shape_dtype is not None:
                         c.recv(mine, src=s, tag=_CROSSING_TAG)
         if dst.is_member and mine is None:  # In both placements: sliced locally (a copy, not an alias).
-            mine = _box(GlobalTensor(whole, dst, tuple(broadcast for _ in to), t.shape, whole.dtype), to).local
-            mine = mine.clone()
+            part = _box(GlobalTensor(whole, dst, tuple(broadcast for _ in to), t.shape, t.dtype), to).local
+            mine = part.clone()
     return mine, needs
 
 
