@@ -113,7 +113,7 @@ def test_2d_mesh_joint_search_beats_axis_by_axis():
             dims = [s.dim for s in sig if s.is_split]
             assert len(dims) == len(set(dims)), (v, sig)
         assert tuple(q.signature(v) for q in joint.axes) == out  # Each axis's view is the pair's projection.
-    text = ap.explain(joint)
+    text = loom.distributed.explain(step, parts=(2, 4))  # The public entry: plans jointly and prints the pairs.
     assert "2 x 4 mesh, searched jointly" in text and "(broadcast, split(0))" in text and "rejected (" in text
     line = next(ln for ln in text.splitlines() if "'arg0'" in ln and "input" in ln)
     assert "(broadcast, split(0))" in line, line
