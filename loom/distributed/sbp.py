@@ -33,6 +33,8 @@ each destination rank its part of the value from a source rank (send/recv).
 Gradients cross back: `GlobalTensor.backward`, called on every rank, sends
 each move's gradient the other way (send/recv), boxed into the source's
 layout, and continues the backward pass on the source ranks, last move first.
+Inside `loom.function` a move is a pair of send/recv nodes of the traced step
+(forward and backward alike); boxing over several ranks is eager only.
 
 Gradients follow the global view: ``loss.backward()`` on a global scalar
 differentiates the one global loss (not a sum of per-rank losses), and each
