@@ -24,6 +24,15 @@ per rule, given its inputs' cheapest costs) followed by greedy sweeps that
 change one node at a time while the exact total falls, which settles the
 nodes the tree-shaped program double counts (values with several consumers).
 
+On a mesh of several axes (a 2-D placement) a node's candidates are tuples
+of rules, one per axis, that never split a tensor dimension along two axes;
+an edge costs each one-axis step of its boxing (in the order `sbp._box`
+takes them), priced on the value as the other axes leave it, and a node's
+work is divided by the ranks of every axis that shares it. The same search
+runs over these tuples (jointly: what one axis chooses is priced with what
+it costs the others), started from the axis-by-axis choice as well, so it
+never ends above it; ``plan(..., joint=False)`` gives the axis-by-axis one.
+
 `explain` prints the choice: each node's signature, the collectives inserted
 and their predicted times, the predicted step time, and for each node the
 cheapest alternative it rejected. `execute` runs a plan on the ranks (each
@@ -186,13 +195,17 @@ def _candidates(v: Node, parts: int) -> list[R.Rule]:
 
 # ----------------------------------------------------------------------------- the search
 def plan(fn_or_graph, placement=None, *, parts: int | Sequence[int] | None = None, cost: CostModel | None = None,
-         state: dict | None = None, returned: Sequence | None = None, sweeps: int = 4):
+         state: dict | None = None, returned: Sequence | None = None, sweeps: int = 4, joint: bool = True):
     """Choose a signature for every node of a graph on a mesh.
 
-    On a placement of several axes (a 2-D mesh) the axes are searched one
-    after the other, each seeing the values the axes before it split (smaller
-    values, less work) and never splitting a dimension they split; the result
-    is an `NdPlan` with one signature per axis for each node.
+    On a placement of several axes (a 2-D mesh) each node gets one signature
+    per axis, searched jointly: a node's candidates are the tuples of its
+    per-axis rules that never split one tensor dimension along two axes, and
+    an edge costs the collectives of every axis its value is boxed along
+    (each moving the value as the other axes leave it). The result is an
+    `NdPlan`. With ``joint=False`` the axes are searched one after the other
+    instead, each seeing the values the axes before it split (cheaper to
+    search, but blind to what a choice on the first axis costs the next).
 
     Parameters
     ----------
@@ -210,6 +223,9 @@ def plan(fn_or_graph, placement=None, *, parts: int | Sequence[int] | None = Non
         updates (its new value goes back into the input's signature).
     returned : sequence of Node, optional
         For a Graph: outputs read whole (default: every output not in `state`).
+    joint : bool
+        On a mesh of several axes: search the axes jointly (default) or one
+        after the other.
     """
     if placement is not None:
         shape = tuple(placement.shape)
@@ -226,8 +242,10 @@ def plan(fn_or_graph, placement=None, *, parts: int | Sequence[int] | None = Non
     cost = cost or DEFAULT_COST
     if len(shape) == 1:
         return _plan_axis(graph, st, ret, shape[0], cost, sweeps, [], {}, {})
-    # A mesh of several axes: one axis after another, each seeing the values already split by the ones before
-    # (smaller values, less work per rank) and never splitting a dimension they split.
+    if joint:
+        return _plan_joint(graph, st, ret, shape, cost, sweeps)
+    # One axis after another, each seeing the values already split by the ones before (smaller values, less
+    # work per rank) and never splitting a dimension they split.
     axes: list[Plan] = []
     size_div: dict[Node, float] = {}
     work_div: dict[Node, float] = {}
@@ -239,7 +257,168 @@ def plan(fn_or_graph, placement=None, *, parts: int | Sequence[int] | None = Non
                 size_div[v] = size_div.get(v, 1.0) * k
             if out != broadcast or any(x != broadcast for x in ins):
                 work_div[v] = work_div.get(v, 1.0) * k
-    return NdPlan(graph, shape, cost, axes)
+    rules = {v: (tuple(zip(*[q.rules[v][0] for q in axes])), tuple(q.rules[v][1] for q in axes))
+             for v in graph.topological_order()}
+    return _nd_plan(graph, st, ret, shape, cost, rules, axes=axes, joint=False)
+
+
+def _consumers(order: list[Node]) -> dict[Node, list[tuple[Node, int]]]:
+    out: dict[Node, list[tuple[Node, int]]] = {v: [] for v in order}
+    for v in order:
+        for k, u in enumerate(v.inputs):
+            out[u].append((v, k))
+    return out
+
+
+class _Costs:
+    """The exact cost of a choice of rules (a dict node -> rule), and of the terms one node's rule touches.
+
+    `box(u, have, want)` and `compute(v, rule)` give the prices; `whole` is
+    the signature a returned value is read in. Rules are 1-D (`sbp_rules.Rule`)
+    or one per mesh axis: the search does not look inside them.
+    """
+
+    def __init__(self, graph: Graph, st: dict, ret: list, box, compute, whole):
+        self.order = graph.topological_order()
+        self.inputs, self.outputs = list(graph.inputs), list(graph.outputs)
+        self.st, self.ret, self.box, self.compute, self.whole = st, ret, box, compute, whole
+        self.consumers = _consumers(self.order)
+        self.paired_in = {i: o for o, i in st.items()}
+
+    def local(self, chosen: dict, v: Node, rule) -> float:
+        """The cost terms that involve `v`: its compute, its in-edges, out-edges, state pairing, being read."""
+        box = self.box
+        c = self.compute(v, rule)
+        for u, want in zip(v.inputs, rule[0]):
+            c += box(u, chosen[u][1], want)
+        for w, k in self.consumers[v]:
+            c += box(v, rule[1], chosen[w][0][k])
+        if v in self.st:
+            c += box(v, rule[1], chosen[self.st[v]][1])
+        if v in self.paired_in:
+            c += box(self.paired_in[v], chosen[self.paired_in[v]][1], rule[1])
+        if v in self.ret:
+            c += box(v, rule[1], self.whole)
+        return c
+
+    def total(self, chosen: dict) -> float:
+        box = self.box
+        c = sum(self.compute(v, chosen[v]) for v in self.order)
+        for v in self.order:
+            c += sum(box(u, chosen[u][1], want) for u, want in zip(v.inputs, chosen[v][0]))
+        c += sum(box(o, chosen[o][1], chosen[i][1]) for o, i in self.st.items())
+        return c + sum(box(o, chosen[o][1], self.whole) for o in self.ret)
+
+    def alternatives(self, chosen: dict, cands: dict) -> dict:
+        """For each node, its cheapest rejected rule and how much more the whole choice would cost with it."""
+        out = {}
+        for v in self.order:
+            now = self.local(chosen, v, chosen[v])
+            others = [(self.local(chosen, v, r) - now, r) for r in cands[v] if r != chosen[v]]
+            if others:
+                delta, rule = min(others, key=lambda x: x[0])
+                out[v] = (rule, delta)
+        return out
+
+
+def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) -> dict:
+    """The cheapest rule per node that the search finds (see the module docstring for its four steps); `start`,
+    a choice made otherwise (the axis-by-axis one), is improved by the same sweeps and kept if it ends cheaper."""
+    order, box, compute = costs.order, costs.box, costs.compute
+
+    def improve(chosen: dict, options: dict) -> dict:
+        # 3. Greedy sweeps: change one node's rule while the exact total falls.
+        for _ in range(sweeps):
+            improved = False
+            for v in order:
+                now = costs.local(chosen, v, chosen[v])
+                for rule in options[v]:
+                    if rule != chosen[v]:
+                        c = costs.local(chosen, v, rule)
+                        if c < now - 1e-12:
+                            chosen[v], now, improved = rule, c, True
+            if not improved:
+                break
+        return chosen
+
+    def search(fixed: dict) -> dict:
+        options = {v: ([((), fixed[v])] if v in fixed else cands[v]) for v in order}
+        # 1. Dynamic program, inputs before consumers: each node's cheapest cost under each of its rules.
+        best: dict[Node, list[float]] = {}
+        by_out: dict[Node, dict] = {}   # u -> {output signature: u's cheapest cost making it}
+        reach: dict[tuple, float] = {}  # (u, wanted signature) -> cheapest cost of u delivered in it
+
+        def delivered(u: Node, want) -> float:
+            key = (u, want)
+            c = reach.get(key)
+            if c is None:
+                c = reach[key] = min(c0 + box(u, sig, want) for sig, c0 in by_out[u].items())
+            return c
+        for v in order:
+            row = []
+            outs: dict = {}
+            for rule in options[v]:
+                c = compute(v, rule)
+                for u, want in zip(v.inputs, rule[0]):
+                    c += delivered(u, want)
+                row.append(c)
+                if c < outs.get(rule[1], math.inf):
+                    outs[rule[1]] = c
+            best[v], by_out[v] = row, outs
+        # 2. Backtrack from the outputs: each node takes the rule its first consumer found cheapest.
+        chosen: dict = {}
+
+        def settle(v: Node, want) -> None:
+            if v in chosen:
+                return
+            opts = options[v]
+            j = min(range(len(opts)),
+                    key=lambda j: best[v][j] + (0.0 if want is None else box(v, opts[j][1], want)))
+            chosen[v] = opts[j]
+            for u, w in zip(v.inputs, chosen[v][0]):
+                settle(u, w)
+        for o in costs.outputs:
+            settle(o, costs.whole if o in costs.ret else None)
+        for v in order:
+            if v not in chosen:
+                chosen[v] = options[v][-1]
+        return improve(chosen, options)
+
+    # 4. Outer greedy over the layouts of inputs and parameters (what couples the forward pass, the backward
+    # pass and the update): flip one input's signature, search the rest, keep the flip if the total falls.
+    chosen = search({})
+    best_total = costs.total(chosen)
+    if start is not None:
+        other = improve(dict(start), cands)
+        if costs.total(other) < best_total - 1e-12:
+            chosen, best_total = other, costs.total(other)
+    for _ in range(3):
+        improved = False
+        for v in costs.inputs:
+            for rule in cands[v]:
+                if rule == chosen[v]:
+                    continue
+                fixed = {i: chosen[i][1] for i in costs.inputs}
+                fixed[v] = rule[1]
+                trial = search(fixed)
+                t = costs.total(trial)
+                if t < best_total - 1e-12:
+                    chosen, best_total, improved = trial, t, True
+        if not improved:
+            break
+    return chosen
+
+
+def _memo(fn):
+    """`fn(*key)` remembered by its arguments (the search asks for the same prices many times)."""
+    memo: dict = {}
+
+    def get(*key):
+        c = memo.get(key)
+        if c is None:
+            c = memo[key] = fn(*key)
+        return c
+    return get
 
 
 def _plan_axis(graph: Graph, st: dict, ret: list, parts: int, cost: CostModel, sweeps: int, earlier: list,
@@ -256,157 +435,183 @@ def _plan_axis(graph: Graph, st: dict, ret: list, parts: int, cost: CostModel, s
                 return False
         return True
     cands = {v: [r for r in _candidates(v, parts) if allowed(v, r)] for v in order}
-    consumers: dict[Node, list[tuple[Node, int]]] = {v: [] for v in order}
-    for v in order:
-        for k, u in enumerate(v.inputs):
-            consumers[u].append((v, k))
-    paired_in = {i: o for o, i in st.items()}
-
-    memo: dict[tuple, float] = {}
+    boxing = _memo(lambda u, have, want: cost.boxing(have, want, _nbytes(u) / size_div.get(u, 1.0), parts))
 
     def box(u: Node, have: SBP, want: SBP) -> float:
-        if have is want or have == want:
+        return 0.0 if have is want or have == want else boxing(u, have, want)
+    compute = _memo(lambda v, rule: _compute(v, rule, parts, cost) / work_div.get(v, 1.0))
+    costs = _Costs(graph, st, ret, box, compute, broadcast)
+    chosen = _search(costs, cands, sweeps)
+    return Plan(graph, parts, cost, chosen, st, tuple(ret), costs.alternatives(chosen, cands), size_div, work_div)
+
+
+# ----------------------------------------------------------------------------- the joint search on a mesh
+NdSig = tuple[SBP, ...]
+NdRule = tuple[tuple[NdSig, ...], NdSig]
+
+
+def _one_split_per_dim(sigs: Sequence[SBP]) -> bool:
+    dims = [s.dim for s in sigs if s.is_split]
+    return len(dims) == len(set(dims))
+
+
+def _joint_candidates(v: Node, shape: tuple[int, ...]) -> list[NdRule]:
+    """`v`'s rules on a mesh: one legal rule per axis, no tensor dimension split along two axes; all-broadcast
+    last (the rules of each axis keep their table order, the first axis varying slowest)."""
+    import itertools
+    per_axis = [_candidates(v, k) for k in shape]
+    out: list[NdRule] = []
+    for combo in itertools.product(*per_axis):
+        outs = tuple(r[1] for r in combo)
+        ins = tuple(tuple(r[0][k] for r in combo) for k in range(len(v.inputs)))
+        if _one_split_per_dim(outs) and all(_one_split_per_dim(i) for i in ins):
+            out.append((ins, outs))
+    return out
+
+
+def _nd_step_cost(cost: CostModel, shape: tuple[int, ...], nbytes: float, ax: int, before: NdSig, src: SBP,
+                  dst: SBP) -> float:
+    """One step of nd boxing: the collective along axis `ax` on the value as the other axes leave it."""
+    seen = nbytes / math.prod(shape[b] for b in range(len(shape)) if b != ax and before[b].is_split)
+    return cost.boxing(src, dst, seen, shape[ax])
+
+
+def _nd_box_cost(cost: CostModel, shape: tuple[int, ...], nbytes: float, have: NdSig, want: NdSig) -> float:
+    return sum(_nd_step_cost(cost, shape, nbytes, *s) for s in R.nd_boxing_steps(have, want))
+
+
+def _nd_compute(v: Node, rule: NdRule, shape: tuple[int, ...], cost: CostModel) -> float:
+    """`v`'s time per rank: its whole time divided by the ranks of every axis whose rule shares the work."""
+    t = _compute(v, ((), broadcast), 1, cost)
+    for a, k in enumerate(shape):
+        if rule[1][a] != broadcast or any(i[a] != broadcast for i in rule[0]):
+            t /= k
+    return t
+
+
+class _NdCodes:
+    """Nd signatures as small ints, so the joint search hashes and compares ints, not tuples of SBPs."""
+
+    def __init__(self):
+        self.ids: dict[NdSig, int] = {}
+        self.sigs: list[NdSig] = []
+
+    def sig(self, s: NdSig) -> int:
+        k = self.ids.get(s)
+        if k is None:
+            k = self.ids[s] = len(self.sigs)
+            self.sigs.append(s)
+        return k
+
+    def rule(self, r: NdRule) -> tuple:
+        return tuple(self.sig(i) for i in r[0]), self.sig(r[1])
+
+    def unrule(self, r: tuple) -> NdRule:
+        return tuple(self.sigs[i] for i in r[0]), self.sigs[r[1]]
+
+
+def _nd_search_space(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel):
+    """The joint search's codes, prices (on coded rules) and coded candidates per node."""
+    codes = _NdCodes()
+    sigs = codes.sigs
+    box_memo: dict[tuple, float] = {}
+
+    def box(u: Node, have: int, want: int) -> float:
+        if have == want:
             return 0.0
         key = (u, have, want)
-        c = memo.get(key)
+        c = box_memo.get(key)
         if c is None:
-            c = memo[key] = cost.boxing(have, want, _nbytes(u) / size_div.get(u, 1.0), parts)
+            c = box_memo[key] = _nd_box_cost(cost, shape, _nbytes(u), sigs[have], sigs[want])
         return c
-
     compute_memo: dict[tuple, float] = {}
 
-    def compute(v: Node, rule: R.Rule) -> float:
+    def compute(v: Node, rule: tuple) -> float:
         key = (v, rule)
         c = compute_memo.get(key)
         if c is None:
-            c = compute_memo[key] = _compute(v, rule, parts, cost) / work_div.get(v, 1.0)
+            c = compute_memo[key] = _nd_compute(v, codes.unrule(rule), shape, cost)
         return c
+    costs = _Costs(graph, st, ret, box, compute, codes.sig(tuple(broadcast for _ in shape)))
+    cands = {v: [codes.rule(r) for r in _joint_candidates(v, shape)] for v in costs.order}
+    return codes, costs, cands
 
-    def local(chosen: dict, v: Node, rule: R.Rule) -> float:
-        """The cost terms that involve `v`: its compute, its in-edges, out-edges, state pairing, being read."""
-        c = compute(v, rule)
-        for u, want in zip(v.inputs, rule[0]):
-            c += box(u, chosen[u][1], want)
-        for w, k in consumers[v]:
-            c += box(v, rule[1], chosen[w][0][k])
-        if v in st:
-            c += box(v, rule[1], chosen[st[v]][1])
-        if v in paired_in:
-            c += box(paired_in[v], chosen[paired_in[v]][1], rule[1])
-        if v in ret:
-            c += box(v, rule[1], broadcast)
-        return c
 
-    def total(chosen: dict) -> float:
-        c = sum(compute(v, chosen[v]) for v in order)
-        for v in order:
-            c += sum(box(u, chosen[u][1], want) for u, want in zip(v.inputs, chosen[v][0]))
-        c += sum(box(o, chosen[o][1], chosen[i][1]) for o, i in st.items())
-        return c + sum(box(o, chosen[o][1], broadcast) for o in ret)
+def _plan_joint(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel, sweeps: int):
+    """The search on a mesh of several axes, with one rule per axis for each node chosen together."""
+    space = codes, costs, cands = _nd_search_space(graph, st, ret, shape, cost)
+    # The axis-by-axis choice is one starting point: the joint search never ends above it.
+    start = plan(graph, parts=shape, cost=cost, state=st, returned=ret, sweeps=sweeps, joint=False).rules
+    chosen = _search(costs, cands, sweeps, {v: codes.rule(r) for v, r in start.items()})
+    return _nd_plan(graph, st, ret, shape, cost, {v: codes.unrule(r) for v, r in chosen.items()}, space=space)
 
-    def search(fixed: dict[Node, SBP]) -> dict:
-        options = {v: ([((), fixed[v])] if v in fixed else cands[v]) for v in order}
-        # 1. Dynamic program, inputs before consumers: each node's cheapest cost under each of its rules.
-        best: dict[Node, list[float]] = {}
-        reach: dict[tuple, float] = {}  # (u, wanted signature) -> cheapest cost of u delivered in it
 
-        def delivered(u: Node, want: SBP) -> float:
-            key = (u, want)
-            c = reach.get(key)
-            if c is None:
-                c = reach[key] = min(best[u][j] + box(u, r[1], want) for j, r in enumerate(options[u]))
-            return c
-        for v in order:
-            row = []
-            for rule in options[v]:
-                c = compute(v, rule)
-                for u, want in zip(v.inputs, rule[0]):
-                    c += delivered(u, want)
-                row.append(c)
-            best[v] = row
-        # 2. Backtrack from the outputs: each node takes the rule its first consumer found cheapest.
-        chosen: dict[Node, R.Rule] = {}
-
-        def settle(v: Node, want: SBP | None) -> None:
-            if v in chosen:
-                return
-            opts = options[v]
-            j = min(range(len(opts)), key=lambda j: best[v][j] + (box(v, opts[j][1], want) if want else 0.0))
-            chosen[v] = opts[j]
-            for u, w in zip(v.inputs, chosen[v][0]):
-                settle(u, w)
-        for o in graph.outputs:
-            settle(o, broadcast if o in ret else None)
-        for v in order:
-            if v not in chosen:
-                chosen[v] = options[v][-1]
-        # 3. Greedy sweeps: change one node's rule while the exact total falls.
-        for _ in range(sweeps):
-            improved = False
-            for v in order:
-                now = local(chosen, v, chosen[v])
-                for rule in options[v]:
-                    if rule != chosen[v]:
-                        c = local(chosen, v, rule)
-                        if c < now - 1e-12:
-                            chosen[v], now, improved = rule, c, True
-            if not improved:
-                break
-        return chosen
-
-    # 4. Outer greedy over the layouts of inputs and parameters (what couples the forward pass, the backward
-    # pass and the update): flip one input's signature, search the rest, keep the flip if the total falls.
-    chosen = search({})
-    best_total = total(chosen)
-    for _ in range(3):
-        improved = False
-        for v in graph.inputs:
-            for rule in cands[v]:
-                if rule == chosen[v]:
-                    continue
-                fixed = {i: chosen[i][1] for i in graph.inputs}
-                fixed[v] = rule[1]
-                trial = search(fixed)
-                t = total(trial)
-                if t < best_total - 1e-12:
-                    chosen, best_total, improved = trial, t, True
-        if not improved:
-            break
-    alternatives = {}
-    for v in order:
-        others = [(local(chosen, v, r) - local(chosen, v, chosen[v]), r) for r in cands[v] if r != chosen[v]]
-        if others:
-            delta, rule = min(others, key=lambda x: x[0])
-            alternatives[v] = (rule, delta)
-    return Plan(graph, parts, cost, chosen, st, tuple(ret), alternatives, size_div, work_div)
+def _nd_plan(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel, rules: dict,
+             axes: list | None = None, space: tuple | None = None, joint: bool = True) -> "NdPlan":
+    """An `NdPlan` for the nd `rules`, its cheapest rejected alternative per node priced by the joint cost."""
+    codes, costs, cands = space or _nd_search_space(graph, st, ret, shape, cost)
+    alternatives = {v: (codes.unrule(r), d)
+                    for v, (r, d) in costs.alternatives({v: codes.rule(r) for v, r in rules.items()}, cands).items()}
+    if axes is None:  # Each axis's view of the choice, as the executor and the one-axis reports read it.
+        axes = [Plan(graph, k, cost, {v: (tuple(i[a] for i in r[0]), r[1][a]) for v, r in rules.items()}, st,
+                     tuple(ret)) for a, k in enumerate(shape)]
+    return NdPlan(graph, tuple(shape), cost, axes, rules, alternatives, st, tuple(ret), joint)
 
 
 @dataclass
 class NdPlan:
-    """A plan on a mesh of several axes: one `Plan` per axis; a node's signature is one SBP per axis."""
+    """A plan on a mesh of several axes: a signature per axis for each node (`rules`), each axis's view of it
+    (`axes`, one `Plan` per axis), and what it is predicted to cost, boxing priced over every axis it crosses."""
 
     graph: Graph
     shape: tuple[int, ...]
     cost: CostModel
     axes: list[Plan]
+    rules: dict[Node, NdRule] = field(default_factory=dict)
+    alternatives: dict[Node, tuple[NdRule, float]] = field(default_factory=dict)
+    state: dict[Node, Node] = field(default_factory=dict)
+    returned: tuple[Node, ...] = ()
+    joint: bool = True
 
     def signature(self, node: Node) -> tuple[SBP, ...]:
-        return tuple(p.signature(node) for p in self.axes)
+        return self.rules[node][1]
 
-    @property
-    def state(self) -> dict[Node, Node]:
-        return self.axes[0].state
+    def boxings(self) -> list[tuple[Node, Node | None, NdSig, NdSig, list[tuple[int, str, SBP, SBP, float, float]]]]:
+        """(producer, consumer or None for a state/returned value, from, to, steps) per boxed edge; a step is
+        (axis, collective, from, to, bytes per rank, seconds)."""
+        whole = tuple(broadcast for _ in self.shape)
+        edges: list[tuple[Node, Node | None, NdSig, NdSig]] = [
+            (u, v, self.signature(u), want) for v in self.graph.topological_order()
+            for u, want in zip(v.inputs, self.rules[v][0])]
+        for o in self.graph.outputs:
+            back = self.signature(self.state[o]) if o in self.state else (whole if o in self.returned else None)
+            if back is not None:
+                edges.append((o, None, self.signature(o), back))
+        out: list[tuple[Node, Node | None, NdSig, NdSig, list[tuple[int, str, SBP, SBP, float, float]]]] = []
+        for u, v, have, want in edges:
+            if have == want:
+                continue
+            steps = []
+            for ax, before, src, dst in R.nd_boxing_steps(have, want):
+                seen = _nbytes(u) / math.prod(self.shape[b] for b in range(len(self.shape))
+                                              if b != ax and before[b].is_split)
+                moved, _ = R.boxing_bytes(src, dst, seen, self.shape[ax])
+                steps.append((ax, R.boxing_kind(src, dst), src, dst, moved,
+                              _nd_step_cost(self.cost, self.shape, _nbytes(u), ax, before, src, dst)))
+            out.append((u, v, have, want, steps))
+        return out
 
     @property
     def comm_time(self) -> float:
-        return sum(p.comm_time for p in self.axes)
+        return sum(s[-1] for b in self.boxings() for s in b[-1])
 
     @property
     def compute_time(self) -> float:
-        return self.axes[-1].compute_time  # The last axis divides by every axis's sharing.
+        return sum(_nd_compute(v, self.rules[v], self.shape, self.cost) for v in self.graph.topological_order())
 
     @property
     def predicted(self) -> float:
+        """Predicted seconds per step: computation plus communication (not overlapped)."""
         return self.compute_time + self.comm_time
 
 
@@ -473,36 +678,40 @@ def explain(p, placement=None, **options) -> str:
     """
     if not isinstance(p, (Plan, NdPlan)):
         p = plan(p, placement, **options)
-    axes = p.axes if isinstance(p, NdPlan) else [p]
-    nd = len(axes) > 1
-    mesh = f"a {' x '.join(str(q.parts) for q in axes)} mesh" if nd else f"{p.parts} ranks"
+    nd = isinstance(p, NdPlan)
+    if nd:
+        search = "searched jointly" if p.joint else "searched axis by axis"
+        mesh = f"a {' x '.join(str(k) for k in p.shape)} mesh, {search}"
+    else:
+        mesh = f"{p.parts} ranks"
     lines = [f"auto-parallel plan over {mesh} (link {_fmt_s(p.cost.link.latency)} per hop, "
              f"{p.cost.link.bandwidth / 1e9:.2f} GB/s; matmul {p.cost.matmul_flops / 1e9:.1f} GFLOP/s)", "",
              "nodes (signature <- input signatures; cheapest rejected alternative):"]
 
-    def fmt(sigs) -> str:
-        return f"({', '.join(map(str, sigs))})" if nd else str(sigs[0])
+    def fmt(sig) -> str:
+        return f"({', '.join(map(str, sig))})" if nd else str(sig)
     for v in p.graph.topological_order():
-        out = fmt([q.rules[v][1] for q in axes])
-        ins = [fmt([q.rules[v][0][k] for q in axes]) for k in range(len(v.inputs))]
-        src = f" <- {', '.join(ins)}" if ins else ""
-        rejected = []
-        for k, q in enumerate(axes):
-            alt = q.alternatives.get(v)
-            if alt:
-                where = f" on axis {k}" if nd else ""
-                rule = f"{alt[0][1]}{'<-' + ','.join(map(str, alt[0][0])) if alt[0][0] else ''}"
-                rejected.append(f"{rule}{where} (+{_fmt_s(alt[1])})")
-        alt_s = f"   rejected {'; '.join(rejected)}" if rejected else ""
-        lines.append(f"  {_label(v):<14} {v.op:<10} {fmt_shape(v.shape):<14} {out}{src}{alt_s}")
+        ins, out = p.rules[v]
+        src = f" <- {', '.join(fmt(i) for i in ins)}" if ins else ""
+        alt = p.alternatives.get(v)
+        alt_s = ""
+        if alt:
+            (a_ins, a_out), delta = alt
+            rule = fmt(a_out) + (f"<-{','.join(fmt(i) for i in a_ins)}" if a_ins else "")
+            alt_s = f"   rejected {rule} (+{_fmt_s(delta)})"
+        lines.append(f"  {_label(v):<14} {v.op:<10} {fmt_shape(v.shape):<14} {fmt(out)}{src}{alt_s}")
     lines.append("")
-    boxes = [(k, b) for k, q in enumerate(axes) for b in q.boxings()]
+    if nd:  # One line per collective: an nd boxing may take a step on each axis.
+        boxes = [(u, v, ax, kind, have, want, moved, secs) for u, v, _h, _w, steps in p.boxings()
+                 for ax, kind, have, want, moved, secs in steps]
+    else:
+        boxes = [(u, v, None, kind, have, want, R.boxing_bytes(have, want, p.nbytes(u), p.parts)[0], secs)
+                 for u, v, have, want, kind, secs in p.boxings()]
     lines.append(f"collectives inserted ({len(boxes)}):")
-    for k, (u, v, have, want, kind, secs) in boxes:
-        moved, _ = R.boxing_bytes(have, want, axes[k].nbytes(u), axes[k].parts)
+    for u, v, ax, kind, have, want, moved, secs in boxes:
         where = f"into {_label(v)} {v.op}" if v is not None else \
             ("back into " + _label(p.state[u]) if u in p.state else "returned")
-        axis = f"axis {k}: " if nd else ""
+        axis = f"axis {ax}: " if nd else ""
         lines.append(f"  {axis}{kind:<14} {_label(u)} {have} -> {want} {where}: {_fmt_bytes(moved)} per rank, "
                      f"{_fmt_s(secs)}")
     if not boxes:
@@ -511,7 +720,7 @@ def explain(p, placement=None, **options) -> str:
     lines.append(f"predicted step: {_fmt_s(p.predicted)} = compute {_fmt_s(p.compute_time)} + communication "
                  f"{_fmt_s(p.comm_time)}")
     lines.append("inputs and parameters: " + ", ".join(
-        f"{_label(v)} {fmt_shape(v.shape)} {fmt([q.signature(v) for q in axes])}" for v in p.graph.inputs))
+        f"{_label(v)} {fmt_shape(v.shape)} {fmt(p.signature(v))}" for v in p.graph.inputs))
     return "\n".join(lines)
 
 
@@ -585,19 +794,9 @@ def _comm(group):
 
 
 def _box_nd_np(a: np.ndarray, have: tuple, want: tuple, shape, comms: list) -> np.ndarray:
-    """NumPy boxing over every mesh axis: first the axes whose split goes away, then the new splits (as
-    `sbp._box` does), so no dimension is split along two axes on the way."""
-    cur = list(have)
-    for ax in range(len(cur)):
-        if cur[ax] == want[ax] or (want[ax].is_split and not cur[ax].is_split):
-            continue
-        step = want[ax]
-        if step.is_split and step.dim in {cur[b].dim for b in range(len(cur)) if b != ax and cur[b].is_split}:
-            step = broadcast
-        a, cur[ax] = _box_np(a, cur[ax], step, shape, comms[ax]), step
-    for ax in range(len(cur)):
-        if cur[ax] != want[ax]:
-            a, cur[ax] = _box_np(a, cur[ax], want[ax], shape, comms[ax]), want[ax]
+    """NumPy boxing over every mesh axis, one axis at a time in the order of `_nd_steps` (as `sbp._box`)."""
+    for ax, _before, src, dst in R.nd_boxing_steps(tuple(have), tuple(want)):
+        a = _box_np(a, src, dst, shape, comms[ax])
     return a
 
 

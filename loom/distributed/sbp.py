@@ -29,7 +29,12 @@ broadcast            partial_sum          none (rank 0 keeps it)
 ===================  ===================  =========================
 
 Moving a tensor to another placement (``to_global(placement=...)``) sends
-the whole value from a source rank to each destination rank (send/recv).
+each destination rank its part of the value from a source rank (send/recv).
+Gradients cross back: `GlobalTensor.backward`, called on every rank, sends
+each move's gradient the other way (send/recv), boxed into the source's
+layout, and continues the backward pass on the source ranks, last move first.
+Inside `loom.function` a move is a pair of send/recv nodes of the traced step
+(forward and backward alike); boxing over several ranks is eager only.
 
 Gradients follow the global view: ``loss.backward()`` on a global scalar
 differentiates the one global loss (not a sum of per-rank losses), and each
@@ -60,7 +65,7 @@ import numpy as np
 from loom.autograd.function import Function
 from loom.distributed import collectives as c
 from loom.distributed.process_group import DistributedError, ProcessGroup, new_group, resolve
-from loom.distributed.sbp_rules import SBP, broadcast, partial_sum, signatures, split
+from loom.distributed.sbp_rules import SBP, broadcast, nd_boxing_steps, partial_sum, signatures, split
 from loom.distributed.sbp_rules import boxing_bytes as _boxing_bytes
 from loom.errors import LoomError, ShapeError
 
@@ -106,6 +111,8 @@ class Placement:
             raise ShapeError(f"loom.distributed.sbp.placement: a mesh of shape {list(self.shape)} needs "
                              f"{int(np.prod(self.shape))} ranks, got {len(self.ranks)} ({self.ranks})")
         self.device = device
+        _Effects.start()
+        _anchor()
         self.group: ProcessGroup | Any = world if self.ranks == all_ranks else new_group(self.ranks)
         me = world.rank()
         self.coords: tuple[int, ...] | None = (tuple(int(c) for c in np.unravel_index(self.ranks.index(me),
@@ -332,6 +339,13 @@ NdSBP = tuple[SBP, ...]
 
 def _box_axis(x, mesh: _AxisMesh, src: SBP, to: SBP, shape: tuple[int, ...]):
     """`x` (this rank's part) converted from `src` to `to` along one mesh axis (differentiable)."""
+    if mesh.size == 1:  # One rank holds the whole value under every signature.
+        return x
+    if _tracing() and not (src == broadcast and (to.is_split or to == partial_sum)):
+        raise LoomError(f"loom.distributed.sbp: converting {src} to {to} over {mesh.size} ranks inside "
+                        "loom.function is not supported (global tensors box through eager collectives); trace "
+                        "steps whose global tensors need no collective (one-rank placements, moves between "
+                        "them), or run the step eagerly")
     if src.is_split and to == broadcast:
         return _SplitToBroadcast.apply(mesh, src.dim, shape[src.dim], x)
     if src == partial_sum and to == broadcast:
@@ -368,20 +382,9 @@ def _box(t: "GlobalTensor", to) -> "GlobalTensor":
     _check_nd(to, mesh, t.shape, "to_global")
     if t.local is None:  # Not in the placement: nothing to move here.
         return GlobalTensor(None, mesh, to, t.shape, t.dtype)
-    cur, x = list(t.nd_sbp), t.local
-    # First gather or reduce the axes whose split goes away or changes, then slice into the new splits, so no
-    # tensor dimension is ever split along two axes on the way.
-    for a in range(mesh.ndim):
-        if cur[a] == to[a] or (to[a].is_split and not cur[a].is_split):
-            continue
-        step = to[a]
-        if to[a].is_split:  # split to split: one all_to_all, unless another axis splits the target dimension now.
-            taken = {cur[b].dim for b in range(mesh.ndim) if b != a and cur[b].is_split}
-            step = broadcast if to[a].dim in taken else to[a]
-        x, cur[a] = _box_axis(x, mesh.axis(a), cur[a], step, t.shape), step
-    for a in range(mesh.ndim):
-        if cur[a] != to[a]:
-            x, cur[a] = _box_axis(x, mesh.axis(a), cur[a], to[a], t.shape), to[a]
+    x = t.local
+    for a, _before, src, dst in nd_boxing_steps(t.nd_sbp, to):
+        x = _box_axis(x, mesh.axis(a), src, dst, t.shape)
     return GlobalTensor(x, mesh, to, t.shape, t.dtype)
 
 
@@ -551,18 +554,27 @@ class GlobalTensor:
         return self.full().detach().numpy()
 
     def backward(self, gradient=None) -> None:
-        """Differentiate the global value (a scalar unless `gradient`, a global tensor of the same layout, is given)."""
-        if self.local is None:
-            return
-        if gradient is None:
-            if self.shape != ():
-                raise LoomError(f"loom.distributed.sbp.GlobalTensor.backward: the value has shape {list(self.shape)}; "
-                                "give a gradient or call it on a scalar")
-            self.local.backward()
-        else:
-            if not isinstance(gradient, GlobalTensor):
-                raise LoomError("loom.distributed.sbp.GlobalTensor.backward: gradient must be a GlobalTensor")
-            self.local.backward(_box(gradient, self._grad_layout()).local)
+        """Differentiate the global value (a scalar unless `gradient`, a global tensor of the same layout, is given).
+
+        Every rank of the job calls it: gradients flow back through moves between placements
+        (``to_global(placement=...)``) made since the last backward, as send/recv in the other direction.
+        """
+        roots, grads = [], []
+        if self.local is not None:
+            if gradient is None:
+                if self.shape != ():
+                    raise LoomError(f"loom.distributed.sbp.GlobalTensor.backward: the value has shape "
+                                    f"{list(self.shape)}; give a gradient or call it on a scalar")
+                from loom import _api as loom
+                grad = loom.ones_like(self.local)
+            else:
+                if not isinstance(gradient, GlobalTensor):
+                    raise LoomError("loom.distributed.sbp.GlobalTensor.backward: gradient must be a GlobalTensor")
+                grad = _box(gradient, self._grad_layout()).local
+            roots, grads = [self.local], [grad]
+        elif gradient is not None and not isinstance(gradient, GlobalTensor):
+            raise LoomError("loom.distributed.sbp.GlobalTensor.backward: gradient must be a GlobalTensor")
+        _backward_through_crossings(roots, grads)
 
     def __repr__(self) -> str:
         local = "None" if self.local is None else list(self.local.shape)
@@ -767,39 +779,209 @@ def _part(whole, shape: tuple[int, ...], nd: NdSBP, mesh: Placement, rank: int):
     return part
 
 
-def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
-    """`t` on placement `dst`: the source ranks make the whole value; each destination rank outside the source
-    receives its own part of it from one source rank (send/recv); ranks in both keep their part locally."""
+_CROSSING_TAG = 7011
+
+
+class _Crossing:
+    """A move between placements on this rank's backward tape: the part that left (`source`, on a source rank)
+    and the part that arrived (`received`, on a destination rank); backward sends the gradient the other way."""
+
+    __slots__ = ("src", "dst", "src_nd", "dst_nd", "shape", "dtype", "source", "received", "grad")
+
+    def __init__(self, t: "GlobalTensor", dst: Placement, to: NdSBP, received):
+        self.src, self.dst, self.src_nd, self.dst_nd = t.placement, dst, t.nd_sbp, to
+        self.shape, self.dtype = t.shape, t.dtype
+        self.source, self.received = t.local, received
+        self.grad = None  # The gradient of the part that arrived, left by `_Arrival`'s backward.
+
+
+class _Arrival(Function):
+    """The part that arrived on a destination rank, in autograd: its backward keeps the gradient on the
+    crossing's record for `_backward_through_crossings` to send back (not in a `.grad`, which a traced step
+    would have to keep)."""
+
+    @staticmethod
+    def forward(ctx, crossing, anchor, x):
+        ctx.crossing = crossing
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        cr = ctx.crossing
+        cr.grad = g if cr.grad is None else cr.grad + g
+        return None, None, None
+
+
+_ANCHOR: list = []  # One 0-d tensor that requires grad, made outside any trace: what makes `_Arrival` recorded.
+
+
+def _anchor():
     from loom import _api as loom
-    from loom.distributed.process_group import resolve as _resolve
+    if not _ANCHOR:
+        _ANCHOR.append(loom.zeros((), dtype=loom.float32, requires_grad=True))
+    return _ANCHOR[0]
+
+
+# The crossings made since the last backward, in program order (every rank of the job runs the same program,
+# so the ranks that take part in one crossing see it at the same place in their tapes).
+_TAPE: list[_Crossing] = []
+
+
+def _tracing() -> bool:
+    from loom.function import tracing
+    return tracing()
+
+
+class _Effects:
+    """Inside `loom.function`, the traced sends and receives of moves between placements, in program order.
+
+    Each one takes the token of the one before (so the traced step runs them in
+    the order the program made them, as every rank expects), and each send's
+    token is added into `sink`, a tensor from outside the trace, so the traced
+    step keeps the sends though nothing reads their result.
+    """
+
+    sink: Any = None
+    token: Any = None
+    trace: Any = None  # The trace `token` belongs to: each trace starts its own chain.
+
+    @classmethod
+    def start(cls) -> None:
+        from loom import _api as loom
+        if cls.sink is None:  # Made outside any trace (placements are), so a trace sees it as state it updates.
+            cls.sink = loom.zeros((), dtype=loom.float32)
+
+    @classmethod
+    def after(cls, t):
+        """`t` made to depend on the last traced send/recv (adds a zero)."""
+        from loom.runtime import realize
+        if cls.trace is not realize.active_trace:
+            cls.token, cls.trace = None, realize.active_trace
+        if cls.token is None:
+            return t
+        return t + cls.token.to(t.dtype)
+
+    @classmethod
+    def send(cls, part, dst: int) -> None:
+        import loom.distributed.nn.functional as dfn
+        tok = dfn.send(cls.after(part), dst=dst, tag=_CROSSING_TAG).to(cls.sink.dtype)
+        cls.sink.add_(tok)
+        cls.token = tok
+
+    @classmethod
+    def recv(cls, shape: tuple[int, ...], dtype, src: int):
+        from loom import _api as loom
+        import loom.distributed.nn.functional as dfn
+        cls.after(loom.zeros(()))  # Forgets a token from an earlier trace.
+        token = cls.token if cls.token is not None else loom.zeros((), dtype=loom.float32)
+        got = dfn.recv(shape, dtype, src=src, tag=_CROSSING_TAG, token=token)
+        cls.token = got.reshape(-1)[:1].sum().to(loom.float32) * 0.0 if got.numel() else token
+        return got
+
+
+def _transfer(t: GlobalTensor, dst: Placement, to: NdSBP, grad: bool):
+    """This rank's part of `t`'s value on `dst` laid out as `to` (None outside `dst`), detached; and whether
+    the value needs a gradient (`grad` and `t` requires one, agreed between the ranks that take part).
+
+    The source ranks make the whole value; each destination rank outside the
+    source receives its own part from one source rank (send/recv); ranks in
+    both take their part locally.
+    """
+    from loom import _api as loom
     src = t.placement
+    world = resolve(None, "sbp.to_global")
+    if world is None:
+        raise DistributedError("loom.distributed.sbp.to_global: this process is not in the job's process group")
+    me = world.rank()
+    needs = bool(grad and t.requires_grad)
+    traced = _tracing()
+    with loom.no_grad():
+        whole = t.full().detach() if src.is_member else None
+        receivers = [r for r in dst.ranks if r not in src.ranks]
+        sender_of = {r: src.ranks[k % src.size] for k, r in enumerate(receivers)}
+        mine = None
+        for r, s in sender_of.items():
+            if me == s:
+                part = _part(whole, t.shape, to, dst, r)
+                meta = (None if part is None else (tuple(part.shape), part.dtype.name), needs)
+                world._comm.send(meta, dest=r, tag=_CROSSING_TAG)
+                if part is not None and traced:
+                    _Effects.send(part.contiguous(), r)
+                elif part is not None:
+                    c.send(part.contiguous(), dst=r, tag=_CROSSING_TAG)
+            elif me == r:
+                shape_dtype, needs = world._comm.recv(source=s, tag=_CROSSING_TAG)
+                shape = _local_shape(t.shape, to, dst)
+                if shape_dtype is not None and traced:
+                    mine = _Effects.recv(shape, shape_dtype[1], s)
+                else:
+                    mine = loom.zeros(shape, dtype=t.dtype if shape_dtype is None else shape_dtype[1])
+                    if shape_dtype is not None:
+                        c.recv(mine, src=s, tag=_CROSSING_TAG)
+        if dst.is_member and mine is None:  # In both placements: sliced locally (a copy, not an alias).
+            part = _box(GlobalTensor(whole, dst, tuple(broadcast for _ in to), t.shape, t.dtype), to).local
+            mine = part.clone()
+    return mine, needs
+
+
+def _move(t: GlobalTensor, dst: Placement, sbp) -> GlobalTensor:
+    """`t` on placement `dst` (send/recv between the placements). When `t` requires grad the move goes on the
+    tape that `GlobalTensor.backward` sends gradients back through, and the part that arrives records its
+    gradient there (`_Arrival`)."""
+    from loom.autograd.grad_mode import is_grad_enabled
     to = _nd(sbp, dst, t.ndim, "to_global")
     _check_nd(to, dst, t.shape, "to_global")
-    world = _resolve(None, "sbp.to_global")
-    me = world.rank()
-    whole = t.full() if src.is_member else None
-    receivers = [r for r in dst.ranks if r not in src.ranks]
-    sender_of = {r: src.ranks[k % src.size] for k, r in enumerate(receivers)}
-    mine = None
-    for r, s in sender_of.items():
-        if me == s:
-            with loom.no_grad():
-                part = _part(whole, t.shape, to, dst, r)
-            world._comm.send(None if part is None else (tuple(part.shape), part.dtype.name), dest=r, tag=7011)
-            if part is not None:
-                c.send(part.detach().contiguous(), dst=r)
-        elif me == r:
-            meta = world._comm.recv(source=s, tag=7011)
-            shape = _local_shape(t.shape, to, dst)
-            mine = loom.zeros(shape, dtype=t.dtype if meta is None else meta[1])
-            if meta is not None:
-                c.recv(mine, src=s)
-    if not dst.is_member:
-        return GlobalTensor(None, dst, to, t.shape, t.dtype)
-    if mine is not None:  # Received: this rank's part already.
-        return GlobalTensor(mine, dst, to, t.shape, mine.dtype)
-    g = GlobalTensor(whole, dst, tuple(broadcast for _ in to), t.shape, whole.dtype)
-    return _box(g, to)  # In both placements: sliced locally, differentiable.
+    mine, needs = _transfer(t, dst, to, is_grad_enabled())
+    if needs and (t.placement.is_member or dst.is_member):
+        cr = _Crossing(t, dst, to, mine)
+        if mine is not None:
+            mine = cr.received = _Arrival.apply(cr, _anchor(), mine)
+        _TAPE.append(cr)
+    return GlobalTensor(mine, dst, to, t.shape, t.dtype if mine is None else mine.dtype)
+
+
+def _backward_through_crossings(roots: list, grads: list) -> None:
+    """Backward on this rank from `roots` (with `grads`), and through the crossings on the tape, last first.
+
+    At each crossing the destination ranks first run the backward pass of
+    what they hold so far (so the gradient of the part that arrived is
+    complete), then the gradient moves back to the source placement, laid out
+    as the source's gradient (send/recv in the other direction), where it
+    seeds the source ranks' backward pass. Every rank of the job calls it.
+    """
+    from loom import _api as loom
+    from loom.autograd import engine
+    tape = list(_TAPE)
+    _TAPE.clear()
+    pending: dict[int, list] = {}
+
+    def seed(t, g) -> None:
+        if id(t) in pending:
+            pending[id(t)][1] = pending[id(t)][1] + g
+        else:
+            pending[id(t)] = [t, g]
+
+    def flush(last: bool) -> None:
+        # With moves on the tape, a part that needs no gradient is passed over here (the other ranks go on
+        # through the moves); without, the engine says what is wrong, as a plain backward would.
+        work = [(t, g) for t, g in pending.values() if t.requires_grad or not tape]
+        pending.clear()
+        if work:
+            ts, gs = zip(*work)
+            engine.backward(list(ts), list(gs), retain_graph=not last)
+    for t, g in zip(roots, grads):
+        seed(t, g)
+    for cr in reversed(tape):
+        layout_dst = tuple(broadcast if s == partial_sum else s for s in cr.dst_nd)
+        layout_src = tuple(broadcast if s == partial_sum else s for s in cr.src_nd)
+        g = None
+        if cr.received is not None:
+            flush(last=False)
+            g = loom.zeros_like(cr.received) if cr.grad is None else cr.grad.detach()
+        back, _ = _transfer(GlobalTensor(g, cr.dst, layout_dst, cr.shape, cr.dtype), cr.src, layout_src, False)
+        if cr.source is not None and cr.source.requires_grad:
+            seed(cr.source, back.to(cr.source.dtype))
+    flush(last=True)
 
 
 def _use(t: GlobalTensor) -> GlobalTensor:

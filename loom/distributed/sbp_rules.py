@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 from loom.errors import LoomError
 
 __all__ = ["SBP", "split", "broadcast", "partial_sum", "Rule", "RULES", "register", "signatures", "boxing_kind",
-           "boxing_bytes", "Link", "LOOPBACK_MPI"]
+           "boxing_bytes", "nd_boxing_steps", "Link", "LOOPBACK_MPI"]
 
 
 # ----------------------------------------------------------------------------- signatures
@@ -415,3 +415,25 @@ def boxing_bytes(src: SBP, dst: SBP, nbytes: float, parts: int) -> tuple[float, 
     if kind == "all_to_all":
         return share / parts, parts - 1
     return share, parts - 1
+
+
+def nd_boxing_steps(have: Sequence[SBP], want: Sequence[SBP]) -> list[tuple[int, tuple[SBP, ...], SBP, SBP]]:
+    """The one-axis conversions that box the nd signature `have` into `want`, in order, as
+    ``(axis, signature before the step, from, to)``: first the axes whose split goes away or changes, then the
+    new splits, so no tensor dimension is ever split along two axes on the way. Global tensors box by these
+    steps, and the auto-parallel pass prices and runs them."""
+    cur = list(have)
+    steps = []
+    for ax in range(len(cur)):
+        if cur[ax] == want[ax] or (want[ax].is_split and not cur[ax].is_split):
+            continue
+        step = want[ax]
+        if step.is_split and step.dim in {cur[b].dim for b in range(len(cur)) if b != ax and cur[b].is_split}:
+            step = B  # Split to split while another axis splits the target dimension: through broadcast.
+        steps.append((ax, tuple(cur), cur[ax], step))
+        cur[ax] = step
+    for ax in range(len(cur)):
+        if cur[ax] != want[ax]:
+            steps.append((ax, tuple(cur), cur[ax], want[ax]))
+            cur[ax] = want[ax]
+    return steps

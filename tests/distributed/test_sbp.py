@@ -82,3 +82,18 @@ def test_uneven_splits_give_the_first_ranks_one_more():
 def test_placement_needs_a_process_group():
     with pytest.raises(loom.distributed.DistributedError, match="init_process_group"):
         S.placement()
+
+
+@needs_mpi
+def test_gradients_cross_placements_eager_and_traced_equal_one_process_on_2_ranks():
+    out = _ok(launch("placement_grad.py"))
+    for what in ("one rank to another", "one rank to all ranks and back", "back and forth",
+                 "unused and no_grad moves", "traced step"):
+        assert f"rank 1: {what} ok" in out, what
+
+
+@needs_mpi
+@pytest.mark.slow  # Four oversubscribed processes on 2 cores.
+def test_gradients_cross_disjoint_and_2d_placements_on_4_ranks():
+    out = _ok(launch("placement_grad.py", nproc=4), nproc=4)
+    assert "rank 3: two ranks to two others ok" in out and "rank 3: into and out of a 2 x 2 mesh ok" in out, out

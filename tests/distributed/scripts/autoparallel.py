@@ -5,35 +5,15 @@ oversubscribed one the measured MPI latency swings by 100x); the plans made with
 (`calibrate`) are run and checked too."""
 import numpy as np
 
-import loom
 import loom.distributed as dist
 from loom.distributed import autoparallel as ap
 from loom.distributed import sbp as S
+from tests.distributed.mlp_steps import mlp_step
 
 dist.init_process_group("gloo")
 r, n = dist.get_rank(), dist.get_world_size()
 mesh = S.placement()
 cost = ap.calibrate()
-
-
-def mlp_step(batch, d_in, hidden, d_out):
-    loom.manual_seed(0)
-    fc1, fc2 = loom.nn.Linear(d_in, hidden, bias=False), loom.nn.Linear(hidden, d_out, bias=False)
-    opt = loom.optim.SGD(list(fc1.parameters()) + list(fc2.parameters()), lr=0.1)
-
-    @loom.function
-    def step(x, t):
-        opt.zero_grad()
-        loss = ((fc2(fc1(x).relu()) - t) ** 2).mean()
-        loss.backward()
-        opt.step()
-        return loss
-    rng = np.random.default_rng(1)
-    x = loom.tensor(rng.standard_normal((batch, d_in)).astype(np.float32))
-    t = loom.tensor(rng.standard_normal((batch, d_out)).astype(np.float32))
-    for _ in range(2):  # The first call runs eagerly, the second traces.
-        step(x, t)
-    return step, (x, t), (fc1.weight, fc2.weight)
 
 
 def check(step, args, weights, name):
@@ -46,7 +26,8 @@ def check(step, args, weights, name):
             np.testing.assert_allclose(a, b.numpy(), rtol=1e-4, atol=1e-5, err_msg=f"{name}: output {k}")
         if r == 0:
             print(ap.explain(p), flush=True)
-    assert cost.link.latency > 0 and cost.link.bandwidth > 0 and cost.matmul_flops > 0, cost
+    # The latency is a fit's intercept, clamped at 0: on a loaded machine it may be 0.
+    assert cost.link.latency >= 0 and cost.link.bandwidth > 0 and cost.matmul_flops > 0, cost
     by_shape = {v.shape: p.signature(v) for v in p.graph.inputs}
     return p, by_shape, [w.shape for w in weights]
 

@@ -92,32 +92,18 @@ if r == 3:
     np.testing.assert_allclose(last.local.numpy(), v.numpy())
 print(f"rank {r}: crossing placements ok", flush=True)
 
-# 4. Auto-parallel on the 2x2 mesh: a traced MLP step planned axis by axis and run on the 4 ranks equals one
-# process.
+# 4. Auto-parallel on the 2x2 mesh: a traced MLP step planned (jointly, and axis by axis) and run on the 4 ranks
+# equals one process.
 from loom.distributed import autoparallel as ap  # noqa: E402
+from tests.distributed.mlp_steps import mlp_step  # noqa: E402
 
-loom.manual_seed(0)
-f1, f2 = loom.nn.Linear(16, 64, bias=False), loom.nn.Linear(64, 16, bias=False)
-sgd = loom.optim.SGD(list(f1.parameters()) + list(f2.parameters()), lr=0.1)
-
-
-@loom.function
-def train_step(xs, ts):
-    sgd.zero_grad()
-    out = ((f2(f1(xs).relu()) - ts) ** 2).mean()
-    out.backward()
-    sgd.step()
-    return out
-
-
-xs, ts = full(32, 16), full(32, 16)
-for _ in range(2):
-    train_step(xs, ts)
-plan = ap.plan(train_step, mesh)
-values = ap.inputs_of(train_step, xs, ts)
-for k, (got, want) in enumerate(zip(ap.execute(plan, *values, placement=mesh), plan.graph.run(*values))):
-    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5, err_msg=f"output {k}")
-if r == 0:
-    print(ap.explain(plan).splitlines()[-1], flush=True)
+train_step, args, _ = mlp_step(32, 16, 64, 16)
+values = ap.inputs_of(train_step, *args)
+for joint in (True, False):
+    plan = ap.plan(train_step, mesh, joint=joint)
+    for k, (got, want) in enumerate(zip(ap.execute(plan, *values, placement=mesh), plan.graph.run(*values))):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5, err_msg=f"joint={joint}: output {k}")
+    if r == 0:
+        print(ap.explain(plan).splitlines()[-1], flush=True)
 print(f"rank {r}: 2x2 auto-parallel plan ok", flush=True)
 print(f"rank {r}: ALL OK", flush=True)
