@@ -81,4 +81,4 @@ def compile(graph: Graph, level: int = 3, backend: str = "c"):  # noqa: A001 (th
     if backend not in BACKENDS:
         raise LoomError(f"loom.compiler.compile: unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
     optimized, plan = optimize(graph, level)
-    return Executable(optimized, plan, CODEGEN)
+    return Executable(optimized, plan, CODEGEN, verify=False)  # optimize() checked it (see VERIFY_PASSES).

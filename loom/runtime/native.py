@@ -210,16 +210,57 @@ class _Step:
 class _Ctx:
     """What one concurrent call owns: an arena, its views, and the driver's control block."""
 
-    __slots__ = ("arena", "views", "ctl", "ctl_ptr")
+    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes")
 
     def __init__(self, nbytes: int, buffer: np.ndarray | None = None):
-        if buffer is None:
-            buffer = np.empty(max(nbytes, 1) + _ALIGN, np.uint8)
-        shift = (-buffer.ctypes.data) % _ALIGN
-        self.arena = buffer[shift:shift + max(nbytes, 1)]
-        self.views: dict[int, np.ndarray] = {}
+        self.nbytes = nbytes
         self.ctl = np.zeros(8, np.int64)
         self.ctl_ptr = 0
+        self.buffer: Any = None
+        self.bind(buffer if buffer is not None else np.empty(max(nbytes, 1) + _ALIGN, np.uint8))
+
+    def bind(self, buffer: np.ndarray | None) -> None:
+        """Put the arena on `buffer` (None: let go of it); views of the old one are forgotten."""
+        self.views: dict[int, np.ndarray] = {}
+        self.buffer = buffer
+        if buffer is None:
+            self.arena = None
+            return
+        shift = (-buffer.ctypes.data) % _ALIGN
+        self.arena = buffer[shift:shift + max(self.nbytes, 1)]
+
+
+class ArenaPool:
+    """Arena buffers shared by the native programs of one traced function (one per specialisation, e.g. per
+    batch size).
+
+    A call takes the smallest free buffer its program fits in and gives it back when done, so a new
+    specialisation runs on memory an earlier one has already touched (a fresh arena's page faults cost as
+    much as the step itself) and the function keeps as many arenas as it has concurrent calls, not one per
+    specialisation. Buffers too small for a request are let go when a larger one has to be made.
+    """
+
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self.made = 0  # Buffers allocated (for tests and reports).
+
+    def take(self, nbytes: int) -> np.ndarray:
+        need = max(nbytes, 1) + _ALIGN
+        with self._lock:
+            best = None
+            for k, b in enumerate(self._free):
+                if b.nbytes >= need and (best is None or b.nbytes < self._free[best].nbytes):
+                    best = k
+            if best is not None:
+                return self._free.pop(best)
+            self._free = [b for b in self._free if b.nbytes >= need]
+            self.made += 1
+        return np.empty(need, np.uint8)
+
+    def give(self, buffer: np.ndarray) -> None:
+        with self._lock:
+            self._free.append(buffer)
 
 
 class NativeProgram:
@@ -366,6 +407,7 @@ class NativeProgram:
         self._forced: set[int] = set()       # Exe step indices that stay in Python (a kernel refused C).
         self._index_records: dict[int, list[int] | None] = {}
         self._ctxs: list[_Ctx] = []
+        self._pool: ArenaPool | None = None   # Arenas shared with other programs (`share_arenas`).
         self._tools = exe.tools
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
@@ -381,6 +423,7 @@ class NativeProgram:
         self._scratch_off = -(-self.arena_bytes // _ALIGN) * _ALIGN
         if scratch:
             self.arena_bytes = self._scratch_off + scratch
+        self._tools.driver()  # Load the driver now (or start its build), before the first call needs it.
 
     def _safe(self, r: int, index: dict, until: int, k: int, writes, own) -> bool:
         """Whether the memory of root slot `r` stays unwritten from step `k` through step `until`."""
@@ -799,8 +842,16 @@ class NativeProgram:
     def lend(self, buffer: np.ndarray | None) -> None:
         """Run later calls on `buffer` (uint8, at least ``arena_bytes + 64``) instead of an arena of its own;
         None: own arenas again. The compiled eager backend lends one buffer to all its plans, which it runs
-        one at a time; a concurrent call of this program still gets an arena of its own."""
+        one at a time; a concurrent call of this program still gets an arena of its own. Lending ends
+        `share_arenas`."""
+        self._pool = None
         self._ctxs[:] = [self._new_ctx(buffer)] if buffer is not None else []
+
+    def share_arenas(self, pool: ArenaPool | None) -> None:
+        """Take each call's arena from `pool` (shared with other programs run by the same owner); None: arenas
+        of its own again."""
+        self._pool = pool
+        self._ctxs[:] = []
 
     def _new_ctx(self, buffer: np.ndarray | None = None) -> _Ctx:
         abi = self._tools.kernel_abi()
@@ -836,10 +887,13 @@ class NativeProgram:
                 return None
         outs = [np.empty(shape, d) for shape, d in self._out_specs]
         ctxs = self._ctxs
+        pool = self._pool
         try:
             ctx = ctxs.pop()  # One arena per concurrent call (list.pop and append are atomic).
         except IndexError:
-            ctx = self._new_ctx()
+            ctx = self._new_ctx(pool.take(self.arena_bytes) if pool is not None else None)
+        if ctx.buffer is None:  # A pooled context between calls: its arena went back to the pool.
+            ctx.bind(pool.take(self.arena_bytes))
         objs = (ctx.arena, *arrays, *outs, *self._const_arrays)
         try:
             fast = self._fast if self._fast is not None else self._prepare(objs, ctx)
@@ -853,6 +907,9 @@ class NativeProgram:
                     self._run_python(step, objs, ctx)
             return tuple([objs[j] if j >= 0 else np.array(self._value(s, objs, ctx)) for s, j in self._results])
         finally:
+            if pool is not None and ctx.buffer is not None:
+                pool.give(ctx.buffer)
+                ctx.bind(None)
             ctxs.append(ctx)
 
     def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
