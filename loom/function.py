@@ -256,7 +256,7 @@ def _compile(graph: Graph, level: int, backend: str):
         compile_graph = None
     if compile_graph is None:
         return functools.partial(_run_reference, graph)
-    return compile_graph(graph, level=level, backend=backend)
+    return compile_graph(graph, level=level, backend=backend, checked=True)  # Built by add_node: checked.
 
 
 def _run_reference(graph: Graph, *arrays):

@@ -35,6 +35,7 @@ call back to the executor's own path.
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import importlib.util
 import os
@@ -299,6 +300,8 @@ class NativeProgram:
         top = int(getattr(exe.plan, "arena_bytes", 0) or 0) if exe.plan is not None else 0
         top = -(-top // _ALIGN) * _ALIGN
         own: dict[int, _Loc] = {}  # Each step's own memory (used unless the step is a free view).
+        planned_top = top
+        fresh: list[tuple[int, int, int]] = []  # (offset, bytes, slot) of values the plan did not place.
         for st in steps:
             node, d = st.node, st.node.dtype.np
             strides = _contiguous(node.shape, d.itemsize)
@@ -310,7 +313,8 @@ class NativeProgram:
             else:
                 nbytes = int(np.prod(node.shape, dtype=np.int64)) * d.itemsize
                 own[st.out] = _Loc(0, top, node.shape, strides, d)
-                top += -(-max(nbytes, 1) // _ALIGN) * _ALIGN
+                fresh.append((top, -(-max(nbytes, 1) // _ALIGN) * _ALIGN, st.out))
+                top += fresh[-1][1]
         # A value whose only reader is a reshape returned as an output (or a matmul whose only reader is a
         # transpose returned as one) is written straight into that output.
         readers: dict[int, int] = {}
@@ -399,6 +403,7 @@ class NativeProgram:
             free -= unsafe
         self._virtual: set[int] = set(free)
         self._virtual |= into_output  # Written by their matmul: no step of their own.
+        self._compact(fresh, planned_top, locs, own)
         self._locs = locs
         self._steps = steps
         self._nin = nin
@@ -424,6 +429,35 @@ class NativeProgram:
         if scratch:
             self.arena_bytes = self._scratch_off + scratch
         self._tools.driver()  # Load the driver now (or start its build), before the first call needs it.
+
+    def _compact(self, fresh: list, planned_top: int, locs: dict, own: dict) -> None:
+        """Drop the memory set aside for values the plan did not place (views, mostly) that turned out free:
+        the others move down, each still in memory of its own, so which views are free does not change."""
+        keep = [(off, size) for off, size, s in fresh if s not in self._virtual]
+        if len(keep) == len(fresh):
+            return
+        starts = [off for off, _ in keep]
+        shift, top = [], planned_top
+        for off, size in keep:
+            shift.append(top - off)
+            top += size
+
+        def region(loc: _Loc) -> int | None:
+            """The kept region holding `loc` (-1: none, it is the own memory of a free view; None: not fresh)."""
+            if loc.base != 0 or loc.off < planned_top:
+                return None
+            k = bisect.bisect_right(starts, loc.off) - 1
+            return k if k >= 0 and loc.off < starts[k] + keep[k][1] else -1
+
+        if any(region(loc) == -1 for loc in locs.values()):
+            return  # A value placed in memory set aside for a free view (not expected): keep the layout.
+        moved: set[int] = set()
+        for loc in list(locs.values()) + list(own.values()):
+            k = region(loc)
+            if k is not None and k >= 0 and id(loc) not in moved:
+                moved.add(id(loc))
+                loc.off += shift[k]
+        self.arena_bytes = max(planned_top, top)
 
     def _safe(self, r: int, index: dict, until: int, k: int, writes, own) -> bool:
         """Whether the memory of root slot `r` stays unwritten from step `k` through step `until`."""
@@ -568,7 +602,7 @@ class NativeProgram:
         out = self._value(fst.out, objs, ctx)
         if not all(self._tools.kernel_usable(a) for a in args + [out]):
             return None
-        plan = kern._plan(args, out)
+        plan = kern.plan(args, out)
         if plan.meta is None or plan.copies:
             return None
         g = self._gemm_plan(st)
@@ -825,7 +859,7 @@ class NativeProgram:
         out = self._value(st.out, objs, ctx)
         if not all(tools.kernel_usable(a) for a in args + [out]):
             return None
-        plan = kern._plan(args, out)
+        plan = kern.plan(args, out)
         if plan.meta is None or plan.copies:
             return None
         meta = plan.meta.copy()
