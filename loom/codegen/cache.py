@@ -7,6 +7,12 @@ done the kernel runs its body on the reference path. ``LOOM_CODEGEN_SYNC=1``
 builds in the calling thread instead. When the compiler is missing or fails
 the problem is logged once and the kernel stays on the reference path.
 
+Within a process a body met again (the same ops, attrs, dtypes and shapes, by
+`body_key`: a repeated layer, an optimizer update at a new batch size) gets
+the same `Kernel` without its C being rendered and hashed again. The answer of
+the libmvec probe is kept in ``$LOOM_CACHE_DIR/probes``, so only the first
+process on a machine runs it.
+
 Only code loom built is loaded (`loom.codegen.trust`): a cache directory that
 another user owns or can write is refused with a `KernelCacheWarning` and this
 process uses a fresh private directory instead; a library is loaded only if
