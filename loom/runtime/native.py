@@ -220,13 +220,10 @@ class _Ctx:
         self.buffer: Any = None
         self.bind(buffer if buffer is not None else np.empty(max(nbytes, 1) + _ALIGN, np.uint8))
 
-    def bind(self, buffer: np.ndarray | None) -> None:
-        """Put the arena on `buffer` (None: let go of it); views of the old one are forgotten."""
+    def bind(self, buffer: np.ndarray) -> None:
+        """Put the arena on `buffer`; views of the old one are forgotten."""
         self.views: dict[int, np.ndarray] = {}
         self.buffer = buffer
-        if buffer is None:
-            self.arena = None
-            return
         shift = (-buffer.ctypes.data) % _ALIGN
         self.arena = buffer[shift:shift + max(self.nbytes, 1)]
 
@@ -238,7 +235,8 @@ class ArenaPool:
     A call takes the smallest free buffer its program fits in and gives it back when done, so a new
     specialisation runs on memory an earlier one has already touched (a fresh arena's page faults cost as
     much as the step itself) and the function keeps as many arenas as it has concurrent calls, not one per
-    specialisation. Buffers too small for a request are let go when a larger one has to be made.
+    specialisation. Buffers too small for a request are let go when a larger one has to be made (an idle
+    program whose context still points at one keeps it until its next call moves it to another).
     """
 
     def __init__(self) -> None:
@@ -246,9 +244,14 @@ class ArenaPool:
         self._lock = threading.Lock()
         self.made = 0  # Buffers allocated (for tests and reports).
 
-    def take(self, nbytes: int) -> np.ndarray:
+    def take(self, nbytes: int, prefer: np.ndarray | None = None) -> np.ndarray:
+        """A buffer for an arena of `nbytes`: `prefer` (the one the caller used last) when it is free."""
         need = max(nbytes, 1) + _ALIGN
         with self._lock:
+            if prefer is not None:
+                for k, b in enumerate(self._free):
+                    if b is prefer and b.nbytes >= need:
+                        return self._free.pop(k)
             best = None
             for k, b in enumerate(self._free):
                 if b.nbytes >= need and (best is None or b.nbytes < self._free[best].nbytes):
@@ -926,8 +929,11 @@ class NativeProgram:
             ctx = ctxs.pop()  # One arena per concurrent call (list.pop and append are atomic).
         except IndexError:
             ctx = self._new_ctx(pool.take(self.arena_bytes) if pool is not None else None)
-        if ctx.buffer is None:  # A pooled context between calls: its arena went back to the pool.
-            ctx.bind(pool.take(self.arena_bytes))
+        else:
+            if pool is not None:  # Its buffer went back to the pool after its last call: take it (or another).
+                buffer = pool.take(self.arena_bytes, ctx.buffer)
+                if buffer is not ctx.buffer:
+                    ctx.bind(buffer)
         objs = (ctx.arena, *arrays, *outs, *self._const_arrays)
         try:
             fast = self._fast if self._fast is not None else self._prepare(objs, ctx)
@@ -941,9 +947,8 @@ class NativeProgram:
                     self._run_python(step, objs, ctx)
             return tuple([objs[j] if j >= 0 else np.array(self._value(s, objs, ctx)) for s, j in self._results])
         finally:
-            if pool is not None and ctx.buffer is not None:
-                pool.give(ctx.buffer)
-                ctx.bind(None)
+            if pool is not None:
+                pool.give(ctx.buffer)  # The context stays bound to it: the next call takes it back if it is free.
             ctxs.append(ctx)
 
     def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
