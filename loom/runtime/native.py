@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import importlib.util
+import mmap
 import os
 import threading
 from typing import Any
@@ -208,6 +209,22 @@ class _Step:
         self.pre = pre  # For a GEMM epilogue's kernel: the whole GEMM Python reruns before it.
 
 
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _arena_buffer(nbytes: int) -> np.ndarray:
+    """`nbytes` of fresh memory for an arena, its pages mapped at once where the system can (Linux's
+    MAP_POPULATE, small pages): faulting a fresh arena in page by page, as its first call did, cost more than
+    the step itself, most of all where NumPy asks for huge pages and the kernel compacts memory to find them."""
+    if _POPULATE and nbytes >= 1 << 20:
+        try:
+            m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
+            return np.frombuffer(m, np.uint8)
+        except (OSError, ValueError):
+            pass
+    return np.empty(nbytes, np.uint8)
+
+
 class _Ctx:
     """What one concurrent call owns: an arena, its views, and the driver's control block."""
 
@@ -218,7 +235,7 @@ class _Ctx:
         self.ctl = np.zeros(8, np.int64)
         self.ctl_ptr = 0
         self.buffer: Any = None
-        self.bind(buffer if buffer is not None else np.empty(max(nbytes, 1) + _ALIGN, np.uint8))
+        self.bind(buffer if buffer is not None else _arena_buffer(max(nbytes, 1) + _ALIGN))
 
     def bind(self, buffer: np.ndarray) -> None:
         """Put the arena on `buffer`; views of the old one are forgotten."""
@@ -260,7 +277,7 @@ class ArenaPool:
                 return self._free.pop(best)
             self._free = [b for b in self._free if b.nbytes >= need]
             self.made += 1
-        return np.empty(need, np.uint8)
+        return _arena_buffer(need)
 
     def give(self, buffer: np.ndarray) -> None:
         with self._lock:
