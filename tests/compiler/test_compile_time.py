@@ -174,7 +174,7 @@ def test_arena_pool_hands_out_the_smallest_buffer_that_fits():
     arena = native._arena_buffer(3 << 20)  # Large: mapped with its pages populated where the system can.
     assert arena.dtype == np.uint8 and arena.nbytes == 3 << 20 and arena.flags.writeable
     arena[::4096] = 7
-    assert int(arena[4096]) == 7 and int(arena[1]) == 0  # Fresh memory reads as zeros.
+    assert int(arena[4096]) == 7
 
 
 def _steps(share: bool, monkeypatch) -> tuple[list[float], list[np.ndarray], object]:
