@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -29,6 +30,7 @@ from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
 from loom.runtime import realize as _realize
 from loom.runtime import reference
+from loom.runtime.native import ArenaPool
 from loom.tensor import Tensor, apply, default_generator
 
 if TYPE_CHECKING:
@@ -278,13 +280,27 @@ def _compile(graph: Graph, level: int, backend: str):
         compile_graph = None
     if compile_graph is None:
         return functools.partial(_run_reference, graph)
-    return compile_graph(graph, level=level, backend=backend)
+    return compile_graph(graph, level=level, backend=backend, checked=True)  # Built by add_node: checked.
 
 
 def _run_reference(graph: Graph, *arrays):
     """Run a traced graph on the reference interpreter, taking and giving stored-form arrays."""
     feeds = [_buffer_tensor(a, p.dtype) for a, p in zip(arrays, graph.inputs)]
     return tuple(t._array() for t in graph.run(*feeds))
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """No cyclic garbage collection while a call traces and compiles: those build tens of thousands of
+    objects, and the collections that triggers (each walking the whole heap) cost a large part of a
+    retrace. Collection resumes after, as it was."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 # ---------------------------------------------------------------- the decorator
@@ -325,6 +341,7 @@ class Function:
                                      f"backend at level 3, got backend={backend!r}, level={level!r}")
         self._calls = 0
         self._cache: dict[Any, _Entry] = {}
+        self._arenas: ArenaPool | None = None
         self.trace_count = 0
 
     def _key(self, args, kwargs) -> Any:
@@ -356,13 +373,16 @@ class Function:
         entry = self._cache.get(key)
         if _profiler.ACTIVE is None:
             if entry is None or not self._guard_ok(entry):
-                entry = self._trace(args, kwargs)
-                self._cache[key] = entry
+                with _no_gc():
+                    entry = self._trace(args, kwargs)
+                    self._cache[key] = entry
+                    return self._replay(entry, args, kwargs)
             return self._replay(entry, args, kwargs)
         name = getattr(self.fn, "__name__", "fn")
         t0 = _profiler.now_us()
         if entry is None or not self._guard_ok(entry):
-            entry = self._trace(args, kwargs)
+            with _no_gc():
+                entry = self._trace(args, kwargs)
             self._cache[key] = entry
             _profiler.record(f"loom.function trace {name}", "compile", t0, _profiler.now_us())
             t0 = _profiler.now_us()
@@ -464,6 +484,11 @@ class Function:
                                             transport=self.transport)
         else:
             entry.exe = _compile(graph, self.level, self.backend)
+            share = getattr(entry.exe, "share_arenas", None)
+            if share is not None:  # Specialisations (batch sizes) reuse each other's arenas.
+                if self._arenas is None:
+                    self._arenas = ArenaPool()
+                share(self._arenas)
         optimized = getattr(entry.exe, "graph", None)
         entry.remat = optimized.meta.get("remat") if isinstance(optimized, Graph) else None
         entry.kernel_count = sum(1 for n in graph if n.op == "fused")

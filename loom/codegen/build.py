@@ -90,29 +90,74 @@ void probe(float *x, int n) {
 """
 
 
-def mvec_available(cc: str | None = None) -> bool:
-    """Whether kernels can link glibc's libmvec (probed once per compiler)."""
+def mvec_available(cc: str | None = None, memo_dir: str | None = None) -> bool:
+    """Whether kernels can link glibc's libmvec (probed once per compiler).
+
+    With `memo_dir` (a private folder of the kernel cache) the answer is kept
+    there per compiler, machine and flags, so later processes skip the probe
+    (a compile of its own).
+    """
     if os.environ.get("LOOM_MVEC", "1") == "0":
         return False
     cc = cc or compiler()
     with _ID_LOCK:
         if cc in _MVEC:
             return _MVEC[cc]
-    ok = False
-    if shutil.which(cc) is not None:
-        with tempfile.TemporaryDirectory(prefix="loom-probe-") as tmp:
-            src = os.path.join(tmp, "probe.c")
-            with open(src, "w") as f:
-                f.write(_PROBE)
-            try:
-                r = subprocess.run([cc, *BASE_FLAGS, src, "-o", os.path.join(tmp, "probe.so"), *MVEC_LIBS, *LIBS],
-                                   capture_output=True, text=True, timeout=60)
-                ok = r.returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                ok = False
+    memo = _mvec_memo(cc, memo_dir) if memo_dir is not None else None
+    ok = _read_memo(memo) if memo is not None else None
+    if ok is None:
+        ok = _probe_mvec(cc)
+        if memo is not None:
+            _write_memo(memo, ok)
     with _ID_LOCK:
         _MVEC[cc] = ok
     return ok
+
+
+def _probe_mvec(cc: str) -> bool:
+    if shutil.which(cc) is None:
+        return False
+    with tempfile.TemporaryDirectory(prefix="loom-probe-") as tmp:
+        src = os.path.join(tmp, "probe.c")
+        with open(src, "w") as f:
+            f.write(_PROBE)
+        try:
+            r = subprocess.run([cc, *BASE_FLAGS, src, "-o", os.path.join(tmp, "probe.so"), *MVEC_LIBS, *LIBS],
+                               capture_output=True, text=True, timeout=60)
+            return r.returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            return False
+
+
+def _mvec_memo(cc: str, folder: str) -> str | None:
+    """The file that keeps the libmvec probe's answer for this compiler, machine, flags and probe."""
+    ident = compiler_id(cc)
+    if ident is None:
+        return None
+    h = hashlib.sha256("\0".join((ident, *BASE_FLAGS, *MVEC_LIBS, *LIBS, _PROBE)).encode()).hexdigest()
+    return os.path.join(folder, f"mvec-{h[:32]}")
+
+
+def _read_memo(path: str) -> bool | None:
+    try:
+        with open(path) as f:
+            text = f.read(8).strip()
+    except OSError:
+        return None
+    return {"1": True, "0": False}.get(text)
+
+
+def _write_memo(path: str, value: bool) -> None:
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write("1" if value else "0")
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def flags(use_mvec: bool) -> tuple[str, ...]:

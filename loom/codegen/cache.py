@@ -7,6 +7,12 @@ done the kernel runs its body on the reference path. ``LOOM_CODEGEN_SYNC=1``
 builds in the calling thread instead. When the compiler is missing or fails
 the problem is logged once and the kernel stays on the reference path.
 
+Within a process a body met again (the same ops, attrs, dtypes and shapes, by
+`body_key`: a repeated layer, an optimizer update at a new batch size) gets
+the same `Kernel` without its C being rendered and hashed again. The answer of
+the libmvec probe is kept in ``$LOOM_CACHE_DIR/probes``, so only the first
+process on a machine runs it.
+
 Only code loom built is loaded (`loom.codegen.trust`): a cache directory that
 another user owns or can write is refused with a `KernelCacheWarning` and this
 process uses a fresh private directory instead; a library is loaded only if
@@ -27,10 +33,13 @@ import hashlib
 import logging
 import os
 import shutil
+import struct
 import threading
 import warnings
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
+from loom import dtypes as dt
 from loom.ir.graph import Graph
 from loom.runtime import threads  # noqa: F401  (Sets OpenMP's wait policy before a kernel loads libgomp.)
 
@@ -129,6 +138,7 @@ def clear_memory() -> None:
     """Forget loaded kernels and checked directories (the disk cache stays): the next lookups go to disk."""
     with _LOCK:
         _LIBS.clear()
+        _BODIES.clear()
     with _ROOT_LOCK:
         _ROOTS.clear()
 
@@ -261,6 +271,75 @@ def _build(lib: _Lib, source: str, use_mvec: bool) -> None:
         raise
 
 
+_PROBE_DIRS: dict[str, str | None] = {}
+
+
+def _probe_dir(root: str) -> str | None:
+    """The cache's private folder for answers of compiler probes (None if it cannot be made)."""
+    if root not in _PROBE_DIRS:
+        try:
+            _PROBE_DIRS[root] = trust.private_subdir(root, "probes")
+        except (trust.Untrusted, OSError):
+            _PROBE_DIRS[root] = None
+    return _PROBE_DIRS[root]
+
+
+# Kernels by the exact structure of their body (`body_key`), so a body met again (the same layer repeated, the
+# same optimizer update, a retrace at a new batch size) skips rendering C and hashing it: its Kernel, with the
+# call arguments it has planned, is shared. Bounded: least recently used first out.
+_BODIES: OrderedDict[tuple, Kernel] = OrderedDict()
+_BODIES_MAX = 8192
+
+
+def _exact(value):
+    """An attr value as a key that tells apart what == does not (0.0 and -0.0, NaN payloads)."""
+    if isinstance(value, float):
+        return ("f", struct.pack("<d", value))
+    if isinstance(value, tuple):
+        return tuple(_exact(v) for v in value)
+    if isinstance(value, dt.DType):
+        return ("dtype", value.name)
+    if value is None or isinstance(value, (bool, int, str)):
+        return (type(value).__name__, value)
+    raise TypeError(type(value).__name__)
+
+
+def body_key(body: Graph) -> tuple | None:
+    """A key equal for two bodies exactly when they are the same computation on the same shapes and dtypes: every
+    node's op, attrs, dtype, shape and inputs, in topological order. None for a body holding data (a buffer) or
+    attrs it cannot key."""
+    index: dict = {}
+    parts = []
+    try:
+        for n in body.topological_order():
+            if n.buffer is not None:
+                return None
+            attrs = tuple(sorted((k, _exact(v)) for k, v in n.attrs.items()))
+            parts.append((n.op, n.dtype.name, tuple(n.shape), attrs, tuple(index[i] for i in n.inputs)))
+            index[n] = len(index)
+        return (tuple(parts), tuple(index[p] for p in body.inputs), tuple(index[o] for o in body.outputs))
+    except (TypeError, KeyError):
+        return None
+
+
+def _memo_get(key) -> Kernel | None:
+    with _LOCK:
+        found = _BODIES.get(key)
+        if found is not None:
+            _BODIES.move_to_end(key)
+            _STATS["memory_hits"] += 1
+        return found
+
+
+def _memo_put(key, kernel: Kernel) -> Kernel:
+    if key is not None:
+        with _LOCK:
+            _BODIES[key] = kernel
+            while len(_BODIES) > _BODIES_MAX:
+                _BODIES.popitem(last=False)
+    return kernel
+
+
 def sync_mode() -> bool:
     return os.environ.get("LOOM_CODEGEN_SYNC", "0") not in ("", "0")
 
@@ -300,23 +379,32 @@ def get_kernel(body: Graph) -> Kernel:
         raise TypeError("loom.codegen.get_kernel: expected a loom.ir.Graph with exactly one output")
     if os.environ.get("LOOM_CODEGEN", "1") == "0":
         return Kernel(body, None, None, "code generation is off (LOOM_CODEGEN=0)")
+    shape = body_key(body)
+    memo = None if shape is None else (shape, configured_cache_dir(), build.compiler(),
+                                       os.environ.get("LOOM_MVEC", "1"))
+    if memo is not None:
+        known = _memo_get(memo)
+        if known is not None:
+            if known._lib is not None and sync_mode():
+                known._lib.done.wait()
+            return known
     try:
         spec = render(body)
     except Unsupported as e:
         with _LOCK:
             _STATS["unsupported"] += 1
         log.debug("loom.codegen: body stays on the reference path: %s", e)
-        return Kernel(body, None, None, str(e))
+        return _memo_put(memo, Kernel(body, None, None, str(e)))
     cc_id = build.compiler_id()
     if cc_id is None:
         _warn_once("no-compiler", f"loom.codegen: C compiler {build.compiler()!r} not found (set LOOM_CC)")
         return Kernel(body, spec, None, f"no C compiler ({build.compiler()!r})")
-    use_mvec = spec.uses_mvec and build.mvec_available()
-    key = kernel_key(spec.source, use_mvec, cc_id)
-    sync = sync_mode()
     root = _root()
     if root is None:
         return Kernel(body, spec, None, "no kernel cache directory is safe to use (see the KernelCacheWarning)")
+    use_mvec = spec.uses_mvec and build.mvec_available(memo_dir=_probe_dir(root))
+    key = kernel_key(spec.source, use_mvec, cc_id)
+    sync = sync_mode()
     with _LOCK:
         found = _LIBS.get(key)
         if found is None:
@@ -327,12 +415,12 @@ def get_kernel(body: Graph) -> Kernel:
     if found is not None:
         if sync:
             lib.done.wait()
-        return Kernel(body, spec, lib)
+        return _memo_put(memo, Kernel(body, spec, lib))
     try:
         lib.load()
         with _LOCK:
             _STATS["disk_hits"] += 1
-        return Kernel(body, spec, lib)
+        return _memo_put(memo, Kernel(body, spec, lib))
     except FileNotFoundError:  # Not built yet.
         pass
     except trust.Untrusted as e:  # Not what loom built (or not from here): never loaded, built again.
@@ -343,4 +431,4 @@ def get_kernel(body: Graph) -> Kernel:
         _build(lib, spec.source, use_mvec)
     else:
         _pool().submit(_build, lib, spec.source, use_mvec)
-    return Kernel(body, spec, lib)
+    return _memo_put(memo, Kernel(body, spec, lib))

@@ -178,7 +178,8 @@ def _load(path: str, root: str) -> Driver:
     return Driver(lib, path)
 
 
-def _build() -> Driver | None:
+def _where() -> tuple[str, str] | None:
+    """(library path, cache root) of the driver for this compiler; None when it cannot be built here."""
     from . import cache
 
     cc_id = build.compiler_id()
@@ -186,7 +187,28 @@ def _build() -> Driver | None:
     if cc_id is None or root is None or os.environ.get("LOOM_CODEGEN", "1") == "0":
         return None
     key = cache.kernel_key("loom-step-driver\n" + SOURCE, False, cc_id)
-    path = os.path.join(root, "kernels", key[:2], key + ".so")
+    return os.path.join(root, "kernels", key[:2], key + ".so"), root
+
+
+def _load_cached() -> Driver | None:
+    """The driver from the kernel cache if it is there and loom built it (a load, not a build: quick)."""
+    where = _where()
+    if where is None:
+        return None
+    try:
+        return _load(*where)
+    except FileNotFoundError:
+        return None
+    except (trust.Untrusted, OSError) as e:
+        log.debug("loom.codegen: the cached step driver is not loaded (%s); it is rebuilt", e)
+        return None
+
+
+def _build() -> Driver | None:
+    where = _where()
+    if where is None:
+        return None
+    path, root = where
     try:
         return _load(path, root)
     except FileNotFoundError:
@@ -194,7 +216,7 @@ def _build() -> Driver | None:
     except (trust.Untrusted, OSError) as e:
         log.debug("loom.codegen: rebuilding the step driver (%s)", e)
     try:
-        trust.private_subdir(root, "kernels", key[:2])
+        trust.private_subdir(root, "kernels", os.path.basename(os.path.dirname(path)))
         build.compile_shared(SOURCE, path, False)
         return _load(path, root)
     except (build.BuildError, trust.Untrusted, OSError) as e:
@@ -203,7 +225,8 @@ def _build() -> Driver | None:
 
 
 def get_driver(wait: bool = False) -> Driver | None:
-    """The driver library if it is loaded; starts its build (in the background unless `wait`) otherwise.
+    """The driver library if it is loaded; loads it from the kernel cache, or starts its build (in the background
+    unless `wait`) otherwise.
 
     Returns None while it builds and when it cannot be built (no compiler,
     no safe cache directory, ``LOOM_CODEGEN=0``).
@@ -217,6 +240,13 @@ def get_driver(wait: bool = False) -> Driver | None:
         done = _STATE.done
         if done is None:
             done = _STATE.done = threading.Event()
+            # Already in the cache (every run after the first on this machine): load it now, so the first call
+            # of a compiled step runs natively. Only a build goes to the background.
+            found = _load_cached()
+            if found is not None:
+                _STATE.driver = found
+                done.set()
+                return found
 
             def work(event: threading.Event = done) -> None:
                 try:

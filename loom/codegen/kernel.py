@@ -187,12 +187,7 @@ class Kernel:
         if lib is None or lib.state != "ready":
             np.copyto(out, run_reference(self.body, inputs))
             return
-        key = (out.strides, *[a.strides for a in inputs])
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plan(inputs, out)
-            with self._lock:
-                self._plans[key] = plan
+        plan = self.plan(inputs, out)
         if plan.meta is None:  # Strides that are not whole elements: work on copies.
             self._run_copied(inputs, out)
             return
@@ -213,6 +208,16 @@ class Kernel:
         np.copyto(out, tmp)
 
     # ------------------------------------------------------------ argument planning
+    def plan(self, arrays: list[np.ndarray], out: np.ndarray) -> _Plan:
+        """The call arguments for these strides (shapes are the body's), planned once per layout."""
+        key = (out.strides, *[a.strides for a in arrays])
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(arrays, out)
+            with self._lock:
+                self._plans[key] = plan
+        return plan
+
     def _plan(self, arrays: list[np.ndarray], out: np.ndarray) -> _Plan:
         spec = self.spec
         if not all(_whole_strides(a) for a in arrays + [out]):

@@ -17,8 +17,12 @@ BACKENDS = ("c",)
 VERIFY_PASSES = os.environ.get("LOOM_VERIFY_PASSES", "") not in ("", "0")
 
 
-def optimize(graph: Graph, level: int = 3) -> tuple[Graph, MemoryPlan | None]:
+def optimize(graph: Graph, level: int = 3, *, checked: bool = False) -> tuple[Graph, MemoryPlan | None]:
     """The optimised copy of `graph` at `level`, and its memory plan (None below O3).
+
+    `checked`: the caller built `graph` through the Graph API (which checks
+    each node as it is added) and has not edited it since, so its
+    invariants are not checked again (`loom.function` passes its trace).
 
     Examples
     --------
@@ -30,7 +34,7 @@ def optimize(graph: Graph, level: int = 3) -> tuple[Graph, MemoryPlan | None]:
     >>> [n.op for n in opt], plan.arena_bytes
     (['input', 'fused'], 0)
     """
-    if not VERIFY_PASSES:
+    if not VERIFY_PASSES and not checked:
         graph.verify()  # A node no primitive accepts (say, edited attrs) never reaches a pass or a kernel.
     out = run_passes(graph, pass_names(graph, level), verify=VERIFY_PASSES)
     return out, out.meta.get("memory")
@@ -45,7 +49,7 @@ def pass_names(graph: Graph, level: int) -> list[str]:
     return names
 
 
-def compile(graph: Graph, level: int = 3, backend: str = "c"):  # noqa: A001 (the public name)
+def compile(graph: Graph, level: int = 3, backend: str = "c", *, checked: bool = False):  # noqa: A001
     """Optimise `graph` and build an executable for it.
 
     Parameters
@@ -57,6 +61,9 @@ def compile(graph: Graph, level: int = 3, backend: str = "c"):  # noqa: A001 (th
         reuse; 3 (default): + static memory planning.
     backend : str
         ``"c"``: fused kernels become generated C (`loom.codegen`).
+    checked : bool
+        The graph was built through the Graph API and not edited since:
+        its invariants are not checked again (see `optimize`).
 
     Returns
     -------
@@ -80,5 +87,5 @@ def compile(graph: Graph, level: int = 3, backend: str = "c"):  # noqa: A001 (th
         raise LoomError(f"loom.compiler.compile: expected a loom.ir.Graph, got {type(graph).__name__}")
     if backend not in BACKENDS:
         raise LoomError(f"loom.compiler.compile: unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
-    optimized, plan = optimize(graph, level)
-    return Executable(optimized, plan, CODEGEN)
+    optimized, plan = optimize(graph, level, checked=checked)
+    return Executable(optimized, plan, CODEGEN, verify=False)  # optimize() checked it (see VERIFY_PASSES).

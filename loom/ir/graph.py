@@ -631,8 +631,11 @@ class Graph:
         for n in doomed:
             del self._nodes[n]
             del self._users[n]
-        self._inputs = [n for n in self._inputs if n not in doomed]
-        self._outputs = [n for n in self._outputs if n not in doomed]
+        gone = doomed.keys()  # (isdisjoint runs in C: the fuse pass removes one group at a time.)
+        if not gone.isdisjoint(self._inputs):
+            self._inputs = [n for n in self._inputs if n not in doomed]
+        if not gone.isdisjoint(self._outputs):
+            self._outputs = [n for n in self._outputs if n not in doomed]
         return tuple(doomed)
 
     def replace(self, old: Node, new: Node, *, check_cycles: bool = True) -> None:
@@ -674,7 +677,8 @@ class Graph:
             c.inputs = tuple(new if i is old else i for i in c.inputs)
             self._users[new][c] = None
             del self._users[old][c]
-        self._outputs = [new if o is old else o for o in self._outputs]
+        if old in self._outputs:
+            self._outputs = [new if o is old else o for o in self._outputs]
 
     def set_input(self, node: Node, index: int, new_input: Node) -> None:
         """Rewire input `index` of `node` to `new_input`.

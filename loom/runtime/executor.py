@@ -135,6 +135,9 @@ class Executable:
         Where kernels for fused nodes, native convolution and the step
         driver come from; `loom.compiler.compile` passes the code
         generator's. Default: the registered one (`toolchain.current()`).
+    verify : bool
+        Check the graph's invariants first (default). The compiler passes
+        False for the output of its own pipeline.
 
     Examples
     --------
@@ -148,10 +151,11 @@ class Executable:
     [[1.0, 1.0], [1.0, 1.0]]
     """
 
-    def __init__(self, graph: Graph, plan=None, tools: toolchain.Toolchain | None = None):
+    def __init__(self, graph: Graph, plan=None, tools: toolchain.Toolchain | None = None, *, verify: bool = True):
         if not isinstance(graph, Graph):
             raise LoomError(f"loom.Executable: expected a loom.ir.Graph, got {type(graph).__name__}")
-        graph.verify()
+        if verify:  # The compiler's pipeline checked its input and (under LOOM_VERIFY_PASSES) every pass.
+            graph.verify()
         self.graph = graph
         self.plan = plan
         self.tools = tools if tools is not None else toolchain.current()
@@ -218,6 +222,12 @@ class Executable:
         self._arenas: list[tuple[np.ndarray, dict[int, np.ndarray]]] = []
         self._lock = threading.Lock()
         self._native = native.build(self)  # The steps as one native program (None: LOOM_NATIVE=0).
+
+    def share_arenas(self, pool) -> None:
+        """Run the native program's calls on arenas from `pool` (a `native.ArenaPool` shared with other
+        executables of one owner, such as the batch-size specialisations of a traced function)."""
+        if self._native is not None:
+            self._native.share_arenas(pool)
 
     # ------------------------------------------------------------ memory
     def _acquire(self) -> tuple[np.ndarray, dict[int, np.ndarray]]:

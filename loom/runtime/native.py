@@ -35,8 +35,10 @@ call back to the executor's own path.
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import importlib.util
+import mmap
 import os
 import sys
 import threading
@@ -214,19 +216,79 @@ class _Step:
         self.chain = chain  # For a fused record of several steps: those steps, which Python runs in turn.
 
 
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _arena_buffer(nbytes: int) -> np.ndarray:
+    """`nbytes` of fresh memory for an arena, its pages mapped at once where the system can (Linux's
+    MAP_POPULATE, small pages): faulting a fresh arena in page by page, as its first call did, cost more than
+    the step itself, most of all where NumPy asks for huge pages and the kernel compacts memory to find them."""
+    if _POPULATE and nbytes >= 1 << 20:
+        try:
+            m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
+            return np.frombuffer(m, np.uint8)
+        except (OSError, ValueError):
+            pass
+    return np.empty(nbytes, np.uint8)
+
+
 class _Ctx:
     """What one concurrent call owns: an arena, its views, and the driver's control block."""
 
-    __slots__ = ("arena", "views", "ctl", "ctl_ptr")
+    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes")
 
     def __init__(self, nbytes: int, buffer: np.ndarray | None = None):
-        if buffer is None:
-            buffer = np.empty(max(nbytes, 1) + _ALIGN, np.uint8)
-        shift = (-buffer.ctypes.data) % _ALIGN
-        self.arena = buffer[shift:shift + max(nbytes, 1)]
-        self.views: dict[int, np.ndarray] = {}
+        self.nbytes = nbytes
         self.ctl = np.zeros(8, np.int64)
         self.ctl_ptr = 0
+        self.buffer: Any = None
+        self.bind(buffer if buffer is not None else _arena_buffer(max(nbytes, 1) + _ALIGN))
+
+    def bind(self, buffer: np.ndarray) -> None:
+        """Put the arena on `buffer`; views of the old one are forgotten."""
+        self.views: dict[int, np.ndarray] = {}
+        self.buffer = buffer
+        shift = (-buffer.ctypes.data) % _ALIGN
+        self.arena = buffer[shift:shift + max(self.nbytes, 1)]
+
+
+class ArenaPool:
+    """Arena buffers shared by the native programs of one traced function (one per specialisation, e.g. per
+    batch size).
+
+    A call takes the smallest free buffer its program fits in and gives it back when done, so a new
+    specialisation runs on memory an earlier one has already touched (a fresh arena's page faults cost as
+    much as the step itself) and the function keeps as many arenas as it has concurrent calls, not one per
+    specialisation. Buffers too small for a request are let go when a larger one has to be made (an idle
+    program whose context still points at one keeps it until its next call moves it to another).
+    """
+
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self.made = 0  # Buffers allocated (for tests and reports).
+
+    def take(self, nbytes: int, prefer: np.ndarray | None = None) -> np.ndarray:
+        """A buffer for an arena of `nbytes`: `prefer` (the one the caller used last) when it is free."""
+        need = max(nbytes, 1) + _ALIGN
+        with self._lock:
+            if prefer is not None:
+                for k, b in enumerate(self._free):
+                    if b is prefer and b.nbytes >= need:
+                        return self._free.pop(k)
+            best = None
+            for k, b in enumerate(self._free):
+                if b.nbytes >= need and (best is None or b.nbytes < self._free[best].nbytes):
+                    best = k
+            if best is not None:
+                return self._free.pop(best)
+            self._free = [b for b in self._free if b.nbytes >= need]
+            self.made += 1
+        return _arena_buffer(need)
+
+    def give(self, buffer: np.ndarray) -> None:
+        with self._lock:
+            self._free.append(buffer)
 
 
 class NativeProgram:
@@ -268,6 +330,8 @@ class NativeProgram:
         top = int(getattr(exe.plan, "arena_bytes", 0) or 0) if exe.plan is not None else 0
         top = -(-top // _ALIGN) * _ALIGN
         own: dict[int, _Loc] = {}  # Each step's own memory (used unless the step is a free view).
+        planned_top = top
+        fresh: list[tuple[int, int, int]] = []  # (offset, bytes, slot) of values the plan did not place.
         for st in steps:
             node, d = st.node, st.node.dtype.np
             strides = _contiguous(node.shape, d.itemsize)
@@ -279,7 +343,8 @@ class NativeProgram:
             else:
                 nbytes = int(np.prod(node.shape, dtype=np.int64)) * d.itemsize
                 own[st.out] = _Loc(0, top, node.shape, strides, d)
-                top += -(-max(nbytes, 1) // _ALIGN) * _ALIGN
+                fresh.append((top, -(-max(nbytes, 1) // _ALIGN) * _ALIGN, st.out))
+                top += fresh[-1][1]
         # A value whose only reader is a reshape returned as an output (or a matmul whose only reader is a
         # transpose returned as one) is written straight into that output.
         readers: dict[int, int] = {}
@@ -368,6 +433,7 @@ class NativeProgram:
             free -= unsafe
         self._virtual: set[int] = set(free)
         self._virtual |= into_output  # Written by their matmul: no step of their own.
+        self._compact(fresh, planned_top, locs, own)
         self._locs = locs
         self._steps = steps
         self._nin = nin
@@ -376,6 +442,7 @@ class NativeProgram:
         self._forced: set[int] = set()       # Exe step indices that stay in Python (a kernel refused C).
         self._index_records: dict[int, list[int] | None] = {}
         self._ctxs: list[_Ctx] = []
+        self._pool: ArenaPool | None = None   # Arenas shared with other programs (`share_arenas`).
         self._tools = exe.tools
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
@@ -396,6 +463,36 @@ class NativeProgram:
         self._scratch_off = -(-self.arena_bytes // _ALIGN) * _ALIGN
         if scratch:
             self.arena_bytes = self._scratch_off + scratch
+        self._tools.driver()  # Load the driver now (or start its build), before the first call needs it.
+
+    def _compact(self, fresh: list, planned_top: int, locs: dict, own: dict) -> None:
+        """Drop the memory set aside for values the plan did not place (views, mostly) that turned out free:
+        the others move down, each still in memory of its own, so which views are free does not change."""
+        keep = [(off, size) for off, size, s in fresh if s not in self._virtual]
+        if len(keep) == len(fresh):
+            return
+        starts = [off for off, _ in keep]
+        shift, top = [], planned_top
+        for off, size in keep:
+            shift.append(top - off)
+            top += size
+
+        def region(loc: _Loc) -> int | None:
+            """The kept region holding `loc` (-1: none, it is the own memory of a free view; None: not fresh)."""
+            if loc.base != 0 or loc.off < planned_top:
+                return None
+            k = bisect.bisect_right(starts, loc.off) - 1
+            return k if k >= 0 and loc.off < starts[k] + keep[k][1] else -1
+
+        if any(region(loc) == -1 for loc in locs.values()):
+            return  # A value placed in memory set aside for a free view (not expected): keep the layout.
+        moved: set[int] = set()
+        for loc in list(locs.values()) + list(own.values()):
+            k = region(loc)
+            if k is not None and k >= 0 and id(loc) not in moved:
+                moved.add(id(loc))
+                loc.off += shift[k]
+        self.arena_bytes = max(planned_top, top)
 
     def _safe(self, r: int, index: dict, until: int, k: int, writes, own) -> bool:
         """Whether the memory of root slot `r` stays unwritten from step `k` through step `until`."""
@@ -542,7 +639,7 @@ class NativeProgram:
         out = self._value(fst.out, objs, ctx)
         if not all(self._tools.kernel_usable(a) for a in args + [out]):
             return None
-        plan = kern._plan(args, out)
+        plan = kern.plan(args, out)
         if plan.meta is None or plan.copies:
             return None
         g = self._gemm_plan(st)
@@ -895,7 +992,7 @@ class NativeProgram:
         out = self._value(st.out, objs, ctx)
         if not all(tools.kernel_usable(a) for a in args + [out]):
             return None
-        plan = kern._plan(args, out)
+        plan = kern.plan(args, out)
         if plan.meta is None or plan.copies:
             return None
         meta = plan.meta.copy()
@@ -928,8 +1025,16 @@ class NativeProgram:
     def lend(self, buffer: np.ndarray | None) -> None:
         """Run later calls on `buffer` (uint8, at least ``arena_bytes + 64``) instead of an arena of its own;
         None: own arenas again. The compiled eager backend lends one buffer to all its plans, which it runs
-        one at a time; a concurrent call of this program still gets an arena of its own."""
+        one at a time; a concurrent call of this program still gets an arena of its own. Lending ends
+        `share_arenas`."""
+        self._pool = None
         self._ctxs[:] = [self._new_ctx(buffer)] if buffer is not None else []
+
+    def share_arenas(self, pool: ArenaPool | None) -> None:
+        """Take each call's arena from `pool` (shared with other programs run by the same owner); None: arenas
+        of its own again."""
+        self._pool = pool
+        self._ctxs[:] = []
 
     def _new_ctx(self, buffer: np.ndarray | None = None) -> _Ctx:
         abi = self._tools.kernel_abi()
@@ -966,10 +1071,16 @@ class NativeProgram:
                 return None
         outs = self._outputs()
         ctxs = self._ctxs
+        pool = self._pool
         try:
             ctx = ctxs.pop()  # One arena per concurrent call (list.pop and append are atomic).
         except IndexError:
-            ctx = self._new_ctx()
+            ctx = self._new_ctx(pool.take(self.arena_bytes) if pool is not None else None)
+        else:
+            if pool is not None:  # Its buffer went back to the pool after its last call: take it (or another).
+                buffer = pool.take(self.arena_bytes, ctx.buffer)
+                if buffer is not ctx.buffer:
+                    ctx.bind(buffer)
         objs = (ctx.arena, *arrays, *outs, *self._const_arrays)
         try:
             fast = self._fast if self._fast is not None else self._prepare(objs, ctx)
@@ -983,6 +1094,8 @@ class NativeProgram:
                     self._run_python(step, objs, ctx)
             return tuple([objs[j] if j >= 0 else np.array(self._value(s, objs, ctx)) for s, j in self._results])
         finally:
+            if pool is not None:
+                pool.give(ctx.buffer)  # The context stays bound to it: the next call takes it back if it is free.
             ctxs.append(ctx)
 
     def _outputs(self) -> list[np.ndarray]:
