@@ -13,6 +13,7 @@ from typing import Iterable
 
 import numpy as np
 
+from loom import _upper
 from loom import dtypes as dt
 from loom.ir.node import Node
 from loom.runtime import dtr
@@ -28,9 +29,9 @@ def available() -> bool:
 
 
 def plain(t: Tensor, dtype: dt.DType, shape: tuple) -> bool:
-    """A tensor whose value only this optimiser writes: its own storage, no history, the expected dtype and shape."""
-    return (type(t._node) is Node and t._root is None and not t._views and t._alias is None and t._ctx is None
-            and t._node.dtype is dtype and t._node.shape == shape)
+    """A storage root (its views follow it, see `write`) with no history and no NumPy memory, of `dtype` and `shape`."""
+    return (t._root is None and t._alias is None and t._ctx is None and t._node.dtype is dtype
+            and t._node.shape == shape)
 
 
 def eligible(params: list[Tensor], state_of) -> bool:
@@ -61,10 +62,15 @@ def value(t: Tensor) -> np.ndarray:
 
 
 def write(t: Tensor, array: np.ndarray) -> None:
-    """Make `array` the new value of `t`, as an in-place op under no_grad commits it (a new version)."""
+    """Make `array` the new value of `t` as an in-place op under no_grad commits it (`Tensor._commit`):
+    a new version, seen by the views of `t`."""
+    if t._views:
+        _upper.alias.snapshot_group(t, t._vc)
     old = t._node
     t._node = Node("buffer", (), {}, old.shape, old.dtype, old.device, buffer=array)
     t._vc.value += 1
+    if t._views:
+        _upper.alias.rederive_all(t)
 
 
 def new(array: np.ndarray) -> Tensor:

@@ -107,3 +107,14 @@ def test_a_parameter_still_pending_is_computed_first():
     w.sum().backward()
     opt.step()
     assert w.tolist() == pytest.approx([-0.1, -0.1, -0.1])
+
+
+def test_views_of_a_parameter_follow_the_update():
+    w = loom.ones(2, 3, requires_grad=True)
+    opt = loom.optim.SGD([w], lr=0.5)
+    wt = w.t()  # A live view made with grad enabled (as a Linear layer's forward makes one).
+    (wt * 2.0).sum().backward()
+    assert foreach.eligible([w], lambda p: opt.state.get(p, {}))
+    opt.step()
+    assert w.tolist() == [[0.0] * 3] * 2
+    assert wt.tolist() == [[0.0] * 2] * 3
