@@ -50,7 +50,7 @@ class Context:
         self.prim = prim
         self.inputs = inputs
         self.attrs = attrs
-        self.versions = tuple(t._vc.value for t in inputs)
+        self.versions = tuple([t._vc.value for t in inputs])
 
     @property
     def name(self) -> str:
@@ -1137,22 +1137,25 @@ _SHAPE_CHANGING = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swap
 
 def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
     """Add one primitive node; record backward history when grad mode asks for it."""
+    # The hot path of eager mode (every op of every step): comprehensions and loops, not generators.
     prim = PRIMITIVES[op]
     if _realize.active_trace is not None:
         _realize.active_trace.on_read(inputs)
-    nodes = tuple(t._node for t in inputs)
+    nodes = tuple([t._node for t in inputs])
     if prim.check_attrs is not None:  # The one attribute gate every node passes (see loom.ir.ops).
         prim.check_attrs(nodes, attrs)
     shape, dtype = prim.infer(nodes, attrs) if op != "buffer" else (attrs["shape"], attrs["dtype"])
-    device = nodes[0].device if nodes else "cpu"
-    node = Node(op, nodes, attrs, tuple(shape), dtype, device)
+    node = Node(op, nodes, attrs, tuple(shape), dtype, nodes[0].device if nodes else "cpu")
     ctx = None
     requires = False
-    if prim.vjp is not None and is_grad_enabled() and dtype.category >= 2:
-        if any(t.requires_grad for t in inputs):
-            ctx = Context(prim, tuple(inputs), attrs)
-            requires = True
-    out = Tensor._wrap(node, ctx, requires)
+    if prim.vjp is not None and dtype.category >= 2 and is_grad_enabled():
+        for t in inputs:
+            if t.requires_grad:
+                ctx = Context(prim, tuple(inputs), attrs)
+                requires = True
+                break
+    out = _TENSOR_NEW(Tensor)
+    out._init(node, ctx, requires)
     if node.depth > LAZY_DEPTH_LIMIT or (prim.kind == "collective" and len(attrs["ranks"]) > 1):
         # A collective among ranks runs when the program reaches it (outside traces): every rank talks in
         # program order.
@@ -1161,6 +1164,7 @@ def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
 
 
 _ops._APPLY = apply
+_TENSOR_NEW = Tensor.__new__
 
 
 def _is_dtype_like(a) -> bool:
@@ -1290,7 +1294,7 @@ def broadcast_shapes(*shapes, op: str = "broadcast") -> tuple[int, ...]:
 
 def broadcast_to(t: Tensor, shape, op: str = "expand") -> Tensor:
     shape = tuple(shape)
-    if tuple(t.shape) == shape:
+    if t._node.shape == shape or tuple(t._node.shape) == shape:
         return t
     if len(shape) < t.ndim:
         raise ShapeError(f"loom.{op}: cannot broadcast {fmt_shape(t.shape)} to the smaller rank "
@@ -1386,8 +1390,8 @@ def binary(op: str, a, b) -> Tensor:
     shape = broadcast_shapes(tuple(a.shape) if ta else (), tuple(b.shape) if tb else (), op=_pub(op))
     if ta and tb and a.device != b.device:
         raise LoomError(f"loom.{op}: tensors on different devices: {a.device} and {b.device}")
-    ca = broadcast_to(a.to(d), shape, _pub(op)) if ta else const(_scalar_value(a), shape, d)
-    cb = broadcast_to(b.to(d), shape, _pub(op)) if tb else const(_scalar_value(b), shape, d)
+    ca = broadcast_to(a if a.dtype is d else a.to(d), shape, _pub(op)) if ta else const(_scalar_value(a), shape, d)
+    cb = broadcast_to(b if b.dtype is d else b.to(d), shape, _pub(op)) if tb else const(_scalar_value(b), shape, d)
     if op in ("add", "mul") and d is dt.bool_:
         op = "or" if op == "add" else "and"
     return apply(op, (ca, cb), {})

@@ -209,7 +209,9 @@ def relu(x, inplace: bool = False):
     if inplace:
         return x._inplace("relu_", relu)
     # A where, not maximum(x, 0): the gradient at exactly 0 is 0 (as PyTorch), not a tie's half.
-    return where(x <= 0, const(0, (), x.dtype), x)
+    # One zero of x's shape serves the compare and the select (three nodes, no broadcast).
+    zero = const(0, tuple(x._node.shape), x._node.dtype)
+    return where(x <= zero, zero, x)
 
 
 def relu6(x, inplace: bool = False):
@@ -559,6 +561,10 @@ def where(condition, x=None, y=None):
     """Elements of x where condition holds, else of y (both broadcast)."""
     if x is None and y is None:
         return _upper.nonzero(condition, as_tuple=True)
+    if isinstance(condition, Tensor) and isinstance(x, Tensor) and isinstance(y, Tensor):
+        cn, xn, yn = condition._node, x._node, y._node
+        if cn.dtype is dt.bool_ and xn.dtype is yn.dtype and cn.shape == xn.shape == yn.shape:
+            return apply("where", (condition, x, y), {})  # Nothing to convert or broadcast.
     c = _t(condition)
     if c.dtype is not dt.bool_:
         c = c.to(dt.bool_)
