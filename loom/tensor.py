@@ -1388,7 +1388,7 @@ def binary(op: str, a, b) -> Tensor:
     if op in ("floordiv", "mod") and d.category == 1 and _has_zero_divisor(b):
         raise LoomZeroDivisionError(f"loom.{_pub(op)}: integer division by zero ({_describe(a)} by {b!r})")
     shape = broadcast_shapes(tuple(a.shape) if ta else (), tuple(b.shape) if tb else (), op=_pub(op))
-    if ta and tb and a.device != b.device:
+    if ta and tb and a._node.device != b._node.device:
         raise LoomError(f"loom.{op}: tensors on different devices: {a.device} and {b.device}")
     ca = broadcast_to(a if a.dtype is d else a.to(d), shape, _pub(op)) if ta else const(_scalar_value(a), shape, d)
     cb = broadcast_to(b if b.dtype is d else b.to(d), shape, _pub(op)) if tb else const(_scalar_value(b), shape, d)
