@@ -1352,8 +1352,12 @@ def binary(op: str, a, b) -> Tensor:
             if na.dtype.is_floating_point:
                 if isinstance(b, Tensor):
                     nb = b._node
-                    if nb.dtype is na.dtype and nb.shape == na.shape and nb.device == na.device:
-                        return apply(op, (a, b), {})
+                    if nb.dtype is na.dtype and nb.device == na.device:
+                        if nb.shape == na.shape:
+                            return apply(op, (a, b), {})
+                        # One float dtype, two shapes (a bias add): broadcast only.
+                        shape = broadcast_shapes(na.shape, nb.shape, op=op)
+                        return apply(op, (broadcast_to(a, shape, op), broadcast_to(b, shape, op)), {})
                 elif type(b) is float or type(b) is int:
                     return apply(op, (a, const(b, na.shape, na.dtype)), {})
         elif (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._node.dtype.is_floating_point:

@@ -17,6 +17,7 @@ from loom.autocast import keep_op
 from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.functional.checks import check, check_index
+from loom.runtime import realize as _realize
 from loom.functional.linalg import matmul
 from loom.functional.math import (
     abs as _abs, clamp_min, exp, hypot, log, log1p, logsigmoid, minimum, rsqrt, sigmoid, where,
@@ -706,10 +707,28 @@ class _Targets:
                        f"({ignore_index})", low=0, high=c, ignore=ignore_index)
         self.c = c
         self.weight = weight
-        self.valid = target != ignore_index
-        self.safe = where(self.valid, target, 0).to(dt.int64)
+        self._target, self._ignore = target, ignore_index
+        buf = target._node.buffer
+        # An eager target with no ignored entry (the usual case): no mask is needed, every weight is one.
+        self.all_valid = (buf is not None and _realize.active_trace is None and target.numel() < 1 << 24
+                          and not np.any(np.asarray(buf) == ignore_index))
+        self._valid = None
+        if self.all_valid:
+            self.safe = target.to(dt.int64)
+        else:
+            v = target != ignore_index
+            self.safe = where(v, target, 0).to(dt.int64)
+            self._valid = v.reshape(1) if self.unbatched else v
         if self.unbatched:
-            self.valid, self.safe = self.valid.reshape(1), self.safe.reshape(1)
+            self.safe = self.safe.reshape(1)
+
+    @property
+    def valid(self) -> Tensor:
+        """Where the target is not ignored (made when first asked for)."""
+        if self._valid is None:
+            v = self._target != self._ignore
+            self._valid = v.reshape(1) if self.unbatched else v
+        return self._valid
 
     def weights(self, dtype) -> Tensor:
         """The weight of each target (0 where ignored)."""
@@ -726,6 +745,14 @@ def _nll(tg: _Targets, logp: Tensor, reduction: str) -> tuple[Tensor, Tensor]:
     """Reduced negative log likelihood of the targets, and the per-target weights."""
     x = logp.reshape((1,) + tuple(logp.shape)) if tg.unbatched else logp
     picked = apply("gather", (x, tg.safe.unsqueeze(1)), {"axis": 1}).squeeze(1)
+    if tg.all_valid and tg.weight is None and x.dtype in (dt.float32, dt.float64):
+        # Every weight is one: -picked * 1 is -picked, and the weights sum to the count (exact below 2**24).
+        loss = -picked
+        if reduction == "none":
+            return tg.finish(loss), None
+        if reduction == "sum":
+            return loss.sum(), None
+        return loss.sum() / float(math.prod(picked.shape)), None
     wt = tg.weights(x.dtype)
     loss = where(tg.valid, -picked * wt, 0.0)
     if reduction == "none":
@@ -811,7 +838,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     valid = tg.valid.reshape(()) if tg.unbatched else tg.valid
     smooth = where(valid, smooth, 0.0)
     if reduction == "mean":
-        smooth = smooth.sum() / wt.sum()
+        smooth = smooth.sum() / (wt if wt is not None else tg.weights(logp.dtype)).sum()
     elif reduction == "sum":
         smooth = smooth.sum()
     return nll * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
