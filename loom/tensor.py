@@ -1310,6 +1310,20 @@ def broadcast_to(t: Tensor, shape, op: str = "expand") -> Tensor:
     return t
 
 
+def broadcast_operand(t: Tensor, shape: tuple, op: str) -> Tensor:
+    """`t` broadcast to `shape` as an operand of an elementwise op (never a view the user sees).
+
+    A pending splat (a scalar of a composite or a backward rule) becomes the same splat at the
+    new shape: one node instead of a reshape and an expand, with the same values.
+    """
+    node = t._node
+    if node.op == "const" and node.shape != shape and t._ctx is None and not t.requires_grad:
+        n = len(shape) - len(node.shape)
+        if n >= 0 and all(s == 1 or s == d for s, d in zip(node.shape, shape[n:])):
+            return apply("const", (), {**node.attrs, "shape": shape})
+    return broadcast_to(t, shape, op)
+
+
 def const(value, shape=(), dtype=None) -> Tensor:
     d = dt.as_dtype(dtype) if dtype is not None else dt.scalar_dtype(value)
     if isinstance(value, (complex, np.complexfloating)):
@@ -1357,7 +1371,7 @@ def binary(op: str, a, b) -> Tensor:
                             return apply(op, (a, b), {})
                         # One float dtype, two shapes (a bias add): broadcast only.
                         shape = broadcast_shapes(na.shape, nb.shape, op=op)
-                        return apply(op, (broadcast_to(a, shape, op), broadcast_to(b, shape, op)), {})
+                        return apply(op, (broadcast_operand(a, shape, op), broadcast_operand(b, shape, op)), {})
                 elif type(b) is float or type(b) is int:
                     return apply(op, (a, const(b, na.shape, na.dtype)), {})
         elif (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._node.dtype.is_floating_point:
@@ -1394,8 +1408,8 @@ def binary(op: str, a, b) -> Tensor:
     shape = broadcast_shapes(tuple(a.shape) if ta else (), tuple(b.shape) if tb else (), op=_pub(op))
     if ta and tb and a._node.device != b._node.device:
         raise LoomError(f"loom.{op}: tensors on different devices: {a.device} and {b.device}")
-    ca = broadcast_to(a if a.dtype is d else a.to(d), shape, _pub(op)) if ta else const(_scalar_value(a), shape, d)
-    cb = broadcast_to(b if b.dtype is d else b.to(d), shape, _pub(op)) if tb else const(_scalar_value(b), shape, d)
+    ca = broadcast_operand(a if a.dtype is d else a.to(d), shape, _pub(op)) if ta else const(_scalar_value(a), shape, d)
+    cb = broadcast_operand(b if b.dtype is d else b.to(d), shape, _pub(op)) if tb else const(_scalar_value(b), shape, d)
     if op in ("add", "mul") and d is dt.bool_:
         op = "or" if op == "add" else "and"
     return apply(op, (ca, cb), {})

@@ -10,8 +10,8 @@ from loom import dtypes as dt
 import numpy as np
 
 from loom.errors import DTypeError, LoomValueError, fmt_shape
-from loom.tensor import (Tensor, apply, as_tensor_like, binary, broadcast_shapes, broadcast_to, const, tensor,
-                         unary)
+from loom.tensor import (Tensor, apply, as_tensor_like, binary, broadcast_operand, broadcast_shapes, broadcast_to,
+                         const, tensor, unary)
 
 
 _HALF = (dt.float16, dt.bfloat16)
@@ -571,8 +571,8 @@ def where(condition, x=None, y=None):
     d = dt.result_type(*(v for v in (x, y)))
     shape = broadcast_shapes(tuple(c.shape), tuple(getattr(x, "shape", ())), tuple(getattr(y, "shape", ())),
                              op="where")
-    xs = broadcast_to(_as(x, d), shape, "where")
-    ys = broadcast_to(_as(y, d), shape, "where")
+    xs = broadcast_operand(_as(x, d), shape, "where")
+    ys = broadcast_operand(_as(y, d), shape, "where")
     return apply("where", (broadcast_to(c, shape, "where"), xs, ys), {})
 
 

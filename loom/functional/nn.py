@@ -702,6 +702,10 @@ class _Targets:
             if tuple(weight.shape) != (c,):
                 raise ShapeError(f"loom.{op}: weight of shape {fmt_shape(weight.shape)} must have one entry "
                                  f"per class, shape ({c},)")
+        if target._node.buffer is None and _realize.active_trace is None and target._ctx is None:
+            # An eager target still pending (a reshape of the labels): its value now, as PyTorch would have it,
+            # so the check runs once here and the loss can skip the mask below.
+            _realize.realize_barrier([target._node])
         target = check(target, op, f"loom.{op}: target {{value}} is out of bounds for {c} classes (input "
                        f"{fmt_shape(x.shape)}); expected 0 <= target < {c} or target == ignore_index "
                        f"({ignore_index})", low=0, high=c, ignore=ignore_index)
