@@ -165,7 +165,7 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
                 g = P("conj", g)
             if _wants_needs(prim):
                 in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs,
-                                        needs=tuple(u is not None and u.requires_grad for u in used))
+                                        needs=tuple([u is not None and u.requires_grad for u in used]))
             else:
                 in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs)
             if conj:
