@@ -89,10 +89,12 @@ class SGD(Optimizer):
                 state["momentum_buffer"] = foreach.new(b)
             else:
                 b = np.multiply(foreach.value(buf), mu)
-                b += np.multiply(g, f(1.0 - group["dampening"]))
+                damp = f(1.0 - group["dampening"])
+                b += g if damp == 1 else np.multiply(g, damp)  # g * 1 is g, bit for bit.
                 foreach.write(buf, b)
             g = np.add(g, np.multiply(b, mu)) if group["nesterov"] else b
-        foreach.write(p, np.subtract(x, np.multiply(g, f(group["lr"]))))
+        u = np.multiply(g, f(group["lr"]))
+        foreach.write(p, np.subtract(x, u, out=u))  # Into the fresh temporary: the same bits, one allocation less.
 
 
 class Adam(Optimizer):
@@ -171,7 +173,7 @@ class Adam(Optimizer):
         denom += f(group["eps"])
         u = np.true_divide(m, denom)
         u *= np.asarray(np.true_divide(np.float64(lr), bc1)).astype(x.dtype)
-        foreach.write(p, np.subtract(x, u))
+        foreach.write(p, np.subtract(x, u, out=u))
 
 
 class AdamW(Adam):
