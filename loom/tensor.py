@@ -50,7 +50,7 @@ class Context:
         self.prim = prim
         self.inputs = inputs
         self.attrs = attrs
-        self.versions = tuple(t._vc.value for t in inputs)
+        self.versions = tuple([t._vc.value for t in inputs])
 
     @property
     def name(self) -> str:
@@ -1137,22 +1137,25 @@ _SHAPE_CHANGING = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swap
 
 def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
     """Add one primitive node; record backward history when grad mode asks for it."""
+    # The hot path of eager mode (every op of every step): comprehensions and loops, not generators.
     prim = PRIMITIVES[op]
     if _realize.active_trace is not None:
         _realize.active_trace.on_read(inputs)
-    nodes = tuple(t._node for t in inputs)
+    nodes = tuple([t._node for t in inputs])
     if prim.check_attrs is not None:  # The one attribute gate every node passes (see loom.ir.ops).
         prim.check_attrs(nodes, attrs)
     shape, dtype = prim.infer(nodes, attrs) if op != "buffer" else (attrs["shape"], attrs["dtype"])
-    device = nodes[0].device if nodes else "cpu"
-    node = Node(op, nodes, attrs, tuple(shape), dtype, device)
+    node = Node(op, nodes, attrs, tuple(shape), dtype, nodes[0].device if nodes else "cpu")
     ctx = None
     requires = False
-    if prim.vjp is not None and is_grad_enabled() and dtype.category >= 2:
-        if any(t.requires_grad for t in inputs):
-            ctx = Context(prim, tuple(inputs), attrs)
-            requires = True
-    out = Tensor._wrap(node, ctx, requires)
+    if prim.vjp is not None and dtype.category >= 2 and is_grad_enabled():
+        for t in inputs:
+            if t.requires_grad:
+                ctx = Context(prim, tuple(inputs), attrs)
+                requires = True
+                break
+    out = _TENSOR_NEW(Tensor)
+    out._init(node, ctx, requires)
     if node.depth > LAZY_DEPTH_LIMIT or (prim.kind == "collective" and len(attrs["ranks"]) > 1):
         # A collective among ranks runs when the program reaches it (outside traces): every rank talks in
         # program order.
@@ -1161,6 +1164,7 @@ def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
 
 
 _ops._APPLY = apply
+_TENSOR_NEW = Tensor.__new__
 
 
 def _is_dtype_like(a) -> bool:
@@ -1290,7 +1294,7 @@ def broadcast_shapes(*shapes, op: str = "broadcast") -> tuple[int, ...]:
 
 def broadcast_to(t: Tensor, shape, op: str = "expand") -> Tensor:
     shape = tuple(shape)
-    if tuple(t.shape) == shape:
+    if t._node.shape == shape or tuple(t._node.shape) == shape:
         return t
     if len(shape) < t.ndim:
         raise ShapeError(f"loom.{op}: cannot broadcast {fmt_shape(t.shape)} to the smaller rank "
@@ -1304,6 +1308,20 @@ def broadcast_to(t: Tensor, shape, op: str = "expand") -> Tensor:
     if tuple(t.shape) != shape:
         t = apply("expand", (t,), {"shape": shape})
     return t
+
+
+def broadcast_operand(t: Tensor, shape: tuple, op: str) -> Tensor:
+    """`t` broadcast to `shape` as an operand of an elementwise op (never a view the user sees).
+
+    A pending splat (a scalar of a composite or a backward rule) becomes the same splat at the
+    new shape: one node instead of a reshape and an expand, with the same values.
+    """
+    node = t._node
+    if node.op == "const" and node.shape != shape and t._ctx is None and not t.requires_grad:
+        n = len(shape) - len(node.shape)
+        if n >= 0 and all(s == 1 or s == d for s, d in zip(node.shape, shape[n:])):
+            return apply("const", (), {**node.attrs, "shape": shape})
+    return broadcast_to(t, shape, op)
 
 
 def const(value, shape=(), dtype=None) -> Tensor:
@@ -1348,8 +1366,12 @@ def binary(op: str, a, b) -> Tensor:
             if na.dtype.is_floating_point:
                 if isinstance(b, Tensor):
                     nb = b._node
-                    if nb.dtype is na.dtype and nb.shape == na.shape and nb.device == na.device:
-                        return apply(op, (a, b), {})
+                    if nb.dtype is na.dtype and nb.device == na.device:
+                        if nb.shape == na.shape:
+                            return apply(op, (a, b), {})
+                        # One float dtype, two shapes (a bias add): broadcast only.
+                        shape = broadcast_shapes(na.shape, nb.shape, op=op)
+                        return apply(op, (broadcast_operand(a, shape, op), broadcast_operand(b, shape, op)), {})
                 elif type(b) is float or type(b) is int:
                     return apply(op, (a, const(b, na.shape, na.dtype)), {})
         elif (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._node.dtype.is_floating_point:
@@ -1384,10 +1406,10 @@ def binary(op: str, a, b) -> Tensor:
     if op in ("floordiv", "mod") and d.category == 1 and _has_zero_divisor(b):
         raise LoomZeroDivisionError(f"loom.{_pub(op)}: integer division by zero ({_describe(a)} by {b!r})")
     shape = broadcast_shapes(tuple(a.shape) if ta else (), tuple(b.shape) if tb else (), op=_pub(op))
-    if ta and tb and a.device != b.device:
+    if ta and tb and a._node.device != b._node.device:
         raise LoomError(f"loom.{op}: tensors on different devices: {a.device} and {b.device}")
-    ca = broadcast_to(a.to(d), shape, _pub(op)) if ta else const(_scalar_value(a), shape, d)
-    cb = broadcast_to(b.to(d), shape, _pub(op)) if tb else const(_scalar_value(b), shape, d)
+    ca = broadcast_operand(a if a.dtype is d else a.to(d), shape, _pub(op)) if ta else const(_scalar_value(a), shape, d)
+    cb = broadcast_operand(b if b.dtype is d else b.to(d), shape, _pub(op)) if tb else const(_scalar_value(b), shape, d)
     if op in ("add", "mul") and d is dt.bool_:
         op = "or" if op == "add" else "and"
     return apply(op, (ca, cb), {})

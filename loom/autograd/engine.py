@@ -22,8 +22,14 @@ def inputs_at_use(ctx, check: bool = False) -> list:
     identity), or None when it did not require grad then. With `check`, a change
     the backward rule cannot ignore raises, as PyTorch does.
     """
+    inputs = ctx.inputs
+    for inp, v in zip(inputs, ctx.versions):
+        if inp._vc.value != v:
+            break
+    else:
+        return list(inputs)  # Nothing changed in place since the op read them (the common case).
     out = []
-    for k, (inp, v) in enumerate(zip(ctx.inputs, ctx.versions)):
+    for k, (inp, v) in enumerate(zip(inputs, ctx.versions)):
         if inp._version != v:
             if check and vjp_reads_input(ctx.name, k, [i.requires_grad for i in ctx.inputs]):
                 raise AutogradError(
@@ -157,12 +163,13 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
             # A rule that ignores input values only needs shapes: the current tensor serves.
             args = [u if u is not None else i for u, i in zip(used, ctx.inputs)]
             # A holomorphic rule written for reals gives PyTorch's complex gradient conjugated around it.
-            conj = ctx.name in CONJ_VJP and t.dtype.is_complex
+            prim = ctx.prim
+            conj = t._node.dtype.category == 3 and prim.name in CONJ_VJP
             if conj:
                 g = P("conj", g)
-            if wants_needs(ctx.prim):
+            if _wants_needs(prim):
                 in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs,
-                                        needs=tuple(u is not None and u.requires_grad for u in used))
+                                        needs=tuple([u is not None and u.requires_grad for u in used]))
             else:
                 in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs)
             if conj:
@@ -181,6 +188,17 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
                 key = id(inp)
                 grads[key] = grads[key] + gi if key in grads else gi
     return found
+
+
+_NEEDS: dict = {}  # Keyed by backward rule (a function, hashed by identity).
+
+
+def _wants_needs(prim) -> bool:
+    """`wants_needs`, looked up once per primitive."""
+    w = _NEEDS.get(prim.vjp)
+    if w is None:
+        w = _NEEDS[prim.vjp] = wants_needs(prim)
+    return w
 
 
 # True while a ``backward`` call without ``inputs=`` propagates: a leaf's hook then sees the gradient that this

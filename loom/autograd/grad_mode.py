@@ -4,7 +4,11 @@ from __future__ import annotations
 import functools
 import threading
 
-_state = threading.local()
+class _State(threading.local):
+    enabled = True  # Every thread starts with grad enabled; a class default, so reading it never raises.
+
+
+_state = _State()
 
 
 def is_grad_enabled() -> bool:
@@ -16,7 +20,7 @@ def is_grad_enabled() -> bool:
     ...     loom.is_grad_enabled()
     False
     """
-    return getattr(_state, "enabled", True)
+    return _state.enabled
 
 
 def _set(flag: bool) -> None:

@@ -41,6 +41,10 @@ def matmul(a, b) -> Tensor:
     """
     a, b = _autocast.lower(a, b)
     a, b = _t(a), _t(b)
+    na, nb = a._node, b._node
+    if (len(na.shape) == 2 and len(nb.shape) == 2 and na.shape[1] == nb.shape[0] and na.dtype is nb.dtype
+            and na.dtype is not dt.bool_):
+        return apply("matmul", (a, b), {})  # Two matrices (a Linear's forward and backward): nothing to adapt.
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"loom.matmul: both arguments need at least 1 dimension, got "
                          f"{fmt_shape(a.shape)} and {fmt_shape(b.shape)}")

@@ -10,8 +10,8 @@ from loom import dtypes as dt
 import numpy as np
 
 from loom.errors import DTypeError, LoomValueError, fmt_shape
-from loom.tensor import (Tensor, apply, as_tensor_like, binary, broadcast_shapes, broadcast_to, const, tensor,
-                         unary)
+from loom.tensor import (Tensor, apply, as_tensor_like, binary, broadcast_operand, broadcast_shapes, broadcast_to,
+                         const, tensor, unary)
 
 
 _HALF = (dt.float16, dt.bfloat16)
@@ -209,7 +209,9 @@ def relu(x, inplace: bool = False):
     if inplace:
         return x._inplace("relu_", relu)
     # A where, not maximum(x, 0): the gradient at exactly 0 is 0 (as PyTorch), not a tie's half.
-    return where(x <= 0, const(0, (), x.dtype), x)
+    # One zero of x's shape serves the compare and the select (three nodes, no broadcast).
+    zero = const(0, tuple(x._node.shape), x._node.dtype)
+    return where(x <= zero, zero, x)
 
 
 def relu6(x, inplace: bool = False):
@@ -559,14 +561,18 @@ def where(condition, x=None, y=None):
     """Elements of x where condition holds, else of y (both broadcast)."""
     if x is None and y is None:
         return _upper.nonzero(condition, as_tuple=True)
+    if isinstance(condition, Tensor) and isinstance(x, Tensor) and isinstance(y, Tensor):
+        cn, xn, yn = condition._node, x._node, y._node
+        if cn.dtype is dt.bool_ and xn.dtype is yn.dtype and cn.shape == xn.shape == yn.shape:
+            return apply("where", (condition, x, y), {})  # Nothing to convert or broadcast.
     c = _t(condition)
     if c.dtype is not dt.bool_:
         c = c.to(dt.bool_)
     d = dt.result_type(*(v for v in (x, y)))
     shape = broadcast_shapes(tuple(c.shape), tuple(getattr(x, "shape", ())), tuple(getattr(y, "shape", ())),
                              op="where")
-    xs = broadcast_to(_as(x, d), shape, "where")
-    ys = broadcast_to(_as(y, d), shape, "where")
+    xs = broadcast_operand(_as(x, d), shape, "where")
+    ys = broadcast_operand(_as(y, d), shape, "where")
     return apply("where", (broadcast_to(c, shape, "where"), xs, ys), {})
 
 

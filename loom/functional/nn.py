@@ -18,6 +18,7 @@ from loom.autograd.grad_mode import no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.functional import library_ops as _library_ops
 from loom.functional.checks import check, check_index
+from loom.runtime import realize as _realize
 from loom.functional.linalg import matmul
 from loom.functional.math import (
     abs as _abs, clamp_min, exp, hypot, log, log1p, logsigmoid, minimum, rsqrt, sigmoid, where,
@@ -718,15 +719,37 @@ class _Targets:
             if tuple(weight.shape) != (c,):
                 raise ShapeError(f"loom.{op}: weight of shape {fmt_shape(weight.shape)} must have one entry "
                                  f"per class, shape ({c},)")
+        if target._node.buffer is None and _realize.active_trace is None and target._ctx is None:
+            # An eager target still pending (a reshape of the labels): its value now, as PyTorch would have it,
+            # so the check runs once here and the loss can skip the mask below.
+            _realize.realize_barrier([target._node])
         target = check(target, op, f"loom.{op}: target {{value}} is out of bounds for {c} classes (input "
                        f"{fmt_shape(x.shape)}); expected 0 <= target < {c} or target == ignore_index "
                        f"({ignore_index})", low=0, high=c, ignore=ignore_index)
         self.c = c
         self.weight = weight
-        self.valid = target != ignore_index
-        self.safe = where(self.valid, target, 0).to(dt.int64)
+        self._target, self._ignore = target, ignore_index
+        buf = target._node.buffer
+        # An eager target with no ignored entry (the usual case): no mask is needed, every weight is one.
+        self.all_valid = (buf is not None and _realize.active_trace is None and target.numel() < 1 << 24
+                          and not np.any(np.asarray(buf) == ignore_index))
+        self._valid = None
+        if self.all_valid:
+            self.safe = target.to(dt.int64)
+        else:
+            v = target != ignore_index
+            self.safe = where(v, target, 0).to(dt.int64)
+            self._valid = v.reshape(1) if self.unbatched else v
         if self.unbatched:
-            self.valid, self.safe = self.valid.reshape(1), self.safe.reshape(1)
+            self.safe = self.safe.reshape(1)
+
+    @property
+    def valid(self) -> Tensor:
+        """Where the target is not ignored (made when first asked for)."""
+        if self._valid is None:
+            v = self._target != self._ignore
+            self._valid = v.reshape(1) if self.unbatched else v
+        return self._valid
 
     def weights(self, dtype) -> Tensor:
         """The weight of each target (0 where ignored)."""
@@ -748,6 +771,13 @@ def _nll(tg: _Targets, logp: Tensor, reduction: str, logits: bool = False) -> tu
         nll = apply("cross_entropy_rows", (x, tg.safe), {})
     else:
         nll = -apply("gather", (x, tg.safe.unsqueeze(1)), {"axis": 1}).squeeze(1)
+    if tg.all_valid and tg.weight is None and x.dtype in (dt.float32, dt.float64):
+        # Every weight is one: nll * 1 is nll, and the weights sum to the count (exact below 2**24).
+        if reduction == "none":
+            return tg.finish(nll), None
+        if reduction == "sum":
+            return nll.sum(), None
+        return nll.sum() / float(math.prod(nll.shape)), None
     wt = tg.weights(x.dtype)
     loss = where(tg.valid, nll * wt, 0.0)
     if reduction == "none":
@@ -837,7 +867,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     valid = tg.valid.reshape(()) if tg.unbatched else tg.valid
     smooth = where(valid, smooth, 0.0)
     if reduction == "mean":
-        smooth = smooth.sum() / wt.sum()
+        smooth = smooth.sum() / (wt if wt is not None else tg.weights(logp.dtype)).sum()
     elif reduction == "sum":
         smooth = smooth.sum()
     return nll * (1.0 - label_smoothing) + smooth * (label_smoothing / c)

@@ -142,13 +142,23 @@ def permute(x, *dims) -> Tensor:
     """
     x = _t(x)
     dims = _sizes(dims, "permute")
+    n = len(x._node.shape)
+    if len(dims) == n and n and all(0 <= d < n for d in dims):
+        perm = tuple(dims)  # Already normalised (the common case): checked by the permute rule itself.
+        if len(set(perm)) == n:
+            return perm_view(x, perm)
     if len(dims) != x.ndim:
         raise ShapeError(f"loom.permute: number of dims {len(dims)} does not match the rank "
                          f"{x.ndim} of the input {fmt_shape(x.shape)}")
     perm = tuple(normalize_dim(d, x.ndim, "permute") for d in dims) if x.ndim else ()
     if len(set(perm)) != len(perm):
         raise ShapeError(f"loom.permute: repeated dim in {dims}")
-    if perm == tuple(range(x.ndim)):
+    return perm_view(x, perm)
+
+
+def perm_view(x: Tensor, perm: tuple) -> Tensor:
+    """`x` permuted by `perm` (distinct dims in range) as a view; `x` itself for the identity."""
+    if perm == tuple(range(len(perm))):
         return x
     return make_view(x, apply("permute", (x,), {"perm": perm}))
 
@@ -162,12 +172,13 @@ def transpose(x, dim0: int, dim1: int) -> Tensor:
     loom.Size([4, 3, 2])
     """
     x = _t(x)
-    a, b = normalize_dim(dim0, x.ndim, "transpose"), normalize_dim(dim1, x.ndim, "transpose")
-    if x.ndim == 0:
+    n = len(x._node.shape)
+    a, b = normalize_dim(dim0, n, "transpose"), normalize_dim(dim1, n, "transpose")
+    if n == 0:
         return x
-    perm = list(range(x.ndim))
+    perm = list(range(n))
     perm[a], perm[b] = perm[b], perm[a]
-    return permute(x, perm)
+    return perm_view(x, tuple(perm))
 
 
 swapaxes = swapdims = transpose
@@ -182,10 +193,11 @@ def t(x) -> Tensor:
     loom.Size([3, 2])
     """
     x = _t(x)
-    if x.ndim > 2:
+    n = len(x._node.shape)
+    if n > 2:
         raise ShapeError(f"loom.t: expects a tensor with <= 2 dims, got {fmt_shape(x.shape)}; "
                          "use transpose(dim0, dim1) or .mT")
-    return transpose(x, 0, 1) if x.ndim == 2 else x
+    return perm_view(x, (1, 0)) if n == 2 else x
 
 
 def adjoint(x) -> Tensor:

@@ -12,6 +12,7 @@ import numpy as np
 from loom import _api as loom
 from loom import dtypes as dt
 from loom.errors import LoomError
+from loom.optim import foreach
 from loom.optim.optimizer import Optimizer, required
 
 
@@ -73,6 +74,28 @@ class SGD(Optimizer):
             g = g + buf * mu if self._static(group, "nesterov") else buf
         p.sub_(g * self._dyn(group, "lr"))
 
+    _foreach_keys = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize")
+
+    def _update_arrays(self, p, g, group, state):
+        x = foreach.value(p)
+        f = x.dtype.type  # Python numbers become constants of the parameter's dtype, as in the graph.
+        if group["weight_decay"]:
+            g = np.add(g, np.multiply(x, f(group["weight_decay"])))
+        if group["momentum"]:
+            mu = f(group["momentum"])
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                b = np.array(g, copy=True)
+                state["momentum_buffer"] = foreach.new(b)
+            else:
+                b = np.multiply(foreach.value(buf), mu)
+                damp = f(1.0 - group["dampening"])
+                b += g if damp == 1 else np.multiply(g, damp)  # g * 1 is g, bit for bit.
+                foreach.write(buf, b)
+            g = np.add(g, np.multiply(b, mu)) if group["nesterov"] else b
+        u = np.multiply(g, f(group["lr"]))
+        foreach.write(p, np.subtract(x, u, out=u))  # Into the fresh temporary: the same bits, one allocation less.
+
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba), with optional AMSGrad and L2 weight decay."""
@@ -108,6 +131,49 @@ class Adam(Optimizer):
             v = vmax
         denom = v.sqrt() / bc2_sqrt + self._dyn(group, "eps")
         p.sub_(m / denom * (lr / bc1))
+
+    _foreach_keys = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize")
+
+    def _update_arrays(self, p, g, group, state):
+        x = foreach.value(p)
+        f = x.dtype.type  # Python numbers become constants of the parameter's dtype, as in the graph.
+        amsgrad = group["amsgrad"]
+        if not state:
+            state["step"] = loom.tensor(0.0)
+            state["exp_avg"] = foreach.new(np.zeros_like(x))
+            state["exp_avg_sq"] = foreach.new(np.zeros_like(x))
+            if amsgrad:
+                state["max_exp_avg_sq"] = foreach.new(np.zeros_like(x))
+        step_t = state["step"]
+        s = foreach.value(step_t)
+        s = np.asarray(np.add(s, s.dtype.type(1.0)))
+        foreach.write(step_t, s)
+        step = s.astype(np.float64)
+        b1, b2 = group["betas"]
+        lr, wd = group["lr"], group["weight_decay"]
+        if wd:
+            if self.decoupled:
+                x = np.multiply(x, f(1.0 - lr * wd))
+            else:
+                g = np.add(g, np.multiply(x, f(wd)))
+        m = np.multiply(foreach.value(state["exp_avg"]), f(b1))
+        m += np.multiply(g, f(1.0 - b1))
+        foreach.write(state["exp_avg"], m)
+        v = np.multiply(foreach.value(state["exp_avg_sq"]), f(b2))
+        v += np.multiply(np.multiply(g, g), f(1.0 - b2))
+        foreach.write(state["exp_avg_sq"], v)
+        one = np.float64(1.0)
+        bc1 = np.subtract(one, np.power(np.float64(b1), step))
+        bc2_sqrt = np.sqrt(np.subtract(one, np.power(np.float64(b2), step)))
+        if amsgrad:
+            v = np.maximum(foreach.value(state["max_exp_avg_sq"]), v)
+            foreach.write(state["max_exp_avg_sq"], v)
+        denom = np.sqrt(v)
+        denom /= np.asarray(bc2_sqrt).astype(x.dtype)
+        denom += f(group["eps"])
+        u = np.true_divide(m, denom)
+        u *= np.asarray(np.true_divide(np.float64(lr), bc1)).astype(x.dtype)
+        foreach.write(p, np.subtract(x, u, out=u))
 
 
 class AdamW(Adam):

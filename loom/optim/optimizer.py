@@ -5,8 +5,11 @@ import collections
 import copy
 from typing import Any, Iterable
 
+import numpy as np
+
 from loom import _api as loom
 from loom.errors import LoomError
+from loom.optim import foreach
 from loom.tensor import Tensor
 
 
@@ -16,6 +19,14 @@ class _Required:
 
 
 required = _Required()
+
+
+def _own_rule(cls: type) -> bool:
+    """Whether the class giving `cls` its `_update_arrays` also gives it `_update` (no subclass changed the rule)."""
+    for c in cls.__mro__:
+        if "_update" in c.__dict__ or "_update_arrays" in c.__dict__:
+            return "_update" in c.__dict__ and "_update_arrays" in c.__dict__
+    return False
 
 
 class Optimizer:
@@ -115,7 +126,10 @@ class Optimizer:
                 loss = closure()
         with loom.no_grad():
             for group in self.param_groups:
-                for p in self._params_with_grad(group):
+                params = self._params_with_grad(group)
+                if params and self._foreach_step(params, group):
+                    continue
+                for p in params:
                     g = p.grad
                     if self._static(group, "maximize"):
                         g = -g
@@ -125,6 +139,32 @@ class Optimizer:
                     self._update(p, g, group, self.state[p])
         self._finish_step()
         return loss
+
+    # Keys of a group that `_update_arrays` reads; each must be a Python number (or a tuple of them).
+    _foreach_keys: tuple[str, ...] = ()
+
+    def _foreach_step(self, params: list[Tensor], group: dict) -> bool:
+        """Update `params` on their arrays in one pass (loom/optim/foreach.py); False: use the graph path."""
+        if not self._foreach_keys or not foreach.available() or not _own_rule(type(self)):
+            return False
+        for k in self._foreach_keys:
+            v = group[k]
+            if not all(type(x) in (int, float, bool) for x in (v if type(v) is tuple else (v,))):
+                return False
+        if not foreach.eligible(params, lambda p: self.state.get(p, {})):
+            return False
+        foreach.realize_all(params + [p._grad for p in params]
+                            + [v for p in params for v in self.state.get(p, {}).values() if isinstance(v, Tensor)])
+        for p in params:
+            g = foreach.value(p._grad)
+            if group["maximize"]:
+                g = np.negative(g)
+            self._update_arrays(p, g, group, self.state[p])
+        return True
+
+    def _update_arrays(self, p: Tensor, grad: np.ndarray, group: dict, state: dict) -> None:
+        """`_update` on realised arrays with the same arithmetic (see loom/optim/foreach.py)."""
+        raise NotImplementedError(f"{type(self).__name__} lists _foreach_keys but defines no _update_arrays")
 
     def _update(self, p: Tensor, grad: Tensor, group: dict, state: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} must define _update")

@@ -1,0 +1,78 @@
+"""Eager optimiser steps computed directly on NumPy arrays, one pass per parameter group (PyTorch's foreach).
+
+An eager step of the graph path builds ~10 nodes per parameter and then
+evaluates them one by one; here, when nothing can observe the difference, the
+same arithmetic runs on the realised arrays: the same NumPy ufuncs in the same
+order on the same dtypes (scalars rounded to the tensor's dtype as the graph's
+constants are), so the bits are those of the graph path. Traces, the compiled
+backends, a memory budget and parameters that share storage keep the graph path.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from loom import _upper
+from loom import dtypes as dt
+from loom.ir.node import Node
+from loom.runtime import dtr
+from loom.runtime import realize as _realize
+from loom.tensor import Tensor
+
+_FLOATS = (dt.float32, dt.float64)
+
+
+def available() -> bool:
+    """Whether eager values are computed by the reference path right now (no trace, no memory budget)."""
+    return _realize.active_trace is None and _realize.get_backend() == "reference" and dtr.ACTIVE is None
+
+
+def plain(t: Tensor, dtype: dt.DType, shape: tuple) -> bool:
+    """A storage root (its views follow it, see `write`) with no history and no NumPy memory, of `dtype` and `shape`."""
+    return (t._root is None and t._alias is None and t._ctx is None and t._node.dtype is dtype
+            and t._node.shape == shape)
+
+
+def eligible(params: list[Tensor], state_of) -> bool:
+    """Whether every parameter, its gradient and its state tensors are plain float tensors of one dtype each."""
+    for p in params:
+        d = p._node.dtype
+        if d not in _FLOATS:
+            return False
+        shape = p._node.shape
+        g = p._grad
+        if not plain(p, d, shape) or g._node.dtype is not d or g._node.shape != shape:
+            return False
+        for v in state_of(p).values():
+            if isinstance(v, Tensor) and not plain(v, v._node.dtype, v._node.shape):
+                return False
+    return True
+
+
+def realize_all(tensors: Iterable[Tensor]) -> None:
+    """Compute every pending value among `tensors` in one pass of the reference path."""
+    pending = [t._node for t in tensors if t._node.buffer is None]
+    if pending:
+        _realize.realize_barrier(pending)
+
+
+def value(t: Tensor) -> np.ndarray:
+    return t._node.buffer
+
+
+def write(t: Tensor, array: np.ndarray) -> None:
+    """Make `array` the new value of `t` as an in-place op under no_grad commits it (`Tensor._commit`):
+    a new version, seen by the views of `t`."""
+    if t._views:
+        _upper.alias.snapshot_group(t, t._vc)
+    old = t._node
+    t._node = Node("buffer", (), {}, old.shape, old.dtype, old.device, buffer=array)
+    t._vc.value += 1
+    if t._views:
+        _upper.alias.rederive_all(t)
+
+
+def new(array: np.ndarray) -> Tensor:
+    """A leaf tensor holding `array`."""
+    return Tensor._wrap(Node("buffer", (), {}, tuple(array.shape), dt.from_numpy(array.dtype), buffer=array))

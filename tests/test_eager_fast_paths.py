@@ -1,0 +1,99 @@
+"""Eager mode's short cuts give the bits of the general paths they skip (loom/functional, loom/tensor)."""
+import numpy as np
+import pytest
+
+import loom
+import loom.functional.nn as fnn
+import loom.nn.functional as F
+from loom.runtime import reference
+
+SHAPES = [((16, 5), (16,)), ((5,), ()), ((4, 5, 3), (4, 3)), ((0, 5), (0,))]
+
+
+class _SeesIgnored:
+    """NumPy for loom.functional.nn, except that every target seems to hold an ignored entry (the masked path)."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def any(v):
+        return True
+
+
+def _loss_and_grad(fn, a, t, masked, monkeypatch, **kw):
+    x = loom.tensor(a, requires_grad=True)
+    tt = loom.tensor(t).reshape(t.shape)  # A pending view of the labels, as `y.reshape(-1)` gives.
+    with monkeypatch.context() as m:
+        if masked:
+            m.setattr(fnn, "np", _SeesIgnored())
+        y = fn(x, tt, **kw)
+        assert fnn._Targets("t", x, tt, None, -100).all_valid is not masked
+    y.sum().backward()
+    return y.detach().numpy(), x.grad.numpy()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape,tshape", SHAPES, ids=["2d", "unbatched", "3d", "empty"])
+@pytest.mark.parametrize("loss", ["cross_entropy", "cross_entropy_smoothed", "nll_loss"])
+def test_losses_on_eager_targets_give_the_masked_paths_bits(loss, shape, tshape, reduction, monkeypatch):
+    a = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    t = np.random.default_rng(2).integers(0, 5, tshape)
+    if loss == "nll_loss":
+        def fn(x, tt, **kw):
+            return F.nll_loss(x.log_softmax(0 if x.ndim == 1 else 1), tt, **kw)
+        kw = {}
+    else:
+        fn, kw = F.cross_entropy, ({"label_smoothing": 0.2} if loss.endswith("smoothed") else {})
+    fast = _loss_and_grad(fn, a, t, False, monkeypatch, reduction=reduction, **kw)
+    masked = _loss_and_grad(fn, a, t, True, monkeypatch, reduction=reduction, **kw)
+    for u, v in zip(fast, masked):
+        assert u.dtype == v.dtype and u.shape == v.shape
+        assert u.tobytes() == v.tobytes()
+
+
+def test_ignored_targets_still_count_as_ignored():
+    x = loom.tensor([[0.0, 1.0], [2.0, 0.0], [1.0, 1.0]], requires_grad=True)
+    loss = F.cross_entropy(x, loom.tensor([1, -100, 0]))
+    loss.backward()
+    expected = -(np.log(np.exp(1) / (1 + np.exp(1))) + np.log(0.5)) / 2
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert x.grad.numpy()[1].tolist() == [0.0, 0.0]
+
+
+def _pending_ops(t):
+    return [n.op for n in reference.pending_order([t._node])]
+
+
+def test_relu_is_three_nodes_with_pytorch_gradient_at_zero():
+    x = loom.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    y = loom.relu(x)
+    assert sorted(_pending_ops(y)) == ["const", "le", "where"]
+    y.sum().backward()
+    assert y.tolist() == [0.0, 0.0, 2.0]
+    assert x.grad.tolist() == [0.0, 0.0, 1.0]
+    assert loom.relu(loom.tensor([-3, 4])).tolist() == [0, 4]
+
+
+def test_same_shape_where_and_matrix_product_add_one_node_each():
+    a, b = loom.randn(3, 4), loom.randn(4, 2)
+    c = loom.randn(3, 4) > 0
+    loom.realize(a, b, c)
+    assert _pending_ops(a @ b) == ["matmul"]
+    assert sorted(_pending_ops(loom.where(c, a, a * 2.0))) == ["const", "mul", "where"]
+    with pytest.raises(loom.errors.ShapeError, match="cannot be multiplied"):
+        loom.ones(2, 3) @ loom.ones(2, 4)
+
+
+def test_permute_fast_path_keeps_checks_and_views():
+    x = loom.randn(2, 3, 4)
+    assert x.permute(2, 0, 1).shape == (4, 2, 3)
+    assert x.permute(-1, 0, 1).shape == (4, 2, 3)
+    with pytest.raises(loom.errors.LoomError):
+        x.permute(0, 0, 1)
+    with pytest.raises(loom.errors.LoomError):
+        x.permute(0, 1)
+    v = x.permute(1, 0, 2)
+    v[0, 0, 0] = 5.0  # A view: the write shows in x.
+    assert x[0, 0, 0].item() == 5.0
+    assert x[0].t().shape == (4, 3)
