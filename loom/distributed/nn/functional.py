@@ -28,6 +28,7 @@ Examples
 """
 from __future__ import annotations
 
+from loom import dtypes as _dtypes
 from loom.autograd.function import Function
 from loom.distributed import collectives as c
 from loom.distributed.process_group import DistributedError, ReduceOp, check_rank_arg, resolve
@@ -225,10 +226,10 @@ def recv(shape, dtype, src: int, group=None, tag: int = 0, token=None):
         h = dfn.recv((8, 16), loom.float32, src=0)     # rank 1
         loss = model(h).sum(); loss.backward()         # sends dL/dh back to rank 0
     """
-    import loom
+    from loom import _api as loom
     ranks = _ranks(group, "recv")
     _member(src, "src", ranks, "recv")
-    d = loom.dtypes.as_dtype(dtype)
+    d = _dtypes.as_dtype(dtype)
     if token is None:
         token = loom.zeros((), dtype=d if d.is_floating_point else loom.float32,
                            requires_grad=d.is_floating_point)
@@ -241,7 +242,7 @@ class _AllToAllUneven(Function):
 
     @staticmethod
     def forward(ctx, out_splits, in_splits, group, x):
-        import loom
+        from loom import _api as loom
         ctx.out_splits, ctx.in_splits, ctx.group, ctx.in_shape = out_splits, in_splits, group, tuple(x.shape)
         rows = sum(out_splits) if out_splits is not None else x.shape[0]
         out = loom.zeros((rows,) + tuple(x.shape[1:]), dtype=x.dtype)
@@ -250,7 +251,7 @@ class _AllToAllUneven(Function):
 
     @staticmethod
     def backward(ctx, g):
-        import loom
+        from loom import _api as loom
         out = loom.zeros(ctx.in_shape, dtype=g.dtype)
         c.all_to_all_single(out, g.contiguous(), ctx.in_splits, ctx.out_splits, group=ctx.group)
         return None, None, None, out
