@@ -33,7 +33,10 @@ Reordering pure nodes and recomputing run the same kernels on the same
 inputs, so results are bit-identical.
 
 The budget comes from ``graph.meta["memory_budget"]`` (bytes, strict); the
-outcome goes to ``graph.meta["remat"]`` (a `RematReport`).
+outcome goes to ``graph.meta["remat"]`` (a `RematReport`). It is the whole
+step's memory: the arrays the step returns are allocated beside the arena
+on every call, so their bytes are taken from the budget before the arena is
+fitted (`output_bytes`).
 """
 from __future__ import annotations
 
@@ -147,6 +150,10 @@ class RematReport:
         such as weight gradients, run as soon as its inputs are ready).
     arena_rescheduled : int
         The planned arena after rescheduling, before any recomputation.
+    outputs : int
+        Bytes of the arrays the step returns (allocated beside the arena on
+        every call), counted against the budget: the arena gets
+        ``budget - outputs`` and ``met`` means ``arena_after + outputs <= budget``.
     """
 
     budget: int
@@ -168,6 +175,7 @@ class RematReport:
     offload_bytes: int = 0
     seconds: float = 0.0
     tiers: list = field(default_factory=list)
+    outputs: int = 0
 
     def __str__(self) -> str:
         state = "met" if self.met else "NOT met (best plan found is used)"
@@ -181,7 +189,10 @@ class RematReport:
         rule = "least estimated time" if timed else "fewest recomputed FLOPs"
         why = f" ({rule} among the plans that fit; weighed {weighed})" if weighed else ""
         return (f"{moved}strategy {self.strategy}{why}\n"
-                f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; planned arena "
+                f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; "
+                + (f"step outputs {fmt_bytes(self.outputs)} ({self.outputs} B) count against it; " if self.outputs
+                   else "")
+                + "planned arena "
                 f"{fmt_bytes(self.arena_before)} -> {fmt_bytes(self.arena_after)} "
                 f"({self.arena_before} B -> {self.arena_after} B), lower bound "
                 f"{self.lower_bound_before} B -> {self.lower_bound_after} B; rematerialised {self.values} "
@@ -812,9 +823,30 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
     return stats, copies
 
 
-def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str = "never"
-                  ) -> tuple[Graph, RematReport]:
+def output_bytes(graph: Graph) -> int:
+    """Bytes of the arrays one run of `graph` returns, allocated outside the arena on every call.
+
+    Each distinct computed output gets a fresh array; an output that is an
+    input or a constant is copied once per place it appears (see
+    `loom.runtime.executor.Executable`).
+    """
+    seen: set[Node] = set()
+    total = 0
+    for n in graph.outputs:
+        if n.op == "input" or n.op in CONSTANT_OPS or n not in seen:
+            total += nbytes(n)
+        seen.add(n)
+    return total
+
+
+def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str = "never",
+                  count_outputs: bool = True) -> tuple[Graph, RematReport]:
     """`graph` edited so its planned arena fits `budget` bytes, and what was done; see the module docstring.
+
+    The budget is the whole step's memory: with `count_outputs` (default) the
+    arrays the step returns (`output_bytes`: new parameters, optimizer state,
+    gradients, the loss), which are allocated beside the arena on every call,
+    count against it, so the arena gets ``budget - output_bytes(graph)``.
 
     Weighs the greedy against Chen's segmentation (`SEGMENT_COUNTS` segments,
     each finished by the greedy when it alone does not fit) and keeps the plan
@@ -833,25 +865,27 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
     >>> b = g.add_node("exp", [g.add_node("neg", [a])])
     >>> c = g.add_node("exp", [g.add_node("neg", [b])])
     >>> g.outputs = [g.add_node("mul", [g.add_node("add", [c, b]), a])]
-    >>> g, report = rematerialize(g, 3 * 4096)
-    >>> report.arena_before, report.arena_after, report.values
-    (16384, 12288, 1)
+    >>> g, report = rematerialize(g, 4 * 4096)          # The 4096 B output counts: the arena gets 12288 B.
+    >>> report.arena_before, report.arena_after, report.outputs, report.values
+    (16384, 12288, 4096, 1)
     """
     before = plan_memory(graph)
     if offload not in OFFLOAD_MODES:
         raise LoomValueError(f"loom: offload must be one of {OFFLOAD_MODES} ('never': recompute only, 'disk': "
                              f"offload only, 'auto': the cheaper per value), got {offload!r}")
+    outputs = output_bytes(graph) if count_outputs else 0
+    room = max(budget - outputs, 0)  # What the arena may take: the outputs are allocated beside it.
     report = RematReport(budget, before.arena_bytes, before.arena_bytes, before.lower_bound,
-                         before.lower_bound, strict=strict, strategy="none", offload=offload)
+                         before.lower_bound, strict=strict, strategy="none", offload=offload, outputs=outputs)
     plan = before
-    if before.arena_bytes > budget:
+    if before.arena_bytes > room:
         sched = graph.copy()
         moved = _reschedule(sched)
         sched_plan = plan_memory(sched) if moved else before
         if sched_plan.arena_bytes <= before.arena_bytes:
             graph, plan, report.rescheduled = sched, sched_plan, moved
             report.arena_rescheduled = sched_plan.arena_bytes
-    if plan.arena_bytes > budget:
+    if plan.arena_bytes > room:
         # (arena, cost, name, graph, plan, stats, decisions) per plan weighed; the cost is the extra FLOPs
         # (recomputation only) or the cost model's extra seconds (with the disk tier). Segmentations first
         # (cheap); the greedy finishes one that misses only while it could still beat the best fit found.
@@ -866,26 +900,26 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
                     segmented.append((stats[5 if timed else 2], k, g, plan_memory(g), stats, copies, dec))
             for cost, k, g, p, stats, copies, dec in sorted(segmented, key=lambda c: (c[0], c[1])):
                 name = f"segments({k})"
-                if p.arena_bytes > budget:
-                    best_fit = min((f[1] for f in found if f[0] <= budget), default=None)
+                if p.arena_bytes > room:
+                    best_fit = min((f[1] for f in found if f[0] <= room), default=None)
                     if best_fit is not None and cost >= best_fit:
                         found.append((p.arena_bytes, cost, name, g, p, stats, dec))
                         continue
-                    g, p, more = _greedy(g, budget, p, copies, offload, dec)
+                    g, p, more = _greedy(g, room, p, copies, offload, dec)
                     stats = [a + b for a, b in zip(stats, more)]
                     name += ("+offload" if more[3] else "") + ("+greedy" if more[0] else "")
                 found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
             dec = []
-            g, p, stats = _greedy(graph.copy(), budget, plan, {}, offload, dec)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, offload, dec)
             name = "greedy" if not stats[3] else "offload+greedy" if stats[0] else "offload"
             found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
         if offload != "never":
             dec = []
-            g, p, stats = _greedy(graph.copy(), budget, plan, {}, "disk", dec)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec)
             found.append((p.arena_bytes, stats[5], "offload", g, p, stats, dec))
-        report.candidates = [(name, arena, st[2], arena <= budget, st[4], st[5])
+        report.candidates = [(name, arena, st[2], arena <= room, st[4], st[5])
                              for arena, _, name, _, _, st, _ in found]
-        fits = [f for f in found if f[0] <= budget]
+        fits = [f for f in found if f[0] <= room]
         arena, _, report.strategy, graph, plan, stats, report.tiers = (
             min(fits, key=lambda f: (f[1], f[0])) if fits else min(found, key=lambda f: (f[0], f[1])))
         (report.values, report.recomputed, report.extra_flops, report.offloaded, report.offload_bytes,
@@ -893,11 +927,13 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
     elif report.rescheduled:
         report.strategy = "schedule"
     report.arena_after, report.lower_bound_after = plan.arena_bytes, plan.lower_bound
-    report.met = plan.arena_bytes <= budget
+    report.met = plan.arena_bytes + outputs <= budget
     if not report.met:
         msg = (f"loom: memory budget {fmt_bytes(budget)} ({budget} B) cannot be met by rematerialisation: "
                f"the smallest planned arena reached is {fmt_bytes(plan.arena_bytes)} ({plan.arena_bytes} B, "
-               f"from {before.arena_bytes} B; at least {plan.lower_bound} B are live at once)")
+               f"from {before.arena_bytes} B; at least {plan.lower_bound} B are live at once)"
+               + (f" beside {fmt_bytes(outputs)} ({outputs} B) of output arrays the step returns, which count "
+                  f"against the budget (the arena may take {room} B)" if outputs else ""))
         if strict:
             raise MemoryBudgetError(msg + "; raise the budget or pass strict=False to run with the best plan")
         warnings.warn(msg + "; running with that plan", LoomWarning, stacklevel=2)
