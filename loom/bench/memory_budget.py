@@ -19,7 +19,11 @@ import warnings
 import numpy as np
 
 
-def _variant(budget):
+def _variant(budget, offload: str = "never"):
+    """The GPT training step of the ``gpt`` workload under `budget` (None: none) and `offload`, and its batches.
+
+    Shared with ``benchmarks/memory_budget.py`` (peak RSS per storage tier).
+    """
     import loom
     from loom.bench.workloads import api, get, load_initial_state
 
@@ -38,7 +42,7 @@ def _variant(budget):
         loss.backward()
         opt.step()
         return loss
-    return loom.function(step, memory_budget=budget), data
+    return loom.function(step, memory_budget=budget, offload=offload), data
 
 
 def main(argv=None) -> None:
