@@ -337,7 +337,10 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
         readers = state.readers[n]
         if peak in readers:
             continue
-        at = min(r for r in readers if r > peak)
+        later = _late_readers(state, n, peak)
+        if not later:  # Read after the peak only by a flush (its write in flight): nothing to recompute for.
+            continue
+        at = min(later)
         found = _Found(copies)
         if not _chain(state, n, at, found, 1):
             continue
@@ -517,7 +520,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
             applied += 1
         if not applied:
             break
-        _place_offloads(graph, state, moves)
+        _place_offloads(graph, state, moves, peak)
         _prune_dead(graph)
         lower = plan.lower_bound
         plan = plan_memory(graph)
@@ -640,14 +643,20 @@ def _offloads(state: _State, peak: int) -> list[_Offload]:
         first, last = state.live.spans[n]
         if not first < peak < last or n.op == "storage" or peak in state.readers[n]:
             continue
-        later = [r for r in state.readers[n] if r > peak]
-        if not later:  # Live past the peak only as a view's source or an output: nothing to reload for.
+        later = _late_readers(state, n, peak)
+        if not later:  # Live past the peak only as a view's source, an output or for a flush: nothing to reload.
             continue
         at = min(later)
         size = state.live.sizes[n]
         if size:
             out.append(_Offload(n, at, size, transfer_seconds(size)))
     return out
+
+
+def _late_readers(state: _State, n: Node, peak: int) -> list[int]:
+    """Positions of `n`'s readers after `peak`, but for the disk tier's own nodes (a flush of its write)."""
+    order = state.live.order
+    return [r for r in state.readers[n] if r > peak and order[r].op != "storage"]
 
 
 def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers: str) -> list:
@@ -675,13 +684,16 @@ def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers:
     return sorted(picked, key=lambda c: (-c.saved / (c.seconds + 1e-9), c.node.id))
 
 
-def _place_offloads(graph: Graph, state: _State, moves: list[_Offload]) -> None:
-    """Add each move's offload, prefetch and reload nodes and put them where they belong in the schedule.
+def _place_offloads(graph: Graph, state: _State, moves: list[_Offload], peak: int) -> None:
+    """Add each move's offload, flush, prefetch and reload nodes and put them where they belong in the schedule.
 
-    The offload runs right after the value's last reader before the peak, the
-    reload right before its first reader after it (every later reader reads
-    the reloaded copy), and the prefetch early enough before the reload that
-    the cost model's transfer time is covered by the compute in between.
+    The offload runs right after the value's last reader before the peak and
+    starts an asynchronous write; the flush, which waits for that write and
+    reads the value (so its slot stays untouched until then), goes after as
+    many steps as cover the write's estimated time, but before the peak. The
+    reload runs right before the value's first reader after the peak (every
+    later reader reads the reloaded copy), and the prefetch early enough
+    before it that the estimated read time is covered by the compute between.
     """
     if not moves:
         return
@@ -693,8 +705,9 @@ def _place_offloads(graph: Graph, state: _State, moves: list[_Offload]) -> None:
         n = mv.node
         early = max((r for r in state.readers[n] if r < mv.at), default=state.pos[n])
         key = next(_key_counter)
-        tok = graph.add_node("storage", [n], {"action": "offload", "key": key})
-        pre = graph.add_node("storage", [tok], {"action": "prefetch", "key": key})
+        tok = graph.add_node("storage", [n], {"action": "offload", "key": key, "async": True})
+        flush = graph.add_node("storage", [tok, n], {"action": "flush", "key": key})
+        pre = graph.add_node("storage", [flush], {"action": "prefetch", "key": key})
         back = graph.add_node("storage", [pre], {"action": "reload", "key": key, "shape": tuple(n.shape),
                                                   "dtype": n.dtype})
         for reader in graph.consumers(n):
@@ -702,17 +715,22 @@ def _place_offloads(graph: Graph, state: _State, moves: list[_Offload]) -> None:
                 for k, i in enumerate(reader.inputs):
                     if i is n:
                         graph.set_input(reader, k, back)
+        # The flush goes on from the offload over steps whose estimated time covers the write (half the round
+        # trip), staying before the peak, where the value's bytes must be free.
+        done, covered = early, 0.0
+        while done + 1 < min(peak, mv.at) and covered < mv.seconds / 2:
+            done += 1
+            covered += _step_seconds(order[done])
         # The prefetch goes back from the reload over steps whose estimated time covers the read.
         lead, covered = mv.at, 0.0
-        while lead - 1 > early and covered < mv.seconds / 2:
+        while lead - 1 > done and covered < mv.seconds / 2:
             lead -= 1
-            step = order[lead]
-            if step.op not in ("input", "storage") and step.op not in CONSTANT_OPS:
-                covered += recompute_seconds([step])
+            covered += _step_seconds(order[lead])
         after.setdefault(order[early], []).append(tok)
+        after.setdefault(order[done], []).append(flush)
         before.setdefault(order[lead], []).append(pre)
         before.setdefault(order[mv.at], []).append(back)
-        new |= {tok, pre, back}
+        new |= {tok, flush, pre, back}
     sched: list[Node] = []
     for m in graph.topological_order():
         if m in new:
@@ -722,6 +740,13 @@ def _place_offloads(graph: Graph, state: _State, moves: list[_Offload]) -> None:
         sched += after.get(m, [])
     # The schedule is the graph's insertion order whenever that order is topological.
     graph._nodes = dict.fromkeys(sched)
+
+
+def _step_seconds(step: Node) -> float:
+    """The cost model's time for one scheduled step (nothing for inputs, constants and the disk tier's nodes)."""
+    if step.op in ("input", "storage") or step.op in CONSTANT_OPS:
+        return 0.0
+    return recompute_seconds([step])
 
 
 def _boundaries(live: MemoryPlan, crossing: list[Node], fwd_last: dict[Node, int], peak: int,

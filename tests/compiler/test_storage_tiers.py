@@ -26,7 +26,7 @@ def _storage_nodes(fn):
     return [n.attrs["action"] for n in entry.exe.graph.topological_order() if n.op == "storage"]
 
 
-def test_offload_on_a_hand_made_graph_places_offload_prefetch_reload_in_order():
+def test_offload_on_a_hand_made_graph_places_offload_flush_prefetch_reload_in_order():
     g = _chain_graph()
     x = np.random.default_rng(0).standard_normal(1024).astype(np.float32)
     want = Executable(g.copy(), plan_memory(g))(x)[0]
@@ -36,12 +36,14 @@ def test_offload_on_a_hand_made_graph_places_offload_prefetch_reload_in_order():
     assert report.offload_bytes == 4096 and report.arena_after <= budget - 4096 < report.arena_before
     order = h.topological_order()
     acts = [(k, n.attrs["action"]) for k, n in enumerate(order) if n.op == "storage"]
-    assert [a for _, a in acts] == ["offload", "prefetch", "reload"]
-    off, pre, back = (k for k, _ in acts)
+    assert [a for _, a in acts] == ["offload", "flush", "prefetch", "reload"]
+    off, flush, pre, back = (k for k, _ in acts)
     reload_node = order[back]
+    # The write is asynchronous: the flush reads the offloaded value, so its slot is kept until the write is done.
+    assert order[off].attrs["async"] is True and order[flush].inputs == (order[off], order[off].inputs[0])
     # The reloaded copy is read by every late reader; the original dies at the offload.
     assert reload_node.shape == (1024,) and all(order.index(c) > back for c in h.consumers(reload_node))
-    assert off < pre <= back
+    assert off < flush < pre <= back
     got = Executable(h, plan_memory(h))(x)[0]
     assert got.tobytes() == want.tobytes()
     assert storage.disk().keys() == []  # Every file is deleted once reloaded.
@@ -70,7 +72,7 @@ def test_mlp_training_under_a_budget_with_the_disk_tier_is_bit_identical(offload
     _assert_same(losses, base_losses)
     _assert_same(params, base_params)
     acts = _storage_nodes(fn)
-    assert len(acts) == 3 * report.offloaded
+    assert len(acts) == 4 * report.offloaded and acts.count("flush") == report.offloaded
     if offload == "disk":
         assert report.offloaded > 0 and report.values == 0 and acts.count("reload") == report.offloaded
     # Every value moved off the peak is listed with its choice and the cost model's figures.
@@ -132,3 +134,21 @@ def test_compiler_explain_lists_the_choice_per_value(offload, monkeypatch):
     line = next(row for row in text.splitlines() if "float32[64, 64]" in row and "offload " in row)
     assert "16.00 KiB" in line and "recompute" in line and "disk" in line  # Both estimates beside the choice.
     assert "storage" in text  # The offload, prefetch and reload nodes appear in the pass listing.
+
+
+def test_slow_asynchronous_writes_leave_training_bit_identical(monkeypatch):
+    """Every offload's write takes 5 ms on the I/O thread: the flushes wait for them, the bits do not change."""
+    from tests.runtime.test_storage import _slow_writes
+
+    data = _mlp_data()
+    base_losses, base_params, base_fn = _train(_mlp, data, 3)
+    budget = _outputs(base_fn) + int(_arena(base_fn) * 0.6)
+    _slow_writes(storage.disk(), monkeypatch, delay=0.005)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", loom.LoomWarning)
+        losses, params, fn = _train(_mlp, data, 3, budget, "disk")
+    (report,) = fn.memory_reports
+    assert report.met and report.offloaded > 0
+    _assert_same(losses, base_losses)
+    _assert_same(params, base_params)
+    assert storage.disk().keys() == []
