@@ -2,8 +2,9 @@
 
     python -m loom.bench.memory_budget --fractions 0.5,0.25 --repeats 7
 
-Each budget is a fraction of the unbudgeted step's planned arena; each line
-names the plan the remat pass chose (`loom.compiler.remat`). Every
+Each budget is a fraction of the unbudgeted step's planned arena and covers
+the whole step (the arena plus the arrays the step returns); each line names
+the plan the remat pass chose (`loom.compiler.remat`). Every
 variant starts from the same weights; steps alternate between variants so
 machine load hits them alike, and the report gives each variant's median
 step time and its ratio to the unbudgeted one, and checks the losses agree
@@ -79,7 +80,8 @@ def main(argv=None) -> None:
         rep = e.remat
         arena = e.exe.plan.arena_bytes
         extra = (f"{rep.strategy}: {rep.extra_flops / 1e9:.2f} GFLOP recomputed ({rep.recomputed} nodes), "
-                 f"arena/budget {arena / int(full * k):.3f}, met={rep.met}" if rep else "")
+                 f"(arena + {rep.outputs / 2**20:.1f} MiB outputs)/budget {(arena + rep.outputs) / int(full * k):.3f}, "
+                 f"met={rep.met}" if rep else "")
         name = "no budget" if k is None else f"budget {k:.2f} x ({int(full * k) / 2**20:.1f} MiB)"
         print(f"  {name:<28} arena {arena / 2**20:7.1f} MiB  step {ms:8.1f} ms  x{ms / base_ms:.2f}  "
               f"losses bit-identical: {losses[k] == losses[None]}  {extra}")
