@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loom.compiler.constants import nbytes
-from loom.compiler.memory import MemoryPlan, live_slots, plan_memory
+from loom.compiler.memory import VIEW_OPS, MemoryPlan, live_slots, plan_memory
 from loom.errors import LoomValueError, LoomWarning, MemoryBudgetError
 from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
@@ -251,9 +251,21 @@ class _State:
         self.live = live_slots(graph)
         pos = self.live.pos
         self.pos = pos
-        self.readers = {n: sorted(pos[c] for c in graph.consumers(n)) for n in self.live.sizes}
+        self.readers = {n: sorted(pos[c] for c in graph.consumers(n)) for n in (*self.live.sizes, *self.live.alias)}
         # Values read through views live on for the views' readers; recomputing one would not free it.
         self.viewed = {v.inputs[0] for v in self.live.alias}
+        # Per value read through views: its views (views of views too), in schedule order, or None when
+        # one is a graph output (the value must then stay).
+        self.views: dict[Node, list[Node] | None] = {}
+        outputs = set(graph.outputs)
+        for v in sorted(self.live.alias, key=pos.__getitem__):
+            root = self.live.alias[v]
+            got = self.views.setdefault(root, [])
+            if got is not None:
+                self.views[root] = None if v in outputs else [*got, v]
+        for v in outputs:  # An output view is not in `alias`: its source must stay.
+            if v.op in VIEW_OPS and v.inputs and v.inputs[0] in pos:
+                self.views[self.live.alias.get(v.inputs[0], v.inputs[0])] = None
         shared = set(self.live.shares) | set(self.live.shares.values())
         self.alone = {n for n in self.live.sizes if n not in shared}
         delta = [0] * (len(self.live.order) + 1)
@@ -332,10 +344,11 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
     out = []
     for n in state.alone:
         first, last = state.live.spans[n]
-        if not first < peak < last or not recomputable(n) or n in futile or n in state.viewed:
+        if not first < peak < last or not recomputable(n) or n in futile:
             continue
-        readers = state.readers[n]
-        if peak in readers:
+        if n in state.viewed and state.views.get(n) is None:
+            continue
+        if peak in _all_readers(state, n):
             continue
         later = _late_readers(state, n, peak)
         if not later:  # Read after the peak only by a flush (its write in flight): nothing to recompute for.
@@ -346,7 +359,9 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
             continue
         clones, extend = found.clones, found.extend
         # Values kept longer cost their bytes at the peak if they would have been freed before it.
-        grown = sum(state.live.sizes[e] for e in extend if state.live.spans[state.live.slot_of[e]][1] < peak)
+        roots = {state.live.alias.get(e, e) for e in extend}  # A view kept longer keeps its source.
+        grown = sum(state.live.sizes[e] for e in roots
+                    if e in state.live.sizes and state.live.spans[state.live.slot_of[e]][1] < peak)
         # Cloned inputs whose late readers move to their clones stop crossing the peak too.
         freed = sum(state.live.sizes[c] for c in clones if c in state.alone and state.live.spans[c][0] < peak
                     and not any(peak <= r < at for r in state.readers[c]) and state.live.spans[c][1] > peak)
@@ -354,7 +369,7 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
         if saved <= 0:
             continue
         cost = _cost(n) + sum(_cost(c) for c in clones)
-        out.append(_Choice(n, at, [*clones, n], list(extend), found.subs, saved, cost))
+        out.append(_Choice(n, at, [*clones, n, *(state.views.get(n) or ())], list(extend), found.subs, saved, cost))
     out.sort(key=lambda c: (-c.saved / (c.cost + 1.0), c.node.id))
     return out
 
@@ -641,7 +656,9 @@ def _offloads(state: _State, peak: int) -> list[_Offload]:
     out = []
     for n in state.alone:
         first, last = state.live.spans[n]
-        if not first < peak < last or n.op == "storage" or peak in state.readers[n]:
+        if not first < peak < last or n.op == "storage" or peak in _all_readers(state, n):
+            continue
+        if n in state.viewed and state.views.get(n) is None:
             continue
         later = _late_readers(state, n, peak)
         if not later:  # Live past the peak only as a view's source, an output or for a flush: nothing to reload.
@@ -653,10 +670,40 @@ def _offloads(state: _State, peak: int) -> list[_Offload]:
     return out
 
 
-def _late_readers(state: _State, n: Node, peak: int) -> list[int]:
-    """Positions of `n`'s readers after `peak`, but for the disk tier's own nodes (a flush of its write)."""
+def _all_readers(state: _State, n: Node) -> list[int]:
+    """Positions of the readers of `n` and of its views (not the views themselves)."""
+    views = state.views.get(n) or ()
+    inner = set(views)
     order = state.live.order
-    return [r for r in state.readers[n] if r > peak and order[r].op != "storage"]
+    return [r for m in (n, *views) for r in state.readers.get(m, ()) if order[r] not in inner]
+
+
+def _late_readers(state: _State, n: Node, peak: int) -> list[int]:
+    """Positions of the readers of `n` (directly or through its views) after `peak`, but for the disk tier's
+    own nodes (a flush of its write)."""
+    order = state.live.order
+    return [r for r in _all_readers(state, n) if r > peak and order[r].op != "storage"]
+
+
+def _clone_views(graph: Graph, state: _State, n: Node, mapping: dict[Node, Node]) -> list[Node]:
+    """Views of `n` rebuilt on `mapping[n]` (into `mapping`), so late readers of a view read the new copy."""
+    made = []
+    for v in state.views.get(n) or ():
+        src = mapping.get(v.inputs[0])
+        if src is not None:
+            mapping[v] = graph.add_node(v.op, [src, *v.inputs[1:]], dict(v.attrs))
+            made.append(mapping[v])
+    return made
+
+
+def _rewire(graph: Graph, state: _State, mapping: dict[Node, Node], at: int) -> None:
+    """Readers of each original in `mapping` at step `at` or later read its copy instead."""
+    for n, copy in mapping.items():
+        for reader in graph.consumers(n):
+            if reader in state.pos and state.pos[reader] >= at:
+                for k, i in enumerate(reader.inputs):
+                    if i is n:
+                        graph.set_input(reader, k, copy)
 
 
 def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers: str) -> list:
@@ -710,11 +757,10 @@ def _place_offloads(graph: Graph, state: _State, moves: list[_Offload], peak: in
         pre = graph.add_node("storage", [flush], {"action": "prefetch", "key": key})
         back = graph.add_node("storage", [pre], {"action": "reload", "key": key, "shape": tuple(n.shape),
                                                   "dtype": n.dtype})
-        for reader in graph.consumers(n):
-            if reader in state.pos and state.pos[reader] >= mv.at:
-                for k, i in enumerate(reader.inputs):
-                    if i is n:
-                        graph.set_input(reader, k, back)
+        # Late readers of `n`, and of its views (rebuilt on the reloaded copy), read the copy.
+        mapping = {n: back}
+        views = _clone_views(graph, state, n, mapping)
+        _rewire(graph, state, mapping, mv.at)
         # The flush goes on from the offload over steps whose estimated time covers the write (half the round
         # trip), staying before the peak, where the value's bytes must be free.
         done, covered = early, 0.0
@@ -729,8 +775,8 @@ def _place_offloads(graph: Graph, state: _State, moves: list[_Offload], peak: in
         after.setdefault(order[early], []).append(tok)
         after.setdefault(order[done], []).append(flush)
         before.setdefault(order[lead], []).append(pre)
-        before.setdefault(order[mv.at], []).append(back)
-        new |= {tok, flush, pre, back}
+        before.setdefault(order[mv.at], []).extend([back, *views])
+        new |= {tok, flush, pre, back, *views}
     sched: list[Node] = []
     for m in graph.topological_order():
         if m in new:
@@ -803,7 +849,7 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
         if pos[n] < peak:
             fwd_last[n] = max([r for r in state.readers[n] if r < peak], default=pos[n])
     crossing = [n for n in state.alone if recomputable(n) and live.spans[n][0] < peak < live.spans[n][1]
-                and peak not in state.readers[n]]
+                and peak not in _all_readers(state, n) and (n not in state.viewed or state.views.get(n) is not None)]
     cuts = _boundaries(live, crossing, fwd_last, peak, k)
     kept = {n for n in fwd_last for b in cuts if pos[n] < b <= fwd_last[n]}  # The checkpoints.
     crossing_set = set(crossing)
@@ -829,12 +875,9 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
         for n in sorted(need, key=pos.__getitem__):
             mapping[n] = graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs))
             copies[n] = [mapping[n]]
-        for n in need:
-            for reader in graph.consumers(n):
-                if reader in pos and pos[reader] > peak:
-                    for j, i in enumerate(reader.inputs):
-                        if i is n:
-                            graph.set_input(reader, j, mapping[n])
+        for n in sorted(need, key=pos.__getitem__):
+            _clone_views(graph, state, n, mapping)  # Late readers of its views read views of the copy.
+        _rewire(graph, state, mapping, peak + 1)
         stats[0] += len(targets)
         stats[1] += len(need)
         stats[2] += sum(flops(n) for n in need)
