@@ -29,6 +29,11 @@ recomputed FLOPs (the smallest arena when none fits):
   multiply-adds), apply the best non-overlapping choices until that step
   fits, re-plan, repeat.
 
+A value read across the peak only through views (a reshape or permute of
+it: head splits, the flattened input of a weight gradient) moves too: its
+late readers read the views rebuilt on the recomputed or reloaded copy
+(`_clone_views`), while the early readers keep the original views.
+
 Reordering pure nodes and recomputing run the same kernels on the same
 inputs, so results are bit-identical.
 
