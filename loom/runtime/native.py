@@ -157,11 +157,12 @@ def _contiguous(shape, itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _pack(spans: list[tuple[int, int, int]], start: int) -> list[int]:
+def _pack(spans: list[tuple[int, int, int]], start: int, fixed=()) -> list[int]:
     """Offsets (from `start`, `_ALIGN`-aligned) for (first step, last step, bytes) regions: largest first, each
-    at the lowest gap among the placed regions whose steps overlap its own."""
+    at the lowest gap among the regions already there, `fixed` ones ((offset, end, first, last)) included,
+    whose steps overlap its own."""
     offs = [0] * len(spans)
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+    placed: list[tuple[int, int, int, int]] = list(fixed)  # (offset, end, first, last)
     for k in sorted(range(len(spans)), key=lambda j: (-spans[j][2], j)):
         first, last, size = spans[k]
         size = -(-max(size, 1) // _ALIGN) * _ALIGN
@@ -374,14 +375,21 @@ class NativeProgram:
             if not unsafe:
                 break
             free -= unsafe
-        # Views that stay copies got memory of their own above the planned arena, one region each; pack them
-        # by lifetime so copies that are never live together share bytes (the memory plan does not see them).
+        # Views that stay copies got memory of their own above the planned arena, one region each (the memory
+        # plan does not see them). Place them by lifetime instead: in the planned arena's gaps (bytes no planned
+        # value holds while the copy lives), else above it, copies never live together sharing bytes.
         copied = [st for st in steps if st.out not in free and st.node not in offsets and st.out in own
                   and own[st.out].base == 0 and own[st.out].off >= plan_top]
         if copied:
+            planned = []
+            for st in steps:
+                loc = own[st.out]
+                if st.node in offsets and loc.base == 0:
+                    end = loc.off + int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+                    planned.append((loc.off, end, index[st.out], until.get(st.out, index[st.out])))
             packed = _pack([(index[st.out], until.get(st.out, index[st.out]),
                              int(np.prod(own[st.out].shape, dtype=np.int64)) * own[st.out].dtype.itemsize)
-                            for st in copied], plan_top)
+                            for st in copied], 0, planned)
             for st, off in zip(copied, packed):
                 old = own[st.out]
                 own[st.out] = _Loc(0, off, old.shape, old.strides, old.dtype)
