@@ -12,8 +12,8 @@ writes into a graph to move a value between the two:
   complete and passes the token on; it reads `v`, so the memory plan keeps
   `v`'s slot until then (the compiler puts it a few steps after the offload,
   so the write overlaps compute);
-- ``storage(token, action="prefetch", key=k)`` starts reading the file back
-  on the I/O thread (into the OS page cache) while compute goes on;
+- ``storage(token, action="prefetch", key=k)`` asks, from the I/O thread, for
+  the file to be read back into the OS page cache while compute goes on;
 - ``storage(token, action="reload", key=k, shape=..., dtype=...)`` waits for
   that read and copies the bytes into the value's new arena slot, then
   deletes the file.
@@ -201,11 +201,15 @@ class DiskTier:
 
 
 def _warm(path: str) -> None:
-    """Bring a file's pages into the page cache (reads it through once)."""
+    """Bring a file's pages into the page cache: the kernel reads ahead (``posix_fadvise``), or, where that is
+    missing, a read through the file."""
     fd = os.open(path, os.O_RDONLY)
     try:
         if hasattr(os, "posix_fadvise"):
+            # No copy through this process: a file just written is in the page cache already, and one that
+            # was written back is read ahead by the kernel while compute goes on.
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            return
         buf = bytearray(_CHUNK)
         while os.readv(fd, [buf]) == _CHUNK:
             pass
