@@ -20,7 +20,10 @@ them alike. In each one:
 Reported: the planned arena, the budget, the RSS delta (peak minus baseline:
 the fresh arena, the step's output arrays, the disk tier's transient maps,
 everything the steps allocate), the step time (median) and its ratio to the
-unbudgeted step's median, and whether the losses agree bit for bit.
+unbudgeted step's median, and whether the losses agree bit for bit. The
+budget is the whole step's memory (`loom.compiler.remat.output_bytes`: the
+output arrays count against it beside the arena), so the RSS delta is what
+it bounds. The step is `loom.bench.memory_budget._variant`.
 """
 from __future__ import annotations
 
@@ -60,25 +63,9 @@ def child(budget: int | None, offload: str, steps: int) -> dict:
     """One configuration, run in this (fresh) process; returns its figures."""
     import numpy as np
 
-    import loom
-    from loom.bench.workloads import api, get, load_initial_state
+    from loom.bench.memory_budget import _variant
 
-    w = get("gpt")
-    a = api("loom")
-    a.lib.manual_seed(0)
-    model = w.model(a)
-    load_initial_state(a, model, 0)
-    model.train(True)
-    opt = w.optimizer(a, model.parameters())
-    data = [tuple(a.tensor(x) for x in b) for b in w.batches(np.random.default_rng(0))]
-
-    def step(*batch):
-        opt.zero_grad()
-        loss = w.loss(a, model, *batch)
-        loss.backward()
-        opt.step()
-        return loss
-    fn = loom.function(step, memory_budget=budget, offload=offload)
+    fn, data = _variant(budget, offload)
     losses = []
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True):
@@ -148,8 +135,6 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=7, help="timed steps per configuration and round (>= 5)")
     p.add_argument("--rounds", type=int, default=1, help="times each configuration's process is run, in turn")
     p.add_argument("--modes", default="never,disk,auto", help="offload settings to run under the budget")
-    p.add_argument("--count-outputs", action="store_true",
-                   help="give the compiler the budget minus the step's output bytes, so arena + outputs fit it")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -158,8 +143,7 @@ def main(argv=None) -> None:
     base = _run_child(None, "never", args.steps)
     full = base["arena"]
     budget = int(full * args.fraction)
-    given = budget - base["outputs"] if args.count_outputs else budget  # What memory_budget= gets.
-    configs = [("no budget", None, "never")] + [(f"offload={m}", given, m) for m in args.modes.split(",")]
+    configs = [("no budget", None, "never")] + [(f"offload={m}", budget, m) for m in args.modes.split(",")]
     results: dict = {name: [] for name, *_ in configs}
     results["no budget"].append(base)
     for r in range(args.rounds):
@@ -172,9 +156,8 @@ def main(argv=None) -> None:
         load = " ".join(f.read().split()[:3])
     base_ms = statistics.median(t for res in results["no budget"] for t in res["times"]) * 1e3
     print(f"gpt step (loom.bench gpt workload); planned peak (arena) without a budget {_mib(full)}; budget "
-          f"{args.fraction:g} x = {_mib(budget)}"
-          + (f" (memory_budget={_mib(given)}: the budget minus the step's outputs)" if args.count_outputs else "")
-          + f"; {args.steps} steps x {args.rounds} rounds per configuration, "
+          f"{args.fraction:g} x = {_mib(budget)} (the whole step: the arena gets the budget minus the step's "
+          f"outputs); {args.steps} steps x {args.rounds} rounds per configuration, "
           f"each in a fresh process; load average {load}")
     print(f"  {'configuration':<16} {'arena':>10} {'arena/budget':>12} {'outputs':>9} {'RSS delta':>10} "
           f"{'RSS/budget':>10} {'step ms':>9} {'vs none':>8}  plan")
@@ -194,7 +177,7 @@ def main(argv=None) -> None:
               f"{ms / base_ms:7.2f}x  {plan}; losses bit-identical: {same}")
     print("  (*: the unbudgeted RSS delta over its own planned arena; RSS delta = peak VmHWM over the timed steps "
           "minus VmRSS before them, with the arena freed before the first timed step; outputs = the step's result "
-          "arrays (updated parameters, optimizer state, gradients, loss), fresh each call and outside the budget)")
+          "arrays (updated parameters, optimizer state, gradients, loss), fresh each call, counted in the budget)")
     rates = [(r["flop_rate"], r["disk_bw"]) for runs in results.values() for r in runs if r["disk_bw"]]
     if rates:
         print(f"  cost model inputs measured in the offload runs: sgemm {min(f for f, _ in rates) / 1e9:.1f}-"

@@ -680,9 +680,10 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     backend : "c" (generated C kernels), "reference" (NumPy interpreter) or a plugin name such as "xla"
     warmup : number of eager calls before tracing
     memory_budget : int or str, optional
-        Fit the compiled step's planned arena (its intermediates) under this
-        many bytes (an int, or a string such as ``"256MB"`` or ``"1.5GiB"``)
-        by recomputing activations in the backward instead of keeping them
+        Fit the compiled step's memory (its planned arena of intermediates
+        plus the arrays it returns: new parameters, optimizer state, grads)
+        under this many bytes (an int, or a string such as ``"256MB"``) by
+        recomputing activations in the backward instead of keeping them
         (`loom.compiler.remat`); results stay bit-identical. A budget that
         cannot be met warns (`loom.LoomWarning`) and runs with the smallest
         plan found; `memory_reports` and `explain()` say what was done.

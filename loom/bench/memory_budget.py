@@ -1,9 +1,10 @@
 """The GPT training step under memory budgets: planned arena, recompute work and step time against no budget.
 
-    python -m loom.bench.memory_budget --fractions 0.5,0.25 --repeats 7
+    python -m loom.bench.memory_budget --fractions 0.5,0.25 --repeats 7 [--offload never,disk,auto]
 
-Each budget is a fraction of the unbudgeted step's planned arena; each line
-names the plan the remat pass chose (`loom.compiler.remat`). Every
+Each budget is a fraction of the unbudgeted step's planned arena and covers
+the whole step (the arena plus the arrays the step returns); each line names
+the plan the remat pass chose (`loom.compiler.remat`). Every
 variant starts from the same weights; steps alternate between variants so
 machine load hits them alike, and the report gives each variant's median
 step time and its ratio to the unbudgeted one, and checks the losses agree
@@ -19,7 +20,11 @@ import warnings
 import numpy as np
 
 
-def _variant(budget):
+def _variant(budget, offload: str = "never"):
+    """The GPT training step of the ``gpt`` workload under `budget` (None: none) and `offload`, and its batches.
+
+    Shared with ``benchmarks/memory_budget.py`` (peak RSS per storage tier).
+    """
     import loom
     from loom.bench.workloads import api, get, load_initial_state
 
@@ -38,7 +43,7 @@ def _variant(budget):
         loss.backward()
         opt.step()
         return loss
-    return loom.function(step, memory_budget=budget), data
+    return loom.function(step, memory_budget=budget, offload=offload), data
 
 
 def main(argv=None) -> None:
@@ -47,6 +52,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--fractions", default="0.5,0.25", help="budgets as fractions of the unbudgeted arena")
     p.add_argument("--repeats", type=int, default=7, help="timed steps per variant")
+    p.add_argument("--offload", default="never", help="storage tiers under the budgets: never, disk or auto "
+                   "(comma-separated: one variant per setting and fraction)")
     args = p.parse_args(argv)
 
     base, data = _variant(None)
@@ -56,11 +63,12 @@ def main(argv=None) -> None:
     step_flops = sum(flops(n) for n in entry.exe.graph if n.op not in ("input", "buffer", "const"))
     runs = {None: base}
     for frac in [float(f) for f in args.fractions.split(",")]:
-        fn, _ = _variant(int(full * frac))
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            losses[frac] = [float(fn(*data[k % len(data)]).detach().numpy()) for k in range(2)]
-        runs[frac] = fn
+        for mode in args.offload.split(","):
+            fn, _ = _variant(int(full * frac), mode)
+            with warnings.catch_warnings(record=True):
+                warnings.simplefilter("always")
+                losses[(frac, mode)] = [float(fn(*data[k % len(data)]).detach().numpy()) for k in range(2)]
+            runs[(frac, mode)] = fn
     times: dict = {k: [] for k in runs}
     for r in range(args.repeats):
         for k, fn in runs.items():
@@ -74,10 +82,12 @@ def main(argv=None) -> None:
         (e,) = fn._cache.values()
         rep = e.remat
         arena = e.exe.plan.arena_bytes
+        frac = None if k is None else k[0]
         extra = (f"{rep.strategy}: {rep.extra_flops / 1e9:.2f} GFLOP recomputed ({rep.recomputed} nodes), "
-                 f"arena/budget {arena / int(full * k):.3f}, met={rep.met}" if rep else "")
-        name = "no budget" if k is None else f"budget {k:.2f} x ({int(full * k) / 2**20:.1f} MiB)"
-        print(f"  {name:<28} arena {arena / 2**20:7.1f} MiB  step {ms:8.1f} ms  x{ms / base_ms:.2f}  "
+                 f"{rep.offloaded} values offloaded, (arena + {rep.outputs / 2**20:.1f} MiB outputs)/budget "
+                 f"{(arena + rep.outputs) / int(full * frac):.3f}, met={rep.met}" if rep else "")
+        name = "no budget" if k is None else f"budget {frac:.2f} x ({int(full * frac) / 2**20:.1f} MiB) {k[1]}"
+        print(f"  {name:<36} arena {arena / 2**20:7.1f} MiB  step {ms:8.1f} ms  x{ms / base_ms:.2f}  "
               f"losses bit-identical: {losses[k] == losses[None]}  {extra}")
 
 

@@ -29,11 +29,19 @@ recomputed FLOPs (the smallest arena when none fits):
   multiply-adds), apply the best non-overlapping choices until that step
   fits, re-plan, repeat.
 
+A value read across the peak only through views (a reshape or permute of
+it: head splits, the flattened input of a weight gradient) moves too: its
+late readers read the views rebuilt on the recomputed or reloaded copy
+(`_clone_views`), while the early readers keep the original views.
+
 Reordering pure nodes and recomputing run the same kernels on the same
 inputs, so results are bit-identical.
 
 The budget comes from ``graph.meta["memory_budget"]`` (bytes, strict); the
-outcome goes to ``graph.meta["remat"]`` (a `RematReport`).
+outcome goes to ``graph.meta["remat"]`` (a `RematReport`). It is the whole
+step's memory: the arrays the step returns are allocated beside the arena
+on every call, so their bytes are taken from the budget before the arena is
+fitted (`output_bytes`).
 """
 from __future__ import annotations
 
@@ -47,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loom.compiler.constants import nbytes
-from loom.compiler.memory import MemoryPlan, live_slots, plan_memory
+from loom.compiler.memory import VIEW_OPS, MemoryPlan, live_slots, plan_memory
 from loom.errors import LoomValueError, LoomWarning, MemoryBudgetError
 from loom.ir.graph import CONSTANT_OPS, Graph
 from loom.ir.node import Node
@@ -147,6 +155,10 @@ class RematReport:
         such as weight gradients, run as soon as its inputs are ready).
     arena_rescheduled : int
         The planned arena after rescheduling, before any recomputation.
+    outputs : int
+        Bytes of the arrays the step returns (allocated beside the arena on
+        every call), counted against the budget: the arena gets
+        ``budget - outputs`` and ``met`` means ``arena_after + outputs <= budget``.
     """
 
     budget: int
@@ -168,6 +180,7 @@ class RematReport:
     offload_bytes: int = 0
     seconds: float = 0.0
     tiers: list = field(default_factory=list)
+    outputs: int = 0
 
     def __str__(self) -> str:
         state = "met" if self.met else "NOT met (best plan found is used)"
@@ -181,7 +194,10 @@ class RematReport:
         rule = "least estimated time" if timed else "fewest recomputed FLOPs"
         why = f" ({rule} among the plans that fit; weighed {weighed})" if weighed else ""
         return (f"{moved}strategy {self.strategy}{why}\n"
-                f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; planned arena "
+                f"memory budget {fmt_bytes(self.budget)} ({self.budget} B): {state}; "
+                + (f"step outputs {fmt_bytes(self.outputs)} ({self.outputs} B) count against it; " if self.outputs
+                   else "")
+                + "planned arena "
                 f"{fmt_bytes(self.arena_before)} -> {fmt_bytes(self.arena_after)} "
                 f"({self.arena_before} B -> {self.arena_after} B), lower bound "
                 f"{self.lower_bound_before} B -> {self.lower_bound_after} B; rematerialised {self.values} "
@@ -240,9 +256,21 @@ class _State:
         self.live = live_slots(graph)
         pos = self.live.pos
         self.pos = pos
-        self.readers = {n: sorted(pos[c] for c in graph.consumers(n)) for n in self.live.sizes}
+        self.readers = {n: sorted(pos[c] for c in graph.consumers(n)) for n in (*self.live.sizes, *self.live.alias)}
         # Values read through views live on for the views' readers; recomputing one would not free it.
         self.viewed = {v.inputs[0] for v in self.live.alias}
+        # Per value read through views: its views (views of views too), in schedule order, or None when
+        # one is a graph output (the value must then stay).
+        self.views: dict[Node, list[Node] | None] = {}
+        outputs = set(graph.outputs)
+        for v in sorted(self.live.alias, key=pos.__getitem__):
+            root = self.live.alias[v]
+            got = self.views.setdefault(root, [])
+            if got is not None:
+                self.views[root] = None if v in outputs else [*got, v]
+        for v in outputs:  # An output view is not in `alias`: its source must stay.
+            if v.op in VIEW_OPS and v.inputs and v.inputs[0] in pos:
+                self.views[self.live.alias.get(v.inputs[0], v.inputs[0])] = None
         shared = set(self.live.shares) | set(self.live.shares.values())
         self.alone = {n for n in self.live.sizes if n not in shared}
         delta = [0] * (len(self.live.order) + 1)
@@ -321,18 +349,24 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
     out = []
     for n in state.alone:
         first, last = state.live.spans[n]
-        if not first < peak < last or not recomputable(n) or n in futile or n in state.viewed:
+        if not first < peak < last or not recomputable(n) or n in futile:
             continue
-        readers = state.readers[n]
-        if peak in readers:
+        if n in state.viewed and state.views.get(n) is None:
             continue
-        at = min(r for r in readers if r > peak)
+        if peak in _all_readers(state, n):
+            continue
+        later = _late_readers(state, n, peak)
+        if not later:  # Read after the peak only by a flush (its write in flight): nothing to recompute for.
+            continue
+        at = min(later)
         found = _Found(copies)
         if not _chain(state, n, at, found, 1):
             continue
         clones, extend = found.clones, found.extend
         # Values kept longer cost their bytes at the peak if they would have been freed before it.
-        grown = sum(state.live.sizes[e] for e in extend if state.live.spans[state.live.slot_of[e]][1] < peak)
+        roots = {state.live.alias.get(e, e) for e in extend}  # A view kept longer keeps its source.
+        grown = sum(state.live.sizes[e] for e in roots
+                    if e in state.live.sizes and state.live.spans[state.live.slot_of[e]][1] < peak)
         # Cloned inputs whose late readers move to their clones stop crossing the peak too.
         freed = sum(state.live.sizes[c] for c in clones if c in state.alone and state.live.spans[c][0] < peak
                     and not any(peak <= r < at for r in state.readers[c]) and state.live.spans[c][1] > peak)
@@ -340,7 +374,7 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
         if saved <= 0:
             continue
         cost = _cost(n) + sum(_cost(c) for c in clones)
-        out.append(_Choice(n, at, [*clones, n], list(extend), found.subs, saved, cost))
+        out.append(_Choice(n, at, [*clones, n, *(state.views.get(n) or ())], list(extend), found.subs, saved, cost))
     out.sort(key=lambda c: (-c.saved / (c.cost + 1.0), c.node.id))
     return out
 
@@ -506,7 +540,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
             applied += 1
         if not applied:
             break
-        _place_offloads(graph, state, moves)
+        _place_offloads(graph, state, moves, peak)
         _prune_dead(graph)
         lower = plan.lower_bound
         plan = plan_memory(graph)
@@ -627,16 +661,54 @@ def _offloads(state: _State, peak: int) -> list[_Offload]:
     out = []
     for n in state.alone:
         first, last = state.live.spans[n]
-        if not first < peak < last or n.op == "storage" or peak in state.readers[n]:
+        if not first < peak < last or n.op == "storage" or peak in _all_readers(state, n):
             continue
-        later = [r for r in state.readers[n] if r > peak]
-        if not later:  # Live past the peak only as a view's source or an output: nothing to reload for.
+        if n in state.viewed and state.views.get(n) is None:
+            continue
+        later = _late_readers(state, n, peak)
+        if not later:  # Live past the peak only as a view's source, an output or for a flush: nothing to reload.
             continue
         at = min(later)
         size = state.live.sizes[n]
         if size:
             out.append(_Offload(n, at, size, transfer_seconds(size)))
     return out
+
+
+def _all_readers(state: _State, n: Node) -> list[int]:
+    """Positions of the readers of `n` and of its views (not the views themselves)."""
+    views = state.views.get(n) or ()
+    inner = set(views)
+    order = state.live.order
+    return [r for m in (n, *views) for r in state.readers.get(m, ()) if order[r] not in inner]
+
+
+def _late_readers(state: _State, n: Node, peak: int) -> list[int]:
+    """Positions of the readers of `n` (directly or through its views) after `peak`, but for the disk tier's
+    own nodes (a flush of its write)."""
+    order = state.live.order
+    return [r for r in _all_readers(state, n) if r > peak and order[r].op != "storage"]
+
+
+def _clone_views(graph: Graph, state: _State, n: Node, mapping: dict[Node, Node]) -> list[Node]:
+    """Views of `n` rebuilt on `mapping[n]` (into `mapping`), so late readers of a view read the new copy."""
+    made = []
+    for v in state.views.get(n) or ():
+        src = mapping.get(v.inputs[0])
+        if src is not None:
+            mapping[v] = graph.add_node(v.op, [src, *v.inputs[1:]], dict(v.attrs))
+            made.append(mapping[v])
+    return made
+
+
+def _rewire(graph: Graph, state: _State, mapping: dict[Node, Node], at: int) -> None:
+    """Readers of each original in `mapping` at step `at` or later read its copy instead."""
+    for n, copy in mapping.items():
+        for reader in graph.consumers(n):
+            if reader in state.pos and state.pos[reader] >= at:
+                for k, i in enumerate(reader.inputs):
+                    if i is n:
+                        graph.set_input(reader, k, copy)
 
 
 def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers: str) -> list:
@@ -664,13 +736,16 @@ def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers:
     return sorted(picked, key=lambda c: (-c.saved / (c.seconds + 1e-9), c.node.id))
 
 
-def _place_offloads(graph: Graph, state: _State, moves: list[_Offload]) -> None:
-    """Add each move's offload, prefetch and reload nodes and put them where they belong in the schedule.
+def _place_offloads(graph: Graph, state: _State, moves: list[_Offload], peak: int) -> None:
+    """Add each move's offload, flush, prefetch and reload nodes and put them where they belong in the schedule.
 
-    The offload runs right after the value's last reader before the peak, the
-    reload right before its first reader after it (every later reader reads
-    the reloaded copy), and the prefetch early enough before the reload that
-    the cost model's transfer time is covered by the compute in between.
+    The offload runs right after the value's last reader before the peak and
+    starts an asynchronous write; the flush, which waits for that write and
+    reads the value (so its slot stays untouched until then), goes after as
+    many steps as cover the write's estimated time, but before the peak. The
+    reload runs right before the value's first reader after the peak (every
+    later reader reads the reloaded copy), and the prefetch early enough
+    before it that the estimated read time is covered by the compute between.
     """
     if not moves:
         return
@@ -682,26 +757,31 @@ def _place_offloads(graph: Graph, state: _State, moves: list[_Offload]) -> None:
         n = mv.node
         early = max((r for r in state.readers[n] if r < mv.at), default=state.pos[n])
         key = next(_key_counter)
-        tok = graph.add_node("storage", [n], {"action": "offload", "key": key})
-        pre = graph.add_node("storage", [tok], {"action": "prefetch", "key": key})
+        tok = graph.add_node("storage", [n], {"action": "offload", "key": key, "async": True})
+        flush = graph.add_node("storage", [tok, n], {"action": "flush", "key": key})
+        pre = graph.add_node("storage", [flush], {"action": "prefetch", "key": key})
         back = graph.add_node("storage", [pre], {"action": "reload", "key": key, "shape": tuple(n.shape),
                                                   "dtype": n.dtype})
-        for reader in graph.consumers(n):
-            if reader in state.pos and state.pos[reader] >= mv.at:
-                for k, i in enumerate(reader.inputs):
-                    if i is n:
-                        graph.set_input(reader, k, back)
+        # Late readers of `n`, and of its views (rebuilt on the reloaded copy), read the copy.
+        mapping = {n: back}
+        views = _clone_views(graph, state, n, mapping)
+        _rewire(graph, state, mapping, mv.at)
+        # The flush goes on from the offload over steps whose estimated time covers the write (half the round
+        # trip), staying before the peak, where the value's bytes must be free.
+        done, covered = early, 0.0
+        while done + 1 < min(peak, mv.at) and covered < mv.seconds / 2:
+            done += 1
+            covered += _step_seconds(order[done])
         # The prefetch goes back from the reload over steps whose estimated time covers the read.
         lead, covered = mv.at, 0.0
-        while lead - 1 > early and covered < mv.seconds / 2:
+        while lead - 1 > done and covered < mv.seconds / 2:
             lead -= 1
-            step = order[lead]
-            if step.op not in ("input", "storage") and step.op not in CONSTANT_OPS:
-                covered += recompute_seconds([step])
+            covered += _step_seconds(order[lead])
         after.setdefault(order[early], []).append(tok)
+        after.setdefault(order[done], []).append(flush)
         before.setdefault(order[lead], []).append(pre)
-        before.setdefault(order[mv.at], []).append(back)
-        new |= {tok, pre, back}
+        before.setdefault(order[mv.at], []).extend([back, *views])
+        new |= {tok, flush, pre, back, *views}
     sched: list[Node] = []
     for m in graph.topological_order():
         if m in new:
@@ -711,6 +791,13 @@ def _place_offloads(graph: Graph, state: _State, moves: list[_Offload]) -> None:
         sched += after.get(m, [])
     # The schedule is the graph's insertion order whenever that order is topological.
     graph._nodes = dict.fromkeys(sched)
+
+
+def _step_seconds(step: Node) -> float:
+    """The cost model's time for one scheduled step (nothing for inputs, constants and the disk tier's nodes)."""
+    if step.op in ("input", "storage") or step.op in CONSTANT_OPS:
+        return 0.0
+    return recompute_seconds([step])
 
 
 def _boundaries(live: MemoryPlan, crossing: list[Node], fwd_last: dict[Node, int], peak: int,
@@ -767,7 +854,7 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
         if pos[n] < peak:
             fwd_last[n] = max([r for r in state.readers[n] if r < peak], default=pos[n])
     crossing = [n for n in state.alone if recomputable(n) and live.spans[n][0] < peak < live.spans[n][1]
-                and peak not in state.readers[n]]
+                and peak not in _all_readers(state, n) and (n not in state.viewed or state.views.get(n) is not None)]
     cuts = _boundaries(live, crossing, fwd_last, peak, k)
     kept = {n for n in fwd_last for b in cuts if pos[n] < b <= fwd_last[n]}  # The checkpoints.
     crossing_set = set(crossing)
@@ -793,12 +880,9 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
         for n in sorted(need, key=pos.__getitem__):
             mapping[n] = graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs))
             copies[n] = [mapping[n]]
-        for n in need:
-            for reader in graph.consumers(n):
-                if reader in pos and pos[reader] > peak:
-                    for j, i in enumerate(reader.inputs):
-                        if i is n:
-                            graph.set_input(reader, j, mapping[n])
+        for n in sorted(need, key=pos.__getitem__):
+            _clone_views(graph, state, n, mapping)  # Late readers of its views read views of the copy.
+        _rewire(graph, state, mapping, peak + 1)
         stats[0] += len(targets)
         stats[1] += len(need)
         stats[2] += sum(flops(n) for n in need)
@@ -812,9 +896,30 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
     return stats, copies
 
 
-def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str = "never"
-                  ) -> tuple[Graph, RematReport]:
+def output_bytes(graph: Graph) -> int:
+    """Bytes of the arrays one run of `graph` returns, allocated outside the arena on every call.
+
+    Each distinct computed output gets a fresh array; an output that is an
+    input or a constant is copied once per place it appears (see
+    `loom.runtime.executor.Executable`).
+    """
+    seen: set[Node] = set()
+    total = 0
+    for n in graph.outputs:
+        if n.op == "input" or n.op in CONSTANT_OPS or n not in seen:
+            total += nbytes(n)
+        seen.add(n)
+    return total
+
+
+def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str = "never",
+                  count_outputs: bool = True) -> tuple[Graph, RematReport]:
     """`graph` edited so its planned arena fits `budget` bytes, and what was done; see the module docstring.
+
+    The budget is the whole step's memory: with `count_outputs` (default) the
+    arrays the step returns (`output_bytes`: new parameters, optimizer state,
+    gradients, the loss), which are allocated beside the arena on every call,
+    count against it, so the arena gets ``budget - output_bytes(graph)``.
 
     Weighs the greedy against Chen's segmentation (`SEGMENT_COUNTS` segments,
     each finished by the greedy when it alone does not fit) and keeps the plan
@@ -833,25 +938,27 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
     >>> b = g.add_node("exp", [g.add_node("neg", [a])])
     >>> c = g.add_node("exp", [g.add_node("neg", [b])])
     >>> g.outputs = [g.add_node("mul", [g.add_node("add", [c, b]), a])]
-    >>> g, report = rematerialize(g, 3 * 4096)
-    >>> report.arena_before, report.arena_after, report.values
-    (16384, 12288, 1)
+    >>> g, report = rematerialize(g, 4 * 4096)          # The 4096 B output counts: the arena gets 12288 B.
+    >>> report.arena_before, report.arena_after, report.outputs, report.values
+    (16384, 12288, 4096, 1)
     """
     before = plan_memory(graph)
     if offload not in OFFLOAD_MODES:
         raise LoomValueError(f"loom: offload must be one of {OFFLOAD_MODES} ('never': recompute only, 'disk': "
                              f"offload only, 'auto': the cheaper per value), got {offload!r}")
+    outputs = output_bytes(graph) if count_outputs else 0
+    room = max(budget - outputs, 0)  # What the arena may take: the outputs are allocated beside it.
     report = RematReport(budget, before.arena_bytes, before.arena_bytes, before.lower_bound,
-                         before.lower_bound, strict=strict, strategy="none", offload=offload)
+                         before.lower_bound, strict=strict, strategy="none", offload=offload, outputs=outputs)
     plan = before
-    if before.arena_bytes > budget:
+    if before.arena_bytes > room:
         sched = graph.copy()
         moved = _reschedule(sched)
         sched_plan = plan_memory(sched) if moved else before
         if sched_plan.arena_bytes <= before.arena_bytes:
             graph, plan, report.rescheduled = sched, sched_plan, moved
             report.arena_rescheduled = sched_plan.arena_bytes
-    if plan.arena_bytes > budget:
+    if plan.arena_bytes > room:
         # (arena, cost, name, graph, plan, stats, decisions) per plan weighed; the cost is the extra FLOPs
         # (recomputation only) or the cost model's extra seconds (with the disk tier). Segmentations first
         # (cheap); the greedy finishes one that misses only while it could still beat the best fit found.
@@ -866,26 +973,26 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
                     segmented.append((stats[5 if timed else 2], k, g, plan_memory(g), stats, copies, dec))
             for cost, k, g, p, stats, copies, dec in sorted(segmented, key=lambda c: (c[0], c[1])):
                 name = f"segments({k})"
-                if p.arena_bytes > budget:
-                    best_fit = min((f[1] for f in found if f[0] <= budget), default=None)
+                if p.arena_bytes > room:
+                    best_fit = min((f[1] for f in found if f[0] <= room), default=None)
                     if best_fit is not None and cost >= best_fit:
                         found.append((p.arena_bytes, cost, name, g, p, stats, dec))
                         continue
-                    g, p, more = _greedy(g, budget, p, copies, offload, dec)
+                    g, p, more = _greedy(g, room, p, copies, offload, dec)
                     stats = [a + b for a, b in zip(stats, more)]
                     name += ("+offload" if more[3] else "") + ("+greedy" if more[0] else "")
                 found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
             dec = []
-            g, p, stats = _greedy(graph.copy(), budget, plan, {}, offload, dec)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, offload, dec)
             name = "greedy" if not stats[3] else "offload+greedy" if stats[0] else "offload"
             found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
         if offload != "never":
             dec = []
-            g, p, stats = _greedy(graph.copy(), budget, plan, {}, "disk", dec)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec)
             found.append((p.arena_bytes, stats[5], "offload", g, p, stats, dec))
-        report.candidates = [(name, arena, st[2], arena <= budget, st[4], st[5])
+        report.candidates = [(name, arena, st[2], arena <= room, st[4], st[5])
                              for arena, _, name, _, _, st, _ in found]
-        fits = [f for f in found if f[0] <= budget]
+        fits = [f for f in found if f[0] <= room]
         arena, _, report.strategy, graph, plan, stats, report.tiers = (
             min(fits, key=lambda f: (f[1], f[0])) if fits else min(found, key=lambda f: (f[0], f[1])))
         (report.values, report.recomputed, report.extra_flops, report.offloaded, report.offload_bytes,
@@ -893,11 +1000,13 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
     elif report.rescheduled:
         report.strategy = "schedule"
     report.arena_after, report.lower_bound_after = plan.arena_bytes, plan.lower_bound
-    report.met = plan.arena_bytes <= budget
+    report.met = plan.arena_bytes + outputs <= budget
     if not report.met:
         msg = (f"loom: memory budget {fmt_bytes(budget)} ({budget} B) cannot be met by rematerialisation: "
                f"the smallest planned arena reached is {fmt_bytes(plan.arena_bytes)} ({plan.arena_bytes} B, "
-               f"from {before.arena_bytes} B; at least {plan.lower_bound} B are live at once)")
+               f"from {before.arena_bytes} B; at least {plan.lower_bound} B are live at once)"
+               + (f" beside {fmt_bytes(outputs)} ({outputs} B) of output arrays the step returns, which count "
+                  f"against the budget (the arena may take {room} B)" if outputs else ""))
         if strict:
             raise MemoryBudgetError(msg + "; raise the budget or pass strict=False to run with the best plan")
         warnings.warn(msg + "; running with that plan", LoomWarning, stacklevel=2)

@@ -165,6 +165,25 @@ def _contiguous(shape, itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _pack(spans: list[tuple[int, int, int]], start: int, fixed=()) -> list[int]:
+    """Offsets (from `start`, `_ALIGN`-aligned) for (first step, last step, bytes) regions: largest first, each
+    at the lowest gap among the regions already there, `fixed` ones ((offset, end, first, last)) included,
+    whose steps overlap its own."""
+    offs = [0] * len(spans)
+    placed: list[tuple[int, int, int, int]] = list(fixed)  # (offset, end, first, last)
+    for k in sorted(range(len(spans)), key=lambda j: (-spans[j][2], j)):
+        first, last, size = spans[k]
+        size = -(-max(size, 1) // _ALIGN) * _ALIGN
+        off = start
+        for o, e, _, _ in sorted(p for p in placed if p[2] <= last and first <= p[3]):
+            if off + size <= o:
+                break
+            off = max(off, e)
+        offs[k] = off
+        placed.append((off, off + size, first, last))
+    return offs
+
+
 def _view_of(node: Node, src: _Loc) -> _Loc | None:
     """The layout of view `node` of `src` without copying, or None if NumPy would need a copy."""
     base = np.zeros(1, src.dtype)
@@ -328,7 +347,7 @@ class NativeProgram:
             self._const_arrays.append(value)
         offsets = getattr(exe.plan, "offsets", {}) if exe.plan is not None else {}
         top = int(getattr(exe.plan, "arena_bytes", 0) or 0) if exe.plan is not None else 0
-        top = -(-top // _ALIGN) * _ALIGN
+        top = plan_top = -(-top // _ALIGN) * _ALIGN
         own: dict[int, _Loc] = {}  # Each step's own memory (used unless the step is a free view).
         planned_top = top
         fresh: list[tuple[int, int, int]] = []  # (offset, bytes, slot) of values the plan did not place.
@@ -431,6 +450,38 @@ class NativeProgram:
             if not unsafe:
                 break
             free -= unsafe
+        # Views that stay copies got memory of their own above the planned arena, one region each (the memory
+        # plan does not see them). Place them by lifetime instead: in the planned arena's gaps (bytes no planned
+        # value holds while the copy lives), else above it, copies never live together sharing bytes.
+        copied = [st for st in steps if st.out not in free and st.node not in offsets and st.out in own
+                  and own[st.out].base == 0 and own[st.out].off >= plan_top]
+        if copied:
+            planned = []
+            for st in steps:
+                loc = own[st.out]
+                if st.node in offsets and loc.base == 0:
+                    end = loc.off + int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+                    planned.append((loc.off, end, index[st.out], until.get(st.out, index[st.out])))
+            packed = _pack([(index[st.out], until.get(st.out, index[st.out]),
+                             int(np.prod(own[st.out].shape, dtype=np.int64)) * own[st.out].dtype.itemsize)
+                            for st in copied], 0, planned)
+            for st, off in zip(copied, packed):
+                old = own[st.out]
+                own[st.out] = _Loc(0, off, old.shape, old.strides, old.dtype)
+            for st in steps:  # Free views re-derived from the moved copies.
+                s = st.out
+                locs[s] = own[s]
+                if s in free:
+                    view = _view_of(st.node, locs[st.args[0]])
+                    view.src, view.node = st.args[0], st.node
+                    locs[s] = view
+            top = plan_top
+            for st in steps:
+                loc = own[st.out]
+                if loc.base == 0 and st.out not in free:  # A free view's own region is never used.
+                    nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+                    top = max(top, loc.off + nbytes)
+            self.arena_bytes = top
         self._virtual: set[int] = set(free)
         self._virtual |= into_output  # Written by their matmul: no step of their own.
         self._compact(fresh, planned_top, locs, own)

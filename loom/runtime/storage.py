@@ -5,9 +5,15 @@ this module adds the disk tier and the ``storage`` primitive the compiler
 writes into a graph to move a value between the two:
 
 - ``storage(v, action="offload", key=k)`` writes `v` to the disk tier and
-  yields a one-byte token; `v`'s arena slot is free from then on;
-- ``storage(token, action="prefetch", key=k)`` starts reading the file back
-  on a background thread (into the OS page cache) while compute goes on;
+  yields a one-byte token; `v`'s arena slot is free from then on. With
+  ``async=True`` the write runs on the tier's I/O thread instead, and `v`
+  must stay as it is until a flush:
+- ``storage(token, v, action="flush", key=k)`` waits for that write to be
+  complete and passes the token on; it reads `v`, so the memory plan keeps
+  `v`'s slot until then (the compiler puts it a few steps after the offload,
+  so the write overlaps compute);
+- ``storage(token, action="prefetch", key=k)`` asks, from the I/O thread, for
+  the file to be read back into the OS page cache while compute goes on;
 - ``storage(token, action="reload", key=k, shape=..., dtype=...)`` waits for
   that read and copies the bytes into the value's new arena slot, then
   deletes the file.
@@ -15,8 +21,9 @@ writes into a graph to move a value between the two:
 Files (plain, or NumPy memory-mapped with ``LOOM_STORAGE_IO=mmap``) live in one temporary directory per process
 (``loom-storage-*`` under ``tempfile.gettempdir()``), removed when the tier
 is closed or the process exits. A file is written under a ``.part`` name and
-renamed once complete, so a reader never sees a half-written one. The bytes
-come back exactly as they were written: results are bit-identical.
+renamed once complete, so a reader never sees a half-written one, and a
+read of a key whose write is still queued or running waits for it first. The
+bytes come back exactly as they were written: results are bit-identical.
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ from loom.errors import LoomError, LoomValueError
 from loom.ir import ops
 from loom.ir.node import Node
 
-ACTIONS = ("offload", "prefetch", "reload")
+ACTIONS = ("offload", "flush", "prefetch", "reload")
 _CHUNK = 1 << 20  # Bytes the prefetch thread reads at a time.
 
 
@@ -71,8 +78,9 @@ class DiskTier:
         self.io = io
         self._dir: str | None = None
         self._lock = threading.Lock()
-        self._pending: dict[str, Future] = {}
-        self._pool: ThreadPoolExecutor | None = None
+        self._pending: dict[str, Future] = {}   # Prefetches by key.
+        self._writes: dict[str, Future] = {}    # Asynchronous writes by key.
+        self._pool: ThreadPoolExecutor | None = None  # One I/O thread: writes and prefetches run in order.
         self.bytes_written = 0
         self.bytes_read = 0
 
@@ -88,7 +96,12 @@ class DiskTier:
         return os.path.join(self.directory, f"{key}.bin")
 
     def put(self, key: str, value: np.ndarray) -> None:
-        """Write `value` under `key` (a file renamed into place once complete)."""
+        """Write `value` under `key` (a file renamed into place once complete), waiting for an earlier
+        asynchronous write of `key` first."""
+        self.wait_written(key)
+        self._write(key, value)
+
+    def _write(self, key: str, value: np.ndarray) -> None:
         value = np.ascontiguousarray(value)
         final = self._path(key)
         part = final + ".part"
@@ -103,18 +116,40 @@ class DiskTier:
             with open(part, "wb", buffering=0) as f:
                 f.write(memoryview(data))
         os.replace(part, final)
-        self.bytes_written += value.nbytes
+        with self._lock:
+            self.bytes_written += value.nbytes
 
-    def prefetch(self, key: str) -> None:
-        """Start reading `key`'s file back on a background thread (into the page cache)."""
-        path = self._path(key)
+    def _submit(self, fn, *args) -> Future:
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="loom-prefetch")
-            self._pending[key] = self._pool.submit(_warm, path)
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="loom-storage-io")
+            return self._pool.submit(fn, *args)
+
+    def put_async(self, key: str, value: np.ndarray) -> Future:
+        """Start writing `value` under `key` on the I/O thread; `value` must not change until
+        `wait_written(key)` returns (a `get` or `put` of `key` waits for the write too)."""
+        self.wait_written(key)
+        fut = self._submit(self._write, key, value)
+        with self._lock:
+            self._writes[key] = fut
+        return fut
+
+    def wait_written(self, key: str) -> None:
+        """Block until an asynchronous write of `key` is complete (its file renamed into place); raises its error."""
+        with self._lock:
+            fut = self._writes.pop(key, None)
+        if fut is not None:
+            fut.result()
+
+    def prefetch(self, key: str) -> None:
+        """Start reading `key`'s file back on the I/O thread (into the page cache), after its pending write."""
+        fut = self._submit(_warm, self._path(key))
+        with self._lock:
+            self._pending[key] = fut
 
     def get(self, key: str, out: np.ndarray, delete: bool = True) -> np.ndarray:
         """Copy `key`'s bytes into `out` (C-contiguous), after its prefetch if one is running; drop the file."""
+        self.wait_written(key)
         with self._lock:
             fut = self._pending.pop(key, None)
         if fut is not None:
@@ -142,7 +177,8 @@ class DiskTier:
                     got += n
         if delete:
             os.remove(path)
-        self.bytes_read += size
+        with self._lock:
+            self.bytes_read += size
         return out
 
     def keys(self) -> list[str]:
@@ -152,10 +188,11 @@ class DiskTier:
         return sorted(n[:-4] for n in os.listdir(self._dir) if n.endswith(".bin"))
 
     def close(self) -> None:
-        """Stop the prefetch thread and delete the directory and every file in it."""
+        """Finish the I/O thread's work, stop it and delete the directory and every file in it."""
         with self._lock:
             pool, self._pool = self._pool, None
             self._pending.clear()
+            self._writes.clear()
             folder, self._dir = self._dir, None
         if pool is not None:
             pool.shutdown(wait=True)
@@ -164,11 +201,15 @@ class DiskTier:
 
 
 def _warm(path: str) -> None:
-    """Bring a file's pages into the page cache (reads it through once)."""
+    """Bring a file's pages into the page cache: the kernel reads ahead (``posix_fadvise``), or, where that is
+    missing, a read through the file."""
     fd = os.open(path, os.O_RDONLY)
     try:
         if hasattr(os, "posix_fadvise"):
+            # No copy through this process: a file just written is in the page cache already, and one that
+            # was written back is read ahead by the kernel while compute goes on.
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            return
         buf = bytearray(_CHUNK)
         while os.readv(fd, [buf]) == _CHUNK:
             pass
@@ -229,10 +270,17 @@ def _infer(inputs, attrs):
 
 
 def _check(inputs, attrs):
-    ops._attr_names("storage", attrs, ("action", "key"), ("shape", "dtype"))
+    ops._attr_names("storage", attrs, ("action", "key"), ("shape", "dtype", "async"))
     if attrs["action"] not in ACTIONS:
         raise ops._bad_attr("storage", "action", attrs["action"], f"one of {ACTIONS}")
     ops._int_attr("storage", "key", attrs["key"], 0, 2**62)
+    want = 2 if attrs["action"] == "flush" else 1
+    if len(inputs) != want:
+        raise LoomValueError(f"loom.storage: action {attrs['action']!r} takes {want} input(s) "
+                             f"({'the offload token and the value written' if want == 2 else 'one value'}), "
+                             f"got {len(inputs)}")
+    if "async" in attrs and (attrs["action"] != "offload" or not isinstance(attrs["async"], bool)):
+        raise ops._bad_attr("storage", "async", attrs["async"], "a bool, on an 'offload' only")
     if attrs["action"] == "reload":
         if "shape" not in attrs or "dtype" not in attrs:
             raise LoomValueError(f"loom.storage: action 'reload' needs the shape and dtype attrs, got {sorted(attrs)}")
@@ -243,7 +291,8 @@ def _check(inputs, attrs):
                              f"prefetch (uint8[1]), got {inputs[0].dtype.name}{list(inputs[0].shape)}")
 
 
-def _impl(x, attrs):
+def _impl(x, *rest):
+    attrs = rest[-1]
     out = np.empty(tuple(attrs["shape"]), attrs["dtype"].np) if attrs["action"] == "reload" else None
     return _run(attrs, x, out)
 
@@ -251,7 +300,12 @@ def _impl(x, attrs):
 def _run(attrs: dict, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     tier, key, action = disk(), _key(attrs), attrs["action"]
     if action == "offload":
-        tier.put(key, x)
+        if attrs.get("async"):
+            tier.put_async(key, x)  # `x` is read by the flush too: its memory stays as it is until then.
+        else:
+            tier.put(key, x)
+    elif action == "flush":
+        tier.wait_written(key)
     elif action == "prefetch":
         tier.prefetch(key)
     else:
@@ -279,4 +333,4 @@ def step(node: Node):
 
 
 if "storage" not in ops.PRIMITIVES:
-    ops.register("storage", "storage", 1, _infer, _impl, check_attrs=_check)
+    ops.register("storage", "storage", -1, _infer, _impl, check_attrs=_check)

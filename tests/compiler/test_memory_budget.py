@@ -9,7 +9,7 @@ from loom.bench.workloads import api
 from loom.bench.workloads import gpt as gpt_workload
 from loom.compiler import passes_for_level
 from loom.compiler.pipeline import pass_names
-from loom.compiler.remat import RematReport, parse_budget, rematerialize
+from loom.compiler.remat import RematReport, output_bytes, parse_budget, rematerialize
 
 
 # ---------------------------------------------------------------- budget parsing
@@ -66,9 +66,12 @@ def test_pass_recomputes_and_keeps_values():
     want = loom.compiler.compile(g)(x)[0]
     before = loom.compiler.plan_memory(g).arena_bytes
     h = g.copy()
-    h, report = rematerialize(h, before - 4096)
+    # The budget is the whole step's memory: the 4096 B output counts, so the arena gets `before - 4096`.
+    h, report = rematerialize(h, before)
     assert isinstance(report, RematReport) and report.met and report.values >= 1 and report.recomputed >= 1
+    assert report.outputs == 4096 == output_bytes(g)
     assert report.arena_after <= before - 4096 < report.arena_before == before
+    assert "step outputs 4.00 KiB (4096 B) count against it" in str(report)
     assert report.extra_flops > 0
     # The clone really is in the graph: one more exp than before, and the planned arena is smaller.
     assert sum(n.op == "exp" for n in h) > sum(n.op == "exp" for n in g)
@@ -80,7 +83,7 @@ def test_pass_recomputes_and_keeps_values():
 def test_explain_reports_the_recomputation():
     g = _chain_graph()
     before = loom.compiler.plan_memory(g).arena_bytes
-    e = loom.compiler.explain(g, memory_budget=before - 4096)
+    e = loom.compiler.explain(g, memory_budget=before)  # The 4096 B output takes its share.
     text = str(e)
     assert "== rematerialisation ==" in text and "recomputing" in text and "extra FLOPs" in text
     assert f"strategy {e.remat.strategy}" in text
@@ -112,6 +115,12 @@ def _run(build, data, steps, budget=None, strict=False):
 def _arena(fn) -> int:
     (entry,) = fn._cache.values()
     return entry.exe.plan.arena_bytes
+
+
+def _outputs(fn) -> int:
+    """Bytes of the arrays one call returns (counted against a budget beside the arena)."""
+    (entry,) = fn._cache.values()
+    return output_bytes(entry.exe.graph)
 
 
 def _assert_same(a, b):
@@ -147,17 +156,17 @@ def _mlp_data():
 def test_mlp_under_decreasing_budgets_is_bit_identical():
     data = _mlp_data()
     base_losses, base_params, base_fn = _run(_mlp, data, 4)
-    full = _arena(base_fn)
+    full, out = _arena(base_fn), _outputs(base_fn)
     assert base_fn.memory_reports == []
     previous = full
     for frac in (0.85, 0.7):
-        budget = int(full * frac)
+        budget = out + int(full * frac)
         with warnings.catch_warnings():
             warnings.simplefilter("error", loom.LoomWarning)  # These budgets must be met, not warned about.
             losses, params, fn = _run(_mlp, data, 4, budget)
         (report,) = fn.memory_reports
         assert report.met and report.arena_before == full and report.recomputed > 0 and report.extra_flops > 0
-        assert _arena(fn) == report.arena_after <= budget < previous
+        assert report.outputs == out and _arena(fn) == report.arena_after <= budget - out < previous
         previous = _arena(fn)
         _assert_same(losses, base_losses)
         _assert_same(params, base_params)
@@ -206,17 +215,17 @@ def small_gpt(monkeypatch):
 def test_gpt_step_under_decreasing_budgets_is_bit_identical(small_gpt):
     build, data = small_gpt
     base_losses, base_params, base_fn = _run(build, data, 3)
-    full = _arena(base_fn)
+    full, out = _arena(base_fn), _outputs(base_fn)
     previous = full
     for frac in (0.65, 0.35):
-        budget = int(full * frac)
+        budget = out + int(full * frac)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", loom.LoomWarning)
             losses, params, fn = _run(build, data, 3, budget)
         (report,) = fn.memory_reports
         assert report.recomputed > 0 and _arena(fn) == report.arena_after < previous
         if frac == 0.65 or report.met:  # 0.65 must fit; the tighter one fits or says why not.
-            assert report.met and _arena(fn) <= budget and not caught
+            assert report.met and _arena(fn) + out <= budget and not caught
         else:
             assert [str(w.message) for w in caught if "memory budget" in str(w.message)]
         previous = _arena(fn)

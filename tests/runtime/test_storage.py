@@ -1,5 +1,7 @@
 """The disk tier (loom.runtime.storage): exact round trips, atomic files, prefetch, cleanup, the primitive."""
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -69,3 +71,69 @@ def test_the_storage_primitive_runs_in_a_graph_and_refuses_bad_attrs():
         g.add_node("storage", [tok], {"action": "reload", "key": 1})
     with pytest.raises(loom.LoomError, match=r"token of an offload"):
         g.add_node("storage", [x], {"action": "reload", "key": 1, "shape": (4, 3), "dtype": loom.float32})
+    with pytest.raises(loom.LoomError, match=r"action 'flush' takes 2 input\(s\)"):
+        g.add_node("storage", [tok], {"action": "flush", "key": 7})
+    with pytest.raises(loom.LoomError, match="async"):
+        g.add_node("storage", [tok], {"action": "prefetch", "key": 7, "async": True})
+
+
+def _slow_writes(tier, monkeypatch, half_done=None, delay=0.2):
+    """Make `tier`'s writes slow: half the bytes go to the .part file, then a pause, then the real write."""
+    real = tier._write
+
+    def write(key, value):
+        with open(tier._path(key) + ".part", "wb") as f:
+            f.write(np.ascontiguousarray(value).tobytes()[: value.nbytes // 2])
+        if half_done is not None:
+            half_done.set()
+        time.sleep(delay)
+        real(key, value)
+    monkeypatch.setattr(tier, "_write", write)
+
+
+def test_an_asynchronous_write_is_never_read_half_done(tmp_path, monkeypatch):
+    tier = DiskTier(str(tmp_path))
+    half = threading.Event()
+    _slow_writes(tier, monkeypatch, half)
+    value = np.random.default_rng(3).standard_normal((64, 33)).astype(np.float32)
+    tier.put_async("k", value)
+    assert half.wait(5)
+    # Half the bytes are on disk under the .part name: not a key yet, and a reload waits for the write.
+    assert tier.keys() == [] and os.path.exists(tier._path("k") + ".part")
+    tier.prefetch("k")
+    out = np.empty_like(value)
+    assert tier.get("k", out).tobytes() == value.tobytes() and tier.bytes_written == value.nbytes
+    assert tier.keys() == [] and not os.listdir(tier.directory)
+    # flush (wait_written) then get, and a put after a pending write of the same key, keep the last bytes.
+    tier.put_async("k", value)
+    tier.wait_written("k")
+    assert tier.keys() == ["k"]
+    tier.put_async("k", value + 1)
+    tier.put("k", value + 2)
+    assert tier.get("k", out).tobytes() == (value + 2).tobytes()
+    tier.close()
+
+
+def test_asynchronous_offload_in_a_graph_keeps_the_value_until_its_flush(monkeypatch):
+    """Slow writes: the flush holds the step until the write is done, so the arena slot is not reused early."""
+    from loom.compiler.memory import plan_memory
+    from loom.runtime.executor import Executable
+
+    g = loom.ir.Graph()
+    x = g.add_input((256,), "float32")
+    a = g.add_node("exp", [x])
+    tok = g.add_node("storage", [a], {"action": "offload", "key": 11, "async": True})
+    flush = g.add_node("storage", [tok, a], {"action": "flush", "key": 11})
+    # Work that would overwrite a's slot if a died at the offload.
+    b = g.add_node("sin", [g.add_node("neg", [x])])
+    pre = g.add_node("storage", [flush], {"action": "prefetch", "key": 11})
+    back = g.add_node("storage", [pre], {"action": "reload", "key": 11, "shape": (256,), "dtype": loom.float32})
+    g.outputs = [g.add_node("add", [back, b])]
+    plan = plan_memory(g)
+    order = plan.order
+    assert plan.intervals[a][1] == order.index(flush)  # a's slot lives until the flush.
+    _slow_writes(storage.disk(), monkeypatch, delay=0.05)
+    xv = np.linspace(-2, 2, 256, dtype=np.float32)
+    got = Executable(g, plan)(xv)[0]
+    assert got.tobytes() == (np.exp(xv) + np.sin(-xv)).tobytes()
+    assert storage.disk().keys() == []
