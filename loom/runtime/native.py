@@ -484,7 +484,8 @@ class NativeProgram:
             self.arena_bytes = top
         self._virtual: set[int] = set(free)
         self._virtual |= into_output  # Written by their matmul: no step of their own.
-        self._compact(fresh, planned_top, locs, own)
+        if not copied:  # Packed copies were placed anew (free views' memory dropped with them).
+            self._compact(fresh, planned_top, locs, own)
         self._locs = locs
         self._steps = steps
         self._nin = nin
