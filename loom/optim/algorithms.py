@@ -94,7 +94,7 @@ class SGD(Optimizer):
                 foreach.write(buf, b)
             g = np.add(g, np.multiply(b, mu)) if group["nesterov"] else b
         u = np.multiply(g, f(group["lr"]))
-        foreach.write(p, np.subtract(x, u, out=u))  # Into the fresh temporary: the same bits, one allocation less.
+        foreach.write(p, foreach.subtract_into(x, u))
 
 
 class Adam(Optimizer):
@@ -173,7 +173,7 @@ class Adam(Optimizer):
         denom += f(group["eps"])
         u = np.true_divide(m, denom)
         u *= np.asarray(np.true_divide(np.float64(lr), bc1)).astype(x.dtype)
-        foreach.write(p, np.subtract(x, u, out=u))
+        foreach.write(p, foreach.subtract_into(x, u))
 
 
 class AdamW(Adam):

@@ -35,12 +35,17 @@ def plain(t: Tensor, dtype: dt.DType, shape: tuple) -> bool:
 
 
 def eligible(params: list[Tensor], state_of) -> bool:
-    """Whether every parameter, its gradient and its state tensors are plain float tensors of one dtype each."""
+    """Whether every parameter, its gradient and its state tensors are plain float tensors of one dtype each.
+
+    A 0-d parameter (a learnable scale) keeps its group on the graph path: NumPy computes 0-d operands as
+    scalars, whose decoupled weight decay was seen to round one ulp away from the graph path's."""
     for p in params:
         d = p._node.dtype
         if d not in _FLOATS:
             return False
         shape = p._node.shape
+        if not shape:
+            return False
         g = p._grad
         if not plain(p, d, shape) or g._node.dtype is not d or g._node.shape != shape:
             return False
@@ -61,9 +66,16 @@ def value(t: Tensor) -> np.ndarray:
     return t._node.buffer
 
 
+def subtract_into(x: np.ndarray, u) -> np.ndarray:
+    """x - u, written into the fresh temporary `u` when it is an array (the same bits, one allocation less);
+    ufuncs return NumPy scalars for 0-d operands, which cannot take the result."""
+    return np.subtract(x, u, out=u) if isinstance(u, np.ndarray) else np.asarray(np.subtract(x, u))
+
+
 def write(t: Tensor, array: np.ndarray) -> None:
     """Make `array` the new value of `t` as an in-place op under no_grad commits it (`Tensor._commit`):
-    a new version, seen by the views of `t`."""
+    a new version, seen by the views of `t`. A NumPy scalar (what ufuncs give for 0-d operands) becomes a 0-d array."""
+    array = np.asarray(array)
     if t._views:
         _upper.alias.snapshot_group(t, t._vc)
     old = t._node
@@ -75,4 +87,5 @@ def write(t: Tensor, array: np.ndarray) -> None:
 
 def new(array: np.ndarray) -> Tensor:
     """A leaf tensor holding `array`."""
+    array = np.asarray(array)
     return Tensor._wrap(Node("buffer", (), {}, tuple(array.shape), dt.from_numpy(array.dtype), buffer=array))

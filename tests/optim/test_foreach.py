@@ -118,3 +118,27 @@ def test_views_of_a_parameter_follow_the_update():
     opt.step()
     assert w.tolist() == [[0.0] * 3] * 2
     assert wt.tolist() == [[0.0] * 2] * 3
+
+
+@pytest.mark.parametrize("name,kw", CONFIGS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGS)])
+def test_zero_dim_parameters_step_on_the_graph_path(name, kw):
+    # A 0-d parameter (a learnable scale, a temperature) takes the graph path: it steps, and stays a 0-d array.
+    def run(graph):
+        s = loom.tensor(0.5, requires_grad=True)
+        x = loom.tensor(np.linspace(-1, 1, 6, dtype=np.float32))
+        opt = getattr(loom.optim, name)([s], **kw)
+        if graph:
+            opt._foreach_keys = ()
+        for _ in range(4):
+            opt.zero_grad()
+            ((x * s - 0.3) ** 2).mean().backward()
+            opt.step()
+        return s.detach().numpy(), [v.numpy() for v in opt.state[s].values() if isinstance(v, loom.Tensor)]
+    s = loom.tensor(0.5, requires_grad=True)
+    (s * 2).backward()
+    assert not foreach.eligible([s], lambda p: {})
+    (fast, fast_state), (slow, slow_state) = run(False), run(True)
+    assert isinstance(fast, np.ndarray) and fast.shape == () and fast.dtype == np.float32
+    np.testing.assert_array_equal(fast, slow)
+    for a, b in zip(fast_state, slow_state, strict=True):
+        np.testing.assert_array_equal(a, b)
