@@ -82,6 +82,8 @@ def child(budget: int | None, offload: str, steps: int) -> dict:
     exe._arenas.clear()
     if exe._native is not None:
         exe._native._ctxs.clear()
+        if exe._native._pool is not None:  # The function's arena pool keeps given-back buffers: drop them too.
+            exe._native._pool._free.clear()
     import ctypes
     import gc
     gc.collect()
