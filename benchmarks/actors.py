@@ -255,7 +255,7 @@ def slow_loading(quick: bool) -> None:
 
 def tracker(quick: bool) -> None:
     print("4. state tracker on vs off: a 3-task pipeline of ~1 ms NumPy tasks; the cost of one record")
-    a = np.random.default_rng(0).standard_normal((160, 160)).astype(np.float32)
+    a = np.random.default_rng(0).standard_normal((360, 360)).astype(np.float32)
 
     def work(x):
         return float((a @ a).sum()) + x   # About a millisecond, releasing the GIL like loom's kernels.
@@ -269,7 +269,7 @@ def tracker(quick: bool) -> None:
         plan.task("c", work, [c], registers=2)
         plan.run(timeout=600)
         return plan
-    t = side_by_side({"off": lambda: run(False), "on": lambda: run(True)}, 1, 3 if quick else 9)
+    t = side_by_side({"off": lambda: run(False), "on": lambda: run(True)}, 1, 3 if quick else 21)
     records = sum(len(v) for v in run(True).trace.values())
     # The tracker's own cost, timed alone: one record is what each transition costs.
     actor = actors.Actor(actors.Plan("probe").source("s", []), None, [], threading.Event())
