@@ -11,6 +11,7 @@ from loom.codegen import build, cache, driver
 from loom.compiler import pipeline
 from loom.ir import Graph
 from loom.runtime import native
+from tests.compiler.test_eager_plans import _batch, _mlp_step
 
 
 @pytest.fixture(scope="module")
@@ -76,25 +77,6 @@ def test_the_body_key_tells_apart_what_equality_does_not(fresh_cache, renders):
     kp([x], op)
     km([x], om)
     assert not np.signbit(op).any() and np.signbit(om).all()
-
-
-def _mlp_step(seed: int = 0):
-    loom.manual_seed(seed)
-    model = loom.nn.Sequential(loom.nn.Linear(12, 16), loom.nn.ReLU(), loom.nn.Linear(16, 3))
-    opt = loom.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = loom.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    return model, step
-
-
-def _batch(n: int, seed: int = 1):
-    rng = np.random.default_rng(seed)
-    return loom.tensor(rng.standard_normal((n, 12)).astype(np.float32)), loom.tensor(rng.integers(0, 3, n))
 
 
 def test_a_retrace_renders_only_bodies_whose_shapes_changed(fresh_cache, renders):
