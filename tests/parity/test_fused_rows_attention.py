@@ -98,13 +98,7 @@ def test_long_causal_attention_plans_no_t_by_t_buffer():
 
 def test_compiled_step_runs_the_native_kernels(monkeypatch):
     """The step driver runs attention and layer_norm (both directions) through the library kernels."""
-    from loom.codegen import attention, rows
-    monkeypatch.setenv("LOOM_CODEGEN_SYNC", "1")
-    made = []
-    for mod in (attention, rows):
-        orig = mod.step
-        monkeypatch.setattr(mod, "step", lambda node, locs, _o=orig: made.append(
-            (node.op, _o(node, locs) is not None)) or _o(node, locs))
+    made = _record_native_steps(monkeypatch)
     loom.manual_seed(0)
     x, w, b = loom.randn(2, 10, 8, requires_grad=True), loom.randn(8), loom.randn(8)
 
