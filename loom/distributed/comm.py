@@ -17,11 +17,12 @@ from typing import Sequence
 
 import numpy as np
 
-from loom.distributed.process_group import DistributedError, ProcessGroup, _mpi, _state
+from loom.distributed.process_group import _ON_DESTROY, DistributedError, ProcessGroup, _mpi, _state, own
 
 REDUCTIONS = ("sum", "avg")
 # Messages a one-rank group sends to itself, by tag, oldest first (MPI's order for one sender and tag).
 _SELF: dict[int, list[np.ndarray]] = {}
+_ON_DESTROY.append(_SELF.clear)
 
 
 def group_of(ranks: Sequence[int], op: str) -> ProcessGroup | None:
@@ -73,12 +74,15 @@ def channel(ranks: Sequence[int], op: str = "channel") -> ProcessGroup | None:
 
     Collectives on different channels may run at the same time from different
     threads (each channel sees its own calls in order), which lets actor tasks
-    overlap their communication; None for a one-rank group.
+    overlap their communication; None for a one-rank group. It belongs to the group it was made from:
+    `loom.distributed.destroy_process_group` of that group (or of all) frees it.
     """
     g = group_of(ranks, op)
     if g is None:
         return None
-    return ProcessGroup(g._comm.Dup(), g._ranks, g._backend)
+    chan = ProcessGroup(own(g._comm.Dup()), g._ranks, g._backend)
+    g._children.append(chan)
+    return chan
 
 
 def all_reduce(a: np.ndarray, op: str, ranks: Sequence[int], group: ProcessGroup | None = None) -> np.ndarray:

@@ -84,6 +84,8 @@ class ProcessGroup:
         self._ranks = list(ranks)
         self._backend = backend
         self._nccl: Any = None  # Its NCCL communicator, made by loom.distributed.nccl on first use.
+        # Private communicators duplicated from this one (`loom.distributed.comm.channel`), freed with it.
+        self._children: list[ProcessGroup] = []
 
     def rank(self) -> int:
         """This process's rank within the group."""
@@ -112,6 +114,32 @@ class GroupMember:
 
 
 _state: dict[str, Any] = {"world": None, "groups": []}
+# Every MPI communicator loom.distributed made and has not freed, by id: what `live_communicators` counts.
+_LIVE: dict[int, Any] = {}
+# Called by `destroy_process_group` when the default group goes: modules above this one drop what refers to it.
+_ON_DESTROY: list[Callable[[], None]] = []
+
+
+def own(comm: Any) -> Any:
+    """Record `comm` (a new MPI communicator) as made here, so that it is freed and counted."""
+    _LIVE[id(comm)] = comm
+    return comm
+
+
+def free(comm: Any) -> None:
+    """Free `comm`, made by `own`; a null communicator (a non-member's) is only forgotten."""
+    _LIVE.pop(id(comm), None)
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is not None and MPI.Is_finalized():
+        return
+    if comm is not None and (MPI is None or comm != MPI.COMM_NULL):
+        comm.Free()
+
+
+def live_communicators() -> int:
+    """How many MPI communicators loom.distributed holds now (groups, their private channels, sub-groups of
+    placements); after `destroy_process_group()` it is 0, so creating and destroying groups leaks nothing."""
+    return len(_LIVE)
 
 
 def is_initialized() -> bool:
@@ -137,6 +165,9 @@ def resolve(group, op: str) -> ProcessGroup | None:
     if not isinstance(group, ProcessGroup):
         raise DistributedError(f"loom.distributed.{op}: group must be a ProcessGroup from new_group() or None, "
                                f"got {type(group).__name__}")
+    if group._comm is None:
+        raise DistributedError(f"loom.distributed.{op}: the group {group!r} has been destroyed "
+                               "(destroy_process_group); make a new one with new_group()")
     return group
 
 
@@ -191,18 +222,18 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                                "group twice; call destroy_process_group() first")
     name = _normalise_backend(backend)
     MPI = _mpi()
-    comm = _base_comm(MPI).Dup()
+    comm = own(_base_comm(MPI).Dup())
     size, me = comm.Get_size(), comm.Get_rank()
     env_size = int(os.environ.get("WORLD_SIZE", size) or size)
     if env_size != size:
-        comm.Free()
+        free(comm)
         raise DistributedError(
             f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es). "
             "loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc N` "
             "(with --nnodes/--node-rank/--master on each machine) or `mpirun -n N`")
     for arg, have, what in ((world_size, size, "world_size"), (rank, me, "rank")):
         if arg not in (-1, None) and arg != have:
-            comm.Free()
+            free(comm)
             raise DistributedError(f"loom.distributed.init_process_group: {what}={arg} but MPI says this process "
                                    f"has {what} {have}; leave {what} at -1 to take MPI's")
     world = ProcessGroup(comm, range(size), name)
@@ -236,30 +267,50 @@ def _abort_on_uncaught_exception() -> None:
 
 
 def destroy_process_group(group: ProcessGroup | None = None) -> None:
-    """Free `group`'s communicator, or with None every group and the default one."""
-    if group is None:
+    """Free `group`'s communicators (its own, its private channels, its NCCL one), as
+    ``torch.distributed.destroy_process_group``; with None (or the default group) every group and the default one,
+    after which `init_process_group` may run again.
+
+    Every member of the group calls it. A destroyed group refuses further collectives.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        g = dist.new_group([0, 1])
+        dist.all_reduce(t, group=g)
+        dist.destroy_process_group(g)      # its MPI communicator is freed
+        dist.destroy_process_group()       # everything; init_process_group() may be called again
+    """
+    if group is GroupMember.NON_GROUP_MEMBER:
+        return
+    if group is None or group is _state["world"]:
+        for hook in list(_ON_DESTROY):
+            hook()
         for g in _state["groups"] + ([_state["world"]] if _state["world"] is not None else []):
-            _release_nccl(g)
-            if g._comm is not None:
-                g._comm.Free()
-                g._comm = None
+            _release(g)
         _state["groups"] = []
         _state["world"] = None
         GroupMember.WORLD = None
         return
-    if group is GroupMember.NON_GROUP_MEMBER:
-        return
+    if not isinstance(group, ProcessGroup):
+        raise DistributedError(f"loom.distributed.destroy_process_group: group must be a ProcessGroup from "
+                               f"new_group() or None, got {type(group).__name__}")
     if group in _state["groups"]:
         _state["groups"].remove(group)
-    _release_nccl(group)
-    if group._comm is not None:
-        group._comm.Free()
-        group._comm = None
+    _release(group)
 
 
-def _release_nccl(group: ProcessGroup) -> None:
+def _release(group: ProcessGroup) -> None:
+    """Free everything `group` holds: its channels, its NCCL communicator, its MPI communicator."""
+    for child in group._children:
+        _release(child)
+    group._children = []
     if getattr(group, "_nccl", None) is not None:
         _nccl_backend().release(group)
+    if group._comm is not None:
+        free(group._comm)
+        group._comm = None
 
 
 def new_group(ranks: Sequence[int] | None = None, timeout=None, backend: str | None = None,
@@ -277,9 +328,16 @@ def new_group(ranks: Sequence[int] | None = None, timeout=None, backend: str | N
     if bad or len(set(members)) != len(members):
         raise DistributedError(f"loom.distributed.new_group: ranks must be distinct and in [0, {world.size()}); "
                                f"got {list(ranks) if ranks is not None else None}")
-    comm = world._comm.Create_group(world._comm.Get_group().Incl(members))
+    everyone = world._comm.Get_group()
+    chosen = everyone.Incl(members)
+    try:
+        comm = world._comm.Create_group(chosen)
+    finally:  # The group handles are only needed to make the communicator.
+        chosen.Free()
+        everyone.Free()
     if world.rank() not in members:
         return GroupMember.NON_GROUP_MEMBER
+    own(comm)
     group = ProcessGroup(comm, members, name)
     _state["groups"].append(group)
     return group

@@ -64,7 +64,9 @@ import numpy as np
 
 from loom.autograd.function import Function
 from loom.distributed import collectives as c
-from loom.distributed.process_group import DistributedError, ProcessGroup, new_group, resolve
+from loom.distributed.process_group import (
+    _ON_DESTROY, DistributedError, ProcessGroup, destroy_process_group, new_group, resolve,
+)
 from loom.distributed.sbp_rules import SBP, broadcast, nd_boxing_steps, partial_sum, signatures, split
 from loom.distributed.sbp_rules import boxing_bytes as _boxing_bytes
 from loom.errors import LoomError, ShapeError
@@ -114,6 +116,7 @@ class Placement:
         _Effects.start()
         _anchor()
         self.group: ProcessGroup | Any = world if self.ranks == all_ranks else new_group(self.ranks)
+        self._owned: list = [] if self.group is world else [self.group]  # Groups `destroy` frees.
         me = world.rank()
         self.coords: tuple[int, ...] | None = (tuple(int(c) for c in np.unravel_index(self.ranks.index(me),
                                                                                      self.shape))
@@ -129,9 +132,20 @@ class Placement:
             lines = np.moveaxis(grid, a, -1).reshape(-1, self.shape[a])
             for line in lines:  # Every rank of the job creates every sub-group (new_group is collective).
                 g = new_group([int(r) for r in line])
+                self._owned.append(g)
                 if me in line:
                     mine = g
             self._axes.append(_AxisMesh(mine, self.shape[a], None if self.coords is None else self.coords[a]))
+
+    def destroy(self) -> None:
+        """Free the process groups this placement made (its ranks' group, one per line of each mesh axis).
+
+        Every rank of the job calls it; tensors on the placement can no longer box or move afterwards.
+        `loom.distributed.destroy_process_group()` frees them too.
+        """
+        for g in self._owned:
+            destroy_process_group(g)
+        self._owned = []
 
     @property
     def size(self) -> int:
@@ -825,6 +839,7 @@ def _anchor():
 # The crossings made since the last backward, in program order (every rank of the job runs the same program,
 # so the ranks that take part in one crossing see it at the same place in their tapes).
 _TAPE: list[_Crossing] = []
+_ON_DESTROY.append(_TAPE.clear)
 
 
 def _tracing() -> bool:

@@ -154,3 +154,17 @@ def test_ddp_example_trains():
     losses = [float(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("epoch")]
     assert len(losses) == 2 and losses[1] < losses[0], proc.stdout
     assert float(proc.stdout.split("test accuracy")[1].split()[0]) > 0.8, proc.stdout
+
+
+@needs_mpi
+def test_groups_created_and_destroyed_in_a_loop_leak_nothing_and_reinit_works():
+    out = _ok(launch("group_lifecycle.py"))
+    for what in ("40 group cycles leak nothing", "destroyed group refuses", "40 init/destroy cycles"):
+        assert f"rank 1: {what} ok" in out, what
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_group_lifecycle_with_a_2x2_mesh_on_4_ranks():
+    out = _ok(launch("group_lifecycle.py", nproc=4), nproc=4)
+    assert "rank 3: 40 group cycles leak nothing ok" in out, out
