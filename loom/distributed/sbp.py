@@ -34,7 +34,8 @@ Gradients cross back: `GlobalTensor.backward`, called on every rank, sends
 each move's gradient the other way (send/recv), boxed into the source's
 layout, and continues the backward pass on the source ranks, last move first.
 Inside `loom.function` a move is a pair of send/recv nodes of the traced step
-(forward and backward alike); boxing over several ranks is eager only.
+(forward and backward alike), and boxing inserts the collective primitives
+(all_gather, all_reduce, reduce_scatter, all_to_all) as nodes of the step.
 
 Gradients follow the global view: ``loss.backward()`` on a global scalar
 differentiates the one global loss (not a sum of per-rank losses), and each
@@ -215,21 +216,46 @@ def _slice(t, dim: int, lo: int, hi: int):
     return t[tuple(index)].contiguous()
 
 
+def _pad(t, dim: int, size: int):
+    """`t` with zeros appended along `dim` up to `size` (collectives move parts of one shape)."""
+    from loom import _api as loom
+    pad = size - t.shape[dim]
+    if pad <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = pad
+    return loom.cat([t, loom.zeros(shape, dtype=t.dtype)], dim=dim)
+
+
+def _dfn():
+    import loom.distributed.nn.functional as dfn
+    return dfn
+
+
 def _gather(local, dim: int, mesh: Placement, full: int):
-    """All ranks' slices along `dim`, concatenated (all_gather, padded to equal sizes for the transfer)."""
+    """All ranks' slices along `dim`, concatenated (all_gather, padded to equal sizes for the transfer).
+
+    Inside `loom.function` the all_gather is a node of the traced step; eagerly it runs now.
+    """
     from loom import _api as loom
     bounds = _bounds(full, mesh.size)
-    longest = max(h - lo for lo, h in bounds)
-    shape = list(local.shape)
-    pad = longest - shape[dim]
-    if pad:
-        shape_pad = list(shape)
-        shape_pad[dim] = pad
-        local = loom.cat([local, loom.zeros(shape_pad, dtype=local.dtype)], dim=dim)
-    parts = [loom.zeros(tuple(local.shape), dtype=local.dtype) for _ in range(mesh.size)]
-    c.all_gather(parts, local.contiguous(), group=mesh.group)
+    local = _pad(local, dim, max(h - lo for lo, h in bounds)).contiguous()
+    if _tracing():
+        parts = list(_Effects.collective(lambda v: _dfn().all_gather(v, group=mesh.group), local))
+    else:
+        parts = [loom.zeros(tuple(local.shape), dtype=local.dtype) for _ in range(mesh.size)]
+        c.all_gather(parts, local, group=mesh.group)
     pieces = [_slice(p, dim, 0, h - lo) for p, (lo, h) in zip(parts, bounds)]
     return loom.cat(pieces, dim=dim)
+
+
+def _sum_over(x, mesh):
+    """The sum over `mesh`'s ranks of `x`, as a new tensor (an all_reduce node when traced)."""
+    if _tracing():
+        return _Effects.collective(lambda v: _dfn().all_reduce(v, group=mesh.group), x)
+    out = x.clone()
+    c.all_reduce(out, group=mesh.group)
+    return out
 
 
 class _SplitToBroadcast(Function):
@@ -259,9 +285,7 @@ class _BroadcastToSplit(Function):
 class _PartialToBroadcast(Function):
     @staticmethod
     def forward(ctx, mesh, x):
-        out = x.clone()
-        c.all_reduce(out, group=mesh.group)
-        return out
+        return _sum_over(x, mesh)
 
     @staticmethod
     def backward(ctx, g):  # d(sum of parts)/d(part) = 1: each rank's part gets the whole gradient.
@@ -295,12 +319,39 @@ def _from_np(a: np.ndarray, like):
     return loom.tensor(a, dtype=like.dtype)
 
 
+def _reduce_scatter(x, dim: int, mesh):
+    """This rank's slice along `dim` of the sum over `mesh`'s ranks of `x` (a reduce_scatter node when traced:
+    the slices padded to one shape and stacked)."""
+    if not _tracing():
+        return _from_np(np_reduce_scatter(x.detach().numpy(), dim, resolve(mesh.group, "sbp")._comm), x)
+    bounds = _bounds(x.shape[dim], mesh.size)
+    longest = max(h - lo for lo, h in bounds)
+    pieces = [_pad(_slice(x, dim, lo, h), dim, longest) for lo, h in bounds]
+    out = _Effects.collective(lambda v: _dfn().reduce_scatter(v, [v] + pieces[1:], group=mesh.group), pieces[0])
+    lo, hi = bounds[mesh.index()]
+    return _slice(out, dim, 0, hi - lo) if hi - lo < longest else out
+
+
+def _exchange(x, src: int, dst: int, full: tuple[int, ...], mesh):
+    """A ``split(src)`` part re-laid as this rank's ``split(dst)`` part (an all_to_all node when traced: each
+    piece padded to the longest along both dimensions)."""
+    if not _tracing():
+        return _from_np(np_all_to_all(x.detach().numpy(), src, dst, full, resolve(mesh.group, "sbp")._comm), x)
+    from loom import _api as loom
+    to, frm = _bounds(full[dst], mesh.size), _bounds(full[src], mesh.size)
+    long_to, long_frm = max(h - lo for lo, h in to), max(h - lo for lo, h in frm)
+    pieces = [_pad(_pad(_slice(x, dst, lo, h), dst, long_to), src, long_frm).contiguous() for lo, h in to]
+    got = _Effects.collective(lambda v: _dfn().all_to_all(pieces, [v] + pieces[1:], group=mesh.group), pieces[0])
+    lo, hi = to[mesh.index()]
+    parts = [_slice(_slice(p, src, 0, h - l0), dst, 0, hi - lo) for p, (l0, h) in zip(got, frm)]
+    return loom.cat(parts, dim=src)
+
+
 class _PartialToSplit(Function):
     @staticmethod
     def forward(ctx, mesh, dim, x):
         ctx.mesh, ctx.dim, ctx.full = mesh, dim, x.shape[dim]
-        comm = resolve(mesh.group, "sbp")._comm
-        return _from_np(np_reduce_scatter(x.detach().numpy(), dim, comm), x)
+        return _reduce_scatter(x, dim, mesh)
 
     @staticmethod
     def backward(ctx, g):
@@ -311,14 +362,11 @@ class _SplitToSplit(Function):
     @staticmethod
     def forward(ctx, mesh, src, dst, full, x):
         ctx.mesh, ctx.src, ctx.dst, ctx.full = mesh, src, dst, full
-        comm = resolve(mesh.group, "sbp")._comm
-        return _from_np(np_all_to_all(x.detach().numpy(), src, dst, full, comm), x)
+        return _exchange(x, src, dst, full, mesh)
 
     @staticmethod
     def backward(ctx, g):  # The transpose of an all_to_all is the all_to_all back.
-        comm = resolve(ctx.mesh.group, "sbp")._comm
-        return None, None, None, None, _from_np(np_all_to_all(g.detach().numpy(), ctx.dst, ctx.src, ctx.full,
-                                                              comm), g)
+        return None, None, None, None, _exchange(g, ctx.dst, ctx.src, ctx.full, ctx.mesh)
 
 
 class _BroadcastToPartial(Function):
@@ -342,9 +390,8 @@ class _ReplicatedUse(Function):
 
     @staticmethod
     def backward(ctx, g):
-        g = g.clone()
         for m in ctx.meshes:  # One sum per mesh axis along which the uses differ.
-            c.all_reduce(g, group=m.group)
+            g = _sum_over(g, m)
         return None, g
 
 
@@ -355,11 +402,6 @@ def _box_axis(x, mesh: _AxisMesh, src: SBP, to: SBP, shape: tuple[int, ...]):
     """`x` (this rank's part) converted from `src` to `to` along one mesh axis (differentiable)."""
     if mesh.size == 1:  # One rank holds the whole value under every signature.
         return x
-    if _tracing() and not (src == broadcast and (to.is_split or to == partial_sum)):
-        raise LoomError(f"loom.distributed.sbp: converting {src} to {to} over {mesh.size} ranks inside "
-                        "loom.function is not supported (global tensors box through eager collectives); trace "
-                        "steps whose global tensors need no collective (one-rank placements, moves between "
-                        "them), or run the step eagerly")
     if src.is_split and to == broadcast:
         return _SplitToBroadcast.apply(mesh, src.dim, shape[src.dim], x)
     if src == partial_sum and to == broadcast:
@@ -875,6 +917,20 @@ class _Effects:
         if cls.token is None:
             return t
         return t + cls.token.to(t.dtype)
+
+    @classmethod
+    def collective(cls, run, x):
+        """``run(x)`` (traced collectives), ordered after the last traced send/recv/collective and before the next.
+
+        The ranks' graphs may differ (uneven splits pad on some ranks only), so their topological orders may
+        too; the chain makes every rank's step run its collectives in the order the program made them.
+        """
+        from loom import _api as loom
+        out = run(cls.after(x))
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        if first.numel():
+            cls.token = first.reshape(-1)[:1].sum().to(loom.float32) * 0.0
+        return out
 
     @classmethod
     def send(cls, part, dst: int) -> None:

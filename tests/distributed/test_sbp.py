@@ -97,3 +97,16 @@ def test_gradients_cross_placements_eager_and_traced_equal_one_process_on_2_rank
 def test_gradients_cross_disjoint_and_2d_placements_on_4_ranks():
     out = _ok(launch("placement_grad.py", nproc=4), nproc=4)
     assert "rank 3: two ranks to two others ok" in out and "rank 3: into and out of a 2 x 2 mesh ok" in out, out
+
+
+@needs_mpi
+def test_boxing_inside_loom_function_equals_eager_on_2_ranks():
+    out = _ok(launch("traced_boxing.py"))
+    assert "rank 1: traced boxing equals eager and dense ok" in out, out
+    assert "rank 0: traced step holds all_gather all_reduce reduce_scatter all_to_all ok" in out, out
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_boxing_inside_loom_function_on_4_ranks():
+    _ok(launch("traced_boxing.py", nproc=4), nproc=4)
