@@ -125,6 +125,7 @@ class Plan:
     # already, from the splits chosen on the axes before it.
     size_div: dict[Node, float] = field(default_factory=dict)
     work_div: dict[Node, float] = field(default_factory=dict)
+    evaluations: int = 0   # How many times the search asked the cost model (`_Prices`), for the whole plan.
 
     def signature(self, node: Node) -> SBP:
         """The output signature chosen for `node`."""
@@ -170,16 +171,48 @@ def _nbytes(n: Node) -> float:
     return float(math.prod(n.shape)) * n.dtype.itemsize
 
 
-def _compute(v: Node, rule: R.Rule, parts: int, cost: CostModel) -> float:
+class _Prices:
+    """The cost model's answers, each computed once per class: a node's whole time per (op, input shapes and
+    item sizes, output shape and item size), a boxing per (bytes, from, to, ranks). `evaluations` counts the
+    times the model itself was asked (what the search costs, beside its table look-ups)."""
+
+    def __init__(self, cost: CostModel):
+        self.cost = cost
+        self.evaluations = 0
+        self._whole: dict[tuple, float] = {}
+        self._box: dict[tuple, float] = {}
+
+    def whole(self, v: Node) -> float:
+        """`v`'s time on one rank doing all of it."""
+        key = (v.op, tuple((i.shape, i.dtype.itemsize) for i in v.inputs), v.shape, v.dtype.itemsize)
+        t = self._whole.get(key)
+        if t is None:
+            self.evaluations += 1
+            t = self._whole[key] = _whole_time(v, self.cost)
+        return t
+
+    def boxing(self, src: SBP, dst: SBP, nbytes: float, parts: int) -> float:
+        key = (src, dst, nbytes, parts)
+        t = self._box.get(key)
+        if t is None:
+            self.evaluations += 1
+            t = self._box[key] = self.cost.boxing(src, dst, nbytes, parts)
+        return t
+
+
+def _whole_time(v: Node, cost: CostModel) -> float:
     if v.op in ("input", "buffer", "const"):
         return 0.0
     if v.op == "matmul":
         k = v.inputs[0].shape[-1]
-        t = 2.0 * math.prod(v.shape) * k / cost.matmul_flops
-    elif v.op in ("reshape", "permute", "expand"):
-        t = 0.0  # Views: no data moves until something reads them.
-    else:
-        t = (sum(_nbytes(i) for i in v.inputs) + _nbytes(v)) / cost.bytes_per_s
+        return 2.0 * math.prod(v.shape) * k / cost.matmul_flops
+    if v.op in ("reshape", "permute", "expand"):
+        return 0.0  # Views: no data moves until something reads them.
+    return (sum(_nbytes(i) for i in v.inputs) + _nbytes(v)) / cost.bytes_per_s
+
+
+def _compute(v: Node, rule: R.Rule, parts: int, cost: "CostModel | _Prices") -> float:
+    t = cost.whole(v) if isinstance(cost, _Prices) else _whole_time(v, cost)
     shared = rule[1] != broadcast or any(s != broadcast for s in rule[0])
     return t / parts if shared else t
 
@@ -239,18 +272,25 @@ def plan(fn_or_graph, placement=None, *, parts: int | Sequence[int] | None = Non
         raise LoomError("loom.distributed.autoparallel.plan: give a placement or parts (the number of ranks, or "
                         "a mesh shape)")
     graph, st, ret = _graph_of(fn_or_graph, state, returned)
-    cost = cost or DEFAULT_COST
+    prices = _Prices(cost or DEFAULT_COST)
+    result = _plan(graph, st, ret, shape, prices, sweeps, joint)
+    result.evaluations = prices.evaluations
+    return result
+
+
+def _plan(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], prices: "_Prices", sweeps: int, joint: bool):
+    cost = prices.cost
     if len(shape) == 1:
-        return _plan_axis(graph, st, ret, shape[0], cost, sweeps, [], {}, {})
+        return _plan_axis(graph, st, ret, shape[0], prices, sweeps, [], {}, {})
     if joint:
-        return _plan_joint(graph, st, ret, shape, cost, sweeps)
+        return _plan_joint(graph, st, ret, shape, prices, sweeps)
     # One axis after another, each seeing the values already split by the ones before (smaller values, less
     # work per rank) and never splitting a dimension they split.
     axes: list[Plan] = []
     size_div: dict[Node, float] = {}
     work_div: dict[Node, float] = {}
     for k in shape:
-        p = _plan_axis(graph, st, ret, k, cost, sweeps, axes, dict(size_div), dict(work_div))
+        p = _plan_axis(graph, st, ret, k, prices, sweeps, axes, dict(size_div), dict(work_div))
         axes.append(p)
         for v, (ins, out) in p.rules.items():
             if out.is_split:
@@ -259,7 +299,7 @@ def plan(fn_or_graph, placement=None, *, parts: int | Sequence[int] | None = Non
                 work_div[v] = work_div.get(v, 1.0) * k
     rules = {v: (tuple(zip(*[q.rules[v][0] for q in axes])), tuple(q.rules[v][1] for q in axes))
              for v in graph.topological_order()}
-    return _nd_plan(graph, st, ret, shape, cost, rules, axes=axes, joint=False)
+    return _nd_plan(graph, st, ret, shape, cost, rules, axes=axes, joint=False, prices=prices)
 
 
 def _consumers(order: list[Node]) -> dict[Node, list[tuple[Node, int]]]:
@@ -323,57 +363,150 @@ class _Costs:
 
 def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) -> dict:
     """The cheapest rule per node that the search finds (see the module docstring for its four steps); `start`,
-    a choice made otherwise (the axis-by-axis one), is improved by the same sweeps and kept if it ends cheaper."""
+    a choice made otherwise (the axis-by-axis one), is improved by the same sweeps and kept if it ends cheaper.
+
+    What makes it fast without changing what it finds: a sweep re-examines only the nodes whose neighbours
+    changed since they were last examined (the others would keep their rule); the dynamic program's row for a
+    node is kept for the layouts of the graph inputs it depends on, so a trial that flips one input recomputes
+    only the rows downstream of it; and a trial already searched is not searched again.
+    """
     order, box, compute = costs.order, costs.box, costs.compute
+    neighbours: dict[Node, list[Node]] = {v: list(v.inputs) + [w for w, _ in costs.consumers[v]] for v in order}
+    for o, i in costs.st.items():
+        neighbours[o].append(i)
+        neighbours[i].append(o)
+    index = {v: k for k, v in enumerate(costs.inputs)}
+    ancestors: dict[Node, tuple[int, ...]] = {}   # The graph inputs each node's value depends on.
+    for v in order:
+        deps = set()
+        if v in index:
+            deps.add(index[v])
+        for u in v.inputs:
+            deps.update(ancestors[u])
+        ancestors[v] = tuple(sorted(deps))
+    rows: dict[tuple, tuple] = {}   # (node, its inputs' fixed layouts) -> (row, outs, delivered memo)
 
     def improve(chosen: dict, options: dict) -> dict:
         # 3. Greedy sweeps: change one node's rule while the exact total falls.
+        stale = set(order)
         for _ in range(sweeps):
             improved = False
             for v in order:
-                now = costs.local(chosen, v, chosen[v])
-                for rule in options[v]:
-                    if rule != chosen[v]:
-                        c = costs.local(chosen, v, rule)
-                        if c < now - 1e-12:
-                            chosen[v], now, improved = rule, c, True
+                if v not in stale:
+                    continue
+                stale.discard(v)
+                if _improve_node(chosen, v, options[v]):
+                    improved = True
+                    stale.update(neighbours[v])
             if not improved:
                 break
         return chosen
 
+    def _improve_node(chosen: dict, v: Node, opts: list) -> bool:
+        """Give `v` the rule whose local cost is lowest (scanning in order, switching on a strict fall)."""
+        j0 = rank_of[v].get(chosen[v]) if opts is cands[v] else None
+        prices_now = None if j0 is None else local_all(chosen, v)
+        if prices_now is None:  # A rule from outside the candidates (or a fixed input): one at a time.
+            now, changed = costs.local(chosen, v, chosen[v]), False
+            for rule in opts:
+                if rule != chosen[v]:
+                    c = costs.local(chosen, v, rule)
+                    if c < now - 1e-12:
+                        chosen[v], now, changed = rule, c, True
+            return changed
+        now, best = prices_now[j0], j0
+        for j, c in enumerate(prices_now):
+            if j != j0 and c < now - 1e-12:
+                best, now = j, c
+        if best == j0:
+            return False
+        chosen[v] = opts[best]
+        return True
+
+    # The dynamic program on arrays: per node its distinct output signatures, the signatures its consumers may
+    # want, the boxing prices between them, and per candidate its compute price and the positions it reads.
+    outs_of = {v: list(dict.fromkeys(r[1] for r in cands[v])) for v in order}
+    opos = {v: {sig: k for k, sig in enumerate(outs_of[v])} for v in order}
+    wants_of: dict[Node, list] = {v: [] for v in order}
+    for v in order:
+        for k, u in enumerate(v.inputs):
+            wants_of[u].extend(r[0][k] for r in cands[v])
+    for o, i in costs.st.items():   # The state pairings and the returned values are priced from the tables too.
+        wants_of[o].extend(r[1] for r in cands[i])
+    for o in costs.ret:
+        wants_of[o].append(costs.whole)
+    wpos = {}
+    for u in order:
+        wants_of[u] = list(dict.fromkeys(wants_of[u]))
+        wpos[u] = {sig: k for k, sig in enumerate(wants_of[u])}
+    price = {u: np.array([[box(u, o, w) for w in wants_of[u]] for o in outs_of[u]], dtype=np.float64)
+             .reshape(len(outs_of[u]), len(wants_of[u])) for u in order}
+    comp = {v: np.array([compute(v, r) for r in cands[v]], dtype=np.float64) for v in order}
+    reads = {v: [np.array([wpos[u][r[0][k]] for r in cands[v]], dtype=np.intp) for k, u in enumerate(v.inputs)]
+             for v in order}
+    makes = {v: np.array([opos[v][r[1]] for r in cands[v]], dtype=np.intp) for v in order}
+    rank_of = {v: {r: j for j, r in enumerate(cands[v])} for v in order}
+    pairs = {i: np.array([wpos[o][r[1]] for r in cands[i]], dtype=np.intp) for o, i in costs.st.items()}
+
+    def local_all(chosen: dict, v: Node) -> list | None:
+        """`costs.local` of every candidate of `v` at once (the same sums in the same order), or None when a
+        neighbour's rule is not in the tables."""
+        try:
+            c = comp[v].copy()
+            for u, at in zip(v.inputs, reads[v]):
+                c += price[u][opos[u][chosen[u][1]]][at]
+            for w, k in costs.consumers[v]:
+                c += price[v][:, wpos[v][chosen[w][0][k]]][makes[v]]
+            if v in costs.st:
+                c += price[v][:, wpos[v][chosen[costs.st[v]][1]]][makes[v]]
+            if v in costs.paired_in:
+                o = costs.paired_in[v]
+                c += price[o][opos[o][chosen[o][1]]][pairs[v]]
+            if v in costs.ret:
+                c += price[v][:, wpos[v][costs.whole]][makes[v]]
+        except KeyError:
+            return None
+        return c.tolist()
+
     def search(fixed: dict) -> dict:
         options = {v: ([((), fixed[v])] if v in fixed else cands[v]) for v in order}
-        # 1. Dynamic program, inputs before consumers: each node's cheapest cost under each of its rules.
-        best: dict[Node, list[float]] = {}
-        by_out: dict[Node, dict] = {}   # u -> {output signature: u's cheapest cost making it}
-        reach: dict[tuple, float] = {}  # (u, wanted signature) -> cheapest cost of u delivered in it
+        layouts = [fixed.get(i) for i in costs.inputs]
+        # 1. Dynamic program, inputs before consumers: each node's cheapest cost under each of its rules, and the
+        # cheapest cost of its value delivered in each signature a consumer may want.
+        entry: dict[Node, list] = {}
 
-        def delivered(u: Node, want) -> float:
-            key = (u, want)
-            c = reach.get(key)
-            if c is None:
-                c = reach[key] = min(c0 + box(u, sig, want) for sig, c0 in by_out[u].items())
-            return c
+        def delivered(u: Node) -> np.ndarray:
+            e = entry[u]
+            if e[2] is None:
+                e[2] = (e[1][:, None] + price[u]).min(axis=0) if len(wants_of[u]) else np.zeros(0)
+            return e[2]
         for v in order:
-            row = []
-            outs: dict = {}
-            for rule in options[v]:
-                c = compute(v, rule)
-                for u, want in zip(v.inputs, rule[0]):
-                    c += delivered(u, want)
-                row.append(c)
-                if c < outs.get(rule[1], math.inf):
-                    outs[rule[1]] = c
-            best[v], by_out[v] = row, outs
+            key = (v, tuple(layouts[k] for k in ancestors[v]))
+            e = rows.get(key)
+            if e is None:
+                if v in fixed:
+                    row, made = np.array([compute(v, options[v][0])]), np.array([opos[v][fixed[v]]], dtype=np.intp)
+                else:
+                    row, made = comp[v].copy(), makes[v]
+                    for u, at in zip(v.inputs, reads[v]):
+                        row += delivered(u)[at]
+                best_out = np.full(len(outs_of[v]), math.inf)
+                np.minimum.at(best_out, made, row)
+                e = rows[key] = [row, best_out, None]
+            entry[v] = e
         # 2. Backtrack from the outputs: each node takes the rule its first consumer found cheapest.
         chosen: dict = {}
 
         def settle(v: Node, want) -> None:
             if v in chosen:
                 return
-            opts = options[v]
-            j = min(range(len(opts)),
-                    key=lambda j: best[v][j] + (0.0 if want is None else box(v, opts[j][1], want)))
+            opts, row = options[v], entry[v][0]
+            if len(opts) == 1:
+                j = 0
+            elif want is None:
+                j = int(np.argmin(row))   # The first of equals, as min() takes.
+            else:
+                j = int(np.argmin(row + price[v][:, wpos[v][want]][makes[v]]))
             chosen[v] = opts[j]
             for u, w in zip(v.inputs, chosen[v][0]):
                 settle(u, w)
@@ -392,6 +525,7 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
         other = improve(dict(start), cands)
         if costs.total(other) < best_total - 1e-12:
             chosen, best_total = other, costs.total(other)
+    tried: dict[tuple, float] = {}   # The inputs' layouts of a trial -> its total.
     for _ in range(3):
         improved = False
         for v in costs.inputs:
@@ -400,8 +534,11 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
                     continue
                 fixed = {i: chosen[i][1] for i in costs.inputs}
                 fixed[v] = rule[1]
+                key = tuple(fixed[i] for i in costs.inputs)
+                if key in tried and tried[key] >= best_total - 1e-12:
+                    continue  # Searched before, and no better than what we have now.
                 trial = search(fixed)
-                t = costs.total(trial)
+                t = tried[key] = costs.total(trial)
                 if t < best_total - 1e-12:
                     chosen, best_total, improved = trial, t, True
         if not improved:
@@ -421,7 +558,7 @@ def _memo(fn):
     return get
 
 
-def _plan_axis(graph: Graph, st: dict, ret: list, parts: int, cost: CostModel, sweeps: int, earlier: list,
+def _plan_axis(graph: Graph, st: dict, ret: list, parts: int, prices: "_Prices", sweeps: int, earlier: list,
                size_div: dict, work_div: dict) -> Plan:
     """The search on one mesh axis of `parts` ranks, given the plans of the axes before it."""
     order = graph.topological_order()
@@ -435,14 +572,15 @@ def _plan_axis(graph: Graph, st: dict, ret: list, parts: int, cost: CostModel, s
                 return False
         return True
     cands = {v: [r for r in _candidates(v, parts) if allowed(v, r)] for v in order}
-    boxing = _memo(lambda u, have, want: cost.boxing(have, want, _nbytes(u) / size_div.get(u, 1.0), parts))
+    boxing = _memo(lambda u, have, want: prices.boxing(have, want, _nbytes(u) / size_div.get(u, 1.0), parts))
 
     def box(u: Node, have: SBP, want: SBP) -> float:
         return 0.0 if have is want or have == want else boxing(u, have, want)
-    compute = _memo(lambda v, rule: _compute(v, rule, parts, cost) / work_div.get(v, 1.0))
+    compute = _memo(lambda v, rule: _compute(v, rule, parts, prices) / work_div.get(v, 1.0))
     costs = _Costs(graph, st, ret, box, compute, broadcast)
     chosen = _search(costs, cands, sweeps)
-    return Plan(graph, parts, cost, chosen, st, tuple(ret), costs.alternatives(chosen, cands), size_div, work_div)
+    return Plan(graph, parts, prices.cost, chosen, st, tuple(ret), costs.alternatives(chosen, cands), size_div,
+                work_div)
 
 
 # ----------------------------------------------------------------------------- the joint search on a mesh
@@ -469,18 +607,18 @@ def _joint_candidates(v: Node, shape: tuple[int, ...]) -> list[NdRule]:
     return out
 
 
-def _nd_step_cost(cost: CostModel, shape: tuple[int, ...], nbytes: float, ax: int, before: NdSig, src: SBP,
+def _nd_step_cost(cost: "CostModel | _Prices", shape: tuple[int, ...], nbytes: float, ax: int, before: NdSig, src: SBP,
                   dst: SBP) -> float:
     """One step of nd boxing: the collective along axis `ax` on the value as the other axes leave it."""
     seen = nbytes / math.prod(shape[b] for b in range(len(shape)) if b != ax and before[b].is_split)
     return cost.boxing(src, dst, seen, shape[ax])
 
 
-def _nd_box_cost(cost: CostModel, shape: tuple[int, ...], nbytes: float, have: NdSig, want: NdSig) -> float:
+def _nd_box_cost(cost: "CostModel | _Prices", shape: tuple[int, ...], nbytes: float, have: NdSig, want: NdSig) -> float:
     return sum(_nd_step_cost(cost, shape, nbytes, *s) for s in R.nd_boxing_steps(have, want))
 
 
-def _nd_compute(v: Node, rule: NdRule, shape: tuple[int, ...], cost: CostModel) -> float:
+def _nd_compute(v: Node, rule: NdRule, shape: tuple[int, ...], cost: "CostModel | _Prices") -> float:
     """`v`'s time per rank: its whole time divided by the ranks of every axis whose rule shares the work."""
     t = _compute(v, ((), broadcast), 1, cost)
     for a, k in enumerate(shape):
@@ -510,19 +648,29 @@ class _NdCodes:
         return tuple(self.sigs[i] for i in r[0]), self.sigs[r[1]]
 
 
-def _nd_search_space(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel):
-    """The joint search's codes, prices (on coded rules) and coded candidates per node."""
+def _nd_search_space(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel,
+                     prices: "_Prices | None" = None):
+    """The joint search's codes, prices (on coded rules) and coded candidates per node.
+
+    A boxing's price is kept per (bytes moved, from, to): nodes of one size share a table.
+    """
+    prices = prices or _Prices(cost)
     codes = _NdCodes()
     sigs = codes.sigs
-    box_memo: dict[tuple, float] = {}
+    wide = 1 << 20   # have * wide + want: one int key per pair of coded signatures.
+    tables: dict[float, dict[int, float]] = {}
+    order = graph.topological_order()
+    size = {u: _nbytes(u) for u in order}
+    table = {u: tables.setdefault(size[u], {}) for u in order}
 
     def box(u: Node, have: int, want: int) -> float:
         if have == want:
             return 0.0
-        key = (u, have, want)
-        c = box_memo.get(key)
+        t = table[u]
+        key = have * wide + want
+        c = t.get(key)
         if c is None:
-            c = box_memo[key] = _nd_box_cost(cost, shape, _nbytes(u), sigs[have], sigs[want])
+            c = t[key] = _nd_box_cost(prices, shape, size[u], sigs[have], sigs[want])
         return c
     compute_memo: dict[tuple, float] = {}
 
@@ -530,26 +678,28 @@ def _nd_search_space(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], 
         key = (v, rule)
         c = compute_memo.get(key)
         if c is None:
-            c = compute_memo[key] = _nd_compute(v, codes.unrule(rule), shape, cost)
+            c = compute_memo[key] = _nd_compute(v, codes.unrule(rule), shape, prices)
         return c
     costs = _Costs(graph, st, ret, box, compute, codes.sig(tuple(broadcast for _ in shape)))
     cands = {v: [codes.rule(r) for r in _joint_candidates(v, shape)] for v in costs.order}
     return codes, costs, cands
 
 
-def _plan_joint(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel, sweeps: int):
+def _plan_joint(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], prices: "_Prices", sweeps: int):
     """The search on a mesh of several axes, with one rule per axis for each node chosen together."""
-    space = codes, costs, cands = _nd_search_space(graph, st, ret, shape, cost)
+    cost = prices.cost
+    space = codes, costs, cands = _nd_search_space(graph, st, ret, shape, cost, prices)
     # The axis-by-axis choice is one starting point: the joint search never ends above it.
-    start = plan(graph, parts=shape, cost=cost, state=st, returned=ret, sweeps=sweeps, joint=False).rules
+    start = _plan(graph, st, ret, shape, prices, sweeps, joint=False).rules
     chosen = _search(costs, cands, sweeps, {v: codes.rule(r) for v, r in start.items()})
     return _nd_plan(graph, st, ret, shape, cost, {v: codes.unrule(r) for v, r in chosen.items()}, space=space)
 
 
 def _nd_plan(graph: Graph, st: dict, ret: list, shape: tuple[int, ...], cost: CostModel, rules: dict,
-             axes: list | None = None, space: tuple | None = None, joint: bool = True) -> "NdPlan":
+             axes: list | None = None, space: tuple | None = None, joint: bool = True,
+             prices: "_Prices | None" = None) -> "NdPlan":
     """An `NdPlan` for the nd `rules`, its cheapest rejected alternative per node priced by the joint cost."""
-    codes, costs, cands = space or _nd_search_space(graph, st, ret, shape, cost)
+    codes, costs, cands = space or _nd_search_space(graph, st, ret, shape, cost, prices)
     alternatives = {v: (codes.unrule(r), d)
                     for v, (r, d) in costs.alternatives({v: codes.rule(r) for v, r in rules.items()}, cands).items()}
     if axes is None:  # Each axis's view of the choice, as the executor and the one-axis reports read it.
@@ -572,6 +722,7 @@ class NdPlan:
     state: dict[Node, Node] = field(default_factory=dict)
     returned: tuple[Node, ...] = ()
     joint: bool = True
+    evaluations: int = 0   # How many times the search asked the cost model (`_Prices`).
 
     def signature(self, node: Node) -> tuple[SBP, ...]:
         return self.rules[node][1]
