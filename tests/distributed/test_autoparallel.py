@@ -124,3 +124,46 @@ def test_2d_joint_search_is_never_worse_than_axis_by_axis():
     for shape, mesh in (((64, 512, 512, 512), (2, 4)), ((256, 256, 1024, 256), (2, 2))):
         step = _mlp_step(*shape)[0]
         assert ap.plan(step, parts=mesh).predicted <= ap.plan(step, parts=mesh, joint=False).predicted + 1e-12
+
+
+def _counting(monkeypatch) -> dict:
+    """Count the cost model's answers (boxing prices and node times) during a plan, whatever the search caches."""
+    calls = {"n": 0}
+    boxing, whole = ap.CostModel.boxing, ap._whole_time
+
+    def count_boxing(self, *args):
+        calls["n"] += 1
+        return boxing(self, *args)
+
+    def count_whole(*args):
+        calls["n"] += 1
+        return whole(*args)
+    monkeypatch.setattr(ap.CostModel, "boxing", count_boxing)
+    monkeypatch.setattr(ap, "_whole_time", count_whole)
+    return calls
+
+
+def test_2d_joint_search_picks_the_plan_it_did_before_asking_the_cost_model_far_less(monkeypatch):
+    # The plan and cost the search found before it was made fast (each node's DP row recomputed for every trial,
+    # every node swept every time, each (node, from, to) priced on its own): 12327 cost-model calls then.
+    calls = _counting(monkeypatch)
+    p = ap.plan(mlp_step(256, 256, 1024, 256)[0], parts=(2, 2))
+    asked = calls["n"]   # (Reading p.predicted afterwards prices the plan again.)
+    sig = {v.name: p.signature(v) for v in p.graph.inputs}
+    assert sig["arg0"] == (B, S(0)) and sig["arg1"] == (S(1), S(0)), sig
+    assert sig["ext0"] == (S(1), B) and sig["ext1"] == (S(0), B), sig
+    assert p.predicted == pytest.approx(0.0101956144, rel=1e-9)
+    assert asked == p.evaluations and p.evaluations < 200, (asked, p.evaluations)
+
+
+@pytest.mark.slow  # Tracing the GPT step and planning it on a 2 x 2 mesh: about 15 s under load (62 s before).
+def test_2d_joint_search_of_a_gpt_step_asks_the_cost_model_far_less(monkeypatch):
+    from tests.distributed.mlp_steps import gpt_step
+    step = gpt_step()[0]
+    calls = _counting(monkeypatch)
+    p = ap.plan(step, parts=(2, 2))
+    asked = calls["n"]
+    # Before: 131196 cost-model calls (119575 boxings, 11621 node times) for this 328-node step, and this cost.
+    assert asked == p.evaluations and p.evaluations < 1000, (asked, p.evaluations)
+    assert p.predicted <= 0.00040276186666666667 * (1 + 1e-9), p.predicted
+    assert p.predicted <= ap.plan(step, parts=(2, 2), joint=False).predicted + 1e-12
