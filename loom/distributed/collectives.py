@@ -44,7 +44,14 @@ class Work:
         """Block until the operation is done and its output tensors hold the result; returns True."""
         if not self._done:
             if self._requests:
-                _mpi().Request.Waitall(self._requests, self._statuses)
+                MPI = _mpi()
+                try:
+                    MPI.Request.Waitall(self._requests, self._statuses)
+                except MPI.Exception as e:
+                    if e.Get_error_class() != MPI.ERR_TRUNCATE:
+                        raise
+                    raise DistributedError("loom.distributed: a message is larger than the tensor receiving it; the "
+                                           "sender and receiver must use tensors of the same shape and dtype") from None
             self._complete()
         return True
 
@@ -127,6 +134,20 @@ def _same_shape(t, ref, what: str, op: str) -> None:
                          f"shape {fmt_shape(ref.shape)}")
 
 
+def _agree(g: ProcessGroup, t, what: str, op: str, shape: tuple | None | bool = True) -> None:
+    """Check that every rank of `g` passed a tensor of one shape and dtype (collective, one small message), so a
+    mismatch is an error naming each rank's, on every rank, not a hang or a silent wrong result. `shape`: True
+    for the tensor's whole shape, a tuple for the part that must agree, None for the dtype alone."""
+    mine = (tuple(t.shape) if shape is True else shape, t.dtype.name)
+    every = g._comm.allgather(mine)
+    if all(e == every[0] for e in every):
+        return
+    said = ", ".join(f"rank {g._ranks[k]}: {d}" + ("" if s is None else fmt_shape(s)) for k, (s, d) in enumerate(every))
+    part = "dtype" if shape is None else ("shape and dtype" if shape is True else "trailing shape and dtype")
+    raise DistributedError(f"loom.distributed.{op}: the ranks passed {what}s that differ ({said}); every rank of "
+                           f"the group must pass a {what} of the same {part}")
+
+
 def _list_of(tensors, n: int, name: str, op: str) -> list:
     if not isinstance(tensors, (list, tuple)) or len(tensors) != n:
         got = len(tensors) if isinstance(tensors, (list, tuple)) else type(tensors).__name__
@@ -150,6 +171,7 @@ def all_reduce(tensor, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None =
     if g is None:
         return not_member_warning("all_reduce")
     buf = _read(tensor, "tensor", "all_reduce")
+    _agree(g, tensor, "tensor", "all_reduce")
     req = g._comm.Iallreduce(_mpi().IN_PLACE, buf, _mpi_op(op, "all_reduce"))
     return _launch(req, lambda: _write(tensor, _average(buf, op, g.size())), async_op)
 
@@ -161,6 +183,7 @@ def broadcast(tensor, src: int, group: ProcessGroup | None = None, async_op: boo
         return not_member_warning("broadcast")
     root = g.group_rank(check_rank_arg(src, "src", "broadcast"), "broadcast")
     buf = _read(tensor, "tensor", "broadcast")
+    _agree(g, tensor, "tensor", "broadcast")
     req = g._comm.Ibcast(buf, root=root)
     return _launch(req, lambda: _write(tensor, buf) if g.rank() != root else None, async_op)
 
@@ -174,6 +197,7 @@ def all_gather(tensor_list: list, tensor, group: ProcessGroup | None = None, asy
     send = _read(tensor, "tensor", "all_gather")
     for k, o in enumerate(outs):
         _same_shape(o, tensor, f"tensor_list[{k}]", "all_gather")
+    _agree(g, tensor, "tensor", "all_gather")
     recv = np.empty((g.size(),) + send.shape, send.dtype)
     req = g._comm.Iallgather(send, recv)
 
@@ -197,6 +221,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group: ProcessGroup | No
     if output_tensor.numel() != send.size * g.size():
         raise ShapeError(f"loom.distributed.all_gather_into_tensor: output_tensor {fmt_shape(output_tensor.shape)} "
                          f"must hold world_size ({g.size()}) times the input {fmt_shape(input_tensor.shape)}")
+    _agree(g, input_tensor, "input_tensor", "all_gather_into_tensor")
     recv = np.empty(send.size * g.size(), send.dtype)
     req = g._comm.Iallgather(send, recv)
     return _launch(req, lambda: _write(output_tensor, recv), async_op, keep=send)
@@ -212,6 +237,7 @@ def reduce_scatter(output, input_list: list, op: ReduceOp = ReduceOp.SUM, group:
     for k, t in enumerate(ins):
         _same_shape(t, output, f"input_list[{k}]", "reduce_scatter")
     send = np.stack([_read(t, f"input_list[{k}]", "reduce_scatter") for k, t in enumerate(ins)])
+    _agree(g, ins[0], "input_list entry", "reduce_scatter")
     recv = np.empty(send.shape[1:], send.dtype)
     req = g._comm.Ireduce_scatter_block(send, recv, _mpi_op(op, "reduce_scatter"))
     return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op, keep=send)
@@ -228,6 +254,7 @@ def reduce_scatter_tensor(output, input, op: ReduceOp = ReduceOp.SUM, group: Pro
     if send.size != output.numel() * g.size():
         raise ShapeError(f"loom.distributed.reduce_scatter_tensor: input {fmt_shape(input.shape)} must hold "
                          f"world_size ({g.size()}) times the output {fmt_shape(output.shape)}")
+    _agree(g, input, "input", "reduce_scatter_tensor")
     recv = np.empty(output.numel(), send.dtype)
     req = g._comm.Ireduce_scatter_block(send.reshape(-1), recv, _mpi_op(op, "reduce_scatter_tensor"))
     return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op, keep=send)
@@ -240,6 +267,7 @@ def reduce(tensor, dst: int, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | 
         return not_member_warning("reduce")
     root = g.group_rank(check_rank_arg(dst, "dst", "reduce"), "reduce")
     send = _read(tensor, "tensor", "reduce")
+    _agree(g, tensor, "tensor", "reduce")
     recv = np.empty_like(send) if g.rank() == root else None
     req = g._comm.Ireduce(send, recv, _mpi_op(op, "reduce"), root=root)
     return _launch(req, lambda: _write(tensor, _average(recv, op, g.size())) if recv is not None else None,
@@ -261,6 +289,7 @@ def gather(tensor, gather_list: list | None = None, dst: int = 0, group: Process
             _same_shape(o, tensor, f"gather_list[{k}]", "gather")
     elif gather_list:
         raise DistributedError("loom.distributed.gather: gather_list must be None (or empty) on ranks other than dst")
+    _agree(g, tensor, "tensor", "gather")
     recv = np.empty((g.size(),) + send.shape, send.dtype) if outs is not None else None
     req = g._comm.Igather(send, recv, root=root)
 
@@ -286,6 +315,7 @@ def scatter(tensor, scatter_list: list | None = None, src: int = 0, group: Proce
         send = np.stack([_read(t, f"scatter_list[{k}]", "scatter") for k, t in enumerate(ins)]).astype(recv.dtype)
     elif scatter_list:
         raise DistributedError("loom.distributed.scatter: scatter_list must be None (or empty) on ranks other than src")
+    _agree(g, tensor, "tensor", "scatter")
     req = g._comm.Iscatter(send, recv, root=root)
     return _launch(req, lambda: _write(tensor, recv), async_op, keep=send)
 
@@ -312,6 +342,7 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group: Process
     ins = _list_of(input_tensor_list, g.size(), "input_tensor_list", "all_to_all")
     outs = _list_of(output_tensor_list, g.size(), "output_tensor_list", "all_to_all")
     sends = [_read(t, f"input_tensor_list[{k}]", "all_to_all") for k, t in enumerate(ins)]
+    _agree(g, ins[0], "input_tensor_list entry", "all_to_all", shape=None)
     dtype = sends[0].dtype
 
     def finish(parts):
@@ -330,6 +361,7 @@ def all_to_all_single(output, input, output_split_sizes: Sequence[int] | None = 
         return not_member_warning("all_to_all_single")
     a = _read(input, "input", "all_to_all_single")
     _check_tensor(output, "output", "all_to_all_single")
+    _agree(g, input, "input", "all_to_all_single", shape=tuple(input.shape)[1:])
 
     def splits(sizes, t, name):
         n = t.shape[0] if len(t.shape) else 0
@@ -385,9 +417,20 @@ def irecv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag
     req = g._comm.Irecv(buf, source=peer, tag=tag)
 
     def finish():
+        _check_received(status, buf, g, "irecv")
         _write(tensor, buf)
         return g._ranks[status.Get_source()]
     return Work([req], finish, [status])
+
+
+def _check_received(status, buf: np.ndarray, g: ProcessGroup, op: str) -> None:
+    """A message shorter than the receiving buffer leaves part of it unwritten: an error, not stale values."""
+    got = status.Get_count(_mpi().BYTE)
+    if got != buf.nbytes:
+        raise DistributedError(f"loom.distributed.{op}: received {got} bytes from rank "
+                               f"{g._ranks[status.Get_source()]} but the tensor holds {buf.nbytes} ({buf.dtype}"
+                               f"{fmt_shape(buf.shape)}); the sender and receiver must use tensors of the same shape "
+                               "and dtype")
 
 
 def send(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0) -> None:
@@ -404,6 +447,14 @@ def recv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag:
     peer = MPI.ANY_SOURCE if src is None else g.group_rank(check_rank_arg(src, "src", "recv"), "recv")
     buf = _empty_like(tensor, "tensor", "recv")
     status = MPI.Status()
-    g._comm.Recv(buf, source=peer, tag=tag, status=status)
+    try:
+        g._comm.Recv(buf, source=peer, tag=tag, status=status)
+    except MPI.Exception as e:
+        if e.Get_error_class() != MPI.ERR_TRUNCATE:
+            raise
+        raise DistributedError(f"loom.distributed.recv: the message from rank {src} (tag {tag}) is larger than the "
+                               f"receiving tensor {tensor.dtype.name}{fmt_shape(tensor.shape)}; the sender and "
+                               "receiver must use tensors of the same shape and dtype") from None
+    _check_received(status, buf, g, "recv")
     _write(tensor, buf)
     return g._ranks[status.Get_source()]

@@ -168,3 +168,29 @@ def test_groups_created_and_destroyed_in_a_loop_leak_nothing_and_reinit_works():
 def test_group_lifecycle_with_a_2x2_mesh_on_4_ranks():
     out = _ok(launch("group_lifecycle.py", nproc=4), nproc=4)
     assert "rank 3: 40 group cycles leak nothing ok" in out, out
+
+
+def _plain_mpirun(nproc: int) -> subprocess.CompletedProcess:
+    """``mpirun -np N --oversubscribe python plain_mpirun.py`` with no loom variable in the environment
+    (PYTHONPATH stands for an installed loom)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    env.update(PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = ["mpirun", "-np", str(nproc), "--oversubscribe", sys.executable, str(SCRIPTS / "plain_mpirun.py")]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+
+
+@needs_mpi
+def test_plain_mpirun_script_and_clear_errors_for_tensors_that_differ_between_ranks():
+    out = _ok(_plain_mpirun(2))
+    for what in ("all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "send/recv",
+                 "all_reduce of different shapes refused", "broadcast of different dtypes refused",
+                 "recv of a shorter message refused", "recv of a longer message refused",
+                 "all_reduce after the refusals"):
+        assert f"rank 1: {what} ok" in out, what
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_plain_mpirun_script_on_4_ranks():
+    out = _ok(_plain_mpirun(4), nproc=4)
+    assert "rank 3: all_reduce of different shapes refused ok" in out, out
