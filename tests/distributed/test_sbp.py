@@ -108,5 +108,6 @@ def test_boxing_inside_loom_function_equals_eager_on_2_ranks():
 
 @needs_mpi
 @pytest.mark.slow
-def test_boxing_inside_loom_function_on_4_ranks():
-    _ok(launch("traced_boxing.py", nproc=4), nproc=4)
+def test_boxing_inside_loom_function_on_4_ranks_and_a_2x2_mesh():
+    out = _ok(launch("traced_boxing.py", nproc=4), nproc=4)
+    assert "rank 3: 2x2 mesh traced boxing ok" in out, out

@@ -1,8 +1,9 @@
 """Boxing over several ranks inside `loom.function`: a traced SGD step whose global tensors change signature
 (split -> split by all_to_all, split -> broadcast by all_gather, partial_sum -> broadcast by all_reduce,
-partial_sum -> split by reduce_scatter, uneven splits included) compiles to one graph per rank holding those
-collectives, and its losses and parameters equal the same step run eagerly and the dense single-process
-computation (1e-6, float64). Prints one line per check, 'ALL OK' at the end."""
+partial_sum -> split by reduce_scatter, uneven splits included; on 4 ranks also along the axes of a 2 x 2
+mesh) compiles to one graph per rank holding those collectives, and its losses and parameters equal the same
+step run eagerly and the dense single-process computation (1e-6, float64). Prints one line per check,
+'ALL OK' at the end."""
 import numpy as np
 
 import loom
@@ -80,4 +81,40 @@ ops = {v.op for v in graph}
 for op in ("all_gather", "all_reduce", "reduce_scatter", "all_to_all"):
     assert op in ops, (op, sorted(ops))
 print(f"rank {r}: traced step holds all_gather all_reduce reduce_scatter all_to_all ok", flush=True)
+
+# On 4 ranks, a 2 x 2 mesh: boxing along one mesh axis, then both, over the axes' sub-groups, inside the trace.
+if n == 4:
+    grid = S.placement(shape=(2, 2))
+    X2, W3 = value(5, 6), value(6, 4)
+
+    def grid_model():
+        w = S.from_full(W3.detach().clone().requires_grad_(True), grid, (B, S.split(1)))
+        return w, loom.optim.SGD([w.local], lr=LR)
+
+    def grid_body(params, scale):
+        w, opt = params
+        opt.zero_grad()
+        x = S.from_full(X2, grid, (S.split(0), S.split(1)))      # Rows over axis 0 (unevenly), features over 1.
+        y = (x * scale).to_global(sbp=(S.split(0), B)) @ w        # all_gather along axis 1: y is (split(0), split(1))
+        loss = (y.to_global(sbp=(B, B)) ** 2).mean()              # all_gather along both axes
+        loss.backward()                                           # w's gradient: all_reduce along axis 0
+        opt.step()
+        return loss.full().detach()
+
+    traced_grid, eager_grid = grid_model(), grid_model()
+    grid_step = loom.function(lambda scale: grid_body(traced_grid, scale))
+    ref_w = W3.detach().clone().requires_grad_(True)
+    ref_opt = loom.optim.SGD([ref_w], lr=LR)
+    for k in range(CALLS):
+        scale = loom.tensor(1.0 + 0.1 * k, dtype=loom.float64)
+        got, want = grid_step(scale), grid_body(eager_grid, scale)
+        ref_opt.zero_grad()
+        ref = (((X2 * scale) @ ref_w) ** 2).mean()
+        ref.backward()
+        ref_opt.step()
+        np.testing.assert_allclose(got.numpy(), want.numpy(), **TOL, err_msg=f"rank {r}: 2x2 traced vs eager {k}")
+        np.testing.assert_allclose(got.numpy(), ref.detach().numpy(), **TOL, err_msg=f"rank {r}: 2x2 vs dense {k}")
+    np.testing.assert_allclose(traced_grid[0].full().detach().numpy(), ref_w.detach().numpy(), **TOL)
+    assert grid_step.trace_count == 1
+    print(f"rank {r}: 2x2 mesh traced boxing ok", flush=True)
 print(f"rank {r}: ALL OK", flush=True)
