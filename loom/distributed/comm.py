@@ -81,6 +81,7 @@ def channel(ranks: Sequence[int], op: str = "channel") -> ProcessGroup | None:
     if g is None:
         return None
     chan = ProcessGroup(own(g._comm.Dup()), g._ranks, g._backend)
+    chan._parent = g
     g._children.append(chan)
     return chan
 

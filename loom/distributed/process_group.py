@@ -86,6 +86,7 @@ class ProcessGroup:
         self._nccl: Any = None  # Its NCCL communicator, made by loom.distributed.nccl on first use.
         # Private communicators duplicated from this one (`loom.distributed.comm.channel`), freed with it.
         self._children: list[ProcessGroup] = []
+        self._parent: ProcessGroup | None = None
 
     def rank(self) -> int:
         """This process's rank within the group."""
@@ -298,6 +299,8 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
                                f"new_group() or None, got {type(group).__name__}")
     if group in _state["groups"]:
         _state["groups"].remove(group)
+    if group._parent is not None and group in group._parent._children:
+        group._parent._children.remove(group)
     _release(group)
 
 

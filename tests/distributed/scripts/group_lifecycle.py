@@ -53,6 +53,7 @@ def cycle() -> None:
     np.testing.assert_allclose(x.full().numpy(), np.arange(8, dtype=np.float32).reshape(4, 2))
     mesh.destroy()
     dist.destroy_process_group(chan)
+    assert chan not in dist.GroupMember.WORLD._children
     dist.destroy_process_group(solo)
     dist.destroy_process_group(g)
 
