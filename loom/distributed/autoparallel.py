@@ -384,7 +384,7 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
         for u in v.inputs:
             deps.update(ancestors[u])
         ancestors[v] = tuple(sorted(deps))
-    rows: dict[tuple, tuple] = {}   # (node, its inputs' fixed layouts) -> (row, outs, delivered memo)
+    rows: dict[tuple, list] = {}   # (node, its inputs' fixed layouts) -> [row, outs, delivered, or None]
 
     def improve(chosen: dict, options: dict) -> dict:
         # 3. Greedy sweeps: change one node's rule while the exact total falls.
@@ -406,7 +406,7 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
         """Give `v` the rule whose local cost is lowest (scanning in order, switching on a strict fall)."""
         j0 = rank_of[v].get(chosen[v]) if opts is cands[v] else None
         prices_now = None if j0 is None else local_all(chosen, v)
-        if prices_now is None:  # A rule from outside the candidates (or a fixed input): one at a time.
+        if j0 is None or prices_now is None:  # A rule from outside the candidates (or a fixed input): one at a time.
             now, changed = costs.local(chosen, v, chosen[v]), False
             for rule in opts:
                 if rule != chosen[v]:
@@ -482,7 +482,7 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
             return e[2]
         for v in order:
             key = (v, tuple(layouts[k] for k in ancestors[v]))
-            e = rows.get(key)
+            e: list | None = rows.get(key)
             if e is None:
                 if v in fixed:
                     row, made = np.array([compute(v, options[v][0])]), np.array([opos[v][fixed[v]]], dtype=np.intp)
