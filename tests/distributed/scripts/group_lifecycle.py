@@ -13,7 +13,7 @@ from loom.distributed import comm, sbp
 from loom.distributed.process_group import live_communicators
 from mpi4py import MPI
 
-CYCLES = 40
+CYCLES = 25
 
 
 def fresh_handle() -> int:
