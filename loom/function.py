@@ -14,13 +14,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from loom import _structure
 from loom import dtypes as dt
-from loom.alias import rederive_all
+from loom.alias import live_views, rederive_all
 from loom.functional import library_ops as _library_ops
 from loom.autograd.grad_mode import is_grad_enabled, no_grad
 from loom.errors import LoomError, LoomValueError, fmt_shape
@@ -53,6 +55,7 @@ class _Trace:
         # the visit counts the blocks of that stage before it (micro-batch v of a loop over micro-batches).
         self.stages: list[tuple[int, int, int, int]] = []
         self.backward: list[tuple[int, int, int, int]] = []   # The same for the backward of each staged op.
+        self.structures: dict[int, Any] = {}  # Modules and optimizers the step went through (`loom._structure`).
 
     def stage_of(self, node_id: int) -> "StageTag | None":
         """The stage (and visit, and whether it is backward) of a traced node, or None if unmarked."""
@@ -190,6 +193,16 @@ class _Entry:
         self.guards: list[tuple[Callable[[], Any], Any]] = []
         self.remat: Any = None  # The rematerialisation report when compiled under a memory budget.
         self.node_map: dict[int, Node] = {}  # Traced node id -> its node in `graph`.
+        # The replay's call path (see `Function._replay`).
+        self.ext_grad: list[bool] = []     # Each external's requires_grad when traced.
+        self.structures: list[tuple[Any, int]] = []  # (weakref container, its structure version)
+        self.scalar_memo: list[tuple[Any, np.ndarray | None]] = []  # Per scalar: (last Python value, array)
+        self.run: Callable | None = None   # The executable's entry for checked arrays (`run_checked`).
+        # Outputs written into the memory of the tensor they update (donation): (output position, index in
+        # `into`, how to find the tensor, input index of its old value or -1, stored shape, NumPy dtype).
+        self.donors: list[tuple] = []
+        self.n_into = 0
+        self.out_dtypes: list[dt.DType] = []
 
 
 def _node_attrs(node: Node) -> dict:
@@ -223,6 +236,7 @@ def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated:
                 raise LoomError("loom.function: a tensor read by the trace no longer exists")
             mapping[n.id] = g.add_input(n.shape, n.dtype, name=f"ext{len(entry.externals)}")
             entry.externals.append((weakref.ref(tensor), tuple(n.shape), n.dtype))
+            entry.ext_grad.append(bool(tensor.requires_grad))
     scalar_ids = {n.id: getter for n, getter in tr.scalars}
     for n in order:
         if n.id in scalar_ids:
@@ -343,6 +357,9 @@ class Function:
         self._cache: dict[Any, _Entry] = {}
         self._arenas: ArenaPool | None = None
         self.trace_count = 0
+        # Counts of the call path, for tests and reports: calls that replayed a cached trace, and the
+        # outputs those wrote into the tensors they update (donated) or handed over as new arrays.
+        self.call_stats = {"replays": 0, "donated": 0, "written_back": 0}
 
     def _key(self, args, kwargs) -> Any:
         parts = []
@@ -371,32 +388,50 @@ class Function:
             return self.fn(*args, **kwargs)
         key = self._key(args, kwargs)
         entry = self._cache.get(key)
+        if entry is not None and not _structure_holds(entry):
+            # A module or optimizer changed what it holds (a parameter assigned, a parameter group added):
+            # one eager call creates what the new members need (optimizer state), as the warm-up did, and
+            # the next call traces.
+            del self._cache[key]
+            return self.fn(*args, **kwargs)
         if _profiler.ACTIVE is None:
-            if entry is None or not self._guard_ok(entry):
-                with _no_gc():
-                    entry = self._trace(args, kwargs)
-                    self._cache[key] = entry
-                    return self._replay(entry, args, kwargs)
-            return self._replay(entry, args, kwargs)
+            if entry is not None and self._guards_hold(entry):
+                out = self._replay(entry, args, kwargs)  # Checks the captured tensors as it reads them.
+                if out is not _STALE:
+                    return out
+            with _no_gc():
+                entry = self._trace(args, kwargs)
+                self._cache[key] = entry
+                return self._replay(entry, args, kwargs)
         name = getattr(self.fn, "__name__", "fn")
         t0 = _profiler.now_us()
-        if entry is None or not self._guard_ok(entry):
+        out = _STALE
+        if entry is not None and self._guards_hold(entry):
+            out = self._replay(entry, args, kwargs)
+        if out is _STALE:
             with _no_gc():
                 entry = self._trace(args, kwargs)
             self._cache[key] = entry
             _profiler.record(f"loom.function trace {name}", "compile", t0, _profiler.now_us())
             t0 = _profiler.now_us()
-        out = self._replay(entry, args, kwargs)
+            out = self._replay(entry, args, kwargs)
         _profiler.record(f"loom.function step {name}", "function", t0, _profiler.now_us())
         return out
 
-    def _guard_ok(self, entry: _Entry) -> bool:
+    @staticmethod
+    def _guards_hold(entry: _Entry) -> bool:
+        """The trace's Python guards (`static_value`, .grad identities) still hold."""
         for getter, value in entry.guards:
             if getter() != value:
                 return False
-        for ref, shape, dtype in entry.externals:
+        return True
+
+    def _guard_ok(self, entry: _Entry) -> bool:
+        if not (_structure_holds(entry) and self._guards_hold(entry)):
+            return False
+        for (ref, shape, dtype), rg in zip(entry.externals, entry.ext_grad):
             t = ref()
-            if t is None or tuple(t.shape) != shape or t.dtype is not dtype:
+            if t is None or tuple(t.shape) != shape or t.dtype is not dtype or t.requires_grad != rg:
                 return False
         return True
 
@@ -443,7 +478,8 @@ class Function:
         grads = [t for t, _ in tr.grads.values()]
         graph, entry = _capture(tr, arg_nodes, returned, mutated, grads)
         entry.out_spec = spec
-        entry.guards = list(tr.guards)
+        entry.guards = _distinct_guards(tr.guards)
+        entry.structures = [(weakref.ref(o), _structure.version(o)) for o in tr.structures.values()]
         entry.n_returned = len(returned)
         # A mutated argument is written back to the caller's tensor of that position.
         arg_pos = {id(p): k for k, p in enumerate(placeholders)}
@@ -492,21 +528,48 @@ class Function:
         optimized = getattr(entry.exe, "graph", None)
         entry.remat = optimized.meta.get("remat") if isinstance(optimized, Graph) else None
         entry.kernel_count = sum(1 for n in graph if n.op == "fused")
+        entry.scalar_memo = [(None, None)] * len(entry.scalars)
+        entry.out_dtypes = [n.dtype for n in graph.outputs]
+        entry.run = getattr(entry.exe, "run_checked", None)
+        if entry.run is not None:
+            _plan_donation(entry, [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)]
+                                   if isinstance(a, Tensor)])
         self.trace_count += 1
         return entry
 
-    def _inputs(self, entry: _Entry, args, kwargs) -> tuple[list, list[np.ndarray]]:
-        """The arrays one call feeds the compiled graph: arguments, .grads, captured tensors, scalars, random."""
-        tensor_args = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(a, Tensor)]
+    def _inputs(self, entry: _Entry, args, kwargs) -> tuple[list, list[np.ndarray] | None]:
+        """The arrays one call feeds the compiled graph: arguments, .grads, captured tensors, scalars, random.
+
+        None instead of the arrays when a captured tensor is gone or no longer has the shape, dtype or
+        requires_grad it was traced with: the call then traces again.
+        """
+        tensor_args = [a for a in (args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args)
+                       if isinstance(a, Tensor)]
         arrays = [a._array() for a in tensor_args]
-        arrays += [tensor_args[k]._grad._array() for k in entry.grad_args]
-        for ref, _, _ in entry.externals:
-            arrays.append(ref()._array())
-        for getter, d in entry.scalars:
+        for k in entry.grad_args:
+            arrays.append(tensor_args[k]._grad._array())
+        for (ref, shape, dtype), rg in zip(entry.externals, entry.ext_grad):
+            t = ref()
+            if t is None:
+                return tensor_args, None
+            node = t._node
+            if node.dtype is not dtype or t.requires_grad != rg or (node.shape != shape and
+                                                                  tuple(node.shape) != shape):
+                return tensor_args, None
+            arrays.append(node.buffer if node.buffer is not None else t._array())
+        memo = entry.scalar_memo
+        for k, (getter, d) in enumerate(entry.scalars):
+            v = getter()
+            last = memo[k]
+            if last[0] is v and type(v) in _IMMUTABLE:  # The same number as last call: its array.
+                arrays.append(last[1])
+                continue
             if d is dt.bfloat16:  # Stored form: the upper 16 bits of a float32.
-                arrays.append(dt.f32_to_bf16(np.asarray(getter(), dtype=np.float32)))
+                a = dt.f32_to_bf16(np.asarray(v, dtype=np.float32))
             else:
-                arrays.append(np.asarray(getter(), dtype=d.np))
+                a = np.asarray(v, dtype=d.np)
+            memo[k] = (v, a)
+            arrays.append(a)
         rand_impl = PRIMITIVES["rand"].impl
         for attrs in entry.rands:
             a = dict(attrs)
@@ -515,16 +578,39 @@ class Function:
         return tensor_args, arrays
 
     def _replay(self, entry: _Entry, args, kwargs):
+        """Run the compiled step on this call's values and give the results back (`_STALE`: trace again)."""
         tensor_args, arrays = self._inputs(entry, args, kwargs)
-        return self._results(entry, tensor_args, entry.exe(*arrays))
+        if arrays is None:
+            return _STALE
+        self.call_stats["replays"] += 1
+        run = entry.run
+        if run is None:
+            return self._results(entry, tensor_args, entry.exe(*arrays), None)
+        for a in arrays:
+            if a.__class__ is not np.ndarray:  # A NumPy scalar or array subclass: the executable's checks.
+                return self._results(entry, tensor_args, entry.exe(*arrays), None)
+        given = _donations(entry, tensor_args, arrays) if entry.donors else None
+        into = given.pop(-1) if given else None
+        return self._results(entry, tensor_args, run(arrays, into), given)
 
-    def _results(self, entry: _Entry, tensor_args: list, outs) -> Any:
-        values = [_buffer_tensor(o, n.dtype) for o, n in zip(outs, entry.graph.outputs)]
+    def _results(self, entry: _Entry, tensor_args: list, outs, given: dict | None) -> Any:
+        """Write the outputs back (updated tensors, .grads) and build the returned structure.
+
+        `given`: output position -> the tensor whose memory the call was asked to write it into; where the
+        output is that memory, the tensor already holds its new value.
+        """
+        dtypes = entry.out_dtypes
         k = entry.n_returned
+        stats = self.call_stats
         for kind, ref in entry.mutated:
             t = tensor_args[ref] if kind == "arg" else ref()
             if t is not None:
-                _write_back(t, values[k])
+                if given and k in given and outs[k] is given[k]._node.buffer:
+                    t._vc.value += 1
+                    stats["donated"] += 1
+                else:
+                    _write_back(t, _buffer_tensor(outs[k], dtypes[k]))
+                    stats["written_back"] += 1
             k += 1
         for (kind, ref), prev_ref, has in entry.grads:
             t = tensor_args[ref] if kind == "arg" else ref()
@@ -534,15 +620,20 @@ class Function:
             if has:
                 # Write into the gradient tensor the call started from, so it stays the same object.
                 target = t._grad if kind == "arg" else (prev_ref() if prev_ref is not None else None)
-                if target is None:
-                    target = values[k]
+                if given and k in given and given[k] is target and outs[k] is target._node.buffer:
+                    target._vc.value += 1
+                    stats["donated"] += 1
+                elif target is None:
+                    target = _buffer_tensor(outs[k], dtypes[k])
+                    stats["written_back"] += 1
                 else:
-                    _write_back(target, values[k])
+                    _write_back(target, _buffer_tensor(outs[k], dtypes[k]))
+                    stats["written_back"] += 1
                 t._grad = target
                 k += 1
             else:
                 t._grad = None
-        return _unflatten(entry.out_spec, values[:entry.n_returned])
+        return _unflatten(entry.out_spec, [_buffer_tensor(outs[j], dtypes[j]) for j in range(entry.n_returned)])
 
     def map(self, items: Any):
         """Call the function once per item (a tuple of arguments), streaming the calls through the runtime.
@@ -576,6 +667,7 @@ class Function:
                 entry = self._cache.get(key)
             if entry is not None and self._guard_ok(entry):
                 break
+            entry = None
             yield self(*args)
         else:
             return
@@ -596,7 +688,7 @@ class Function:
         self._calls += 1
         outs = map_fn(feeds()) if map_fn is not None else (entry.exe(*arrays) for arrays in feeds())
         for out in outs:
-            yield self._results(entry, [], out)
+            yield self._results(entry, [], out, None)
 
     def close(self) -> None:
         """Stop the actors of every compiled specialisation (``runtime="actors"``); later calls restart them."""
@@ -614,6 +706,125 @@ class Function:
     def memory_reports(self) -> list:
         """One `loom.compiler.remat.RematReport` per specialisation compiled under `memory_budget`."""
         return [e.remat for e in self._cache.values() if e.remat is not None]
+
+
+_STALE = object()  # A replay found a captured tensor changed: the call traces again.
+
+
+def _structure_holds(entry: _Entry) -> bool:
+    """The modules and optimizers the trace went through hold the same members (`loom._structure`)."""
+    for ref, version in entry.structures:
+        obj = ref()
+        if obj is None or obj.__dict__.get("_loom_structure", 0) != version:
+            return False
+    return True
+_IMMUTABLE = (float, int, bool)
+
+
+def _distinct_guards(guards: list) -> list:
+    """The trace's guards without repeats: one getter per (code, closure values), such as the flag of one
+    parameter group that every parameter's update read."""
+    out, seen = [], set()
+    for getter, value in guards:
+        code = getattr(getter, "__code__", None)
+        try:
+            key = (code, tuple(id(c.cell_contents) for c in getter.__closure__ or ()),
+                   getter.__defaults__, type(value), value) if code is not None else None
+            if key is not None and key in seen:
+                continue
+            if key is not None:
+                seen.add(key)
+        except (TypeError, ValueError, AttributeError):  # Unhashable values, empty cells: keep it.
+            pass
+        out.append((getter, value))
+    return out
+
+
+def _plan_donation(entry: _Entry, tensor_args: list) -> None:
+    """Which outputs may be written into the memory of the tensor they update (`_Entry.donors`).
+
+    The candidates are the updated tensors (parameters, optimizer state, mutated arguments) and the
+    .grads a step writes; the executable says which of them it can write in place without changing a
+    result (`NativeProgram.donatable`). Each call then checks that nothing else sees that memory
+    (`_donations`).
+    """
+    n_t, n_g = len(tensor_args), len(entry.grad_args)
+    where: dict[int, int | None] = {}  # id(tensor) -> its input index (None: fed more than once)
+    for k, t in enumerate(tensor_args):
+        where[id(t)] = None if id(t) in where else k
+    for j, k in enumerate(entry.grad_args):
+        g = tensor_args[k]._grad
+        where[id(g)] = None if id(g) in where else n_t + j
+    for e, (ref, _, _) in enumerate(entry.externals):
+        t = ref()
+        if t is not None:
+            where[id(t)] = None if id(t) in where else n_t + n_g + e
+    found = []  # (output position, how to find the tensor, input index)
+    p = entry.n_returned
+    for kind, ref in entry.mutated:
+        t = tensor_args[ref] if kind == "arg" else ref()
+        found.append((p, ("arg", ref) if kind == "arg" else ("ref", ref), where.get(id(t), -1)))
+        p += 1
+    for (kind, ref), prev_ref, has in entry.grads:
+        if not has:
+            continue
+        if kind == "arg":
+            g = tensor_args[ref]._grad
+            if g is not None:
+                found.append((p, ("grad", ref), where.get(id(g), -1)))
+        elif prev_ref is not None and prev_ref() is not None:
+            found.append((p, ("ref", prev_ref), where.get(id(prev_ref()), -1)))
+        p += 1
+    found = [f for f in found if f[2] is not None]
+    allowed = entry.exe.donatable([(p, i) for p, _, i in found])
+    outs = entry.graph.outputs
+    entry.donors = [(p, allowed[p], how, i, tuple(outs[p].shape), outs[p].dtype.np)
+                    for p, how, i in found if p in allowed]
+    entry.n_into = max(allowed.values()) + 1 if allowed else 0
+
+
+def _donations(entry: _Entry, tensor_args: list, arrays: list) -> dict:
+    """This call's donated outputs: output position -> the tensor whose memory it is written into, and
+    under -1 the `into` list for the executable (None when there are none).
+
+    A tensor's memory is given only when nothing but the tensor can see it: no NumPy array or view shares
+    it, no other loom value or pending op holds its node (reference counts say so), it is not a view and
+    has none; otherwise its update is written back as a new value, as without donation.
+    """
+    into: list | None = None
+    given: dict = {}
+    refcount = sys.getrefcount
+    for p, j, (kind, ref), i, shape, npd in entry.donors:
+        if kind == "arg":
+            t = tensor_args[ref]
+        elif kind == "grad":
+            t = tensor_args[ref]._grad
+        else:
+            t = ref()
+        if t is None or t._alias is not None or t._root is not None or (t._views and live_views(t)):
+            continue
+        node = t._node
+        a = node.buffer
+        # References to the node: t._node, `node`, getrefcount's argument.
+        if a is None or refcount(node) != 3:
+            continue
+        if i >= 0:
+            # To the array: node.buffer, `arrays`, `a`, getrefcount's argument.
+            if arrays[i] is not a or refcount(a) != 4 or not a.flags.writeable:
+                continue
+        else:  # Not an input, so the program does not check it: a C-contiguous array of the output's own kind.
+            if refcount(a) != 3 or a.__class__ is not np.ndarray or a.shape != shape or a.dtype != npd:
+                continue
+            f = a.flags
+            if not (f.c_contiguous and f.aligned and f.writeable):
+                continue
+        if into is None:
+            into = [None] * entry.n_into
+        into[j] = a
+        given[p] = t
+    if into is not None:
+        given[-1] = into
+    return given
 
 
 def _grad_identity(ref, grad) -> Callable[[], bool]:

@@ -568,6 +568,66 @@ class NativeProgram:
             return False
         return _blas_operand(loc.shape[-2], loc.shape[-1], loc.strides[-2] // isz, loc.strides[-1] // isz) is not None
 
+    # ------------------------------------------------------------ donation
+    def donatable(self, pairs: list[tuple[int, int]]) -> dict[int, int]:
+        """Which outputs a call may write straight into memory the caller gives (`__call__`'s `into`).
+
+        `pairs` holds (output position, input index or -1): the caller would hand output p the array of
+        input i (a parameter's new value written over its old one), or, with -1, an array the program does
+        not read (a ``.grad`` from the last step). Returns output position -> index in `into` for the pairs
+        where that gives the same results: the output has one writer, and every step reading the input
+        (through views too) runs before that writer, which reads it, if at all, element for element in a
+        fused kernel. Outputs given out this way are no longer recycled (the caller owns their memory).
+        """
+        steps, locs, nin = self._steps, self._locs, self._nin
+        pos = list(range(len(steps)))  # Where each step's reads happen in the walk.
+        for k, k2 in self._pairs.items():
+            pos[k2] = k  # An epilogue kernel runs on the row blocks of its GEMM.
+        chained = set()
+        for kg, (km, ks) in self._spmm.items():
+            pos[kg] = pos[km] = ks
+            chained.update((kg, km, ks))
+        out_slots = [s for s, _ in self._results]
+        found: dict[int, int] = {}
+        for p, i in pairs:
+            s = out_slots[p]
+            j = self._out_base.get(s)
+            if j is None or out_slots.count(s) != 1 or not -1 <= i < nin:
+                continue
+            writers = [k for k, st in enumerate(steps) if st.out not in self._virtual and locs[st.out].base == j]
+            if len(writers) != 1 or writers[0] in chained:
+                continue
+            w = writers[0]
+            if i >= 0 and not self._reads_before(w, i, pos, out_slots):
+                continue
+            found[p] = j - 1 - nin
+        with self._lock:
+            for idx in found.values():
+                self._held[idx] = None
+        return found
+
+    def _reads_before(self, w: int, i: int, pos: list[int], out_slots: list[int]) -> bool:
+        """Whether input `i` is read only before step `w` runs, or by `w` itself element for element."""
+        steps = self._steps
+        for k, st in enumerate(steps):
+            if st.out in self._virtual:
+                continue
+            roots = [self._root(a) for a in st.args]
+            if i not in roots:
+                continue
+            if k == w:
+                # The kernel reads the input itself where it writes (the driver's kernels check that the
+                # element-for-element read holds and refuse the call otherwise); an integer division could
+                # stop it half done, and Python would rerun it on the half-written input.
+                body = st.node.attrs.get("body") if st.node.op == "fused" else None
+                if body is None or any(a != i for a, r in zip(st.args, roots) if r == i) or \
+                        any(m.op in ("div", "floordiv", "mod") and not m.dtype.is_floating_point for m in body):
+                    return False
+            elif pos[k] >= pos[w]:
+                return False
+        # An output that is the input itself (or a view of it) is read after the walk.
+        return not any(self._out_base.get(s) is None and self._root(s) == i for s in out_slots)
+
     # ------------------------------------------------------------ describing
     def segments(self) -> int:
         """Native segments of the plan once every kernel is built (runs of steps C runs between Python steps)."""
@@ -1116,12 +1176,14 @@ class NativeProgram:
                 self._fast = current
         return current
 
-    def __call__(self, arrays: list[np.ndarray]) -> tuple[np.ndarray, ...] | None:
+    def __call__(self, arrays: list[np.ndarray], into: list | None = None) -> tuple[np.ndarray, ...] | None:
+        """Run one call on `arrays`; `into` (per output, as `donatable` numbered them: an array or None) gives
+        memory some outputs are written into instead of fresh arrays."""
         for a in arrays:
             f = a.flags
             if not (f.c_contiguous and f.aligned):
                 return None
-        outs = self._outputs()
+        outs = self._outputs(into)
         ctxs = self._ctxs
         pool = self._pool
         try:
@@ -1150,7 +1212,7 @@ class NativeProgram:
                 pool.give(ctx.buffer)  # The context stays bound to it: the next call takes it back if it is free.
             ctxs.append(ctx)
 
-    def _outputs(self) -> list[np.ndarray]:
+    def _outputs(self, into: list | None = None) -> list[np.ndarray]:
         """Fresh output arrays, recycling large ones that only this program still references.
 
         A large new array comes from mmap and costs a page fault per 4 KiB on first touch (hundreds per
@@ -1159,8 +1221,12 @@ class NativeProgram:
         """
         outs = []
         held = self._held
+        n_into = len(into) if into is not None else 0
         with self._lock:
             for j, (shape, d) in enumerate(self._out_specs):
+                if j < n_into and into[j] is not None:
+                    outs.append(into[j])  # Donated memory (`donatable` checked that this is safe).
+                    continue
                 pool = held[j]
                 if pool is None:
                     outs.append(np.empty(shape, d))
