@@ -13,11 +13,14 @@ import itertools
 from loom.runtime import realize as _realize
 
 _next = itertools.count(1).__next__
+latest = 0  # The last stamp given anywhere: a trace whose containers held at this stamp still holds.
 
 
 def changed(obj) -> None:
     """Stamp `obj` (a module or optimizer whose set of tensors changed) with a new version."""
-    obj.__dict__["_loom_structure"] = _next()
+    global latest
+    latest = _next()
+    obj.__dict__["_loom_structure"] = latest
 
 
 def version(obj) -> int:

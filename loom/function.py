@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import operator
 import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
@@ -196,12 +197,21 @@ class _Entry:
         # The replay's call path (see `Function._replay`).
         self.ext_grad: list[bool] = []     # Each external's requires_grad when traced.
         self.structures: list[tuple[Any, int]] = []  # (weakref container, its structure version)
-        self.scalar_memo: list[tuple[Any, np.ndarray | None]] = []  # Per scalar: (last Python value, array)
+        self.structure_seen = -1            # The last `loom._structure` stamp the structures were checked at.
         self.run: Callable | None = None   # The executable's entry for checked arrays (`run_checked`).
         # Outputs written into the memory of the tensor they update (donation): (output position, index in
         # `into`, how to find the tensor, input index of its old value or -1, stored shape, NumPy dtype).
         self.donors: list[tuple] = []
         self.n_into = 0
+        # Per external: (weakref, shape, dtype, requires_grad, index in `into` or -1, output position); the
+        # donors that are not the new value of an external (.grads, mutated arguments) stay in `other_donors`.
+        self.ext_plan: list[tuple] = []
+        self.other_donors: list[tuple] = []
+        # Runtime scalars: the distinct getters (many parameters read one group's lr), each scalar's getter,
+        # and the last (values, arrays) fed, reused while the values are the same numbers.
+        self.scalar_getters: list[tuple[Callable[[], Any], dt.DType]] = []
+        self.scalar_index: list[int] = []
+        self.scalar_last: tuple | None = None
         self.out_dtypes: list[dt.DType] = []
 
 
@@ -528,70 +538,88 @@ class Function:
         optimized = getattr(entry.exe, "graph", None)
         entry.remat = optimized.meta.get("remat") if isinstance(optimized, Graph) else None
         entry.kernel_count = sum(1 for n in graph if n.op == "fused")
-        entry.scalar_memo = [(None, None)] * len(entry.scalars)
         entry.out_dtypes = [n.dtype for n in graph.outputs]
+        _plan_scalars(entry)
         entry.run = getattr(entry.exe, "run_checked", None)
         if entry.run is not None:
             _plan_donation(entry, [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)]
                                    if isinstance(a, Tensor)])
+        donor_of = {d[3] - len(arg_nodes): d for d in entry.donors if d[3] >= len(arg_nodes)}
+        entry.ext_plan = [(ref, shape, dtype, rg) + ((donor_of[e][1], donor_of[e][0]) if e in donor_of else (-1, -1))
+                          for e, ((ref, shape, dtype), rg) in enumerate(zip(entry.externals, entry.ext_grad))]
+        entry.other_donors = [d for d in entry.donors if d[3] < len(arg_nodes)]
         self.trace_count += 1
         return entry
 
-    def _inputs(self, entry: _Entry, args, kwargs) -> tuple[list, list[np.ndarray] | None]:
+    def _inputs(self, entry: _Entry, args, kwargs, donate: bool = False) -> tuple[list, list | None, dict]:
         """The arrays one call feeds the compiled graph: arguments, .grads, captured tensors, scalars, random.
 
         None instead of the arrays when a captured tensor is gone or no longer has the shape, dtype or
-        requires_grad it was traced with: the call then traces again.
+        requires_grad it was traced with: the call then traces again. With `donate`, also the memory the
+        outputs may be written into (`_Entry.donors`): output position -> the tensor it updates, and under
+        -1 the `into` list for the executable. A tensor's memory is given only when nothing but the tensor
+        sees it: it owns its array (no NumPy view of it can exist without referencing it), no NumPy array,
+        other loom value or pending op holds that array or its node (reference counts say so), it is not a
+        view and has none; otherwise its update is written back as a new value, as without donation.
         """
         tensor_args = [a for a in (args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args)
                        if isinstance(a, Tensor)]
         arrays = [a._array() for a in tensor_args]
         for k in entry.grad_args:
             arrays.append(tensor_args[k]._grad._array())
-        for (ref, shape, dtype), rg in zip(entry.externals, entry.ext_grad):
+        given: dict = {}
+        into = None
+        refcount = sys.getrefcount
+        append = arrays.append
+        for ref, shape, dtype, rg, j, p in entry.ext_plan:
             t = ref()
             if t is None:
-                return tensor_args, None
+                return tensor_args, None, given
             node = t._node
             if node.dtype is not dtype or t.requires_grad != rg or (node.shape != shape and
                                                                   tuple(node.shape) != shape):
-                return tensor_args, None
-            arrays.append(node.buffer if node.buffer is not None else t._array())
-        memo = entry.scalar_memo
-        for k, (getter, d) in enumerate(entry.scalars):
-            v = getter()
-            last = memo[k]
-            if last[0] is v and type(v) in _IMMUTABLE:  # The same number as last call: its array.
-                arrays.append(last[1])
-                continue
-            if d is dt.bfloat16:  # Stored form: the upper 16 bits of a float32.
-                a = dt.f32_to_bf16(np.asarray(v, dtype=np.float32))
-            else:
-                a = np.asarray(v, dtype=d.np)
-            memo[k] = (v, a)
-            arrays.append(a)
+                return tensor_args, None, given
+            a = node.buffer
+            if a is None:
+                a = t._array()
+            # References to the node: t._node, `node`, getrefcount's argument; to the array: node.buffer, `a`
+            # and the argument.
+            elif j >= 0 and donate and a.base is None and refcount(node) == 3 and refcount(a) == 3 and \
+                    t._root is None and t._alias is None and (not t._views or not live_views(t)) and \
+                    a.flags.writeable:
+                if into is None:
+                    into = [None] * entry.n_into
+                into[j] = a
+                given[p] = t
+            append(a)
+        if entry.scalars:
+            arrays += _scalar_arrays(entry)
         rand_impl = PRIMITIVES["rand"].impl
         for attrs in entry.rands:
             a = dict(attrs)
             a["seed"] = default_generator.next_key()
             arrays.append(rand_impl(a))
-        return tensor_args, arrays
+        if donate and entry.other_donors:
+            into = _donations(entry, tensor_args, arrays, into, given)
+        if into is not None:
+            given[-1] = into
+        return tensor_args, arrays, given
 
     def _replay(self, entry: _Entry, args, kwargs):
         """Run the compiled step on this call's values and give the results back (`_STALE`: trace again)."""
-        tensor_args, arrays = self._inputs(entry, args, kwargs)
+        run = entry.run
+        tensor_args, arrays, given = self._inputs(entry, args, kwargs, run is not None)
         if arrays is None:
             return _STALE
         self.call_stats["replays"] += 1
-        run = entry.run
         if run is None:
             return self._results(entry, tensor_args, entry.exe(*arrays), None)
         for a in arrays:
             if a.__class__ is not np.ndarray:  # A NumPy scalar or array subclass: the executable's checks.
                 return self._results(entry, tensor_args, entry.exe(*arrays), None)
-        given = _donations(entry, tensor_args, arrays) if entry.donors else None
-        into = given.pop(-1) if given else None
-        return self._results(entry, tensor_args, run(arrays, into), given)
+        into = given.pop(-1, None)
+        # Scalars and random draws (the tail) are NumPy's own fresh arrays.
+        return self._results(entry, tensor_args, run(arrays, into, len(entry.scalars) + len(entry.rands)), given)
 
     def _results(self, entry: _Entry, tensor_args: list, outs, given: dict | None) -> Any:
         """Write the outputs back (updated tensors, .grads) and build the returned structure.
@@ -601,16 +629,21 @@ class Function:
         """
         dtypes = entry.out_dtypes
         k = entry.n_returned
-        stats = self.call_stats
+        if given:
+            # The native program writes every output it was given memory for, or (when the executor's own
+            # loop served the call) none: one output tells.
+            p = next(iter(given))
+            if outs[p] is not given[p]._node.buffer:
+                given = None
+        donated = 0
         for kind, ref in entry.mutated:
             t = tensor_args[ref] if kind == "arg" else ref()
             if t is not None:
-                if given and k in given and outs[k] is given[k]._node.buffer:
-                    t._vc.value += 1
-                    stats["donated"] += 1
+                if given and k in given:
+                    t._vc.value += 1  # It holds its new value already.
+                    donated += 1
                 else:
                     _write_back(t, _buffer_tensor(outs[k], dtypes[k]))
-                    stats["written_back"] += 1
             k += 1
         for (kind, ref), prev_ref, has in entry.grads:
             t = tensor_args[ref] if kind == "arg" else ref()
@@ -620,19 +653,20 @@ class Function:
             if has:
                 # Write into the gradient tensor the call started from, so it stays the same object.
                 target = t._grad if kind == "arg" else (prev_ref() if prev_ref is not None else None)
-                if given and k in given and given[k] is target and outs[k] is target._node.buffer:
+                if given and k in given and given[k] is target:
                     target._vc.value += 1
-                    stats["donated"] += 1
+                    donated += 1
                 elif target is None:
                     target = _buffer_tensor(outs[k], dtypes[k])
-                    stats["written_back"] += 1
                 else:
                     _write_back(target, _buffer_tensor(outs[k], dtypes[k]))
-                    stats["written_back"] += 1
                 t._grad = target
                 k += 1
             else:
                 t._grad = None
+        stats = self.call_stats
+        stats["donated"] += donated
+        stats["written_back"] += k - entry.n_returned - donated
         return _unflatten(entry.out_spec, [_buffer_tensor(outs[j], dtypes[j]) for j in range(entry.n_returned)])
 
     def map(self, items: Any):
@@ -713,10 +747,14 @@ _STALE = object()  # A replay found a captured tensor changed: the call traces a
 
 def _structure_holds(entry: _Entry) -> bool:
     """The modules and optimizers the trace went through hold the same members (`loom._structure`)."""
+    stamp = _structure.latest
+    if entry.structure_seen == stamp:  # Nothing anywhere changed since they last held.
+        return True
     for ref, version in entry.structures:
         obj = ref()
         if obj is None or obj.__dict__.get("_loom_structure", 0) != version:
             return False
+    entry.structure_seen = stamp
     return True
 _IMMUTABLE = (float, int, bool)
 
@@ -726,16 +764,11 @@ def _distinct_guards(guards: list) -> list:
     parameter group that every parameter's update read."""
     out, seen = [], set()
     for getter, value in guards:
-        code = getattr(getter, "__code__", None)
-        try:
-            key = (code, tuple(id(c.cell_contents) for c in getter.__closure__ or ()),
-                   getter.__defaults__, type(value), value) if code is not None else None
-            if key is not None and key in seen:
+        key = _getter_key(getter, type(value), value)
+        if key is not None:
+            if key in seen:
                 continue
-            if key is not None:
-                seen.add(key)
-        except (TypeError, ValueError, AttributeError):  # Unhashable values, empty cells: keep it.
-            pass
+            seen.add(key)
         out.append((getter, value))
     return out
 
@@ -783,18 +816,11 @@ def _plan_donation(entry: _Entry, tensor_args: list) -> None:
     entry.n_into = max(allowed.values()) + 1 if allowed else 0
 
 
-def _donations(entry: _Entry, tensor_args: list, arrays: list) -> dict:
-    """This call's donated outputs: output position -> the tensor whose memory it is written into, and
-    under -1 the `into` list for the executable (None when there are none).
-
-    A tensor's memory is given only when nothing but the tensor can see it: no NumPy array or view shares
-    it, no other loom value or pending op holds its node (reference counts say so), it is not a view and
-    has none; otherwise its update is written back as a new value, as without donation.
-    """
-    into: list | None = None
-    given: dict = {}
+def _donations(entry: _Entry, tensor_args: list, arrays: list, into: list | None, given: dict) -> list | None:
+    """`Function._inputs`'s donation checks for the donors that are not externals' new values (.grads,
+    mutated arguments); returns `into`, filled in further (`given` too)."""
     refcount = sys.getrefcount
-    for p, j, (kind, ref), i, shape, npd in entry.donors:
+    for p, j, (kind, ref), i, shape, npd in entry.other_donors:
         if kind == "arg":
             t = tensor_args[ref]
         elif kind == "grad":
@@ -806,7 +832,7 @@ def _donations(entry: _Entry, tensor_args: list, arrays: list) -> dict:
         node = t._node
         a = node.buffer
         # References to the node: t._node, `node`, getrefcount's argument.
-        if a is None or refcount(node) != 3:
+        if a is None or a.base is not None or refcount(node) != 3:
             continue
         if i >= 0:
             # To the array: node.buffer, `arrays`, `a`, getrefcount's argument.
@@ -822,9 +848,55 @@ def _donations(entry: _Entry, tensor_args: list, arrays: list) -> dict:
             into = [None] * entry.n_into
         into[j] = a
         given[p] = t
-    if into is not None:
-        given[-1] = into
-    return given
+    return into
+
+
+def _getter_key(getter: Callable, *extra) -> tuple | None:
+    """What decides a getter's value: its code and the objects it closes over (None: not a plain function)."""
+    code = getattr(getter, "__code__", None)
+    if code is None:
+        return None
+    try:
+        key = (code, tuple(id(c.cell_contents) for c in getter.__closure__ or ()), getter.__defaults__) + extra
+        hash(key)
+    except (TypeError, ValueError, AttributeError):  # Unhashable values, empty cells.
+        return None
+    return key
+
+
+def _plan_scalars(entry: _Entry) -> None:
+    """One getter per distinct runtime scalar (`_Entry.scalar_getters`)."""
+    seen: dict = {}
+    entry.scalar_getters, entry.scalar_index = [], []
+    for getter, d in entry.scalars:
+        key = _getter_key(getter, d)
+        k = seen.get(key) if key is not None else None
+        if k is None:
+            k = len(entry.scalar_getters)
+            entry.scalar_getters.append((getter, d))
+            if key is not None:
+                seen[key] = k
+        entry.scalar_index.append(k)
+    entry.scalar_last = None
+
+
+def _scalar_arrays(entry: _Entry) -> list:
+    """The runtime scalars' arrays for this call, in input order: the last call's while every getter gives the
+    very same number (an immutable Python number: the same object is the same value)."""
+    values = [g() for g, _ in entry.scalar_getters]
+    last = entry.scalar_last
+    if last is not None and all(map(operator.is_, values, last[0])):
+        return last[1]
+    made = []
+    for v, (_, d) in zip(values, entry.scalar_getters):
+        if d is dt.bfloat16:  # Stored form: the upper 16 bits of a float32.
+            made.append(dt.f32_to_bf16(np.asarray(v, dtype=np.float32)))
+        else:
+            made.append(np.asarray(v, dtype=d.np))
+    arrays = [made[k] for k in entry.scalar_index]
+    if all(type(v) in _IMMUTABLE for v in values):
+        entry.scalar_last = (values, arrays)  # One tuple: a concurrent call sees the old pair or the new one.
+    return arrays
 
 
 def _grad_identity(ref, grad) -> Callable[[], bool]:

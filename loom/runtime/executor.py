@@ -286,12 +286,14 @@ class Executable:
         none without a native program."""
         return self._native.donatable(pairs) if self._native is not None else {}
 
-    def run_checked(self, arrays: list[np.ndarray], into: list | None = None) -> tuple[np.ndarray, ...]:
+    def run_checked(self, arrays: list[np.ndarray], into: list | None = None,
+                    fresh: int = 0) -> tuple[np.ndarray, ...]:
         """A call on arrays that already match the inputs (as `check_inputs` gives them): a traced function's
         replay, which checked them itself. `into`: memory for outputs `donatable` allowed; the native program
-        writes there (the executor's own loop, when it serves instead, gives fresh arrays)."""
+        writes there (the executor's own loop, when it serves instead, gives fresh arrays). The last `fresh`
+        arrays are C-contiguous and aligned, made by NumPy for this call."""
         if self._native is not None:
-            native_results = self._native(arrays, into)
+            native_results = self._native(arrays, into, fresh)
             if native_results is not None:
                 return native_results
         env: list[Any] = [None] * self._n_slots

@@ -1176,10 +1176,12 @@ class NativeProgram:
                 self._fast = current
         return current
 
-    def __call__(self, arrays: list[np.ndarray], into: list | None = None) -> tuple[np.ndarray, ...] | None:
+    def __call__(self, arrays: list[np.ndarray], into: list | None = None,
+                 fresh: int = 0) -> tuple[np.ndarray, ...] | None:
         """Run one call on `arrays`; `into` (per output, as `donatable` numbered them: an array or None) gives
-        memory some outputs are written into instead of fresh arrays."""
-        for a in arrays:
+        memory some outputs are written into instead of fresh arrays. The last `fresh` arrays are the caller's
+        own C-contiguous, aligned ones (made by NumPy for this call): not checked again."""
+        for a in (arrays[:len(arrays) - fresh] if fresh else arrays):
             f = a.flags
             if not (f.c_contiguous and f.aligned):
                 return None
