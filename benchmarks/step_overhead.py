@@ -96,7 +96,8 @@ def main() -> None:
     for n in args.layers:
         r = measure(n, args.calls, args.repeats)
         print(f"{r['layers']:3d} layers ({r['steps']} native steps, {r['outputs']} outputs): "
-              f"call {r['call_us']:6.1f} us, native walk {r['walk_us']:5.1f} us, Python {r['python_us']:5.1f} us per step")
+              f"call {r['call_us']:6.1f} us, native walk {r['walk_us']:5.1f} us, "
+              f"Python {r['python_us']:5.1f} us per step")
 
 
 if __name__ == "__main__":
