@@ -373,10 +373,11 @@ class Function:
 
     def _key(self, args, kwargs) -> Any:
         parts = []
-        for a in list(args) + [kwargs[k] for k in sorted(kwargs)]:
+        for a in (args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args):
             if isinstance(a, Tensor):
                 # Whether an argument already holds a .grad decides if backward accumulates into it.
-                parts.append(("T", a.dtype.name, tuple(a.shape), a.requires_grad, a._grad is not None))
+                node = a._node
+                parts.append(("T", node.dtype.name, tuple(node.shape), a.requires_grad, a._grad is not None))
             elif isinstance(a, (np.ndarray,)):
                 raise LoomError("loom.function: pass loom tensors, not NumPy arrays "
                                 "(loom.from_numpy wraps one without copying)")

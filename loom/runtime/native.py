@@ -254,12 +254,13 @@ def _arena_buffer(nbytes: int) -> np.ndarray:
 class _Ctx:
     """What one concurrent call owns: an arena, its views, and the driver's control block."""
 
-    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes")
+    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes", "objects")
 
     def __init__(self, nbytes: int, buffer: np.ndarray | None = None):
         self.nbytes = nbytes
         self.ctl = np.zeros(8, np.int64)
         self.ctl_ptr = 0
+        self.objects = False  # Whether kernels read data pointers straight from the objects (fixed offsets).
         self.buffer: Any = None
         self.bind(buffer if buffer is not None else _arena_buffer(max(nbytes, 1) + _ALIGN))
 
@@ -498,6 +499,8 @@ class NativeProgram:
         self._tools = exe.tools
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
+        # Where each result is in a call's objects, when every one is an output array of its own.
+        self._result_objs = [j for _, j in self._results] if all(j >= 0 for _, j in self._results) else None
         self._epilogue = exe.tools.gemm_epilogue() if self._blas is not None else None
         self._pairs = self._epilogue_pairs(readers, index) if self._epilogue is not None else {}
         self._spmm = self._spmm_triples(readers)
@@ -1157,6 +1160,7 @@ class NativeProgram:
         ctl[4] = threads.blas_par_min()
         ctl[6] = self._blas.now.ctypes.data if self._blas is not None else 0
         ctx.ctl_ptr = ctl.ctypes.data
+        ctx.objects = bool(ctl[0] or ctl[1])
         return ctx
 
     def _prepare(self, objs, ctx: _Ctx) -> tuple | None:
@@ -1208,6 +1212,8 @@ class NativeProgram:
             else:
                 for step in table[2]:
                     self._run_python(step, objs, ctx)
+            if self._result_objs is not None:
+                return tuple(map(objs.__getitem__, self._result_objs))
             return tuple([objs[j] if j >= 0 else np.array(self._value(s, objs, ctx)) for s, j in self._results])
         finally:
             if pool is not None:
@@ -1251,7 +1257,7 @@ class NativeProgram:
         n = len(steps)
         ctl = ctx.ctl
         ctl[3] = threads.get_num_threads()
-        if ctl[0] or ctl[1]:
+        if ctx.objects:
             call, arg = driver.run_objects, objs
         else:  # No fixed struct offsets: a table of pointers to data-pointer cells.
             cells = np.array([_ptr(o) for o in objs], np.uintp)
