@@ -565,7 +565,7 @@ class Function:
         """
         tensor_args = [a for a in (args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args)
                        if isinstance(a, Tensor)]
-        arrays = [a._array() for a in tensor_args]
+        arrays = [a._node.buffer if a._node.buffer is not None else a._array() for a in tensor_args]
         for k in entry.grad_args:
             arrays.append(tensor_args[k]._grad._array())
         given: dict = {}

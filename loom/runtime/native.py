@@ -292,6 +292,9 @@ class ArenaPool:
         """A buffer for an arena of `nbytes`: `prefer` (the one the caller used last) when it is free."""
         need = max(nbytes, 1) + _ALIGN
         with self._lock:
+            free = self._free
+            if free and free[-1] is prefer and prefer.nbytes >= need:  # The usual case: the one just given back.
+                return free.pop()
             if prefer is not None:
                 for k, b in enumerate(self._free):
                     if b is prefer and b.nbytes >= need:
@@ -591,6 +594,11 @@ class NativeProgram:
             pos[kg] = pos[km] = ks
             chained.update((kg, km, ks))
         out_slots = [s for s, _ in self._results]
+        # A step that may stop the call with an error (an index or value check, an integer division, a step
+        # left to Python) must run before any memory is overwritten: a failed call leaves the tensors as
+        # they were, with or without donation.
+        last_fallible = max((pos[k] for k, st in enumerate(steps) if st.out not in self._virtual and
+                             _may_fail(st.node)), default=-1)
         found: dict[int, int] = {}
         for p, i in pairs:
             s = out_slots[p]
@@ -601,7 +609,7 @@ class NativeProgram:
             if len(writers) != 1 or writers[0] in chained:
                 continue
             w = writers[0]
-            if i >= 0 and not self._reads_before(w, i, pos, out_slots):
+            if pos[w] <= last_fallible or (i >= 0 and not self._reads_before(w, i, pos, out_slots)):
                 continue
             found[p] = j - 1 - nin
         with self._lock:
@@ -1295,6 +1303,16 @@ def _profiled(call, n: int):
         _profiler.record(f"native steps {start}-{min(k, n) - 1}", "native", t0, _profiler.now_us(), steps=k - start)
         return k
     return run
+
+
+def _may_fail(node: Node) -> bool:
+    """Whether a step can end a call with an error: index and value checks, integer division in a kernel, and
+    ops that run from Python (not a kernel, GEMM, free view or library kernel)."""
+    op = node.op
+    if op == "fused":
+        return any(m.op in ("div", "floordiv", "mod") and not m.dtype.is_floating_point
+                   for m in node.attrs["body"])
+    return op not in ("matmul",) and op not in _VIEW_OPS and op not in LIBRARY_OPS
 
 
 def _permuted(loc: _Loc, perm: tuple, gemm: bool) -> _Loc | None:

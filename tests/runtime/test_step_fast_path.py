@@ -349,3 +349,23 @@ def test_native_program_refuses_donation_when_the_input_is_read_later():
     assert exe.wait(300)
     assert exe.donatable([(0, 0)]) == {}
     assert exe.donatable([(1, -1)]) != {}
+
+
+def test_a_call_that_fails_leaves_the_updated_tensors_as_they_were():
+    p = loom.ones(4)
+    table = loom.randn(5, 3)
+
+    @loom.function(warmup=0)
+    def f(idx):
+        p.sub_(0.5)
+        return table[idx + (p.sum() * 0).long()].sum()  # The index check runs after the update.
+    good = loom.tensor([0, 1])
+    for _ in range(3):
+        f(good)
+    assert f.call_stats["replays"] == 3
+    before = p.numpy().copy()
+    with pytest.raises(loom.LoomError):
+        f(loom.tensor([0, 7]))
+    np.testing.assert_array_equal(p.numpy(), before)
+    f(good)
+    np.testing.assert_array_equal(p.numpy(), before - 0.5)
