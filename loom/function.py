@@ -711,15 +711,22 @@ class Function:
                             "its calls cannot overlap; call it in a loop")
         map_fn = getattr(entry.exe, "map", None)
 
+        def arrays_of(a):
+            arrays = self._inputs(entry, a, {})[1]
+            if arrays is None:
+                raise LoomError("loom.function.map: a tensor the function reads changed its shape, dtype or "
+                                "requires_grad (or was freed) during the map; call the function per item instead")
+            return arrays
+
         def feeds():
-            yield self._inputs(entry, args, {})[1]
+            yield arrays_of(args)
             for nxt in it:
                 a = tuple(nxt) if isinstance(nxt, (tuple, list)) else (nxt,)
                 if self._key(a, {}) != key:
                     raise LoomError("loom.function.map: every item must have the same signature (shapes, dtypes, "
                                     "requires_grad) as the first; call the function per item instead")
                 self._calls += 1
-                yield self._inputs(entry, a, {})[1]
+                yield arrays_of(a)
         self._calls += 1
         outs = map_fn(feeds()) if map_fn is not None else (entry.exe(*arrays) for arrays in feeds())
         for out in outs:
@@ -946,7 +953,14 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     runs it; later calls with the same input signature (dtypes, shapes,
     requires_grad, and the values of non-tensor arguments) only replay it.
     Parameters, optimizer state and `.grad` attributes that `fn` updates are
-    written back, so eager code sees them.
+    written back, so eager code sees them: with the native runtime, straight
+    into their own memory (no copy, no new array) whenever nothing else can
+    see that memory (no NumPy array or view of it, no alias, no pending op
+    reading the old value); otherwise as new values. A tensor the function
+    reads that is replaced, freed, or changes shape, dtype or requires_grad,
+    and a module or optimizer that gains or swaps parameters (assignment,
+    ``add_param_group``, ``load_state_dict``), make the next call trace again
+    (after the latter, one eager call first, as the warm-up did).
 
     Python control flow is traced by value: an `if` on a Python number is fixed
     at trace time (a different value is a different signature and retraces),
