@@ -584,10 +584,10 @@ class Function:
             if a is None:
                 a = t._array()
             # References to the node: t._node, `node`, getrefcount's argument; to the array: node.buffer, `a`
-            # and the argument.
+            # and the argument. An array that owns its memory got it from NumPy's allocator: writable memory,
+            # whatever its flag says (read-only graph constants are referenced by their graph too).
             elif j >= 0 and donate and a.base is None and refcount(node) == 3 and refcount(a) == 3 and \
-                    t._root is None and t._alias is None and (not t._views or not live_views(t)) and \
-                    a.flags.writeable:
+                    t._root is None and t._alias is None and (not t._views or not live_views(t)):
                 if into is None:
                     into = [None] * entry.n_into
                 into[j] = a
@@ -844,13 +844,14 @@ def _donations(entry: _Entry, tensor_args: list, arrays: list, into: list | None
             continue
         if i >= 0:
             # To the array: node.buffer, `arrays`, `a`, getrefcount's argument.
-            if arrays[i] is not a or refcount(a) != 4 or not a.flags.writeable:
+            if arrays[i] is not a or refcount(a) != 4:
                 continue
         else:  # Not an input, so the program does not check it: a C-contiguous array of the output's own kind.
-            if refcount(a) != 3 or a.__class__ is not np.ndarray or a.shape != shape or a.dtype != npd:
+            if refcount(a) != 3 or a.__class__ is not np.ndarray or a.shape != shape or \
+                    (a.dtype is not npd and a.dtype != npd):
                 continue
             f = a.flags
-            if not (f.c_contiguous and f.aligned and f.writeable):
+            if not (f.c_contiguous and f.aligned):
                 continue
         if into is None:
             into = [None] * entry.n_into
