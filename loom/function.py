@@ -760,7 +760,8 @@ def _structure_holds(entry: _Entry) -> bool:
         return True
     for ref, version in entry.structures:
         obj = ref()
-        if obj is None or obj.__dict__.get("_loom_structure", 0) != version:
+        # A container that is gone (a module made inside the step) cannot be changed any more.
+        if obj is not None and obj.__dict__.get("_loom_structure", 0) != version:
             return False
     entry.structure_seen = stamp
     return True

@@ -369,3 +369,15 @@ def test_a_call_that_fails_leaves_the_updated_tensors_as_they_were():
     np.testing.assert_array_equal(p.numpy(), before)
     f(good)
     np.testing.assert_array_equal(p.numpy(), before - 0.5)
+
+
+def test_a_module_made_inside_the_step_does_not_retrace_every_call():
+    w = loom.ones(4, requires_grad=True)
+
+    @loom.function
+    def f(x):
+        return nn.ReLU()(x * w).sum()  # A fresh module each Python run (gone after the trace).
+    x = loom.ones(4)
+    for _ in range(5):
+        f(x)
+    assert f.trace_count == 1 and f.call_stats["replays"] == 4
