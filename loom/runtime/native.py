@@ -502,6 +502,8 @@ class NativeProgram:
         self._tools = exe.tools
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
+        self._donated: list[int] = []  # Outputs a call may be given memory for (`donatable`); the others:
+        self._kept = list(range(len(self._out_specs)))
         # Where each result is in a call's objects, when every one is an output array of its own.
         self._result_objs = [j for _, j in self._results] if all(j >= 0 for _, j in self._results) else None
         self._epilogue = exe.tools.gemm_epilogue() if self._blas is not None else None
@@ -615,6 +617,8 @@ class NativeProgram:
         with self._lock:
             for idx in found.values():
                 self._held[idx] = None
+            self._donated = sorted(set(self._donated) | set(found.values()))
+            self._kept = [j for j in range(len(self._out_specs)) if j not in self._donated]
         return found
 
     def _reads_before(self, w: int, i: int, pos: list[int], out_slots: list[int]) -> bool:
@@ -1235,29 +1239,35 @@ class NativeProgram:
         training step); an output whose caller has dropped it (a parameter's value two steps ago) is
         unreachable from outside, and every output step writes all of its elements.
         """
-        outs = []
         held = self._held
-        n_into = len(into) if into is not None else 0
+        specs = self._out_specs
+        if into is not None:  # Donated memory where given (`donatable` checked that this is safe).
+            outs = list(into) + [None] * (len(specs) - len(into))
+            for j in self._donated:
+                if outs[j] is None:
+                    outs[j] = np.empty(*specs[j])
+            todo = self._kept
+        else:
+            outs = [None] * len(specs)
+            todo = range(len(specs))
         with self._lock:
-            for j, (shape, d) in enumerate(self._out_specs):
-                if j < n_into and into[j] is not None:
-                    outs.append(into[j])  # Donated memory (`donatable` checked that this is safe).
-                    continue
+            for j in todo:
+                shape, d = specs[j]
                 pool = held[j]
                 if pool is None:
-                    outs.append(np.empty(shape, d))
+                    outs[j] = np.empty(shape, d)
                     continue
                 for a in pool:
                     # References: the pool, the loop variable and getrefcount's argument.
                     if sys.getrefcount(a) == 3:
-                        outs.append(a)
+                        outs[j] = a
                         break
                 else:
                     a = np.empty(shape, d)
                     if len(pool) >= _RECYCLE_DEPTH:
                         pool.pop(0)
                     pool.append(a)
-                    outs.append(a)
+                    outs[j] = a
         return outs
 
     def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
