@@ -381,3 +381,20 @@ def test_a_module_made_inside_the_step_does_not_retrace_every_call():
     for _ in range(5):
         f(x)
     assert f.trace_count == 1 and f.call_stats["replays"] == 4
+
+
+def test_parameters_changing_dtype_retrace_and_match_eager():
+    def run(traced):
+        model, opt, step = _setup()
+        fn = loom.function(step) if traced else step
+        batches = _batches(5)
+        losses = [fn(x, y).item() for x, y in batches[:2]]
+        model.double()  # Every parameter a float64 tensor now: the captured ones no longer match the trace.
+        losses += [fn(x.double(), y).item() for x, y in batches[2:]]
+        return np.array(losses), [p.detach().numpy().copy() for p in model.parameters()], fn
+    le, pe, _ = run(False)
+    lt, pt, fn = run(True)
+    assert fn.trace_count == 2
+    assert all(p.dtype == np.float64 for p in pt)
+    np.testing.assert_allclose(lt, le, rtol=1e-6)
+    _close(pt, pe)
