@@ -14,13 +14,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import operator
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from loom import _structure
 from loom import dtypes as dt
-from loom.alias import rederive_all
+from loom.alias import live_views, rederive_all
 from loom.functional import library_ops as _library_ops
 from loom.autograd.grad_mode import is_grad_enabled, no_grad
 from loom.errors import LoomError, LoomValueError, fmt_shape
@@ -53,6 +56,7 @@ class _Trace:
         # the visit counts the blocks of that stage before it (micro-batch v of a loop over micro-batches).
         self.stages: list[tuple[int, int, int, int]] = []
         self.backward: list[tuple[int, int, int, int]] = []   # The same for the backward of each staged op.
+        self.structures: dict[int, Any] = {}  # Modules and optimizers the step went through (`loom._structure`).
 
     def stage_of(self, node_id: int) -> "StageTag | None":
         """The stage (and visit, and whether it is backward) of a traced node, or None if unmarked."""
@@ -190,6 +194,25 @@ class _Entry:
         self.guards: list[tuple[Callable[[], Any], Any]] = []
         self.remat: Any = None  # The rematerialisation report when compiled under a memory budget.
         self.node_map: dict[int, Node] = {}  # Traced node id -> its node in `graph`.
+        # The replay's call path (see `Function._replay`).
+        self.ext_grad: list[bool] = []     # Each external's requires_grad when traced.
+        self.structures: list[tuple[Any, int]] = []  # (weakref container, its structure version)
+        self.structure_seen = -1            # The last `loom._structure` stamp the structures were checked at.
+        self.run: Callable | None = None   # The executable's entry for checked arrays (`run_checked`).
+        # Outputs written into the memory of the tensor they update (donation): (output position, index in
+        # `into`, how to find the tensor, input index of its old value or -1, stored shape, NumPy dtype).
+        self.donors: list[tuple] = []
+        self.n_into = 0
+        # Per external: (weakref, shape, dtype, requires_grad, index in `into` or -1, output position); the
+        # donors that are not the new value of an external (.grads, mutated arguments) stay in `other_donors`.
+        self.ext_plan: list[tuple] = []
+        self.other_donors: list[tuple] = []
+        # Runtime scalars: the distinct getters (many parameters read one group's lr), each scalar's getter,
+        # and the last (values, arrays) fed, reused while the values are the same numbers.
+        self.scalar_getters: list[tuple[Callable[[], Any], dt.DType]] = []
+        self.scalar_index: list[int] = []
+        self.scalar_last: tuple | None = None
+        self.out_dtypes: list[dt.DType] = []
 
 
 def _node_attrs(node: Node) -> dict:
@@ -223,6 +246,7 @@ def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated:
                 raise LoomError("loom.function: a tensor read by the trace no longer exists")
             mapping[n.id] = g.add_input(n.shape, n.dtype, name=f"ext{len(entry.externals)}")
             entry.externals.append((weakref.ref(tensor), tuple(n.shape), n.dtype))
+            entry.ext_grad.append(bool(tensor.requires_grad))
     scalar_ids = {n.id: getter for n, getter in tr.scalars}
     for n in order:
         if n.id in scalar_ids:
@@ -343,13 +367,17 @@ class Function:
         self._cache: dict[Any, _Entry] = {}
         self._arenas: ArenaPool | None = None
         self.trace_count = 0
+        # Counts of the call path, for tests and reports: calls that replayed a cached trace, and the
+        # outputs those wrote into the tensors they update (donated) or handed over as new arrays.
+        self.call_stats = {"replays": 0, "donated": 0, "written_back": 0}
 
     def _key(self, args, kwargs) -> Any:
         parts = []
-        for a in list(args) + [kwargs[k] for k in sorted(kwargs)]:
+        for a in (args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args):
             if isinstance(a, Tensor):
                 # Whether an argument already holds a .grad decides if backward accumulates into it.
-                parts.append(("T", a.dtype.name, tuple(a.shape), a.requires_grad, a._grad is not None))
+                node = a._node
+                parts.append(("T", node.dtype.name, tuple(node.shape), a.requires_grad, a._grad is not None))
             elif isinstance(a, (np.ndarray,)):
                 raise LoomError("loom.function: pass loom tensors, not NumPy arrays "
                                 "(loom.from_numpy wraps one without copying)")
@@ -371,32 +399,50 @@ class Function:
             return self.fn(*args, **kwargs)
         key = self._key(args, kwargs)
         entry = self._cache.get(key)
+        if entry is not None and not _structure_holds(entry):
+            # A module or optimizer changed what it holds (a parameter assigned, a parameter group added):
+            # one eager call creates what the new members need (optimizer state), as the warm-up did, and
+            # the next call traces.
+            del self._cache[key]
+            return self.fn(*args, **kwargs)
         if _profiler.ACTIVE is None:
-            if entry is None or not self._guard_ok(entry):
-                with _no_gc():
-                    entry = self._trace(args, kwargs)
-                    self._cache[key] = entry
-                    return self._replay(entry, args, kwargs)
-            return self._replay(entry, args, kwargs)
+            if entry is not None and self._guards_hold(entry):
+                out = self._replay(entry, args, kwargs)  # Checks the captured tensors as it reads them.
+                if out is not _STALE:
+                    return out
+            with _no_gc():
+                entry = self._trace(args, kwargs)
+                self._cache[key] = entry
+                return self._replay(entry, args, kwargs)
         name = getattr(self.fn, "__name__", "fn")
         t0 = _profiler.now_us()
-        if entry is None or not self._guard_ok(entry):
+        out = _STALE
+        if entry is not None and self._guards_hold(entry):
+            out = self._replay(entry, args, kwargs)
+        if out is _STALE:
             with _no_gc():
                 entry = self._trace(args, kwargs)
             self._cache[key] = entry
             _profiler.record(f"loom.function trace {name}", "compile", t0, _profiler.now_us())
             t0 = _profiler.now_us()
-        out = self._replay(entry, args, kwargs)
+            out = self._replay(entry, args, kwargs)
         _profiler.record(f"loom.function step {name}", "function", t0, _profiler.now_us())
         return out
 
-    def _guard_ok(self, entry: _Entry) -> bool:
+    @staticmethod
+    def _guards_hold(entry: _Entry) -> bool:
+        """The trace's Python guards (`static_value`, .grad identities) still hold."""
         for getter, value in entry.guards:
             if getter() != value:
                 return False
-        for ref, shape, dtype in entry.externals:
+        return True
+
+    def _guard_ok(self, entry: _Entry) -> bool:
+        if not (_structure_holds(entry) and self._guards_hold(entry)):
+            return False
+        for (ref, shape, dtype), rg in zip(entry.externals, entry.ext_grad):
             t = ref()
-            if t is None or tuple(t.shape) != shape or t.dtype is not dtype:
+            if t is None or tuple(t.shape) != shape or t.dtype is not dtype or t.requires_grad != rg:
                 return False
         return True
 
@@ -443,7 +489,8 @@ class Function:
         grads = [t for t, _ in tr.grads.values()]
         graph, entry = _capture(tr, arg_nodes, returned, mutated, grads)
         entry.out_spec = spec
-        entry.guards = list(tr.guards)
+        entry.guards = _distinct_guards(tr.guards)
+        entry.structures = [(weakref.ref(o), _structure.version(o)) for o in tr.structures.values()]
         entry.n_returned = len(returned)
         # A mutated argument is written back to the caller's tensor of that position.
         arg_pos = {id(p): k for k, p in enumerate(placeholders)}
@@ -492,39 +539,112 @@ class Function:
         optimized = getattr(entry.exe, "graph", None)
         entry.remat = optimized.meta.get("remat") if isinstance(optimized, Graph) else None
         entry.kernel_count = sum(1 for n in graph if n.op == "fused")
+        entry.out_dtypes = [n.dtype for n in graph.outputs]
+        _plan_scalars(entry)
+        entry.run = getattr(entry.exe, "run_checked", None)
+        if entry.run is not None:
+            _plan_donation(entry, [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)]
+                                   if isinstance(a, Tensor)])
+        donor_of = {d[3] - len(arg_nodes): d for d in entry.donors if d[3] >= len(arg_nodes)}
+        entry.ext_plan = [(ref, shape, dtype, rg) + ((donor_of[e][1], donor_of[e][0]) if e in donor_of else (-1, -1))
+                          for e, ((ref, shape, dtype), rg) in enumerate(zip(entry.externals, entry.ext_grad))]
+        entry.other_donors = [d for d in entry.donors if d[3] < len(arg_nodes)]
         self.trace_count += 1
         return entry
 
-    def _inputs(self, entry: _Entry, args, kwargs) -> tuple[list, list[np.ndarray]]:
-        """The arrays one call feeds the compiled graph: arguments, .grads, captured tensors, scalars, random."""
-        tensor_args = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(a, Tensor)]
-        arrays = [a._array() for a in tensor_args]
-        arrays += [tensor_args[k]._grad._array() for k in entry.grad_args]
-        for ref, _, _ in entry.externals:
-            arrays.append(ref()._array())
-        for getter, d in entry.scalars:
-            if d is dt.bfloat16:  # Stored form: the upper 16 bits of a float32.
-                arrays.append(dt.f32_to_bf16(np.asarray(getter(), dtype=np.float32)))
-            else:
-                arrays.append(np.asarray(getter(), dtype=d.np))
+    def _inputs(self, entry: _Entry, args, kwargs, donate: bool = False) -> tuple[list, list | None, dict]:
+        """The arrays one call feeds the compiled graph: arguments, .grads, captured tensors, scalars, random.
+
+        None instead of the arrays when a captured tensor is gone or no longer has the shape, dtype or
+        requires_grad it was traced with: the call then traces again. With `donate`, also the memory the
+        outputs may be written into (`_Entry.donors`): output position -> the tensor it updates, and under
+        -1 the `into` list for the executable. A tensor's memory is given only when nothing but the tensor
+        sees it: it owns its array (no NumPy view of it can exist without referencing it), no NumPy array,
+        other loom value or pending op holds that array or its node (reference counts say so), it is not a
+        view and has none; otherwise its update is written back as a new value, as without donation.
+        """
+        tensor_args = [a for a in (args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args)
+                       if isinstance(a, Tensor)]
+        arrays = [a._node.buffer if a._node.buffer is not None else a._array() for a in tensor_args]
+        for k in entry.grad_args:
+            arrays.append(tensor_args[k]._grad._array())
+        given: dict = {}
+        into = None
+        refcount = sys.getrefcount
+        append = arrays.append
+        for ref, shape, dtype, rg, j, p in entry.ext_plan:
+            t = ref()
+            if t is None:
+                return tensor_args, None, given
+            node = t._node
+            if node.dtype is not dtype or t.requires_grad != rg or (node.shape != shape and
+                                                                  tuple(node.shape) != shape):
+                return tensor_args, None, given
+            a = node.buffer
+            if a is None:
+                a = t._array()
+            # References to the node: t._node, `node`, getrefcount's argument; to the array: node.buffer, `a`
+            # and the argument. An array that owns its memory got it from NumPy's allocator: writable memory,
+            # whatever its flag says (read-only graph constants are referenced by their graph too).
+            elif j >= 0 and donate and a.base is None and refcount(node) == 3 and refcount(a) == 3 and \
+                    t._root is None and t._alias is None and (not t._views or not live_views(t)):
+                if into is None:
+                    into = [None] * entry.n_into
+                into[j] = a
+                given[p] = t
+            append(a)
+        if entry.scalars:
+            arrays += _scalar_arrays(entry)
         rand_impl = PRIMITIVES["rand"].impl
         for attrs in entry.rands:
             a = dict(attrs)
             a["seed"] = default_generator.next_key()
             arrays.append(rand_impl(a))
-        return tensor_args, arrays
+        if donate and entry.other_donors:
+            into = _donations(entry, tensor_args, arrays, into, given)
+        if into is not None:
+            given[-1] = into
+        return tensor_args, arrays, given
 
     def _replay(self, entry: _Entry, args, kwargs):
-        tensor_args, arrays = self._inputs(entry, args, kwargs)
-        return self._results(entry, tensor_args, entry.exe(*arrays))
+        """Run the compiled step on this call's values and give the results back (`_STALE`: trace again)."""
+        run = entry.run
+        tensor_args, arrays, given = self._inputs(entry, args, kwargs, run is not None)
+        if arrays is None:
+            return _STALE
+        self.call_stats["replays"] += 1
+        if run is None:
+            return self._results(entry, tensor_args, entry.exe(*arrays), None)
+        for a in arrays:
+            if a.__class__ is not np.ndarray:  # A NumPy scalar or array subclass: the executable's checks.
+                return self._results(entry, tensor_args, entry.exe(*arrays), None)
+        into = given.pop(-1, None)
+        # Scalars and random draws (the tail) are NumPy's own fresh arrays.
+        return self._results(entry, tensor_args, run(arrays, into, len(entry.scalars) + len(entry.rands)), given)
 
-    def _results(self, entry: _Entry, tensor_args: list, outs) -> Any:
-        values = [_buffer_tensor(o, n.dtype) for o, n in zip(outs, entry.graph.outputs)]
+    def _results(self, entry: _Entry, tensor_args: list, outs, given: dict | None) -> Any:
+        """Write the outputs back (updated tensors, .grads) and build the returned structure.
+
+        `given`: output position -> the tensor whose memory the call was asked to write it into; where the
+        output is that memory, the tensor already holds its new value.
+        """
+        dtypes = entry.out_dtypes
         k = entry.n_returned
+        if given:
+            # The native program writes every output it was given memory for, or (when the executor's own
+            # loop served the call) none: one output tells.
+            p = next(iter(given))
+            if outs[p] is not given[p]._node.buffer:
+                given = None
+        donated = 0
         for kind, ref in entry.mutated:
             t = tensor_args[ref] if kind == "arg" else ref()
             if t is not None:
-                _write_back(t, values[k])
+                if given and k in given:
+                    t._vc.value += 1  # It holds its new value already.
+                    donated += 1
+                else:
+                    _write_back(t, _buffer_tensor(outs[k], dtypes[k]))
             k += 1
         for (kind, ref), prev_ref, has in entry.grads:
             t = tensor_args[ref] if kind == "arg" else ref()
@@ -534,15 +654,21 @@ class Function:
             if has:
                 # Write into the gradient tensor the call started from, so it stays the same object.
                 target = t._grad if kind == "arg" else (prev_ref() if prev_ref is not None else None)
-                if target is None:
-                    target = values[k]
+                if given and k in given and given[k] is target:
+                    target._vc.value += 1
+                    donated += 1
+                elif target is None:
+                    target = _buffer_tensor(outs[k], dtypes[k])
                 else:
-                    _write_back(target, values[k])
+                    _write_back(target, _buffer_tensor(outs[k], dtypes[k]))
                 t._grad = target
                 k += 1
             else:
                 t._grad = None
-        return _unflatten(entry.out_spec, values[:entry.n_returned])
+        stats = self.call_stats
+        stats["donated"] += donated
+        stats["written_back"] += k - entry.n_returned - donated
+        return _unflatten(entry.out_spec, [_buffer_tensor(outs[j], dtypes[j]) for j in range(entry.n_returned)])
 
     def map(self, items: Any):
         """Call the function once per item (a tuple of arguments), streaming the calls through the runtime.
@@ -576,6 +702,7 @@ class Function:
                 entry = self._cache.get(key)
             if entry is not None and self._guard_ok(entry):
                 break
+            entry = None
             yield self(*args)
         else:
             return
@@ -584,19 +711,26 @@ class Function:
                             "its calls cannot overlap; call it in a loop")
         map_fn = getattr(entry.exe, "map", None)
 
+        def arrays_of(a):
+            arrays = self._inputs(entry, a, {})[1]
+            if arrays is None:
+                raise LoomError("loom.function.map: a tensor the function reads changed its shape, dtype or "
+                                "requires_grad (or was freed) during the map; call the function per item instead")
+            return arrays
+
         def feeds():
-            yield self._inputs(entry, args, {})[1]
+            yield arrays_of(args)
             for nxt in it:
                 a = tuple(nxt) if isinstance(nxt, (tuple, list)) else (nxt,)
                 if self._key(a, {}) != key:
                     raise LoomError("loom.function.map: every item must have the same signature (shapes, dtypes, "
                                     "requires_grad) as the first; call the function per item instead")
                 self._calls += 1
-                yield self._inputs(entry, a, {})[1]
+                yield arrays_of(a)
         self._calls += 1
         outs = map_fn(feeds()) if map_fn is not None else (entry.exe(*arrays) for arrays in feeds())
         for out in outs:
-            yield self._results(entry, [], out)
+            yield self._results(entry, [], out, None)
 
     def close(self) -> None:
         """Stop the actors of every compiled specialisation (``runtime="actors"``); later calls restart them."""
@@ -614,6 +748,165 @@ class Function:
     def memory_reports(self) -> list:
         """One `loom.compiler.remat.RematReport` per specialisation compiled under `memory_budget`."""
         return [e.remat for e in self._cache.values() if e.remat is not None]
+
+
+_STALE = object()  # A replay found a captured tensor changed: the call traces again.
+
+
+def _structure_holds(entry: _Entry) -> bool:
+    """The modules and optimizers the trace went through hold the same members (`loom._structure`)."""
+    stamp = _structure.latest
+    if entry.structure_seen == stamp:  # Nothing anywhere changed since they last held.
+        return True
+    for ref, version in entry.structures:
+        obj = ref()
+        # A container that is gone (a module made inside the step) cannot be changed any more.
+        if obj is not None and obj.__dict__.get("_loom_structure", 0) != version:
+            return False
+    entry.structure_seen = stamp
+    return True
+_IMMUTABLE = (float, int, bool)
+
+
+def _distinct_guards(guards: list) -> list:
+    """The trace's guards without repeats: one getter per (code, closure values), such as the flag of one
+    parameter group that every parameter's update read."""
+    out, seen = [], set()
+    for getter, value in guards:
+        key = _getter_key(getter, type(value), value)
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append((getter, value))
+    return out
+
+
+def _plan_donation(entry: _Entry, tensor_args: list) -> None:
+    """Which outputs may be written into the memory of the tensor they update (`_Entry.donors`).
+
+    The candidates are the updated tensors (parameters, optimizer state, mutated arguments) and the
+    .grads a step writes; the executable says which of them it can write in place without changing a
+    result (`NativeProgram.donatable`). Each call then checks that nothing else sees that memory
+    (`_donations`).
+    """
+    n_t, n_g = len(tensor_args), len(entry.grad_args)
+    where: dict[int, int | None] = {}  # id(tensor) -> its input index (None: fed more than once)
+    for k, t in enumerate(tensor_args):
+        where[id(t)] = None if id(t) in where else k
+    for j, k in enumerate(entry.grad_args):
+        g = tensor_args[k]._grad
+        where[id(g)] = None if id(g) in where else n_t + j
+    for e, (ref, _, _) in enumerate(entry.externals):
+        t = ref()
+        if t is not None:
+            where[id(t)] = None if id(t) in where else n_t + n_g + e
+    found = []  # (output position, how to find the tensor, input index)
+    p = entry.n_returned
+    for kind, ref in entry.mutated:
+        t = tensor_args[ref] if kind == "arg" else ref()
+        found.append((p, ("arg", ref) if kind == "arg" else ("ref", ref), where.get(id(t), -1)))
+        p += 1
+    for (kind, ref), prev_ref, has in entry.grads:
+        if not has:
+            continue
+        if kind == "arg":
+            g = tensor_args[ref]._grad
+            if g is not None:
+                found.append((p, ("grad", ref), where.get(id(g), -1)))
+        elif prev_ref is not None and prev_ref() is not None:
+            found.append((p, ("ref", prev_ref), where.get(id(prev_ref()), -1)))
+        p += 1
+    found = [f for f in found if f[2] is not None]
+    allowed = entry.exe.donatable([(p, i) for p, _, i in found])
+    outs = entry.graph.outputs
+    entry.donors = [(p, allowed[p], how, i, tuple(outs[p].shape), outs[p].dtype.np)
+                    for p, how, i in found if p in allowed]
+    entry.n_into = max(allowed.values()) + 1 if allowed else 0
+
+
+def _donations(entry: _Entry, tensor_args: list, arrays: list, into: list | None, given: dict) -> list | None:
+    """`Function._inputs`'s donation checks for the donors that are not externals' new values (.grads,
+    mutated arguments); returns `into`, filled in further (`given` too)."""
+    refcount = sys.getrefcount
+    for p, j, (kind, ref), i, shape, npd in entry.other_donors:
+        if kind == "arg":
+            t = tensor_args[ref]
+        elif kind == "grad":
+            t = tensor_args[ref]._grad
+        else:
+            t = ref()
+        if t is None or t._alias is not None or t._root is not None or (t._views and live_views(t)):
+            continue
+        node = t._node
+        a = node.buffer
+        # References to the node: t._node, `node`, getrefcount's argument.
+        if a is None or a.base is not None or refcount(node) != 3:
+            continue
+        if i >= 0:
+            # To the array: node.buffer, `arrays`, `a`, getrefcount's argument.
+            if arrays[i] is not a or refcount(a) != 4:
+                continue
+        else:  # Not an input, so the program does not check it: a C-contiguous array of the output's own kind.
+            if refcount(a) != 3 or a.__class__ is not np.ndarray or a.shape != shape or \
+                    (a.dtype is not npd and a.dtype != npd):
+                continue
+            f = a.flags
+            if not (f.c_contiguous and f.aligned):
+                continue
+        if into is None:
+            into = [None] * entry.n_into
+        into[j] = a
+        given[p] = t
+    return into
+
+
+def _getter_key(getter: Callable, *extra) -> tuple | None:
+    """What decides a getter's value: its code and the objects it closes over (None: not a plain function)."""
+    code = getattr(getter, "__code__", None)
+    if code is None:
+        return None
+    try:
+        key = (code, tuple(id(c.cell_contents) for c in getter.__closure__ or ()), getter.__defaults__) + extra
+        hash(key)
+    except (TypeError, ValueError, AttributeError):  # Unhashable values, empty cells.
+        return None
+    return key
+
+
+def _plan_scalars(entry: _Entry) -> None:
+    """One getter per distinct runtime scalar (`_Entry.scalar_getters`)."""
+    seen: dict = {}
+    entry.scalar_getters, entry.scalar_index = [], []
+    for getter, d in entry.scalars:
+        key = _getter_key(getter, d)
+        k = seen.get(key) if key is not None else None
+        if k is None:
+            k = len(entry.scalar_getters)
+            entry.scalar_getters.append((getter, d))
+            if key is not None:
+                seen[key] = k
+        entry.scalar_index.append(k)
+    entry.scalar_last = None
+
+
+def _scalar_arrays(entry: _Entry) -> list:
+    """The runtime scalars' arrays for this call, in input order: the last call's while every getter gives the
+    very same number (an immutable Python number: the same object is the same value)."""
+    values = [g() for g, _ in entry.scalar_getters]
+    last = entry.scalar_last
+    if last is not None and all(map(operator.is_, values, last[0])):
+        return last[1]
+    made = []
+    for v, (_, d) in zip(values, entry.scalar_getters):
+        if d is dt.bfloat16:  # Stored form: the upper 16 bits of a float32.
+            made.append(dt.f32_to_bf16(np.asarray(v, dtype=np.float32)))
+        else:
+            made.append(np.asarray(v, dtype=d.np))
+    arrays = [made[k] for k in entry.scalar_index]
+    if all(type(v) in _IMMUTABLE for v in values):
+        entry.scalar_last = (values, arrays)  # One tuple: a concurrent call sees the old pair or the new one.
+    return arrays
 
 
 def _grad_identity(ref, grad) -> Callable[[], bool]:
@@ -662,7 +955,14 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     runs it; later calls with the same input signature (dtypes, shapes,
     requires_grad, and the values of non-tensor arguments) only replay it.
     Parameters, optimizer state and `.grad` attributes that `fn` updates are
-    written back, so eager code sees them.
+    written back, so eager code sees them: with the native runtime, straight
+    into their own memory (no copy, no new array) whenever nothing else can
+    see that memory (no NumPy array or view of it, no alias, no pending op
+    reading the old value); otherwise as new values. A tensor the function
+    reads that is replaced, freed, or changes shape, dtype or requires_grad,
+    and a module or optimizer that gains or swaps parameters (assignment,
+    ``add_param_group``, ``load_state_dict``), make the next call trace again
+    (after the latter, one eager call first, as the warm-up did).
 
     Python control flow is traced by value: an `if` on a Python number is fixed
     at trace time (a different value is a different signature and retraces),

@@ -6,6 +6,8 @@ import itertools
 from collections import OrderedDict, namedtuple
 from typing import Any, Callable, Iterator, TypeVar
 
+from loom import _structure
+from loom.runtime import realize as _realize
 from loom import dtypes as dt
 from loom.autograd.grad_mode import no_grad
 from loom.errors import DeviceError, LoomError, fmt_shape
@@ -119,6 +121,7 @@ class Module:
             raise TypeError(f"loom.nn.Module.register_parameter: cannot assign '{_typename(param)}' object "
                             f"to parameter '{name}' (loom.nn.Parameter or None required)")
         self._parameters[name] = param
+        _structure.changed(self)
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
         """Add a buffer: state that is not a parameter (e.g. BatchNorm's running mean).
@@ -134,6 +137,7 @@ class Module:
             raise TypeError(f"loom.nn.Module.register_buffer: cannot assign '{_typename(tensor)}' object "
                             f"to buffer '{name}' (loom.Tensor or None required)")
         self._buffers[name] = tensor
+        _structure.changed(self)
         if persistent:
             self._non_persistent_buffers_set.discard(name)
         else:
@@ -147,6 +151,7 @@ class Module:
         if hasattr(self, name) and name not in self._modules:
             raise KeyError(f"loom.nn.Module.add_module: attribute '{name}' already exists")
         self._modules[name] = module
+        _structure.changed(self)
 
     def register_module(self, name: str, module: Module | None) -> None:
         """Alias of `add_module`."""
@@ -180,11 +185,13 @@ class Module:
                 raise AttributeError("loom.nn.Module: cannot assign module before Module.__init__() call")
             remove_from(d, params, d.get("_buffers"), d.get("_non_persistent_buffers_set"))
             modules[name] = value
+            _structure.changed(self)
         elif d.get("_modules") is not None and name in d["_modules"]:
             if value is not None:
                 raise TypeError(f"loom.nn.Module: cannot assign '{_typename(value)}' as child module "
                                 f"'{name}' (loom.nn.Module or None expected)")
             d["_modules"][name] = value
+            _structure.changed(self)
         elif isinstance(value, Buffer) or (d.get("_buffers") is not None and name in d["_buffers"]):
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"loom.nn.Module: cannot assign '{_typename(value)}' as buffer '{name}' "
@@ -216,6 +223,8 @@ class Module:
             del self._modules[name]
         else:
             object.__delattr__(self, name)
+            return
+        _structure.changed(self)
 
     def __dir__(self):
         keys = set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules)
@@ -808,6 +817,8 @@ class Module:
         return flat[0]
 
     def _call_impl(self, *args, **kwargs):
+        if _realize.active_trace is not None:
+            _structure.note(self)  # A traced step holds while this module's parameters stay the same.
         if self.__dict__.get("_backward_hooks") or self.__dict__.get("_backward_pre_hooks"):
             from loom.autograd.grad_mode import is_grad_enabled
             if is_grad_enabled():

@@ -8,6 +8,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from loom import _api as loom
+from loom import _structure
 from loom.errors import LoomError
 from loom.optim import foreach
 from loom.tensor import Tensor
@@ -79,8 +80,10 @@ class Optimizer:
         for k, v in group.items():
             full.setdefault(k, v)
         self.param_groups.append(full)
+        _structure.changed(self)  # A traced step that updated the old groups traces again.
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        _structure.note(self)
         for g in self.param_groups:
             for p in g["params"]:
                 if p.grad is None:
@@ -120,6 +123,7 @@ class Optimizer:
         loom.realize(*pending)
 
     def step(self, closure=None):
+        _structure.note(self)
         loss = None
         if closure is not None:
             with loom.enable_grad():
@@ -221,6 +225,7 @@ class Optimizer:
         for idx, p in params:
             by_index[int(idx)] = p
         self.state = collections.defaultdict(dict)
+        _structure.changed(self)  # New state tensors: a traced step that read the old ones traces again.
         for idx, st in state_dict["state"].items():
             p = by_index[int(idx)]
             restored = {}

@@ -279,9 +279,21 @@ class Executable:
         return arrays
 
     def __call__(self, *values) -> tuple[np.ndarray, ...]:
-        arrays = self.check_inputs(values)
+        return self.run_checked(self.check_inputs(values))
+
+    def donatable(self, pairs: list[tuple[int, int]]) -> dict[int, int]:
+        """Outputs that `run_checked` may write into memory the caller gives (`NativeProgram.donatable`);
+        none without a native program."""
+        return self._native.donatable(pairs) if self._native is not None else {}
+
+    def run_checked(self, arrays: list[np.ndarray], into: list | None = None,
+                    fresh: int = 0) -> tuple[np.ndarray, ...]:
+        """A call on arrays that already match the inputs (as `check_inputs` gives them): a traced function's
+        replay, which checked them itself. `into`: memory for outputs `donatable` allowed; the native program
+        writes there (the executor's own loop, when it serves instead, gives fresh arrays). The last `fresh`
+        arrays are C-contiguous and aligned, made by NumPy for this call."""
         if self._native is not None:
-            native_results = self._native(arrays)
+            native_results = self._native(arrays, into, fresh)
             if native_results is not None:
                 return native_results
         env: list[Any] = [None] * self._n_slots

@@ -254,12 +254,13 @@ def _arena_buffer(nbytes: int) -> np.ndarray:
 class _Ctx:
     """What one concurrent call owns: an arena, its views, and the driver's control block."""
 
-    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes")
+    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes", "objects")
 
     def __init__(self, nbytes: int, buffer: np.ndarray | None = None):
         self.nbytes = nbytes
         self.ctl = np.zeros(8, np.int64)
         self.ctl_ptr = 0
+        self.objects = False  # Whether kernels read data pointers straight from the objects (fixed offsets).
         self.buffer: Any = None
         self.bind(buffer if buffer is not None else _arena_buffer(max(nbytes, 1) + _ALIGN))
 
@@ -291,6 +292,9 @@ class ArenaPool:
         """A buffer for an arena of `nbytes`: `prefer` (the one the caller used last) when it is free."""
         need = max(nbytes, 1) + _ALIGN
         with self._lock:
+            free = self._free
+            if free and free[-1] is prefer and prefer.nbytes >= need:  # The usual case: the one just given back.
+                return free.pop()
             if prefer is not None:
                 for k, b in enumerate(self._free):
                     if b is prefer and b.nbytes >= need:
@@ -498,6 +502,10 @@ class NativeProgram:
         self._tools = exe.tools
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
+        self._donated: list[int] = []  # Outputs a call may be given memory for (`donatable`); the others:
+        self._kept = list(range(len(self._out_specs)))
+        # Where each result is in a call's objects, when every one is an output array of its own.
+        self._result_objs = [j for _, j in self._results] if all(j >= 0 for _, j in self._results) else None
         self._epilogue = exe.tools.gemm_epilogue() if self._blas is not None else None
         self._pairs = self._epilogue_pairs(readers, index) if self._epilogue is not None else {}
         self._spmm = self._spmm_triples(readers)
@@ -567,6 +575,73 @@ class NativeProgram:
         if len(loc.shape) < 2 or any(s % isz for s in loc.strides[-2:]):
             return False
         return _blas_operand(loc.shape[-2], loc.shape[-1], loc.strides[-2] // isz, loc.strides[-1] // isz) is not None
+
+    # ------------------------------------------------------------ donation
+    def donatable(self, pairs: list[tuple[int, int]]) -> dict[int, int]:
+        """Which outputs a call may write straight into memory the caller gives (`__call__`'s `into`).
+
+        `pairs` holds (output position, input index or -1): the caller would hand output p the array of
+        input i (a parameter's new value written over its old one), or, with -1, an array the program does
+        not read (a ``.grad`` from the last step). Returns output position -> index in `into` for the pairs
+        where that gives the same results: the output has one writer, and every step reading the input
+        (through views too) runs before that writer, which reads it, if at all, element for element in a
+        fused kernel. Outputs given out this way are no longer recycled (the caller owns their memory).
+        """
+        steps, locs, nin = self._steps, self._locs, self._nin
+        pos = list(range(len(steps)))  # Where each step's reads happen in the walk.
+        for k, k2 in self._pairs.items():
+            pos[k2] = k  # An epilogue kernel runs on the row blocks of its GEMM.
+        chained = set()
+        for kg, (km, ks) in self._spmm.items():
+            pos[kg] = pos[km] = ks
+            chained.update((kg, km, ks))
+        out_slots = [s for s, _ in self._results]
+        # A step that may stop the call with an error (an index or value check, an integer division, a step
+        # left to Python) must run before any memory is overwritten: a failed call leaves the tensors as
+        # they were, with or without donation.
+        last_fallible = max((pos[k] for k, st in enumerate(steps) if st.out not in self._virtual and
+                             _may_fail(st.node)), default=-1)
+        found: dict[int, int] = {}
+        for p, i in pairs:
+            s = out_slots[p]
+            j = self._out_base.get(s)
+            if j is None or out_slots.count(s) != 1 or not -1 <= i < nin:
+                continue
+            writers = [k for k, st in enumerate(steps) if st.out not in self._virtual and locs[st.out].base == j]
+            if len(writers) != 1 or writers[0] in chained:
+                continue
+            w = writers[0]
+            if pos[w] <= last_fallible or (i >= 0 and not self._reads_before(w, i, pos, out_slots)):
+                continue
+            found[p] = j - 1 - nin
+        with self._lock:
+            for idx in found.values():
+                self._held[idx] = None
+            self._donated = sorted(set(self._donated) | set(found.values()))
+            self._kept = [j for j in range(len(self._out_specs)) if j not in self._donated]
+        return found
+
+    def _reads_before(self, w: int, i: int, pos: list[int], out_slots: list[int]) -> bool:
+        """Whether input `i` is read only before step `w` runs, or by `w` itself element for element."""
+        steps = self._steps
+        for k, st in enumerate(steps):
+            if st.out in self._virtual:
+                continue
+            roots = [self._root(a) for a in st.args]
+            if i not in roots:
+                continue
+            if k == w:
+                # The kernel reads the input itself where it writes (the driver's kernels check that the
+                # element-for-element read holds and refuse the call otherwise); an integer division could
+                # stop it half done, and Python would rerun it on the half-written input.
+                body = st.node.attrs.get("body") if st.node.op == "fused" else None
+                if body is None or any(a != i for a, r in zip(st.args, roots) if r == i) or \
+                        any(m.op in ("div", "floordiv", "mod") and not m.dtype.is_floating_point for m in body):
+                    return False
+            elif pos[k] >= pos[w]:
+                return False
+        # An output that is the input itself (or a view of it) is read after the walk.
+        return not any(self._out_base.get(s) is None and self._root(s) == i for s in out_slots)
 
     # ------------------------------------------------------------ describing
     def segments(self) -> int:
@@ -1097,6 +1172,7 @@ class NativeProgram:
         ctl[4] = threads.blas_par_min()
         ctl[6] = self._blas.now.ctypes.data if self._blas is not None else 0
         ctx.ctl_ptr = ctl.ctypes.data
+        ctx.objects = bool(ctl[0] or ctl[1])
         return ctx
 
     def _prepare(self, objs, ctx: _Ctx) -> tuple | None:
@@ -1116,12 +1192,16 @@ class NativeProgram:
                 self._fast = current
         return current
 
-    def __call__(self, arrays: list[np.ndarray]) -> tuple[np.ndarray, ...] | None:
-        for a in arrays:
+    def __call__(self, arrays: list[np.ndarray], into: list | None = None,
+                 fresh: int = 0) -> tuple[np.ndarray, ...] | None:
+        """Run one call on `arrays`; `into` (per output, as `donatable` numbered them: an array or None) gives
+        memory some outputs are written into instead of fresh arrays. The last `fresh` arrays are the caller's
+        own C-contiguous, aligned ones (made by NumPy for this call): not checked again."""
+        for a in (arrays[:len(arrays) - fresh] if fresh else arrays):
             f = a.flags
             if not (f.c_contiguous and f.aligned):
                 return None
-        outs = self._outputs()
+        outs = self._outputs(into)
         ctxs = self._ctxs
         pool = self._pool
         try:
@@ -1144,38 +1224,50 @@ class NativeProgram:
             else:
                 for step in table[2]:
                     self._run_python(step, objs, ctx)
+            if self._result_objs is not None:
+                return tuple(map(objs.__getitem__, self._result_objs))
             return tuple([objs[j] if j >= 0 else np.array(self._value(s, objs, ctx)) for s, j in self._results])
         finally:
             if pool is not None:
                 pool.give(ctx.buffer)  # The context stays bound to it: the next call takes it back if it is free.
             ctxs.append(ctx)
 
-    def _outputs(self) -> list[np.ndarray]:
+    def _outputs(self, into: list | None = None) -> list[np.ndarray]:
         """Fresh output arrays, recycling large ones that only this program still references.
 
         A large new array comes from mmap and costs a page fault per 4 KiB on first touch (hundreds per
         training step); an output whose caller has dropped it (a parameter's value two steps ago) is
         unreachable from outside, and every output step writes all of its elements.
         """
-        outs = []
         held = self._held
+        specs = self._out_specs
+        if into is not None:  # Donated memory where given (`donatable` checked that this is safe).
+            outs = list(into) + [None] * (len(specs) - len(into))
+            for j in self._donated:
+                if outs[j] is None:
+                    outs[j] = np.empty(*specs[j])
+            todo = self._kept
+        else:
+            outs = [None] * len(specs)
+            todo = range(len(specs))
         with self._lock:
-            for j, (shape, d) in enumerate(self._out_specs):
+            for j in todo:
+                shape, d = specs[j]
                 pool = held[j]
                 if pool is None:
-                    outs.append(np.empty(shape, d))
+                    outs[j] = np.empty(shape, d)
                     continue
                 for a in pool:
                     # References: the pool, the loop variable and getrefcount's argument.
                     if sys.getrefcount(a) == 3:
-                        outs.append(a)
+                        outs[j] = a
                         break
                 else:
                     a = np.empty(shape, d)
                     if len(pool) >= _RECYCLE_DEPTH:
                         pool.pop(0)
                     pool.append(a)
-                    outs.append(a)
+                    outs[j] = a
         return outs
 
     def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
@@ -1183,7 +1275,7 @@ class NativeProgram:
         n = len(steps)
         ctl = ctx.ctl
         ctl[3] = threads.get_num_threads()
-        if ctl[0] or ctl[1]:
+        if ctx.objects:
             call, arg = driver.run_objects, objs
         else:  # No fixed struct offsets: a table of pointers to data-pointer cells.
             cells = np.array([_ptr(o) for o in objs], np.uintp)
@@ -1221,6 +1313,16 @@ def _profiled(call, n: int):
         _profiler.record(f"native steps {start}-{min(k, n) - 1}", "native", t0, _profiler.now_us(), steps=k - start)
         return k
     return run
+
+
+def _may_fail(node: Node) -> bool:
+    """Whether a step can end a call with an error: index and value checks, integer division in a kernel, and
+    ops that run from Python (not a kernel, GEMM, free view or library kernel)."""
+    op = node.op
+    if op == "fused":
+        return any(m.op in ("div", "floordiv", "mod") and not m.dtype.is_floating_point
+                   for m in node.attrs["body"])
+    return op not in ("matmul",) and op not in _VIEW_OPS and op not in LIBRARY_OPS
 
 
 def _permuted(loc: _Loc, perm: tuple, gemm: bool) -> _Loc | None:
