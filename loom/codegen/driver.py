@@ -42,6 +42,7 @@ from . import build, driver_index, gemm, trust
 log = logging.getLogger("loom.codegen")
 
 SOURCE = r"""
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -71,36 +72,94 @@ static void loom_copy(int64_t nd, int64_t isz, const int64_t *d, char *src, char
 }
 
 static void loom_blas_threads(const int64_t *prog, int64_t *ctl, int64_t macs) {
-  int64_t want = macs >= ctl[CTL_BLAS_MIN] ? ctl[CTL_THREADS] : 1;
+  /* The BLAS library computes on the calling thread alone: large products are split across loom's own team
+     (`loom_gemm`), so no second thread pool spins on the cores (`loom.runtime.threads`). */
+  (void)macs;
   int64_t *now = (int64_t *)ctl[CTL_BLAS_NOW];
-  if (want < 1) want = 1;
-  if (__atomic_load_n(now, __ATOMIC_RELAXED) != want) {
-    ((setnt_t)prog[3])((int)want);
-    __atomic_store_n(now, want, __ATOMIC_RELAXED);
+  if (now == 0) return;
+  if (__atomic_load_n(now, __ATOMIC_RELAXED) != 1) {
+    ((setnt_t)prog[3])(1);
+    __atomic_store_n(now, 1, __ATOMIC_RELAXED);
   }
 }
 
+static int64_t loom_gemm_team;  /* Threads of the last GEMM record's split (1: not split), for loom_last_gemm_team. */
+
+int64_t loom_last_gemm_team(void) { return __atomic_load_n(&loom_gemm_team, __ATOMIC_RELAXED); }
+
+static void loom_gemm_call(const int64_t *prog, int dbl, int ta, int tb, int32_t M, int32_t N, int32_t K,
+                           int32_t lda, int32_t ldb, int32_t ldc, const char *A, const char *B, char *C) {
+  if (M <= 0 || N <= 0) return;
+  if (dbl)
+    ((dgemm_t)prog[2])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0, (const double *)A, lda,
+                       (const double *)B, ldb, 0.0, (double *)C, ldc);
+  else
+    ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, (const float *)A, lda,
+                       (const float *)B, ldb, 0.0f, (float *)C, ldc);
+}
+
+/* Byte offsets of batch item `b` in A, B and C. */
+static void loom_batch_offsets(const int64_t *bd, int64_t nbd, int64_t b, int64_t *oa, int64_t *ob, int64_t *oc) {
+  int64_t rest = b;
+  *oa = *ob = *oc = 0;
+  for (int64_t j = nbd - 1; j >= 0; j--) {
+    int64_t i = rest % bd[4 * j]; rest /= bd[4 * j];
+    *oa += i * bd[4 * j + 1]; *ob += i * bd[4 * j + 2]; *oc += i * bd[4 * j + 3];
+  }
+}
+
+/* A product of at least CTL_BLAS_MIN multiply-adds runs on loom's team: batch items across the threads when
+   there are enough of them, else each item's rows of C (columns when C is wider than tall) in pieces of whole
+   16-row (column) tiles, each piece one single-threaded BLAS call. Every element of C is computed by the same
+   micro-kernel over the same K order as in one whole call, so the result does not depend on the count. */
 static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
   int dbl = (int)r[1], ta = (int)r[2], tb = (int)r[3];
   int32_t M = (int32_t)r[4], N = (int32_t)r[5], K = (int32_t)r[6];
   int32_t lda = (int32_t)r[7], ldb = (int32_t)r[8], ldc = (int32_t)r[9];
   char *A = base[r[10]] + r[11], *B = base[r[12]] + r[13], *C = base[r[14]] + r[15];
-  int64_t nbd = r[16], macs = r[17], nb = 1;
+  int64_t nbd = r[16], macs = r[17], nb = 1, isz = dbl ? 8 : 4;
   const int64_t *bd = r + 18;
   for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
   loom_blas_threads(prog, ctl, macs);
-  for (int64_t b = 0; b < nb; b++) {
-    int64_t rest = b, oa = 0, ob = 0, oc = 0;
-    for (int64_t j = nbd - 1; j >= 0; j--) {
-      int64_t i = rest % bd[4 * j]; rest /= bd[4 * j];
-      oa += i * bd[4 * j + 1]; ob += i * bd[4 * j + 2]; oc += i * bd[4 * j + 3];
+  int rows = M >= N;
+  int64_t tiles = ((rows ? M : N) + 15) / 16;
+  int64_t nt = macs >= ctl[CTL_BLAS_MIN] ? ctl[CTL_THREADS] : 1;
+  const int64_t most = nb > tiles ? nb : tiles;  /* Pieces there are to share out. */
+  if (nt > most) nt = most;
+  if (nt < 1) nt = 1;
+  __atomic_store_n(&loom_gemm_team, nt, __ATOMIC_RELAXED);
+  if (nt == 1) {
+    for (int64_t b = 0; b < nb; b++) {
+      int64_t oa, ob, oc;
+      loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
+      loom_gemm_call(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc);
     }
-    if (dbl)
-      ((dgemm_t)prog[2])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0, (const double *)(A + oa), lda,
-                         (const double *)(B + ob), ldb, 0.0, (double *)(C + oc), ldc);
-    else
-      ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, (const float *)(A + oa), lda,
-                         (const float *)(B + ob), ldb, 0.0f, (float *)(C + oc), ldc);
+    return;
+  }
+  if (nb >= nt) {
+    #pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+      int64_t oa, ob, oc;
+      loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
+      loom_gemm_call(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc);
+    }
+    return;
+  }
+  #pragma omp parallel num_threads(nt)
+  {
+    const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+    const int64_t lo = tiles * t / n * 16, hi0 = tiles * (t + 1) / n * 16;
+    const int64_t hi = hi0 < (rows ? M : N) ? hi0 : (rows ? M : N);
+    for (int64_t b = 0; b < nb && lo < hi; b++) {
+      int64_t oa, ob, oc;
+      loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
+      if (rows)
+        loom_gemm_call(prog, dbl, ta, tb, (int32_t)(hi - lo), N, K, lda, ldb, ldc,
+                       A + oa + lo * (ta ? 1 : lda) * isz, B + ob, C + oc + lo * ldc * isz);
+      else
+        loom_gemm_call(prog, dbl, ta, tb, M, (int32_t)(hi - lo), K, lda, ldb, ldc,
+                       A + oa, B + ob + lo * (tb ? ldb : 1) * isz, C + oc + lo * isz);
+    }
   }
 }
 
