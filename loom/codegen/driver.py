@@ -87,6 +87,27 @@ static int64_t loom_gemm_team;  /* Threads of the last GEMM record's split (1: n
 
 int64_t loom_last_gemm_team(void) { return __atomic_load_n(&loom_gemm_team, __ATOMIC_RELAXED); }
 
+/* Multiply-adds each thread of a split GEMM gets at least: far above OpenBLAS's small-matrix path (M*N*K up to
+   10^6), so every piece runs the same kernels as the whole product would. */
+#define LOOM_GEMM_PIECE_MIN (1 << 21)
+
+/* Threads a product of `macs` multiply-adds over `nb` batch items runs on: loom's count from CTL_BLAS_MIN
+   multiply-adds on. With fewer items than threads each item is cut into pieces: no more than its `tiles`
+   16-row (column) tiles, nor pieces of less than LOOM_GEMM_PIECE_MIN. */
+static int64_t loom_gemm_threads(const int64_t *ctl, int64_t macs, int64_t nb, int64_t tiles) {
+  int64_t nt = macs >= ctl[CTL_BLAS_MIN] ? ctl[CTL_THREADS] : 1;
+  if (nb < 1) nb = 1;
+  if (nt > nb) {
+    int64_t cut = macs / nb / LOOM_GEMM_PIECE_MIN;
+    if (cut > nt) cut = nt;
+    if (cut > tiles) cut = tiles;
+    nt = cut > nb ? cut : nb;
+  }
+  if (nt < 1) nt = 1;
+  __atomic_store_n(&loom_gemm_team, nt, __ATOMIC_RELAXED);
+  return nt;
+}
+
 static void loom_gemm_call(const int64_t *prog, int dbl, int ta, int tb, int32_t M, int32_t N, int32_t K,
                            int32_t lda, int32_t ldb, int32_t ldc, const char *A, const char *B, char *C) {
   if (M <= 0 || N <= 0) return;
@@ -96,6 +117,24 @@ static void loom_gemm_call(const int64_t *prog, int dbl, int ta, int tb, int32_t
   else
     ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, (const float *)A, lda,
                        (const float *)B, ldb, 0.0f, (float *)C, ldc);
+}
+
+/* Thread t of n's share of one product: its whole 16-row tiles of C (16-column tiles when C is wider than
+   tall), one single-threaded BLAS call. Each element of C is computed by the same micro-kernel over the same
+   K order as in one whole call (tiles start where they would), so the result does not depend on n. */
+static void loom_gemm_part(const int64_t *prog, int dbl, int ta, int tb, int32_t M, int32_t N, int32_t K,
+                           int32_t lda, int32_t ldb, int32_t ldc, const char *A, const char *B, char *C,
+                           int64_t t, int64_t n) {
+  const int rows = M >= N;
+  const int64_t len = rows ? M : N, tiles = (len + 15) / 16, isz = dbl ? 8 : 4;
+  const int64_t lo = tiles * t / n * 16, hi0 = tiles * (t + 1) / n * 16, hi = hi0 < len ? hi0 : len;
+  if (lo >= hi) return;
+  if (rows)
+    loom_gemm_call(prog, dbl, ta, tb, (int32_t)(hi - lo), N, K, lda, ldb, ldc, A + lo * (ta ? 1 : lda) * isz, B,
+                   C + lo * ldc * isz);
+  else
+    loom_gemm_call(prog, dbl, ta, tb, M, (int32_t)(hi - lo), K, lda, ldb, ldc, A, B + lo * (tb ? ldb : 1) * isz,
+                   C + lo * isz);
 }
 
 /* Byte offsets of batch item `b` in A, B and C. */
@@ -108,36 +147,20 @@ static void loom_batch_offsets(const int64_t *bd, int64_t nbd, int64_t b, int64_
   }
 }
 
-/* A product of at least CTL_BLAS_MIN multiply-adds runs on loom's team: batch items across the threads when
-   there are enough of them, else each item's rows of C (columns when C is wider than tall) in pieces of whole
-   16-row (column) tiles, each piece one single-threaded BLAS call. Every element of C is computed by the same
-   micro-kernel over the same K order as in one whole call, so the result does not depend on the count. */
+/* A large product runs on loom's team (`loom_gemm_threads`): batch items across the threads when there are
+   enough of them, else every item cut into one piece per thread (`loom_gemm_part`). */
 static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
   int dbl = (int)r[1], ta = (int)r[2], tb = (int)r[3];
   int32_t M = (int32_t)r[4], N = (int32_t)r[5], K = (int32_t)r[6];
   int32_t lda = (int32_t)r[7], ldb = (int32_t)r[8], ldc = (int32_t)r[9];
   char *A = base[r[10]] + r[11], *B = base[r[12]] + r[13], *C = base[r[14]] + r[15];
-  int64_t nbd = r[16], macs = r[17], nb = 1, isz = dbl ? 8 : 4;
+  int64_t nbd = r[16], macs = r[17], nb = 1;
   const int64_t *bd = r + 18;
   for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
   loom_blas_threads(prog, ctl, macs);
-  int rows = M >= N;
-  int64_t tiles = ((rows ? M : N) + 15) / 16;
-  int64_t nt = macs >= ctl[CTL_BLAS_MIN] ? ctl[CTL_THREADS] : 1;
-  const int64_t most = nb > tiles ? nb : tiles;  /* Pieces there are to share out. */
-  if (nt > most) nt = most;
-  if (nt < 1) nt = 1;
-  __atomic_store_n(&loom_gemm_team, nt, __ATOMIC_RELAXED);
-  if (nt == 1) {
-    for (int64_t b = 0; b < nb; b++) {
-      int64_t oa, ob, oc;
-      loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
-      loom_gemm_call(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc);
-    }
-    return;
-  }
-  if (nb >= nt) {
-    #pragma omp parallel for num_threads(nt) schedule(static)
+  const int64_t nt = loom_gemm_threads(ctl, macs, nb, ((M >= N ? M : N) + 15) / 16);
+  if (nt == 1 || nb >= nt) {
+    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t b = 0; b < nb; b++) {
       int64_t oa, ob, oc;
       loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
@@ -148,17 +171,10 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
   #pragma omp parallel num_threads(nt)
   {
     const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-    const int64_t lo = tiles * t / n * 16, hi0 = tiles * (t + 1) / n * 16;
-    const int64_t hi = hi0 < (rows ? M : N) ? hi0 : (rows ? M : N);
-    for (int64_t b = 0; b < nb && lo < hi; b++) {
+    for (int64_t b = 0; b < nb; b++) {
       int64_t oa, ob, oc;
       loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
-      if (rows)
-        loom_gemm_call(prog, dbl, ta, tb, (int32_t)(hi - lo), N, K, lda, ldb, ldc,
-                       A + oa + lo * (ta ? 1 : lda) * isz, B + ob, C + oc + lo * ldc * isz);
-      else
-        loom_gemm_call(prog, dbl, ta, tb, M, (int32_t)(hi - lo), K, lda, ldb, ldc,
-                       A + oa, B + ob + lo * (tb ? ldb : 1) * isz, C + oc + lo * isz);
+      loom_gemm_part(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc, t, n);
     }
   }
 }

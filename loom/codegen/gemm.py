@@ -132,18 +132,17 @@ static void loom_gemm_half(const int64_t *prog, const int64_t *r, char *const *b
   const int64_t *bd = r + 20;
   for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
   loom_blas_threads(prog, ctl, macs);
+  const int64_t nt = loom_gemm_threads(ctl, nb > 0 ? macs / nb : 0, 1, ((M >= N ? M : N) + 15) / 16);  /* Per item. */
   /* Stored shapes: A is M x K (K x M transposed), B is K x N (N x K transposed). */
   int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   for (int64_t b = 0; b < nb; b++) {
-    int64_t rest = b, oa = 0, ob = 0, oc = 0;
-    for (int64_t j = nbd - 1; j >= 0; j--) {
-      int64_t i = rest % bd[4 * j]; rest /= bd[4 * j];
-      oa += i * bd[4 * j + 1]; ob += i * bd[4 * j + 2]; oc += i * bd[4 * j + 3];
-    }
+    int64_t oa, ob, oc;
+    loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
     loom_h2f(bf, A + oa, ar, ac, lda, Af);
     loom_h2f(bf, B + ob, br, bc, ldb, Bf);
-    ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, Af, (int32_t)ac, Bf, (int32_t)bc, 0.0f,
-                       Cf, N);
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    loom_gemm_part(prog, 0, ta, tb, M, N, K, (int32_t)ac, (int32_t)bc, N, (const char *)Af, (const char *)Bf,
+                   (char *)Cf, omp_get_thread_num(), omp_get_num_threads());
     loom_f2h(bf, Cf, M, N, C + oc, ldc);
   }
 }

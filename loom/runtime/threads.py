@@ -33,12 +33,14 @@ if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 BLAS_PAR_MIN_DEFAULT = 1 << 27  # Multiply-adds from which a matmul uses more than one BLAS thread.
+GEMM_PAR_MIN_DEFAULT = 1 << 22  # Multiply-adds from which a native step's matmul is split across loom's team.
 
 _LOCK = threading.Lock()
 _num_threads: int | None = None  # None: not decided yet (the default is computed on first use).
 _blas: list | None = None        # threadpoolctl's controllers of the loaded BLAS libraries.
 _blas_now = 0                    # The count last given to them (0: never set).
 _blas_par_min: int | None = None
+_gemm_par_min: int | None = None
 
 
 def available_cpus() -> int:
@@ -149,6 +151,26 @@ def blas_par_min() -> int:
         except ValueError:
             _blas_par_min = BLAS_PAR_MIN_DEFAULT
     return _blas_par_min
+
+
+def gemm_par_min() -> int:
+    """Multiply-adds from which a native step program's matmul runs on ``get_num_threads()`` threads
+    (``LOOM_GEMM_PAR_MIN``, default 2**22).
+
+    The step driver (`loom.codegen.driver`) keeps its BLAS library on one
+    thread and cuts a large product into one piece per thread of loom's own
+    OpenMP team, each piece a single-threaded BLAS call. That team sleeps
+    between calls (``OMP_WAIT_POLICY=PASSIVE``) where OpenBLAS's own threads
+    spin after every call, so the split pays from far smaller products than
+    `blas_par_min`, and the result is the same for every count.
+    """
+    global _gemm_par_min
+    if _gemm_par_min is None:
+        try:
+            _gemm_par_min = max(1, int(os.environ.get("LOOM_GEMM_PAR_MIN", GEMM_PAR_MIN_DEFAULT)))
+        except ValueError:
+            _gemm_par_min = GEMM_PAR_MIN_DEFAULT
+    return _gemm_par_min
 
 
 def prepare_blas(macs: int) -> None:
