@@ -87,18 +87,20 @@ static int64_t loom_gemm_team;  /* Threads of the last GEMM record's split (1: n
 
 int64_t loom_last_gemm_team(void) { return __atomic_load_n(&loom_gemm_team, __ATOMIC_RELAXED); }
 
-/* Multiply-adds each thread of a split GEMM gets at least: far above OpenBLAS's small-matrix path (M*N*K up to
-   10^6), so every piece runs the same kernels as the whole product would. */
+/* Multiply-adds each piece of a cut GEMM gets at least: far above OpenBLAS's small-matrix path (M*N*K up to
+   10^6), so every piece runs the kernels the whole product runs. */
 #define LOOM_GEMM_PIECE_MIN (1 << 21)
 
 /* Threads a product of `macs` multiply-adds over `nb` batch items runs on: loom's count from CTL_BLAS_MIN
-   multiply-adds on. With fewer items than threads each item is cut into pieces: no more than its `tiles`
-   16-row (column) tiles, nor pieces of less than LOOM_GEMM_PIECE_MIN. */
-static int64_t loom_gemm_threads(const int64_t *ctl, int64_t macs, int64_t nb, int64_t tiles) {
+   multiply-adds on. Items go whole to the threads; with fewer items than threads, a float32 item is cut into
+   pieces of rows (`loom_gemm_part`): no more than its `tiles` 16-row tiles, none under LOOM_GEMM_PIECE_MIN.
+   float64 items are never cut: OpenBLAS's dgemm rounds the last column of some shapes differently when the
+   rows come in other blocks (measured: 85 of 186 random shapes), sgemm's rows never did (0 of 500). */
+static int64_t loom_gemm_threads(const int64_t *ctl, int dbl, int64_t macs, int64_t nb, int64_t tiles) {
   int64_t nt = macs >= ctl[CTL_BLAS_MIN] ? ctl[CTL_THREADS] : 1;
   if (nb < 1) nb = 1;
   if (nt > nb) {
-    int64_t cut = macs / nb / LOOM_GEMM_PIECE_MIN;
+    int64_t cut = dbl ? 1 : macs / nb / LOOM_GEMM_PIECE_MIN;
     if (cut > nt) cut = nt;
     if (cut > tiles) cut = tiles;
     nt = cut > nb ? cut : nb;
@@ -119,22 +121,16 @@ static void loom_gemm_call(const int64_t *prog, int dbl, int ta, int tb, int32_t
                        (const float *)B, ldb, 0.0f, (float *)C, ldc);
 }
 
-/* Thread t of n's share of one product: its whole 16-row tiles of C (16-column tiles when C is wider than
-   tall), one single-threaded BLAS call. Each element of C is computed by the same micro-kernel over the same
-   K order as in one whole call (tiles start where they would), so the result does not depend on n. */
-static void loom_gemm_part(const int64_t *prog, int dbl, int ta, int tb, int32_t M, int32_t N, int32_t K,
-                           int32_t lda, int32_t ldb, int32_t ldc, const char *A, const char *B, char *C,
-                           int64_t t, int64_t n) {
-  const int rows = M >= N;
-  const int64_t len = rows ? M : N, tiles = (len + 15) / 16, isz = dbl ? 8 : 4;
-  const int64_t lo = tiles * t / n * 16, hi0 = tiles * (t + 1) / n * 16, hi = hi0 < len ? hi0 : len;
-  if (lo >= hi) return;
-  if (rows)
-    loom_gemm_call(prog, dbl, ta, tb, (int32_t)(hi - lo), N, K, lda, ldb, ldc, A + lo * (ta ? 1 : lda) * isz, B,
-                   C + lo * ldc * isz);
-  else
-    loom_gemm_call(prog, dbl, ta, tb, M, (int32_t)(hi - lo), K, lda, ldb, ldc, A, B + lo * (tb ? ldb : 1) * isz,
-                   C + lo * isz);
+/* Thread t of n's share of one float32 product: its whole 16-row tiles of C, one single-threaded BLAS call.
+   Every element of C comes out as in one whole call, so the result does not depend on n. Columns are never
+   cut: sgemm rounds some shapes differently when their columns come in other blocks. */
+static void loom_gemm_part(const int64_t *prog, int ta, int tb, int32_t M, int32_t N, int32_t K, int32_t lda,
+                           int32_t ldb, int32_t ldc, const char *A, const char *B, char *C, int64_t t, int64_t n) {
+  const int64_t tiles = ((int64_t)M + 15) / 16;
+  const int64_t lo = tiles * t / n * 16, hi0 = tiles * (t + 1) / n * 16, hi = hi0 < M ? hi0 : M;
+  if (lo < hi)
+    loom_gemm_call(prog, 0, ta, tb, (int32_t)(hi - lo), N, K, lda, ldb, ldc, A + lo * (ta ? 1 : lda) * 4, B,
+                   C + lo * ldc * 4);
 }
 
 /* Byte offsets of batch item `b` in A, B and C. */
@@ -148,7 +144,7 @@ static void loom_batch_offsets(const int64_t *bd, int64_t nbd, int64_t b, int64_
 }
 
 /* A large product runs on loom's team (`loom_gemm_threads`): batch items across the threads when there are
-   enough of them, else every item cut into one piece per thread (`loom_gemm_part`). */
+   enough of them, else every (float32) item cut into one piece of rows per thread (`loom_gemm_part`). */
 static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
   int dbl = (int)r[1], ta = (int)r[2], tb = (int)r[3];
   int32_t M = (int32_t)r[4], N = (int32_t)r[5], K = (int32_t)r[6];
@@ -158,7 +154,7 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
   const int64_t *bd = r + 18;
   for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
   loom_blas_threads(prog, ctl, macs);
-  const int64_t nt = loom_gemm_threads(ctl, macs, nb, ((M >= N ? M : N) + 15) / 16);
+  const int64_t nt = loom_gemm_threads(ctl, dbl, macs, nb, ((int64_t)M + 15) / 16);
   if (nt == 1 || nb >= nt) {
     #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t b = 0; b < nb; b++) {
@@ -174,7 +170,7 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
     for (int64_t b = 0; b < nb; b++) {
       int64_t oa, ob, oc;
       loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
-      loom_gemm_part(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc, t, n);
+      loom_gemm_part(prog, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc, t, n);
     }
   }
 }
