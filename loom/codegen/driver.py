@@ -155,8 +155,16 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
   for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
   loom_blas_threads(prog, ctl, macs);
   const int64_t nt = loom_gemm_threads(ctl, dbl, macs, nb, ((int64_t)M + 15) / 16);
-  if (nt == 1 || nb >= nt) {
-    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  if (nt == 1) {  /* No OpenMP call at all: even a team of one costs a GOMP_parallel. */
+    for (int64_t b = 0; b < nb; b++) {
+      int64_t oa, ob, oc;
+      loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
+      loom_gemm_call(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc);
+    }
+    return;
+  }
+  if (nb >= nt) {
+    #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
       int64_t oa, ob, oc;
       loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);

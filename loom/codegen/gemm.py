@@ -140,9 +140,14 @@ static void loom_gemm_half(const int64_t *prog, const int64_t *r, char *const *b
     loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
     loom_h2f(bf, A + oa, ar, ac, lda, Af);
     loom_h2f(bf, B + ob, br, bc, ldb, Bf);
-    #pragma omp parallel num_threads(nt) if (nt > 1)
-    loom_gemm_part(prog, ta, tb, M, N, K, (int32_t)ac, (int32_t)bc, N, (const char *)Af, (const char *)Bf, (char *)Cf,
-                   omp_get_thread_num(), omp_get_num_threads());
+    if (nt == 1)
+      loom_gemm_part(prog, ta, tb, M, N, K, (int32_t)ac, (int32_t)bc, N, (const char *)Af, (const char *)Bf, (char *)Cf,
+                     0, 1);
+    else {
+      #pragma omp parallel num_threads(nt)
+      loom_gemm_part(prog, ta, tb, M, N, K, (int32_t)ac, (int32_t)bc, N, (const char *)Af, (const char *)Bf, (char *)Cf,
+                     omp_get_thread_num(), omp_get_num_threads());
+    }
     loom_f2h(bf, Cf, M, N, C + oc, ldc);
   }
 }
