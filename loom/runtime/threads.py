@@ -9,8 +9,12 @@ Default: the number of CPUs this process may run on (its affinity mask, so a
 ``taskset`` or a container's CPU set is respected), or ``OMP_NUM_THREADS``
 when that is set, as in PyTorch. ``loom.set_num_threads`` changes it for every
 later kernel call and matmul. Kernels go parallel from ``LOOM_PAR_MIN`` loop
-iterations, matmuls from ``LOOM_BLAS_PAR_MIN`` multiply-adds (`prepare_blas`
-sets the BLAS count, through threadpoolctl, just before each matmul).
+iterations. A native step program's matmuls never use the BLAS library's
+threads: from ``LOOM_GEMM_PAR_MIN`` multiply-adds (`gemm_par_min`) the step
+driver cuts them across loom's own OpenMP team, each piece a one-thread BLAS
+call, with the same result at every count. Matmuls that run on NumPy go
+parallel from ``LOOM_BLAS_PAR_MIN`` multiply-adds (`prepare_blas` sets
+NumPy's BLAS count, through threadpoolctl, just before each one).
 
 Idle threads sleep instead of spinning: unless ``OMP_WAIT_POLICY`` or
 ``GOMP_SPINCOUNT`` is set, this module sets ``OMP_WAIT_POLICY=PASSIVE``
