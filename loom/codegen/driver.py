@@ -92,17 +92,25 @@ int64_t loom_last_gemm_team(void) { return __atomic_load_n(&loom_gemm_team, __AT
 #define LOOM_GEMM_PIECE_MIN (1 << 21)
 
 /* Threads a product of `macs` multiply-adds over `nb` batch items runs on: loom's count from CTL_BLAS_MIN
-   multiply-adds on. Items go whole to the threads; with fewer items than threads, a float32 item is cut into
-   pieces of rows (`loom_gemm_part`): no more than its `tiles` 16-row tiles, none under LOOM_GEMM_PIECE_MIN.
+   multiply-adds on. Items go whole to the threads; with fewer items than threads, a float32 item (M rows of C)
+   is cut into pieces of rows (`loom_gemm_part`): no more than its 16-row tiles, none under LOOM_GEMM_PIECE_MIN.
    float64 items are never cut: OpenBLAS's dgemm rounds the last column of some shapes differently when the
    rows come in other blocks (measured: 85 of 186 random shapes), sgemm's rows never did (0 of 500). */
-static int64_t loom_gemm_threads(const int64_t *ctl, int dbl, int64_t macs, int64_t nb, int64_t tiles) {
+static int64_t loom_gemm_threads(const int64_t *ctl, int dbl, int64_t macs, int64_t nb, int64_t M) {
   int64_t nt = macs >= ctl[CTL_BLAS_MIN] ? ctl[CTL_THREADS] : 1;
   if (nb < 1) nb = 1;
   if (nt > nb) {
-    int64_t cut = dbl ? 1 : macs / nb / LOOM_GEMM_PIECE_MIN;
-    if (cut > nt) cut = nt;
-    if (cut > tiles) cut = tiles;
+    const int64_t tiles = (M + 15) / 16, item = macs / nb;
+    int64_t cut = dbl ? 1 : nt < tiles ? nt : tiles;
+    for (; cut > 1; cut--) {  /* The smallest piece (`loom_gemm_part`'s rows) must be worth its call. */
+      int64_t least = M;
+      for (int64_t t = 0; t < cut; t++) {
+        int64_t lo = tiles * t / cut * 16, hi = tiles * (t + 1) / cut * 16;
+        hi = hi < M ? hi : M;
+        least = hi - lo < least ? hi - lo : least;
+      }
+      if (item / M * least >= LOOM_GEMM_PIECE_MIN) break;
+    }
     nt = cut > nb ? cut : nb;
   }
   if (nt < 1) nt = 1;
@@ -154,7 +162,7 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
   const int64_t *bd = r + 18;
   for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
   loom_blas_threads(prog, ctl, macs);
-  const int64_t nt = loom_gemm_threads(ctl, dbl, macs, nb, ((int64_t)M + 15) / 16);
+  const int64_t nt = loom_gemm_threads(ctl, dbl, macs, nb, M);
   if (nt == 1) {  /* No OpenMP call at all: even a team of one costs a GOMP_parallel. */
     for (int64_t b = 0; b < nb; b++) {
       int64_t oa, ob, oc;

@@ -132,7 +132,7 @@ static void loom_gemm_half(const int64_t *prog, const int64_t *r, char *const *b
   const int64_t *bd = r + 20;
   for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
   loom_blas_threads(prog, ctl, macs);
-  const int64_t nt = loom_gemm_threads(ctl, 0, nb > 0 ? macs / nb : 0, 1, ((int64_t)M + 15) / 16);  /* Per item. */
+  const int64_t nt = loom_gemm_threads(ctl, 0, nb > 0 ? macs / nb : 0, 1, M);  /* Per item. */
   /* Stored shapes: A is M x K (K x M transposed), B is K x N (N x K transposed). */
   int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   for (int64_t b = 0; b < nb; b++) {

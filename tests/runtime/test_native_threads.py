@@ -134,13 +134,18 @@ def test_small_product_runs_whole_on_one_thread():
 
 
 def test_pieces_stay_large_enough():
-    """A product just over the threshold is cut into no more pieces than it has 2^21 multiply-adds for."""
+    """Every piece of a cut product has at least 2^21 multiply-adds (OpenBLAS's small-matrix path stays out)."""
     rng = np.random.default_rng(3)
-    M, K, N = 512, 128, 96  # 2^22.6 multiply-adds: worth three pieces, not four.
-    macs = M * K * N
-    assert threads.gemm_par_min() <= macs < 4 * 2**21
-    runs = _run_at(_matmul, [_f32(rng, M, K), _f32(rng, K, N)], (4,))
-    assert runs[0][1] == macs // 2**21 == 3
+    M, K, N = 512, 128, 96  # 2^22.6 multiply-adds: three pieces would have 160 rows (2^20.9), two have 256.
+    assert threads.gemm_par_min() <= M * K * N
+    runs = _run_at(_matmul, [_f32(rng, M, K), _f32(rng, K, N)], (1, 4))
+    assert [team for _, team in runs] == [1, 2]
+    np.testing.assert_array_equal(runs[1][0], runs[0][0])
+    # 17 rows are two tiles, 16 rows and 1: the 1-row piece would be too small, so the product stays whole.
+    runs = _run_at(_matmul, [_f32(rng, 17, 512), _f32(rng, 512, 512)], (1, 2))
+    assert 17 * 512 * 512 >= threads.gemm_par_min()
+    assert [team for _, team in runs] == [1, 1]
+    np.testing.assert_array_equal(runs[1][0], runs[0][0])
 
 
 def test_gemm_par_min_reads_the_environment(monkeypatch):
