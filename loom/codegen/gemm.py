@@ -23,17 +23,25 @@ import os
 
 import numpy as np
 
+from loom.runtime import threads
+
 from . import half
 
-BLOCK_BYTES_DEFAULT = 256 * 1024  # Bytes of C per row block: about half an L2 cache.
+BLOCK_BYTES_DEFAULT = 256 * 1024  # Bytes of C per row block and thread: about half an L2 cache.
 
 
 def block_bytes() -> int:
-    """Bytes of C per GEMM row block (``LOOM_GEMM_BLOCK_BYTES``; 0 runs each GEMM whole, then its epilogue)."""
+    """Bytes of C per GEMM row block (``LOOM_GEMM_BLOCK_BYTES``; 0 runs each GEMM whole, then its epilogue).
+
+    The default is `BLOCK_BYTES_DEFAULT` per thread of ``loom.get_num_threads()`` when the step is encoded:
+    the driver cuts each block's GEMM and kernel across the threads, so each thread's share stays about half
+    its core's L2, and a block costs two team starts however many threads share it.
+    """
+    default = BLOCK_BYTES_DEFAULT * threads.get_num_threads()
     try:
-        return max(0, int(os.environ.get("LOOM_GEMM_BLOCK_BYTES", BLOCK_BYTES_DEFAULT)))
+        return max(0, int(os.environ.get("LOOM_GEMM_BLOCK_BYTES", default)))
     except ValueError:
-        return BLOCK_BYTES_DEFAULT
+        return default
 
 
 def block_rows(M: int, N: int, itemsize: int) -> int:
