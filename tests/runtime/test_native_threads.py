@@ -156,3 +156,17 @@ def test_gemm_par_min_reads_the_environment(monkeypatch):
     monkeypatch.setenv("LOOM_GEMM_PAR_MIN", "many")
     assert threads.gemm_par_min() == threads.GEMM_PAR_MIN_DEFAULT
     monkeypatch.setattr(threads, "_gemm_par_min", None)
+
+
+def test_epilogue_blocks_hold_a_share_per_thread(monkeypatch):
+    """GEMM epilogue row blocks are sized per thread (each block is cut across the team): fewer team starts."""
+    from loom.codegen import gemm
+
+    monkeypatch.delenv("LOOM_GEMM_BLOCK_BYTES", raising=False)
+    for n in (1, 2, 3):
+        loom.set_num_threads(n)
+        assert gemm.block_bytes() == n * gemm.BLOCK_BYTES_DEFAULT
+    loom.set_num_threads(2)
+    assert gemm.block_rows(2048, 512, 4) == 2 * gemm.BLOCK_BYTES_DEFAULT // (512 * 4) == 256
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")  # Set explicitly: taken as it is.
+    assert gemm.block_bytes() == 4096
