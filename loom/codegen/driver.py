@@ -42,6 +42,7 @@ from . import build, driver_index, gemm, trust
 log = logging.getLogger("loom.codegen")
 
 SOURCE = r"""
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -71,15 +72,87 @@ static void loom_copy(int64_t nd, int64_t isz, const int64_t *d, char *src, char
 }
 
 static void loom_blas_threads(const int64_t *prog, int64_t *ctl, int64_t macs) {
-  int64_t want = macs >= ctl[CTL_BLAS_MIN] ? ctl[CTL_THREADS] : 1;
+  /* The BLAS library computes on the calling thread alone: large products are split across loom's own team
+     (`loom_gemm`), so no second thread pool spins on the cores (`loom.runtime.threads`). */
+  (void)macs;
   int64_t *now = (int64_t *)ctl[CTL_BLAS_NOW];
-  if (want < 1) want = 1;
-  if (__atomic_load_n(now, __ATOMIC_RELAXED) != want) {
-    ((setnt_t)prog[3])((int)want);
-    __atomic_store_n(now, want, __ATOMIC_RELAXED);
+  if (now == 0) return;
+  if (__atomic_load_n(now, __ATOMIC_RELAXED) != 1) {
+    ((setnt_t)prog[3])(1);
+    __atomic_store_n(now, 1, __ATOMIC_RELAXED);
   }
 }
 
+static int64_t loom_gemm_team;  /* Threads of the last GEMM record's split (1: not split), for loom_last_gemm_team. */
+
+int64_t loom_last_gemm_team(void) { return __atomic_load_n(&loom_gemm_team, __ATOMIC_RELAXED); }
+
+/* Multiply-adds each piece of a cut GEMM gets at least: far above OpenBLAS's small-matrix path (M*N*K up to
+   10^6), so every piece runs the kernels the whole product runs. */
+#define LOOM_GEMM_PIECE_MIN (1 << 21)
+
+/* Threads a product of `macs` multiply-adds over `nb` batch items runs on: loom's count from CTL_BLAS_MIN
+   multiply-adds on. Items go whole to the threads; with fewer items than threads, a float32 item (M rows of C)
+   is cut into pieces of rows (`loom_gemm_part`): no more than its 16-row tiles, none under LOOM_GEMM_PIECE_MIN.
+   float64 items are never cut: OpenBLAS's dgemm rounds the last column of some shapes differently when the
+   rows come in other blocks (measured: 85 of 186 random shapes), sgemm's rows never did (0 of 500). */
+static int64_t loom_gemm_threads(const int64_t *ctl, int dbl, int64_t macs, int64_t nb, int64_t M) {
+  int64_t nt = macs >= ctl[CTL_BLAS_MIN] ? ctl[CTL_THREADS] : 1;
+  if (nb < 1) nb = 1;
+  if (nt > nb) {
+    const int64_t tiles = (M + 15) / 16, item = macs / nb;
+    int64_t cut = dbl ? 1 : nt < tiles ? nt : tiles;
+    for (; cut > 1; cut--) {  /* The smallest piece (`loom_gemm_part`'s rows) must be worth its call. */
+      int64_t least = M;
+      for (int64_t t = 0; t < cut; t++) {
+        int64_t lo = tiles * t / cut * 16, hi = tiles * (t + 1) / cut * 16;
+        hi = hi < M ? hi : M;
+        least = hi - lo < least ? hi - lo : least;
+      }
+      if (item / M * least >= LOOM_GEMM_PIECE_MIN) break;
+    }
+    nt = cut > nb ? cut : nb;
+  }
+  if (nt < 1) nt = 1;
+  __atomic_store_n(&loom_gemm_team, nt, __ATOMIC_RELAXED);
+  return nt;
+}
+
+static void loom_gemm_call(const int64_t *prog, int dbl, int ta, int tb, int32_t M, int32_t N, int32_t K,
+                           int32_t lda, int32_t ldb, int32_t ldc, const char *A, const char *B, char *C) {
+  if (M <= 0 || N <= 0) return;
+  if (dbl)
+    ((dgemm_t)prog[2])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0, (const double *)A, lda,
+                       (const double *)B, ldb, 0.0, (double *)C, ldc);
+  else
+    ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, (const float *)A, lda,
+                       (const float *)B, ldb, 0.0f, (float *)C, ldc);
+}
+
+/* Thread t of n's share of one float32 product: its whole 16-row tiles of C, one single-threaded BLAS call.
+   Every element of C comes out as in one whole call, so the result does not depend on n. Columns are never
+   cut: sgemm rounds some shapes differently when their columns come in other blocks. */
+static void loom_gemm_part(const int64_t *prog, int ta, int tb, int32_t M, int32_t N, int32_t K, int32_t lda,
+                           int32_t ldb, int32_t ldc, const char *A, const char *B, char *C, int64_t t, int64_t n) {
+  const int64_t tiles = ((int64_t)M + 15) / 16;
+  const int64_t lo = tiles * t / n * 16, hi0 = tiles * (t + 1) / n * 16, hi = hi0 < M ? hi0 : M;
+  if (lo < hi)
+    loom_gemm_call(prog, 0, ta, tb, (int32_t)(hi - lo), N, K, lda, ldb, ldc, A + lo * (ta ? 1 : lda) * 4, B,
+                   C + lo * ldc * 4);
+}
+
+/* Byte offsets of batch item `b` in A, B and C. */
+static void loom_batch_offsets(const int64_t *bd, int64_t nbd, int64_t b, int64_t *oa, int64_t *ob, int64_t *oc) {
+  int64_t rest = b;
+  *oa = *ob = *oc = 0;
+  for (int64_t j = nbd - 1; j >= 0; j--) {
+    int64_t i = rest % bd[4 * j]; rest /= bd[4 * j];
+    *oa += i * bd[4 * j + 1]; *ob += i * bd[4 * j + 2]; *oc += i * bd[4 * j + 3];
+  }
+}
+
+/* A large product runs on loom's team (`loom_gemm_threads`): batch items across the threads when there are
+   enough of them, else every (float32) item cut into one piece of rows per thread (`loom_gemm_part`). */
 static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
   int dbl = (int)r[1], ta = (int)r[2], tb = (int)r[3];
   int32_t M = (int32_t)r[4], N = (int32_t)r[5], K = (int32_t)r[6];
@@ -89,18 +162,32 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
   const int64_t *bd = r + 18;
   for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
   loom_blas_threads(prog, ctl, macs);
-  for (int64_t b = 0; b < nb; b++) {
-    int64_t rest = b, oa = 0, ob = 0, oc = 0;
-    for (int64_t j = nbd - 1; j >= 0; j--) {
-      int64_t i = rest % bd[4 * j]; rest /= bd[4 * j];
-      oa += i * bd[4 * j + 1]; ob += i * bd[4 * j + 2]; oc += i * bd[4 * j + 3];
+  const int64_t nt = loom_gemm_threads(ctl, dbl, macs, nb, M);
+  if (nt == 1) {  /* No OpenMP call at all: even a team of one costs a GOMP_parallel. */
+    for (int64_t b = 0; b < nb; b++) {
+      int64_t oa, ob, oc;
+      loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
+      loom_gemm_call(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc);
     }
-    if (dbl)
-      ((dgemm_t)prog[2])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0, (const double *)(A + oa), lda,
-                         (const double *)(B + ob), ldb, 0.0, (double *)(C + oc), ldc);
-    else
-      ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, (const float *)(A + oa), lda,
-                         (const float *)(B + ob), ldb, 0.0f, (float *)(C + oc), ldc);
+    return;
+  }
+  if (nb >= nt) {
+    #pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+      int64_t oa, ob, oc;
+      loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
+      loom_gemm_call(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc);
+    }
+    return;
+  }
+  #pragma omp parallel num_threads(nt)
+  {
+    const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+    for (int64_t b = 0; b < nb; b++) {
+      int64_t oa, ob, oc;
+      loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
+      loom_gemm_part(prog, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc, t, n);
+    }
   }
 }
 

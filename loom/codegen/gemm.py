@@ -23,17 +23,25 @@ import os
 
 import numpy as np
 
+from loom.runtime import threads
+
 from . import half
 
-BLOCK_BYTES_DEFAULT = 256 * 1024  # Bytes of C per row block: about half an L2 cache.
+BLOCK_BYTES_DEFAULT = 256 * 1024  # Bytes of C per row block and thread: about half an L2 cache.
 
 
 def block_bytes() -> int:
-    """Bytes of C per GEMM row block (``LOOM_GEMM_BLOCK_BYTES``; 0 runs each GEMM whole, then its epilogue)."""
+    """Bytes of C per GEMM row block (``LOOM_GEMM_BLOCK_BYTES``; 0 runs each GEMM whole, then its epilogue).
+
+    The default is `BLOCK_BYTES_DEFAULT` per thread of ``loom.get_num_threads()`` when the step is encoded:
+    the driver cuts each block's GEMM and kernel across the threads, so each thread's share stays about half
+    its core's L2, and a block costs two team starts however many threads share it.
+    """
+    default = BLOCK_BYTES_DEFAULT * threads.get_num_threads()
     try:
-        return max(0, int(os.environ.get("LOOM_GEMM_BLOCK_BYTES", BLOCK_BYTES_DEFAULT)))
+        return max(0, int(os.environ.get("LOOM_GEMM_BLOCK_BYTES", default)))
     except ValueError:
-        return BLOCK_BYTES_DEFAULT
+        return default
 
 
 def block_rows(M: int, N: int, itemsize: int) -> int:
@@ -132,18 +140,22 @@ static void loom_gemm_half(const int64_t *prog, const int64_t *r, char *const *b
   const int64_t *bd = r + 20;
   for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
   loom_blas_threads(prog, ctl, macs);
+  const int64_t nt = loom_gemm_threads(ctl, 0, nb > 0 ? macs / nb : 0, 1, M);  /* Per item. */
   /* Stored shapes: A is M x K (K x M transposed), B is K x N (N x K transposed). */
   int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   for (int64_t b = 0; b < nb; b++) {
-    int64_t rest = b, oa = 0, ob = 0, oc = 0;
-    for (int64_t j = nbd - 1; j >= 0; j--) {
-      int64_t i = rest % bd[4 * j]; rest /= bd[4 * j];
-      oa += i * bd[4 * j + 1]; ob += i * bd[4 * j + 2]; oc += i * bd[4 * j + 3];
-    }
+    int64_t oa, ob, oc;
+    loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
     loom_h2f(bf, A + oa, ar, ac, lda, Af);
     loom_h2f(bf, B + ob, br, bc, ldb, Bf);
-    ((sgemm_t)prog[1])(101, ta ? 112 : 111, tb ? 112 : 111, M, N, K, 1.0f, Af, (int32_t)ac, Bf, (int32_t)bc, 0.0f,
-                       Cf, N);
+    if (nt == 1)
+      loom_gemm_part(prog, ta, tb, M, N, K, (int32_t)ac, (int32_t)bc, N, (const char *)Af, (const char *)Bf, (char *)Cf,
+                     0, 1);
+    else {
+      #pragma omp parallel num_threads(nt)
+      loom_gemm_part(prog, ta, tb, M, N, K, (int32_t)ac, (int32_t)bc, N, (const char *)Af, (const char *)Bf, (char *)Cf,
+                     omp_get_thread_num(), omp_get_num_threads());
+    }
     loom_f2h(bf, Cf, M, N, C + oc, ldc);
   }
 }

@@ -1169,7 +1169,7 @@ class NativeProgram:
         ctl = ctx.ctl
         ctl[0], ctl[1] = abi if abi is not None else (0, 0)
         ctl[2] = 1 + self._nin + len(self._out_specs) + len(self._const_arrays)
-        ctl[4] = threads.blas_par_min()
+        ctl[4] = threads.gemm_par_min()  # Products the driver splits across loom's team.
         ctl[6] = self._blas.now.ctypes.data if self._blas is not None else 0
         ctx.ctl_ptr = ctl.ctypes.data
         ctx.objects = bool(ctl[0] or ctl[1])

@@ -9,8 +9,12 @@ Default: the number of CPUs this process may run on (its affinity mask, so a
 ``taskset`` or a container's CPU set is respected), or ``OMP_NUM_THREADS``
 when that is set, as in PyTorch. ``loom.set_num_threads`` changes it for every
 later kernel call and matmul. Kernels go parallel from ``LOOM_PAR_MIN`` loop
-iterations, matmuls from ``LOOM_BLAS_PAR_MIN`` multiply-adds (`prepare_blas`
-sets the BLAS count, through threadpoolctl, just before each matmul).
+iterations. A native step program's matmuls never use the BLAS library's
+threads: from ``LOOM_GEMM_PAR_MIN`` multiply-adds (`gemm_par_min`) the step
+driver cuts them across loom's own OpenMP team, each piece a one-thread BLAS
+call, with the same result at every count. Matmuls that run on NumPy go
+parallel from ``LOOM_BLAS_PAR_MIN`` multiply-adds (`prepare_blas` sets
+NumPy's BLAS count, through threadpoolctl, just before each one).
 
 Idle threads sleep instead of spinning: unless ``OMP_WAIT_POLICY`` or
 ``GOMP_SPINCOUNT`` is set, this module sets ``OMP_WAIT_POLICY=PASSIVE``
@@ -33,12 +37,14 @@ if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 BLAS_PAR_MIN_DEFAULT = 1 << 27  # Multiply-adds from which a matmul uses more than one BLAS thread.
+GEMM_PAR_MIN_DEFAULT = 1 << 22  # Multiply-adds from which a native step's matmul is split across loom's team.
 
 _LOCK = threading.Lock()
 _num_threads: int | None = None  # None: not decided yet (the default is computed on first use).
 _blas: list | None = None        # threadpoolctl's controllers of the loaded BLAS libraries.
 _blas_now = 0                    # The count last given to them (0: never set).
 _blas_par_min: int | None = None
+_gemm_par_min: int | None = None
 
 
 def available_cpus() -> int:
@@ -149,6 +155,26 @@ def blas_par_min() -> int:
         except ValueError:
             _blas_par_min = BLAS_PAR_MIN_DEFAULT
     return _blas_par_min
+
+
+def gemm_par_min() -> int:
+    """Multiply-adds from which a native step program's matmul runs on ``get_num_threads()`` threads
+    (``LOOM_GEMM_PAR_MIN``, default 2**22).
+
+    The step driver (`loom.codegen.driver`) keeps its BLAS library on one
+    thread and cuts a large product into one piece per thread of loom's own
+    OpenMP team, each piece a single-threaded BLAS call. That team sleeps
+    between calls (``OMP_WAIT_POLICY=PASSIVE``) where OpenBLAS's own threads
+    spin after every call, so the split pays from far smaller products than
+    `blas_par_min`, and the result is the same for every count.
+    """
+    global _gemm_par_min
+    if _gemm_par_min is None:
+        try:
+            _gemm_par_min = max(1, int(os.environ.get("LOOM_GEMM_PAR_MIN", GEMM_PAR_MIN_DEFAULT)))
+        except ValueError:
+            _gemm_par_min = GEMM_PAR_MIN_DEFAULT
+    return _gemm_par_min
 
 
 def prepare_blas(macs: int) -> None:
