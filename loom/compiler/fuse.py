@@ -40,7 +40,7 @@ import numpy as np
 
 from loom.errors import DTypeError, GraphError, ShapeError, fmt_shape
 from loom.ir import ops
-from loom.ir.graph import Graph
+from loom.ir.graph import Graph, _dfs_order
 from loom.ir.node import Node
 from loom.runtime import reference
 
@@ -129,8 +129,10 @@ def find_groups(graph: Graph) -> list[list[Node]]:
     outputs = set(graph.outputs)
     taken: set[Node] = set()
     groups: list[list[Node]] = []
+    roles = {n: fusible(n) for n in order}  # Each node's role, decided once (a node is met many times).
+    users = graph._users  # Read only: consumers() would copy each node's list.
     for root in reversed(order):
-        role = fusible(root)
+        role = roles[root]
         if root in taken or role not in ("elementwise", "reduce"):
             continue
         members = {root}
@@ -149,13 +151,13 @@ def find_groups(graph: Graph) -> list[list[Node]]:
             if p in seen:
                 continue
             seen.add(p)
-            role = fusible(p)
+            role = roles[p]
             if role is None or p in taken or p in outputs:
                 continue
-            consumers = graph.consumers(p)
+            consumers = users[p]
             if any(c not in members for c in consumers):
                 continue
-            above = any(movement_above[c] or fusible(c) == "movement" for c in consumers)
+            above = any(movement_above[c] or roles[c] == "movement" for c in consumers)
             row = role == "reduce" and _row_broadcast(p, consumers, movement_above)
             if role == "reduce" and (has_reduce or (above and not row)):
                 continue
@@ -200,8 +202,10 @@ def _row_broadcast(node: Node, consumers, movement_above: dict) -> bool:
     return True
 
 
-def fuse_group(graph: Graph, members: list[Node]) -> Node:
-    """Replace a group (topological order, root last) by one ``fused`` node; return that node."""
+def fuse_group(graph: Graph, members: list[Node], *, remove: bool = True) -> Node:
+    """Replace a group (topological order, root last) by one ``fused`` node; return that node.
+
+    With ``remove=False`` the group's nodes stay in the graph, unused (`fuse` removes all groups at once)."""
     root = members[-1]
     inside = set(members)
     external: dict[Node, None] = {}
@@ -210,11 +214,31 @@ def fuse_group(graph: Graph, members: list[Node]) -> Node:
             if i not in inside and i.op != "const":
                 external[i] = None
     ext = list(external)
-    body = graph.extract(ext, [root])
-    fused = graph.add_node("fused", ext, {"body": body}, name=root.name)
+    fused = graph.add_node("fused", ext, {"body": _body(ext, root)}, name=root.name)
     graph.replace(root, fused, check_cycles=False)  # Externals precede the root: no cycle possible.
-    graph.remove_subgraph(members)
+    if remove:
+        graph.remove_subgraph(members)
     return fused
+
+
+def _body(ext: list[Node], root: Node) -> Graph:
+    """`Graph.extract(ext, [root])` for a group: its nodes were checked when they entered the graph, so they
+    are copied as they are, without inferring each one's shape again."""
+    given = set(ext)
+    order = _dfs_order([root], lambda n: () if n in given else n.inputs)
+    body = Graph()
+    mapping: dict[Node, Node] = {}
+    for n in ext:
+        p = Node("input", (), {"shape": n.shape, "dtype": n.dtype}, n.shape, n.dtype, n.device, n.name)
+        body._insert(p)
+        body._inputs.append(p)
+        mapping[n] = p
+    for n in order:
+        if n not in given:  # A member or a copied const (every other input of a member is external).
+            mapping[n] = body._insert(Node(n.op, tuple(mapping[i] for i in n.inputs), dict(n.attrs), n.shape,
+                                           n.dtype, n.device, n.name, buffer=n.buffer))
+    body._outputs = [mapping[root]]
+    return body
 
 
 def fuse(graph: Graph) -> Graph:
@@ -235,8 +259,12 @@ def fuse(graph: Graph) -> Graph:
     from loom.compiler.passes.prune import drop_unused
 
     consts: list[Node] = []
+    fused: list[Node] = []
     for members in find_groups(graph):
         consts += [i for m in members for i in m.inputs if i.op == "const"]
-        fuse_group(graph, members)
+        fuse_group(graph, members, remove=False)
+        fused += members
+    if fused:
+        graph.remove_subgraph(fused)  # One removal for every group: each pass over the graph's lists is once.
     drop_unused(graph, consts)  # Constants copied into bodies and used nowhere else.
     return graph

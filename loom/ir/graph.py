@@ -279,7 +279,15 @@ class Graph:
         ['input', 'neg']
         """
         nodes = self._nodes
-        return _dfs_order(nodes, lambda n: [i for i in n.inputs if i in nodes])
+        # Most graphs are built inputs first, and then the insertion order is the answer the walk below
+        # would give (each node's inputs are done before it): check that in one linear pass.
+        done: set[Node] = set()
+        for n in nodes:
+            for i in n.inputs:
+                if i not in done and i in nodes:
+                    return _dfs_order(nodes, lambda n: [i for i in n.inputs if i in nodes])
+            done.add(n)
+        return list(nodes)
 
     def consumers(self, node: Node) -> list[Node]:
         """The nodes that take `node` as an input (each once), in the order they were wired.
