@@ -639,8 +639,8 @@ class Graph:
         for n in doomed:
             del self._nodes[n]
             del self._users[n]
-        gone = doomed.keys()  # (isdisjoint runs in C: the fuse pass removes one group at a time.)
-        if not gone.isdisjoint(self._inputs):
+        gone = doomed.keys()  # (isdisjoint runs in C: passes remove many small sets.)
+        if any(n.op == "input" for n in doomed):  # The inputs are the placeholders: none gone, none to drop.
             self._inputs = [n for n in self._inputs if n not in doomed]
         if not gone.isdisjoint(self._outputs):
             self._outputs = [n for n in self._outputs if n not in doomed]
