@@ -155,17 +155,28 @@ def find_groups(graph: Graph) -> list[list[Node]]:
             if role is None or p in taken or p in outputs:
                 continue
             consumers = users[p]
-            if any(c not in members for c in consumers):
+            # One walk over the consumers: all inside the group? a movement op or an expand below p?
+            # which sides of a row kernel read p?
+            inside, above, broadcast, reducing, writing = True, False, False, False, False
+            for c in consumers:
+                if c not in members:
+                    inside = False
+                    break
+                above = above or movement_above[c] or roles[c] == "movement"
+                broadcast = broadcast or broadcast_above[c] or c.op == "expand"
+                if c in row_reduce:
+                    reducing = True
+                else:
+                    r, w = sides[c]
+                    reducing, writing = reducing or r, writing or w
+            if not inside:
                 continue
-            above = any(movement_above[c] or roles[c] == "movement" for c in consumers)
             row = role == "reduce" and _row_broadcast(p, consumers, movement_above)
             if role == "reduce" and (has_reduce or (above and not row)):
                 continue
-            broadcast = any(broadcast_above[c] or c.op == "expand" for c in consumers)
             if broadcast and p.op in EXPENSIVE:
                 continue  # Cheaper as its own kernel on the small shape than recomputed per broadcast copy.
-            reads = [(True, False) if c in row_reduce else sides[c] for c in consumers]
-            side = (any(r[0] for r in reads), any(r[1] for r in reads))
+            side = (reducing, writing)
             if side == (True, True) and p.op in EXPENSIVE:
                 continue  # Computed once into memory beats twice per element in the row kernel.
             if row:  # The kernel reduces each row once and writes it: no movement, no broadcast below.
