@@ -40,7 +40,7 @@ import numpy as np
 
 from loom.errors import DTypeError, GraphError, ShapeError, fmt_shape
 from loom.ir import ops
-from loom.ir.graph import Graph, _dfs_order
+from loom.ir.graph import Graph
 from loom.ir.node import Node
 from loom.runtime import reference
 
@@ -235,8 +235,6 @@ def fuse_group(graph: Graph, members: list[Node], *, remove: bool = True) -> Nod
 def _body(ext: list[Node], root: Node) -> Graph:
     """`Graph.extract(ext, [root])` for a group: its nodes were checked when they entered the graph, so they
     are copied as they are, without inferring each one's shape again."""
-    given = set(ext)
-    order = _dfs_order([root], lambda n: () if n in given else n.inputs)
     body = Graph()
     mapping: dict[Node, Node] = {}
     for n in ext:
@@ -244,9 +242,21 @@ def _body(ext: list[Node], root: Node) -> Graph:
         body._insert(p)
         body._inputs.append(p)
         mapping[n] = p
-    for n in order:
-        if n not in given:  # A member or a copied const (every other input of a member is external).
-            mapping[n] = body._insert(Node(n.op, tuple(mapping[i] for i in n.inputs), dict(n.attrs), n.shape,
+    # Members and copied consts (every other input of a member is external), each after its inputs: the
+    # order extract's walk gives.
+    stack = [(root, iter(root.inputs))]
+    seen = set(ext)
+    seen.add(root)
+    while stack:
+        n, pending = stack[-1]
+        for i in pending:
+            if i not in seen:
+                seen.add(i)
+                stack.append((i, iter(i.inputs)))
+                break
+        else:
+            stack.pop()
+            mapping[n] = body._insert(Node(n.op, tuple([mapping[i] for i in n.inputs]), dict(n.attrs), n.shape,
                                            n.dtype, n.device, n.name, buffer=n.buffer))
     body._outputs = [mapping[root]]
     return body
