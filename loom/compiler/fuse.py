@@ -225,7 +225,10 @@ def fuse_group(graph: Graph, members: list[Node], *, remove: bool = True) -> Nod
             if i not in inside and i.op != "const":
                 external[i] = None
     ext = list(external)
-    fused = graph.add_node("fused", ext, {"body": _body(ext, root)}, name=root.name)
+    # The body computes the root from inputs of the externals' shapes: the fused node has the root's shape and
+    # dtype (what add_node would infer, one loop over the inputs later).
+    fused = graph._insert(Node("fused", tuple(ext), {"body": _body(ext, root)}, root.shape, root.dtype,
+                               ext[0].device if ext else "cpu", root.name))
     graph.replace(root, fused, check_cycles=False)  # Externals precede the root: no cycle possible.
     if remove:
         graph.remove_subgraph(members)
