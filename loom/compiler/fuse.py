@@ -291,4 +291,7 @@ def fuse(graph: Graph) -> Graph:
     if fused:
         graph.remove_subgraph(fused)  # One removal for every group: each pass over the graph's lists is once.
     drop_unused(graph, consts)  # Constants copied into bodies and used nowhere else.
+    # The fused nodes were appended after their consumers: store the nodes in the order topological_order
+    # gives, so the passes after this one and the executor get it without walking the graph again.
+    graph._nodes = dict.fromkeys(graph.topological_order())
     return graph
