@@ -73,6 +73,13 @@ def main() -> int:
           f"{statistics.median(r['warm']['warmup_call_s'] for r in runs):9.2f}")
     label = f"new batch size {first[1]['batch']}: retrace (s)"
     print(f"{label:34} {med('cold', 1, 'compile_s'):9.2f} {med('warm', 1, 'compile_s'):9.2f}")
+    print(f"{'  of which passes + executable (s)':34} {med('cold', 1, 'pipeline_s'):9.3f} "
+          f"{med('warm', 1, 'pipeline_s'):9.3f}")
+    print(f"{'  (a replay at that size (s))':34} {med('cold', 1, 'replay_s'):9.3f} {med('warm', 1, 'replay_s'):9.3f}")
+    names = list(runs[0]["warm"]["batch_sizes"][1].get("passes_s", {}))
+    if names:  # Each pass's wall time at the new batch size (median over the warm processes), in ms.
+        per = {n: statistics.median(r["warm"]["batch_sizes"][1]["passes_s"].get(n, 0.0) for r in runs) for n in names}
+        print("  passes (ms, warm): " + ", ".join(f"{n} {1000 * v:.1f}" for n, v in per.items()))
     builds = sum(r[k]["batch_sizes"][1]["builds"] for r in runs for k in ("cold", "warm"))
     new_so = sum(r[k]["batch_sizes"][1]["new_so_files"] for r in runs for k in ("cold", "warm"))
     print(f"new batch size: {builds} kernel builds and {new_so} new .so files over all {2 * len(runs)} processes "

@@ -28,7 +28,7 @@ from loom.functional import library_ops as _library_ops
 from loom.autograd.grad_mode import is_grad_enabled, no_grad
 from loom.errors import LoomError, LoomValueError, fmt_shape
 from loom import profiler as _profiler
-from loom.ir.graph import Graph
+from loom.ir.graph import Graph, _canon_attrs
 from loom.ir.node import Node
 from loom.ir.ops import PRIMITIVES
 from loom.runtime import realize as _realize
@@ -264,11 +264,21 @@ def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated:
         if n.op == "buffer":
             mapping[n.id] = g.add_constant(n.buffer, dtype=n.dtype)
             continue
-        mapping[n.id] = g.add_node(n.op, [mapping[i.id] for i in n.inputs], _node_attrs(n))
+        mapping[n.id] = _add_traced(g, n, tuple([mapping[i.id] for i in n.inputs]))
     g.outputs = [mapping[r.id] for r in roots]
     entry.graph = g
     entry.node_map = mapping
     return g, entry
+
+
+def _add_traced(g: Graph, n: Node, inputs: tuple[Node, ...]) -> Node:
+    """`g.add_node(n.op, inputs, n.attrs)` for a traced node: `apply` checked its attrs and inferred its shape
+    and dtype from inputs of the same shapes and dtypes when it was recorded, so they are not inferred again."""
+    if n.op not in PRIMITIVES or n.op in ("input", "buffer"):
+        return g.add_node(n.op, inputs, _node_attrs(n))  # (Raises, naming what is wrong.)
+    node = Node(n.op, inputs, _canon_attrs(n.attrs, "add_node"), tuple(map(int, n.shape)), dt.as_dtype(n.dtype),
+                inputs[0].device if inputs else "cpu")
+    return g._insert(node)
 
 
 def _topo(roots: list[Node]) -> list[Node]:

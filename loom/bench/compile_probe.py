@@ -6,8 +6,8 @@ and times, in this one process:
 
 - the eager warm-up call (``warmup_call_s``);
 - the first traced call: tracing, the pass pipeline, building the executable
-  (``pipeline_s`` of it) and waiting until every kernel is built or loaded
-  (``compile_s`` in all);
+  (``pipeline_s`` of it, ``passes_s`` the wall time of each pass) and waiting
+  until every kernel is built or loaded (``compile_s`` in all);
 - then, for each further batch size, the retrace and its kernel builds.
 
 Beside each it counts kernel builds (``loom.codegen.stats()``: ``builds``
@@ -53,14 +53,19 @@ def probe(model: str, batch_sizes: list[int], backend: str = "c", seed: int = 0)
     runner = variants.build(workload, "loom-function", {"seed": seed, "loom_backend": backend})
     fn = runner.step_fn
     pipeline = {"s": 0.0}
+    passes: dict[str, float] = {}
     real_compile = lf._compile
 
     def timed_compile(*args, **kwargs):
         t = time.perf_counter()
         try:
-            return real_compile(*args, **kwargs)
+            exe = real_compile(*args, **kwargs)
         finally:
             pipeline["s"] += time.perf_counter() - t
+        optimized = getattr(exe, "graph", None)
+        for name, s in (getattr(optimized, "meta", None) or {}).get("pass_seconds", {}).items():
+            passes[name] = passes.get(name, 0.0) + s
+        return exe
     lf._compile = timed_compile
     base = runner.batches[0]
     full = int(base[0].shape[0])
@@ -70,6 +75,7 @@ def probe(model: str, batch_sizes: list[int], backend: str = "c", seed: int = 0)
     def measure(batch) -> dict:
         loom.codegen.reset_stats()
         pipeline["s"] = 0.0
+        passes.clear()
         so_before = so_files()
         traces = fn.trace_count
         t = time.perf_counter()
@@ -77,7 +83,8 @@ def probe(model: str, batch_sizes: list[int], backend: str = "c", seed: int = 0)
         runner.settle()
         total = time.perf_counter() - t
         stats = loom.codegen.stats()
-        return {"compile_s": total, "pipeline_s": pipeline["s"], "traced": fn.trace_count - traces,
+        return {"compile_s": total, "pipeline_s": pipeline["s"], "passes_s": dict(passes),
+                "traced": fn.trace_count - traces,
                 "builds": stats["builds"], "disk_hits": stats["disk_hits"], "memory_hits": stats["memory_hits"],
                 "build_failures": stats["build_failures"], "new_so_files": so_files() - so_before,
                 "kernels": sum(len(getattr(e.exe, "kernels", []) or []) for e in fn._cache.values())}

@@ -129,8 +129,10 @@ def find_groups(graph: Graph) -> list[list[Node]]:
     outputs = set(graph.outputs)
     taken: set[Node] = set()
     groups: list[list[Node]] = []
+    roles = {n: fusible(n) for n in order}  # Each node's role, decided once (a node is met many times).
+    users = graph._users  # Read only: consumers() would copy each node's list.
     for root in reversed(order):
-        role = fusible(root)
+        role = roles[root]
         if root in taken or role not in ("elementwise", "reduce"):
             continue
         members = {root}
@@ -149,21 +151,32 @@ def find_groups(graph: Graph) -> list[list[Node]]:
             if p in seen:
                 continue
             seen.add(p)
-            role = fusible(p)
+            role = roles[p]
             if role is None or p in taken or p in outputs:
                 continue
-            consumers = graph.consumers(p)
-            if any(c not in members for c in consumers):
+            consumers = users[p]
+            # One walk over the consumers: all inside the group? a movement op or an expand below p?
+            # which sides of a row kernel read p?
+            inside, above, broadcast, reducing, writing = True, False, False, False, False
+            for c in consumers:
+                if c not in members:
+                    inside = False
+                    break
+                above = above or movement_above[c] or roles[c] == "movement"
+                broadcast = broadcast or broadcast_above[c] or c.op == "expand"
+                if c in row_reduce:
+                    reducing = True
+                else:
+                    r, w = sides[c]
+                    reducing, writing = reducing or r, writing or w
+            if not inside:
                 continue
-            above = any(movement_above[c] or fusible(c) == "movement" for c in consumers)
             row = role == "reduce" and _row_broadcast(p, consumers, movement_above)
             if role == "reduce" and (has_reduce or (above and not row)):
                 continue
-            broadcast = any(broadcast_above[c] or c.op == "expand" for c in consumers)
             if broadcast and p.op in EXPENSIVE:
                 continue  # Cheaper as its own kernel on the small shape than recomputed per broadcast copy.
-            reads = [(True, False) if c in row_reduce else sides[c] for c in consumers]
-            side = (any(r[0] for r in reads), any(r[1] for r in reads))
+            side = (reducing, writing)
             if side == (True, True) and p.op in EXPENSIVE:
                 continue  # Computed once into memory beats twice per element in the row kernel.
             if row:  # The kernel reduces each row once and writes it: no movement, no broadcast below.
@@ -200,8 +213,10 @@ def _row_broadcast(node: Node, consumers, movement_above: dict) -> bool:
     return True
 
 
-def fuse_group(graph: Graph, members: list[Node]) -> Node:
-    """Replace a group (topological order, root last) by one ``fused`` node; return that node."""
+def fuse_group(graph: Graph, members: list[Node], *, remove: bool = True) -> Node:
+    """Replace a group (topological order, root last) by one ``fused`` node; return that node.
+
+    With ``remove=False`` the group's nodes stay in the graph, unused (`fuse` removes all groups at once)."""
     root = members[-1]
     inside = set(members)
     external: dict[Node, None] = {}
@@ -210,11 +225,44 @@ def fuse_group(graph: Graph, members: list[Node]) -> Node:
             if i not in inside and i.op != "const":
                 external[i] = None
     ext = list(external)
-    body = graph.extract(ext, [root])
-    fused = graph.add_node("fused", ext, {"body": body}, name=root.name)
+    # The body computes the root from inputs of the externals' shapes: the fused node has the root's shape and
+    # dtype (what add_node would infer, one loop over the inputs later).
+    fused = graph._insert(Node("fused", tuple(ext), {"body": _body(ext, root)}, root.shape, root.dtype,
+                               ext[0].device if ext else "cpu", root.name))
     graph.replace(root, fused, check_cycles=False)  # Externals precede the root: no cycle possible.
-    graph.remove_subgraph(members)
+    if remove:
+        graph.remove_subgraph(members)
     return fused
+
+
+def _body(ext: list[Node], root: Node) -> Graph:
+    """`Graph.extract(ext, [root])` for a group: its nodes were checked when they entered the graph, so they
+    are copied as they are, without inferring each one's shape again."""
+    body = Graph()
+    mapping: dict[Node, Node] = {}
+    for n in ext:
+        p = Node("input", (), {"shape": n.shape, "dtype": n.dtype}, n.shape, n.dtype, n.device, n.name)
+        body._insert(p)
+        body._inputs.append(p)
+        mapping[n] = p
+    # Members and copied consts (every other input of a member is external), each after its inputs: the
+    # order extract's walk gives.
+    stack = [(root, iter(root.inputs))]
+    seen = set(ext)
+    seen.add(root)
+    while stack:
+        n, pending = stack[-1]
+        for i in pending:
+            if i not in seen:
+                seen.add(i)
+                stack.append((i, iter(i.inputs)))
+                break
+        else:
+            stack.pop()
+            mapping[n] = body._insert(Node(n.op, tuple([mapping[i] for i in n.inputs]), dict(n.attrs), n.shape,
+                                           n.dtype, n.device, n.name, buffer=n.buffer))
+    body._outputs = [mapping[root]]
+    return body
 
 
 def fuse(graph: Graph) -> Graph:
@@ -235,8 +283,15 @@ def fuse(graph: Graph) -> Graph:
     from loom.compiler.passes.prune import drop_unused
 
     consts: list[Node] = []
+    fused: list[Node] = []
     for members in find_groups(graph):
         consts += [i for m in members for i in m.inputs if i.op == "const"]
-        fuse_group(graph, members)
+        fuse_group(graph, members, remove=False)
+        fused += members
+    if fused:
+        graph.remove_subgraph(fused)  # One removal for every group: each pass over the graph's lists is once.
     drop_unused(graph, consts)  # Constants copied into bodies and used nowhere else.
+    # The fused nodes were appended after their consumers: store the nodes in the order topological_order
+    # gives, so the passes after this one and the executor get it without walking the graph again.
+    graph._nodes = dict.fromkeys(graph.topological_order())
     return graph

@@ -185,10 +185,12 @@ def live_slots(graph: Graph) -> MemoryPlan:
         plan.sizes[n] = nbytes(n)
 
     reads: dict[Node, int] = {}  # Last reader of each value, through the views of it.
+    users = graph._users  # Read only (consumers() copies).
     for n in reversed(order):
-        last = max((pos[c] for c in graph.consumers(n)), default=pos[n])
-        reads[n] = max([last] + [reads[c] for c in graph.consumers(n) if alias.get(c) is not None
-                                  and c.inputs[0] is n])
+        last = pos[n]
+        for c in users[n]:
+            last = max(last, pos[c], reads[c] if c.inputs[0] is n and alias.get(c) is not None else last)
+        reads[n] = last
     span: dict[Node, list[int]] = {}
     for n in placed:
         last = reads[n]

@@ -279,7 +279,15 @@ class Graph:
         ['input', 'neg']
         """
         nodes = self._nodes
-        return _dfs_order(nodes, lambda n: [i for i in n.inputs if i in nodes])
+        # Most graphs are built inputs first, and then the insertion order is the answer the walk below
+        # would give (each node's inputs are done before it): check that in one linear pass.
+        done: set[Node] = set()
+        for n in nodes:
+            for i in n.inputs:
+                if i not in done and i in nodes:
+                    return _dfs_order(nodes, lambda n: [i for i in n.inputs if i in nodes])
+            done.add(n)
+        return list(nodes)
 
     def consumers(self, node: Node) -> list[Node]:
         """The nodes that take `node` as an input (each once), in the order they were wired.
@@ -614,13 +622,14 @@ class Graph:
                         doomed[c] = None
                         stack.append(c)
         else:
+            outputs = set(self._outputs) if len(doomed) > 8 else self._outputs  # (Many nodes: one set.)
             for n in doomed:
                 outside = [c for c in self._users[n] if c not in doomed]
                 if outside:
                     raise GraphError(f"loom.Graph.remove_node: {_desc(n)} is still consumed by "
                                      f"{', '.join(_desc(c) for c in outside)}; remove or rewire those "
                                      "first, or pass force=True to remove them too")
-                if n in self._outputs:
+                if n in outputs:
                     raise GraphError(f"loom.Graph.remove_node: {_desc(n)} is a graph output; change "
                                      "graph.outputs first, or pass force=True to drop it from them")
         for n in doomed:
@@ -631,10 +640,9 @@ class Graph:
         for n in doomed:
             del self._nodes[n]
             del self._users[n]
-        gone = doomed.keys()  # (isdisjoint runs in C: the fuse pass removes one group at a time.)
-        if not gone.isdisjoint(self._inputs):
+        if any(n.op == "input" for n in doomed):  # The inputs are the placeholders: none gone, none to drop.
             self._inputs = [n for n in self._inputs if n not in doomed]
-        if not gone.isdisjoint(self._outputs):
+        if force and not doomed.keys().isdisjoint(self._outputs):  # (Without force no output is doomed.)
             self._outputs = [n for n in self._outputs if n not in doomed]
         return tuple(doomed)
 

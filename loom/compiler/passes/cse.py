@@ -30,6 +30,11 @@ _COLLECTIVES = frozenset(collective.OPS)
 
 def attr_key(value: Any) -> Hashable:
     """A hashable key equal for two attr values exactly when they mean the same thing."""
+    kind = type(value)
+    if kind is int:
+        return ("i", value)
+    if kind is tuple and all(type(v) is int for v in value):
+        return ("ti", value)  # Shapes, axes, permutations: ints compare exactly as they are.
     if isinstance(value, bool):
         return ("b", value)
     if isinstance(value, int):
@@ -50,7 +55,7 @@ def node_key(node: Node, position: dict[Node, int]) -> Hashable:
     ins = node.inputs
     if node.op in COMMUTATIVE:
         ins = tuple(sorted(ins, key=position.__getitem__))
-    attrs = tuple(sorted((k, attr_key(v)) for k, v in node.attrs.items()))
+    attrs = tuple(sorted([(k, attr_key(v)) for k, v in node.attrs.items()])) if node.attrs else ()
     return node.op, ins, attrs, tuple(node.shape), node.dtype.name, node.device
 
 
@@ -76,6 +81,7 @@ def cse(graph: Graph) -> Graph:
     order = graph.topological_order()
     position = {n: k for k, n in enumerate(order)}
     seen: dict[Hashable, Node] = {}
+    replaced: list[Node] = []
     for node in order:
         if node.op == "input" or node.op in _COLLECTIVES:
             continue
@@ -86,5 +92,7 @@ def cse(graph: Graph) -> Graph:
         elif node.op != "buffer" or np.ascontiguousarray(first.buffer).tobytes() == \
                 np.ascontiguousarray(node.buffer).tobytes():
             graph.replace(node, first, check_cycles=False)  # first precedes node in topological order.
-            drop_unused(graph, [node])
+            replaced.append(node)
+    # Once, at the end: a replaced node's inputs are its first's too, so the removals change no later key.
+    drop_unused(graph, replaced)
     return graph

@@ -46,11 +46,14 @@ def drop_unused(graph: Graph, nodes) -> None:
     Rewriting passes call this on the nodes they replaced, so they leave no
     garbage behind without pruning nodes that were dead before they ran.
     """
-    outputs = set(graph.outputs)
     stack = list(nodes)
+    if not stack:
+        return
+    outputs = set(graph.outputs)
+    users = graph._users  # Read only (consumers() copies).
     while stack:
         n = stack.pop()
-        if n not in graph or n.op == "input" or n in outputs or graph.consumers(n):
+        if n not in graph or n.op == "input" or n in outputs or users[n]:
             continue
         ins = n.inputs
         graph.remove_node(n)

@@ -5,6 +5,7 @@ re-exports it.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -129,6 +130,9 @@ def run_passes(graph: Graph, names: Sequence[str] | str, *, verify: bool = True,
     observer : callable, optional
         Called as ``observer(name, graph)`` after each pass (used by `explain`).
 
+    The result's ``meta["pass_seconds"]`` holds each pass's wall time in
+    seconds (summed over the runs of a pass named twice).
+
     Examples
     --------
     >>> import loom
@@ -149,9 +153,12 @@ def run_passes(graph: Graph, names: Sequence[str] | str, *, verify: bool = True,
     if verify:
         graph.verify()  # A node no primitive accepts (say, edited attrs) never reaches a pass or a kernel.
     out = graph.copy() if copy else graph
+    seconds: dict[str, float] = {}
     for name in names:
         out.meta.pop("memory", None)  # A plan describes the graph it was made for; any pass may change it.
+        start = time.perf_counter()
         result = PASSES[name](out)
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
         if not isinstance(result, Graph):
             raise LoomError(f"loom.compiler.run_passes: pass {name!r} returned {type(result).__name__}, "
                             "expected the loom.ir.Graph it transformed")
@@ -161,6 +168,7 @@ def run_passes(graph: Graph, names: Sequence[str] | str, *, verify: bool = True,
             out.verify()
         if observer is not None:
             observer(name, out)
+    out.meta["pass_seconds"] = seconds  # Wall time of each pass (a pass run twice: the sum), for profiling.
     return out
 
 
