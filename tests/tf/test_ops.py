@@ -19,6 +19,31 @@ def b(*shape):
     return lambda rng: rng.random(shape) > 0.5
 
 
+def _spd(tf, a):
+    return tf.matmul(a, a, transpose_b=True) + 3.0 * tf.eye(3)
+
+
+def _linalg_solves(tf, a, r):
+    s = _spd(tf, a)
+    low = tf.linalg.cholesky(s)
+    return [tf.linalg.inv(a), tf.linalg.inv(a, adjoint=True), tf.linalg.det(a), tf.linalg.slogdet(a)[1],
+            tf.linalg.logdet(s), low, tf.linalg.cholesky_solve(low, r), tf.linalg.solve(a, r),
+            tf.linalg.solve(a, r, adjoint=True), tf.linalg.triangular_solve(low, r),
+            tf.linalg.triangular_solve(low, r, adjoint=True),
+            tf.linalg.triangular_solve(tf.transpose(low), r, lower=False), tf.linalg.lstsq(a, r),
+            tf.linalg.lstsq(a, r, l2_regularizer=0.1), tf.linalg.matvec(a, r[:, 0]), tf.linalg.adjoint(a),
+            tf.linalg.set_diag(a, r[:, 0]), tf.linalg.set_diag(a, r[:2, 1], k=1),
+            tf.linalg.global_norm([a, r]), tf.linalg.normalize(a, axis=1)[0], tf.linalg.expm(0.1 * a),
+            tf.linalg.cross(a, a[::-1]), tf.linalg.pinv(a), tf.linalg.einsum("ij->j", a)]
+
+
+def _linalg_decomps(tf, a):
+    s = _spd(tf, a)
+    sv, u, v = tf.linalg.svd(a)
+    return [tf.abs(tf.linalg.qr(a)[1]), sv, tf.matmul(u * sv, v, transpose_b=True), tf.linalg.svd(a, compute_uv=False),
+            tf.linalg.eigh(s)[0], tf.linalg.eigvalsh(s), tf.linalg.matrix_rank(a)]
+
+
 CASES = [
     # Creation and dtypes.
     Case("constant_float", lambda tf: tf.constant([[1.0, 2.0], [3.0, 4.0]]) * 2),
@@ -73,6 +98,10 @@ CASES = [
          (f32(3, 4), f32(2))),
     Case("segment_sums", lambda tf, x: [tf.math.segment_sum(x, tf.constant([0, 0, 1, 3])),
                                         tf.math.unsorted_segment_sum(x, tf.constant([2, 0, 2, 1]), 4)], (f32(4, 3),)),
+    Case("linalg_inverses_solves", lambda tf, a, r: _linalg_solves(tf, a, r), (f32(3, 3), f32(3, 2)), rtol=1e-4,
+         atol=1e-4),
+    Case("linalg_decompositions", lambda tf, a: _linalg_decomps(tf, a), (f32(3, 3),), grad=False, rtol=1e-4,
+         atol=1e-4),
     Case("linalg", lambda tf, x, d: [tf.linalg.matmul(x, x, transpose_b=True), tf.linalg.matrix_transpose(x),
                                      tf.linalg.diag(d), tf.linalg.diag_part(x[:, :3]), tf.linalg.trace(x[:, :3]),
                                      tf.linalg.band_part(x, 1, 0), tf.linalg.norm(x)], (f32(3, 4), f32(3))),
