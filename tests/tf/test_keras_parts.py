@@ -158,3 +158,24 @@ def test_layer_forward_matches_keras(name):
     loom_layer.set_weights(tf_layer.get_weights())
     got = loom_layer(*args, **extra).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _merge_model(tf):
+    k, lay = tf.keras, tf.keras.layers
+    inp = k.Input(shape=(5,))
+    h = lay.Dense(6, activation="relu", kernel_initializer="ones")(inp)
+    g = lay.Dense(6, kernel_initializer=k.initializers.Constant(-0.3))(inp)
+    merged = lay.concatenate([lay.add([h, g]), lay.subtract([h, g]), lay.multiply([h, g]), lay.average([h, g]),
+                              lay.maximum([h, g]), lay.minimum([h, g]), lay.dot([h, g], axes=1),
+                              lay.dot([h, g], axes=1, normalize=True)])
+    return k.Model(inputs=inp, outputs=lay.Dense(2, kernel_initializer="ones")(merged))
+
+
+def test_functional_merge_helpers_and_dot_match_keras():
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    want = [_merge_model(real_tf)(x).numpy(), real_tf.keras.layers.Dot(axes=(2, 2))([a, b]).numpy()]
+    got = [_merge_model(ltf)(x).numpy(), ltf.keras.layers.Dot(axes=(2, 2))([ltf.constant(a), ltf.constant(b)]).numpy()]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -639,6 +639,39 @@ class Maximum(_Merge):
         return loom.maximum(a, b)
 
 
+class Minimum(_Merge):
+    """Elementwise minimum of a list of inputs."""
+
+    def _merge(self, a, b):
+        return loom.minimum(a, b)
+
+
+class Dot(Layer):
+    """Dot products of two inputs over `axes` (per batch element), optionally of L2-normalised inputs (cosine)."""
+
+    def __init__(self, axes, normalize=False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.axes = axes
+        self.normalize = normalize
+
+    def call(self, inputs):
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
+            raise LoomValueError("loom.tf.keras.layers.Dot: expected a list of exactly two inputs")
+        a, b = inputs
+        ax = self.axes if isinstance(self.axes, (list, tuple)) else (self.axes, self.axes)
+        ax = [x % t.ndim for x, t in zip(ax, (a, b))]
+        if self.normalize:
+            a = F.normalize(a, dim=ax[0], eps=1e-12)
+            b = F.normalize(b, dim=ax[1], eps=1e-12)
+        if a.ndim == 2 and b.ndim == 2:
+            return (a * b).sum(dim=1, keepdim=True)
+        # Batched contraction of a's axis ax[0] with b's axis ax[1]; the remaining axes follow in order.
+        a = a.movedim(ax[0], -1)
+        b = b.movedim(ax[1], 1)
+        return loom.matmul(a.reshape(a.shape[0], -1, a.shape[-1]), b.reshape(b.shape[0], b.shape[1], -1)).reshape(
+            a.shape[0], *a.shape[1:-1], *b.shape[2:])
+
+
 class Concatenate(Layer):
     """Join a list of inputs along `axis` (the last by default)."""
 
@@ -665,6 +698,46 @@ class ZeroPadding2D(Layer):
     def call(self, inputs):
         (t, b), (left, r) = self.padding
         return loom.pad(inputs, [0, 0, left, r, t, b])
+
+
+def add(inputs, **kwargs):
+    """Functional form of `Add`: the elementwise sum of `inputs`."""
+    return Add(**kwargs)(inputs)
+
+
+def subtract(inputs, **kwargs):
+    """Functional form of `Subtract`: `inputs[0] - inputs[1]`."""
+    return Subtract(**kwargs)(inputs)
+
+
+def multiply(inputs, **kwargs):
+    """Functional form of `Multiply`: the elementwise product of `inputs`."""
+    return Multiply(**kwargs)(inputs)
+
+
+def average(inputs, **kwargs):
+    """Functional form of `Average`: the elementwise mean of `inputs`."""
+    return Average(**kwargs)(inputs)
+
+
+def maximum(inputs, **kwargs):
+    """Functional form of `Maximum`: the elementwise maximum of `inputs`."""
+    return Maximum(**kwargs)(inputs)
+
+
+def minimum(inputs, **kwargs):
+    """Functional form of `Minimum`: the elementwise minimum of `inputs`."""
+    return Minimum(**kwargs)(inputs)
+
+
+def concatenate(inputs, axis=-1, **kwargs):
+    """Functional form of `Concatenate`: `inputs` joined along `axis`."""
+    return Concatenate(axis=axis, **kwargs)(inputs)
+
+
+def dot(inputs, axes=-1, normalize=False, **kwargs):
+    """Functional form of `Dot`: dot products of the two `inputs` over `axes`."""
+    return Dot(axes=axes, normalize=normalize, **kwargs)(inputs)
 
 
 def _regularize(layer) -> None:
