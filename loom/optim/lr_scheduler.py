@@ -29,7 +29,16 @@ class LRScheduler:
         self.step()
 
     def _lr_at(self, epoch: int) -> list[float]:
-        raise NotImplementedError(f"{type(self).__name__} must define _lr_at")
+        if type(self).get_lr is not LRScheduler.get_lr:
+            # A user's scheduler written for PyTorch overrides get_lr() (reading self.last_epoch, base_lrs, or
+            # the groups' current lr); step() calls it as PyTorch's does.
+            self._get_lr_called_within_step = True
+            try:
+                return list(self.get_lr())
+            finally:
+                self._get_lr_called_within_step = False
+        raise NotImplementedError(f"loom.optim.lr_scheduler: {type(self).__name__} must define get_lr() "
+                                  "(the learning rate of each param group at self.last_epoch)")
 
     def get_last_lr(self) -> list[float]:
         return list(self._last_lr)
@@ -38,6 +47,7 @@ class LRScheduler:
         return self._lr_at(self.last_epoch)
 
     def step(self, epoch: int | None = None) -> None:
+        self._step_count = getattr(self, "_step_count", 0) + 1  # As PyTorch's (1 after construction).
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         lrs = self._lr_at(self.last_epoch)
         for g, lr in zip(self.optimizer.param_groups, lrs):

@@ -60,3 +60,39 @@ def test_scheduler_state_dict_round_trip():
     s.step()
     s2.step()
     assert s.get_last_lr() == s2.get_last_lr() == [0.125]
+
+
+def _user_schedulers(lib):
+    """Schedulers written for PyTorch by subclassing LRScheduler / _LRScheduler and overriding get_lr()."""
+    class Warmup(lib.optim.lr_scheduler.LRScheduler):
+        def __init__(self, optimizer, warmup):
+            self.warmup = warmup
+            super().__init__(optimizer)
+
+        def get_lr(self):
+            return [b * min(1.0, (self.last_epoch + 1) / self.warmup) for b in self.base_lrs]
+
+    class Chained(lib.optim.lr_scheduler._LRScheduler):  # The chainable form reads the groups' current lr.
+        def get_lr(self):
+            if self.last_epoch == 0:
+                return [g["lr"] for g in self.optimizer.param_groups]
+            return [g["lr"] * 0.8 for g in self.optimizer.param_groups]
+    return Warmup, Chained
+
+
+def test_user_scheduler_overriding_get_lr_matches_torch():
+    out = []
+    for lib in (torch, loom):
+        warm_cls, chained_cls = _user_schedulers(lib)
+        p = lib.zeros(2, requires_grad=True)
+        o1, o2 = lib.optim.SGD([p], lr=0.1), lib.optim.SGD([p], lr=0.1)
+        s1, s2 = warm_cls(o1, warmup=4), chained_cls(o2)
+        lrs = []
+        for _ in range(6):
+            o1.step()
+            o2.step()
+            s1.step()
+            s2.step()
+            lrs.append((s1.get_last_lr()[0], o2.param_groups[0]["lr"], s1._step_count))
+        out.append(lrs)
+    np.testing.assert_allclose(np.array(out[1]), np.array(out[0]), rtol=1e-12)
