@@ -96,3 +96,22 @@ def test_user_scheduler_overriding_get_lr_matches_torch():
             lrs.append((s1.get_last_lr()[0], o2.param_groups[0]["lr"], s1._step_count))
         out.append(lrs)
     np.testing.assert_allclose(np.array(out[1]), np.array(out[0]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda s, o: [s.ExponentialLR(o, 0.9), s.StepLR(o, 3, 0.5)],
+    lambda s, o: [s.ConstantLR(o, factor=0.1, total_iters=2), s.ExponentialLR(o, gamma=0.9)],
+    lambda s, o: [s.LinearLR(o, start_factor=0.2, total_iters=4), s.MultiStepLR(o, [5, 8], 0.3)],
+], ids=["exp-step", "constant-exp", "linear-multistep"])
+def test_chained_scheduler_matches_torch(make):
+    out = []
+    for lib in (torch, loom):
+        opt = lib.optim.SGD([lib.zeros(2, requires_grad=True), lib.ones(1, requires_grad=True)], lr=0.5)
+        chain = lib.optim.lr_scheduler.ChainedScheduler(make(lib.optim.lr_scheduler, opt))
+        lrs = [opt.param_groups[0]["lr"]]
+        for _ in range(10):
+            opt.step()
+            chain.step()
+            lrs += [opt.param_groups[0]["lr"], chain.get_last_lr()[0]]
+        out.append(lrs)
+    np.testing.assert_allclose(out[1], out[0], rtol=1e-9)
