@@ -383,3 +383,10 @@ def test_autograd_functional_create_graph_differentiates_through():
         jac.sum().backward()
         return x.grad
     _close(program(ltorch), program(torch))
+
+
+def test_autograd_profiler_names_are_loom_profiler():
+    with ltorch.autograd.profiler.profile(enabled=True, record_shapes=True) as prof:
+        with ltorch.autograd.profiler.record_function("my_block"):
+            (ltorch.ones(2, 3) * 2).sum().item()
+    assert "my_block" in prof.key_averages().table()
