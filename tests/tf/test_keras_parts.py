@@ -28,6 +28,14 @@ LOSSES = {
     "huber": (lambda k: k.losses.Huber(delta=0.7), REG_TRUE, REG_PRED),
     "mse_rank_short_target": (lambda k: k.losses.MeanSquaredError(), REG_TRUE[:, 0], REG_PRED[:, :1]),
     "kld": (lambda k: k.losses.KLDivergence(), PROBS[::-1].copy(), PROBS),
+    "hinge_01_labels": (lambda k: k.losses.Hinge(), BIN_TRUE, LOGITS[:, :1]),
+    "squared_hinge": (lambda k: k.losses.SquaredHinge(), np.sign(REG_TRUE), REG_PRED),
+    "categorical_hinge": (lambda k: k.losses.CategoricalHinge(), ONE_HOT, LOGITS),
+    "log_cosh": (lambda k: k.losses.LogCosh(), REG_TRUE, REG_PRED),
+    "poisson": (lambda k: k.losses.Poisson(), np.abs(REG_TRUE), np.abs(REG_PRED) + 0.1),
+    "msle": (lambda k: k.losses.MeanSquaredLogarithmicError(), np.abs(REG_TRUE), np.abs(REG_PRED)),
+    "mape": (lambda k: k.losses.MeanAbsolutePercentageError(), REG_TRUE, REG_PRED),
+    "cosine_similarity": (lambda k: k.losses.CosineSimilarity(), REG_TRUE, REG_PRED),
 }
 
 
