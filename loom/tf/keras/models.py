@@ -307,7 +307,8 @@ class Model(Layer):
             validation_data = (vx, vy)
         epoch_iter, steps = self._batches(x, y, sample_weight, batch_size, shuffle, steps_per_epoch)
         history = cbks.History()
-        cb_list = [history] + list(callbacks or [])
+        # As Keras, History comes after the user's callbacks, so it records what they add to the logs.
+        cb_list = list(callbacks or []) + [history]
         if verbose:
             cb_list.append(cbks.ProgbarLogger(verbose))
         params = {"epochs": epochs, "steps": steps, "verbose": verbose}
