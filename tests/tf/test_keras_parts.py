@@ -187,3 +187,36 @@ def test_functional_merge_helpers_and_dot_match_keras():
     got = [_merge_model(ltf)(x).numpy(), ltf.keras.layers.Dot(axes=(2, 2))([ltf.constant(a), ltf.constant(b)]).numpy()]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def _with_weights(layer, x, seed):
+    layer(x)
+    g = np.random.default_rng(seed)
+    layer.set_weights([g.standard_normal(w.shape).astype(np.float32) * 0.3 for w in layer.get_weights()])
+    out = layer(x)
+    return [np.asarray(o) for o in out] if isinstance(out, list) else [np.asarray(out)]
+
+
+def _sequence_and_image_layers(tf):
+    lay = tf.keras.layers
+    seq = np.random.default_rng(1).standard_normal((2, 7, 3)).astype(np.float32)
+    img = np.random.default_rng(2).standard_normal((2, 5, 4, 3)).astype(np.float32)
+    out = [lay.MaxPooling1D(2)(seq), lay.MaxPooling1D(3, strides=2, padding="same")(seq),
+           lay.AveragePooling1D(2, padding="same")(seq), lay.GlobalMaxPooling1D()(seq),
+           lay.RepeatVector(3)(seq[:, 0]), lay.Permute((3, 1, 2))(img)]
+    out = [np.asarray(o) for o in out]
+    for k, s, p in [(3, 2, "same"), (3, 2, "valid"), (2, 3, "valid"), (2, 3, "same"), ((3, 2), (2, 1), "same")]:
+        out += _with_weights(lay.Conv2DTranspose(2, k, strides=s, padding=p), img, 5)
+    out += _with_weights(lay.TimeDistributed(lay.Dense(4)), seq, 6)
+    for mode in ("concat", "ave"):
+        out += _with_weights(lay.Bidirectional(lay.LSTM(4, return_sequences=True), merge_mode=mode), seq, 7)
+    out += _with_weights(lay.Bidirectional(lay.GRU(3)), seq, 8)
+    out += _with_weights(lay.Bidirectional(lay.LSTM(2, return_sequences=True, return_state=True)), seq, 9)
+    return out
+
+
+def test_pooling1d_conv2d_transpose_time_distributed_bidirectional_match_keras():
+    want, got = _sequence_and_image_layers(real_tf), _sequence_and_image_layers(ltf)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

@@ -188,6 +188,184 @@ GlobalAvgPool2D = GlobalAveragePooling2D
 GlobalMaxPool2D = GlobalMaxPooling2D
 
 
+class _Pool1D(Layer):
+    def __init__(self, pool_size=2, strides=None, padding="valid", data_format=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise LoomValueError(f"loom.tf.keras.layers.{type(self).__name__}: only data_format='channels_last' is "
+                                 "supported")
+        self.pool_size = _tuple(pool_size, 1)
+        self.strides = _tuple(strides, 1) if strides is not None else self.pool_size
+        self.padding = padding.upper()
+
+
+class MaxPooling1D(_Pool1D):
+    """Max over pool_size steps (strides default to pool_size) of [batch, steps, features] inputs."""
+
+    def call(self, inputs):
+        return tfnn.max_pool2d(inputs.unsqueeze(1), (1,) + self.pool_size, (1,) + self.strides, self.padding)[:, 0]
+
+
+class AveragePooling1D(_Pool1D):
+    """Mean over pool_size steps (strides default to pool_size) of [batch, steps, features] inputs."""
+
+    def call(self, inputs):
+        return tfnn.avg_pool2d(inputs.unsqueeze(1), (1,) + self.pool_size, (1,) + self.strides, self.padding)[:, 0]
+
+
+class GlobalMaxPooling1D(GlobalAveragePooling2D):
+    """Maximum over the steps of [batch, steps, features] inputs."""
+
+    def call(self, inputs):
+        return loom.amax(inputs, dim=1, keepdim=self.keepdims)
+
+
+MaxPool1D = MaxPooling1D
+AvgPool1D = AveragePooling1D
+GlobalAvgPool1D = GlobalAveragePooling1D
+GlobalMaxPool1D = GlobalMaxPooling1D
+
+
+class Conv2DTranspose(Layer):
+    """Transposed 2-D convolution of NHWC inputs with a [kh, kw, filters, in] kernel; padding 'valid' or 'same'."""
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid", output_padding=None, data_format=None,
+                 dilation_rate=(1, 1), activation=None, use_bias=True, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise LoomValueError("loom.tf.keras.layers.Conv2DTranspose: only data_format='channels_last' is supported")
+        if _tuple(dilation_rate, 2) != (1, 1) or output_padding is not None:
+            raise LoomValueError("loom.tf.keras.layers.Conv2DTranspose: dilation_rate other than 1 and "
+                                 "output_padding are not supported")
+        self.filters = int(filters)
+        self.kernel_size = _tuple(kernel_size, 2)
+        self.strides = _tuple(strides, 2)
+        self.padding = padding.lower()
+        if self.padding not in ("valid", "same"):
+            raise LoomValueError(f"loom.tf.keras.layers.Conv2DTranspose: padding must be 'valid' or 'same', got "
+                                 f"{padding!r}")
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel_regularizer = regularizers.get(kernel_regularizer)
+        self.bias_regularizer = regularizers.get(bias_regularizer)
+
+    def build(self, input_shape) -> None:
+        self.kernel = self.add_weight("kernel", self.kernel_size + (self.filters, input_shape[-1]),
+                                      self.kernel_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer)
+
+    def call(self, inputs):
+        _regularize(self)
+        x = inputs.permute(0, 3, 1, 2)
+        y = F.conv_transpose2d(x, self.kernel.permute(3, 2, 0, 1), stride=self.strides)
+        # Full output is (n - 1) * s + k; TensorFlow's is n * s ('same') or (n - 1) * s + max(k, s) ('valid').
+        for axis, (n, k, st) in enumerate(zip(x.shape[2:], self.kernel_size, self.strides)):
+            want = n * st if self.padding == "same" else (n - 1) * st + max(k, st)
+            have = y.shape[2 + axis]
+            if have > want:
+                top = (k - st) // 2 if self.padding == "same" else 0
+                y = y.narrow(2 + axis, top, want)
+            elif have < want:
+                pad = [0, 0, 0, 0]
+                pad[2 * (1 - axis) + 1] = want - have
+                y = F.pad(y, pad)
+        y = y.permute(0, 2, 3, 1)
+        if self.use_bias:
+            y = y + self.bias
+        return self.activation(y)
+
+
+Convolution2DTranspose = Conv2DTranspose
+
+
+class RepeatVector(Layer):
+    """[batch, features] to [batch, n, features]."""
+
+    def __init__(self, n, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.n = int(n)
+
+    def call(self, inputs):
+        return inputs.unsqueeze(1).expand(inputs.shape[0], self.n, *inputs.shape[1:]).clone()
+
+
+class Permute(Layer):
+    """Permute the non-batch axes by `dims` (1-based, as Keras)."""
+
+    def __init__(self, dims, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.dims = tuple(int(d) for d in dims)
+        if sorted(self.dims) != list(range(1, len(self.dims) + 1)):
+            raise LoomValueError(f"loom.tf.keras.layers.Permute: dims must be a permutation of 1..{len(self.dims)}, "
+                                 f"got {self.dims}")
+
+    def call(self, inputs):
+        return inputs.permute(0, *self.dims)
+
+
+class TimeDistributed(Layer):
+    """Apply `layer` to every step of [batch, steps, ...] inputs (the steps folded into the batch)."""
+
+    def __init__(self, layer, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.layer = layer
+
+    def call(self, inputs, training=None):
+        b, t = inputs.shape[0], inputs.shape[1]
+        y = self.layer(inputs.reshape(b * t, *inputs.shape[2:]), training=training)
+        return y.reshape(b, t, *y.shape[1:])
+
+
+class Bidirectional(Layer):
+    """Run a recurrent `layer` forwards and a copy of it backwards; merge their outputs (`merge_mode`:
+    'concat', 'sum', 'mul', 'ave' or None for a list)."""
+
+    def __init__(self, layer, merge_mode="concat", weights=None, backward_layer=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        import copy
+        if merge_mode not in ("concat", "sum", "mul", "ave", None):
+            raise LoomValueError(f"loom.tf.keras.layers.Bidirectional: merge_mode must be one of 'concat', 'sum', "
+                                 f"'mul', 'ave' or None, got {merge_mode!r}")
+        if weights is not None:
+            raise LoomValueError("loom.tf.keras.layers.Bidirectional: initial `weights` are not supported; call "
+                                 "set_weights after building")
+        self.forward_layer = layer
+        if backward_layer is None:
+            backward_layer = copy.deepcopy(layer)
+            backward_layer.go_backwards = not layer.go_backwards
+        self.backward_layer = backward_layer
+        self.merge_mode = merge_mode
+        self.return_sequences = layer.return_sequences
+        self.return_state = layer.return_state
+
+    def call(self, inputs, training=None):
+        f = self.forward_layer(inputs, training=training)
+        b = self.backward_layer(inputs, training=training)
+        f_states, b_states = [], []
+        if self.return_state:
+            f, f_states = f[0], list(f[1:])
+            b, b_states = b[0], list(b[1:])
+        if self.return_sequences:
+            b = b.flip(1)
+        if self.merge_mode == "concat":
+            out = loom.cat([f, b], dim=-1)
+        elif self.merge_mode == "sum":
+            out = f + b
+        elif self.merge_mode == "mul":
+            out = f * b
+        elif self.merge_mode == "ave":
+            out = (f + b) / 2
+        else:
+            out = [f, b]
+        if self.return_state:
+            return (out if isinstance(out, list) else [out]) + f_states + b_states
+        return out
+
+
 class Flatten(Layer):
     """[batch, ...] to [batch, features]."""
 
