@@ -194,7 +194,7 @@ def _with_weights(layer, x, seed):
     g = np.random.default_rng(seed)
     layer.set_weights([g.standard_normal(w.shape).astype(np.float32) * 0.3 for w in layer.get_weights()])
     out = layer(x)
-    return [np.asarray(o) for o in out] if isinstance(out, list) else [np.asarray(out)]
+    return [np.asarray(o) for o in out] if isinstance(out, (list, tuple)) else [np.asarray(out)]
 
 
 def _sequence_and_image_layers(tf):
