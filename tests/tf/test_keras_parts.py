@@ -220,3 +220,16 @@ def test_pooling1d_conv2d_transpose_time_distributed_bidirectional_match_keras()
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_pad_sequences_and_snake_case_initializers_match_keras():
+    seqs = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10], []]
+    for kwargs in ({}, {"maxlen": 4, "padding": "post", "truncating": "post", "value": -1}, {"maxlen": 2}):
+        np.testing.assert_array_equal(ltf.keras.utils.pad_sequences(seqs, **kwargs),
+                                      real_tf.keras.utils.pad_sequences(seqs, **kwargs))
+    for name, args in [("zeros", {}), ("constant", {"value": 0.5}), ("glorot_uniform", {"seed": 1}),
+                       ("he_normal", {"seed": 1}), ("orthogonal", {}), ("variance_scaling", {"scale": 2.0})]:
+        got = np.asarray(getattr(ltf.keras.initializers, name)(**args)((40, 30)))
+        want = np.asarray(getattr(real_tf.keras.initializers, name)(**args)((40, 30)))
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got.std(), want.std(), rtol=0.15, atol=1e-6)
