@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import loom.tf as ltf
+from loom.errors import LoomValueError
 from tests.tf.harness import real_tf
 
 
@@ -351,3 +352,24 @@ def test_terminate_on_nan_stops_training():
     x = np.full((8, 1), 1e20, np.float32)
     hist = model.fit(x, x, batch_size=2, epochs=5, verbose=0, callbacks=[ltf.keras.callbacks.TerminateOnNaN()])
     assert len(hist.history["loss"]) == 1
+
+
+def test_model_save_and_load_model_round_trip_and_keep_training(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 3)).astype(np.float32)
+    y = rng.integers(0, 2, 16)
+    inp = ltf.keras.Input(shape=(3,))
+    out = ltf.keras.layers.Dense(2, activation="softmax")(ltf.keras.layers.Dense(4, activation="relu")(inp))
+    for model in (ltf.keras.Sequential([ltf.keras.Input(shape=(3,)), ltf.keras.layers.Dense(2)]),
+                  ltf.keras.Model(inputs=inp, outputs=out)):
+        model.compile(optimizer="adam", loss=ltf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, epochs=1, verbose=0)
+        model.save(tmp_path / "m.keras")
+        loaded = ltf.keras.models.load_model(tmp_path / "m.keras")
+        np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+        a = model.fit(x, y, epochs=1, verbose=0, shuffle=False).history["loss"]
+        b = loaded.fit(x, y, epochs=1, verbose=0, shuffle=False).history["loss"]
+        np.testing.assert_allclose(b, a, rtol=1e-6)  # The optimizer state was saved too.
+    lam = ltf.keras.Sequential([ltf.keras.Input(shape=(3,)), ltf.keras.layers.Lambda(lambda t: t * 2)])
+    with pytest.raises(LoomValueError, match="cannot be saved whole"):
+        lam.save(tmp_path / "lam.keras")
