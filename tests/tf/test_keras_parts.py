@@ -233,3 +233,23 @@ def test_pad_sequences_and_snake_case_initializers_match_keras():
         want = np.asarray(getattr(real_tf.keras.initializers, name)(**args)((40, 30)))
         assert got.shape == want.shape
         np.testing.assert_allclose(got.std(), want.std(), rtol=0.15, atol=1e-6)
+
+
+def _schedules(tf):
+    s = tf.keras.optimizers.schedules
+    return [s.PiecewiseConstantDecay([3, 7], [0.1, 0.05, 0.01]), s.InverseTimeDecay(0.1, 5, 0.5),
+            s.InverseTimeDecay(0.1, 5, 0.5, staircase=True), s.PolynomialDecay(0.1, 10, 0.001, power=2.0),
+            s.PolynomialDecay(0.1, 4, 0.01, cycle=True), s.CosineDecay(0.1, 10, alpha=0.1),
+            s.CosineDecay(0.0, 8, warmup_target=0.2, warmup_steps=4),
+            s.CosineDecayRestarts(0.1, 3, t_mul=2.0, m_mul=0.8, alpha=0.05), s.CosineDecayRestarts(0.1, 3, t_mul=1.0)]
+
+
+def test_learning_rate_schedules_match_keras():
+    want = np.array([[float(s(i)) for i in range(16)] for s in _schedules(real_tf)])
+    got = np.array([[float(s(i)) for i in range(16)] for s in _schedules(ltf)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    opt = ltf.keras.optimizers.SGD(ltf.keras.optimizers.schedules.PiecewiseConstantDecay([0], [0.5, 0.25]))
+    v = ltf.Variable([1.0])
+    for _ in range(2):
+        opt.apply_gradients([(ltf.constant([1.0]), v)])
+    np.testing.assert_allclose(v.numpy(), [1.0 - 0.5 - 0.25])

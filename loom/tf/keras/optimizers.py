@@ -36,11 +36,104 @@ class ExponentialDecay(LearningRateSchedule):
         return self.initial_learning_rate * self.decay_rate ** p
 
 
+class PiecewiseConstantDecay(LearningRateSchedule):
+    """values[i] while step <= boundaries[i] (and values[-1] after the last boundary)."""
+
+    def __init__(self, boundaries, values, name=None) -> None:
+        if len(values) != len(boundaries) + 1:
+            raise LoomValueError(f"loom.tf.keras.optimizers.schedules.PiecewiseConstantDecay: expected "
+                                 f"{len(boundaries) + 1} values for {len(boundaries)} boundaries, got {len(values)}")
+        self.boundaries, self.values = list(boundaries), list(values)
+
+    def __call__(self, step):
+        for b, v in zip(self.boundaries, self.values):
+            if step <= b:
+                return v
+        return self.values[-1]
+
+
+class InverseTimeDecay(LearningRateSchedule):
+    """initial_learning_rate / (1 + decay_rate * step / decay_steps) (floored if `staircase`)."""
+
+    def __init__(self, initial_learning_rate, decay_steps, decay_rate, staircase=False, name=None) -> None:
+        self.initial_learning_rate, self.decay_steps = initial_learning_rate, decay_steps
+        self.decay_rate, self.staircase = decay_rate, staircase
+
+    def __call__(self, step):
+        p = step / self.decay_steps
+        if self.staircase:
+            p = math.floor(p)
+        return self.initial_learning_rate / (1 + self.decay_rate * p)
+
+
+class PolynomialDecay(LearningRateSchedule):
+    """From initial_learning_rate to end_learning_rate over decay_steps as (1 - step / decay_steps) ** power
+    (with `cycle`, decay_steps grows to the next multiple past step)."""
+
+    def __init__(self, initial_learning_rate, decay_steps, end_learning_rate=0.0001, power=1.0, cycle=False,
+                 name=None) -> None:
+        self.initial_learning_rate, self.decay_steps = initial_learning_rate, decay_steps
+        self.end_learning_rate, self.power, self.cycle = end_learning_rate, power, cycle
+
+    def __call__(self, step):
+        steps = self.decay_steps
+        if self.cycle:
+            steps = steps * max(1.0, math.ceil(step / steps))
+        else:
+            step = min(step, steps)
+        frac = (1 - step / steps) ** self.power
+        return (self.initial_learning_rate - self.end_learning_rate) * frac + self.end_learning_rate
+
+
+class CosineDecay(LearningRateSchedule):
+    """Optional linear warmup to warmup_target over warmup_steps, then cosine decay over decay_steps down to
+    alpha times the peak."""
+
+    def __init__(self, initial_learning_rate, decay_steps, alpha=0.0, name=None, warmup_target=None,
+                 warmup_steps=0) -> None:
+        self.initial_learning_rate, self.decay_steps, self.alpha = initial_learning_rate, decay_steps, alpha
+        self.warmup_target, self.warmup_steps = warmup_target, warmup_steps
+
+    def __call__(self, step):
+        peak = self.initial_learning_rate if self.warmup_target is None else self.warmup_target
+        if self.warmup_target is not None and step < self.warmup_steps:
+            return self.initial_learning_rate + (peak - self.initial_learning_rate) * step / self.warmup_steps
+        t = min(step - self.warmup_steps, self.decay_steps) / self.decay_steps
+        cosine = 0.5 * (1 + math.cos(math.pi * t))
+        return peak * ((1 - self.alpha) * cosine + self.alpha)
+
+
+class CosineDecayRestarts(LearningRateSchedule):
+    """Cosine decay with warm restarts: periods of first_decay_steps growing by t_mul, peaks shrinking by m_mul."""
+
+    def __init__(self, initial_learning_rate, first_decay_steps, t_mul=2.0, m_mul=1.0, alpha=0.0, name=None) -> None:
+        self.initial_learning_rate, self.first_decay_steps = initial_learning_rate, first_decay_steps
+        self.t_mul, self.m_mul, self.alpha = t_mul, m_mul, alpha
+
+    def __call__(self, step):
+        frac = step / self.first_decay_steps
+        if self.t_mul == 1.0:
+            i = math.floor(frac)
+            frac = frac - i
+        else:
+            i = math.floor(math.log(1 - frac * (1 - self.t_mul)) / math.log(self.t_mul))
+            frac = (1 - self.t_mul ** i) / (1 - self.t_mul)
+            frac = (step / self.first_decay_steps - frac) / self.t_mul ** i
+        m = self.m_mul ** i
+        cosine = 0.5 * m * (1 + math.cos(math.pi * frac))
+        return self.initial_learning_rate * ((1 - self.alpha) * cosine + self.alpha)
+
+
 class schedules:  # noqa: N801  (TensorFlow's namespace spelling)
     """`keras.optimizers.schedules`."""
 
     LearningRateSchedule = LearningRateSchedule
     ExponentialDecay = ExponentialDecay
+    PiecewiseConstantDecay = PiecewiseConstantDecay
+    InverseTimeDecay = InverseTimeDecay
+    PolynomialDecay = PolynomialDecay
+    CosineDecay = CosineDecay
+    CosineDecayRestarts = CosineDecayRestarts
 
 
 class Optimizer:
