@@ -253,3 +253,31 @@ def test_learning_rate_schedules_match_keras():
     for _ in range(2):
         opt.apply_gradients([(ltf.constant([1.0]), v)])
     np.testing.assert_allclose(v.numpy(), [1.0 - 0.5 - 0.25])
+
+
+def _simple_layers(tf):
+    lay = tf.keras.layers
+    rng = np.random.default_rng(3)
+    seq = rng.standard_normal((2, 7, 4)).astype(np.float32)
+    img = rng.standard_normal((2, 5, 6, 4)).astype(np.float32)
+    out = [lay.ELU(0.5)(seq), lay.Identity()(seq), lay.GaussianNoise(0.5)(seq), lay.GaussianDropout(0.3)(seq),
+           lay.SpatialDropout1D(0.5)(seq), lay.SpatialDropout2D(0.5)(img), lay.Cropping1D((1, 2))(seq),
+           lay.Cropping2D(((1, 0), (2, 1)))(img), lay.Cropping2D(1)(img), lay.UpSampling1D(3)(seq),
+           lay.ZeroPadding1D((2, 1))(seq)]
+    out = [np.asarray(o) for o in out]
+    for layer, x in [(lay.PReLU(), seq), (lay.PReLU(shared_axes=[1, 2]), img), (lay.GroupNormalization(2), img),
+                     (lay.GroupNormalization(4, scale=False), seq)]:
+        out += _with_weights(layer, x, 11)
+    return out
+
+
+def test_simple_layers_match_keras_and_noise_layers_act_while_training():
+    want, got = _simple_layers(real_tf), _simple_layers(ltf)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    x = ltf.ones((64, 8, 16))
+    noisy = ltf.keras.layers.GaussianNoise(0.5)(x, training=True).numpy()
+    assert abs(noisy.std() - 0.5) < 0.05 and abs(noisy.mean() - 1.0) < 0.05
+    dropped = ltf.keras.layers.SpatialDropout1D(0.5)(x, training=True).numpy()
+    per_channel = dropped.std(axis=1)  # A dropped channel is zero at every step, a kept one is 2 everywhere.
+    assert np.all(per_channel == 0) and set(np.unique(dropped)) == {0.0, 2.0}

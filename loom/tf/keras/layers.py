@@ -444,6 +444,174 @@ class Softmax(Layer):
         return F.softmax(inputs, dim=self.axis)
 
 
+class ELU(Layer):
+    """x if x > 0 else alpha * (exp(x) - 1)."""
+
+    def __init__(self, alpha=1.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.alpha = float(alpha)
+
+    def call(self, inputs):
+        return F.elu(inputs, self.alpha)
+
+
+class PReLU(Layer):
+    """x if x > 0 else alpha * x, with a learned `alpha` per feature (shared over `shared_axes`)."""
+
+    def __init__(self, alpha_initializer="zeros", alpha_regularizer=None, alpha_constraint=None, shared_axes=None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.alpha_initializer = initializers.get(alpha_initializer)
+        self.shared_axes = [] if shared_axes is None else ([shared_axes] if isinstance(shared_axes, int)
+                                                           else list(shared_axes))
+
+    def build(self, input_shape) -> None:
+        shape = [1 if i in self.shared_axes else d for i, d in enumerate(input_shape) if i > 0]
+        self.alpha = self.add_weight("alpha", tuple(shape), self.alpha_initializer)
+
+    def call(self, inputs):
+        return loom.where(inputs > 0, inputs, inputs * self.alpha)
+
+
+class Identity(Layer):
+    """Returns its input unchanged."""
+
+    def call(self, inputs):
+        return inputs
+
+
+class GaussianNoise(Layer):
+    """Add zero-mean Gaussian noise of standard deviation `stddev` while training."""
+
+    def __init__(self, stddev, seed=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.stddev = float(stddev)
+
+    def call(self, inputs, training=None):
+        if not training or self.stddev == 0:
+            return inputs
+        return inputs + loom.randn(*inputs.shape, dtype=inputs.dtype) * self.stddev
+
+
+class GaussianDropout(Layer):
+    """Multiply by Gaussian noise of mean 1 and variance rate / (1 - rate) while training."""
+
+    def __init__(self, rate, seed=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rate = float(rate)
+
+    def call(self, inputs, training=None):
+        if not training or self.rate == 0:
+            return inputs
+        std = math.sqrt(self.rate / (1.0 - self.rate))
+        return inputs * (1.0 + loom.randn(*inputs.shape, dtype=inputs.dtype) * std)
+
+
+class SpatialDropout1D(Dropout):
+    """Dropout of whole feature channels of [batch, steps, features] inputs while training."""
+
+    def call(self, inputs, training=None):
+        if not training or self.rate == 0:
+            return inputs
+        return tfnn.dropout(inputs, self.rate, (inputs.shape[0], 1, inputs.shape[-1]))
+
+
+class SpatialDropout2D(Dropout):
+    """Dropout of whole feature maps of NHWC inputs while training."""
+
+    def __init__(self, rate, data_format=None, seed=None, **kwargs) -> None:
+        super().__init__(rate, seed=seed, **kwargs)
+
+    def call(self, inputs, training=None):
+        if not training or self.rate == 0:
+            return inputs
+        return tfnn.dropout(inputs, self.rate, (inputs.shape[0], 1, 1, inputs.shape[-1]))
+
+
+class Cropping1D(Layer):
+    """Remove `cropping` = (start, end) steps of [batch, steps, features] inputs."""
+
+    def __init__(self, cropping=(1, 1), **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cropping = (int(cropping), int(cropping)) if isinstance(cropping, int) else tuple(cropping)
+
+    def call(self, inputs):
+        a, b = self.cropping
+        return inputs[:, a:inputs.shape[1] - b]
+
+
+class Cropping2D(Layer):
+    """Remove rows and columns at the borders of NHWC images: ((top, bottom), (left, right))."""
+
+    def __init__(self, cropping=((0, 0), (0, 0)), data_format=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        c = cropping
+        if isinstance(c, int):
+            c = ((c, c), (c, c))
+        elif isinstance(c[0], int):
+            c = ((c[0], c[0]), (c[1], c[1]))
+        self.cropping = tuple(tuple(int(v) for v in p) for p in c)
+
+    def call(self, inputs):
+        (t, b), (left, r) = self.cropping
+        return inputs[:, t:inputs.shape[1] - b, left:inputs.shape[2] - r]
+
+
+class UpSampling1D(Layer):
+    """Repeat each step of [batch, steps, features] inputs `size` times."""
+
+    def __init__(self, size=2, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.size = int(size)
+
+    def call(self, inputs):
+        return loom.repeat_interleave(inputs, self.size, dim=1)
+
+
+class ZeroPadding1D(Layer):
+    """Zero steps at the start and end of [batch, steps, features] inputs."""
+
+    def __init__(self, padding=1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.padding = (int(padding), int(padding)) if isinstance(padding, int) else tuple(padding)
+
+    def call(self, inputs):
+        return loom.pad(inputs, [0, 0, self.padding[0], self.padding[1]])
+
+
+class GroupNormalization(Layer):
+    """Normalize each example over groups of channels (the last axis), then scale and shift; epsilon 1e-3."""
+
+    def __init__(self, groups=32, axis=-1, epsilon=1e-3, center=True, scale=True, beta_initializer="zeros",
+                 gamma_initializer="ones", **kwargs) -> None:
+        super().__init__(**kwargs)
+        if axis not in (-1,):
+            raise LoomValueError("loom.tf.keras.layers.GroupNormalization: only axis=-1 (channels last) is supported")
+        self.groups, self.epsilon, self.center, self.scale = int(groups), float(epsilon), center, scale
+        self._inits = (gamma_initializer, beta_initializer)
+
+    def build(self, input_shape) -> None:
+        c = input_shape[-1]
+        if c % self.groups:
+            raise LoomValueError(f"loom.tf.keras.layers.GroupNormalization: the number of channels ({c}) must be a "
+                                 f"multiple of groups ({self.groups})")
+        self.gamma = self.add_weight("gamma", (c,), self._inits[0]) if self.scale else None
+        self.beta = self.add_weight("beta", (c,), self._inits[1]) if self.center else None
+
+    def call(self, inputs):
+        shape = inputs.shape
+        x = inputs.reshape(*shape[:-1], self.groups, shape[-1] // self.groups)
+        red = tuple(range(1, x.ndim - 2)) + (x.ndim - 1,)
+        mean = x.mean(dim=red, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=red, keepdim=True)
+        out = ((x - mean) * loom.rsqrt(var + self.epsilon)).reshape(*shape)
+        if self.gamma is not None:
+            out = out * self.gamma
+        if self.beta is not None:
+            out = out + self.beta
+        return out
+
+
 class Lambda(Layer):
     """A layer computing `function(inputs)`."""
 
