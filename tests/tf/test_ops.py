@@ -288,3 +288,29 @@ def test_errors_name_the_op():
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.constant([1, 2]), logits=tf.ones([3, 4]))
     with pytest.raises(Exception, match=r"loom\.tf\.pad"):
         tf.pad(tf.ones([2, 2]), [[1, 1]])
+
+
+def test_debugging_assertions_pass_and_fail_as_tensorflow():
+    import loom.tf as ltf
+    from tests.tf.harness import real_tf
+    ok = [lambda tf: tf.debugging.assert_equal(tf.constant([1, 2]), tf.constant([1, 2])),
+          lambda tf: tf.debugging.assert_less(tf.constant([1.0]), 2.0),
+          lambda tf: tf.debugging.assert_near(tf.constant([1.0]), tf.constant([1.0 + 1e-7])),
+          lambda tf: tf.debugging.assert_rank(tf.ones((2, 3)), 2),
+          lambda tf: tf.debugging.assert_shapes([(tf.ones((2, 3)), ("N", 3)), (tf.ones((2,)), ("N",))]),
+          lambda tf: tf.assert_equal(tf.constant(1), 1)]
+    bad = [lambda tf: tf.debugging.assert_equal(tf.constant([1, 2]), tf.constant([1, 3])),
+           lambda tf: tf.debugging.assert_greater(tf.constant([1.0]), 2.0),
+           lambda tf: tf.debugging.assert_near(tf.constant([1.0]), tf.constant([1.1])),
+           lambda tf: tf.debugging.assert_non_negative(tf.constant([-1.0])),
+           lambda tf: tf.debugging.check_numerics(tf.constant([np.nan]), "nan here"),
+           lambda tf: tf.debugging.assert_shapes([(tf.ones((2, 3)), ("N", 3)), (tf.ones((4,)), ("N",))])]
+    for fn in ok:
+        fn(real_tf)
+        fn(ltf)
+    for fn in bad:
+        for tf in (real_tf, ltf):
+            with pytest.raises((tf.errors.InvalidArgumentError, ValueError)):
+                fn(tf)
+        with pytest.raises(ltf.errors.InvalidArgumentError):
+            fn(ltf)
