@@ -1,4 +1,4 @@
-"""`keras.optimizers`: SGD, Adam, AdamW, RMSprop, Adagrad with Keras 3's update rules and defaults.
+"""`keras.optimizers`: SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, Nadam with Keras 3's update rules and defaults.
 
 The step counter is a variable and the learning rate is read afresh on every
 call (`loom.dynamic_scalar`), so an update traced inside `tf.function` keeps
@@ -194,6 +194,7 @@ class Optimizer:
         with no_grad():
             lr = self._lr_tensor()
             step = (self.iterations + 1).to(loom.float32)
+            self._begin_step(step)
             for g, (_, v) in zip(grads, pairs):
                 g = g.detach()
                 if self.weight_decay:
@@ -218,6 +219,9 @@ class Optimizer:
         vars_ = list(var_list() if callable(var_list) else var_list)
         grads = tape.gradient(value, vars_)
         return self.apply_gradients(zip(grads, vars_))
+
+    def _begin_step(self, step) -> None:
+        """State shared by all variables, updated once per `apply_gradients` before the variables are."""
 
     def update_step(self, gradient, variable, lr, step) -> None:
         raise NotImplementedError
@@ -309,7 +313,54 @@ class Adagrad(Optimizer):
         v.assign(v - lr * g / loom.sqrt(acc + self.epsilon))
 
 
-_NAMES = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad}
+class Adamax(Optimizer):
+    """Adam over the infinity norm: u = max(beta_2 * u, |g|); var -= lr * m / ((1 - beta_1^t) * (u + epsilon))."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, **kwargs) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+
+    def update_step(self, g, v, lr, step) -> None:
+        m, u = self._slot(v, "m"), self._slot(v, "u")
+        b1p = loom.pow(loom.tensor(self.beta_1, dtype=v.dtype), step.to(v.dtype))
+        m.assign(m + (g - m) * (1 - self.beta_1))
+        u.assign(loom.maximum(u * self.beta_2, loom.abs(g)))
+        v.assign(v - lr * m / ((1 - b1p) * (u + self.epsilon)))
+
+
+class Nadam(Optimizer):
+    """Adam with Nesterov momentum and Keras's momentum schedule (u_t = beta_1 * (1 - 0.5 * 0.96^t))."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, **kwargs) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+        self._u_product = _Variable(1.0, trainable=False, name="u_product", dtype=loom.float32)
+
+    def _begin_step(self, step) -> None:
+        self._u_product.assign(self._u_product * self.beta_1 * (1.0 - 0.5 * loom.pow(loom.tensor(0.96), step)))
+
+    def update_step(self, g, v, lr, step) -> None:
+        m, s = self._slot(v, "m"), self._slot(v, "v")
+        t = step.to(v.dtype)
+        decay = loom.tensor(0.96, dtype=v.dtype)
+        u_t = self.beta_1 * (1.0 - 0.5 * loom.pow(decay, t))
+        u_t_1 = self.beta_1 * (1.0 - 0.5 * loom.pow(decay, t + 1))
+        u_prod = self._u_product.to(v.dtype)
+        u_prod_1 = u_prod * u_t_1
+        b2p = loom.pow(loom.tensor(self.beta_2, dtype=v.dtype), t)
+        m.assign(m + (g - m) * (1 - self.beta_1))
+        s.assign(s + (g * g - s) * (1 - self.beta_2))
+        m_hat = u_t_1 * m / (1 - u_prod_1) + (1 - u_t) * g / (1 - u_prod)
+        v_hat = s / (1 - b2p)
+        v.assign(v - m_hat * lr / (loom.sqrt(v_hat) + self.epsilon))
+
+    @property
+    def variables(self) -> list:
+        return super().variables + [self._u_product]
+
+
+_NAMES = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad, "adamax": Adamax,
+          "nadam": Nadam}
 
 
 def get(identifier) -> Optimizer:
