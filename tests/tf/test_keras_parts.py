@@ -64,6 +64,10 @@ METRICS = {
     "mse": (lambda k: k.metrics.MeanSquaredError(), REG_TRUE, REG_PRED),
     "mae": (lambda k: k.metrics.MeanAbsoluteError(), REG_TRUE, REG_PRED),
     "auc": (lambda k: k.metrics.AUC(), BIN_TRUE, BIN_PROB),
+    "precision": (lambda k: k.metrics.Precision(), BIN_TRUE, BIN_PROB),
+    "recall_threshold": (lambda k: k.metrics.Recall(thresholds=0.3), BIN_TRUE, BIN_PROB),
+    "true_positives": (lambda k: k.metrics.TruePositives(), BIN_TRUE, BIN_PROB),
+    "false_negatives": (lambda k: k.metrics.FalseNegatives(thresholds=0.7), BIN_TRUE, BIN_PROB),
 }
 
 
@@ -285,3 +289,17 @@ def test_simple_layers_match_keras_and_noise_layers_act_while_training():
     dropped = ltf.keras.layers.SpatialDropout1D(0.5)(x, training=True).numpy()
     per_channel = dropped.std(axis=1)  # A dropped channel is zero at every step, a kept one is 2 everywhere.
     assert np.all(per_channel == 0) and set(np.unique(dropped)) == {0.0, 2.0}
+
+
+def test_precision_recall_with_threshold_lists_and_weights_match_keras():
+    rng = np.random.default_rng(4)
+    y_true = (rng.random((10, 1)) > 0.5).astype(np.float32)
+    y_pred = rng.random((10, 1)).astype(np.float32)
+    weights = np.arange(10.0)
+    for make in (lambda k: k.metrics.Precision(thresholds=[0.3, 0.7]),
+                 lambda k: k.metrics.Recall(thresholds=[0.2, 0.5]),
+                 lambda k: k.metrics.TrueNegatives(thresholds=[0.1, 0.9]), lambda k: k.metrics.FalsePositives()):
+        got, want = make(ltf.keras), make(real_tf.keras)
+        for m in (got, want):
+            m.update_state(y_true, y_pred, sample_weight=weights)
+        np.testing.assert_allclose(np.asarray(got.result()), np.asarray(want.result()), rtol=1e-6)
