@@ -373,3 +373,23 @@ def test_model_save_and_load_model_round_trip_and_keep_training(tmp_path):
     lam = ltf.keras.Sequential([ltf.keras.Input(shape=(3,)), ltf.keras.layers.Lambda(lambda t: t * 2)])
     with pytest.raises(LoomValueError, match="cannot be saved whole"):
         lam.save(tmp_path / "lam.keras")
+
+
+def test_deepcopy_of_variables_and_models_and_clone_model():
+    import copy
+    v = ltf.Variable([1.0, 2.0], name="v")
+    w = copy.deepcopy(v)
+    w.assign([5.0, 5.0])
+    assert v.numpy().tolist() == [1.0, 2.0] and w.name == "v:0" and w.trainable and isinstance(w, ltf.Variable)
+    model = ltf.keras.Sequential([ltf.keras.Input(shape=(3,)), ltf.keras.layers.Dense(4),
+                                  ltf.keras.layers.BatchNormalization(), ltf.keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.ones((4, 3), np.float32), np.ones((4, 1), np.float32), verbose=0)
+    x = np.random.default_rng(0).random((2, 3)).astype(np.float32)
+    twin = copy.deepcopy(model)  # A target network, as RL programs make one.
+    np.testing.assert_allclose(twin(x).numpy(), model(x).numpy())
+    clone = ltf.keras.models.clone_model(model)
+    fresh = [not np.allclose(a, b) for a, b in zip(model.get_weights(), clone.get_weights())]
+    assert fresh[0] and fresh[6]  # Kernels are drawn afresh; zeros/ones initialised weights match by value.
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(clone(x).numpy(), model(x).numpy())

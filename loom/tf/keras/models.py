@@ -556,3 +556,21 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):  # 
     if not isinstance(model, Model):
         raise LoomValueError(f"loom.tf.keras.models.load_model: {path} holds a {type(model).__name__}, not a model")
     return model
+
+
+def clone_model(model, input_tensors=None, clone_function=None, call_function=None, recursive=False, **kwargs):
+    """A new, uncompiled model with `model`'s architecture and freshly initialised weights (as Keras's)."""
+    import copy
+    if clone_function is not None or call_function is not None or input_tensors is not None:
+        raise LoomValueError("loom.tf.keras.models.clone_model: input_tensors, clone_function and call_function "
+                             "are not supported; clone the model as it is")
+    new = copy.deepcopy(model)
+    for w in new.weights:
+        spec = w.__dict__.get("_keras_init")
+        if spec is not None:
+            init, shape, dtype = spec
+            w.assign(init(shape, dtype))
+    for attr in ("optimizer", "loss", "compiled_loss", "compiled_metrics"):
+        if attr in new.__dict__:
+            object.__setattr__(new, attr, None)
+    return new
