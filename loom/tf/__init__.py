@@ -43,7 +43,7 @@ from loom.tf.control import (  # noqa: F401
     name_scope, no_op, numpy_function, py_function, scan, while_loop,
 )
 from loom.tf import linalg  # noqa: E402,F401
-from loom.tf import debugging  # noqa: E402,F401
+from loom.tf import debugging, image  # noqa: E402,F401
 from loom.tf.debugging import (  # noqa: E402,F401
     assert_equal, assert_greater, assert_less, assert_rank, errors,
 )

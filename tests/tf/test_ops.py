@@ -314,3 +314,28 @@ def test_debugging_assertions_pass_and_fail_as_tensorflow():
                 fn(tf)
         with pytest.raises(ltf.errors.InvalidArgumentError):
             fn(ltf)
+
+
+def _image_program(tf):
+    rng = np.random.default_rng(0)
+    img = rng.random((2, 5, 7, 3)).astype(np.float32)
+    u8 = (rng.random((6, 4, 3)) * 255).astype(np.uint8)
+    im = tf.image
+    return [im.resize(img, (10, 14)), im.resize(img, (3, 4)), im.resize(img, (8, 9), method="nearest"),
+            im.resize(img, (4, 3), method="nearest"), im.resize(u8, (8, 6)),
+            im.resize(img, (10, 10), preserve_aspect_ratio=True), im.flip_left_right(img), im.flip_up_down(u8),
+            im.central_crop(img, 0.5), im.convert_image_dtype(u8, tf.float32), im.convert_image_dtype(img, tf.uint8),
+            im.rgb_to_grayscale(img), im.per_image_standardization(img), im.per_image_standardization(u8),
+            im.adjust_brightness(img, 0.1)]
+
+
+def test_image_ops_match_tensorflow():
+    import loom.tf as ltf
+    from loom.errors import LoomValueError
+    from tests.tf.harness import real_tf
+    for got, want in zip(_image_program(ltf), _image_program(real_tf)):
+        assert got.dtype.name == want.dtype.name
+        np.testing.assert_allclose(np.asarray(got.numpy(), np.float64), np.asarray(want.numpy(), np.float64),
+                                   rtol=1e-4, atol=1e-4)
+    with pytest.raises(LoomValueError, match="bicubic kernel"):
+        ltf.image.resize(np.ones((1, 2, 2, 1), np.float32), (4, 4), method="bicubic")
