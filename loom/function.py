@@ -57,6 +57,7 @@ class _Trace:
         self.stages: list[tuple[int, int, int, int]] = []
         self.backward: list[tuple[int, int, int, int]] = []   # The same for the backward of each staged op.
         self.structures: dict[int, Any] = {}  # Modules and optimizers the step went through (`loom._structure`).
+        self.loop_part: str | None = None  # "body"/"condition" while a traced while_loop's part is traced.
 
     def stage_of(self, node_id: int) -> "StageTag | None":
         """The stage (and visit, and whether it is backward) of a traced node, or None if unmarked."""
@@ -86,6 +87,10 @@ class _Trace:
         for t in inputs:
             node = t._node
             if node.id < self.start_id and node.id not in self.external:
+                if node.buffer is None and self.loop_part is not None:
+                    raise LoomError(f"loom.while_loop: the loop {self.loop_part} reads a tensor "
+                                    f"({node.dtype.name}{fmt_shape(node.shape)}) computed in the enclosing traced "
+                                    "function; pass it in as a loop variable (returned unchanged by the body)")
                 if node.buffer is None:
                     _realize._run([node])  # Work queued before the trace runs now.
                 # A detached copy or an in-place snapshot stands for the tensor it came from.
@@ -1180,6 +1185,7 @@ def _subgraph(fn: Callable, vars_: list[Tensor], what: str) -> Graph:
     """Trace `fn` over fresh placeholders shaped like `vars_` into a standalone Graph."""
     g = Graph()
     inner = _Trace()
+    inner.loop_part = what if _realize.active_trace is not None else None
     holders = [Tensor._wrap(Node("input", (), {"shape": tuple(v.shape), "dtype": v.dtype},
                                  tuple(v.shape), v.dtype)) for v in vars_]
     saved = _realize.active_trace

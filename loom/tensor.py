@@ -948,6 +948,36 @@ class Tensor:
 
     __rxor__ = __xor__
 
+    def _shift_factor(self, other, op: str):
+        """2 ** other for an integer shift amount (a Python int or an integer tensor)."""
+        if self.dtype.category >= 2 or (isinstance(other, Tensor) and other.dtype.category >= 2) \
+                or isinstance(other, float):
+            other_t = other.dtype.name if isinstance(other, Tensor) else type(other).__name__
+            raise DTypeError(f"loom.{op}: shifts take integer operands, got {self.dtype.name} and {other_t}")
+        if isinstance(other, Tensor):
+            return 2 ** other
+        if int(other) < 0:
+            raise LoomValueError(f"loom.{op}: negative shift count {int(other)}")
+        return 1 << int(other)
+
+    def __lshift__(self, other):
+        return self * self._shift_factor(other, "bitwise_left_shift")
+
+    def __rshift__(self, other):
+        return self // self._shift_factor(other, "bitwise_right_shift")
+
+    def __rlshift__(self, other):
+        return tensor(other, dtype=self.dtype) << self
+
+    def __rrshift__(self, other):
+        return tensor(other, dtype=self.dtype) >> self
+
+    def __ilshift__(self, other):
+        return self._inplace("bitwise_left_shift_", lambda s: s << other)
+
+    def __irshift__(self, other):
+        return self._inplace("bitwise_right_shift_", lambda s: s >> other)
+
     def __eq__(self, other):  # type: ignore[override]
         return binary("eq", self, other)
 

@@ -471,3 +471,20 @@ def test_set_printoptions():
 def test_format_of_scalar_tensor():
     assert f"{loom.tensor(3.14159):.2f}" == "3.14"
     assert f"{loom.tensor([1, 2])}" == "tensor([1, 2])"
+
+
+def test_shift_operators_match_torch():
+    def program(lib):
+        a = lib.tensor([5, -6, 7, -1])
+        b = lib.tensor([1, 2, 0, 3])
+        u = lib.tensor([200, 3], dtype=lib.uint8)
+        c = a.clone()
+        c <<= 2
+        d = a.clone()
+        d >>= b
+        return [a << 1, a >> 1, a << b, a >> b, 1 << b, 64 >> b, u << 1, u >> 1, c, d]
+    for got, want in zip(program(loom), program(torch)):
+        assert got.dtype.name == str(want.dtype).split(".")[-1]
+        assert got.tolist() == want.tolist()
+    with pytest.raises(loom.DTypeError, match="shifts take integer operands"):
+        loom.tensor([1.5]) << 1

@@ -154,7 +154,9 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
                     found[id(t)] = (t, g)
                 continue
             if stop_at is None and t._retains_grad:
-                t.grad = g if create_graph else g.detach()
+                # As PyTorch's, a retained .grad accumulates over backward calls until zeroed.
+                rg = g if create_graph else g.detach()
+                t.grad = rg if t.grad is None else t.grad + rg
             ctx = t._ctx
             # A trace with pipeline stages learns which stage's backward each rule's nodes belong to.
             tr = _realize.active_trace

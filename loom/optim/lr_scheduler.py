@@ -29,7 +29,16 @@ class LRScheduler:
         self.step()
 
     def _lr_at(self, epoch: int) -> list[float]:
-        raise NotImplementedError(f"{type(self).__name__} must define _lr_at")
+        if type(self).get_lr is not LRScheduler.get_lr:
+            # A user's scheduler written for PyTorch overrides get_lr() (reading self.last_epoch, base_lrs, or
+            # the groups' current lr); step() calls it as PyTorch's does.
+            self._get_lr_called_within_step = True
+            try:
+                return list(self.get_lr())
+            finally:
+                self._get_lr_called_within_step = False
+        raise NotImplementedError(f"loom.optim.lr_scheduler: {type(self).__name__} must define get_lr() "
+                                  "(the learning rate of each param group at self.last_epoch)")
 
     def get_last_lr(self) -> list[float]:
         return list(self._last_lr)
@@ -38,6 +47,7 @@ class LRScheduler:
         return self._lr_at(self.last_epoch)
 
     def step(self, epoch: int | None = None) -> None:
+        self._step_count = getattr(self, "_step_count", 0) + 1  # As PyTorch's (1 after construction).
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         lrs = self._lr_at(self.last_epoch)
         for g, lr in zip(self.optimizer.param_groups, lrs):
@@ -288,6 +298,56 @@ class SequentialLR(LRScheduler):
         self._milestones = state["_milestones"]
         for s, st in zip(self._schedulers, state["_schedulers"]):
             s.load_state_dict(st)
+
+
+class ChainedScheduler(LRScheduler):
+    """Step several schedulers of one optimizer together; their learning-rate factors multiply.
+
+    PyTorch's chainable schedulers each multiply the current learning rate;
+    loom's compute theirs from ``base_lr``, so the chain applies
+    ``base_lr * prod(lr_s / base_lr)`` over its schedulers `s`, which is
+    PyTorch's result for its chainable multiplicative schedules (StepLR,
+    MultiStepLR, ExponentialLR, ConstantLR, LinearLR).
+    """
+
+    def __init__(self, schedulers: Sequence[LRScheduler], optimizer: Optimizer | None = None) -> None:
+        schedulers = list(schedulers)
+        if not schedulers:
+            raise LoomError("loom.optim.ChainedScheduler: expected at least one scheduler")
+        optimizer = optimizer if optimizer is not None else schedulers[0].optimizer
+        for k, sch in enumerate(schedulers):
+            if sch.optimizer is not optimizer:
+                raise LoomError(f"loom.optim.ChainedScheduler: scheduler {k} ({type(sch).__name__}) wraps another "
+                                "optimizer; every scheduler must wrap the same one")
+            if isinstance(sch, ReduceLROnPlateau):
+                raise LoomError("loom.optim.ChainedScheduler: ReduceLROnPlateau steps on a metric and cannot be "
+                                "chained; call its step(metric) yourself")
+        self.optimizer = optimizer
+        self._schedulers = schedulers
+        self._apply()
+
+    def _apply(self) -> None:
+        lrs = [list(sch.get_last_lr()) for sch in self._schedulers]
+        for k, g in enumerate(self.optimizer.param_groups):
+            lr = g["initial_lr"]
+            for sch, sl in zip(self._schedulers, lrs):
+                base = sch.base_lrs[k]
+                lr = lr * (sl[k] / base) if base else sl[k]
+            g["lr"] = lr
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def step(self, epoch: int | None = None) -> None:  # type: ignore[override]
+        for sch in self._schedulers:
+            sch.step()
+        self._apply()
+
+    def state_dict(self) -> dict:
+        return {"_schedulers": [sch.state_dict() for sch in self._schedulers], "_last_lr": self._last_lr}
+
+    def load_state_dict(self, state: dict) -> None:
+        for sch, st in zip(self._schedulers, state["_schedulers"]):
+            sch.load_state_dict(st)
+        self._last_lr = state.get("_last_lr", self._last_lr)
 
 
 def _initial_step(self) -> None:

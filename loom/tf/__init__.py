@@ -36,8 +36,17 @@ from loom.tf.math import (  # noqa: F401
     negative, not_equal, pow, reciprocal, round, rsqrt, sigmoid, sign, sin, sinh, sqrt, square,
     squared_difference, subtract, tan, tanh, truediv,
 )
+from loom.tf.math import acos, acosh, asin, asinh, atan, atanh, realdiv, scalar_mul, truncatediv, truncatemod  # noqa: F401
 from loom.tf.tape import GradientTape, UnconnectedGradients  # noqa: F401
+from loom.tf.control import (  # noqa: F401
+    Module, cond, control_dependencies, custom_gradient, device, foldl, foldr, group, init_scope, map_fn,
+    name_scope, no_op, numpy_function, py_function, scan, while_loop,
+)
 from loom.tf import linalg  # noqa: E402,F401
+from loom.tf import debugging, image  # noqa: E402,F401
+from loom.tf.debugging import (  # noqa: E402,F401
+    assert_equal, assert_greater, assert_less, assert_rank, errors,
+)
 from loom.tf import config, data, nest  # noqa: E402,F401
 from loom.tf import keras  # noqa: E402,F401
 

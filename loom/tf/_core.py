@@ -184,6 +184,15 @@ class Variable(Parameter):
     def __reduce_ex__(self, proto):
         return (_rebuild_variable, (self.detach(), self._trainable, self._name))
 
+    def __deepcopy__(self, memo: dict) -> Variable:
+        """An independent variable with the same value, trainability and name (copy.deepcopy of models)."""
+        new = Variable(self.detach(), trainable=self._trainable, name=self._name, dtype=self.dtype)
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            if k == "_keras_init":  # The initializer spec is shared, not copied.
+                new.__dict__[k] = v
+        return new
+
 
 def _rebuild_variable(value, trainable, name):
     return Variable(value, trainable=trainable, name=name)

@@ -1,6 +1,8 @@
 """`tf.math`: elementwise math, comparisons and reductions with TensorFlow's names."""
 from __future__ import annotations
 
+import numpy as _np
+
 import loom
 from loom.tensor import Tensor as _Tensor
 from loom.tf._core import (  # noqa: F401
@@ -160,3 +162,97 @@ def softmax(logits, axis=None, name=None) -> _Tensor:
 def log_softmax(logits, axis=None, name=None) -> _Tensor:
     """log(softmax(x)) along `axis` (the last by default)."""
     return loom.log_softmax(_t(logits), dim=-1 if axis is None else int(axis))
+
+
+acosh = _unary(loom.acosh, "Elementwise inverse hyperbolic cosine.")
+asinh = _unary(loom.asinh, "Elementwise inverse hyperbolic sine.")
+atanh = _unary(loom.atanh, "Elementwise inverse hyperbolic tangent.")
+lgamma = _unary(loom.lgamma, "Elementwise log of the absolute value of the gamma function.")
+digamma = _unary(loom.digamma, "Elementwise derivative of lgamma.")
+erfc = _unary(loom.erfc, "Elementwise complementary error function 1 - erf(x).")
+erfinv = _unary(loom.erfinv, "Elementwise inverse error function.")
+softsign = _unary(loom.nn.functional.softsign, "Elementwise x / (1 + |x|).")
+conj = _unary(loom.conj, "Elementwise complex conjugate (identity for reals).")
+real = _unary(loom.real, "Real part of a complex tensor (identity for reals).")
+imag = _unary(loom.imag, "Imaginary part of a complex tensor.")
+rint = _unary(loom.round, "Elementwise rounding to the nearest integer, halves to even.")
+truncatediv = _binary(lambda a, b: loom.div(a, b, rounding_mode="trunc"), "Elementwise x / y rounded toward zero.")
+truncatemod = _binary(loom.fmod, "Elementwise remainder with the sign of x.")
+realdiv = divide
+
+
+def multiply_no_nan(x, y, name=None) -> _Tensor:
+    """x * y, and 0 where y is 0 (even if x is inf or nan)."""
+    a = _t(x)
+    b = _t(y, a.dtype)
+    return loom.where(b == 0, loom.zeros((), dtype=a.dtype), a * b)
+
+
+def reciprocal_no_nan(x, name=None) -> _Tensor:
+    """1 / x, and 0 where x is 0."""
+    a = _t(x)
+    return divide_no_nan(loom.ones((), dtype=a.dtype), a)
+
+
+def scalar_mul(scalar, x, name=None) -> _Tensor:
+    """scalar * x."""
+    return _t(x) * scalar
+
+
+def reduce_euclidean_norm(input_tensor, axis=None, keepdims=False, name=None) -> _Tensor:
+    """sqrt(sum(x ** 2)) over `axis` (all elements by default)."""
+    x = _t(input_tensor)
+    return sqrt(reduce_sum(x * x, axis=axis, keepdims=keepdims))
+
+
+def _segment_reduce(data, segment_ids, num_segments, reduce: str, op: str, empty_zero: bool = False) -> _Tensor:
+    d, ids = _t(data), _t(segment_ids).to(loom.int64)
+    if ids.ndim != 1 or ids.shape[0] != d.shape[0]:
+        from loom.errors import ShapeError
+        raise ShapeError(f"loom.tf.math.{op}: segment_ids must be a vector as long as data's first dimension "
+                         f"({d.shape[0]}), got shape {list(ids.shape)}")
+    n = int(num_segments) if num_segments is not None else (int(ids.max()) + 1 if ids.numel() else 0)
+    tail = list(d.shape[1:])
+    index = ids.reshape([-1] + [1] * len(tail)).expand(*d.shape)
+    if reduce == "mean":
+        s = unsorted_segment_sum(d, ids, n)
+        c = unsorted_segment_sum(loom.ones((d.shape[0],), dtype=d.dtype), ids, n).reshape([n] + [1] * len(tail))
+        return divide_no_nan(s, c)
+    init = loom.zeros([n] + tail, dtype=d.dtype)
+    # TensorFlow fills empty segments with 0 (sorted segment ops) or the dtype's lowest (max) or highest (min)
+    # value (unsorted ones).
+    out = loom.scatter_reduce(init, 0, index, d, reduce=reduce, include_self=False)
+    hit = unsorted_segment_sum(loom.ones((d.shape[0],), dtype=loom.int32), ids, n).reshape([n] + [1] * len(tail))
+    info = _np.finfo(d.dtype.as_numpy_dtype) if d.dtype.is_floating_point else _np.iinfo(d.dtype.as_numpy_dtype)
+    fill = 0 if empty_zero else info.min if reduce == "amax" else info.max
+    return loom.where(hit > 0, out, loom.full((), fill, dtype=d.dtype))
+
+
+def segment_mean(data, segment_ids, name=None) -> _Tensor:
+    """Means of the rows of `data` grouped by sorted `segment_ids`."""
+    return _segment_reduce(data, segment_ids, None, "mean", "segment_mean")
+
+
+def segment_max(data, segment_ids, name=None) -> _Tensor:
+    """Maxima of the rows of `data` grouped by sorted `segment_ids`."""
+    return _segment_reduce(data, segment_ids, None, "amax", "segment_max", empty_zero=True)
+
+
+def segment_min(data, segment_ids, name=None) -> _Tensor:
+    """Minima of the rows of `data` grouped by sorted `segment_ids`."""
+    return _segment_reduce(data, segment_ids, None, "amin", "segment_min", empty_zero=True)
+
+
+def unsorted_segment_mean(data, segment_ids, num_segments, name=None) -> _Tensor:
+    """Means of the rows of `data` grouped by `segment_ids` into `num_segments` rows (0 for empty ones)."""
+    return _segment_reduce(data, segment_ids, num_segments, "mean", "unsorted_segment_mean")
+
+
+def unsorted_segment_max(data, segment_ids, num_segments, name=None) -> _Tensor:
+    """Maxima of the rows of `data` grouped by `segment_ids` into `num_segments` rows."""
+    return _segment_reduce(data, segment_ids, num_segments, "amax", "unsorted_segment_max")
+
+
+def unsorted_segment_min(data, segment_ids, num_segments, name=None) -> _Tensor:
+    """Minima of the rows of `data` grouped by `segment_ids` into `num_segments` rows."""
+    return _segment_reduce(data, segment_ids, num_segments, "amin", "unsorted_segment_min")

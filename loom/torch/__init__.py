@@ -499,7 +499,8 @@ from loom.torch._legacy import (  # noqa: E402,F401
     LongTensor, ShortTensor,
 )
 from loom.torch import (  # noqa: E402,F401
-    accelerator, amp, autograd, backends, cpu, cuda, distributed, fft, jit, mps, nn, optim, random, special,
+    accelerator, amp, autograd, backends, cpu, cuda, distributed, fft, jit, mps, multiprocessing, nn, optim, random,
+    special,
     testing, utils, version,
 )
 from loom.torch.amp import (  # noqa: E402,F401

@@ -62,6 +62,19 @@ def test_retain_grad_on_non_leaf():
     assert lo == t
 
 
+def test_retain_grad_accumulates_over_backward_calls():
+    def run(m):
+        x = m.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 2
+        y.retain_grad()
+        z = (y * y).sum()
+        z.backward(retain_graph=True)
+        z.backward()
+        return y.grad, x.grad
+    t, lo = both(run)
+    assert lo == t
+
+
 def test_non_leaf_grad_is_none_without_retain_grad():
     x = loom.tensor([1.0, 2.0], requires_grad=True)
     y = x * 2

@@ -76,6 +76,17 @@ def test_script_started_by_mpirun_directly():
 
 
 @needs_mpi
+def test_pytorch_user_script_object_collectives_sampler_and_ddp():
+    env = dict(_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = ["mpirun", "-n", "2", "--oversubscribe", "--bind-to", "none", sys.executable,
+           str(SCRIPTS / "torch_user.py")]
+    out = _ok(subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT))
+    for what in ("broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list",
+                 "DistributedSampler defaults", "parameters equal across ranks"):
+        assert f"rank 1: {what} ok" in out, what
+
+
+@needs_mpi
 def test_collective_gradients():
     _ok(launch("autograd.py"))
 

@@ -2,6 +2,7 @@
 get_total_norm, parameters_to_vector / vector_to_parameters."""
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -123,3 +124,45 @@ def test_pad_sequence_matches_torch(batch_first, side):
         back = nn.utils.rnn.unpad_sequence(got.detach(), [4, 1, 3], batch_first=batch_first)
         for b, a in zip(back, arrays):
             np.testing.assert_array_equal(b.numpy(), a)
+
+
+def _prune_program(lib):
+    """A PyTorch user's pruning session: local, iterative, structured, custom, global, remove, random."""
+    prune = importlib.import_module(lib.__name__ + ".nn.utils.prune")
+    nn = lib.nn
+    w = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    m = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3), nn.Conv2d(2, 3, 2))
+    with lib.no_grad():
+        m[0].weight.copy_(lib.tensor(w))
+        m[0].bias.fill_(0.1)
+        m[2].weight.copy_(lib.tensor(np.resize(w, (3, 6)) * 1.37 + 0.011))
+        m[2].bias.zero_()
+        m[3].weight.copy_(lib.tensor(np.resize(w, (3, 2, 2, 2))))
+    prune.l1_unstructured(m[0], "weight", amount=0.3)
+    out = [m[0].weight, sorted(n for n, _ in m[0].named_parameters()), sorted(m[0].state_dict())]
+    prune.l1_unstructured(m[0], "weight", amount=2)  # Among the entries still kept.
+    prune.ln_structured(m[2], "weight", amount=1, n=2, dim=0)
+    prune.custom_from_mask(m[0], "bias", lib.tensor([1.0, 0, 1, 0, 1, 1]))
+    y = m[2](m[1](m[0](lib.tensor(w[:3]))))
+    y.sum().backward()
+    out += [m[0].weight_mask, m[2].weight, y, m[0].weight_orig.grad, prune.is_pruned(m)]
+    prune.global_unstructured([(m[0], "weight"), (m[2], "weight")], pruning_method=prune.L1Unstructured, amount=0.5)
+    out += [m[0].weight, m[2].weight]
+    prune.remove(m[0], "weight")
+    prune.remove(m[0], "bias")
+    out += [sorted(n for n, _ in m[0].named_parameters()), m[0].weight, prune.is_pruned(m[0]), prune.is_pruned(m)]
+    prune.ln_structured(m[3], "weight", amount=0.34, n=1, dim=1)
+    out.append(m[3].weight_mask)
+    prune.random_unstructured(m[3], "weight", amount=0.25)
+    out.append(int((m[3].weight == 0).sum()))
+    return [o.detach().numpy() if hasattr(o, "detach") else o for o in out]
+
+
+def test_prune_matches_torch():
+    import loom.torch as ltorch
+    want, got = _prune_program(torch), _prune_program(ltorch)
+    for g, w in zip(got, want):
+        if isinstance(w, np.ndarray):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+        else:
+            assert g == w

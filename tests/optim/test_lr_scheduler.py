@@ -60,3 +60,58 @@ def test_scheduler_state_dict_round_trip():
     s.step()
     s2.step()
     assert s.get_last_lr() == s2.get_last_lr() == [0.125]
+
+
+def _user_schedulers(lib):
+    """Schedulers written for PyTorch by subclassing LRScheduler / _LRScheduler and overriding get_lr()."""
+    class Warmup(lib.optim.lr_scheduler.LRScheduler):
+        def __init__(self, optimizer, warmup):
+            self.warmup = warmup
+            super().__init__(optimizer)
+
+        def get_lr(self):
+            return [b * min(1.0, (self.last_epoch + 1) / self.warmup) for b in self.base_lrs]
+
+    class Chained(lib.optim.lr_scheduler._LRScheduler):  # The chainable form reads the groups' current lr.
+        def get_lr(self):
+            if self.last_epoch == 0:
+                return [g["lr"] for g in self.optimizer.param_groups]
+            return [g["lr"] * 0.8 for g in self.optimizer.param_groups]
+    return Warmup, Chained
+
+
+def test_user_scheduler_overriding_get_lr_matches_torch():
+    out = []
+    for lib in (torch, loom):
+        warm_cls, chained_cls = _user_schedulers(lib)
+        p = lib.zeros(2, requires_grad=True)
+        o1, o2 = lib.optim.SGD([p], lr=0.1), lib.optim.SGD([p], lr=0.1)
+        s1, s2 = warm_cls(o1, warmup=4), chained_cls(o2)
+        lrs = []
+        for _ in range(6):
+            o1.step()
+            o2.step()
+            s1.step()
+            s2.step()
+            lrs.append((s1.get_last_lr()[0], o2.param_groups[0]["lr"], s1._step_count))
+        out.append(lrs)
+    np.testing.assert_allclose(np.array(out[1]), np.array(out[0]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda s, o: [s.ExponentialLR(o, 0.9), s.StepLR(o, 3, 0.5)],
+    lambda s, o: [s.ConstantLR(o, factor=0.1, total_iters=2), s.ExponentialLR(o, gamma=0.9)],
+    lambda s, o: [s.LinearLR(o, start_factor=0.2, total_iters=4), s.MultiStepLR(o, [5, 8], 0.3)],
+], ids=["exp-step", "constant-exp", "linear-multistep"])
+def test_chained_scheduler_matches_torch(make):
+    out = []
+    for lib in (torch, loom):
+        opt = lib.optim.SGD([lib.zeros(2, requires_grad=True), lib.ones(1, requires_grad=True)], lr=0.5)
+        chain = lib.optim.lr_scheduler.ChainedScheduler(make(lib.optim.lr_scheduler, opt))
+        lrs = [opt.param_groups[0]["lr"]]
+        for _ in range(10):
+            opt.step()
+            chain.step()
+            lrs += [opt.param_groups[0]["lr"], chain.get_last_lr()[0]]
+        out.append(lrs)
+    np.testing.assert_allclose(out[1], out[0], rtol=1e-9)

@@ -5,7 +5,8 @@ import importlib
 import pytest
 
 MODULES = ["loom.tf", "loom.tf._core", "loom.tf.tape", "loom.tf.function", "loom.tf.data", "loom.tf.keras",
-           "loom.tf.keras.engine", "loom.tf.keras.models"]
+           "loom.tf.keras.engine", "loom.tf.keras.models", "loom.tf.control",
+           "loom.tf.debugging", "loom.tf.image"]
 
 
 @pytest.mark.parametrize("modname", MODULES)

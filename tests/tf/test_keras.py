@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import loom.tf as ltf
+from loom.errors import LoomValueError
 from tests.tf.harness import real_tf
 
 
@@ -308,3 +309,87 @@ def test_unsupported_layer_arguments_raise_instead_of_being_ignored():
     with pytest.raises(ValueError, match="recurrent_dropout"):
         ltf.keras.layers.GRU(3, dropout=0.1)
     ltf.keras.layers.Dense(3, kernel_constraint=None)  # Keras's defaults are accepted.
+
+
+def _fit_with_callbacks(tf, make_callbacks, log_dir):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 4)).astype(np.float32)
+    y = (x @ np.array([1.0, -1.0, 2.0, 0.5], np.float32))[:, None]
+    model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1, kernel_initializer="ones")])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
+    hist = model.fit(x, y, batch_size=32, epochs=8, verbose=0, shuffle=False, validation_data=(x[:8], y[:8] * 3),
+                     callbacks=make_callbacks(tf, log_dir))
+    return {k: np.array(v, np.float64) for k, v in hist.history.items()}, model.get_weights()[0]
+
+
+@pytest.mark.parametrize("make_callbacks", [
+    lambda tf, d: [tf.keras.callbacks.LearningRateScheduler(lambda e, lr: lr * 0.5 if e >= 2 else lr)],
+    lambda tf, d: [tf.keras.callbacks.LearningRateScheduler(lambda e: 0.1 / (e + 1))],
+    lambda tf, d: [tf.keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=1, cooldown=1,
+                                                        min_lr=0.01)],
+    lambda tf, d: [tf.keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.2, patience=0, min_delta=10.0)],
+    lambda tf, d: [tf.keras.callbacks.CSVLogger(str(d / "log.csv")), tf.keras.callbacks.TerminateOnNaN()],
+], ids=["lr_scheduler_two_args", "lr_scheduler_epoch_only", "plateau_val_loss_cooldown", "plateau_loss", "csv"])
+def test_learning_rate_callbacks_and_csv_logger_match_tensorflow(make_callbacks, tmp_path):
+    (tmp_path / "tf").mkdir()
+    (tmp_path / "loom").mkdir()
+    want, w_want = _fit_with_callbacks(real_tf, make_callbacks, tmp_path / "tf")
+    got, w_got = _fit_with_callbacks(ltf, make_callbacks, tmp_path / "loom")
+    assert sorted(got) == sorted(want)  # History records the learning_rate the callbacks log.
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4)
+    np.testing.assert_allclose(w_got, w_want, rtol=1e-4)
+    if (tmp_path / "tf" / "log.csv").exists():
+        rows = [line.split(",") for line in (tmp_path / "loom" / "log.csv").read_text().splitlines()]
+        want_rows = [line.split(",") for line in (tmp_path / "tf" / "log.csv").read_text().splitlines()]
+        assert rows[0] == want_rows[0] and len(rows) == len(want_rows)
+        np.testing.assert_allclose(np.array(rows[1:], float), np.array(want_rows[1:], float), rtol=1e-4)
+
+
+def test_terminate_on_nan_stops_training():
+    model = ltf.keras.Sequential([ltf.keras.Input(shape=(1,)), ltf.keras.layers.Dense(1)])
+    model.compile(optimizer=ltf.keras.optimizers.SGD(1e30), loss="mse")
+    x = np.full((8, 1), 1e20, np.float32)
+    hist = model.fit(x, x, batch_size=2, epochs=5, verbose=0, callbacks=[ltf.keras.callbacks.TerminateOnNaN()])
+    assert len(hist.history["loss"]) == 1
+
+
+def test_model_save_and_load_model_round_trip_and_keep_training(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 3)).astype(np.float32)
+    y = rng.integers(0, 2, 16)
+    inp = ltf.keras.Input(shape=(3,))
+    out = ltf.keras.layers.Dense(2, activation="softmax")(ltf.keras.layers.Dense(4, activation="relu")(inp))
+    for model in (ltf.keras.Sequential([ltf.keras.Input(shape=(3,)), ltf.keras.layers.Dense(2)]),
+                  ltf.keras.Model(inputs=inp, outputs=out)):
+        model.compile(optimizer="adam", loss=ltf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, epochs=1, verbose=0)
+        model.save(tmp_path / "m.keras")
+        loaded = ltf.keras.models.load_model(tmp_path / "m.keras")
+        np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+        a = model.fit(x, y, epochs=1, verbose=0, shuffle=False).history["loss"]
+        b = loaded.fit(x, y, epochs=1, verbose=0, shuffle=False).history["loss"]
+        np.testing.assert_allclose(b, a, rtol=1e-6)  # The optimizer state was saved too.
+    lam = ltf.keras.Sequential([ltf.keras.Input(shape=(3,)), ltf.keras.layers.Lambda(lambda t: t * 2)])
+    with pytest.raises(LoomValueError, match="cannot be saved whole"):
+        lam.save(tmp_path / "lam.keras")
+
+
+def test_deepcopy_of_variables_and_models_and_clone_model():
+    import copy
+    v = ltf.Variable([1.0, 2.0], name="v")
+    w = copy.deepcopy(v)
+    w.assign([5.0, 5.0])
+    assert v.numpy().tolist() == [1.0, 2.0] and w.name == "v:0" and w.trainable and isinstance(w, ltf.Variable)
+    model = ltf.keras.Sequential([ltf.keras.Input(shape=(3,)), ltf.keras.layers.Dense(4),
+                                  ltf.keras.layers.BatchNormalization(), ltf.keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.ones((4, 3), np.float32), np.ones((4, 1), np.float32), verbose=0)
+    x = np.random.default_rng(0).random((2, 3)).astype(np.float32)
+    twin = copy.deepcopy(model)  # A target network, as RL programs make one.
+    np.testing.assert_allclose(twin(x).numpy(), model(x).numpy())
+    clone = ltf.keras.models.clone_model(model)
+    fresh = [not np.allclose(a, b) for a, b in zip(model.get_weights(), clone.get_weights())]
+    assert fresh[0] and fresh[6]  # Kernels are drawn afresh; zeros/ones initialised weights match by value.
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(clone(x).numpy(), model(x).numpy())

@@ -19,6 +19,31 @@ def b(*shape):
     return lambda rng: rng.random(shape) > 0.5
 
 
+def _spd(tf, a):
+    return tf.matmul(a, a, transpose_b=True) + 3.0 * tf.eye(3)
+
+
+def _linalg_solves(tf, a, r):
+    s = _spd(tf, a)
+    low = tf.linalg.cholesky(s)
+    return [tf.linalg.inv(a), tf.linalg.inv(a, adjoint=True), tf.linalg.det(a), tf.linalg.slogdet(a)[1],
+            tf.linalg.logdet(s), low, tf.linalg.cholesky_solve(low, r), tf.linalg.solve(a, r),
+            tf.linalg.solve(a, r, adjoint=True), tf.linalg.triangular_solve(low, r),
+            tf.linalg.triangular_solve(low, r, adjoint=True),
+            tf.linalg.triangular_solve(tf.transpose(low), r, lower=False), tf.linalg.lstsq(a, r),
+            tf.linalg.lstsq(a, r, l2_regularizer=0.1), tf.linalg.matvec(a, r[:, 0]), tf.linalg.adjoint(a),
+            tf.linalg.set_diag(a, r[:, 0]), tf.linalg.set_diag(a, r[:2, 1], k=1),
+            tf.linalg.global_norm([a, r]), tf.linalg.normalize(a, axis=1)[0], tf.linalg.expm(0.1 * a),
+            tf.linalg.cross(a, a[::-1]), tf.linalg.pinv(a), tf.linalg.einsum("ij->j", a)]
+
+
+def _linalg_decomps(tf, a):
+    s = _spd(tf, a)
+    sv, u, v = tf.linalg.svd(a)
+    return [tf.abs(tf.linalg.qr(a)[1]), sv, tf.matmul(u * sv, v, transpose_b=True), tf.linalg.svd(a, compute_uv=False),
+            tf.linalg.eigh(s)[0], tf.linalg.eigvalsh(s), tf.linalg.matrix_rank(a)]
+
+
 CASES = [
     # Creation and dtypes.
     Case("constant_float", lambda tf: tf.constant([[1.0, 2.0], [3.0, 4.0]]) * 2),
@@ -73,6 +98,34 @@ CASES = [
          (f32(3, 4), f32(2))),
     Case("segment_sums", lambda tf, x: [tf.math.segment_sum(x, tf.constant([0, 0, 1, 3])),
                                         tf.math.unsorted_segment_sum(x, tf.constant([2, 0, 2, 1]), 4)], (f32(4, 3),)),
+    Case("functional_control_flow", lambda tf, x: [
+        tf.cond(tf.reduce_sum(x) > 0, lambda: x * 2.0, lambda: x - 1.0), tf.map_fn(lambda r: r * r, x),
+        tf.map_fn(lambda ab: ab[0] * ab[1], (x, x + 1.0), fn_output_signature=tf.float32),
+        tf.scan(lambda a, e: a * 0.5 + e, x), tf.scan(lambda a, e: a + e, x[:, 0], reverse=True),
+        tf.foldl(lambda a, e: a + e * e, x), tf.foldr(lambda a, e: a - e, x[:, 1], initializer=tf.constant(0.0))],
+        (f32(3, 2),)),
+    Case("while_loop_captures", lambda tf, x: [
+        tf.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + tf.reduce_sum(x * 2.0)),
+                      (tf.constant(0), tf.constant(0.0)))[1],
+        tf.while_loop(lambda i: i < 100, lambda i: [i + 2], [tf.constant(0)], maximum_iterations=4)[0]],
+        (f32(3, 2),), grad=False),
+    Case("segment_reductions", lambda tf, x, i: [
+        tf.math.segment_mean(x, [0, 0, 1, 3]), tf.math.segment_max(x, [0, 0, 1, 3]),
+        tf.math.segment_min(x, [0, 1, 1, 1]), tf.math.unsorted_segment_mean(x, i, 5),
+        tf.math.unsorted_segment_max(x, i, 4), tf.math.unsorted_segment_min(x, i, 4),
+        tf.math.reduce_euclidean_norm(x, axis=1)], (f32(4, 3), np.array([2, 0, 2, 1], np.int32))),
+    Case("math_extra", lambda tf, x, p: [
+        tf.acos(p * 0.9), tf.asin(p * 0.9), tf.atan(x), tf.asinh(x), tf.acosh(1.5 + p), tf.atanh(p * 0.9),
+        tf.math.lgamma(1.0 + p), tf.math.digamma(1.0 + p), tf.math.erfc(x), tf.math.erfinv(p * 0.9),
+        tf.math.softsign(x), tf.math.multiply_no_nan(x, tf.where(p > 0.5, p, 0.0)),
+        tf.math.reciprocal_no_nan(tf.where(p > 0.5, p, 0.0)), tf.scalar_mul(3.0, x), tf.realdiv(x, 2.0)],
+        (f32(2, 3), f32(2, 3, lo=0.1, hi=1.0)), rtol=1e-4, atol=1e-4),
+    Case("truncated_division", lambda tf: [tf.truncatediv(tf.constant([-7, 7, -8]), 2),
+                                           tf.truncatemod(tf.constant([-7, 7, -8]), 3)]),
+    Case("linalg_inverses_solves", lambda tf, a, r: _linalg_solves(tf, a, r), (f32(3, 3), f32(3, 2)), rtol=1e-4,
+         atol=1e-4),
+    Case("linalg_decompositions", lambda tf, a: _linalg_decomps(tf, a), (f32(3, 3),), grad=False, rtol=1e-4,
+         atol=1e-4),
     Case("linalg", lambda tf, x, d: [tf.linalg.matmul(x, x, transpose_b=True), tf.linalg.matrix_transpose(x),
                                      tf.linalg.diag(d), tf.linalg.diag_part(x[:, :3]), tf.linalg.trace(x[:, :3]),
                                      tf.linalg.band_part(x, 1, 0), tf.linalg.norm(x)], (f32(3, 4), f32(3))),
@@ -235,3 +288,54 @@ def test_errors_name_the_op():
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.constant([1, 2]), logits=tf.ones([3, 4]))
     with pytest.raises(Exception, match=r"loom\.tf\.pad"):
         tf.pad(tf.ones([2, 2]), [[1, 1]])
+
+
+def test_debugging_assertions_pass_and_fail_as_tensorflow():
+    import loom.tf as ltf
+    from tests.tf.harness import real_tf
+    ok = [lambda tf: tf.debugging.assert_equal(tf.constant([1, 2]), tf.constant([1, 2])),
+          lambda tf: tf.debugging.assert_less(tf.constant([1.0]), 2.0),
+          lambda tf: tf.debugging.assert_near(tf.constant([1.0]), tf.constant([1.0 + 1e-7])),
+          lambda tf: tf.debugging.assert_rank(tf.ones((2, 3)), 2),
+          lambda tf: tf.debugging.assert_shapes([(tf.ones((2, 3)), ("N", 3)), (tf.ones((2,)), ("N",))]),
+          lambda tf: tf.assert_equal(tf.constant(1), 1)]
+    bad = [lambda tf: tf.debugging.assert_equal(tf.constant([1, 2]), tf.constant([1, 3])),
+           lambda tf: tf.debugging.assert_greater(tf.constant([1.0]), 2.0),
+           lambda tf: tf.debugging.assert_near(tf.constant([1.0]), tf.constant([1.1])),
+           lambda tf: tf.debugging.assert_non_negative(tf.constant([-1.0])),
+           lambda tf: tf.debugging.check_numerics(tf.constant([np.nan]), "nan here"),
+           lambda tf: tf.debugging.assert_shapes([(tf.ones((2, 3)), ("N", 3)), (tf.ones((4,)), ("N",))])]
+    for fn in ok:
+        fn(real_tf)
+        fn(ltf)
+    for fn in bad:
+        for tf in (real_tf, ltf):
+            with pytest.raises((tf.errors.InvalidArgumentError, ValueError)):
+                fn(tf)
+        with pytest.raises(ltf.errors.InvalidArgumentError):
+            fn(ltf)
+
+
+def _image_program(tf):
+    rng = np.random.default_rng(0)
+    img = rng.random((2, 5, 7, 3)).astype(np.float32)
+    u8 = (rng.random((6, 4, 3)) * 255).astype(np.uint8)
+    im = tf.image
+    return [im.resize(img, (10, 14)), im.resize(img, (3, 4)), im.resize(img, (8, 9), method="nearest"),
+            im.resize(img, (4, 3), method="nearest"), im.resize(u8, (8, 6)),
+            im.resize(img, (10, 10), preserve_aspect_ratio=True), im.flip_left_right(img), im.flip_up_down(u8),
+            im.central_crop(img, 0.5), im.convert_image_dtype(u8, tf.float32), im.convert_image_dtype(img, tf.uint8),
+            im.rgb_to_grayscale(img), im.per_image_standardization(img), im.per_image_standardization(u8),
+            im.adjust_brightness(img, 0.1)]
+
+
+def test_image_ops_match_tensorflow():
+    import loom.tf as ltf
+    from loom.errors import LoomValueError
+    from tests.tf.harness import real_tf
+    for got, want in zip(_image_program(ltf), _image_program(real_tf)):
+        assert got.dtype.name == want.dtype.name
+        np.testing.assert_allclose(np.asarray(got.numpy(), np.float64), np.asarray(want.numpy(), np.float64),
+                                   rtol=1e-4, atol=1e-4)
+    with pytest.raises(LoomValueError, match="bicubic kernel"):
+        ltf.image.resize(np.ones((1, 2, 2, 1), np.float32), (4, 4), method="bicubic")

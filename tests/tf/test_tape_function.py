@@ -105,9 +105,43 @@ def prog_output_gradients_and_list_targets(tf):
     return tape.gradient([y1, y2], x, output_gradients=[tf.constant([1.0, -1.0]), tf.constant(2.0)])
 
 
+def prog_custom_gradient(tf):
+    @tf.custom_gradient
+    def clip_grad(v):
+        return v * 1.0, lambda dy: tf.clip_by_value(dy, -0.5, 0.5)
+
+    @tf.custom_gradient
+    def scaled_product(a, b):
+        return a * b, lambda dy: (dy * b * 10.0, dy * a)
+    x = tf.constant([[1.0, -2.0], [3.0, 0.5]])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(clip_grad(x) * 3.0) + tf.reduce_sum(scaled_product(x, x + 1.0))
+    return [y, tape.gradient(y, x)]
+
+
+def prog_module_variables(tf):
+    class Affine(tf.Module):
+        def __init__(self):
+            super().__init__(name="affine")
+            self.w = tf.Variable(tf.ones([2, 2]) * 0.5)
+            self.b = tf.Variable(tf.zeros([2]), trainable=False)
+            self.parts = [tf.Module()]
+
+        def __call__(self, v):
+            return tf.matmul(v, self.w) + self.b
+    m = Affine()
+    x = tf.constant([[1.0, 2.0]])
+    with tf.GradientTape() as tape:
+        y = tf.reduce_sum(m(x) ** 2)
+    return [np.array([len(m.variables), len(m.trainable_variables), len(m.submodules)]), y,
+            tape.gradient(y, m.trainable_variables)]
+
+
 @pytest.mark.parametrize("program", [prog_persistent, prog_nested_second_order, prog_nested_watch,
                                      prog_variables_and_structures, prog_watch_accessed_false,
-                                     prog_stop_recording_and_zero, prog_output_gradients_and_list_targets],
+                                     prog_stop_recording_and_zero, prog_output_gradients_and_list_targets,
+                                     prog_custom_gradient, prog_module_variables],
                          ids=lambda p: p.__name__[5:])
 def test_tape_matches_tensorflow(program):
     want, got = both(program)
@@ -245,9 +279,20 @@ def prog_input_signature(tf):
     return [f(tf.constant([1.0, 2.0])), f(tf.constant([3.0])), f(tf.constant([1.0, 1.0, 1.0]))]
 
 
+def prog_functional_control_flow(tf):
+    @tf.function
+    def f(x):
+        r = tf.cond(tf.reduce_sum(x) > 0, lambda: x + 1.0, lambda: x - 1.0)
+        _, s = tf.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + tf.reduce_sum(r)),
+                             (tf.constant(0), tf.constant(0.0)))
+        return r, s, tf.map_fn(lambda row: row * 2.0, x)
+    x = tf.constant([[1.0, 2.0], [-3.0, 0.5]])
+    return [f(x), f(x), f(-x)]
+
+
 @pytest.mark.parametrize("program", [prog_if, prog_if_return_and_python_bool, prog_if_bool_ops, prog_while,
                                      prog_while_reads_outer, prog_for_range, prog_for_python_and_tensor,
-                                     prog_variables_in_function, prog_input_signature],
+                                     prog_variables_in_function, prog_input_signature, prog_functional_control_flow],
                          ids=lambda p: p.__name__[5:])
 def test_function_matches_tensorflow(program):
     want, got = both(program)

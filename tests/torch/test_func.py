@@ -349,3 +349,44 @@ def test_jacrev_rows_replay_as_one_pass(replay_log):
     _close(func.jacrev(lambda x, w: (w @ x.sin()).tanh(), argnums=(0, 1))(lx, lw),
            tfunc.jacrev(lambda x, w: (w @ x.sin()).tanh(), argnums=(0, 1))(tx, tw))
     assert replay_log == [True]
+
+
+def _autograd_functional_program(tor):
+    """What a PyTorch user computes with torch.autograd.functional: single and tuple inputs and outputs."""
+    af = tor.autograd.functional
+    rng = np.random.default_rng(3)
+    x = tor.tensor(rng.standard_normal(3).astype(np.float32))
+    y = tor.tensor(rng.standard_normal((2, 3)).astype(np.float32))
+    v3 = tor.tensor(rng.standard_normal(3).astype(np.float32))
+
+    def f(a):
+        return a.sin() * a
+    def g(a, b):
+        return (b @ a).exp(), a.sum() * b
+    def s(a, b):
+        return (b @ a.pow(2)).sum() + a.prod()
+    return [af.jacobian(f, x), af.jacobian(g, (x, y)), af.hessian(lambda a: (a ** 3).sum() * a[0], x),
+            af.hessian(s, (x, y)), af.vjp(f, x, v3), af.vjp(g, (x, y), (tor.ones(2), tor.ones(2, 3))),
+            af.jvp(f, x, v3), af.jvp(g, (x, y), (v3, y)), af.hvp(lambda a: (a ** 3).sum(), x, v3),
+            af.vhp(s, (x, y), (v3, y))]
+
+
+def test_autograd_functional_matches_torch():
+    _close(list(_autograd_functional_program(ltorch)), list(_autograd_functional_program(torch)), rtol=1e-4,
+           atol=1e-5)
+
+
+def test_autograd_functional_create_graph_differentiates_through():
+    def program(tor):
+        x = tor.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        jac = tor.autograd.functional.jacobian(lambda a: a ** 3, x, create_graph=True)
+        jac.sum().backward()
+        return x.grad
+    _close(program(ltorch), program(torch))
+
+
+def test_autograd_profiler_names_are_loom_profiler():
+    with ltorch.autograd.profiler.profile(enabled=True, record_shapes=True) as prof:
+        with ltorch.autograd.profiler.record_function("my_block"):
+            (ltorch.ones(2, 3) * 2).sum().item()
+    assert "my_block" in prof.key_averages().table()

@@ -204,7 +204,7 @@ def test_distributed_guards_take_the_single_process_path():
     with pytest.raises(LoomError, match="not initialised"):
         dist.get_world_size()
     assert dist.is_nccl_available() is False
-    with pytest.raises(LoomError, match="object collectives are not provided"):
+    with pytest.raises(LoomError, match="not initialised"):
         dist.all_gather_object([None], 1)
 
 
@@ -216,6 +216,8 @@ def test_distributed_sampler_shards():
     assert len(list(s)) == len(s) == 3
     with pytest.raises(LoomError, match="num_replicas and rank"):
         DistributedSampler(range(4))
+    import loom.data
+    assert DistributedSampler is loom.data.DistributedSampler  # One sampler, reading the process group.
 
 
 def test_jit_is_a_passthrough():
@@ -252,3 +254,38 @@ def test_vision_is_mapped_lazily():
                 _ = torch.vision
             return
     assert torch.vision.__name__ == "loom.torch.vision"
+
+
+def test_multiprocessing_spawn_runs_workers_and_names_the_one_that_raised(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+    script = tmp_path / "spawn_prog.py"
+    script.write_text(textwrap.dedent("""
+        import loom.torch as torch
+        import loom.torch.multiprocessing as mp
+
+        def worker(rank, q, scale):
+            q.put((rank, torch.ones(3) * (rank + 1) * scale))
+
+        def bad(rank):
+            if rank == 1:
+                raise ValueError("boom")
+
+        if __name__ == "__main__":
+            q = mp.get_context("spawn").SimpleQueue()
+            mp.spawn(worker, args=(q, 2.0), nprocs=2)
+            got = sorted([q.get() for _ in range(2)], key=lambda r: r[0])
+            print([(r, t.tolist()) for r, t in got])
+            try:
+                mp.spawn(bad, nprocs=2)
+            except mp.ProcessRaisedException as e:
+                print("raised", "process 1" in str(e), "boom" in str(e))
+    """))
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert "[(0, [2.0, 2.0, 2.0]), (1, [4.0, 4.0, 4.0])]" in out.stdout, out.stdout + out.stderr
+    assert "raised True True" in out.stdout, out.stdout + out.stderr
+    assert torch.multiprocessing.spawn is not None and callable(torch.multiprocessing.Queue)

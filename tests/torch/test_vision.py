@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import loom
+from loom.errors import LoomError
 from loom.torch.vision import datasets, transforms as T, utils
 from loom.torch.vision.transforms import functional as TF
 
@@ -28,7 +29,8 @@ GREY = RNG.integers(0, 256, (13, 17), dtype=np.uint8)
 
 
 @pytest.mark.parametrize("name", ["loom.torch.vision", "loom.torch.vision.transforms", "loom.torch.vision.utils",
-                                  "loom.torch.vision.datasets", "loom.torch.vision.transforms.functional"])
+                                  "loom.torch.vision.datasets", "loom.torch.vision.transforms.functional",
+                                  "loom.torch.vision.models"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), extraglobs={"loom": loom, "np": np},
                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
@@ -443,3 +445,22 @@ def test_color_jitter_uint8_arrays_order_and_ranges():
     assert out.size == (17, 13) and out.mode == "RGB"
     with pytest.raises(loom.LoomValueError, match="hue"):
         T.ColorJitter(hue=0.6)
+
+
+def test_resnet_models_have_torchvisions_structure_and_run():
+    from loom.torch.vision import models
+    # torchvision's parameter counts for these constructors.
+    assert sum(p.numel() for p in models.resnet18().parameters()) == 11689512
+    assert sum(p.numel() for p in models.resnet50().parameters()) == 25557032
+    assert sum(p.numel() for p in models.resnext50_32x4d().parameters()) == 25028904
+    m = models.resnet18(num_classes=10)
+    sd = m.state_dict()
+    assert len(sd) == 122 and "layer2.0.downsample.0.weight" in sd and "layer4.1.bn2.num_batches_tracked" in sd
+    assert tuple(sd["fc.weight"].shape) == (10, 512)
+    m.eval()
+    with loom.no_grad():
+        assert tuple(m(loom.randn(2, 3, 32, 32)).shape) == (2, 10)
+    with pytest.raises(LoomError, match="pretrained weights are not downloaded"):
+        models.resnet18(weights="IMAGENET1K_V1")
+    with pytest.raises(LoomError, match="pretrained weights are not downloaded"):
+        models.resnet50(pretrained=True)

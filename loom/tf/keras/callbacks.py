@@ -1,4 +1,5 @@
-"""`keras.callbacks`: History, ModelCheckpoint, EarlyStopping, LambdaCallback and the progress bar."""
+"""`keras.callbacks`: History, ModelCheckpoint, EarlyStopping, LearningRateScheduler, ReduceLROnPlateau,
+TerminateOnNaN, CSVLogger, LambdaCallback and the progress bar."""
 from __future__ import annotations
 
 import sys
@@ -124,6 +125,123 @@ class EarlyStopping(Callback):
                 self.model.set_weights(self.best_weights)
             if self.verbose:
                 print(f"Epoch {epoch + 1}: early stopping")
+
+
+class LearningRateScheduler(Callback):
+    """Set the optimizer's learning rate at each epoch's start to ``schedule(epoch, lr)`` (or ``schedule(epoch)``)."""
+
+    def __init__(self, schedule, verbose=0) -> None:
+        super().__init__()
+        self.schedule, self.verbose = schedule, verbose
+
+    def on_epoch_begin(self, epoch, logs=None) -> None:
+        opt = self.model.optimizer
+        try:
+            lr = self.schedule(epoch, float(opt.learning_rate))
+        except TypeError:  # A schedule of the epoch alone.
+            lr = self.schedule(epoch)
+        if hasattr(lr, "numpy"):
+            lr = lr.numpy()
+        if not isinstance(lr, (float, int, np.floating, np.integer)) and np.ndim(lr) != 0:
+            raise LoomValueError(f"loom.tf.keras.callbacks.LearningRateScheduler: the schedule must return a float, "
+                                 f"got {lr!r}")
+        opt.learning_rate = float(lr)
+        if self.verbose:
+            print(f"\nEpoch {epoch + 1}: LearningRateScheduler setting learning rate to {float(lr)}.")
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        if logs is not None:
+            logs["learning_rate"] = float(self.model.optimizer.learning_rate)
+
+
+class ReduceLROnPlateau(Callback):
+    """Multiply the learning rate by `factor` when `monitor` has not improved by `min_delta` for `patience`
+    epochs (then wait `cooldown` epochs), never below `min_lr`."""
+
+    def __init__(self, monitor="val_loss", factor=0.1, patience=10, verbose=0, mode="auto", min_delta=1e-4,
+                 cooldown=0, min_lr=0.0, **kwargs) -> None:
+        super().__init__()
+        if factor >= 1.0:
+            raise LoomValueError(f"loom.tf.keras.callbacks.ReduceLROnPlateau: factor must be < 1.0, got {factor}")
+        self.monitor, self.factor, self.patience, self.verbose = monitor, float(factor), int(patience), verbose
+        self.min_delta, self.cooldown, self.min_lr = float(min_delta), int(cooldown), float(min_lr)
+        self.mode = mode
+        self._reset()
+
+    def _reset(self) -> None:
+        op, best = _monitor_op(self.mode, self.monitor)
+        if op is np.greater:
+            self.monitor_op = lambda a, b: np.greater(a, b + self.min_delta)
+        else:
+            self.monitor_op = lambda a, b: np.less(a, b - self.min_delta)
+        self.best, self.cooldown_counter, self.wait = best, 0, 0
+
+    def on_train_begin(self, logs=None) -> None:
+        self._reset()
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        logs = logs if logs is not None else {}
+        opt = self.model.optimizer
+        logs["learning_rate"] = float(opt.learning_rate)
+        current = logs.get(self.monitor)
+        if current is None:
+            return
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.wait = 0
+        if self.monitor_op(current, self.best):
+            self.best, self.wait = current, 0
+        elif self.cooldown_counter <= 0:
+            self.wait += 1
+            if self.wait >= self.patience:
+                old = float(opt.learning_rate)
+                if old > np.float32(self.min_lr):
+                    new = max(old * self.factor, self.min_lr)
+                    opt.learning_rate = new
+                    if self.verbose:
+                        print(f"\nEpoch {epoch + 1}: ReduceLROnPlateau reducing learning rate to {new}.")
+                    self.cooldown_counter, self.wait = self.cooldown, 0
+
+
+class TerminateOnNaN(Callback):
+    """Stop training as soon as a batch's loss is NaN or infinite."""
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.isfinite(float(loss)):
+            print(f"Batch {batch}: Invalid loss, terminating training")
+            self.model.stop_training = True
+
+
+class CSVLogger(Callback):
+    """Write each epoch's logs to the CSV file `filename` (a header of ``epoch`` and the sorted log names)."""
+
+    def __init__(self, filename, separator=",", append=False) -> None:
+        super().__init__()
+        self.filename, self.sep, self.append = str(filename), separator, append
+        self._file = None
+        self._keys = None
+
+    def on_train_begin(self, logs=None) -> None:
+        import os
+        self._has_header = self.append and os.path.exists(self.filename) and os.path.getsize(self.filename) > 0
+        self._file = open(self.filename, "a" if self.append else "w", newline="")
+        self._keys = None
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        logs = dict(logs or {})
+        if self._keys is None:
+            self._keys = sorted(logs)
+            if not self._has_header:
+                self._file.write(self.sep.join(["epoch", *self._keys]) + "\n")
+        row = [str(epoch)] + [str(logs.get(k, "NA")) for k in self._keys]
+        self._file.write(self.sep.join(row) + "\n")
+        self._file.flush()
+
+    def on_train_end(self, logs=None) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 class ModelCheckpoint(Callback):

@@ -174,6 +174,8 @@ class Layer:
         d = as_dtype(dtype) if dtype is not None else float32
         value = init(shape, d) if not isinstance(init, (Tensor, np.ndarray)) else init
         v = Variable(value, trainable=trainable, name=f"{self.name}/{name or 'variable'}", dtype=d)
+        if not isinstance(init, (Tensor, np.ndarray)):
+            v.__dict__["_keras_init"] = (init, shape, d)  # keras.models.clone_model draws fresh values from it.
         self._own_weights.append(v)
         return v
 

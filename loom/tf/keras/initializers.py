@@ -186,6 +186,15 @@ _NAMES = {
 }
 
 
+# Keras also exports every initializer under its snake_case name (`keras.initializers.glorot_uniform(seed=0)`).
+zeros, ones, constant = Zeros, Ones, Constant
+random_normal, random_uniform, truncated_normal = RandomNormal, RandomUniform, TruncatedNormal
+glorot_uniform, glorot_normal, he_normal, he_uniform = GlorotUniform, GlorotNormal, HeNormal, HeUniform
+lecun_normal, lecun_uniform, orthogonal, identity, variance_scaling = (LecunNormal, LecunUniform, Orthogonal, Identity,
+                                                                       VarianceScaling)
+OrthogonalInitializer, IdentityInitializer = Orthogonal, Identity
+
+
 def get(identifier) -> Initializer:
     """An initializer from a name ('glorot_uniform'), a class, an instance or a callable."""
     if identifier is None:

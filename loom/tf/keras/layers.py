@@ -188,6 +188,184 @@ GlobalAvgPool2D = GlobalAveragePooling2D
 GlobalMaxPool2D = GlobalMaxPooling2D
 
 
+class _Pool1D(Layer):
+    def __init__(self, pool_size=2, strides=None, padding="valid", data_format=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise LoomValueError(f"loom.tf.keras.layers.{type(self).__name__}: only data_format='channels_last' is "
+                                 "supported")
+        self.pool_size = _tuple(pool_size, 1)
+        self.strides = _tuple(strides, 1) if strides is not None else self.pool_size
+        self.padding = padding.upper()
+
+
+class MaxPooling1D(_Pool1D):
+    """Max over pool_size steps (strides default to pool_size) of [batch, steps, features] inputs."""
+
+    def call(self, inputs):
+        return tfnn.max_pool2d(inputs.unsqueeze(1), (1,) + self.pool_size, (1,) + self.strides, self.padding)[:, 0]
+
+
+class AveragePooling1D(_Pool1D):
+    """Mean over pool_size steps (strides default to pool_size) of [batch, steps, features] inputs."""
+
+    def call(self, inputs):
+        return tfnn.avg_pool2d(inputs.unsqueeze(1), (1,) + self.pool_size, (1,) + self.strides, self.padding)[:, 0]
+
+
+class GlobalMaxPooling1D(GlobalAveragePooling2D):
+    """Maximum over the steps of [batch, steps, features] inputs."""
+
+    def call(self, inputs):
+        return loom.amax(inputs, dim=1, keepdim=self.keepdims)
+
+
+MaxPool1D = MaxPooling1D
+AvgPool1D = AveragePooling1D
+GlobalAvgPool1D = GlobalAveragePooling1D
+GlobalMaxPool1D = GlobalMaxPooling1D
+
+
+class Conv2DTranspose(Layer):
+    """Transposed 2-D convolution of NHWC inputs with a [kh, kw, filters, in] kernel; padding 'valid' or 'same'."""
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid", output_padding=None, data_format=None,
+                 dilation_rate=(1, 1), activation=None, use_bias=True, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise LoomValueError("loom.tf.keras.layers.Conv2DTranspose: only data_format='channels_last' is supported")
+        if _tuple(dilation_rate, 2) != (1, 1) or output_padding is not None:
+            raise LoomValueError("loom.tf.keras.layers.Conv2DTranspose: dilation_rate other than 1 and "
+                                 "output_padding are not supported")
+        self.filters = int(filters)
+        self.kernel_size = _tuple(kernel_size, 2)
+        self.strides = _tuple(strides, 2)
+        self.padding = padding.lower()
+        if self.padding not in ("valid", "same"):
+            raise LoomValueError(f"loom.tf.keras.layers.Conv2DTranspose: padding must be 'valid' or 'same', got "
+                                 f"{padding!r}")
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel_regularizer = regularizers.get(kernel_regularizer)
+        self.bias_regularizer = regularizers.get(bias_regularizer)
+
+    def build(self, input_shape) -> None:
+        self.kernel = self.add_weight("kernel", self.kernel_size + (self.filters, input_shape[-1]),
+                                      self.kernel_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer)
+
+    def call(self, inputs):
+        _regularize(self)
+        x = inputs.permute(0, 3, 1, 2)
+        y = F.conv_transpose2d(x, self.kernel.permute(3, 2, 0, 1), stride=self.strides)
+        # Full output is (n - 1) * s + k; TensorFlow's is n * s ('same') or (n - 1) * s + max(k, s) ('valid').
+        for axis, (n, k, st) in enumerate(zip(x.shape[2:], self.kernel_size, self.strides)):
+            want = n * st if self.padding == "same" else (n - 1) * st + max(k, st)
+            have = y.shape[2 + axis]
+            if have > want:
+                top = (k - st) // 2 if self.padding == "same" else 0
+                y = y.narrow(2 + axis, top, want)
+            elif have < want:
+                pad = [0, 0, 0, 0]
+                pad[2 * (1 - axis) + 1] = want - have
+                y = F.pad(y, pad)
+        y = y.permute(0, 2, 3, 1)
+        if self.use_bias:
+            y = y + self.bias
+        return self.activation(y)
+
+
+Convolution2DTranspose = Conv2DTranspose
+
+
+class RepeatVector(Layer):
+    """[batch, features] to [batch, n, features]."""
+
+    def __init__(self, n, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.n = int(n)
+
+    def call(self, inputs):
+        return inputs.unsqueeze(1).expand(inputs.shape[0], self.n, *inputs.shape[1:]).clone()
+
+
+class Permute(Layer):
+    """Permute the non-batch axes by `dims` (1-based, as Keras)."""
+
+    def __init__(self, dims, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.dims = tuple(int(d) for d in dims)
+        if sorted(self.dims) != list(range(1, len(self.dims) + 1)):
+            raise LoomValueError(f"loom.tf.keras.layers.Permute: dims must be a permutation of 1..{len(self.dims)}, "
+                                 f"got {self.dims}")
+
+    def call(self, inputs):
+        return inputs.permute(0, *self.dims)
+
+
+class TimeDistributed(Layer):
+    """Apply `layer` to every step of [batch, steps, ...] inputs (the steps folded into the batch)."""
+
+    def __init__(self, layer, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.layer = layer
+
+    def call(self, inputs, training=None):
+        b, t = inputs.shape[0], inputs.shape[1]
+        y = self.layer(inputs.reshape(b * t, *inputs.shape[2:]), training=training)
+        return y.reshape(b, t, *y.shape[1:])
+
+
+class Bidirectional(Layer):
+    """Run a recurrent `layer` forwards and a copy of it backwards; merge their outputs (`merge_mode`:
+    'concat', 'sum', 'mul', 'ave' or None for a list)."""
+
+    def __init__(self, layer, merge_mode="concat", weights=None, backward_layer=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        import copy
+        if merge_mode not in ("concat", "sum", "mul", "ave", None):
+            raise LoomValueError(f"loom.tf.keras.layers.Bidirectional: merge_mode must be one of 'concat', 'sum', "
+                                 f"'mul', 'ave' or None, got {merge_mode!r}")
+        if weights is not None:
+            raise LoomValueError("loom.tf.keras.layers.Bidirectional: initial `weights` are not supported; call "
+                                 "set_weights after building")
+        self.forward_layer = layer
+        if backward_layer is None:
+            backward_layer = copy.deepcopy(layer)
+            backward_layer.go_backwards = not layer.go_backwards
+        self.backward_layer = backward_layer
+        self.merge_mode = merge_mode
+        self.return_sequences = layer.return_sequences
+        self.return_state = layer.return_state
+
+    def call(self, inputs, training=None):
+        f = self.forward_layer(inputs, training=training)
+        b = self.backward_layer(inputs, training=training)
+        f_states, b_states = [], []
+        if self.return_state:
+            f, f_states = f[0], list(f[1:])
+            b, b_states = b[0], list(b[1:])
+        if self.return_sequences:
+            b = b.flip(1)
+        if self.merge_mode == "concat":
+            out = loom.cat([f, b], dim=-1)
+        elif self.merge_mode == "sum":
+            out = f + b
+        elif self.merge_mode == "mul":
+            out = f * b
+        elif self.merge_mode == "ave":
+            out = (f + b) / 2
+        else:
+            out = [f, b]
+        if self.return_state:
+            return (out if isinstance(out, list) else [out]) + f_states + b_states
+        return out
+
+
 class Flatten(Layer):
     """[batch, ...] to [batch, features]."""
 
@@ -264,6 +442,174 @@ class Softmax(Layer):
 
     def call(self, inputs, mask=None):
         return F.softmax(inputs, dim=self.axis)
+
+
+class ELU(Layer):
+    """x if x > 0 else alpha * (exp(x) - 1)."""
+
+    def __init__(self, alpha=1.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.alpha = float(alpha)
+
+    def call(self, inputs):
+        return F.elu(inputs, self.alpha)
+
+
+class PReLU(Layer):
+    """x if x > 0 else alpha * x, with a learned `alpha` per feature (shared over `shared_axes`)."""
+
+    def __init__(self, alpha_initializer="zeros", alpha_regularizer=None, alpha_constraint=None, shared_axes=None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.alpha_initializer = initializers.get(alpha_initializer)
+        self.shared_axes = [] if shared_axes is None else ([shared_axes] if isinstance(shared_axes, int)
+                                                           else list(shared_axes))
+
+    def build(self, input_shape) -> None:
+        shape = [1 if i in self.shared_axes else d for i, d in enumerate(input_shape) if i > 0]
+        self.alpha = self.add_weight("alpha", tuple(shape), self.alpha_initializer)
+
+    def call(self, inputs):
+        return loom.where(inputs > 0, inputs, inputs * self.alpha)
+
+
+class Identity(Layer):
+    """Returns its input unchanged."""
+
+    def call(self, inputs):
+        return inputs
+
+
+class GaussianNoise(Layer):
+    """Add zero-mean Gaussian noise of standard deviation `stddev` while training."""
+
+    def __init__(self, stddev, seed=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.stddev = float(stddev)
+
+    def call(self, inputs, training=None):
+        if not training or self.stddev == 0:
+            return inputs
+        return inputs + loom.randn(*inputs.shape, dtype=inputs.dtype) * self.stddev
+
+
+class GaussianDropout(Layer):
+    """Multiply by Gaussian noise of mean 1 and variance rate / (1 - rate) while training."""
+
+    def __init__(self, rate, seed=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rate = float(rate)
+
+    def call(self, inputs, training=None):
+        if not training or self.rate == 0:
+            return inputs
+        std = math.sqrt(self.rate / (1.0 - self.rate))
+        return inputs * (1.0 + loom.randn(*inputs.shape, dtype=inputs.dtype) * std)
+
+
+class SpatialDropout1D(Dropout):
+    """Dropout of whole feature channels of [batch, steps, features] inputs while training."""
+
+    def call(self, inputs, training=None):
+        if not training or self.rate == 0:
+            return inputs
+        return tfnn.dropout(inputs, self.rate, (inputs.shape[0], 1, inputs.shape[-1]))
+
+
+class SpatialDropout2D(Dropout):
+    """Dropout of whole feature maps of NHWC inputs while training."""
+
+    def __init__(self, rate, data_format=None, seed=None, **kwargs) -> None:
+        super().__init__(rate, seed=seed, **kwargs)
+
+    def call(self, inputs, training=None):
+        if not training or self.rate == 0:
+            return inputs
+        return tfnn.dropout(inputs, self.rate, (inputs.shape[0], 1, 1, inputs.shape[-1]))
+
+
+class Cropping1D(Layer):
+    """Remove `cropping` = (start, end) steps of [batch, steps, features] inputs."""
+
+    def __init__(self, cropping=(1, 1), **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cropping = (int(cropping), int(cropping)) if isinstance(cropping, int) else tuple(cropping)
+
+    def call(self, inputs):
+        a, b = self.cropping
+        return inputs[:, a:inputs.shape[1] - b]
+
+
+class Cropping2D(Layer):
+    """Remove rows and columns at the borders of NHWC images: ((top, bottom), (left, right))."""
+
+    def __init__(self, cropping=((0, 0), (0, 0)), data_format=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        c = cropping
+        if isinstance(c, int):
+            c = ((c, c), (c, c))
+        elif isinstance(c[0], int):
+            c = ((c[0], c[0]), (c[1], c[1]))
+        self.cropping = tuple(tuple(int(v) for v in p) for p in c)
+
+    def call(self, inputs):
+        (t, b), (left, r) = self.cropping
+        return inputs[:, t:inputs.shape[1] - b, left:inputs.shape[2] - r]
+
+
+class UpSampling1D(Layer):
+    """Repeat each step of [batch, steps, features] inputs `size` times."""
+
+    def __init__(self, size=2, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.size = int(size)
+
+    def call(self, inputs):
+        return loom.repeat_interleave(inputs, self.size, dim=1)
+
+
+class ZeroPadding1D(Layer):
+    """Zero steps at the start and end of [batch, steps, features] inputs."""
+
+    def __init__(self, padding=1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.padding = (int(padding), int(padding)) if isinstance(padding, int) else tuple(padding)
+
+    def call(self, inputs):
+        return loom.pad(inputs, [0, 0, self.padding[0], self.padding[1]])
+
+
+class GroupNormalization(Layer):
+    """Normalize each example over groups of channels (the last axis), then scale and shift; epsilon 1e-3."""
+
+    def __init__(self, groups=32, axis=-1, epsilon=1e-3, center=True, scale=True, beta_initializer="zeros",
+                 gamma_initializer="ones", **kwargs) -> None:
+        super().__init__(**kwargs)
+        if axis not in (-1,):
+            raise LoomValueError("loom.tf.keras.layers.GroupNormalization: only axis=-1 (channels last) is supported")
+        self.groups, self.epsilon, self.center, self.scale = int(groups), float(epsilon), center, scale
+        self._inits = (gamma_initializer, beta_initializer)
+
+    def build(self, input_shape) -> None:
+        c = input_shape[-1]
+        if c % self.groups:
+            raise LoomValueError(f"loom.tf.keras.layers.GroupNormalization: the number of channels ({c}) must be a "
+                                 f"multiple of groups ({self.groups})")
+        self.gamma = self.add_weight("gamma", (c,), self._inits[0]) if self.scale else None
+        self.beta = self.add_weight("beta", (c,), self._inits[1]) if self.center else None
+
+    def call(self, inputs):
+        shape = inputs.shape
+        x = inputs.reshape(*shape[:-1], self.groups, shape[-1] // self.groups)
+        red = tuple(range(1, x.ndim - 2)) + (x.ndim - 1,)
+        mean = x.mean(dim=red, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=red, keepdim=True)
+        out = ((x - mean) * loom.rsqrt(var + self.epsilon)).reshape(*shape)
+        if self.gamma is not None:
+            out = out * self.gamma
+        if self.beta is not None:
+            out = out + self.beta
+        return out
 
 
 class Lambda(Layer):
@@ -639,6 +985,39 @@ class Maximum(_Merge):
         return loom.maximum(a, b)
 
 
+class Minimum(_Merge):
+    """Elementwise minimum of a list of inputs."""
+
+    def _merge(self, a, b):
+        return loom.minimum(a, b)
+
+
+class Dot(Layer):
+    """Dot products of two inputs over `axes` (per batch element), optionally of L2-normalised inputs (cosine)."""
+
+    def __init__(self, axes, normalize=False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.axes = axes
+        self.normalize = normalize
+
+    def call(self, inputs):
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
+            raise LoomValueError("loom.tf.keras.layers.Dot: expected a list of exactly two inputs")
+        a, b = inputs
+        ax = self.axes if isinstance(self.axes, (list, tuple)) else (self.axes, self.axes)
+        ax = [x % t.ndim for x, t in zip(ax, (a, b))]
+        if self.normalize:
+            a = F.normalize(a, dim=ax[0], eps=1e-12)
+            b = F.normalize(b, dim=ax[1], eps=1e-12)
+        if a.ndim == 2 and b.ndim == 2:
+            return (a * b).sum(dim=1, keepdim=True)
+        # Batched contraction of a's axis ax[0] with b's axis ax[1]; the remaining axes follow in order.
+        a = a.movedim(ax[0], -1)
+        b = b.movedim(ax[1], 1)
+        return loom.matmul(a.reshape(a.shape[0], -1, a.shape[-1]), b.reshape(b.shape[0], b.shape[1], -1)).reshape(
+            a.shape[0], *a.shape[1:-1], *b.shape[2:])
+
+
 class Concatenate(Layer):
     """Join a list of inputs along `axis` (the last by default)."""
 
@@ -665,6 +1044,46 @@ class ZeroPadding2D(Layer):
     def call(self, inputs):
         (t, b), (left, r) = self.padding
         return loom.pad(inputs, [0, 0, left, r, t, b])
+
+
+def add(inputs, **kwargs):
+    """Functional form of `Add`: the elementwise sum of `inputs`."""
+    return Add(**kwargs)(inputs)
+
+
+def subtract(inputs, **kwargs):
+    """Functional form of `Subtract`: `inputs[0] - inputs[1]`."""
+    return Subtract(**kwargs)(inputs)
+
+
+def multiply(inputs, **kwargs):
+    """Functional form of `Multiply`: the elementwise product of `inputs`."""
+    return Multiply(**kwargs)(inputs)
+
+
+def average(inputs, **kwargs):
+    """Functional form of `Average`: the elementwise mean of `inputs`."""
+    return Average(**kwargs)(inputs)
+
+
+def maximum(inputs, **kwargs):
+    """Functional form of `Maximum`: the elementwise maximum of `inputs`."""
+    return Maximum(**kwargs)(inputs)
+
+
+def minimum(inputs, **kwargs):
+    """Functional form of `Minimum`: the elementwise minimum of `inputs`."""
+    return Minimum(**kwargs)(inputs)
+
+
+def concatenate(inputs, axis=-1, **kwargs):
+    """Functional form of `Concatenate`: `inputs` joined along `axis`."""
+    return Concatenate(axis=axis, **kwargs)(inputs)
+
+
+def dot(inputs, axes=-1, normalize=False, **kwargs):
+    """Functional form of `Dot`: dot products of the two `inputs` over `axes`."""
+    return Dot(axes=axes, normalize=normalize, **kwargs)(inputs)
 
 
 def _regularize(layer) -> None:

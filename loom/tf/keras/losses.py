@@ -1,4 +1,5 @@
-"""`keras.losses`: cross-entropies, MSE, MAE and Huber with Keras's clipping and mean-over-batch reduction."""
+"""`keras.losses`: cross-entropies, MSE, MAE, Huber, hinges, log-cosh, Poisson, MSLE, MAPE and cosine similarity
+with Keras's clipping and mean-over-batch reduction."""
 from __future__ import annotations
 
 import loom
@@ -184,12 +185,132 @@ class KLDivergence(LossFunctionWrapper):
         super().__init__(kl_divergence, reduction, name)
 
 
+def hinge(y_true, y_pred):
+    """Per-example mean of max(1 - y_true * y_pred, 0); 0/1 labels become -1/1."""
+    yt, yp = _pair(y_true, y_pred)
+    yt = loom.where((yt == 0) | (yt == 1), 2.0 * yt - 1.0, yt)
+    return loom.clamp(1.0 - yt * yp, min=0.0).mean(-1)
+
+
+def squared_hinge(y_true, y_pred):
+    """Per-example mean of max(1 - y_true * y_pred, 0) ** 2; 0/1 labels become -1/1."""
+    yt, yp = _pair(y_true, y_pred)
+    yt = loom.where((yt == 0) | (yt == 1), 2.0 * yt - 1.0, yt)
+    return (loom.clamp(1.0 - yt * yp, min=0.0) ** 2).mean(-1)
+
+
+def categorical_hinge(y_true, y_pred):
+    """Per-example max(neg - pos + 1, 0) with pos the true class's score and neg the best other one."""
+    yt, yp = _pair(y_true, y_pred)
+    pos = (yt * yp).sum(-1)
+    neg = ((1.0 - yt) * yp).amax(-1)
+    return loom.clamp(neg - pos + 1.0, min=0.0)
+
+
+def log_cosh(y_true, y_pred):
+    """Per-example mean of log(cosh(y_pred - y_true)), computed stably."""
+    yt, yp = _pair(y_true, y_pred)
+    x = yp - yt
+    return (x + F.softplus(-2.0 * x) - 0.6931471805599453).mean(-1)
+
+
+def poisson(y_true, y_pred):
+    """Per-example mean of y_pred - y_true * log(y_pred + epsilon)."""
+    yt, yp = _pair(y_true, y_pred)
+    return (yp - yt * loom.log(yp + EPSILON)).mean(-1)
+
+
+def mean_squared_logarithmic_error(y_true, y_pred):
+    """Per-example mean of (log(1 + y_true) - log(1 + y_pred)) ** 2 (inputs clipped at epsilon)."""
+    yt, yp = _pair(y_true, y_pred)
+    a = loom.log(loom.clamp(yp, min=EPSILON) + 1.0)
+    b = loom.log(loom.clamp(yt, min=EPSILON) + 1.0)
+    return ((a - b) ** 2).mean(-1)
+
+
+def mean_absolute_percentage_error(y_true, y_pred):
+    """Per-example 100 * mean of |y_true - y_pred| / max(|y_true|, epsilon)."""
+    yt, yp = _pair(y_true, y_pred)
+    return 100.0 * (loom.abs(yt - yp) / loom.clamp(loom.abs(yt), min=EPSILON)).mean(-1)
+
+
+def cosine_similarity(y_true, y_pred, axis=-1):
+    """Per-example negative cosine similarity of y_true and y_pred along `axis` (-1 is best)."""
+    yt, yp = _pair(y_true, y_pred)
+    return -(F.normalize(yt, dim=axis, eps=1e-12) * F.normalize(yp, dim=axis, eps=1e-12)).sum(axis)
+
+
+logcosh = log_cosh
+msle = mean_squared_logarithmic_error
+mape = mean_absolute_percentage_error
+
+
+class Hinge(LossFunctionWrapper):
+    """Hinge loss of -1/1 (or 0/1) labels."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="hinge", **kwargs) -> None:
+        super().__init__(hinge, reduction, name)
+
+
+class SquaredHinge(LossFunctionWrapper):
+    """Squared hinge loss of -1/1 (or 0/1) labels."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="squared_hinge", **kwargs) -> None:
+        super().__init__(squared_hinge, reduction, name)
+
+
+class CategoricalHinge(LossFunctionWrapper):
+    """Hinge loss of one-hot targets."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="categorical_hinge", **kwargs) -> None:
+        super().__init__(categorical_hinge, reduction, name)
+
+
+class LogCosh(LossFunctionWrapper):
+    """log(cosh(error))."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="log_cosh", **kwargs) -> None:
+        super().__init__(log_cosh, reduction, name)
+
+
+class Poisson(LossFunctionWrapper):
+    """Poisson negative log-likelihood (without the constant)."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="poisson", **kwargs) -> None:
+        super().__init__(poisson, reduction, name)
+
+
+class MeanSquaredLogarithmicError(LossFunctionWrapper):
+    """Mean squared error of log(1 + x)."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="mean_squared_logarithmic_error", **kwargs) -> None:
+        super().__init__(mean_squared_logarithmic_error, reduction, name)
+
+
+class MeanAbsolutePercentageError(LossFunctionWrapper):
+    """Mean absolute error in percent of the target."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="mean_absolute_percentage_error", **kwargs) -> None:
+        super().__init__(mean_absolute_percentage_error, reduction, name)
+
+
+class CosineSimilarity(LossFunctionWrapper):
+    """Negative cosine similarity along `axis`."""
+
+    def __init__(self, axis=-1, reduction="sum_over_batch_size", name="cosine_similarity", **kwargs) -> None:
+        super().__init__(cosine_similarity, reduction, name, axis=axis)
+
+
 _NAMES = {
     "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
     "categorical_crossentropy": CategoricalCrossentropy, "binary_crossentropy": BinaryCrossentropy,
     "mse": MeanSquaredError, "mean_squared_error": MeanSquaredError, "mae": MeanAbsoluteError,
     "mean_absolute_error": MeanAbsoluteError, "huber": Huber, "huber_loss": Huber, "kld": KLDivergence,
-    "kl_divergence": KLDivergence,
+    "kl_divergence": KLDivergence, "hinge": Hinge, "squared_hinge": SquaredHinge,
+    "categorical_hinge": CategoricalHinge, "log_cosh": LogCosh, "logcosh": LogCosh, "poisson": Poisson,
+    "msle": MeanSquaredLogarithmicError, "mean_squared_logarithmic_error": MeanSquaredLogarithmicError,
+    "mape": MeanAbsolutePercentageError, "mean_absolute_percentage_error": MeanAbsolutePercentageError,
+    "cosine_similarity": CosineSimilarity,
 }
 
 

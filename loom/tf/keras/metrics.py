@@ -209,7 +209,105 @@ class AUC(Metric):
         return loom.tensor(np.float32(area))
 
 
+class _Confusion(Metric):
+    """Counts of one confusion-matrix cell per threshold (predictions above the threshold are positive)."""
+
+    def __init__(self, thresholds=None, name=None, dtype=None) -> None:
+        t = 0.5 if thresholds is None else thresholds
+        self._single = not isinstance(t, (list, tuple, np.ndarray))
+        self.thresholds = np.atleast_1d(np.asarray(t, dtype=np.float64))
+        super().__init__(name)
+
+    def reset_state(self) -> None:
+        self.accumulator = np.zeros(self.thresholds.size)
+
+    def _cells(self, y_true, y_pred, sample_weight):
+        yt = _np(y_true).reshape(-1).astype(bool)
+        yp = _np(y_pred).reshape(-1).astype(np.float64)
+        w = np.ones_like(yp) if sample_weight is None else np.broadcast_to(_np(sample_weight), yp.shape).reshape(-1)
+        above = yp[None, :] > self.thresholds[:, None]
+        return above, yt, w
+
+    def result(self) -> _Tensor:
+        v = self.accumulator.astype(np.float32)
+        return loom.tensor(v[0] if self._single else v)
+
+
+class TruePositives(_Confusion):
+    """Weighted count of positives predicted positive."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        above, yt, w = self._cells(y_true, y_pred, sample_weight)
+        self.accumulator += (above & yt).astype(float) @ w
+
+
+class FalsePositives(_Confusion):
+    """Weighted count of negatives predicted positive."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        above, yt, w = self._cells(y_true, y_pred, sample_weight)
+        self.accumulator += (above & ~yt).astype(float) @ w
+
+
+class TrueNegatives(_Confusion):
+    """Weighted count of negatives predicted negative."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        above, yt, w = self._cells(y_true, y_pred, sample_weight)
+        self.accumulator += (~above & ~yt).astype(float) @ w
+
+
+class FalseNegatives(_Confusion):
+    """Weighted count of positives predicted negative."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        above, yt, w = self._cells(y_true, y_pred, sample_weight)
+        self.accumulator += (~above & yt).astype(float) @ w
+
+
+class Precision(_Confusion):
+    """TP / (TP + FP) of binary (or multi-label) predictions above `thresholds` (0.5)."""
+
+    def __init__(self, thresholds=None, top_k=None, class_id=None, name=None, dtype=None) -> None:
+        if top_k is not None or class_id is not None:
+            raise LoomValueError("loom.tf.keras.metrics.Precision: top_k and class_id are not supported")
+        super().__init__(thresholds, name)
+
+    def reset_state(self) -> None:
+        self.tp = np.zeros(self.thresholds.size)
+        self.fp = np.zeros(self.thresholds.size)
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        above, yt, w = self._cells(y_true, y_pred, sample_weight)
+        self.tp += (above & yt).astype(float) @ w
+        self.fp += (above & ~yt).astype(float) @ w
+
+    def result(self) -> _Tensor:
+        d = self.tp + self.fp
+        v = np.where(d > 0, self.tp / np.where(d > 0, d, 1), 0.0).astype(np.float32)
+        return loom.tensor(v[0] if self._single else v)
+
+
+class Recall(Precision):
+    """TP / (TP + FN) of binary (or multi-label) predictions above `thresholds` (0.5)."""
+
+    def reset_state(self) -> None:
+        self.tp = np.zeros(self.thresholds.size)
+        self.fn = np.zeros(self.thresholds.size)
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        above, yt, w = self._cells(y_true, y_pred, sample_weight)
+        self.tp += (above & yt).astype(float) @ w
+        self.fn += (~above & yt).astype(float) @ w
+
+    def result(self) -> _Tensor:
+        d = self.tp + self.fn
+        v = np.where(d > 0, self.tp / np.where(d > 0, d, 1), 0.0).astype(np.float32)
+        return loom.tensor(v[0] if self._single else v)
+
+
 _NAMES = {
+    "precision": Precision, "recall": Recall,
     "accuracy": Accuracy, "acc": Accuracy, "sparse_categorical_accuracy": SparseCategoricalAccuracy,
     "categorical_accuracy": CategoricalAccuracy, "binary_accuracy": BinaryAccuracy, "mse": MeanSquaredError,
     "mean_squared_error": MeanSquaredError, "mae": MeanAbsoluteError, "mean_absolute_error": MeanAbsoluteError,

@@ -307,7 +307,8 @@ class Model(Layer):
             validation_data = (vx, vy)
         epoch_iter, steps = self._batches(x, y, sample_weight, batch_size, shuffle, steps_per_epoch)
         history = cbks.History()
-        cb_list = [history] + list(callbacks or [])
+        # As Keras, History comes after the user's callbacks, so it records what they add to the logs.
+        cb_list = list(callbacks or []) + [history]
         if verbose:
             cb_list.append(cbks.ProgbarLogger(verbose))
         params = {"epochs": epochs, "steps": steps, "verbose": verbose}
@@ -405,6 +406,14 @@ class Model(Layer):
     def save_weights(self, filepath, overwrite=True, **kwargs) -> None:
         """Write every weight (in `weights` order) to `filepath` in loom's checkpoint format."""
         loom.save({f"{k:05d}": w.detach() for k, w in enumerate(self.weights)}, str(filepath))
+
+    def save(self, filepath, overwrite=True, **kwargs) -> None:
+        """Write the whole model (layers, weights, compile state) to `filepath` for `keras.models.load_model`.
+
+        The file is loom's format (a pickle of the model), not Keras's zip: it
+        round-trips within loom.tf only.
+        """
+        save_model(self, filepath, overwrite=overwrite)
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs) -> None:
         """Read weights written by `save_weights` into this (built) model."""
@@ -510,3 +519,58 @@ class Sequential(Model):
         for layer in self._layers:
             x = layer(x, training=training)
         return x
+
+
+def save_model(model, filepath, overwrite=True, **kwargs) -> None:
+    """Write `model` (layers, weights, compile state) to `filepath` in loom's format (see `Model.save`)."""
+    import os
+    import pickle
+    path = str(filepath)
+    if not overwrite and os.path.exists(path):
+        raise LoomValueError(f"loom.tf.keras.models.save_model: {path} exists and overwrite=False")
+    try:
+        data = pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        raise LoomValueError(f"loom.tf.keras.models.save_model: the model cannot be saved whole ({e}); a "
+                             "lambda or local function in a layer, loss or metric cannot be stored. Save the "
+                             "weights with model.save_weights(path) and rebuild the model in code") from e
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):  # noqa: A002
+    """A model written by `Model.save` / `save_model` (loom's format), ready to predict and, if it was
+    compiled, to train."""
+    import pickle
+    path = str(filepath)
+    with open(path, "rb") as f:
+        head = f.read(2)
+        f.seek(0)
+        if head == b"PK":
+            raise LoomValueError(f"loom.tf.keras.models.load_model: {path} is a Keras zip archive; loom.tf reads "
+                                 "only models saved by loom.tf's model.save (rebuild the model and use "
+                                 "load_weights for weights)")
+        model = pickle.load(f)
+    if not isinstance(model, Model):
+        raise LoomValueError(f"loom.tf.keras.models.load_model: {path} holds a {type(model).__name__}, not a model")
+    return model
+
+
+def clone_model(model, input_tensors=None, clone_function=None, call_function=None, recursive=False, **kwargs):
+    """A new, uncompiled model with `model`'s architecture and freshly initialised weights (as Keras's)."""
+    import copy
+    if clone_function is not None or call_function is not None or input_tensors is not None:
+        raise LoomValueError("loom.tf.keras.models.clone_model: input_tensors, clone_function and call_function "
+                             "are not supported; clone the model as it is")
+    new = copy.deepcopy(model)
+    for w in new.weights:
+        spec = w.__dict__.get("_keras_init")
+        if spec is not None:
+            init, shape, dtype = spec
+            w.assign(init(shape, dtype))
+    for attr in ("optimizer", "loss", "compiled_loss", "compiled_metrics"):
+        if attr in new.__dict__:
+            object.__setattr__(new, attr, None)
+    return new

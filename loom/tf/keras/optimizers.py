@@ -1,4 +1,4 @@
-"""`keras.optimizers`: SGD, Adam, AdamW, RMSprop, Adagrad with Keras 3's update rules and defaults.
+"""`keras.optimizers`: SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, Nadam with Keras 3's update rules and defaults.
 
 The step counter is a variable and the learning rate is read afresh on every
 call (`loom.dynamic_scalar`), so an update traced inside `tf.function` keeps
@@ -36,11 +36,104 @@ class ExponentialDecay(LearningRateSchedule):
         return self.initial_learning_rate * self.decay_rate ** p
 
 
+class PiecewiseConstantDecay(LearningRateSchedule):
+    """values[i] while step <= boundaries[i] (and values[-1] after the last boundary)."""
+
+    def __init__(self, boundaries, values, name=None) -> None:
+        if len(values) != len(boundaries) + 1:
+            raise LoomValueError(f"loom.tf.keras.optimizers.schedules.PiecewiseConstantDecay: expected "
+                                 f"{len(boundaries) + 1} values for {len(boundaries)} boundaries, got {len(values)}")
+        self.boundaries, self.values = list(boundaries), list(values)
+
+    def __call__(self, step):
+        for b, v in zip(self.boundaries, self.values):
+            if step <= b:
+                return v
+        return self.values[-1]
+
+
+class InverseTimeDecay(LearningRateSchedule):
+    """initial_learning_rate / (1 + decay_rate * step / decay_steps) (floored if `staircase`)."""
+
+    def __init__(self, initial_learning_rate, decay_steps, decay_rate, staircase=False, name=None) -> None:
+        self.initial_learning_rate, self.decay_steps = initial_learning_rate, decay_steps
+        self.decay_rate, self.staircase = decay_rate, staircase
+
+    def __call__(self, step):
+        p = step / self.decay_steps
+        if self.staircase:
+            p = math.floor(p)
+        return self.initial_learning_rate / (1 + self.decay_rate * p)
+
+
+class PolynomialDecay(LearningRateSchedule):
+    """From initial_learning_rate to end_learning_rate over decay_steps as (1 - step / decay_steps) ** power
+    (with `cycle`, decay_steps grows to the next multiple past step)."""
+
+    def __init__(self, initial_learning_rate, decay_steps, end_learning_rate=0.0001, power=1.0, cycle=False,
+                 name=None) -> None:
+        self.initial_learning_rate, self.decay_steps = initial_learning_rate, decay_steps
+        self.end_learning_rate, self.power, self.cycle = end_learning_rate, power, cycle
+
+    def __call__(self, step):
+        steps = self.decay_steps
+        if self.cycle:
+            steps = steps * max(1.0, math.ceil(step / steps))
+        else:
+            step = min(step, steps)
+        frac = (1 - step / steps) ** self.power
+        return (self.initial_learning_rate - self.end_learning_rate) * frac + self.end_learning_rate
+
+
+class CosineDecay(LearningRateSchedule):
+    """Optional linear warmup to warmup_target over warmup_steps, then cosine decay over decay_steps down to
+    alpha times the peak."""
+
+    def __init__(self, initial_learning_rate, decay_steps, alpha=0.0, name=None, warmup_target=None,
+                 warmup_steps=0) -> None:
+        self.initial_learning_rate, self.decay_steps, self.alpha = initial_learning_rate, decay_steps, alpha
+        self.warmup_target, self.warmup_steps = warmup_target, warmup_steps
+
+    def __call__(self, step):
+        peak = self.initial_learning_rate if self.warmup_target is None else self.warmup_target
+        if self.warmup_target is not None and step < self.warmup_steps:
+            return self.initial_learning_rate + (peak - self.initial_learning_rate) * step / self.warmup_steps
+        t = min(step - self.warmup_steps, self.decay_steps) / self.decay_steps
+        cosine = 0.5 * (1 + math.cos(math.pi * t))
+        return peak * ((1 - self.alpha) * cosine + self.alpha)
+
+
+class CosineDecayRestarts(LearningRateSchedule):
+    """Cosine decay with warm restarts: periods of first_decay_steps growing by t_mul, peaks shrinking by m_mul."""
+
+    def __init__(self, initial_learning_rate, first_decay_steps, t_mul=2.0, m_mul=1.0, alpha=0.0, name=None) -> None:
+        self.initial_learning_rate, self.first_decay_steps = initial_learning_rate, first_decay_steps
+        self.t_mul, self.m_mul, self.alpha = t_mul, m_mul, alpha
+
+    def __call__(self, step):
+        frac = step / self.first_decay_steps
+        if self.t_mul == 1.0:
+            i = math.floor(frac)
+            frac = frac - i
+        else:
+            i = math.floor(math.log(1 - frac * (1 - self.t_mul)) / math.log(self.t_mul))
+            frac = (1 - self.t_mul ** i) / (1 - self.t_mul)
+            frac = (step / self.first_decay_steps - frac) / self.t_mul ** i
+        m = self.m_mul ** i
+        cosine = 0.5 * m * (1 + math.cos(math.pi * frac))
+        return self.initial_learning_rate * ((1 - self.alpha) * cosine + self.alpha)
+
+
 class schedules:  # noqa: N801  (TensorFlow's namespace spelling)
     """`keras.optimizers.schedules`."""
 
     LearningRateSchedule = LearningRateSchedule
     ExponentialDecay = ExponentialDecay
+    PiecewiseConstantDecay = PiecewiseConstantDecay
+    InverseTimeDecay = InverseTimeDecay
+    PolynomialDecay = PolynomialDecay
+    CosineDecay = CosineDecay
+    CosineDecayRestarts = CosineDecayRestarts
 
 
 class Optimizer:
@@ -101,6 +194,7 @@ class Optimizer:
         with no_grad():
             lr = self._lr_tensor()
             step = (self.iterations + 1).to(loom.float32)
+            self._begin_step(step)
             for g, (_, v) in zip(grads, pairs):
                 g = g.detach()
                 if self.weight_decay:
@@ -125,6 +219,9 @@ class Optimizer:
         vars_ = list(var_list() if callable(var_list) else var_list)
         grads = tape.gradient(value, vars_)
         return self.apply_gradients(zip(grads, vars_))
+
+    def _begin_step(self, step) -> None:
+        """State shared by all variables, updated once per `apply_gradients` before the variables are."""
 
     def update_step(self, gradient, variable, lr, step) -> None:
         raise NotImplementedError
@@ -216,7 +313,54 @@ class Adagrad(Optimizer):
         v.assign(v - lr * g / loom.sqrt(acc + self.epsilon))
 
 
-_NAMES = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad}
+class Adamax(Optimizer):
+    """Adam over the infinity norm: u = max(beta_2 * u, |g|); var -= lr * m / ((1 - beta_1^t) * (u + epsilon))."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, **kwargs) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+
+    def update_step(self, g, v, lr, step) -> None:
+        m, u = self._slot(v, "m"), self._slot(v, "u")
+        b1p = loom.pow(loom.tensor(self.beta_1, dtype=v.dtype), step.to(v.dtype))
+        m.assign(m + (g - m) * (1 - self.beta_1))
+        u.assign(loom.maximum(u * self.beta_2, loom.abs(g)))
+        v.assign(v - lr * m / ((1 - b1p) * (u + self.epsilon)))
+
+
+class Nadam(Optimizer):
+    """Adam with Nesterov momentum and Keras's momentum schedule (u_t = beta_1 * (1 - 0.5 * 0.96^t))."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, **kwargs) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+        self._u_product = _Variable(1.0, trainable=False, name="u_product", dtype=loom.float32)
+
+    def _begin_step(self, step) -> None:
+        self._u_product.assign(self._u_product * self.beta_1 * (1.0 - 0.5 * loom.pow(loom.tensor(0.96), step)))
+
+    def update_step(self, g, v, lr, step) -> None:
+        m, s = self._slot(v, "m"), self._slot(v, "v")
+        t = step.to(v.dtype)
+        decay = loom.tensor(0.96, dtype=v.dtype)
+        u_t = self.beta_1 * (1.0 - 0.5 * loom.pow(decay, t))
+        u_t_1 = self.beta_1 * (1.0 - 0.5 * loom.pow(decay, t + 1))
+        u_prod = self._u_product.to(v.dtype)
+        u_prod_1 = u_prod * u_t_1
+        b2p = loom.pow(loom.tensor(self.beta_2, dtype=v.dtype), t)
+        m.assign(m + (g - m) * (1 - self.beta_1))
+        s.assign(s + (g * g - s) * (1 - self.beta_2))
+        m_hat = u_t_1 * m / (1 - u_prod_1) + (1 - u_t) * g / (1 - u_prod)
+        v_hat = s / (1 - b2p)
+        v.assign(v - m_hat * lr / (loom.sqrt(v_hat) + self.epsilon))
+
+    @property
+    def variables(self) -> list:
+        return super().variables + [self._u_product]
+
+
+_NAMES = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad, "adamax": Adamax,
+          "nadam": Nadam}
 
 
 def get(identifier) -> Optimizer:

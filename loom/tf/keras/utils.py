@@ -1,4 +1,4 @@
-"""`keras.utils`: one-hot labels, seeding and normalization helpers."""
+"""`keras.utils`: one-hot labels, sequence padding, seeding and normalization helpers."""
 from __future__ import annotations
 
 import random as _py_random
@@ -31,3 +31,25 @@ def normalize(x, axis=-1, order=2) -> np.ndarray:
     a = np.asarray(x, dtype=np.float32)
     n = np.linalg.norm(a, ord=order, axis=axis, keepdims=True)
     return a / np.where(n == 0, 1, n)
+
+
+def pad_sequences(sequences, maxlen=None, dtype="int32", padding="pre", truncating="pre", value=0.0) -> np.ndarray:
+    """A [len(sequences), maxlen] array of the sequences, padded with `value` and truncated to `maxlen`
+    ('pre': at the start, 'post': at the end), as `keras.utils.pad_sequences`."""
+    if padding not in ("pre", "post") or truncating not in ("pre", "post"):
+        from loom.errors import LoomValueError
+        raise LoomValueError(f"loom.tf.keras.utils.pad_sequences: padding and truncating must be 'pre' or 'post', "
+                             f"got padding={padding!r}, truncating={truncating!r}")
+    seqs = [np.asarray(s) for s in sequences]
+    n = max((len(s) for s in seqs), default=0) if maxlen is None else int(maxlen)
+    tail = next((s.shape[1:] for s in seqs if len(s)), ())
+    out = np.full((len(seqs), n) + tuple(tail), value, dtype=dtype)
+    for i, s in enumerate(seqs):
+        if not len(s) or n == 0:
+            continue
+        s = s[-n:] if truncating == "pre" else s[:n]
+        if padding == "post":
+            out[i, :len(s)] = s
+        else:
+            out[i, -len(s):] = s
+    return out

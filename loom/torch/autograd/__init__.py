@@ -11,6 +11,8 @@ from loom.tensor import Tensor
 
 _install(globals(), "loom.autograd")
 
+from loom.torch.autograd import functional, profiler  # noqa: E402,F401
+
 
 def Variable(data: Tensor, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802
     """The pre-0.4 wrapper: the tensor itself (requiring grad if asked)."""
