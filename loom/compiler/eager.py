@@ -11,7 +11,9 @@ backend asks for compiled values.
 """
 from __future__ import annotations
 
+import logging
 import os
+import queue
 import sys
 import threading
 from typing import Any
@@ -24,6 +26,7 @@ from loom.dtypes import DType
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 from loom.runtime import realize as _realize
+from loom.runtime import reference
 from loom.runtime.reference import pending_order
 
 # Compiled plans by graph structure, least recently used first (a hit moves its entry to the end).
@@ -36,7 +39,7 @@ _CACHE_BYTES = int(os.environ.get("LOOM_EAGER_CACHE_BYTES", "") or 1 << 30)
 _NODE_BYTES = 4096  # A rough charge per graph node for the plan's steps, views and metadata.
 _ARENA_ALIGN = 64  # Slack for aligning the shared arena (loom.runtime.native aligns to 64 bytes).
 _FOOTPRINT: dict[Any, int] = {}
-stats = {"compiles": 0, "hits": 0, "evictions": 0, "bytes": 0}
+stats = {"compiles": 0, "hits": 0, "evictions": 0, "bytes": 0, "tier_compiles": 0, "tier_failures": 0}
 
 
 def set_cache_bytes(limit: int) -> None:
@@ -48,7 +51,8 @@ def set_cache_bytes(limit: int) -> None:
         from loom.errors import LoomValueError
         raise LoomValueError(f"loom.compiler.eager.set_cache_bytes: expected a byte count >= 0, got {limit!r}")
     _CACHE_BYTES = limit
-    _evict(0)
+    with _CACHE_LOCK:
+        _evict(0)
     if not _CACHE:
         _ARENA[0] = None
         _ARENA[1] += 1
@@ -207,27 +211,43 @@ def _build(order: list[Node], inputs: list[Node], outs: list[Node]) -> Graph:
     return g
 
 
+def _compile(graph: Graph, budget: tuple[int, bool] | None) -> tuple[Any, int]:
+    """The executable for a captured graph (fitted under `budget`) and its cache footprint."""
+    if budget is not None:
+        graph.meta["memory_budget"] = budget
+    exe = compile_graph(graph)
+    return exe, footprint(exe)
+
+
+def _store(key: Any, exe: Any, size: int) -> None:
+    """Put a compiled plan in the cache (the caller holds `_CACHE_LOCK`)."""
+    _evict(size)  # A plan larger than the whole bound still runs; it is then the only one kept.
+    _CACHE[key] = exe
+    _FOOTPRINT[key] = size
+    stats["bytes"] += size
+    stats["compiles"] += 1
+
+
 def realize(targets: list[Node]) -> None:
     """Compute `targets` with the compiled executable for their pending subgraph's structure."""
     key, order, inputs, outs = capture(targets)
     if not order:
         return
     key = (key, _BUDGET)
-    exe = _CACHE.get(key)
+    with _CACHE_LOCK:
+        exe = _CACHE.get(key)
+        if exe is not None:
+            _CACHE[key] = _CACHE.pop(key)  # Now the most recently used.
+            stats["hits"] += 1
     if exe is None:
-        graph = _build(order, inputs, outs)
-        if _BUDGET is not None:
-            graph.meta["memory_budget"] = _BUDGET
-        exe = compile_graph(graph)
-        size = footprint(exe)
-        _evict(size)  # A plan larger than the whole bound still runs; it is then the only one kept.
-        _CACHE[key] = exe
-        _FOOTPRINT[key] = size
-        stats["bytes"] += size
-        stats["compiles"] += 1
-    else:
-        _CACHE[key] = _CACHE.pop(key)  # Now the most recently used.
-        stats["hits"] += 1
+        exe, size = _compile(_build(order, inputs, outs), key[1])
+        with _CACHE_LOCK:
+            _store(key, exe, size)
+    _replay(exe, inputs, outs)
+
+
+def _replay(exe: Any, inputs: list[Node], outs: list[Node]) -> None:
+    """Run a cached plan on the realised inputs and make its outputs buffer nodes."""
     arrays = [np.asarray(n.buffer) for n in inputs]
     if getattr(_BUSY, "on", False):  # Realised from inside a compiled call (a Python step): not on the shared arena.
         _take_back_arena(exe)
@@ -244,6 +264,145 @@ def realize(targets: list[Node]) -> None:
         node.buffer = value
         node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0
     # The other pending nodes are now held only by each other: they and their history are freed.
+
+
+# ---------------------------------------------------------------- the tiered backend
+# A structure is compiled once it has been seen this many times (``LOOM_TIER_AFTER``); graphs with fewer
+# pending nodes than TIER_MIN_NODES (one-off ops, a lone `.item()`) always stay on the reference path.
+TIER_AFTER = max(1, int(os.environ.get("LOOM_TIER_AFTER", "") or 2))
+TIER_MIN_NODES = max(1, int(os.environ.get("LOOM_TIER_MIN_NODES", "") or 4))
+# ``LOOM_TIER_SYNC=1``: compile in the calling thread when a structure reaches TIER_AFTER, so the step at
+# which results switch from the reference path's bits to the compiled plan's is the same in every run.
+TIER_SYNC = os.environ.get("LOOM_TIER_SYNC", "") not in ("", "0")
+_SEEN_LIMIT = 4096  # Structures whose sightings are counted (least recently seen dropped first).
+_SEEN: dict[Any, int] = {}
+_PENDING: set[Any] = set()  # Keys whose plan the background thread is compiling or will compile.
+_FAILED: dict[Any, str] = {}  # Keys whose compile or compiled run failed: the reference path keeps them.
+_CACHE_LOCK = threading.Lock()  # Guards _CACHE, _FOOTPRINT, _SEEN, _PENDING, _FAILED and stats.
+_QUEUE: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+_WORKER: list[threading.Thread | None] = [None]
+_log = logging.getLogger("loom.eager")
+
+
+def realize_tiered(targets: list[Node]) -> None:
+    """Compute `targets` on the reference path, or with the compiled plan of their structure once the
+    structure has repeated and its plan (built in the background) is ready."""
+    key, order, inputs, outs = capture(targets)
+    if not order:
+        return
+    if len(order) < TIER_MIN_NODES:
+        del inputs, outs
+        reference.realize(targets, order)
+        return
+    key = (key, _BUDGET)
+    graph = None
+    with _CACHE_LOCK:
+        exe = _CACHE.get(key)
+        if exe is not None:
+            _CACHE[key] = _CACHE.pop(key)
+            stats["hits"] += 1
+        elif key not in _PENDING and key not in _FAILED:
+            seen = _SEEN.pop(key, 0) + 1
+            if seen >= TIER_AFTER:
+                _PENDING.add(key)
+                graph = True
+            else:
+                _SEEN[key] = seen  # Now the most recently seen.
+                if len(_SEEN) > _SEEN_LIMIT:
+                    del _SEEN[next(iter(_SEEN))]
+    if graph is not None:
+        graph = _build(order, inputs, outs)
+        if TIER_SYNC:
+            _tier_compile(key, graph)
+            with _CACHE_LOCK:
+                exe = _CACHE.get(key)
+        else:
+            _submit(key, graph)
+        del graph
+    if exe is not None:
+        try:
+            _replay(exe, inputs, outs)
+            return
+        except Exception as e:  # noqa: BLE001 - the reference path below decides whether the user sees an error.
+            _fail(key, f"{type(e).__name__}: {e}")
+    del inputs, outs
+    reference.realize(targets, order)
+
+
+def _fail(key: Any, why: str) -> None:
+    """Keep `key` on the reference path from now on."""
+    with _CACHE_LOCK:
+        _FAILED[key] = why
+        _PENDING.discard(key)
+        if _CACHE.pop(key, None) is not None:
+            stats["bytes"] -= _FOOTPRINT.pop(key, 0)
+        stats["tier_failures"] += 1
+    _log.info("loom eager: a compiled plan failed (%s); its graph stays on the reference path", why)
+
+
+def _tier_compile(key: Any, graph: Graph) -> None:
+    """Compile `graph`, wait for its kernels, and publish the plan under `key` (or record the failure)."""
+    try:
+        exe, size = _compile(graph, key[1])
+        exe.wait()  # Kernels built: the first replay does not run their bodies on the reference path.
+    except Exception as e:  # noqa: BLE001 - compiling is an optimisation; the reference path still answers.
+        _fail(key, f"{type(e).__name__}: {e}")
+        return
+    with _CACHE_LOCK:
+        if key in _PENDING:  # Not dropped meanwhile (`reset_tiers`).
+            _PENDING.discard(key)
+            _store(key, exe, size)
+            stats["tier_compiles"] += 1
+
+
+def _submit(key: Any, graph: Graph) -> None:
+    _QUEUE.put((key, graph))
+    worker = _WORKER[0]
+    if worker is None or not worker.is_alive():
+        worker = _WORKER[0] = threading.Thread(target=_work, name="loom-eager-tier", daemon=True)
+        worker.start()
+
+
+def _work() -> None:
+    """The background compiler: one graph at a time, in order of arrival."""
+    while True:
+        key, graph = _QUEUE.get()
+        if key is None:
+            return
+        _tier_compile(key, graph)
+        del key, graph
+
+
+def wait_tiered(timeout: float | None = None) -> bool:
+    """Block until every queued background compile is done; True if none is left pending."""
+    import time
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with _CACHE_LOCK:
+            if not _PENDING:
+                return True
+        if end is not None and time.monotonic() >= end:
+            return False
+        time.sleep(0.002)
+
+
+def reset_tiers() -> None:
+    """Forget every sighting, failure and pending compile (plans already compiled stay cached)."""
+    with _CACHE_LOCK:
+        _SEEN.clear()
+        _PENDING.clear()
+        _FAILED.clear()
+
+
+def _after_fork() -> None:
+    global _CACHE_LOCK, _QUEUE
+    _CACHE_LOCK = threading.Lock()
+    _QUEUE = queue.SimpleQueue()
+    _WORKER[0] = None
+    _PENDING.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 # One arena for every cached plan: eager plans run one at a time (under _LOCK), so they share the memory
@@ -281,4 +440,4 @@ def arena_bytes() -> int:
     return 0 if _ARENA[0] is None else int(_ARENA[0].nbytes)
 
 
-_realize.register_compiled(realize)
+_realize.register_compiled(realize, realize_tiered)

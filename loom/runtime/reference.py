@@ -112,9 +112,13 @@ def evaluate(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def realize(targets: Iterable[Node]) -> None:
-    """Compute every pending node behind `targets`, turning each into a buffer node."""
-    order = pending_order(targets)
+def realize(targets: Iterable[Node], order: list[Node] | None = None) -> None:
+    """Compute every pending node behind `targets`, turning each into a buffer node.
+
+    `order`: their `pending_order`, when the caller has it already (this function empties the list as
+    it goes, so that each intermediate is freed after its last use)."""
+    if order is None:
+        order = pending_order(targets)
     flipped = _transposed_products(order)
     pool = dtr.ACTIVE
     if pool is not None:
