@@ -16,6 +16,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -267,15 +268,21 @@ def _replay(exe: Any, inputs: list[Node], outs: list[Node]) -> None:
 
 
 # ---------------------------------------------------------------- the tiered backend
-# A structure is compiled once it has been seen this many times (``LOOM_TIER_AFTER``); graphs with fewer
-# pending nodes than TIER_MIN_NODES (one-off ops, a lone `.item()`) always stay on the reference path.
+# A structure is compiled once it has been seen TIER_AFTER times (``LOOM_TIER_AFTER``) and its earlier
+# sightings spent at least TIER_NODE_SECONDS (``LOOM_TIER_NODE_SECONDS``) per node on the reference path,
+# a rough price of compiling it: a training step (tens of milliseconds and up) compiles within its first
+# few iterations, while the small, short graphs of a test suite, which would never repay their compile
+# and kernel builds, stay on the reference path. Graphs of fewer than TIER_MIN_NODES pending nodes (a
+# lone `.item()`) are never counted.
 TIER_AFTER = max(1, int(os.environ.get("LOOM_TIER_AFTER", "") or 2))
+TIER_NODE_SECONDS = float(os.environ.get("LOOM_TIER_NODE_SECONDS", "") or 0.002)
 TIER_MIN_NODES = max(1, int(os.environ.get("LOOM_TIER_MIN_NODES", "") or 4))
-# ``LOOM_TIER_SYNC=1``: compile in the calling thread when a structure reaches TIER_AFTER, so the step at
-# which results switch from the reference path's bits to the compiled plan's is the same in every run.
+# ``LOOM_TIER_SYNC=1``: compile in the calling thread when a structure turns hot. With
+# ``LOOM_TIER_NODE_SECONDS=0`` as well, the sighting at which a structure's results switch from the
+# reference path's bits to the compiled plan's is the same in every run (the TIER_AFTER-th).
 TIER_SYNC = os.environ.get("LOOM_TIER_SYNC", "") not in ("", "0")
 _SEEN_LIMIT = 4096  # Structures whose sightings are counted (least recently seen dropped first).
-_SEEN: dict[Any, int] = {}
+_SEEN: dict[Any, list] = {}  # Key -> [sightings, seconds on the reference path].
 _PENDING: set[Any] = set()  # Keys whose plan the background thread is compiling or will compile.
 _FAILED: dict[Any, str] = {}  # Keys whose compile or compiled run failed: the reference path keeps them.
 _CACHE_LOCK = threading.Lock()  # Guards _CACHE, _FOOTPRINT, _SEEN, _PENDING, _FAILED and stats.
@@ -286,7 +293,8 @@ _log = logging.getLogger("loom.eager")
 
 def realize_tiered(targets: list[Node]) -> None:
     """Compute `targets` on the reference path, or with the compiled plan of their structure once the
-    structure has repeated and its plan (built in the background) is ready."""
+    structure has repeated, spent TIER_NODE_SECONDS per node on the reference path, and its plan (compiled in the
+    background) is ready."""
     key, order, inputs, outs = capture(targets)
     if not order:
         return
@@ -295,22 +303,25 @@ def realize_tiered(targets: list[Node]) -> None:
         reference.realize(targets, order)
         return
     key = (key, _BUDGET)
-    graph = None
+    hot = False
     with _CACHE_LOCK:
         exe = _CACHE.get(key)
         if exe is not None:
             _CACHE[key] = _CACHE.pop(key)
             stats["hits"] += 1
         elif key not in _PENDING and key not in _FAILED:
-            seen = _SEEN.pop(key, 0) + 1
-            if seen >= TIER_AFTER:
+            seen = _SEEN.pop(key, None) or [0, 0.0]
+            seen[0] += 1
+            if seen[0] >= TIER_AFTER and seen[1] >= TIER_NODE_SECONDS * len(order):
                 _PENDING.add(key)
-                graph = True
+                hot = True
             else:
                 _SEEN[key] = seen  # Now the most recently seen.
                 if len(_SEEN) > _SEEN_LIMIT:
                     del _SEEN[next(iter(_SEEN))]
-    if graph is not None:
+        else:
+            seen = None
+    if hot:
         graph = _build(order, inputs, outs)
         if TIER_SYNC:
             _tier_compile(key, graph)
@@ -326,7 +337,12 @@ def realize_tiered(targets: list[Node]) -> None:
         except Exception as e:  # noqa: BLE001 - the reference path below decides whether the user sees an error.
             _fail(key, f"{type(e).__name__}: {e}")
     del inputs, outs
+    if seen is None or hot:
+        reference.realize(targets, order)
+        return
+    t0 = time.perf_counter()
     reference.realize(targets, order)
+    seen[1] += time.perf_counter() - t0  # A list shared with _SEEN: no lock needed for one float.
 
 
 def _fail(key: Any, why: str) -> None:
@@ -375,7 +391,6 @@ def _work() -> None:
 
 def wait_tiered(timeout: float | None = None) -> bool:
     """Block until every queued background compile is done; True if none is left pending."""
-    import time
     end = None if timeout is None else time.monotonic() + timeout
     while True:
         with _CACHE_LOCK:
