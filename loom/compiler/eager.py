@@ -335,7 +335,13 @@ def realize_tiered(targets: list[Node]) -> None:
             _replay(exe, inputs, outs)
             return
         except Exception as e:  # noqa: BLE001 - the reference path below decides whether the user sees an error.
-            _fail(key, f"{type(e).__name__}: {e}")
+            why = f"{type(e).__name__}: {e}"
+        del inputs, outs
+        # Bad data (an index out of range) fails on both paths: the user gets the reference path's error
+        # and the plan stays. A plan that failed where the reference path did not is dropped for good.
+        reference.realize(targets, order)
+        _fail(key, why)
+        return
     del inputs, outs
     if seen is None or hot:
         reference.realize(targets, order)
