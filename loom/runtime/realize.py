@@ -54,10 +54,9 @@ def set_backend(name: str) -> None:
     Examples
     --------
     >>> import loom
-    >>> loom.set_backend("reference")
-    >>> loom.get_backend()
+    >>> with loom.backend("reference"):       # set_backend without the block
+    ...     loom.get_backend()
     'reference'
-    >>> loom.set_backend("tiered")
     """
     global _backend
     if name not in _BACKENDS:
