@@ -11,6 +11,7 @@ backend asks for compiled values.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -282,12 +283,16 @@ TIER_MIN_NODES = max(1, int(os.environ.get("LOOM_TIER_MIN_NODES", "") or 4))
 # reference path's bits to the compiled plan's is the same in every run (the TIER_AFTER-th).
 TIER_SYNC = os.environ.get("LOOM_TIER_SYNC", "") not in ("", "0")
 _SEEN_LIMIT = 4096  # Structures whose sightings are counted (least recently seen dropped first).
-_SEEN: dict[Any, list] = {}  # Key -> [sightings, seconds on the reference path].
+# Hash of a key -> [sightings, seconds on the reference path]. By hash, not by key (a step's key holds a
+# tuple per node): two structures that collide only share a count, which decides when to compile, never
+# which plan runs.
+_SEEN: dict[int, list] = {}
 _PENDING: set[Any] = set()  # Keys whose plan the background thread is compiling or will compile.
 _FAILED: dict[Any, str] = {}  # Keys whose compile or compiled run failed: the reference path keeps them.
 _CACHE_LOCK = threading.Lock()  # Guards _CACHE, _FOOTPRINT, _SEEN, _PENDING, _FAILED and stats.
 _QUEUE: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
 _WORKER: list[threading.Thread | None] = [None]
+_STOPPING = False  # Set at exit: no new compiles start.
 _log = logging.getLogger("loom.eager")
 
 
@@ -310,13 +315,14 @@ def realize_tiered(targets: list[Node]) -> None:
             _CACHE[key] = _CACHE.pop(key)
             stats["hits"] += 1
         elif key not in _PENDING and key not in _FAILED:
-            seen = _SEEN.pop(key, None) or [0, 0.0]
+            h = hash(key)
+            seen = _SEEN.pop(h, None) or [0, 0.0]
             seen[0] += 1
-            if seen[0] >= TIER_AFTER and seen[1] >= TIER_NODE_SECONDS * len(order):
+            if seen[0] >= TIER_AFTER and seen[1] >= TIER_NODE_SECONDS * len(order) and not _STOPPING:
                 _PENDING.add(key)
                 hot = True
             else:
-                _SEEN[key] = seen  # Now the most recently seen.
+                _SEEN[h] = seen  # Now the most recently seen.
                 if len(_SEEN) > _SEEN_LIMIT:
                     del _SEEN[next(iter(_SEEN))]
         else:
@@ -389,7 +395,7 @@ def _work() -> None:
     """The background compiler: one graph at a time, in order of arrival."""
     while True:
         key, graph = _QUEUE.get()
-        if key is None:
+        if key is None or _STOPPING:
             return
         _tier_compile(key, graph)
         del key, graph
@@ -413,6 +419,14 @@ def reset_tiers() -> None:
         _SEEN.clear()
         _PENDING.clear()
         _FAILED.clear()
+
+
+@atexit.register
+def _stop() -> None:
+    """Let the interpreter exit without starting queued compiles."""
+    global _STOPPING
+    _STOPPING = True
+    _QUEUE.put((None, None))
 
 
 def _after_fork() -> None:
