@@ -182,3 +182,56 @@ def test_two_threads_share_one_plan_per_structure(tiers):
     want, _ = _losses("reference", 12)
     for k in range(2):
         np.testing.assert_allclose(results[k], want, rtol=1e-5)
+
+
+def test_tiered_is_the_default_backend():
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "LOOM_BACKEND"}
+    out = subprocess.run([sys.executable, "-c", "import loom; print(loom.get_backend())"], env=env,
+                         capture_output=True, text=True, check=True, cwd=os.path.dirname(os.path.dirname(
+                             os.path.dirname(os.path.abspath(__file__)))))
+    assert out.stdout.strip() == "tiered"
+
+
+class _Clock:
+    """The `time` module with a perf_counter whose every reading is `step` seconds after the one before."""
+
+    def __init__(self, step: float):
+        import time
+        self.now, self.step = 0.0, step
+        self.monotonic, self.sleep = time.monotonic, time.sleep
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_a_structure_compiles_once_its_reference_runs_cost_enough(tiers, monkeypatch):
+    """TIER_NODE_SECONDS per node of reference time buys a compile: with every run taking 5 ms (a fake
+    clock) and 2 ms per node asked of a graph of n nodes, the compile comes at the first sighting whose
+    predecessors reach 2n ms, not at the TIER_AFTER-th."""
+    monkeypatch.setattr(eager, "TIER_AFTER", 2)
+    monkeypatch.setattr(eager, "TIER_NODE_SECONDS", 0.002)
+    monkeypatch.setattr(eager, "TIER_SYNC", True)
+    monkeypatch.setattr(eager, "time", _Clock(0.005))
+    x = loom.tensor(np.ones((4, 4), np.float32))
+
+    def graph():
+        y = x
+        for _ in range(4):
+            y = (y * 0.5 + 1.0).exp()
+        return y.sum()
+    from loom.runtime.reference import pending_order
+    n = len(pending_order([graph()._node]))
+    need = -(-2 * n // 5)  # Sightings whose 5 ms each stay below 2 ms x n; the next one compiles.
+    assert need >= 2
+    for _ in range(need):
+        graph().item()
+    assert eager.stats["tier_compiles"] == 0
+    got = graph().item()  # Compiled now (TIER_SYNC) and replayed.
+    assert eager.stats["tier_compiles"] == 1
+    with loom.backend("reference"):
+        want = graph().item()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
