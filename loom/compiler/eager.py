@@ -18,6 +18,7 @@ import queue
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,8 @@ _CACHE_BYTES = int(os.environ.get("LOOM_EAGER_CACHE_BYTES", "") or 1 << 30)
 _NODE_BYTES = 4096  # A rough charge per graph node for the plan's steps, views and metadata.
 _ARENA_ALIGN = 64  # Slack for aligning the shared arena (loom.runtime.native aligns to 64 bytes).
 _FOOTPRINT: dict[Any, int] = {}
-stats = {"compiles": 0, "hits": 0, "evictions": 0, "bytes": 0, "tier_compiles": 0, "tier_failures": 0}
+stats = {"compiles": 0, "hits": 0, "evictions": 0, "bytes": 0, "tier_compiles": 0, "tier_failures": 0,
+         "tier_mismatches": 0}
 
 
 def set_cache_bytes(limit: int) -> None:
@@ -328,14 +330,8 @@ def realize_tiered(targets: list[Node]) -> None:
         else:
             seen = None
     if hot:
-        graph = _build(order, inputs, outs)
-        if TIER_SYNC:
-            _tier_compile(key, graph)
-            with _CACHE_LOCK:
-                exe = _CACHE.get(key)
-        else:
-            _submit(key, graph)
-        del graph
+        _promote(key, targets, order, inputs, outs)
+        return
     if exe is not None:
         try:
             _replay(exe, inputs, outs)
@@ -349,12 +345,53 @@ def realize_tiered(targets: list[Node]) -> None:
         _fail(key, why)
         return
     del inputs, outs
-    if seen is None or hot:
+    if seen is None:
         reference.realize(targets, order)
         return
     t0 = time.perf_counter()
     reference.realize(targets, order)
     seen[1] += time.perf_counter() - t0  # A list shared with _SEEN: no lock needed for one float.
+
+
+def _promote(key: Any, targets: list[Node], order: list[Node], inputs: list[Node], outs: list[Node]) -> None:
+    """Run the sighting that turned `key` hot on the reference path, and have its plan compiled and then
+    checked against this sighting: the plan is promoted only if it gives the reference path's outputs bit
+    for bit on the same inputs (`_tier_compile`).
+
+    The inputs are copied before the reference run (it may write over an input nothing else reads) and
+    the outputs after it (later steps may reuse their memory), once per structure. Random ops carry their
+    seed as an attribute, which is part of the structure's key, so a plan draws exactly the numbers its
+    reference sighting drew; a step whose dropout draws a fresh seed each time never repeats a structure
+    and stays on the reference path."""
+    graph = _build(order, inputs, outs)
+    arrays = [np.array(n.buffer, copy=True) for n in inputs]
+    refs = [weakref.ref(n) for n in outs]
+    del inputs, outs
+    reference.realize(targets, order)
+    held = [r() for r in refs]
+    if any(n is None or n.buffer is None for n in held):  # Cannot happen for held outputs; no check, no plan.
+        with _CACHE_LOCK:
+            _PENDING.discard(key)
+        return
+    want = [np.array(n.buffer, copy=True) for n in held]
+    del held
+    if TIER_SYNC:
+        _tier_compile(key, graph, arrays, want)
+    else:
+        _submit(key, graph, arrays, want)
+
+
+def _same_bits(got: Any, want: list[np.ndarray]) -> bool:
+    """Whether a plan's outputs are the reference outputs bit for bit (a NaN equals the same NaN bits)."""
+    if got is None or len(got) != len(want):
+        return False
+    for a, b in zip(got, want):
+        a = np.asarray(a)
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.tobytes() != b.tobytes():
+            return False
+    return True
 
 
 def _fail(key: Any, why: str) -> None:
@@ -368,13 +405,26 @@ def _fail(key: Any, why: str) -> None:
     _log.info("loom eager: a compiled plan failed (%s); its graph stays on the reference path", why)
 
 
-def _tier_compile(key: Any, graph: Graph) -> None:
-    """Compile `graph`, wait for its kernels, and publish the plan under `key` (or record the failure)."""
+def _tier_compile(key: Any, graph: Graph, arrays: list[np.ndarray], want: list[np.ndarray]) -> None:
+    """Compile `graph`, wait for its kernels, run the plan on `arrays` (a reference sighting's inputs) and
+    publish it under `key` only if it reproduces `want` (that sighting's outputs) bit for bit; a plan that
+    fails or differs is dropped and its structure stays on the reference path for good."""
     try:
         exe, size = _compile(graph, key[1])
         exe.wait()  # Kernels built: the first replay does not run their bodies on the reference path.
+        _take_back_arena(exe)  # The check runs on the plan's own memory: no lock shared with the steps.
+        got = exe(*arrays)
     except Exception as e:  # noqa: BLE001 - compiling is an optimisation; the reference path still answers.
         _fail(key, f"{type(e).__name__}: {e}")
+        return
+    del arrays
+    if not _same_bits(got, want):
+        with _CACHE_LOCK:
+            _FAILED[key] = "its results differ from the reference path's bits"
+            _PENDING.discard(key)
+            stats["tier_mismatches"] += 1
+        _log.info("loom eager: a compiled plan's results differ from the reference path's in the low bits; "
+                  "its graph stays on the reference path")
         return
     with _CACHE_LOCK:
         if key in _PENDING:  # Not dropped meanwhile (`reset_tiers`).
@@ -383,8 +433,8 @@ def _tier_compile(key: Any, graph: Graph) -> None:
             stats["tier_compiles"] += 1
 
 
-def _submit(key: Any, graph: Graph) -> None:
-    _QUEUE.put((key, graph))
+def _submit(key: Any, graph: Graph, arrays: list[np.ndarray], want: list[np.ndarray]) -> None:
+    _QUEUE.put((key, graph, arrays, want))
     worker = _WORKER[0]
     if worker is None or not worker.is_alive():
         worker = _WORKER[0] = threading.Thread(target=_work, name="loom-eager-tier", daemon=True)
@@ -394,11 +444,11 @@ def _submit(key: Any, graph: Graph) -> None:
 def _work() -> None:
     """The background compiler: one graph at a time, in order of arrival."""
     while True:
-        key, graph = _QUEUE.get()
+        key, graph, arrays, want = _QUEUE.get()
         if key is None or _STOPPING:
             return
-        _tier_compile(key, graph)
-        del key, graph
+        _tier_compile(key, graph, arrays, want)
+        del key, graph, arrays, want
 
 
 def wait_tiered(timeout: float | None = None) -> bool:
@@ -426,7 +476,7 @@ def _stop() -> None:
     """Let the interpreter exit without starting queued compiles."""
     global _STOPPING
     _STOPPING = True
-    _QUEUE.put((None, None))
+    _QUEUE.put((None, None, None, None))
 
 
 def _after_fork() -> None:
