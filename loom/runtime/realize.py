@@ -42,13 +42,15 @@ def set_backend(name: str) -> None:
     NumPy until a pending graph's structure has been seen ``TIER_AFTER``
     times; then its plan is compiled in a background thread (the steps keep
     running on the reference path meanwhile) and later occurrences replay the
-    compiled plan once it is ready (`loom.compiler.eager.realize_tiered`).
+    compiled plan once it is ready and has reproduced a reference occurrence's
+    outputs bit for bit (`loom.compiler.eager.realize_tiered`; a plan that
+    does not is dropped), so 'tiered' gives the reference path's bits.
     'compiled' sends every pending graph through the compiler (passes, fused C
     kernels, a plan cached by the graph's structure, so a repeated training
     step compiles once) and waits for it; 'reference' evaluates node by node
     with NumPy; 'auto' compiles graphs of at least ``AUTO_MIN_NODES`` nodes
-    and runs smaller ones on the reference path. All four give the same
-    results within float rounding (exact ops bit for bit; transcendental
+    and runs smaller ones on the reference path. 'auto' and 'compiled' give
+    the reference path's results within float rounding (exact ops bit for bit; transcendental
     functions and reordered float sums within the parity suite's tolerance).
 
     Examples
