@@ -301,7 +301,8 @@ _log = logging.getLogger("loom.eager")
 def realize_tiered(targets: list[Node]) -> None:
     """Compute `targets` on the reference path, or with the compiled plan of their structure once the
     structure has repeated, spent TIER_NODE_SECONDS per node on the reference path, and its plan (compiled in the
-    background) is ready."""
+    background) is ready and has reproduced a reference sighting's outputs bit for bit (`_promote`): the
+    results are the reference path's bits whichever tier computes them."""
     key, order, inputs, outs = capture(targets)
     if not order:
         return
