@@ -1323,19 +1323,22 @@ def broadcast_shapes(*shapes, op: str = "broadcast") -> tuple[int, ...]:
 
 
 def broadcast_to(t: Tensor, shape, op: str = "expand") -> Tensor:
+    # Every bias add of an eager step passes here: the node's shape tuple, not `t.shape` (a new Size).
     shape = tuple(shape)
-    if t._node.shape == shape or tuple(t._node.shape) == shape:
+    have = tuple(t._node.shape)
+    if have == shape:
         return t
-    if len(shape) < t.ndim:
-        raise ShapeError(f"loom.{op}: cannot broadcast {fmt_shape(t.shape)} to the smaller rank "
+    lead = len(shape) - len(have)
+    if lead < 0:
+        raise ShapeError(f"loom.{op}: cannot broadcast {fmt_shape(have)} to the smaller rank "
                          f"shape {fmt_shape(shape)}")
-    lead = len(shape) - t.ndim
-    for s, d in zip(t.shape, shape[lead:]):
+    for s, d in zip(have, shape[lead:]):
         if s != d and s != 1:
-            raise ShapeError(f"loom.{op}: cannot broadcast {fmt_shape(t.shape)} to {fmt_shape(shape)}")
+            raise ShapeError(f"loom.{op}: cannot broadcast {fmt_shape(have)} to {fmt_shape(shape)}")
     if lead:
-        t = apply("reshape", (t,), {"shape": (1,) * lead + tuple(t.shape)})
-    if tuple(t.shape) != shape:
+        have = (1,) * lead + have
+        t = apply("reshape", (t,), {"shape": have})
+    if have != shape:
         t = apply("expand", (t,), {"shape": shape})
     return t
 

@@ -70,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a smoke run: 2 repeats of tiny blocks, 2 warm-up calls")
     p.add_argument("--loom-backend", choices=("c", "reference"), default="c",
                    help="backend of loom.function (falls back to reference if loom has no executor)")
-    p.add_argument("--loom-eager-backend", choices=("auto", "reference", "compiled"), default=None,
+    p.add_argument("--loom-eager-backend", choices=("tiered", "auto", "reference", "compiled"), default=None,
                    help="how loom's eager mode computes values (loom.set_backend; default: loom's default)")
     p.add_argument("--nproc", type=_nproc, default=[1],
                    help="process counts for a data-parallel scaling run (e.g. 1,2,4): loom DDP over Open MPI "

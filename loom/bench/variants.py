@@ -72,7 +72,7 @@ def build(workload: Workload, framework: str, options: dict[str, Any]) -> Runner
     """The `Runner` for `framework`'s variant of `workload`.
 
     `options`: ``seed``, ``threads``, ``loom_backend`` ("c" or "reference",
-    for loom.function), ``loom_eager_backend`` ("auto", "compiled" or "reference"; absent or
+    for loom.function), ``loom_eager_backend`` ("tiered", "auto", "compiled" or "reference"; absent or
     None: loom's default).
     """
     reason = workload.supports(framework)
@@ -142,7 +142,10 @@ def _loom(a, framework: str, step: Callable, data: list, options: dict) -> Runne
         return facts
 
     def settle() -> None:
-        if framework == "loom-function":
+        if framework != "loom-function":
+            from loom.compiler import eager as compiled
+            compiled.wait_tiered()  # Plans the tiered eager backend queued during the warm-up.
+        else:
             for entry in fn._cache.values():
                 wait = getattr(entry.exe, "wait", None)
                 if wait is not None:

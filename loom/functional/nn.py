@@ -140,6 +140,8 @@ def _update_running(buf: Tensor, new: Tensor, momentum: float) -> None:
 
 # ---------------------------------------------------------------- linear maps
 
+_TRANSPOSE = {"perm": (1, 0)}
+
 def linear(input, weight, bias=None) -> Tensor:
     """y = input @ weight.T + bias.
 
@@ -164,6 +166,20 @@ def linear(input, weight, bias=None) -> Tensor:
         raise ShapeError(f"loom.linear: input {fmt_shape(x.shape)} has {x.shape[-1] if x.ndim else 0} "
                          f"features in its last dim but weight {fmt_shape(w.shape)} expects "
                          f"in_features={w.shape[-1]}")
+    xn, wn = x._node, w._node
+    if len(xn.shape) == 2 and len(wn.shape) == 2 and xn.dtype is wn.dtype and xn.dtype.is_floating_point:
+        # The common layer, built directly (its per-call cost is all of a small model's inference). The
+        # transposed weight is a value only this product reads, never a view the user can write through:
+        # a plain permute node, without the bookkeeping of `w.t()`'s alias.
+        out = apply("matmul", (x, apply("permute", (w,), _TRANSPOSE)), {})
+        if bias is None:
+            return out
+        b = _t(bias)
+        bn, shape = b._node, out._node.shape
+        if bn.dtype is xn.dtype and bn.device == xn.device and bn.shape == shape[1:]:
+            row = apply("reshape", (b,), {"shape": (1, shape[1])})
+            return apply("add", (out, row if shape[0] == 1 else apply("expand", (row,), {"shape": shape})), {})
+        return out + b
     out = matmul(x, w.t() if w.ndim == 2 else w)
     if bias is not None:
         out = out + _t(bias)

@@ -24,8 +24,9 @@ _FLOATS = (dt.float32, dt.float64)
 
 
 def available() -> bool:
-    """Whether eager values are computed by the reference path right now (no trace, no memory budget)."""
-    return _realize.active_trace is None and _realize.get_backend() == "reference" and dtr.ACTIVE is None
+    """Whether eager values are computed by the reference path right now, or by the tiered backend that starts
+    there (no trace, no memory budget)."""
+    return _realize.active_trace is None and _realize.get_backend() in ("reference", "tiered") and dtr.ACTIVE is None
 
 
 def plain(t: Tensor, dtype: dt.DType, shape: tuple) -> bool:

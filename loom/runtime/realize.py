@@ -14,13 +14,13 @@ from typing import Iterable, Iterator
 
 from loom.errors import LoomError
 from loom.ir.node import Node
-from loom.runtime import reference
+from loom.runtime import dtr, reference
 
 # The trace in progress (set by loom.function while it traces), or None.
 active_trace = None
 
-_BACKENDS = ("auto", "reference", "compiled")
-_backend = os.environ.get("LOOM_BACKEND", "reference")
+_BACKENDS = ("tiered", "auto", "reference", "compiled")
+_backend = os.environ.get("LOOM_BACKEND", "tiered")
 # With the "auto" backend, pending graphs of at least this many nodes (a training step's forward,
 # backward and update) go through the compiler; smaller ones (one-off ops) run on the reference path,
 # where compiling would cost more than it saves.
@@ -30,19 +30,35 @@ if _backend not in _BACKENDS:
 
 
 def get_backend() -> str:
-    """How eager values are computed now: ``'auto'``, ``'reference'`` or ``'compiled'`` (see `set_backend`)."""
+    """How eager values are computed now: ``'tiered'``, ``'auto'``, ``'reference'`` or ``'compiled'``
+    (see `set_backend`)."""
     return _backend
 
 
 def set_backend(name: str) -> None:
     """Choose how eager values are computed.
 
+    'tiered' (the default, or ``LOOM_BACKEND``) evaluates node by node with
+    NumPy until a pending graph's structure has been seen ``TIER_AFTER``
+    times; then its plan is compiled in a background thread (the steps keep
+    running on the reference path meanwhile) and later occurrences replay the
+    compiled plan once it is ready and has reproduced a reference occurrence's
+    outputs bit for bit (`loom.compiler.eager.realize_tiered`; a plan that
+    does not is dropped), so 'tiered' gives the reference path's bits.
     'compiled' sends every pending graph through the compiler (passes, fused C
     kernels, a plan cached by the graph's structure, so a repeated training
-    step compiles once); 'reference' (the default, or ``LOOM_BACKEND``)
-    evaluates node by node with NumPy; 'auto' compiles graphs of at least
-    ``AUTO_MIN_NODES`` nodes and runs smaller ones on the reference path. All
-    three give the same results within float rounding.
+    step compiles once) and waits for it; 'reference' evaluates node by node
+    with NumPy; 'auto' compiles graphs of at least ``AUTO_MIN_NODES`` nodes
+    and runs smaller ones on the reference path. 'auto' and 'compiled' give
+    the reference path's results within float rounding (exact ops bit for bit; transcendental
+    functions and reordered float sums within the parity suite's tolerance).
+
+    Examples
+    --------
+    >>> import loom
+    >>> with loom.backend("reference"):       # set_backend without the block
+    ...     loom.get_backend()
+    'reference'
     """
     global _backend
     if name not in _BACKENDS:
@@ -61,21 +77,30 @@ def backend(name: str) -> Iterator[None]:
         set_backend(prev)
 
 
-# How the compiled backends compute pending nodes. The compiler registers it (`loom.compiler.eager`)
+# How the compiled backends compute pending nodes. The compiler registers them (`loom.compiler.eager`)
 # when `import loom` loads it; the runtime never imports the compiler.
 _compiled_realize = None
+_tiered_realize = None
 
 
-def register_compiled(fn) -> None:
-    """Make `fn(nodes)` compute pending nodes for the 'compiled' and 'auto' backends (the compiler calls this)."""
-    global _compiled_realize
+def register_compiled(fn, tiered=None) -> None:
+    """Make `fn(nodes)` compute pending nodes for the 'compiled' and 'auto' backends, and `tiered(nodes)`
+    for the 'tiered' one (the compiler calls this)."""
+    global _compiled_realize, _tiered_realize
     _compiled_realize = fn
+    if tiered is not None:
+        _tiered_realize = tiered
 
 
 def _run(nodes: list[Node]) -> None:
     if not nodes:
         return
-    if _compiled_realize is not None and (_backend == "compiled" or (_backend == "auto" and _large(nodes))):
+    if _backend == "tiered":
+        if _tiered_realize is not None and active_trace is None and dtr.ACTIVE is None:
+            _tiered_realize(nodes)
+        else:
+            reference.realize(nodes)
+    elif _compiled_realize is not None and (_backend == "compiled" or (_backend == "auto" and _large(nodes))):
         _compiled_realize(nodes)
     else:
         reference.realize(nodes)

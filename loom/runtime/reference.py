@@ -29,9 +29,25 @@ def share_external(array: np.ndarray) -> None:
         _EXTERNAL[key] = weakref.ref(array, forget)
 
 
-def _views_external(out: np.ndarray, inputs: list[np.ndarray]) -> bool:
+def _views_external(out: np.ndarray, inputs: list[np.ndarray], windows: dict = {}) -> bool:  # noqa: B006
+    """Whether `out` is a view of user memory, directly or through a view made earlier (`windows`)."""
     return out.base is not None and any(
-        id(a) in _EXTERNAL and np.may_share_memory(out, a) for a in inputs)
+        (id(a) in _EXTERNAL or id(a) in windows) and np.may_share_memory(out, a) for a in inputs)
+
+
+def _settle_windows(windows: dict) -> None:
+    """Copy the values in `windows` (views of user memory) that something still holds: a value, not a
+    window onto memory that may change. Intermediates that views were read by and then freed cost no copy
+    (the transposed input of a weight gradient, a full-graph feature matrix: tens of megabytes a step)."""
+    global window_copies
+    for ref in windows.values():
+        node = ref()
+        if node is not None and node.op == "buffer" and node.buffer is not None and node.buffer.base is not None:
+            node.buffer = node.buffer.copy()
+            window_copies += 1
+
+
+window_copies = 0  # How many views of user memory were copied because something held them (for tests).
 
 
 def pending_order(targets: Iterable[Node]) -> list[Node]:
@@ -112,13 +128,28 @@ def evaluate(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def realize(targets: Iterable[Node]) -> None:
-    """Compute every pending node behind `targets`, turning each into a buffer node."""
-    order = pending_order(targets)
+def realize(targets: Iterable[Node], order: list[Node] | None = None) -> None:
+    """Compute every pending node behind `targets`, turning each into a buffer node.
+
+    `order`: their `pending_order`, when the caller has it already (this function empties the list as
+    it goes, so that each intermediate is freed after its last use)."""
+    if order is None:
+        order = pending_order(targets)
     flipped = _transposed_products(order)
     pool = dtr.ACTIVE
     if pool is not None:
         pool.begin()
+    # Values computed here as views of user memory, by id of the array: copied when the graph is done if
+    # something still holds them (under a memory budget, at once: its recipes may keep any value).
+    windows: dict[int, weakref.ref] = {}
+    try:
+        _run_order(order, flipped, pool, windows)
+    finally:
+        if windows:
+            _settle_windows(windows)
+
+
+def _run_order(order: list, flipped: set[int], pool, windows: dict) -> None:
     with np.errstate(all="ignore"):
         for k in range(len(order)):
             # The order list lets go of each node as it is computed, and a computed node lets go of
@@ -147,8 +178,11 @@ def realize(targets: Iterable[Node]) -> None:
                 _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
             else:
                 out = _compute(node, arrays, ufunc)
-            if _EXTERNAL and _views_external(out, arrays):
-                out = out.copy()  # A value, not a window onto memory that may change.
+            if _EXTERNAL and _views_external(out, arrays, windows):
+                if pool is not None:
+                    out = out.copy()  # A value, not a window onto memory that may change.
+                else:
+                    windows[id(out)] = weakref.ref(node)
             del arrays
             node.buffer = out
             node.op, node.inputs, node.attrs, node.depth = "buffer", (), {}, 0

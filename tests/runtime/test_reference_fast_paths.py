@@ -57,6 +57,22 @@ def test_from_numpy_memory_is_never_reused():
     np.testing.assert_array_equal(arr, np.arange(8192, dtype=np.float32))
 
 
+def test_views_of_numpy_memory_are_copied_only_when_held():
+    a = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    w = loom.ones(64, 8)
+    x = loom.from_numpy(a)
+    before = reference.window_copies
+    got = (x.permute(1, 0) @ w).numpy()  # The transposed input is read once, then freed: no copy.
+    assert reference.window_copies == before
+    np.testing.assert_allclose(got, a.T @ np.ones((64, 8), np.float32), rtol=1e-6)
+    held = x.flip(0)[2:].flip(1)  # Views of views of `a`, the last one held.
+    held.realize()
+    assert reference.window_copies > before
+    want = a[::-1][2:, ::-1].copy()
+    a[:] = 0.0  # A NumPy write after the value was computed does not reach it.
+    np.testing.assert_array_equal(held.numpy(), want)
+
+
 def test_backward_matches_with_reuse():
     import torch
     xn = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
