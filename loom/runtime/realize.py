@@ -20,7 +20,7 @@ from loom.runtime import dtr, reference
 active_trace = None
 
 _BACKENDS = ("tiered", "auto", "reference", "compiled")
-_backend = os.environ.get("LOOM_BACKEND", "tiered")
+_backend = os.environ.get("LOOM_BACKEND", "reference")
 # With the "auto" backend, pending graphs of at least this many nodes (a training step's forward,
 # backward and update) go through the compiler; smaller ones (one-off ops) run on the reference path,
 # where compiling would cost more than it saves.
@@ -38,7 +38,8 @@ def get_backend() -> str:
 def set_backend(name: str) -> None:
     """Choose how eager values are computed.
 
-    'tiered' (the default, or ``LOOM_BACKEND``) evaluates node by node with
+    'reference' (the default, or ``LOOM_BACKEND``) evaluates node by node
+    with NumPy. 'tiered' evaluates node by node with
     NumPy until a pending graph's structure has been seen ``TIER_AFTER``
     times; then its plan is compiled in a background thread (the steps keep
     running on the reference path meanwhile) and later occurrences replay the
@@ -47,8 +48,7 @@ def set_backend(name: str) -> None:
     does not is dropped), so 'tiered' gives the reference path's bits.
     'compiled' sends every pending graph through the compiler (passes, fused C
     kernels, a plan cached by the graph's structure, so a repeated training
-    step compiles once) and waits for it; 'reference' evaluates node by node
-    with NumPy; 'auto' compiles graphs of at least ``AUTO_MIN_NODES`` nodes
+    step compiles once) and waits for it; 'auto' compiles graphs of at least ``AUTO_MIN_NODES`` nodes
     and runs smaller ones on the reference path. 'auto' and 'compiled' give
     the reference path's results within float rounding (exact ops bit for bit; transcendental
     functions and reordered float sums within the parity suite's tolerance).
