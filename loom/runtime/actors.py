@@ -595,6 +595,8 @@ class Actor(threading.Thread):
             if self.sink is not None:
                 self.sink.append(out)
             self._emit(out)
+            # Hold nothing while waiting: a value lives only in its registers, which bound the memory in flight.
+            taken = values = out = None  # type: ignore[assignment]
         self._finish()
 
     def _finish(self) -> None:
@@ -747,6 +749,7 @@ class GraphProgram:
         self._feed: _Feed | None = None
         self._stream: Any = None
         self._lock = threading.Lock()
+        self.memory: Any = None    # Under a memory budget: how the compiler fitted the tasks (plain data).
         self._single = tasks[0].run if len(tasks) == 1 and self._identity() and transport is None else None
 
     def _identity(self) -> bool:
