@@ -29,6 +29,15 @@ recomputed FLOPs (the smallest arena when none fits):
   multiply-adds), apply the best non-overlapping choices until that step
   fits, re-plan, repeat.
 
+A kernel can read more at once than the budget holds: the GELU backward
+reads u, u^2, tanh(...), 0.5u and 1 + tanh(...) of one 4 MiB activation,
+each a kernel of its own in the forward (and recomputed as such). When the
+peak step is such an elementwise kernel, the greedy first has it compute the
+elementwise kernels it reads inline from what is there anyway (`_inlinable`,
+`_inline`: the same element math in one kernel, so the same bits); those no
+later step reads are then not kept for it, and those read later become
+values the next round can recompute.
+
 A value read across the peak only through views (a reshape or permute of
 it: head splits, the flattened input of a weight gradient) moves too: its
 late readers read the views rebuilt on the recomputed or reloaded copy
@@ -252,8 +261,9 @@ def recomputable(node: Node) -> bool:
 class _State:
     """The liveness of the graph as it stands: schedule positions, readers' positions, live bytes per step."""
 
-    def __init__(self, graph: Graph) -> None:
-        self.live = live_slots(graph)
+    def __init__(self, graph: Graph, live: MemoryPlan | None = None) -> None:
+        # `live`: the graph's `live_slots` (a `plan_memory` of the graph as it stands is one).
+        self.live = live if live is not None else live_slots(graph)
         pos = self.live.pos
         self.pos = pos
         self.readers = {n: sorted(pos[c] for c in graph.consumers(n)) for n in (*self.live.sizes, *self.live.alias)}
@@ -480,11 +490,108 @@ def _reschedule(graph: Graph) -> int:
     return moved
 
 
+# ---------------------------------------------------------------- kernels that read too much at once
+
+_ELEMENTWISE = frozenset({"unary", "binary", "compare", "ternary"})
+
+
+def _elementwise_kernel(n: Node) -> bool:
+    """A fused kernel computing each output element from the same element of its inputs (movement on inputs
+    only, no reduction): another kernel may compute it inline, element by element, instead of reading it."""
+    if n.op != "fused":
+        return False
+    moved: set[Node] = set()
+    for b in n.attrs["body"].topological_order():
+        if b.op in ("input", "const"):
+            continue
+        kind = PRIMITIVES[b.op].kind
+        if kind == "movement" and b.op != "pad" and all(i.op == "input" or i in moved for i in b.inputs):
+            moved.add(b)
+        elif kind not in _ELEMENTWISE or any(i in moved and tuple(i.shape) != tuple(b.shape) for i in b.inputs):
+            return False
+    return True
+
+
+def _direct(q: Node) -> set[Node]:
+    """The inputs of kernel `q` its body reads only through elementwise ops (element for element)."""
+    body = q.attrs["body"]
+    return {o for ph, o in zip(body.inputs, q.inputs)
+            if all(PRIMITIVES[c.op].kind in _ELEMENTWISE for c in body.consumers(ph))}
+
+
+def _inlinable(state: _State, f: Node, at: int) -> list[Node]:
+    """The producers of elementwise kernel `f` (at step `at`) it can compute inline: elementwise kernels of its
+    shape, read element for element, whose own inputs are there at `at` anyway (read by `f`, inlined too, or
+    live then). Inlining them frees those no later step reads."""
+    from loom.compiler.fuse import MAX_GROUP
+
+    if not _elementwise_kernel(f):
+        return []
+    direct = {f: _direct(f)}
+    picked: dict[Node, None] = {}
+    size = len(f.attrs["body"])
+    grew = True
+    while grew:
+        grew = False
+        for p in dict.fromkeys(i for q in direct for i in direct[q]):
+            if p in picked or p not in state.pos or tuple(p.shape) != tuple(f.shape) or p.dtype is not f.dtype \
+                    or not _elementwise_kernel(p) or size + len(p.attrs["body"]) > MAX_GROUP:
+                continue
+            mine = _direct(p)
+            if any(p in q.inputs and p not in direct[q] for q in direct) \
+                    or any(i in picked and i not in mine for i in p.inputs) \
+                    or not all(i in f.inputs or i in picked or state.available(i, at) for i in p.inputs):
+                continue
+            picked[p] = None
+            direct[p] = mine
+            size += len(p.attrs["body"])
+            grew = True
+    return list(picked)
+
+
+def _inline(graph: Graph, f: Node, producers: list[Node]) -> Node:
+    """Replace kernel `f` by one that computes `producers` (elementwise kernels it reads) inline; the new
+    kernel takes `f`'s place in the schedule."""
+    inside = set(producers)
+    body = Graph()
+    outer: list[Node] = []
+    ph: dict[Node, Node] = {}
+    memo: dict[Node, Node] = {}
+
+    def copy_body(b: Graph, args: list[Node]) -> Node:
+        m = dict(zip(b.inputs, args))
+        for n in b.topological_order():
+            if n.op != "input":
+                m[n] = body.add_node(n.op, [m[i] for i in n.inputs], dict(n.attrs))
+        return m[b.outputs[0]]
+
+    def value(o: Node) -> Node:
+        if o not in memo:
+            if o in inside:
+                memo[o] = copy_body(o.attrs["body"], [value(i) for i in o.inputs])
+            else:
+                if o not in ph:
+                    ph[o] = body.add_input(tuple(o.shape), o.dtype)
+                    outer.append(o)
+                memo[o] = ph[o]
+        return memo[o]
+    out = copy_body(f.attrs["body"], [value(i) for i in f.inputs])
+    body.outputs = [out]
+    new = graph.add_node("fused", outer, {"body": body}, name=f.name)
+    order = graph.topological_order()
+    graph.replace(f, new, check_cycles=False)
+    graph.remove_node(f)
+    # The schedule is the graph's insertion order whenever that order is topological.
+    graph._nodes = dict.fromkeys(new if n is f else n for n in order if n is not new)
+    return new
+
+
 SEGMENT_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # Segmentations the cost model weighs.
 
 
 def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list[Node]],
-            tiers: str = "never", decisions: list | None = None) -> tuple[Graph, MemoryPlan, list]:
+            tiers: str = "never", decisions: list | None = None, bound: float | None = None,
+            timed: bool = False) -> tuple[Graph, MemoryPlan, list]:
     """The greedy rounds (see the module docstring) from `plan`; returns the best state and its
     stats (`_STATS`).
 
@@ -492,6 +599,10 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
     ``"never"`` recompute it, ``"disk"`` offload it, ``"auto"`` whichever the
     cost model (`recompute_seconds` against `transfer_seconds`) says is
     cheaper for that value. Each choice is appended to `decisions`.
+
+    `bound`: the rounds stop once their cost (extra FLOPs, or with `timed`
+    the cost model's seconds) passes it: a plan that fits at less cost is
+    already known, so this one cannot be chosen.
     """
     stats = [0] * len(_STATS)
     decisions = decisions if decisions is not None else []
@@ -500,9 +611,10 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
     stale = 0
     futile: set[Node] = set()  # Clones that did not lower the peak they were made for.
     for _ in range(MAX_ROUNDS):
-        if plan.arena_bytes <= budget:
+        if plan.arena_bytes <= budget or (bound is not None and stats[5 if timed else 2] > bound):
             break
-        state = _State(graph)
+        # The plan's liveness serves when it is this graph's (not that of the graph it was copied from).
+        state = _State(graph, plan if plan.order and plan.order[-1] in graph else None)
         peak = int(np.argmax(state.profile))
         if state.profile[peak] <= target:
             target -= max(plan.arena_bytes - budget, budget // 64, 64)
@@ -512,6 +624,19 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
         if plan.arena_bytes < best[0] or best[1] is None:
             # The best state so far: keep a copy to fall back to if later rounds only make it worse.
             best = (plan.arena_bytes, graph.copy(), list(stats), len(decisions))
+        inline = _inlinable(state, state.live.order[peak], peak)
+        if inline:
+            # The step reads more at once than fits: its kernel computes the elementwise values it reads inline
+            # from what is there anyway, so those no later step reads are not kept for it.
+            decisions += [TierChoice(_describe(p), nbytes(p), "inline", recompute_seconds([p]), None) for p in inline]
+            stats[0] += len(inline)
+            stats[1] += len(inline)
+            stats[2] += sum(flops(p) for p in inline)
+            stats[5] += recompute_seconds(inline)
+            _inline(graph, state.live.order[peak], inline)
+            _prune_dead(graph)
+            plan = plan_memory(graph)
+            continue
         need = int(state.profile[peak]) - target
         touched: set[Node] = set()
         applied = 0
@@ -616,7 +741,7 @@ class TierChoice:
     nbytes : int
         Its size.
     choice : str
-        ``"recompute"`` or ``"offload"``.
+        ``"recompute"``, ``"offload"`` or ``"inline"`` (computed inside the kernel that reads it).
     recompute_s, transfer_s : float or None
         The cost model's estimates (None: that option was not available).
     """
@@ -978,17 +1103,20 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
                     if best_fit is not None and cost >= best_fit:
                         found.append((p.arena_bytes, cost, name, g, p, stats, dec))
                         continue
-                    g, p, more = _greedy(g, room, p, copies, offload, dec)
+                    g, p, more = _greedy(g, room, p, copies, offload, dec,
+                                         None if best_fit is None else best_fit - cost, timed)
                     stats = [a + b for a, b in zip(stats, more)]
                     name += ("+offload" if more[3] else "") + ("+greedy" if more[0] else "")
                 found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
             dec = []
-            g, p, stats = _greedy(graph.copy(), room, plan, {}, offload, dec)
+            best_fit = min((f[1] for f in found if f[0] <= room), default=None)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, offload, dec, best_fit, timed)
             name = "greedy" if not stats[3] else "offload+greedy" if stats[0] else "offload"
             found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
         if offload != "never":
             dec = []
-            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec)
+            best_fit = min((f[1] for f in found if f[0] <= room), default=None)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True)
             found.append((p.arena_bytes, stats[5], "offload", g, p, stats, dec))
         report.candidates = [(name, arena, st[2], arena <= room, st[4], st[5])
                              for arena, _, name, _, _, st, _ in found]
