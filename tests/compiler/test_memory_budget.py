@@ -448,3 +448,44 @@ def test_only_elementwise_reads_are_inlined():
     g2.outputs = [g2.add_node("sum", [k], {"axes": (0, 1), "keepdim": False})]
     state = remat._State(g2)
     assert remat._inlinable(state, k, state.pos[k]) == []
+
+
+def _forward_backward_chain(depth=12, n=4096):
+    """A deep chain read back in reverse (a forward and its backward)."""
+    g = loom.ir.Graph()
+    x = g.add_input((n,), "float32")
+    fwd = [x]
+    for _ in range(depth):
+        fwd.append(g.add_node("exp", [g.add_node("sin", [fwd[-1]])]))
+    acc = fwd[-1]
+    for v in reversed(fwd[1:-1]):
+        acc = g.add_node("mul", [g.add_node("cos", [acc]), v])
+    g.outputs = [acc]
+    return g
+
+
+def test_greedy_rounds_stop_once_costlier_than_a_plan_that_fits(monkeypatch):
+    """The cost model needs no plan costlier than one that already fits: the greedy stops past `bound`."""
+    from loom.compiler import remat
+
+    calls = []
+    real = remat.plan_memory
+    monkeypatch.setattr(remat, "plan_memory", lambda g: calls.append(1) or real(g))
+
+    def rounds(bound):
+        g = _forward_backward_chain()
+        plan = real(g)
+        calls.clear()
+        _, got, stats = remat._greedy(g, plan.arena_bytes // 4, plan, {}, bound=bound)
+        return len(calls), stats[2]
+    free_rounds, free_flops = rounds(None)
+    bounded_rounds, bounded_flops = rounds(0)
+    assert free_rounds >= 3 and free_flops > 0
+    assert bounded_rounds == 1 and 0 < bounded_flops <= free_flops   # One round, then over the bound.
+    # rematerialize hands the cost of its best fit so far to the later plans it weighs.
+    seen = []
+    greedy = remat._greedy
+    monkeypatch.setattr(remat, "_greedy", lambda *a, **k: seen.append(a[6] if len(a) > 6 else None) or greedy(*a, **k))
+    g = _forward_backward_chain()
+    _, report = rematerialize(g, real(g).arena_bytes // 2 + output_bytes(g))
+    assert report.met and None in seen and any(b is not None for b in seen)
