@@ -59,6 +59,7 @@ import os
 import re
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -495,28 +496,41 @@ def _reschedule(graph: Graph) -> int:
 _ELEMENTWISE = frozenset({"unary", "binary", "compare", "ternary"})
 
 
+# Per kernel body (bodies are not edited once made): whether it is elementwise, and which of its placeholders
+# it reads only element for element. The greedy asks about the same kernels round after round.
+_BODY_FACTS: "weakref.WeakKeyDictionary[Graph, tuple[bool, tuple[bool, ...]]]" = weakref.WeakKeyDictionary()
+
+
+def _body_facts(body: Graph) -> tuple[bool, tuple[bool, ...]]:
+    facts = _BODY_FACTS.get(body)
+    if facts is None:
+        moved: set[Node] = set()
+        elementwise = True
+        for b in body.topological_order():
+            if b.op in ("input", "const"):
+                continue
+            kind = PRIMITIVES[b.op].kind
+            if kind == "movement" and b.op != "pad" and all(i.op == "input" or i in moved for i in b.inputs):
+                moved.add(b)
+            elif kind not in _ELEMENTWISE or any(i in moved and tuple(i.shape) != tuple(b.shape)
+                                                 for i in b.inputs):
+                elementwise = False
+                break
+        direct = tuple(all(PRIMITIVES[c.op].kind in _ELEMENTWISE for c in body.consumers(ph))
+                       for ph in body.inputs)
+        facts = _BODY_FACTS[body] = (elementwise, direct)
+    return facts
+
+
 def _elementwise_kernel(n: Node) -> bool:
     """A fused kernel computing each output element from the same element of its inputs (movement on inputs
     only, no reduction): another kernel may compute it inline, element by element, instead of reading it."""
-    if n.op != "fused":
-        return False
-    moved: set[Node] = set()
-    for b in n.attrs["body"].topological_order():
-        if b.op in ("input", "const"):
-            continue
-        kind = PRIMITIVES[b.op].kind
-        if kind == "movement" and b.op != "pad" and all(i.op == "input" or i in moved for i in b.inputs):
-            moved.add(b)
-        elif kind not in _ELEMENTWISE or any(i in moved and tuple(i.shape) != tuple(b.shape) for i in b.inputs):
-            return False
-    return True
+    return n.op == "fused" and _body_facts(n.attrs["body"])[0]
 
 
 def _direct(q: Node) -> set[Node]:
     """The inputs of kernel `q` its body reads only through elementwise ops (element for element)."""
-    body = q.attrs["body"]
-    return {o for ph, o in zip(body.inputs, q.inputs)
-            if all(PRIMITIVES[c.op].kind in _ELEMENTWISE for c in body.consumers(ph))}
+    return {o for o, ok in zip(q.inputs, _body_facts(q.attrs["body"])[1]) if ok}
 
 
 def _inlinable(state: _State, f: Node, at: int) -> list[Node]:
@@ -547,6 +561,15 @@ def _inlinable(state: _State, f: Node, at: int) -> list[Node]:
             size += len(p.attrs["body"])
             grew = True
     return list(picked)
+
+
+def _frees(state: _State, f: Node, producers: list[Node]) -> bool:
+    """Whether computing `producers` inside `f` frees one of them at `f`'s step (no later step reads it)."""
+    at = state.pos[f]
+    inside = {f, *producers}
+    order = state.live.order
+    return any(p in state.live.sizes and all(r < at or order[r] in inside for r in _all_readers(state, p))
+               for p in producers)
 
 
 def _inline(graph: Graph, f: Node, producers: list[Node]) -> Node:
@@ -621,28 +644,44 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
             if target <= 0:
                 break
             continue
-        if plan.arena_bytes < best[0] or best[1] is None:
-            # The best state so far: keep a copy to fall back to if later rounds only make it worse.
-            best = (plan.arena_bytes, graph.copy(), list(stats), len(decisions))
-        inline = _inlinable(state, state.live.order[peak], peak)
-        if inline:
-            # The step reads more at once than fits: its kernel computes the elementwise values it reads inline
-            # from what is there anyway, so those no later step reads are not kept for it.
-            decisions += [TierChoice(_describe(p), nbytes(p), "inline", recompute_seconds([p]), None) for p in inline]
-            stats[0] += len(inline)
-            stats[1] += len(inline)
-            stats[2] += sum(flops(p) for p in inline)
-            stats[5] += recompute_seconds(inline)
-            _inline(graph, state.live.order[peak], inline)
+        need = int(state.profile[peak]) - target
+        choices = _tier_choices(graph, state, peak, copies, futile, tiers)
+        # When what is live across the peak cannot cover it (the peak kernel reads too much at once), every
+        # step over the target that is an elementwise kernel reading elementwise kernels' results computes
+        # those inline from what is there anyway, so those no later step reads are not kept for it. That never
+        # adds live bytes: no fallback copy is needed for such a round. (It recomputes: not with
+        # tiers="disk", which offloads only.)
+        order = state.live.order
+        inlines, taken = [], set()
+        short = tiers != "disk"
+        for k in sorted(range(len(order)), key=lambda k: -state.profile[k]) if short else ():
+            if state.profile[k] <= target:
+                break
+            found = _inlinable(state, order[k], k) if order[k].op == "fused" else []
+            if found and not taken & set(found) and _frees(state, order[k], found):
+                inlines.append((order[k], found))
+                taken.update(found)
+        if inlines:
+            for f, inline in inlines:
+                # Inline, a value costs its arithmetic only: it is neither written nor read back.
+                seconds = [flops(p) / flop_rate() for p in inline]
+                decisions += [TierChoice(_describe(p), nbytes(p), "inline", t, None) for p, t in zip(inline, seconds)]
+                stats[0] += len(inline)
+                stats[1] += len(inline)
+                stats[2] += sum(flops(p) for p in inline)
+                stats[5] += sum(seconds)
+                _inline(graph, f, inline)
             _prune_dead(graph)
             plan = plan_memory(graph)
             continue
-        need = int(state.profile[peak]) - target
+        if plan.arena_bytes < best[0] or best[1] is None:
+            # The best state so far: keep a copy to fall back to if later rounds only make it worse.
+            best = (plan.arena_bytes, graph.copy(), list(stats), len(decisions))
         touched: set[Node] = set()
         applied = 0
         made: list[Node] = []
         moves: list[_Offload] = []
-        for choice in _tier_choices(graph, state, peak, copies, futile, tiers):
+        for choice in choices:
             if need <= 0:
                 break
             foot = choice.footprint
