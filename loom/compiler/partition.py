@@ -454,7 +454,7 @@ def fit_budget(parts: Partition, compile_fn: Callable[[Graph], Callable], budget
     room = max(budget - outs, 0)
     total = max(sum(free), 1)
     shares = [room * f // total for f in free]
-    todo = range(len(parts.parts))
+    todo = list(range(len(parts.parts)))
     for _ in range(FIT_ROUNDS):
         for k in todo:
             runs[k], tasks[k] = _fit_task(parts.parts[k], compile_fn, shares[k], offload)

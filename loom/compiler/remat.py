@@ -627,7 +627,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
     the cost model's seconds) passes it: a plan that fits at less cost is
     already known, so this one cannot be chosen.
     """
-    stats = [0] * len(_STATS)
+    stats: list[float] = [0] * len(_STATS)  # Counts and FLOPs (ints), seconds (a float).
     decisions = decisions if decisions is not None else []
     best: tuple[int, Graph | None, list, int] = (plan.arena_bytes, None, list(stats), 0)
     target = budget  # For the live bytes; lowered when placement needs room above them.
@@ -652,7 +652,8 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
         # adds live bytes: no fallback copy is needed for such a round. (It recomputes: not with
         # tiers="disk", which offloads only.)
         order = state.live.order
-        inlines, taken = [], set()
+        inlines: list[tuple[Node, list[Node]]] = []
+        taken: set[Node] = set()
         short = tiers != "disk"
         for k in sorted(range(len(order)), key=lambda k: -state.profile[k]) if short else ():
             if state.profile[k] <= target:
@@ -1022,7 +1023,7 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
     cuts = _boundaries(live, crossing, fwd_last, peak, k)
     kept = {n for n in fwd_last for b in cuts if pos[n] < b <= fwd_last[n]}  # The checkpoints.
     crossing_set = set(crossing)
-    stats = [0] * len(_STATS)
+    stats: list[float] = [0] * len(_STATS)
     copies: dict[Node, list[Node]] = {}
     for lo, hi in zip([0, *cuts], cuts):
         targets = [n for n in crossing if lo <= pos[n] < hi and n not in kept]
@@ -1131,7 +1132,7 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
         if offload != "disk":
             segmented = []
             for k in SEGMENT_COUNTS:
-                g, dec = graph.copy(), []
+                g, dec = graph.copy(), list[TierChoice]()
                 stats, copies = _segment(g, k, dec)
                 if stats[0]:
                     segmented.append((stats[5 if timed else 2], k, g, plan_memory(g), stats, copies, dec))
