@@ -15,7 +15,10 @@ it cannot be recomputed, kept alive longer.
 
 The pass first reschedules (`_reschedule`): pure work that frees memory,
 such as weight gradients the traced step leaves to the optimizer, runs as
-soon as its inputs are ready. Then, if the budget is still not met, it
+soon as its inputs are ready; and a small view read later than the rest of
+its source (layer_norm_grad's dw and db rows, read by the optimizer) is
+copied out right after the source is made (`_detach_small_views`), so the
+source goes with its last other reader. Then, if the budget is still not met, it
 weighs plans by a cost model and keeps the one that fits with the fewest
 recomputed FLOPs (the smallest arena when none fits):
 
@@ -162,7 +165,8 @@ class RematReport:
         estimates where both were possible.
     rescheduled : int
         Nodes the rescheduling moved earlier (pure work that frees memory,
-        such as weight gradients, run as soon as its inputs are ready).
+        such as weight gradients, run as soon as its inputs are ready), and
+        small views it copied out early (`_detach_small_views`).
     arena_rescheduled : int
         The planned arena after rescheduling, before any recomputation.
     outputs : int
@@ -607,6 +611,61 @@ def _inline(graph: Graph, f: Node, producers: list[Node]) -> Node:
     # The schedule is the graph's insertion order whenever that order is topological.
     graph._nodes = dict.fromkeys(new if n is f else n for n in order if n is not new)
     return new
+
+
+def _detach_small_views(graph: Graph) -> int:
+    """Copy out, right after its source is made, each small view read later than the rest of the source; returns
+    the copies made.
+
+    A layer_norm_grad result holds dx, dw and db in one array: the optimizer
+    reads the two 1-row views of dw and db at the end of the step, which keeps
+    the whole array (1 MiB on the GPT step, one per layer norm) live across
+    the backward. A copy of the view (its elements times 1.0: the same bits)
+    lets the array go with its last other reader.
+    """
+    order = graph.topological_order()
+    pos = {n: k for k, n in enumerate(order)}
+    outputs = set(graph.outputs)
+    memo: dict[Node, int] = {}
+
+    def last_read(n: Node) -> int:
+        if n not in memo:
+            m = pos[n]
+            for c in graph.consumers(n):
+                m = max(m, last_read(c) if c.op in VIEW_OPS and c not in outputs else pos[c])
+            memo[n] = m
+        return memo[n]
+    made: dict[Node, list[Node]] = {}
+    for n in order:
+        if n.op in VIEW_OPS or n.op == "input" or n.op in CONSTANT_OPS or n in outputs:
+            continue
+        small = [v for v in graph.consumers(n) if v.op in VIEW_OPS and v not in outputs and len(v.inputs) == 1
+                 and v.dtype.is_floating_point and 8 * nbytes(v) <= nbytes(n)]
+        if not small:
+            continue
+        rest = max([pos[n]] + [last_read(c) if c.op in VIEW_OPS and c not in outputs else pos[c]
+                               for c in graph.consumers(n) if c not in small])
+        for v in small:
+            if last_read(v) <= rest:
+                continue
+            body = Graph()
+            view = body.add_node(v.op, [body.add_input(tuple(n.shape), n.dtype)], dict(v.attrs))
+            one = body.add_node("const", [], {"value": 1.0, "shape": tuple(v.shape), "dtype": v.dtype})
+            body.outputs = [body.add_node("mul", [view, one])]
+            copy = graph.add_node("fused", [n], {"body": body})
+            graph.replace(v, copy, check_cycles=False)
+            made.setdefault(n, []).append(copy)
+    if made:
+        new = {c for cs in made.values() for c in cs}
+        _prune_dead(graph)
+        sched: list[Node] = []
+        for m in graph.topological_order():
+            if m not in new:
+                sched.append(m)
+                sched += made.get(m, [])
+        # The schedule is the graph's insertion order whenever that order is topological.
+        graph._nodes = dict.fromkeys(sched)
+    return sum(len(c) for c in made.values())
 
 
 SEGMENT_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # Segmentations the cost model weighs.
@@ -1118,7 +1177,7 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
     plan = before
     if before.arena_bytes > room:
         sched = graph.copy()
-        moved = _reschedule(sched)
+        moved = _detach_small_views(sched) + _reschedule(sched)
         sched_plan = plan_memory(sched) if moved else before
         if sched_plan.arena_bytes <= before.arena_bytes:
             graph, plan, report.rescheduled = sched, sched_plan, moved

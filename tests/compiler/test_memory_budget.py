@@ -489,3 +489,31 @@ def test_greedy_rounds_stop_once_costlier_than_a_plan_that_fits(monkeypatch):
     g = _forward_backward_chain()
     _, report = rematerialize(g, real(g).arena_bytes // 2 + output_bytes(g))
     assert report.met and None in seen and any(b is not None for b in seen)
+
+
+def test_a_small_view_read_late_is_copied_out_so_its_source_can_go():
+    """Like layer_norm_grad's dw/db rows: a 1-row view read at the end keeps a 66-row array live, unless copied."""
+    g = loom.ir.Graph()
+    x = g.add_input((66, 256), "float32")
+    a = g.add_node("matmul", [x, g.add_input((256, 256), "float32")])          # Not fused: a value of its own.
+    rows = g.add_node("slice", [a], {"starts": (0, 0), "stops": (64, 256), "steps": (1, 1)})
+    last = g.add_node("slice", [a], {"starts": (65, 0), "stops": (66, 256), "steps": (1, 1)})
+    h = g.add_node("matmul", [rows, g.add_input((256, 256), "float32")])
+    for _ in range(3):                                                          # Later work, each step a value.
+        h = g.add_node("matmul", [g.add_node("tanh", [h]), g.add_input((256, 256), "float32")])
+    g.outputs = [g.add_node("sum", [g.add_node("mul", [h, g.add_node("expand", [last], {"shape": (64, 256)})])],
+                            {"axes": (0, 1), "keepdim": False})]
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(i.shape).astype(np.float32) * 0.1 for i in g.inputs]
+    want = loom.compiler.compile(g)(*xs)[0]
+    from loom.compiler import remat
+
+    h2 = g.copy()
+    assert remat._detach_small_views(h2) == 1
+    (copy,) = [n for n in h2 if n.op == "fused" and n.inputs[0].op == "matmul" and n.shape == (1, 256)]
+    order = h2.topological_order()
+    assert order.index(copy) == order.index(copy.inputs[0]) + 1   # Right after its source.
+    assert loom.compiler.plan_memory(h2).arena_bytes < loom.compiler.plan_memory(g).arena_bytes
+    assert loom.compiler.compile(h2)(*xs)[0].tobytes() == want.tobytes()
+    # A view read no later than the rest of its source stays a view.
+    assert remat._detach_small_views(_chain_graph()) == 0
