@@ -355,9 +355,6 @@ class Function:
         if runtime not in ("native", "actors"):
             raise LoomValueError(f"loom.function: runtime must be 'native' (one compiled step) or 'actors' (the "
                                  f"graph partitioned into tasks run by actors), got {runtime!r}")
-        if runtime == "actors" and memory_budget is not None:
-            raise LoomValueError("loom.function: memory_budget is not supported with runtime='actors' yet; use "
-                                 "one or the other")
         self.runtime = runtime
         self.track = bool(track)
         self.placement, self.transport = placement, transport  # Stage -> rank, over a runtime transport.
@@ -552,7 +549,8 @@ class Function:
                     self._arenas = ArenaPool()
                 share(self._arenas)
         optimized = getattr(entry.exe, "graph", None)
-        entry.remat = optimized.meta.get("remat") if isinstance(optimized, Graph) else None
+        entry.remat = optimized.meta.get("remat") if isinstance(optimized, Graph) else \
+            getattr(entry.exe, "memory", None)   # The actor runtime's: a RematReport, or a PlanMemory over tasks.
         entry.kernel_count = sum(1 for n in graph if n.op == "fused")
         entry.out_dtypes = [n.dtype for n in graph.outputs]
         _plan_scalars(entry)
@@ -761,7 +759,8 @@ class Function:
 
     @property
     def memory_reports(self) -> list:
-        """One `loom.compiler.remat.RematReport` per specialisation compiled under `memory_budget`."""
+        """One `loom.compiler.remat.RematReport` per specialisation compiled under `memory_budget` (with
+        ``runtime="actors"`` and several tasks: a `loom.compiler.partition.PlanMemory` over the tasks)."""
         return [e.remat for e in self._cache.values() if e.remat is not None]
 
 
@@ -1002,6 +1001,9 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
         (`loom.compiler.remat`); results stay bit-identical. A budget that
         cannot be met warns (`loom.LoomWarning`) and runs with the smallest
         plan found; `memory_reports` and `explain()` say what was done.
+        With ``runtime="actors"`` the budget covers every task's arena and
+        the values in flight in the output registers; it is split among the
+        tasks, each fitted to its share (`loom.compiler.partition.fit_budget`).
     strict : bool
         With `memory_budget`: raise `loom.MemoryBudgetError` instead of warning.
     offload : str

@@ -68,7 +68,12 @@ def record(name: str, category: str, start_us: float, end_us: float, **args: Any
     """Add one event to the active profile (a no-op when none is active)."""
     prof = ACTIVE
     if prof is not None:
-        prof._add(Event(name, category, start_us, end_us - start_us, threading.get_ident(), args))
+        # A plain tuple into this thread's own list: no lock, no Event until the events are read.
+        try:
+            buf = prof._local.buf
+        except AttributeError:
+            buf = prof._thread_buffer()
+        buf.append((name, category, start_us, end_us, args))
 
 
 @contextmanager
@@ -99,7 +104,8 @@ class profile:
 
     def __init__(self, record_shapes: bool = True, activities: Any = None, **_ignored: Any):
         self.record_shapes = record_shapes
-        self._events: list[Event] = []
+        self._buffers: list[tuple[int, list]] = []   # (thread id, its records), one per recording thread.
+        self._local = threading.local()
         self._lock = threading.Lock()
         self._threads: dict[int, str] = {}
         self._t0 = 0.0
@@ -130,18 +136,28 @@ class profile:
         """Mark the end of one training step (an instant event in the trace)."""
         record("step", "marker", now_us(), now_us())
 
-    def _add(self, event: Event) -> None:
-        if not self.record_shapes:
-            event.args.pop("shape", None)
+    def _thread_buffer(self) -> list:
+        """This thread's record list, made (and named for the trace) on its first event."""
+        buf: list = []
+        self._local.buf = buf
+        tid = threading.get_ident()
         with self._lock:
-            self._events.append(event)
-            if event.thread not in self._threads:
-                self._threads[event.thread] = threading.current_thread().name
+            self._buffers.append((tid, buf))
+            self._threads.setdefault(tid, threading.current_thread().name)
+        return buf
 
     def events(self) -> list[Event]:
         """The recorded events, in the order they ended."""
         with self._lock:
-            return list(self._events)
+            buffers = [(tid, list(buf)) for tid, buf in self._buffers]
+        out = []
+        for tid, buf in buffers:
+            for name, cat, start, end, args in buf:
+                if not self.record_shapes and "shape" in args:
+                    args = {k: v for k, v in args.items() if k != "shape"}
+                out.append(Event(name, cat, start, end - start, tid, args))
+        out.sort(key=lambda e: e.start_us + e.duration_us)
+        return out
 
     def key_averages(self, group_by_input_shape: bool = False) -> "EventAverages":
         """Totals per event name (and shape, with `group_by_input_shape`): calls, total, mean, max."""

@@ -43,20 +43,22 @@ Examples
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
 from loom import _upper
-from loom.errors import fmt_shape
+from loom.errors import LoomWarning, MemoryBudgetError, fmt_shape
 from loom.ir import collective
 from loom.ir.graph import Graph
 from loom.ir.ops import PRIMITIVES
 from loom.ir.node import Node
 from loom.runtime import actors, reference
 
-__all__ = ["Part", "Partition", "StageTag", "partition", "compile_partitioned", "work", "PARALLEL_MIN_WORK"]
+__all__ = ["Part", "Partition", "StageTag", "partition", "compile_partitioned", "work", "PARALLEL_MIN_WORK",
+           "PlanMemory", "TaskMemory", "fit_budget"]
 
 
 class StageTag(NamedTuple):
@@ -275,32 +277,219 @@ def compile_partitioned(graph: Graph, stages: Mapping[Node, int | StageTag] | No
     [[1.0, 1.0], [-0.0, -0.0]]
     >>> prog.close()
     """
-    if not stages and placement is None and any(PRIMITIVES[n.op].kind == collective.KIND for n in graph
-                                                 if n.op in PRIMITIVES):
+    budget = graph.meta.get("memory_budget")
+    if budget is None and not stages and placement is None and any(PRIMITIVES[n.op].kind == collective.KIND
+                                                                   for n in graph if n.op in PRIMITIVES):
         # Each all-reduce a task of its own on a private communicator, overlapping the compute around it.
         overlapped = _upper.compile_overlapped(graph, compile_fn, name=name, track=track, registers=registers)
         if overlapped is not None:
             return overlapped
     parts = partition(graph, stages)
-    if placement is not None:
-        specs = [actors.TaskSpec(p.name, compile_fn(p.graph), p.inputs, describe(p.graph), _diagnoser(p.graph),
-                                 rank=placement.get(p.stage, 0)) for p in parts.parts]
-        return actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers,
-                                   transport=transport)
-    if len(parts.parts) == 1 and all(p != -2 for p, _ in parts.outputs):
-        # One task: the whole graph as the plain path compiles it, inputs and outputs in its own order.
+    if placement is None and len(parts.parts) == 1 and all(p != -2 for p, _ in parts.outputs):
+        # One task: the whole graph as the plain path compiles it, inputs and outputs in its own order
+        # (under a memory budget, the budget of the plain step: its report is the program's).
         whole = compile_fn(graph)
         spec = actors.TaskSpec("stage0.branch0", whole, [(-1, k) for k in range(len(graph.inputs))],
                                describe(graph), _diagnoser(graph))
-        return actors.GraphProgram(name, [spec], [(0, k) for k in range(len(graph.outputs))], len(graph.inputs),
+        prog = actors.GraphProgram(name, [spec], [(0, k) for k in range(len(graph.outputs))], len(graph.inputs),
                                    track=track, registers=registers)
-    specs = [actors.TaskSpec(p.name, compile_fn(p.graph), p.inputs, describe(p.graph), _diagnoser(p.graph))
-             for p in parts.parts]
-    # Collectives must run in the same order on every rank: tasks on several threads could start them in
-    # different orders, so a graph that talks to other ranks runs its tasks one after another.
-    serial = any(PRIMITIVES[n.op].kind == collective.KIND for n in graph if n.op in PRIMITIVES)
-    return actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers,
-                               parallel=_worth_parallel(parts) and not serial, serial=serial)
+        optimized = getattr(whole, "graph", None)
+        prog.memory = optimized.meta.get("remat") if isinstance(optimized, Graph) else None
+        return prog
+    memory = None
+    if budget is not None:
+        runs, memory = fit_budget(parts, compile_fn, budget[0], bool(budget[1]), graph.meta.get("offload") or "never",
+                                  registers, name)
+        registers = memory.registers
+    else:
+        runs = [compile_fn(p.graph) for p in parts.parts]
+    if placement is not None:
+        specs = [actors.TaskSpec(p.name, run, p.inputs, describe(p.graph), _diagnoser(p.graph),
+                                 rank=placement.get(p.stage, 0)) for p, run in zip(parts.parts, runs)]
+        prog = actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers,
+                                   transport=transport)
+    else:
+        specs = [actors.TaskSpec(p.name, run, p.inputs, describe(p.graph), _diagnoser(p.graph))
+                 for p, run in zip(parts.parts, runs)]
+        # Collectives must run in the same order on every rank: tasks on several threads could start them in
+        # different orders, so a graph that talks to other ranks runs its tasks one after another.
+        serial = any(PRIMITIVES[n.op].kind == collective.KIND for n in graph if n.op in PRIMITIVES)
+        prog = actors.GraphProgram(name, specs, parts.outputs, parts.n_inputs, track=track, registers=registers,
+                                   parallel=_worth_parallel(parts) and not serial, serial=serial)
+    prog.memory = memory
+    return prog
+
+
+# ---------------------------------------------------------------- memory budgets over tasks
+
+@dataclass
+class TaskMemory:
+    """One task's part of a budgeted plan: its arena share, what it reached, and the values it hands on."""
+
+    name: str
+    share: int          # Arena bytes the task was given.
+    arena: int          # Its planned arena after rematerialisation (persistent: one per compiled task).
+    outputs: int        # Bytes of the arrays one firing returns: the values its output registers hold.
+    report: Any = None  # Its `loom.compiler.remat.RematReport`.
+
+
+@dataclass
+class PlanMemory:
+    """How a step partitioned into actor tasks fits its memory budget.
+
+    Every task keeps its own arena (its planned intermediates), and each
+    value a task hands on lives in an output register until its consumers are
+    done with it, so a run of the plan needs at most
+    ``sum(arena) + registers * sum(outputs)`` bytes beside its inputs
+    (`planned`): `registers` values per edge may be in flight at once. The
+    step's own outputs are among the tasks' outputs, as they count against
+    the budget of the plain step. The budget is split among the tasks
+    (`fit_budget`), each fitted to its share by the rematerialisation pass.
+
+    Attributes
+    ----------
+    budget : int
+        The budget in bytes.
+    registers : int
+        Registers per edge the plan runs with (1 when the asked number would not fit).
+    tasks : list of TaskMemory
+    met : bool
+        Whether ``planned <= budget``.
+    minimum : int
+        The smallest budget the plan was found to fit (each task at its smallest
+        arena, one register per edge); 0 when not searched (the budget was met).
+    strict : bool
+    """
+
+    budget: int
+    registers: int
+    tasks: list
+    met: bool = True
+    minimum: int = 0
+    strict: bool = False
+
+    @property
+    def arenas(self) -> int:
+        return sum(t.arena for t in self.tasks)
+
+    @property
+    def register_bytes(self) -> int:
+        return self.registers * sum(t.outputs for t in self.tasks)
+
+    @property
+    def planned(self) -> int:
+        """The planned peak: every task's arena and every register full."""
+        return self.arenas + self.register_bytes
+
+    def __str__(self) -> str:
+        from loom.compiler.remat import fmt_bytes
+
+        state = "met" if self.met else f"NOT met (smallest feasible {fmt_bytes(self.minimum)}, {self.minimum} B)"
+        lines = [f"memory budget {fmt_bytes(self.budget)} ({self.budget} B) over {len(self.tasks)} actor tasks: "
+                 f"{state}; planned peak {fmt_bytes(self.planned)} ({self.planned} B) = arenas {self.arenas} B + "
+                 f"{self.registers} register(s) per edge x {sum(t.outputs for t in self.tasks)} B of task outputs"]
+        for t in self.tasks:
+            rem = t.report
+            how = (f", {rem.strategy}: rematerialised {rem.values} values, {rem.offloaded} offloaded"
+                   if rem is not None and rem.strategy != "none" else "")
+            lines.append(f"  {t.name:<28} arena {t.arena:>10} B (share {t.share} B), outputs {t.outputs:>10} B{how}")
+        return "\n".join(lines)
+
+
+def _fit_task(part: Part, compile_fn: Callable[[Graph], Callable], share: int | None,
+              offload: str) -> tuple[Any, TaskMemory]:
+    """Compile `part` with its arena held to `share` bytes (None: no budget), its outputs beside it; quietly,
+    since the plan as a whole decides whether the budget is met."""
+    from loom.compiler.remat import output_bytes
+
+    out = output_bytes(part.graph)
+    if share is None:
+        run = compile_fn(part.graph)
+    else:
+        part.graph.meta["memory_budget"] = (share + out, False)
+        part.graph.meta["offload"] = offload
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LoomWarning)
+                run = compile_fn(part.graph)
+        finally:
+            del part.graph.meta["memory_budget"], part.graph.meta["offload"]
+    optimized = getattr(run, "graph", None)
+    report = optimized.meta.get("remat") if isinstance(optimized, Graph) else None
+    plan = getattr(run, "plan", None)
+    arena = int(plan.arena_bytes) if plan is not None else report.arena_after if report is not None else 0
+    return run, TaskMemory(part.name, arena if share is None else share, arena, out, report)
+
+
+FIT_ROUNDS = 3  # Rounds of handing the slack of tasks under their share to those over it.
+
+
+def fit_budget(parts: Partition, compile_fn: Callable[[Graph], Callable], budget: int, strict: bool,
+               offload: str, registers: int, name: str) -> tuple[list, PlanMemory]:
+    """Compile every part so the plan's planned peak (`PlanMemory.planned`) fits `budget` bytes.
+
+    The tasks are compiled without a budget first; when their arenas and
+    `registers` values per edge fit, nothing is recomputed (with one register
+    per edge when only that fits). Otherwise the output registers (one per
+    edge) take their bytes and the rest is split among the tasks' arenas in
+    proportion to their arenas without a budget, each task fitted to its
+    share by the rematerialisation pass. A
+    task that misses its share gets what others left unused, up to
+    `FIT_ROUNDS` times. When the budget still cannot be met, every task is
+    fitted to its smallest arena and the plan runs with those (a
+    `LoomWarning` naming the budget and the smallest feasible size), or
+    `MemoryBudgetError` when `strict`.
+    """
+    from loom.compiler.remat import fmt_bytes
+
+    fitted = [_fit_task(p, compile_fn, None, offload) for p in parts.parts]   # First without a budget.
+    runs, tasks = [r for r, _ in fitted], [t for _, t in fitted]
+    outs = sum(t.outputs for t in tasks)
+    free = [t.arena for t in tasks]
+    # More than one register per edge only overlaps calls: kept when the arenas need no recomputing for it.
+    for regs in dict.fromkeys((registers, 1)):
+        if sum(free) + regs * outs <= budget:
+            return runs, PlanMemory(budget, regs, tasks, strict=strict)
+    regs = 1
+    room = max(budget - outs, 0)
+    total = max(sum(free), 1)
+    shares = [room * f // total for f in free]
+    todo = list(range(len(parts.parts)))
+    for _ in range(FIT_ROUNDS):
+        for k in todo:
+            runs[k], tasks[k] = _fit_task(parts.parts[k], compile_fn, shares[k], offload)
+        over = [k for k, t in enumerate(tasks) if t.arena > t.share]
+        if not over or sum(t.arena for t in tasks) <= room:
+            break
+        # Tasks under their share keep what they use; the rest goes to those over it, by how much they missed.
+        for k, t in enumerate(tasks):
+            shares[k] = min(t.arena, t.share)
+        spare = room - sum(shares)
+        if spare <= 0:
+            break
+        missed = sum(tasks[k].arena - tasks[k].share for k in over)
+        for k in over:
+            shares[k] += spare * (tasks[k].arena - tasks[k].share) // missed
+        todo = over
+    memory = PlanMemory(budget, regs, tasks, strict=strict)
+    if memory.planned <= budget:
+        return runs, memory
+    # Not met: each task at its smallest arena (the plan that comes closest), and the budget that would fit it.
+    for k, p in enumerate(parts.parts):
+        runs[k], tasks[k] = _fit_task(p, compile_fn, 0, offload)
+    memory = PlanMemory(budget, 1, tasks, met=False, strict=strict)
+    memory.minimum = memory.planned
+    msg = (f"{name}: memory budget {fmt_bytes(budget)} ({budget} B) cannot be met on the actor runtime: the step "
+           f"runs as {len(tasks)} tasks whose smallest plans need {fmt_bytes(memory.minimum)} ({memory.minimum} B): "
+           f"arenas {memory.arenas} B and {memory.register_bytes} B of values in output registers (one per edge); "
+           f"the smallest feasible budget is {memory.minimum} B")
+    if memory.minimum <= budget:  # The smallest arenas fit after all (the shares were not where they were needed).
+        memory.met = True
+        return runs, memory
+    if strict:
+        raise MemoryBudgetError(msg + "; raise the budget or pass strict=False to run with the smallest plan")
+    warnings.warn(msg + "; running with the smallest plan", LoomWarning, stacklevel=3)
+    return runs, memory
 
 
 # A single call runs its branches on actors only when a second branch holds this much work (FLOPs): handing

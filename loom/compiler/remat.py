@@ -15,7 +15,10 @@ it cannot be recomputed, kept alive longer.
 
 The pass first reschedules (`_reschedule`): pure work that frees memory,
 such as weight gradients the traced step leaves to the optimizer, runs as
-soon as its inputs are ready. Then, if the budget is still not met, it
+soon as its inputs are ready; and a small view read later than the rest of
+its source (layer_norm_grad's dw and db rows, read by the optimizer) is
+copied out right after the source is made (`_detach_small_views`), so the
+source goes with its last other reader. Then, if the budget is still not met, it
 weighs plans by a cost model and keeps the one that fits with the fewest
 recomputed FLOPs (the smallest arena when none fits):
 
@@ -28,6 +31,15 @@ recomputed FLOPs (the smallest arena when none fits):
   (an elementwise kernel costs its memory traffic, a matmul its
   multiply-adds), apply the best non-overlapping choices until that step
   fits, re-plan, repeat.
+
+A kernel can read more at once than the budget holds: the GELU backward
+reads u, u^2, tanh(...), 0.5u and 1 + tanh(...) of one 4 MiB activation,
+each a kernel of its own in the forward (and recomputed as such). When the
+peak step is such an elementwise kernel, the greedy first has it compute the
+elementwise kernels it reads inline from what is there anyway (`_inlinable`,
+`_inline`: the same element math in one kernel, so the same bits); those no
+later step reads are then not kept for it, and those read later become
+values the next round can recompute.
 
 A value read across the peak only through views (a reshape or permute of
 it: head splits, the flattened input of a weight gradient) moves too: its
@@ -50,6 +62,7 @@ import os
 import re
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,7 +165,8 @@ class RematReport:
         estimates where both were possible.
     rescheduled : int
         Nodes the rescheduling moved earlier (pure work that frees memory,
-        such as weight gradients, run as soon as its inputs are ready).
+        such as weight gradients, run as soon as its inputs are ready), and
+        small views it copied out early (`_detach_small_views`).
     arena_rescheduled : int
         The planned arena after rescheduling, before any recomputation.
     outputs : int
@@ -252,8 +266,9 @@ def recomputable(node: Node) -> bool:
 class _State:
     """The liveness of the graph as it stands: schedule positions, readers' positions, live bytes per step."""
 
-    def __init__(self, graph: Graph) -> None:
-        self.live = live_slots(graph)
+    def __init__(self, graph: Graph, live: MemoryPlan | None = None) -> None:
+        # `live`: the graph's `live_slots` (a `plan_memory` of the graph as it stands is one).
+        self.live = live if live is not None else live_slots(graph)
         pos = self.live.pos
         self.pos = pos
         self.readers = {n: sorted(pos[c] for c in graph.consumers(n)) for n in (*self.live.sizes, *self.live.alias)}
@@ -480,11 +495,185 @@ def _reschedule(graph: Graph) -> int:
     return moved
 
 
+# ---------------------------------------------------------------- kernels that read too much at once
+
+_ELEMENTWISE = frozenset({"unary", "binary", "compare", "ternary"})
+
+
+# Per kernel body (bodies are not edited once made): whether it is elementwise, and which of its placeholders
+# it reads only element for element. The greedy asks about the same kernels round after round.
+_BODY_FACTS: "weakref.WeakKeyDictionary[Graph, tuple[bool, tuple[bool, ...]]]" = weakref.WeakKeyDictionary()
+
+
+def _body_facts(body: Graph) -> tuple[bool, tuple[bool, ...]]:
+    facts = _BODY_FACTS.get(body)
+    if facts is None:
+        moved: set[Node] = set()
+        elementwise = True
+        for b in body.topological_order():
+            if b.op in ("input", "const"):
+                continue
+            kind = PRIMITIVES[b.op].kind
+            if kind == "movement" and b.op != "pad" and all(i.op == "input" or i in moved for i in b.inputs):
+                moved.add(b)
+            elif kind not in _ELEMENTWISE or any(i in moved and tuple(i.shape) != tuple(b.shape)
+                                                 for i in b.inputs):
+                elementwise = False
+                break
+        direct = tuple(all(PRIMITIVES[c.op].kind in _ELEMENTWISE for c in body.consumers(ph))
+                       for ph in body.inputs)
+        facts = _BODY_FACTS[body] = (elementwise, direct)
+    return facts
+
+
+def _elementwise_kernel(n: Node) -> bool:
+    """A fused kernel computing each output element from the same element of its inputs (movement on inputs
+    only, no reduction): another kernel may compute it inline, element by element, instead of reading it."""
+    return n.op == "fused" and _body_facts(n.attrs["body"])[0]
+
+
+def _direct(q: Node) -> set[Node]:
+    """The inputs of kernel `q` its body reads only through elementwise ops (element for element)."""
+    return {o for o, ok in zip(q.inputs, _body_facts(q.attrs["body"])[1]) if ok}
+
+
+def _inlinable(state: _State, f: Node, at: int) -> list[Node]:
+    """The producers of elementwise kernel `f` (at step `at`) it can compute inline: elementwise kernels of its
+    shape, read element for element, whose own inputs are there at `at` anyway (read by `f`, inlined too, or
+    live then). Inlining them frees those no later step reads."""
+    from loom.compiler.fuse import MAX_GROUP
+
+    if not _elementwise_kernel(f):
+        return []
+    direct = {f: _direct(f)}
+    picked: dict[Node, None] = {}
+    size = len(f.attrs["body"])
+    grew = True
+    while grew:
+        grew = False
+        for p in dict.fromkeys(i for q in direct for i in direct[q]):
+            if p in picked or p not in state.pos or tuple(p.shape) != tuple(f.shape) or p.dtype is not f.dtype \
+                    or not _elementwise_kernel(p) or size + len(p.attrs["body"]) > MAX_GROUP:
+                continue
+            mine = _direct(p)
+            if any(p in q.inputs and p not in direct[q] for q in direct) \
+                    or any(i in picked and i not in mine for i in p.inputs) \
+                    or not all(i in f.inputs or i in picked or state.available(i, at) for i in p.inputs):
+                continue
+            picked[p] = None
+            direct[p] = mine
+            size += len(p.attrs["body"])
+            grew = True
+    return list(picked)
+
+
+def _frees(state: _State, f: Node, producers: list[Node]) -> bool:
+    """Whether computing `producers` inside `f` frees one of them at `f`'s step (no later step reads it)."""
+    at = state.pos[f]
+    inside = {f, *producers}
+    order = state.live.order
+    return any(p in state.live.sizes and all(r < at or order[r] in inside for r in _all_readers(state, p))
+               for p in producers)
+
+
+def _inline(graph: Graph, f: Node, producers: list[Node]) -> Node:
+    """Replace kernel `f` by one that computes `producers` (elementwise kernels it reads) inline; the new
+    kernel takes `f`'s place in the schedule."""
+    inside = set(producers)
+    body = Graph()
+    outer: list[Node] = []
+    ph: dict[Node, Node] = {}
+    memo: dict[Node, Node] = {}
+
+    def copy_body(b: Graph, args: list[Node]) -> Node:
+        m = dict(zip(b.inputs, args))
+        for n in b.topological_order():
+            if n.op != "input":
+                m[n] = body.add_node(n.op, [m[i] for i in n.inputs], dict(n.attrs))
+        return m[b.outputs[0]]
+
+    def value(o: Node) -> Node:
+        if o not in memo:
+            if o in inside:
+                memo[o] = copy_body(o.attrs["body"], [value(i) for i in o.inputs])
+            else:
+                if o not in ph:
+                    ph[o] = body.add_input(tuple(o.shape), o.dtype)
+                    outer.append(o)
+                memo[o] = ph[o]
+        return memo[o]
+    out = copy_body(f.attrs["body"], [value(i) for i in f.inputs])
+    body.outputs = [out]
+    new = graph.add_node("fused", outer, {"body": body}, name=f.name)
+    order = graph.topological_order()
+    graph.replace(f, new, check_cycles=False)
+    graph.remove_node(f)
+    # The schedule is the graph's insertion order whenever that order is topological.
+    graph._nodes = dict.fromkeys(new if n is f else n for n in order if n is not new)
+    return new
+
+
+def _detach_small_views(graph: Graph) -> int:
+    """Copy out, right after its source is made, each small view read later than the rest of the source; returns
+    the copies made.
+
+    A layer_norm_grad result holds dx, dw and db in one array: the optimizer
+    reads the two 1-row views of dw and db at the end of the step, which keeps
+    the whole array (1 MiB on the GPT step, one per layer norm) live across
+    the backward. A copy of the view (its elements times 1.0: the same bits)
+    lets the array go with its last other reader.
+    """
+    order = graph.topological_order()
+    pos = {n: k for k, n in enumerate(order)}
+    outputs = set(graph.outputs)
+    memo: dict[Node, int] = {}
+
+    def last_read(n: Node) -> int:
+        if n not in memo:
+            m = pos[n]
+            for c in graph.consumers(n):
+                m = max(m, last_read(c) if c.op in VIEW_OPS and c not in outputs else pos[c])
+            memo[n] = m
+        return memo[n]
+    made: dict[Node, list[Node]] = {}
+    for n in order:
+        if n.op in VIEW_OPS or n.op == "input" or n.op in CONSTANT_OPS or n in outputs:
+            continue
+        small = [v for v in graph.consumers(n) if v.op in VIEW_OPS and v not in outputs and len(v.inputs) == 1
+                 and v.dtype.is_floating_point and 8 * nbytes(v) <= nbytes(n)]
+        if not small:
+            continue
+        rest = max([pos[n]] + [last_read(c) if c.op in VIEW_OPS and c not in outputs else pos[c]
+                               for c in graph.consumers(n) if c not in small])
+        for v in small:
+            if last_read(v) <= rest:
+                continue
+            body = Graph()
+            view = body.add_node(v.op, [body.add_input(tuple(n.shape), n.dtype)], dict(v.attrs))
+            one = body.add_node("const", [], {"value": 1.0, "shape": tuple(v.shape), "dtype": v.dtype})
+            body.outputs = [body.add_node("mul", [view, one])]
+            copy = graph.add_node("fused", [n], {"body": body})
+            graph.replace(v, copy, check_cycles=False)
+            made.setdefault(n, []).append(copy)
+    if made:
+        new = {c for cs in made.values() for c in cs}
+        _prune_dead(graph)
+        sched: list[Node] = []
+        for m in graph.topological_order():
+            if m not in new:
+                sched.append(m)
+                sched += made.get(m, [])
+        # The schedule is the graph's insertion order whenever that order is topological.
+        graph._nodes = dict.fromkeys(sched)
+    return sum(len(c) for c in made.values())
+
+
 SEGMENT_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # Segmentations the cost model weighs.
 
 
 def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list[Node]],
-            tiers: str = "never", decisions: list | None = None) -> tuple[Graph, MemoryPlan, list]:
+            tiers: str = "never", decisions: list | None = None, bound: float | None = None,
+            timed: bool = False) -> tuple[Graph, MemoryPlan, list]:
     """The greedy rounds (see the module docstring) from `plan`; returns the best state and its
     stats (`_STATS`).
 
@@ -492,32 +681,67 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
     ``"never"`` recompute it, ``"disk"`` offload it, ``"auto"`` whichever the
     cost model (`recompute_seconds` against `transfer_seconds`) says is
     cheaper for that value. Each choice is appended to `decisions`.
+
+    `bound`: the rounds stop once their cost (extra FLOPs, or with `timed`
+    the cost model's seconds) passes it: a plan that fits at less cost is
+    already known, so this one cannot be chosen.
     """
-    stats = [0] * len(_STATS)
+    stats: list[float] = [0] * len(_STATS)  # Counts and FLOPs (ints), seconds (a float).
     decisions = decisions if decisions is not None else []
     best: tuple[int, Graph | None, list, int] = (plan.arena_bytes, None, list(stats), 0)
     target = budget  # For the live bytes; lowered when placement needs room above them.
     stale = 0
     futile: set[Node] = set()  # Clones that did not lower the peak they were made for.
     for _ in range(MAX_ROUNDS):
-        if plan.arena_bytes <= budget:
+        if plan.arena_bytes <= budget or (bound is not None and stats[5 if timed else 2] > bound):
             break
-        state = _State(graph)
+        # The plan's liveness serves when it is this graph's (not that of the graph it was copied from).
+        state = _State(graph, plan if plan.order and plan.order[-1] in graph else None)
         peak = int(np.argmax(state.profile))
         if state.profile[peak] <= target:
             target -= max(plan.arena_bytes - budget, budget // 64, 64)
             if target <= 0:
                 break
             continue
+        need = int(state.profile[peak]) - target
+        choices = _tier_choices(graph, state, peak, copies, futile, tiers)
+        # When what is live across the peak cannot cover it (the peak kernel reads too much at once), every
+        # step over the target that is an elementwise kernel reading elementwise kernels' results computes
+        # those inline from what is there anyway, so those no later step reads are not kept for it. That never
+        # adds live bytes: no fallback copy is needed for such a round. (It recomputes: not with
+        # tiers="disk", which offloads only.)
+        order = state.live.order
+        inlines: list[tuple[Node, list[Node]]] = []
+        taken: set[Node] = set()
+        short = tiers != "disk"
+        for k in sorted(range(len(order)), key=lambda k: -state.profile[k]) if short else ():
+            if state.profile[k] <= target:
+                break
+            found = _inlinable(state, order[k], k) if order[k].op == "fused" else []
+            if found and not taken & set(found) and _frees(state, order[k], found):
+                inlines.append((order[k], found))
+                taken.update(found)
+        if inlines:
+            for f, inline in inlines:
+                # Inline, a value costs its arithmetic only: it is neither written nor read back.
+                seconds = [flops(p) / flop_rate() for p in inline]
+                decisions += [TierChoice(_describe(p), nbytes(p), "inline", t, None) for p, t in zip(inline, seconds)]
+                stats[0] += len(inline)
+                stats[1] += len(inline)
+                stats[2] += sum(flops(p) for p in inline)
+                stats[5] += sum(seconds)
+                _inline(graph, f, inline)
+            _prune_dead(graph)
+            plan = plan_memory(graph)
+            continue
         if plan.arena_bytes < best[0] or best[1] is None:
             # The best state so far: keep a copy to fall back to if later rounds only make it worse.
             best = (plan.arena_bytes, graph.copy(), list(stats), len(decisions))
-        need = int(state.profile[peak]) - target
         touched: set[Node] = set()
         applied = 0
         made: list[Node] = []
         moves: list[_Offload] = []
-        for choice in _tier_choices(graph, state, peak, copies, futile, tiers):
+        for choice in choices:
             if need <= 0:
                 break
             foot = choice.footprint
@@ -616,7 +840,7 @@ class TierChoice:
     nbytes : int
         Its size.
     choice : str
-        ``"recompute"`` or ``"offload"``.
+        ``"recompute"``, ``"offload"`` or ``"inline"`` (computed inside the kernel that reads it).
     recompute_s, transfer_s : float or None
         The cost model's estimates (None: that option was not available).
     """
@@ -858,7 +1082,7 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
     cuts = _boundaries(live, crossing, fwd_last, peak, k)
     kept = {n for n in fwd_last for b in cuts if pos[n] < b <= fwd_last[n]}  # The checkpoints.
     crossing_set = set(crossing)
-    stats = [0] * len(_STATS)
+    stats: list[float] = [0] * len(_STATS)
     copies: dict[Node, list[Node]] = {}
     for lo, hi in zip([0, *cuts], cuts):
         targets = [n for n in crossing if lo <= pos[n] < hi and n not in kept]
@@ -953,7 +1177,7 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
     plan = before
     if before.arena_bytes > room:
         sched = graph.copy()
-        moved = _reschedule(sched)
+        moved = _detach_small_views(sched) + _reschedule(sched)
         sched_plan = plan_memory(sched) if moved else before
         if sched_plan.arena_bytes <= before.arena_bytes:
             graph, plan, report.rescheduled = sched, sched_plan, moved
@@ -967,7 +1191,7 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
         if offload != "disk":
             segmented = []
             for k in SEGMENT_COUNTS:
-                g, dec = graph.copy(), []
+                g, dec = graph.copy(), list[TierChoice]()
                 stats, copies = _segment(g, k, dec)
                 if stats[0]:
                     segmented.append((stats[5 if timed else 2], k, g, plan_memory(g), stats, copies, dec))
@@ -978,17 +1202,20 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
                     if best_fit is not None and cost >= best_fit:
                         found.append((p.arena_bytes, cost, name, g, p, stats, dec))
                         continue
-                    g, p, more = _greedy(g, room, p, copies, offload, dec)
+                    g, p, more = _greedy(g, room, p, copies, offload, dec,
+                                         None if best_fit is None else best_fit - cost, timed)
                     stats = [a + b for a, b in zip(stats, more)]
                     name += ("+offload" if more[3] else "") + ("+greedy" if more[0] else "")
                 found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
             dec = []
-            g, p, stats = _greedy(graph.copy(), room, plan, {}, offload, dec)
+            best_fit = min((f[1] for f in found if f[0] <= room), default=None)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, offload, dec, best_fit, timed)
             name = "greedy" if not stats[3] else "offload+greedy" if stats[0] else "offload"
             found.append((p.arena_bytes, stats[5 if timed else 2], name, g, p, stats, dec))
         if offload != "never":
             dec = []
-            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec)
+            best_fit = min((f[1] for f in found if f[0] <= room), default=None)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True)
             found.append((p.arena_bytes, stats[5], "offload", g, p, stats, dec))
         report.candidates = [(name, arena, st[2], arena <= room, st[4], st[5])
                              for arena, _, name, _, _, st, _ in found]

@@ -69,6 +69,9 @@ _END = object()          # The end of a stream, sent down every edge once.
 _transport._END_OBJECT[0] = _END
 _LIVE: "weakref.WeakSet[Actor]" = weakref.WeakSet()   # For status queries only; never used to schedule.
 STATES = ("waiting", "ready", "running", "done", "failed", "retrying")
+TRACK_CAPACITY = 1 << 14   # Transitions each tracking actor keeps (a ring: the last ones).
+_TRACK_MASK = TRACK_CAPACITY - 1
+_clock_ns = time.perf_counter_ns
 
 
 class ActorError(LoomError):
@@ -398,10 +401,12 @@ class Actor(threading.Thread):
     state : str
         One of waiting, ready, running, done, failed.
     transitions : list of (seconds, state, detail)
-        This actor's own record of its state changes (the state tracker):
-        ``time.monotonic()`` seconds, the state, and what it waits on
-        (waiting), the iteration number (running), the error (failed,
-        retrying).
+        This actor's own record of its state changes (the state tracker),
+        oldest first: ``time.perf_counter()`` seconds (the profiler's clock),
+        the state, and what it waits on (waiting: ``"input"`` or ``"output
+        register"``; `waiting_on` says it in full), the iteration number
+        (running), the error (failed, retrying). The record is a ring of
+        `TRACK_CAPACITY` entries, written in place (the last ones are kept).
     """
 
     def __init__(self, task: Task, sink: list | None, failure: list, stop: threading.Event):
@@ -417,7 +422,11 @@ class Actor(threading.Thread):
         self.fired = 0
         self.state = "waiting"
         self.track = task.plan.track
-        self.transitions: list[tuple[float, str, str]] = [(time.monotonic(), "waiting", "")] if self.track else []
+        # The tracker's ring, preallocated: one tuple stored per transition, nothing else allocated.
+        self._ring: list = [None] * TRACK_CAPACITY if self.track else []
+        self._count = 0
+        if self.track:
+            self._set("waiting")
         self.producers: list[Actor] = []
         self.consumers: list[tuple[Any, int]] = []
         self.cancelled = False
@@ -438,7 +447,18 @@ class Actor(threading.Thread):
     def _set(self, state: str, detail: Any = "") -> None:
         self.state = state
         if self.track:
-            self.transitions.append((time.monotonic(), state, detail))
+            n = self._count
+            self._ring[n & _TRACK_MASK] = (_clock_ns(), state, detail)
+            self._count = n + 1
+
+    @property
+    def transitions(self) -> list[tuple[float, str, Any]]:
+        """The recorded transitions, oldest first, in seconds (see the class docstring)."""
+        n, ring = self._count, self._ring
+        if not ring:
+            return []
+        kept = ring[n & _TRACK_MASK:] + ring[:n & _TRACK_MASK] if n > TRACK_CAPACITY else ring[:n]
+        return [(t * 1e-9, state, detail) for t, state, detail in kept]
 
     def waiting_on(self) -> str:
         """What this actor needs before it can fire next, in words."""
@@ -575,9 +595,12 @@ class Actor(threading.Thread):
     def _run_task(self) -> None:
         fn: Callable = self.task.fn  # type: ignore[assignment]
         while True:
-            while not self._filled() or (self.consumers and not self.free and not self._end_ready()):
-                if self.state != "waiting":
-                    self._set("waiting", self.waiting_on() if self.track else "")
+            while True:
+                filled = self._filled()
+                if filled and (not self.consumers or self.free or self._end_ready()):
+                    break
+                if self.state != "waiting":  # What it waits on in short; `waiting_on` says it in full.
+                    self._set("waiting", "output register" if filled else "input")
                 self._handle(self.inbox.get())
             taken = [q.pop(0) for q in self.pending]
             values = [v for _, v in taken]
@@ -595,6 +618,8 @@ class Actor(threading.Thread):
             if self.sink is not None:
                 self.sink.append(out)
             self._emit(out)
+            # Hold nothing while waiting: a value lives only in its registers, which bound the memory in flight.
+            taken = values = out = None  # type: ignore[assignment]
         self._finish()
 
     def _finish(self) -> None:
@@ -747,6 +772,7 @@ class GraphProgram:
         self._feed: _Feed | None = None
         self._stream: Any = None
         self._lock = threading.Lock()
+        self.memory: Any = None    # Under a memory budget: how the compiler fitted the tasks (plain data).
         self._single = tasks[0].run if len(tasks) == 1 and self._identity() and transport is None else None
 
     def _identity(self) -> bool:

@@ -378,3 +378,142 @@ def test_random_graphs_under_a_budget_give_the_same_bits():
             a, b = np.asarray(a), np.asarray(b)
             assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (s, str(report))
     assert changed >= 5  # The budget did make the pass edit graphs.
+
+
+# ---------------------------------------------------------------- kernels that read too much at once
+
+def _kernel(g, inputs, build):
+    """A fused kernel over `inputs` whose body is ``build(body, *placeholders)``."""
+    body = loom.ir.Graph()
+    phs = [body.add_input(tuple(i.shape), i.dtype) for i in inputs]
+    body.outputs = [build(body, *phs)]
+    return g.add_node("fused", inputs, {"body": body})
+
+
+def _wide_kernel_graph(n=4096):
+    """A GELU-backward-like kernel: it reads five elementwise functions of u (each a kernel of its own) and dy.
+
+    Those five are read at that step, so no recomputation can free them; only the kernel computing them inline
+    from x (an input) can."""
+    g = loom.ir.Graph()
+    x, dy = g.add_input((n,), "float32"), g.add_input((n,), "float32")
+    u = _kernel(g, [x], lambda b, p: b.add_node("sin", [p]))
+    a = _kernel(g, [u], lambda b, p: b.add_node("mul", [p, p]))
+    t = _kernel(g, [a, u], lambda b, p, q: b.add_node("tanh", [b.add_node("mul", [p, q])]))
+    c = _kernel(g, [u], lambda b, p: b.add_node("exp", [p]))
+    d = _kernel(g, [t], lambda b, p: b.add_node("add", [p, p]))
+
+    def grad(b, u, a, t, c, d, dy):
+        return b.add_node("mul", [b.add_node("add", [b.add_node("mul", [b.add_node("add", [
+            b.add_node("mul", [u, a]), t]), c]), d]), dy])
+    f = _kernel(g, [u, a, t, c, d, dy], grad)
+    g.outputs = [g.add_node("sum", [f], {"axes": (0,), "keepdim": False})]
+    return g, f
+
+
+def test_a_kernel_reading_too_much_computes_its_elementwise_inputs_inline():
+    g, f = _wide_kernel_graph()
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(4096).astype(np.float32) for _ in range(2)]
+    want = loom.compiler.compile(g)(*xs)[0]
+    before = loom.compiler.plan_memory(g)
+    assert before.arena_bytes >= 5 * 4 * 4096     # u, a, t, c, d live at once, and the kernel's result.
+    budget = output_bytes(g) + 2 * 4 * 4096
+    h, report = rematerialize(g.copy(), budget, strict=True)
+    assert report.met and report.arena_after <= 2 * 4 * 4096
+    assert [t.choice for t in report.tiers].count("inline") == 5 and report.values == report.recomputed == 5
+    (kernel,) = [n for n in h if n.op == "fused"]
+    assert sorted(i.op for i in kernel.inputs) == ["input", "input"]   # x and dy; the rest is computed inline.
+    assert "inline" in str(report)
+    # The same element math in one kernel: the same bits, on the C kernels and on the reference path.
+    assert loom.compiler.compile(h)(*xs)[0].tobytes() == want.tobytes()
+    plain = np.asarray(loom.compiler.compile(g, level=0)(*xs)[0])
+    assert np.asarray(loom.compiler.compile(h, level=0)(*xs)[0]).tobytes() == plain.tobytes()
+
+
+def test_only_elementwise_reads_are_inlined():
+    from loom.compiler import remat
+
+    g, f = _wide_kernel_graph()
+    state = remat._State(g)
+    assert set(remat._inlinable(state, f, state.pos[f])) == {i for i in f.inputs if i.op == "fused"}
+    # A kernel that reduces is no elementwise producer, nor is one whose result the reader reshapes.
+    g2 = loom.ir.Graph()
+    x = g2.add_input((64, 64), "float32")
+    r = _kernel(g2, [x], lambda b, p: b.add_node("sum", [p], {"axes": (1,), "keepdim": True}))
+    e = _kernel(g2, [x], lambda b, p: b.add_node("exp", [p]))
+    k = _kernel(g2, [r, e, x], lambda b, p, q, z: b.add_node("mul", [
+        b.add_node("expand", [p], {"shape": (64, 64)}), b.add_node("add", [
+            b.add_node("permute", [q], {"perm": (1, 0)}), z])]))
+    g2.outputs = [g2.add_node("sum", [k], {"axes": (0, 1), "keepdim": False})]
+    state = remat._State(g2)
+    assert remat._inlinable(state, k, state.pos[k]) == []
+
+
+def _forward_backward_chain(depth=12, n=4096):
+    """A deep chain read back in reverse (a forward and its backward)."""
+    g = loom.ir.Graph()
+    x = g.add_input((n,), "float32")
+    fwd = [x]
+    for _ in range(depth):
+        fwd.append(g.add_node("exp", [g.add_node("sin", [fwd[-1]])]))
+    acc = fwd[-1]
+    for v in reversed(fwd[1:-1]):
+        acc = g.add_node("mul", [g.add_node("cos", [acc]), v])
+    g.outputs = [acc]
+    return g
+
+
+def test_greedy_rounds_stop_once_costlier_than_a_plan_that_fits(monkeypatch):
+    """The cost model needs no plan costlier than one that already fits: the greedy stops past `bound`."""
+    from loom.compiler import remat
+
+    calls = []
+    real = remat.plan_memory
+    monkeypatch.setattr(remat, "plan_memory", lambda g: calls.append(1) or real(g))
+
+    def rounds(bound):
+        g = _forward_backward_chain()
+        plan = real(g)
+        calls.clear()
+        _, got, stats = remat._greedy(g, plan.arena_bytes // 4, plan, {}, bound=bound)
+        return len(calls), stats[2]
+    free_rounds, free_flops = rounds(None)
+    bounded_rounds, bounded_flops = rounds(0)
+    assert free_rounds >= 3 and free_flops > 0
+    assert bounded_rounds == 1 and 0 < bounded_flops <= free_flops   # One round, then over the bound.
+    # rematerialize hands the cost of its best fit so far to the later plans it weighs.
+    seen = []
+    greedy = remat._greedy
+    monkeypatch.setattr(remat, "_greedy", lambda *a, **k: seen.append(a[6] if len(a) > 6 else None) or greedy(*a, **k))
+    g = _forward_backward_chain()
+    _, report = rematerialize(g, real(g).arena_bytes // 2 + output_bytes(g))
+    assert report.met and None in seen and any(b is not None for b in seen)
+
+
+def test_a_small_view_read_late_is_copied_out_so_its_source_can_go():
+    """Like layer_norm_grad's dw/db rows: a 1-row view read at the end keeps a 66-row array live, unless copied."""
+    g = loom.ir.Graph()
+    x = g.add_input((66, 256), "float32")
+    a = g.add_node("matmul", [x, g.add_input((256, 256), "float32")])          # Not fused: a value of its own.
+    rows = g.add_node("slice", [a], {"starts": (0, 0), "stops": (64, 256), "steps": (1, 1)})
+    last = g.add_node("slice", [a], {"starts": (65, 0), "stops": (66, 256), "steps": (1, 1)})
+    h = g.add_node("matmul", [rows, g.add_input((256, 256), "float32")])
+    for _ in range(3):                                                          # Later work, each step a value.
+        h = g.add_node("matmul", [g.add_node("tanh", [h]), g.add_input((256, 256), "float32")])
+    g.outputs = [g.add_node("sum", [g.add_node("mul", [h, g.add_node("expand", [last], {"shape": (64, 256)})])],
+                            {"axes": (0, 1), "keepdim": False})]
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(i.shape).astype(np.float32) * 0.1 for i in g.inputs]
+    want = loom.compiler.compile(g)(*xs)[0]
+    from loom.compiler import remat
+
+    h2 = g.copy()
+    assert remat._detach_small_views(h2) == 1
+    (copy,) = [n for n in h2 if n.op == "fused" and n.inputs[0].op == "matmul" and n.shape == (1, 256)]
+    order = h2.topological_order()
+    assert order.index(copy) == order.index(copy.inputs[0]) + 1   # Right after its source.
+    assert loom.compiler.plan_memory(h2).arena_bytes < loom.compiler.plan_memory(g).arena_bytes
+    assert loom.compiler.compile(h2)(*xs)[0].tobytes() == want.tobytes()
+    # A view read no later than the rest of its source stays a view.
+    assert remat._detach_small_views(_chain_graph()) == 0

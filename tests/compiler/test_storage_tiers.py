@@ -85,11 +85,12 @@ def test_auto_picks_per_value_by_the_cost_model(monkeypatch):
     """A slow disk makes every value recomputed, a fast one offloaded: the setting, not the code, decides."""
     data = _mlp_data()
     *_, base_fn = _train(_mlp, data, 2)
-    budget = _outputs(base_fn) + int(_arena(base_fn) * 0.6)
+    # Tight enough that computing the GELU kernels' inputs inline (no disk estimate to weigh) does not suffice.
+    budget = _outputs(base_fn) + int(_arena(base_fn) * 0.3)
     monkeypatch.setattr(storage, "_BW", [1e3])         # 1 kB/s: recomputing always wins.
     *_, slow = _train(_mlp, data, 2, budget, "auto")
     (r,) = slow.memory_reports
-    assert r.offloaded == 0 and r.values > 0 and all(t.choice == "recompute" for t in r.tiers)
+    assert r.offloaded == 0 and r.values > 0 and {t.choice for t in r.tiers} <= {"recompute", "inline"}
     assert any(t.transfer_s is not None and t.transfer_s > t.recompute_s for t in r.tiers)
     monkeypatch.setattr(storage, "_BW", [1e15])        # Free transfers: offloading always wins.
     *_, fast = _train(_mlp, data, 2, budget, "auto")

@@ -220,3 +220,23 @@ def test_pipeline_streams_and_overlaps_loading_with_the_consumer():
         def bad(x):
             raise RuntimeError("no")
         list(loom.runtime.pipeline(range(3), bad))
+
+
+def test_tracker_keeps_the_last_transitions_in_a_ring(monkeypatch):
+    monkeypatch.setattr(actors, "TRACK_CAPACITY", 8)
+    monkeypatch.setattr(actors, "_TRACK_MASK", 7)
+    plan = Plan("ring")
+    src = plan.source("src", range(20))
+    plan.task("slow", lambda x: time.sleep(0.002) or x, [src])
+    assert plan.run(timeout=30) == list(range(20))
+    trace = plan.trace["slow"]
+    assert len(trace) == 8 and trace[-1][1] == "done"
+    assert all(a <= b for (a, _, _), (b, _, _) in zip(trace, trace[1:]))
+    # The last firings, in order; a wait records in short what it waits on.
+    fired = [d for _, s, d in trace if s == "running"]
+    assert fired and fired == list(range(20 - len(fired), 20))
+    assert {d for _, s, d in trace if s == "waiting"} <= {"input", "output register"}
+    assert len(plan.trace["src"]) <= 8
+    off = Plan("ring_off", track=False)
+    off.task("t", lambda x: x, [off.source("s", range(3))])
+    assert off.run(timeout=30) == [0, 1, 2] and off.trace == {"s": [], "t": []}

@@ -275,8 +275,7 @@ def test_failing_graph_task_names_actor_subgraph_and_node_and_the_plan_restarts(
 def test_runtime_argument_errors():
     with pytest.raises(loom.LoomValueError, match="runtime must be 'native'"):
         loom.function(lambda x: x, runtime="threads")
-    with pytest.raises(loom.LoomValueError, match="memory_budget is not supported with runtime='actors'"):
-        loom.function(lambda x: x, runtime="actors", memory_budget="1MB")
+    assert loom.function(lambda x: x, runtime="actors", memory_budget="1MB").memory_budget == 10**6
     with pytest.raises(loom.LoomValueError, match="stage must be an int >= 0"):
         loom.stage(-1)
     w = loom.ones(2, requires_grad=True)
