@@ -484,16 +484,18 @@ def out_shape(op, a, b, attrs):
 def choose(op: str, w_shape: tuple[int, ...], attrs: dict) -> str:
     """The measured winner per shape class (benchmarks/conv_layers.py): "reference", "plain" or "blocked".
 
-    oneDNN's blocked layouts (direct JIT kernels, plus reorders from and to
-    the plain ones) win for 3x3-style convolutions with many channels and
-    for depthwise ones; plain layouts (its im2col + GEMM) win for pointwise
-    (1x1) ones and for a single input channel, where the NumPy path wins the
-    forward pass.
+    Measured with cold caches (``--cold``), as in a training step: oneDNN's
+    blocked layouts (direct JIT kernels, plus reorders from and to the plain
+    ones) win for 3x3-style convolutions with many channels and for
+    depthwise ones; plain layouts (its im2col + GEMM) win for pointwise
+    (1x1, any stride) ones and for a single input channel, where the NumPy
+    path wins an unpadded forward pass.
     """
-    cin, g = w_shape[1], attrs["groups"]
+    cin, g, padded = w_shape[1], attrs["groups"], any(attrs["padding"])
     if cin == 1 and g == 1:
-        return {"conv2d": "reference", "conv2d_input_grad": "plain", "conv2d_weight_grad": "blocked"}[op]
-    if w_shape[2:] == (1, 1) and tuple(attrs["stride"]) == (1, 1) and not any(attrs["padding"]):
+        forward = "plain" if padded else "reference"  # NumPy's im2col pads with a copy.
+        return {"conv2d": forward, "conv2d_input_grad": "plain", "conv2d_weight_grad": "blocked"}[op]
+    if w_shape[2:] == (1, 1) and not padded:  # Strided too: the blocked reorders cost more than they save.
         return "plain"
     return "blocked"
 

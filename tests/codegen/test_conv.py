@@ -61,6 +61,11 @@ def test_shape_classes_pick_the_measured_winner():
     assert native.choose("conv2d", (128, 64, 1, 1), geo) == "plain"
     assert native.choose("conv2d", (64, 32, 3, 3), geo) == "blocked"
     assert native.choose("conv2d", (128, 1, 3, 3), dict(geo, groups=128)) == "blocked"  # Depthwise.
+    padded, strided = dict(geo, padding=(1, 1, 1, 1)), dict(geo, stride=(2, 2))
+    assert native.choose("conv2d", (16, 1, 3, 3), padded) == "plain"  # NumPy's im2col would pad with a copy.
+    for op in ("conv2d", "conv2d_input_grad", "conv2d_weight_grad"):  # Strided 1x1 (a ResNet shortcut).
+        assert native.choose(op, (32, 16, 1, 1), strided) == "plain"
+    assert native.choose("conv2d", (32, 16, 3, 3), dict(padded, stride=(2, 2))) == "blocked"
     x, w = np.ones((2, 1, 6, 6), np.float32), np.ones((4, 1, 3, 3), np.float32)
     assert native.run("conv2d", x, w, geo) is None  # The caller takes the NumPy path...
     y = loom.nn.functional.conv2d(loom.tensor(x), loom.tensor(w)).numpy()
