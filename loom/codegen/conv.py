@@ -500,6 +500,34 @@ def choose(op: str, w_shape: tuple[int, ...], attrs: dict) -> str:
     return "blocked"
 
 
+# Per call geometry: (out shape, address of its C params (kept alive here), multiply-adds, `choose`'s answer).
+_GEOMETRY: dict = {}
+
+
+def _geometry(op: str, a: np.ndarray, b: np.ndarray, attrs: dict) -> tuple:
+    """`run`'s per-geometry facts, worked out once per geometry (a training step repeats every one)."""
+    key = (op, a.shape, b.shape) + tuple(attrs.get(k) for k in ("stride", "padding", "dilation", "groups",
+                                                                  "input_size", "kernel_size"))
+    try:
+        hit = _GEOMETRY.get(key)
+    except TypeError:  # Unhashable attrs (lists): work it out every time.
+        key, hit = None, None
+    if hit is not None:
+        return hit
+    shape = out_shape(op, a, b, attrs)
+    if 0 in a.shape or 0 in b.shape or 0 in shape:
+        hit = (None, None, 0, None, None)
+    else:
+        p, macs = _params(op, a, b, attrs, shape)
+        w_shape = (int(p[4]), int(p[1]) // attrs["groups"], int(p[5]), int(p[6]))  # (O, C/G, kh, kw)
+        hit = (shape, p.ctypes.data, macs, choose(op, w_shape, attrs), p)
+    if key is not None:
+        if len(_GEOMETRY) > 4096:
+            _GEOMETRY.clear()
+        _GEOMETRY[key] = hit
+    return hit
+
+
 def run(op: str, a: np.ndarray, b: np.ndarray, attrs: dict, out: np.ndarray | None = None,
         blocked: bool | None = None) -> np.ndarray | None:
     """`op` on float32 arrays through the native library, into `out` if given; None if it is not available.
@@ -511,21 +539,18 @@ def run(op: str, a: np.ndarray, b: np.ndarray, attrs: dict, out: np.ndarray | No
     fn = library()
     if fn is None or a.dtype != np.float32 or b.dtype != np.float32:
         return None
-    shape = out_shape(op, a, b, attrs)
-    if 0 in a.shape or 0 in b.shape or 0 in shape:
+    shape, params, macs, how, _ = _geometry(op, a, b, attrs)
+    if shape is None:
         return None
-    p, macs = _params(op, a, b, attrs, shape)
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
     dst = out if out is not None and out.flags.c_contiguous and out.dtype == np.float32 else np.empty(shape, np.float32)
     n = threads.get_num_threads() if macs >= threads.blas_par_min() else 1
     if blocked is None:
-        w_shape = (int(p[4]), int(p[1]) // attrs["groups"], int(p[5]), int(p[6]))  # (O, C/G, kh, kw)
-        how = choose(op, w_shape, attrs)
         if how == "reference":
             return None
         blocked = how == "blocked"
-    status = fn(KINDS[op] + (4 if blocked else 0), n, p.ctypes.data, a.ctypes.data, b.ctypes.data, dst.ctypes.data)
+    status = fn(KINDS[op] + (4 if blocked else 0), n, params, a.ctypes.data, b.ctypes.data, dst.ctypes.data)
     if status != 0:
         log.debug("loom.codegen: oneDNN %s failed with status %d; using the NumPy path", op, status)
         return None
