@@ -34,10 +34,11 @@ value leaves the group):
 
 Before grouping, a cheap value read by several kernels is recomputed in each
 (`recompute_cheap`): a group of at most ``RECOMPUTE_OPS`` cheap elementwise
-ops (and any movement ops) read by several other groups is copied into
-each. Writing such a value once and reading it back costs more memory
-traffic than the few flops it saves (batch norm's centred input and
-normalised output, a ReLU mask: each is a full pass over an activation).
+ops (and any movement ops) read by several other groups, whose full-size
+inputs are no more bytes than its value, is copied into each. Writing such a
+value once and reading it back costs more memory traffic than the few flops
+it saves (batch norm's centred input and normalised output, a broadcast
+copy: each stored one is a full pass over an activation).
 """
 from __future__ import annotations
 
@@ -230,7 +231,7 @@ def _nbytes(n: Node) -> int:
     return int(np.prod(n.shape, dtype=np.int64)) * n.dtype.np.itemsize
 
 
-def _recomputable(graph: Graph, members: list[Node], outputs: set) -> bool:
+def _recomputable(members: list[Node], outputs: set) -> bool:
     """Whether a group's value is cheap enough for each reader to recompute it (see `recompute_cheap`):
     few cheap ops, and its full-size inputs are no more bytes than the value itself, so that a reader
     recomputing it reads no more memory than one loading it."""
@@ -268,7 +269,7 @@ def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
             root = members[-1]
             readers = graph.consumers(root)
             if len(readers) < 2 or any(c not in owner for c in readers) or \
-                    not _recomputable(graph, members, outputs):
+                    not _recomputable(members, outputs):
                 continue
             by_group: dict[int, list[Node]] = {}
             for c in readers:
