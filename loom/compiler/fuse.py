@@ -234,7 +234,8 @@ def _nbytes(n: Node) -> int:
 def _recomputable(members: list[Node], outputs: set) -> bool:
     """Whether a group's value is cheap enough for each reader to recompute it (see `recompute_cheap`):
     few cheap ops, and its full-size inputs are no more bytes than the value itself, so that a reader
-    recomputing it reads no more memory than one loading it."""
+    recomputing it reads no more memory than one loading it; none of them a matmul (whose first
+    reader runs on the GEMM's row blocks)."""
     root = members[-1]
     if root in outputs or sum(fusible(m) == "elementwise" for m in members) > RECOMPUTE_OPS:
         return False
@@ -242,8 +243,11 @@ def _recomputable(members: list[Node], outputs: set) -> bool:
         return False
     inside = set(members)
     size = int(np.prod(root.shape, dtype=np.int64))
-    ext = {i for m in members for i in m.inputs if i not in inside}
-    return sum(_nbytes(i) for i in ext if int(np.prod(i.shape, dtype=np.int64)) >= size) <= _nbytes(root)
+    full = [i for i in {i for m in members for i in m.inputs if i not in inside}
+            if int(np.prod(i.shape, dtype=np.int64)) >= size]
+    if any(i.op == "matmul" for i in full):
+        return False  # It runs as the GEMM's epilogue, on row blocks still in cache: storing it is cheap.
+    return sum(_nbytes(i) for i in full) <= _nbytes(root)
 
 
 def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
