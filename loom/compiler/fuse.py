@@ -265,6 +265,9 @@ def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
     for _ in range(rounds):
         groups = find_groups(graph)
         owner = {m: k for k, members in enumerate(groups) for m in members}
+        # Kernels reading a gather keep their inputs: the native driver runs gather * w -> scatter_add as one
+        # sparse product when the product kernel reads exactly the gather and w.
+        gathered = {owner[c] for n in graph if n.op == "gather" for c in graph.consumers(n) if c in owner}
         before = made
         # Movement ops left out of every group (read by several) are free to recompute: index arithmetic.
         loose = [[n] for n in graph if fusible(n) == "movement" and n not in owner]
@@ -272,7 +275,7 @@ def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
         for members in list(reversed(groups)) + loose:
             root = members[-1]
             readers = graph.consumers(root)
-            if len(readers) < 2 or any(c not in owner for c in readers) or \
+            if len(readers) < 2 or any(c not in owner or owner[c] in gathered for c in readers) or \
                     not _recomputable(members, outputs):
                 continue
             by_group: dict[int, list[Node]] = {}
