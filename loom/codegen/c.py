@@ -39,7 +39,9 @@ from . import half
 
 FORMAT_VERSION = 3
 TILE = 256          # Output elements per accumulator tile when reducing over outer dims.
-BCAST_SLOTS = 2     # Leaves per phase that get a specialised "broadcast along the inner dim" loop.
+# Broadcast leaves per phase whose every hoisted/not-hoisted combination gets its own inner loop; beyond
+# that one more loop hoists them all (channel-wise values broadcast along a row all at once).
+BCAST_SLOTS = 2
 BLOCK = 1024        # Float32 sums add in float within blocks this long (then in double), like NumPy's pairwise.
 
 CTYPE = {dt.float32: "float", dt.float64: "double", dt.int64: "int64_t", dt.int32: "int32_t",
@@ -496,9 +498,7 @@ class _Walker:
             self.leaves.append(Leaf(self.pos[node], chain, ctx.A, ctx.b, node.dtype, ctx.phase))
             bcast = ctx.bcast or any(m.op == "expand" for m in chain)
             if bcast and not ctx.guarded:
-                used = sum(1 for lf in self.leaves if lf.phase == ctx.phase and lf.slot >= 0)
-                if used < BCAST_SLOTS:
-                    self.leaves[k].slot = used
+                self.leaves[k].slot = sum(1 for lf in self.leaves if lf.phase == ctx.phase and lf.slot >= 0)
             self.leaf_memo[key] = k
         return self.emit(blk, node.dtype, f"@L{k}@")
 
@@ -613,6 +613,12 @@ class _Walker:
         ev = self.as_var(self.walk(x, inner, (), self.pre), x.dtype, self.pre)
         self.acc_updates.append((a, ev))
         return f"r{a}"
+
+
+def bcast_masks(n: int) -> list[int]:
+    """The broadcast masks (bit s: slot s is broadcast along the inner dim) a phase with `n` slots has loops for."""
+    masks = list(range(1 << min(n, BCAST_SLOTS)))
+    return masks + [(1 << n) - 1] if n > BCAST_SLOTS else masks
 
 
 def _bits(d: dt.DType) -> int:
@@ -840,7 +846,7 @@ class _Source:
             return lines + [p + x for x in wrap[1]]
 
         out = [f"{pad}if (k->{fast_flag}) {{", f"{pad}  switch (k->{bm_flag}) {{"]
-        for mask in range(1 << len(slotted)):
+        for mask in bcast_masks(len(slotted)):
             hoisted = {k for k in slotted if mask >> self.w.leaves[k].slot & 1}
             out.append(f"{pad}  case {mask}: {{")
             for k in sorted(hoisted):

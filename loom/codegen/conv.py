@@ -484,18 +484,48 @@ def out_shape(op, a, b, attrs):
 def choose(op: str, w_shape: tuple[int, ...], attrs: dict) -> str:
     """The measured winner per shape class (benchmarks/conv_layers.py): "reference", "plain" or "blocked".
 
-    oneDNN's blocked layouts (direct JIT kernels, plus reorders from and to
-    the plain ones) win for 3x3-style convolutions with many channels and
-    for depthwise ones; plain layouts (its im2col + GEMM) win for pointwise
-    (1x1) ones and for a single input channel, where the NumPy path wins the
-    forward pass.
+    Measured with cold caches (``--cold``), as in a training step: oneDNN's
+    blocked layouts (direct JIT kernels, plus reorders from and to the plain
+    ones) win for 3x3-style convolutions with many channels and for
+    depthwise ones; plain layouts (its im2col + GEMM) win for pointwise
+    (1x1, any stride) ones and for a single input channel, where the NumPy
+    path wins an unpadded forward pass.
     """
-    cin, g = w_shape[1], attrs["groups"]
+    cin, g, padded = w_shape[1], attrs["groups"], any(attrs["padding"])
     if cin == 1 and g == 1:
-        return {"conv2d": "reference", "conv2d_input_grad": "plain", "conv2d_weight_grad": "blocked"}[op]
-    if w_shape[2:] == (1, 1) and tuple(attrs["stride"]) == (1, 1) and not any(attrs["padding"]):
+        forward = "plain" if padded else "reference"  # NumPy's im2col pads with a copy.
+        return {"conv2d": forward, "conv2d_input_grad": "plain", "conv2d_weight_grad": "blocked"}[op]
+    if w_shape[2:] == (1, 1) and not padded:  # Strided too: the blocked reorders cost more than they save.
         return "plain"
     return "blocked"
+
+
+# Per call geometry: (out shape, address of its C params (kept alive here), multiply-adds, `choose`'s answer).
+_GEOMETRY: dict = {}
+
+
+def _geometry(op: str, a: np.ndarray, b: np.ndarray, attrs: dict) -> tuple:
+    """`run`'s per-geometry facts, worked out once per geometry (a training step repeats every one)."""
+    key = (op, a.shape, b.shape) + tuple(attrs.get(k) for k in ("stride", "padding", "dilation", "groups",
+                                                                  "input_size", "kernel_size"))
+    try:
+        hit = _GEOMETRY.get(key)
+    except TypeError:  # Unhashable attrs (lists): work it out every time.
+        key, hit = None, None
+    if hit is not None:
+        return hit
+    shape = out_shape(op, a, b, attrs)
+    if 0 in a.shape or 0 in b.shape or 0 in shape:
+        hit = (None, None, 0, None, None)
+    else:
+        p, macs = _params(op, a, b, attrs, shape)
+        w_shape = (int(p[4]), int(p[1]) // attrs["groups"], int(p[5]), int(p[6]))  # (O, C/G, kh, kw)
+        hit = (shape, p.ctypes.data, macs, choose(op, w_shape, attrs), p)
+    if key is not None:
+        if len(_GEOMETRY) > 4096:
+            _GEOMETRY.clear()
+        _GEOMETRY[key] = hit
+    return hit
 
 
 def run(op: str, a: np.ndarray, b: np.ndarray, attrs: dict, out: np.ndarray | None = None,
@@ -509,21 +539,18 @@ def run(op: str, a: np.ndarray, b: np.ndarray, attrs: dict, out: np.ndarray | No
     fn = library()
     if fn is None or a.dtype != np.float32 or b.dtype != np.float32:
         return None
-    shape = out_shape(op, a, b, attrs)
-    if 0 in a.shape or 0 in b.shape or 0 in shape:
+    shape, params, macs, how, _ = _geometry(op, a, b, attrs)
+    if shape is None:
         return None
-    p, macs = _params(op, a, b, attrs, shape)
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
     dst = out if out is not None and out.flags.c_contiguous and out.dtype == np.float32 else np.empty(shape, np.float32)
     n = threads.get_num_threads() if macs >= threads.blas_par_min() else 1
     if blocked is None:
-        w_shape = (int(p[4]), int(p[1]) // attrs["groups"], int(p[5]), int(p[6]))  # (O, C/G, kh, kw)
-        how = choose(op, w_shape, attrs)
         if how == "reference":
             return None
         blocked = how == "blocked"
-    status = fn(KINDS[op] + (4 if blocked else 0), n, p.ctypes.data, a.ctypes.data, b.ctypes.data, dst.ctypes.data)
+    status = fn(KINDS[op] + (4 if blocked else 0), n, params, a.ctypes.data, b.ctypes.data, dst.ctypes.data)
     if status != 0:
         log.debug("loom.codegen: oneDNN %s failed with status %d; using the NumPy path", op, status)
         return None

@@ -12,7 +12,7 @@ from loom.ir import ops
 from loom.ir.graph import Graph
 from loom.runtime import reference, threads
 
-from .c import KernelSpec
+from .c import KernelSpec, bcast_masks
 
 PAR_MIN_DEFAULT = 32768  # Loop iterations below which a kernel runs on one thread (no OpenMP start-up).
 
@@ -273,7 +273,8 @@ class Kernel:
                     bm |= 1 << lf.slot
                     continue
                 fast = False
-            return fast, bm
+            slots = sum(1 for lf in spec.leaves if lf.phase == phase and lf.slot >= 0)
+            return fast and bm in bcast_masks(slots), bm
 
         fast_post, bm_post = classify("post", NO - 1)
         fast_post = fast_post and OS[NO - 1] == 1

@@ -31,6 +31,14 @@ value leaves the group):
 - nodes that read or make complex values stay unfused (the C code generator has no complex types);
 - integer div/floordiv/mod stay unfused: dividing by zero is an error the
   reference path reports, and a kernel has no way to.
+
+Before grouping, a cheap value read by several kernels is recomputed in each
+(`recompute_cheap`): a group of at most ``RECOMPUTE_OPS`` cheap elementwise
+ops (and any movement ops) read by several other groups, whose full-size
+inputs are no more bytes than its value, is copied into each. Writing such a
+value once and reading it back costs more memory traffic than the few flops
+it saves (batch norm's centred input and normalised output, a broadcast
+copy: each stored one is a full pass over an activation).
 """
 from __future__ import annotations
 
@@ -54,6 +62,8 @@ MAX_GROUP = 256
 # Elementwise ops costly enough that recomputing them for every copy an expand makes is a loss.
 EXPENSIVE = frozenset({"exp", "log", "log1p", "expm1", "sqrt", "recip", "div", "pow", "sin", "cos", "tan",
                        "tanh", "erf", "atan2"})
+# Elementwise ops a kernel may recompute per reader instead of reading a stored value (`recompute_cheap`).
+RECOMPUTE_OPS = 6
 
 
 # ---------------------------------------------------------------- the "fused" primitive
@@ -265,6 +275,76 @@ def _body(ext: list[Node], root: Node) -> Graph:
     return body
 
 
+def _nbytes(n: Node) -> int:
+    return int(np.prod(n.shape, dtype=np.int64)) * n.dtype.np.itemsize
+
+
+def _recomputable(members: list[Node], outputs: set) -> bool:
+    """Whether a group's value is cheap enough for each reader to recompute it (see `recompute_cheap`):
+    few cheap ops, and its full-size inputs are no more bytes than the value itself, so that a reader
+    recomputing it reads no more memory than one loading it; none of them a matmul (whose first
+    reader runs on the GEMM's row blocks)."""
+    root = members[-1]
+    if root in outputs or sum(fusible(m) == "elementwise" for m in members) > RECOMPUTE_OPS:
+        return False
+    if not all(fusible(m) in ("elementwise", "movement") and m.op not in EXPENSIVE for m in members):
+        return False
+    inside = set(members)
+    size = int(np.prod(root.shape, dtype=np.int64))
+    full = [i for i in {i for m in members for i in m.inputs if i not in inside}
+            if int(np.prod(i.shape, dtype=np.int64)) >= size]
+    if any(i.op == "matmul" for i in full):
+        return False  # It runs as the GEMM's epilogue, on row blocks still in cache: storing it is cheap.
+    return sum(_nbytes(i) for i in full) <= _nbytes(root)
+
+
+def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
+    """Copy cheap shared values into each kernel that reads them (in place); returns the copies made.
+
+    Grouping is tried first: a group (no reduction, no `EXPENSIVE` op, at most
+    `RECOMPUTE_OPS` elementwise ops, not a graph output, reading no more bytes of
+    full-size inputs than its value has), or a movement op in no group, whose
+    value is read by nodes of two or more groups is copied once per further group,
+    so each group computes it itself instead of reading it from memory. A copied
+    group's own inputs may then qualify in turn: `rounds` bounds the cascade.
+    """
+    outputs = set(graph.outputs)
+    made = 0
+    for _ in range(rounds):
+        groups = find_groups(graph)
+        owner = {m: k for k, members in enumerate(groups) for m in members}
+        # Kernels reading a gather keep their inputs: the native driver runs gather * w -> scatter_add as one
+        # sparse product when the product kernel reads exactly the gather and w.
+        gathered = {owner[c] for n in graph if n.op == "gather" for c in graph.consumers(n) if c in owner}
+        before = made
+        # Movement ops left out of every group (read by several) are free to recompute: index arithmetic.
+        loose = [[n] for n in graph if fusible(n) == "movement" and n not in owner]
+        # Readers first: a copy joins its readers' group (owner), so its own inputs may be copied this round.
+        for members in list(reversed(groups)) + loose:
+            root = members[-1]
+            readers = graph.consumers(root)
+            if len(readers) < 2 or any(c not in owner or owner[c] in gathered for c in readers) or \
+                    not _recomputable(members, outputs):
+                continue
+            by_group: dict[int, list[Node]] = {}
+            for c in readers:
+                by_group.setdefault(owner[c], []).append(c)
+            for gid, cs in list(by_group.items())[1:]:  # The first group keeps the original.
+                mapping: dict[Node, Node] = {}
+                for m in members:
+                    mapping[m] = graph.add_node(m.op, [mapping.get(i, i) for i in m.inputs], dict(m.attrs),
+                                                name=m.name)
+                    owner[mapping[m]] = gid
+                for c in cs:
+                    for k, i in enumerate(c.inputs):
+                        if i is root:
+                            graph.set_input(c, k, mapping[root])
+                made += 1
+        if made == before:
+            break
+    return made
+
+
 def fuse(graph: Graph) -> Graph:
     """Group the graph's fusible nodes and replace each group by a ``fused`` node (in place).
 
@@ -283,6 +363,7 @@ def fuse(graph: Graph) -> Graph:
     from loom.compiler.passes.prune import drop_unused
 
     consts: list[Node] = []
+    recompute_cheap(graph)
     fused: list[Node] = []
     for members in find_groups(graph):
         consts += [i for m in members for i in m.inputs if i.op == "const"]

@@ -864,6 +864,9 @@ def _adaptive_avg(op: str, nsp: int, input, output_size) -> Tensor:
     o = _adaptive_sizes(op, x, nsp, output_size)
     if any(v == 0 for v in o):
         return _unbatch(_empty_output(x, o), unbatched)
+    if all(v == 1 for v in o):  # Global pooling: one reduction over all spatial axes, not one per axis.
+        axes = tuple(range(2, 2 + nsp))
+        return _unbatch(x.sum(axes, keepdim=True) / math.prod(x.shape[2:]), unbatched)
     divisor = np.ones((), np.int64)
     for i in reversed(range(nsp)):
         ax = 2 + i

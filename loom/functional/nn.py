@@ -14,7 +14,8 @@ import numpy as np
 from loom import dtypes as dt
 from loom import autocast as _autocast
 from loom.autocast import keep_op
-from loom.autograd.grad_mode import no_grad
+from loom.autograd.function import Function
+from loom.autograd.grad_mode import is_grad_enabled, no_grad
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
 from loom.functional import library_ops as _library_ops
 from loom.functional.checks import check, check_index
@@ -322,6 +323,52 @@ def _scale_shift(y: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
         y = y + _channel_view(b, y.ndim)
     return y
 
+def _bn_train_reference(x: Tensor, w: Tensor, b: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Affine training-mode batch norm in primitives: (y, batch mean, biased batch variance)."""
+    axes = (0,) + tuple(range(2, x.ndim))
+    centred, mu = centre(x, axes)
+    var = (centred * centred).mean(axes, keepdim=True)
+    return _scale_shift(centred * rsqrt(var + eps), w, b), mu, var
+
+
+class _BatchNormTrain(Function):
+    """Affine training-mode batch norm with its backward in one reduction pass and one elementwise pass.
+
+    Differentiating the primitives gives four reductions and two stored
+    full-size intermediates per layer (the centring and the scaling each
+    have their own adjoint); the closed form needs only sum(g) and
+    sum(g * xhat), from which dx, dweight and dbias all follow. For
+    higher-order gradients (``create_graph=True``) the backward is the
+    primitives' own, so it is differentiable to any order.
+    """
+
+    @staticmethod
+    def forward(ctx, x, w, b, eps):
+        y, mu, var = _bn_train_reference(x, w, b, eps)
+        invstd = rsqrt(var + eps)
+        ctx.save_for_backward(x, w, b, mu, invstd)
+        ctx.eps = eps
+        ctx.mark_non_differentiable(mu, var)
+        return y, mu, var
+
+    @staticmethod
+    def backward(ctx, gy, _gmu, _gvar):
+        x, w, b, mu, invstd = ctx.saved_tensors
+        if is_grad_enabled():  # create_graph: the primitives' backward, itself differentiable.
+            from loom.autograd.engine import grad
+            y = _bn_train_reference(x, w, b, ctx.eps)[0]
+            return (*grad([y], [x, w, b], [gy], create_graph=True, allow_unused=True), None)
+        axes = (0,) + tuple(range(2, x.ndim))
+        n = x.numel() // x.shape[1]
+        xhat = (x - mu) * invstd
+        sum_g = gy.sum(axes, keepdim=True)
+        sum_gx = (gy * xhat).sum(axes, keepdim=True)
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dx = (_channel_view(w, x.ndim) * invstd) * (gy - sum_g * (1.0 / n) - xhat * (sum_gx * (1.0 / n)))
+        return dx, sum_gx.reshape(w.shape), sum_g.reshape(b.shape), None
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Batch normalisation over every dim but the channel dim 1 of (N, C, *).
@@ -354,6 +401,13 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if n <= 1:
             raise ShapeError(f"loom.batch_norm: expected more than 1 value per channel when training, got "
                              f"input of shape {fmt_shape(x.shape)}")
+        if w is not None and b is not None and w.dtype == b.dtype == x.dtype:
+            y, mu, var = _BatchNormTrain.apply(x, w, b, eps)
+            if rm is not None:
+                _update_running(rm, mu.reshape(c), momentum)
+            if rv is not None:
+                _update_running(rv, var.reshape(c) * (n / (n - 1)), momentum)
+            return y
         centred, mu = centre(x, axes)
         var = (centred * centred).mean(axes, keepdim=True)
         if rm is not None:

@@ -391,3 +391,46 @@ def test_concat_by_pads_merges_unpadded_dims_and_tests_only_padded_ones():
         pos, n = k.spec.layout.offsets()["n"]
         sizes = plan.meta[-k.spec.layout.size:][pos:pos + n]
         assert max(sizes) == (2 * 3 if transposed else 2 * 3 * 4 * 5), sizes
+
+
+# ---------------------------------------------------------------- many broadcast leaves
+
+def _channel_body(n_leaves, reduce, plane_first=False):
+    """Batch-norm shape: x (N, C, H, W) against `n_leaves` per-channel (1, C, 1, 1) values (the first one a
+    per-position (1, 1, H, W) value with `plane_first`: not broadcast along rows)."""
+    shape = (4, 3, 5, 6)
+    g = Graph()
+    x = g.add_input(shape, F32)
+    v, arrays = x, [rand(shape)]
+    for k in range(n_leaves):
+        small = (1, 1, 5, 6) if plane_first and k == 0 else (1, 3, 1, 1)
+        c = g.add_node("expand", [g.add_input(small, F32)], {"shape": shape})
+        arrays.append(rand(small, seed=1 + k))
+        v = g.add_node("mul" if k % 2 else "sub", [v, c])
+    v = g.add_node("mul", [v, x])
+    g.outputs = [g.add_node("sum", [v], {"axes": (0, 2, 3), "keepdim": True}) if reduce else v]
+    return g, arrays
+
+
+def _flag(kernel, arrays, out, name):
+    """One field of the kernel's argument block for these arrays (e.g. whether the fast loop runs)."""
+    meta, lay = kernel.plan(arrays, out).meta, kernel.spec.layout
+    return int(meta[len(meta) - lay.size + lay.offsets()[name][0]])
+
+
+@pytest.mark.parametrize("reduce", [False, True])
+@pytest.mark.parametrize("n_leaves", [2, 3, 5])
+def test_channel_values_broadcast_along_rows_take_the_contiguous_loop(n_leaves, reduce):
+    """Past the per-combination loops (two broadcast leaves), one more loop hoists them all: batch norm's
+    mean, scale, shift... read per row, not through the strided generic loop."""
+    from loom.codegen.c import BCAST_SLOTS, bcast_masks
+    assert bcast_masks(BCAST_SLOTS + 2) == list(range(1 << BCAST_SLOTS)) + [(1 << BCAST_SLOTS + 2) - 1]
+    flag = "fast_a" if reduce else "fast_post"
+    for plane_first in (False, True):
+        g, arrays = _channel_body(n_leaves, reduce, plane_first)
+        check(g, arrays, exact=not reduce, rtol=1e-5)  # Sums may add in another order than NumPy's.
+        out = np.empty(g.outputs[0].shape, np.float32)
+        # A broadcast leaf that moves along rows beside others that do not: a mask with no loop of its
+        # own past two slots, so the generic loop computes it (and the check above says it does right).
+        want = 0 if plane_first and n_leaves > BCAST_SLOTS else 1
+        assert _flag(compiled(g), arrays, out, flag) == want

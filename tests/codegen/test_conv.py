@@ -61,6 +61,11 @@ def test_shape_classes_pick_the_measured_winner():
     assert native.choose("conv2d", (128, 64, 1, 1), geo) == "plain"
     assert native.choose("conv2d", (64, 32, 3, 3), geo) == "blocked"
     assert native.choose("conv2d", (128, 1, 3, 3), dict(geo, groups=128)) == "blocked"  # Depthwise.
+    padded, strided = dict(geo, padding=(1, 1, 1, 1)), dict(geo, stride=(2, 2))
+    assert native.choose("conv2d", (16, 1, 3, 3), padded) == "plain"  # NumPy's im2col would pad with a copy.
+    for op in ("conv2d", "conv2d_input_grad", "conv2d_weight_grad"):  # Strided 1x1 (a ResNet shortcut).
+        assert native.choose(op, (32, 16, 1, 1), strided) == "plain"
+    assert native.choose("conv2d", (32, 16, 3, 3), dict(padded, stride=(2, 2))) == "blocked"
     x, w = np.ones((2, 1, 6, 6), np.float32), np.ones((4, 1, 3, 3), np.float32)
     assert native.run("conv2d", x, w, geo) is None  # The caller takes the NumPy path...
     y = loom.nn.functional.conv2d(loom.tensor(x), loom.tensor(w)).numpy()
@@ -207,3 +212,19 @@ def test_primitives_outlive_the_threads_that_made_and_ran_them():
     proc = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, root], cwd=root, capture_output=True, text=True,
                           timeout=600, env=dict(os.environ, LOOM_CODEGEN_SYNC="1"))
     assert proc.returncode == 0 and "threads ok" in proc.stdout, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+
+
+def test_geometry_is_worked_out_once_per_shape():
+    """A step repeats every convolution: its output shape, C parameters and layout choice are kept per geometry."""
+    assert native.available(timeout=300) == HAVE_DNNL, native._state["error"]
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((2, 4, 7, 7)).astype(np.float32), rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    geo = {"stride": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1}
+    native._GEOMETRY.clear()
+    for attrs in (geo, dict(geo), dict(geo, padding=(1, 1, 1, 1)), dict(geo, stride=(2, 2))):
+        got = native.run("conv2d", x, w, attrs)
+        if not HAVE_DNNL:
+            assert got is None
+            continue
+        np.testing.assert_allclose(got, ref.reference_conv2d(x, w, attrs), rtol=1e-4, atol=1e-4)
+    assert len(native._GEOMETRY) == (3 if HAVE_DNNL else 0)  # Equal attrs share an entry; others have their own.

@@ -237,3 +237,54 @@ def test_expensive_ops_are_not_recomputed_per_broadcast_copy():
     out = check(g, values((4, 64)), values((4, 1), 2))
     bodies = [body_ops(f) for f in fused_nodes(out)]
     assert bodies == [["mul", "sum", "const", "add", "sqrt", "recip"], ["expand", "mul", "neg", "expand", "add"]]
+
+
+def _stats_graph(shared_op="sub"):
+    """Batch-norm shape: c = x - expand(m) read by a reduction and by the output's kernel."""
+    g = Graph()
+    x, m = g.add_input((4, 3, 5), F32), g.add_input((1, 3, 1), F32)
+    big = g.add_node("expand", [m], {"shape": (4, 3, 5)})
+    c = g.add_node(shared_op, [x, big])
+    var = g.add_node("sum", [g.add_node("mul", [c, c])], {"axes": (0, 2), "keepdim": True})
+    scale = g.add_node("expand", [var], {"shape": (4, 3, 5)})
+    g.outputs = [g.add_node("mul", [c, scale])]
+    return g, (values((4, 3, 5)), values((1, 3, 1), 2))
+
+
+def test_cheap_shared_values_are_recomputed_in_each_kernel():
+    """x - mean feeds the variance and the normalised output: both kernels compute it, none stores it."""
+    g, inputs = _stats_graph()
+    out = check(g, *inputs)
+    assert op_counts(out) == {"input": 2, "fused": 2}
+    reduce_kernel, out_kernel = fused_nodes(out)
+    assert body_ops(reduce_kernel).count("sub") == 1 and body_ops(out_kernel).count("sub") == 1
+    assert set(reduce_kernel.inputs) == set(out.inputs)  # Reads x and m, not a stored x - m.
+    # The shared expand is copied too: no standalone broadcast copy between the kernels.
+    assert all(n.op in ("input", "fused") for n in out)
+
+
+def test_shared_values_stay_stored_when_recomputing_costs_more():
+    g, inputs = _stats_graph("atan2")  # An expensive op: computed once beats once per reader.
+    g2 = Graph()  # Two full-size inputs: each reader would read twice the bytes of the stored value.
+    x, y = g2.add_input((4, 3, 5), F32), g2.add_input((4, 3, 5), F32)
+    s = g2.add_node("add", [x, y])
+    total = g2.add_node("sum", [s], {"axes": (0, 2), "keepdim": True})
+    g2.outputs = [g2.add_node("mul", [s, g2.add_node("expand", [total], {"shape": (4, 3, 5)})])]
+    for graph, ins in ((g, inputs), (g2, (values((4, 3, 5)), values((4, 3, 5), 3)))):
+        from loom.compiler.fuse import recompute_cheap
+        assert recompute_cheap(graph.copy()) == 0
+        assert op_counts(check(graph, *ins))["fused"] == 3  # The shared value is its own kernel.
+
+
+def test_recomputation_is_bounded_by_its_op_budget():
+    from loom.compiler.fuse import RECOMPUTE_OPS, recompute_cheap
+    for n_ops, kernels in ((RECOMPUTE_OPS, 2), (RECOMPUTE_OPS + 1, 3)):  # Within the budget; one op too many.
+        g = Graph()
+        x = g.add_input((4, 6), F32)
+        v = x
+        for _ in range(n_ops):
+            v = g.add_node("neg", [v])
+        a = g.add_node("sum", [v], {"axes": (0,), "keepdim": True})
+        g.outputs = [g.add_node("mul", [v, g.add_node("expand", [a], {"shape": (4, 6)})])]
+        assert recompute_cheap(g.copy()) == (kernels == 2)
+        assert op_counts(check(g, values((4, 6))))["fused"] == kernels
