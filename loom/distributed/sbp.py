@@ -925,12 +925,20 @@ class _Effects:
         The ranks' graphs may differ (uneven splits pad on some ranks only), so their topological orders may
         too; the chain makes every rank's step run its collectives in the order the program made them.
         """
-        from loom import _api as loom
         out = run(cls.after(x))
         first = out[0] if isinstance(out, (tuple, list)) else out
         if first.numel():
-            cls.token = first.reshape(-1)[:1].sum().to(loom.float32) * 0.0
+            cls.token = cls._zero_of(first)
         return out
+
+    @staticmethod
+    def _zero_of(t):
+        """A float32 -0.0 computed from `t`'s first element (the dependency that orders the chain): `x + -0.0`
+        is `x` bit for bit, and a NaN or inf in `t` gives -0.0 too (where `t * 0.0` would spread it into the
+        next collective's input)."""
+        from loom import _api as loom
+        v = t.reshape(-1)[:1].sum().to(loom.float32).abs()
+        return loom.where(v < 1.0, v, loom.ones_like(v)) * -0.0
 
     @classmethod
     def send(cls, part, dst: int) -> None:
@@ -946,7 +954,7 @@ class _Effects:
         cls.after(loom.zeros(()))  # Forgets a token from an earlier trace.
         token = cls.token if cls.token is not None else loom.zeros((), dtype=loom.float32)
         got = dfn.recv(shape, dtype, src=src, tag=_CROSSING_TAG, token=token)
-        cls.token = got.reshape(-1)[:1].sum().to(loom.float32) * 0.0 if got.numel() else token
+        cls.token = cls._zero_of(got) if got.numel() else token
         return got
 
 

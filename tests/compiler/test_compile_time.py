@@ -328,7 +328,8 @@ def test_a_new_batch_size_builds_nothing_and_infers_no_traced_node_again(fresh_c
     rewritten = [op for op in inferred if op not in ("input", "fused", "const")]
     assert len(rewritten) < len(traced) // 10, rewritten  # The nodes simplify rewrites.
     # A depth-first walk only where a pass has appended nodes that earlier nodes now read (simplify's and
-    # fold's new nodes, the fused nodes), never per fused body (hundreds); fusion stores the order it walked,
-    # so the fused graph is walked once: inplace, memory and the executor take that order.
-    assert 0 < len(walks) <= 4, walks
+    # fold's new nodes, the copies `fuse.recompute_cheap` makes of cheap shared values, the fused nodes), never
+    # per fused body (hundreds); fusion stores the order it walked, so the fused graph is walked once:
+    # inplace, memory and the executor take that order.
+    assert 0 < len(walks) <= 5, walks
     assert walks.count(len(entry.exe.graph)) == 1, walks
