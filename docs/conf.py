@@ -56,3 +56,8 @@ html_static_path = []
 # The API pages hold ~1,000 entries; listing each in the navigation tree made every page's sidebar
 # (and the build) several times slower. Entries are still in the index and in search.
 toc_object_entries = False
+
+# A bare `Module` in an annotation (the quantization stubs subclass loom.nn.Module) has two same-named
+# targets since loom.tf gained tf.Module; Sphinx resolves such a name to the first target (loom.nn's).
+# Only this ambiguity warning ("more than one target found") is silenced.
+suppress_warnings = ["ref.python"]

@@ -70,7 +70,7 @@ def test_inputs_checked_before_any_kernel_runs(monkeypatch):
     for st in exe._steps:
         monkeypatch.setattr(st, "run", lambda *a, _r=st.run: calls.append(1) or _r(*a))
     if exe._native is not None:  # The steps run as one native program.
-        monkeypatch.setattr(exe, "_native", lambda arrays, _n=exe._native: calls.append(1) or _n(arrays))
+        monkeypatch.setattr(exe, "_native", lambda *a, _n=exe._native: calls.append(1) or _n(*a))
     with pytest.raises(ShapeError, match=r"input 0 expects float32\[8, 16\]"):
         exe(arrays[0][:4], *arrays[1:])
     with pytest.raises(DTypeError, match="input 1 expects float32"):
