@@ -150,11 +150,16 @@ def blas_par_min() -> int:
     """Multiply-adds from which a matmul runs on ``get_num_threads()`` BLAS threads (``LOOM_BLAS_PAR_MIN``)."""
     global _blas_par_min
     if _blas_par_min is None:
-        try:
-            _blas_par_min = max(1, int(os.environ.get("LOOM_BLAS_PAR_MIN", BLAS_PAR_MIN_DEFAULT)))
-        except ValueError:
-            _blas_par_min = BLAS_PAR_MIN_DEFAULT
+        _blas_par_min = _env_count("LOOM_BLAS_PAR_MIN", BLAS_PAR_MIN_DEFAULT)
     return _blas_par_min
+
+
+def _env_count(name: str, default: int) -> int:
+    """The positive count in environment variable `name` (at least 1), or `default` when unset or not a number."""
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
 
 
 def gemm_par_min() -> int:
@@ -170,10 +175,7 @@ def gemm_par_min() -> int:
     """
     global _gemm_par_min
     if _gemm_par_min is None:
-        try:
-            _gemm_par_min = max(1, int(os.environ.get("LOOM_GEMM_PAR_MIN", GEMM_PAR_MIN_DEFAULT)))
-        except ValueError:
-            _gemm_par_min = GEMM_PAR_MIN_DEFAULT
+        _gemm_par_min = _env_count("LOOM_GEMM_PAR_MIN", GEMM_PAR_MIN_DEFAULT)
     return _gemm_par_min
 
 

@@ -29,11 +29,13 @@ class ExponentialDecay(LearningRateSchedule):
         self.initial_learning_rate, self.decay_steps = initial_learning_rate, decay_steps
         self.decay_rate, self.staircase = decay_rate, staircase
 
-    def __call__(self, step):
+    def _progress(self, step):
+        """step / decay_steps, floored if `staircase` (shared with `InverseTimeDecay`)."""
         p = step / self.decay_steps
-        if self.staircase:
-            p = math.floor(p)
-        return self.initial_learning_rate * self.decay_rate ** p
+        return math.floor(p) if self.staircase else p
+
+    def __call__(self, step):
+        return self.initial_learning_rate * self.decay_rate ** self._progress(step)
 
 
 class PiecewiseConstantDecay(LearningRateSchedule):
@@ -59,11 +61,10 @@ class InverseTimeDecay(LearningRateSchedule):
         self.initial_learning_rate, self.decay_steps = initial_learning_rate, decay_steps
         self.decay_rate, self.staircase = decay_rate, staircase
 
+    _progress = ExponentialDecay._progress
+
     def __call__(self, step):
-        p = step / self.decay_steps
-        if self.staircase:
-            p = math.floor(p)
-        return self.initial_learning_rate / (1 + self.decay_rate * p)
+        return self.initial_learning_rate / (1 + self.decay_rate * self._progress(step))
 
 
 class PolynomialDecay(LearningRateSchedule):
