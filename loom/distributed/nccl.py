@@ -18,9 +18,12 @@ around them as in PyTorch; ``async_op=True`` returns a `NcclWork` whose
 ``wait()`` blocks the host until the operation has run.
 
 Without CuPy or without a GPU, ``init_process_group("nccl")`` raises a
-`DistributedError` that says which is missing. This module has not run on a
-GPU yet; its tests drive it with a stand-in for CuPy's NCCL that moves host
-memory over MPI (tests/distributed/test_nccl.py).
+`DistributedError` that says which is missing, and so does a first NCCL
+collective with more processes on a machine than it has GPUs. Where no GPU is
+present its tests drive it with a stand-in for CuPy's NCCL that moves host
+memory over MPI (tests/distributed/test_nccl.py); on a GPU machine the same
+test file runs tests/distributed/scripts/nccl_gpu.py on CuPy arrays and
+PyTorch CUDA tensors (it passed on one H100 with CuPy 14.2 and NCCL 2.28).
 """
 from __future__ import annotations
 
@@ -79,7 +82,12 @@ class _CupyDriver:
         return self.nccl.get_unique_id()
 
     def communicator(self, size: int, uid: tuple, rank: int) -> Any:
-        return self.nccl.NcclCommunicator(size, uid, rank)
+        # CuPy 14 takes the id as 128 bytes; earlier CuPy took a tuple of 128 signed chars.
+        raw = bytes(int(b) & 0xFF for b in uid)
+        try:
+            return self.nccl.NcclCommunicator(size, raw, rank)
+        except TypeError:
+            return self.nccl.NcclCommunicator(size, tuple(uid), rank)
 
     def constant(self, name: str) -> int | None:
         return getattr(self.nccl, name, None)
@@ -140,8 +148,8 @@ def check_available() -> None:
 
 
 # ------------------------------------------------------------------------------------------- id exchange
-def encode_id(uid: Sequence[int]) -> str:
-    """An NCCL unique id (CuPy gives 128 signed chars) as hex text for the control plane."""
+def encode_id(uid: Sequence[int] | bytes) -> str:
+    """An NCCL unique id (128 bytes, or 128 signed chars from older CuPy) as hex text for the control plane."""
     if len(uid) != 128 or any(not -128 <= int(b) <= 255 for b in uid):
         raise DistributedError(f"loom.distributed.nccl: an NCCL unique id is 128 bytes, got {len(uid)} values")
     return bytes(int(b) & 0xFF for b in uid).hex()
@@ -185,6 +193,7 @@ def communicator(group: ProcessGroup) -> Any:
             raise DistributedError(f"loom.distributed.nccl: the group {group!r} has backend {group._backend!r}; "
                                    "NCCL collectives need init_process_group('nccl') or new_group(backend='nccl')")
         d = driver()
+        _check_one_gpu_per_process(d)
         ranks = tuple(group._ranks)
         n = _made.get(ranks, 0)
         _made[ranks] = n + 1
@@ -193,6 +202,17 @@ def communicator(group: ProcessGroup) -> Any:
         comm = d.communicator(group.size(), uid, group.rank())
         group._nccl = comm
     return comm
+
+
+def _check_one_gpu_per_process(d) -> None:
+    """NCCL refuses two ranks of one communicator on one GPU: say so before NCCL's own 'invalid usage'."""
+    local = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or "1"
+    count = int(d.device_count)
+    if int(local) > count:
+        raise DistributedError(
+            f"loom.distributed.nccl: {local} processes run on this machine but it has {count} GPU(s); NCCL needs "
+            "one GPU per process (process LOCAL_RANK uses GPU LOCAL_RANK % device count). Start at most "
+            f"{count} process(es) per machine, or use backend='mpi' for host tensors")
 
 
 def release(group: ProcessGroup) -> None:

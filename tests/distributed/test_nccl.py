@@ -1,7 +1,8 @@
 """The NCCL backend (loom.distributed.nccl) without a GPU: its errors, id encoding, tables and buffer checks in
 this process, and every collective on 2 ranks with tests/distributed/scripts/fake_nccl.py standing in for CuPy.
 
-Nothing here runs NCCL itself: this machine has neither a GPU nor CuPy.
+Only the last test runs NCCL itself, on CuPy arrays and PyTorch CUDA tensors, where CuPy and a GPU are present
+(the device machine; CI has neither).
 """
 import subprocess
 import sys
@@ -91,6 +92,39 @@ def test_unique_id_round_trips_through_text():
         nccl.encode_id((1, 2, 3))
     with pytest.raises(DistributedError, match="128 bytes, got 2"):
         nccl.decode_id("abcd")
+    raw = bytes(b & 0xFF for b in uid)  # CuPy 14's get_unique_id() gives bytes.
+    assert nccl.decode_id(nccl.encode_id(raw)) == uid
+
+
+def test_the_cupy_driver_passes_the_id_as_bytes_or_as_signed_chars():
+    seen = []
+
+    class Comm14:
+        def __init__(self, size, uid, rank):
+            if not isinstance(uid, bytes):
+                raise TypeError("Argument 'commId' has incorrect type (expected bytes, got tuple)")
+            seen.append((size, uid, rank))
+
+    class CommOld:
+        def __init__(self, size, uid, rank):
+            if not isinstance(uid, tuple):
+                raise TypeError("expected tuple")
+            seen.append((size, uid, rank))
+
+    d = object.__new__(nccl._CupyDriver)
+    uid = tuple((k * 37) % 256 - 128 for k in range(128))
+    for comm in (Comm14, CommOld):
+        d.nccl = types.SimpleNamespace(NcclCommunicator=comm)
+        d.communicator(2, uid, 1)
+    assert seen == [(2, bytes(b & 0xFF for b in uid), 1), (2, uid, 1)]
+
+
+def test_more_processes_than_gpus_is_a_clear_error_at_the_first_collective(fresh_driver):
+    fresh_driver.setattr(nccl, "_load_driver", Tables)  # Two GPUs.
+    fresh_driver.setenv("LOCAL_WORLD_SIZE", "3")
+    group = types.SimpleNamespace(_nccl=None, _backend="nccl", _ranks=[0, 1, 2])
+    with pytest.raises(DistributedError, match="3 processes run on this machine but it has 2 GPU"):
+        nccl.communicator(group)
 
 
 def test_dtypes_and_reductions_map_to_this_nccl(fresh_driver):
@@ -141,3 +175,18 @@ def test_nccl_unique_id_goes_over_mpi_when_started_by_mpirun():
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     out = _ok(proc)
     assert "rank 0: unique id over MPI" in out and "rank 1: all_to_all ok" in out, out
+
+
+def _gpu_present() -> bool:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # No CuPy, or CuPy without a driver or device.
+        return False
+
+
+@pytest.mark.skipif(not _gpu_present(), reason="needs CuPy and a CUDA GPU (run on the GPU machine)")
+def test_nccl_collectives_on_a_real_gpu():
+    out = subprocess.run([sys.executable, str(SCRIPTS / "nccl_gpu.py")], cwd=ROOT, env=_env(), capture_output=True,
+                         text=True, timeout=TIMEOUT)
+    assert out.returncode == 0 and "rank 0: ALL OK" in out.stdout, out.stdout + out.stderr

@@ -103,9 +103,10 @@ class _Event:
 
 
 class FakeDriver:
-    device_count = 1
+    """One stand-in GPU per process on this machine, as NCCL needs."""
 
     def __init__(self):
+        self.device_count = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
         self.calls, self.grouped, self.keep, self.device = [], None, [], None
 
     def use_device(self, index):

@@ -15,7 +15,9 @@ fake = FakeDriver()
 nccl._load_driver = lambda: fake
 dist.init_process_group("nccl")
 r, n = dist.get_rank(), dist.get_world_size()
-assert dist.get_backend() == "nccl" and fake.device == 0, (dist.get_backend(), fake.device)
+local = int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+# One stand-in GPU per process, chosen by local rank.
+assert dist.get_backend() == "nccl" and fake.device == local, (dist.get_backend(), fake.device, local)
 print(f"rank {r}: unique id over {'gRPC' if os.environ.get('LOOM_DIST_CONTROL') else 'MPI'}", flush=True)
 
 
