@@ -76,7 +76,8 @@ def test_without_a_gpu_the_nccl_backend_is_a_clear_loom_error(fresh_driver):
 
 
 def test_init_process_group_nccl_without_cupy_refuses_before_starting_mpi():
-    code = ("import sys, loom.distributed as d\ntry:\n    d.init_process_group('nccl')\n"
+    code = ("import sys, loom.distributed as d\nsys.modules['cupy'] = None  # As where CuPy is not installed.\n"
+            "try:\n    d.init_process_group('nccl')\n"
             "except d.DistributedError as e:\n    print('REFUSED', e)\nprint('mpi4py' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
                          timeout=60)

@@ -108,7 +108,15 @@ h = loom.ones(2) * (r + 1)
 dist.all_reduce(h)
 assert h.tolist() == [n * (n + 1) / 2] * 2
 ok("loom tensors over MPI")
-comm = dist.GroupMember.WORLD._nccl
+world = dist.GroupMember.WORLD
+assert world._nccl is not None
 dist.destroy_process_group()
-assert comm.destroyed
+assert world._nccl is None  # Its NCCL communicator was destroyed with the group.
+
+dist.init_process_group("nccl")  # A second job phase: a new communicator.
+t = cp.full(3, r + 1.0, dtype=cp.float32)
+nccl.all_reduce(t)
+np.testing.assert_array_equal(cp.asnumpy(t), np.full(3, n * (n + 1) / 2, dtype=np.float32))
+dist.destroy_process_group()
+ok("re-init after destroy")
 print(f"rank {r}: ALL OK", flush=True)
