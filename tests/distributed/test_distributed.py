@@ -94,8 +94,15 @@ def test_collective_gradients():
 @needs_mpi
 def test_ddp_equals_single_process_and_no_sync_accumulates():
     out = _ok(launch("ddp.py"))
-    assert "ddp equals single process after 10 steps" in out and "no_sync accumulation ok" in out
+    assert "ddp equals single process after 20 steps" in out and "no_sync accumulation ok" in out
     assert "rank 0: 2 of 2 buckets overlapped backward" in out  # Each all-reduce started during backward.
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_ddp_equals_single_process_on_4_ranks():
+    out = _ok(launch("ddp.py", nproc=4), nproc=4)
+    assert "rank 3: ddp equals single process after 20 steps" in out and "rank 3: no_sync accumulation ok" in out
 
 
 def _ends_naming_rank_1(tmp_path, mode: str, reason: str, extra: tuple = ()) -> None:
