@@ -146,12 +146,17 @@ def test_rank_that_raises_aborts_the_job_naming_it():
 def test_single_process_group_and_nccl_refusal():
     code = ("import loom, loom.distributed as d\n"
             "try:\n    d.init_process_group('nccl')\nexcept d.DistributedError as e:\n    print('NCCL:', e)\n"
+            "try:\n    d.init_process_group('gloo', world_size=2, rank=0)\nexcept d.DistributedError as e:\n"
+            "    print('WS:', e)\n"
             "d.init_process_group('gloo')\nt = loom.ones(2)\nd.all_reduce(t, op=d.ReduceOp.AVG)\n"
             "print('WORLD', d.get_rank(), d.get_world_size(), t.tolist())\n")
     env = dict(_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
     assert "WORLD 0 1 [1.0, 1.0]" in proc.stdout, proc.stdout + proc.stderr
+    # A torch-style world_size on a plain `python script.py` says how to start the processes.
+    assert "WS: loom.distributed.init_process_group: world_size=2 but MPI says" in proc.stdout
+    assert "python -m loom.distributed.run --nproc 2 script.py" in proc.stdout, proc.stdout
     assert "NCCL:" in proc.stdout and "backend 'nccl' runs NCCL through CuPy" in proc.stdout  # No CuPy here.
 
 
