@@ -12,12 +12,12 @@ read as float32 already. Ranks given as ``src``/``dst`` are global ranks.
 """
 from __future__ import annotations
 
-import zlib
 from typing import Callable, Sequence
 
 import numpy as np
 
 from loom.autograd.grad_mode import no_grad
+from loom.distributed.comm import agree
 from loom.distributed.process_group import (
     DistributedError, ProcessGroup, ReduceOp, _mpi, check_rank_arg, not_member_warning, resolve,
 )
@@ -151,25 +151,11 @@ def _same_shape(t, ref, what: str, op: str) -> None:
 
 
 def _agree(g: ProcessGroup, t, what: str, op: str, shape: tuple | None | bool = True) -> None:
-    """Check that every rank of `g` passed a tensor of one shape and dtype, so a mismatch is an error naming each
-    rank's, on every rank, not a hang or a silent wrong result. `shape`: True for the tensor's whole shape, a
-    tuple for the part that must agree, None for the dtype alone.
-
-    It costs one 16-byte MAX all-reduce of a fingerprint (no pickling); only a mismatch pays for gathering every
-    rank's description. It cannot ride in the collective's own message: MPI needs the counts to agree before
-    the data moves (a longer message is a truncation error on one rank and a hang on the others).
-    """
+    """Check that every rank of `g` passed a tensor of one shape and dtype (`loom.distributed.comm.agree`).
+    `shape`: True for the tensor's whole shape, a tuple for the part that must agree, None for the dtype alone."""
     mine = (tuple(t.shape) if shape is True else shape, t.dtype.name)
-    h = zlib.crc32(repr(mine).encode())
-    both = np.array([h, -h], np.int64)
-    g._comm.Allreduce(_mpi().IN_PLACE, both, _mpi().MAX)
-    if both[0] == -both[1]:   # The largest fingerprint is the smallest: every rank's is the same.
-        return
-    every = g._comm.allgather(mine)
-    said = ", ".join(f"rank {g._ranks[k]}: {d}" + ("" if s is None else fmt_shape(s)) for k, (s, d) in enumerate(every))
     part = "dtype" if shape is None else ("shape and dtype" if shape is True else "trailing shape and dtype")
-    raise DistributedError(f"loom.distributed.{op}: the ranks passed {what}s that differ ({said}); every rank of "
-                           f"the group must pass a {what} of the same {part}")
+    agree(g, mine, op, what, part)
 
 
 def _list_of(tensors, n: int, name: str, op: str) -> list:
