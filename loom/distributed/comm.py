@@ -208,15 +208,16 @@ def recv(shape: tuple, dtype: np.dtype, src: int, tag: int, ranks: Sequence[int]
     buf = np.empty(tuple(shape), np.uint8 if dtype == np.bool_ else dtype)
     MPI = _mpi()
     status = MPI.Status()
+    nbytes: int | None
     try:
         g._comm.Recv(buf, source=g.group_rank(src, "recv"), tag=tag, status=status)
-        got = status.Get_count(MPI.BYTE)
+        nbytes = status.Get_count(MPI.BYTE)
     except MPI.Exception as e:
         if e.Get_error_class() != MPI.ERR_TRUNCATE:
             raise
-        got = None
-    if got != buf.nbytes:   # A shorter message would leave part of the buffer stale.
-        size = "more" if got is None else f"{got}"
+        nbytes = None
+    if nbytes != buf.nbytes:   # A shorter message would leave part of the buffer stale.
+        size = "more" if nbytes is None else f"{nbytes}"
         raise DistributedError(f"loom.distributed.recv: the message from rank {src} (tag {tag}) has {size} bytes, "
                                f"the receiving {dtype.name}{fmt_shape(tuple(shape))} holds {buf.nbytes}; the sender "
                                "and receiver must use tensors of the same shape and dtype")

@@ -243,7 +243,7 @@ def compile_overlapped(graph: Any, compile_fn: Callable, name: str = "function",
     prog = actors.GraphProgram(name, specs, outputs, len(graph.inputs), track=track, registers=registers,
                                parallel=True)
     # The channels live as long as the compiled step: freed when it is, not when their group is destroyed.
-    prog.release_channels = weakref.finalize(prog, _free_channels, made)
+    prog.release_channels = weakref.finalize(prog, _free_channels, made)  # type: ignore[attr-defined]
     return prog
 
 
