@@ -20,7 +20,7 @@ from loom.data.records import (RecordDataset, RecordReader, RecordWriter, decode
                                list_shards, read_records)
 from loom.data.sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
                                WeightedRandomSampler)
-from loom.data.distributed import DistributedSampler
+from loom.data.distributed import DistributedSampler, rank_shards
 from loom.data.worker import WorkerInfo, get_worker_info
 from loom.data import datasets, text, transforms  # noqa: E402  (submodules, as loom.data.transforms etc.)
 
@@ -30,5 +30,5 @@ __all__ = [
     "RecordDataset", "RecordPipeline", "RecordReader", "RecordWriter", "Sampler", "SequentialSampler",
     "StackDataset", "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler", "WorkerInfo",
     "datasets", "decode_example", "default_collate", "default_convert", "encode_example", "get_worker_info",
-    "list_shards", "random_split", "read_records", "text", "transforms",
+    "list_shards", "random_split", "rank_shards", "read_records", "text", "transforms",
 ]

@@ -11,10 +11,66 @@ from loom.data.sampler import Sampler, _check_bool
 from loom.errors import LoomTypeError, LoomValueError
 
 
-def _int(value, name: str) -> int:
+def _int(value, name: str, who: str = "DistributedSampler") -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise LoomTypeError(f"loom.data.DistributedSampler: {name} must be an int, got {value!r}")
+        raise LoomTypeError(f"loom.data.{who}: {name} must be an int, got {value!r}")
     return int(value)
+
+
+def _replicas(num_replicas, rank, who: str) -> tuple[int, int]:
+    """`num_replicas` and `rank`, each defaulting to the default process group's; checked."""
+    if num_replicas is None or rank is None:
+        import loom.distributed as dist
+        if not dist.is_initialized():
+            raise LoomValueError(f"loom.data.{who}: num_replicas and rank default to the process group's, but "
+                                 "loom.distributed.init_process_group() has not been called; call it or pass "
+                                 "num_replicas and rank")
+        num_replicas = dist.get_world_size() if num_replicas is None else num_replicas
+        rank = dist.get_rank() if rank is None else rank
+    num_replicas, rank = _int(num_replicas, "num_replicas", who), _int(rank, "rank", who)
+    if num_replicas < 1 or not 0 <= rank < num_replicas:
+        raise LoomValueError(f"loom.data.{who}: invalid rank {rank}, rank should be in the interval "
+                             f"[0, {num_replicas - 1}] (num_replicas={num_replicas})")
+    return num_replicas, rank
+
+
+def rank_shards(files, num_replicas: int | None = None, rank: int | None = None) -> list[str]:
+    """The record shards one rank reads: every `num_replicas`-th shard from `rank` on, disjoint across ranks.
+
+    `files` is what `loom.data.RecordDataset` and `loom.data.RecordPipeline`
+    take (a shard prefix, a glob, a list of paths); the result is passed to
+    them on each rank. Every rank gets the same number of shards only when
+    their count is a multiple of `num_replicas` (write the set with
+    ``RecordWriter(..., num_shards=k * world_size)``); otherwise the first ranks
+    get one more, and ranks whose steps must match should cut their epoch to
+    the shortest rank's (or shard by example with `DistributedSampler` over a
+    `RecordDataset`).
+
+    Parameters
+    ----------
+    files : str, path or sequence of paths
+    num_replicas, rank : int, optional
+        Default: the world size and rank of the default `loom.distributed` process group.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "d")
+    >>> with loom.data.RecordWriter(p, num_shards=4) as w:
+    ...     for i in range(8):
+    ...         w.write({"i": i})
+    >>> [os.path.basename(f) for f in loom.data.rank_shards(p, num_replicas=2, rank=1)]
+    ['d-00001-of-00004.lrec', 'd-00003-of-00004.lrec']
+    """
+    from loom.data.records import resolve_files
+    num_replicas, rank = _replicas(num_replicas, rank, "rank_shards")
+    found = resolve_files(files)
+    if len(found) < num_replicas:
+        raise LoomValueError(f"loom.data.rank_shards: {len(found)} shard(s) cannot give each of {num_replicas} "
+                             f"ranks one; write the records in at least {num_replicas} shards (a multiple of "
+                             "the world size gives every rank as many), or shard by example with "
+                             "DistributedSampler over a RecordDataset")
+    return found[rank::num_replicas]
 
 
 class DistributedSampler(Sampler[int]):
@@ -50,18 +106,7 @@ class DistributedSampler(Sampler[int]):
 
     def __init__(self, dataset: Sized, num_replicas: int | None = None, rank: int | None = None,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
-        if num_replicas is None or rank is None:
-            import loom.distributed as dist
-            if not dist.is_initialized():
-                raise LoomValueError("loom.data.DistributedSampler: num_replicas and rank default to the process "
-                                     "group's, but loom.distributed.init_process_group() has not been called; "
-                                     "call it or pass num_replicas and rank")
-            num_replicas = dist.get_world_size() if num_replicas is None else num_replicas
-            rank = dist.get_rank() if rank is None else rank
-        num_replicas, rank = _int(num_replicas, "num_replicas"), _int(rank, "rank")
-        if num_replicas < 1 or not 0 <= rank < num_replicas:
-            raise LoomValueError(f"loom.data.DistributedSampler: invalid rank {rank}, rank should be in the interval "
-                                 f"[0, {num_replicas - 1}] (num_replicas={num_replicas})")
+        num_replicas, rank = _replicas(num_replicas, rank, "DistributedSampler")
         _check_bool(shuffle, "shuffle", "DistributedSampler")
         _check_bool(drop_last, "drop_last", "DistributedSampler")
         self.dataset = dataset

@@ -50,6 +50,7 @@ Examples
 from __future__ import annotations
 
 import math
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -384,7 +385,11 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
         for u in v.inputs:
             deps.update(ancestors[u])
         ancestors[v] = tuple(sorted(deps))
-    rows: dict[tuple, list] = {}   # (node, its inputs' fixed layouts) -> [row, outs, delivered, or None]
+    rows: dict[tuple, list] = {}   # (node, its inputs' fixed layouts) -> [row, outs, delivered or None, settled]
+    decided: dict[tuple, int | None] = {}   # (node, its rule's rank, its neighbours' signatures) -> rank it takes.
+    layouts_of = {v: (lambda ls: ()) if not ancestors[v] else
+                  (lambda ls, k=ancestors[v][0]: (ls[k],)) if len(ancestors[v]) == 1 else
+                  operator.itemgetter(*ancestors[v]) for v in order}
 
     def improve(chosen: dict, options: dict) -> dict:
         # 3. Greedy sweeps: change one node's rule while the exact total falls.
@@ -405,23 +410,42 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
     def _improve_node(chosen: dict, v: Node, opts: list) -> bool:
         """Give `v` the rule whose local cost is lowest (scanning in order, switching on a strict fall)."""
         j0 = rank_of[v].get(chosen[v]) if opts is cands[v] else None
-        prices_now = None if j0 is None else local_all(chosen, v)
-        if j0 is None or prices_now is None:  # A rule from outside the candidates (or a fixed input): one at a time.
-            now, changed = costs.local(chosen, v, chosen[v]), False
-            for rule in opts:
-                if rule != chosen[v]:
-                    c = costs.local(chosen, v, rule)
-                    if c < now - 1e-12:
-                        chosen[v], now, changed = rule, c, True
-            return changed
+        if j0 is not None:
+            # The answer depends only on `v`'s rule and what its neighbours make and want: trials that leave
+            # them as they were (most of the graph, most of the time) take it from here.
+            key = (v, j0, *[chosen[u][1] for u in v.inputs], *[chosen[w][0][k] for w, k in costs.consumers[v]],
+                   chosen[costs.st[v]][1] if v in costs.st else None,
+                   chosen[costs.paired_in[v]][1] if v in costs.paired_in else None)
+            best = decided.get(key, -1)
+            if best == -1:
+                best = decided[key] = _best_of(chosen, v, j0)
+            if best is not None:
+                if best == j0:
+                    return False
+                chosen[v] = opts[best]
+                return True
+        return _improve_one_at_a_time(chosen, v, opts)
+
+    def _best_of(chosen: dict, v: Node, j0: int) -> int | None:
+        """The rank of `v`'s cheapest candidate (the first strict fall below its current one), None off the tables."""
+        prices_now = local_all(chosen, v)
+        if prices_now is None:
+            return None
         now, best = prices_now[j0], j0
         for j, c in enumerate(prices_now):
             if j != j0 and c < now - 1e-12:
                 best, now = j, c
-        if best == j0:
-            return False
-        chosen[v] = opts[best]
-        return True
+        return best
+
+    def _improve_one_at_a_time(chosen: dict, v: Node, opts: list) -> bool:
+        """A rule from outside the candidates (or a fixed input): its options priced one at a time."""
+        now, changed = costs.local(chosen, v, chosen[v]), False
+        for rule in opts:
+            if rule != chosen[v]:
+                c = costs.local(chosen, v, rule)
+                if c < now - 1e-12:
+                    chosen[v], now, changed = rule, c, True
+        return changed
 
     # The dynamic program on arrays: per node its distinct output signatures, the signatures its consumers may
     # want, the boxing prices between them, and per candidate its compute price and the positions it reads.
@@ -481,7 +505,7 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
                 e[2] = (e[1][:, None] + price[u]).min(axis=0) if len(wants_of[u]) else np.zeros(0)
             return e[2]
         for v in order:
-            key = (v, tuple(layouts[k] for k in ancestors[v]))
+            key = (v, layouts_of[v](layouts))
             e: list | None = rows.get(key)
             if e is None:
                 if v in fixed:
@@ -492,7 +516,7 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
                         row += delivered(u)[at]
                 best_out = np.full(len(outs_of[v]), math.inf)
                 np.minimum.at(best_out, made, row)
-                e = rows[key] = [row, best_out, None]
+                e = rows[key] = [row, best_out, None, {}]
             entry[v] = e
         # 2. Backtrack from the outputs: each node takes the rule its first consumer found cheapest.
         chosen: dict = {}
@@ -500,16 +524,20 @@ def _search(costs: _Costs, cands: dict, sweeps: int, start: dict | None = None) 
         def settle(v: Node, want) -> None:
             if v in chosen:
                 return
-            opts, row = options[v], entry[v][0]
-            if len(opts) == 1:
-                j = 0
-            elif want is None:
-                j = int(np.argmin(row))   # The first of equals, as min() takes.
-            else:
-                j = int(np.argmin(row + price[v][:, wpos[v][want]][makes[v]]))
+            opts, e = options[v], entry[v]
+            j = e[3].get(want)   # The same row and the same wish choose the same rule.
+            if j is None:
+                if len(opts) == 1:
+                    j = 0
+                elif want is None:
+                    j = int(np.argmin(e[0]))   # The first of equals, as min() takes.
+                else:
+                    j = int(np.argmin(e[0] + price[v][:, wpos[v][want]][makes[v]]))
+                e[3][want] = j
             chosen[v] = opts[j]
             for u, w in zip(v.inputs, chosen[v][0]):
-                settle(u, w)
+                if u not in chosen:
+                    settle(u, w)
         for o in costs.outputs:
             settle(o, costs.whole if o in costs.ret else None)
         for v in order:

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from loom.autograd.grad_mode import no_grad
+from loom.distributed.comm import agree
 from loom.distributed.process_group import (
     DistributedError, ProcessGroup, ReduceOp, _mpi, check_rank_arg, not_member_warning, resolve,
 )
@@ -110,6 +111,21 @@ def _mpi_op(op, name: str):
     return table[op]
 
 
+def _reduction(bufs: list, op, name: str) -> tuple[list, object]:
+    """The buffers as MPI reduces them and the MPI operation: bool values travel as bytes, with SUM, MAX and
+    BOR as a logical or, MIN, PRODUCT and BAND as a logical and (MPI defines no MAX on its bool type)."""
+    mpi_op = _mpi_op(op, name)
+    if not any(b is not None and b.dtype == np.bool_ for b in bufs):
+        return bufs, mpi_op
+    if op is ReduceOp.AVG:
+        raise DistributedError(f"loom.distributed.{name}: cannot average a bool tensor; use ReduceOp.SUM or MAX "
+                               "(a logical or) or MIN (a logical and), or cast it to an integer dtype")
+    MPI = _mpi()
+    logical = {ReduceOp.SUM: MPI.MAX, ReduceOp.MAX: MPI.MAX, ReduceOp.BOR: MPI.MAX, ReduceOp.MIN: MPI.MIN,
+               ReduceOp.PRODUCT: MPI.MIN, ReduceOp.BAND: MPI.MIN, ReduceOp.BXOR: MPI.BXOR}
+    return [None if b is None else b.view(np.uint8) for b in bufs], logical[op]
+
+
 def _average(a: np.ndarray, op, size: int) -> np.ndarray:
     if op is not ReduceOp.AVG:
         return a
@@ -135,17 +151,11 @@ def _same_shape(t, ref, what: str, op: str) -> None:
 
 
 def _agree(g: ProcessGroup, t, what: str, op: str, shape: tuple | None | bool = True) -> None:
-    """Check that every rank of `g` passed a tensor of one shape and dtype (collective, one small message), so a
-    mismatch is an error naming each rank's, on every rank, not a hang or a silent wrong result. `shape`: True
-    for the tensor's whole shape, a tuple for the part that must agree, None for the dtype alone."""
+    """Check that every rank of `g` passed a tensor of one shape and dtype (`loom.distributed.comm.agree`).
+    `shape`: True for the tensor's whole shape, a tuple for the part that must agree, None for the dtype alone."""
     mine = (tuple(t.shape) if shape is True else shape, t.dtype.name)
-    every = g._comm.allgather(mine)
-    if all(e == every[0] for e in every):
-        return
-    said = ", ".join(f"rank {g._ranks[k]}: {d}" + ("" if s is None else fmt_shape(s)) for k, (s, d) in enumerate(every))
     part = "dtype" if shape is None else ("shape and dtype" if shape is True else "trailing shape and dtype")
-    raise DistributedError(f"loom.distributed.{op}: the ranks passed {what}s that differ ({said}); every rank of "
-                           f"the group must pass a {what} of the same {part}")
+    agree(g, mine, op, what, part)
 
 
 def _list_of(tensors, n: int, name: str, op: str) -> list:
@@ -172,7 +182,8 @@ def all_reduce(tensor, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None =
         return not_member_warning("all_reduce")
     buf = _read(tensor, "tensor", "all_reduce")
     _agree(g, tensor, "tensor", "all_reduce")
-    req = g._comm.Iallreduce(_mpi().IN_PLACE, buf, _mpi_op(op, "all_reduce"))
+    (wire,), mpi_op = _reduction([buf], op, "all_reduce")
+    req = g._comm.Iallreduce(_mpi().IN_PLACE, wire, mpi_op)
     return _launch(req, lambda: _write(tensor, _average(buf, op, g.size())), async_op)
 
 
@@ -239,7 +250,8 @@ def reduce_scatter(output, input_list: list, op: ReduceOp = ReduceOp.SUM, group:
     send = np.stack([_read(t, f"input_list[{k}]", "reduce_scatter") for k, t in enumerate(ins)])
     _agree(g, ins[0], "input_list entry", "reduce_scatter")
     recv = np.empty(send.shape[1:], send.dtype)
-    req = g._comm.Ireduce_scatter_block(send, recv, _mpi_op(op, "reduce_scatter"))
+    (s_wire, r_wire), mpi_op = _reduction([send, recv], op, "reduce_scatter")
+    req = g._comm.Ireduce_scatter_block(s_wire, r_wire, mpi_op)
     return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op, keep=send)
 
 
@@ -256,7 +268,8 @@ def reduce_scatter_tensor(output, input, op: ReduceOp = ReduceOp.SUM, group: Pro
                          f"world_size ({g.size()}) times the output {fmt_shape(output.shape)}")
     _agree(g, input, "input", "reduce_scatter_tensor")
     recv = np.empty(output.numel(), send.dtype)
-    req = g._comm.Ireduce_scatter_block(send.reshape(-1), recv, _mpi_op(op, "reduce_scatter_tensor"))
+    (s_wire, r_wire), mpi_op = _reduction([send.reshape(-1), recv], op, "reduce_scatter_tensor")
+    req = g._comm.Ireduce_scatter_block(s_wire, r_wire, mpi_op)
     return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op, keep=send)
 
 
@@ -269,7 +282,8 @@ def reduce(tensor, dst: int, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | 
     send = _read(tensor, "tensor", "reduce")
     _agree(g, tensor, "tensor", "reduce")
     recv = np.empty_like(send) if g.rank() == root else None
-    req = g._comm.Ireduce(send, recv, _mpi_op(op, "reduce"), root=root)
+    (s_wire, r_wire), mpi_op = _reduction([send, recv], op, "reduce")
+    req = g._comm.Ireduce(s_wire, r_wire, mpi_op, root=root)
     return _launch(req, lambda: _write(tensor, _average(recv, op, g.size())) if recv is not None else None,
                    async_op, keep=send)
 
@@ -392,13 +406,13 @@ def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_id
     return _launch(g._comm.Ibarrier(), None, async_op)
 
 
-def isend(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0) -> Work:
+def isend(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0, _op: str = "isend") -> Work:
     """Start sending `tensor` to global rank `dst`; returns a `Work` (call ``wait()``)."""
-    g = resolve(group, "isend")
+    g = resolve(group, _op)
     if g is None:
-        raise DistributedError("loom.distributed.isend: this process is not a member of the group")
-    peer = g.group_rank(check_rank_arg(dst, "dst", "isend"), "isend")
-    buf = _read(tensor, "tensor", "isend")
+        raise DistributedError(f"loom.distributed.{_op}: this process is not a member of the group")
+    peer = g.group_rank(check_rank_arg(dst, "dst", _op), _op)
+    buf = _read(tensor, "tensor", _op)
     return Work([g._comm.Isend(buf, dest=peer, tag=tag)], keep=buf)
 
 
@@ -435,7 +449,7 @@ def _check_received(status, buf: np.ndarray, g: ProcessGroup, op: str) -> None:
 
 def send(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0) -> None:
     """Send `tensor` to global rank `dst`, blocking until the send buffer is free."""
-    isend(tensor, dst, group, tag).wait()
+    isend(tensor, dst, group, tag, _op="send").wait()
 
 
 def recv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0) -> int:

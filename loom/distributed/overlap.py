@@ -33,6 +33,7 @@ Examples
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -215,6 +216,7 @@ def compile_overlapped(graph: Any, compile_fn: Callable, name: str = "function",
     reads, exported, sources, outputs = wire(graph, [nodes for _, nodes in groups],
                                              [nodes if kind == "collective" else [] for kind, nodes in groups])
     specs = []
+    made: list = []   # Every private communicator made for this step.
     chunks = collectives = 0
     for k, (kind, nodes) in enumerate(groups):
         if kind == "compute":
@@ -237,5 +239,19 @@ def compile_overlapped(graph: Any, compile_fn: Callable, name: str = "function",
         specs.append(actors.TaskSpec(f"all_reduce{collectives}", reduce, sources[k],
                                      f"[{len(nodes)} all_reduce: {shapes}] on a private communicator"))
         collectives += 1
-    return actors.GraphProgram(name, specs, outputs, len(graph.inputs), track=track, registers=registers,
+        made.extend(ch for ch in channels.values() if ch is not None)
+    prog = actors.GraphProgram(name, specs, outputs, len(graph.inputs), track=track, registers=registers,
                                parallel=True)
+    # The channels live as long as the compiled step: freed when it is, not when their group is destroyed.
+    prog.release_channels = weakref.finalize(prog, _free_channels, made)  # type: ignore[attr-defined]
+    return prog
+
+
+def _free_channels(channels: list) -> None:
+    """Free a compiled step's private communicators (each is also freed by destroying its group, whichever
+    comes first; MPI frees a communicator locally, so the ranks need not do it at the same moment)."""
+    from loom.distributed.process_group import destroy_process_group
+    for ch in channels:
+        if ch._comm is not None:
+            destroy_process_group(ch)
+    channels.clear()

@@ -235,8 +235,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     for arg, have, what in ((world_size, size, "world_size"), (rank, me, "rank")):
         if arg not in (-1, None) and arg != have:
             free(comm)
+            hint = (f"; start the script on {arg} processes with `python -m loom.distributed.run --nproc {arg} "
+                    f"script.py` or `mpirun -n {arg} python script.py`" if what == "world_size" and size == 1 else "")
             raise DistributedError(f"loom.distributed.init_process_group: {what}={arg} but MPI says this process "
-                                   f"has {what} {have}; leave {what} at -1 to take MPI's")
+                                   f"has {what} {have}; leave {what} at -1 to take MPI's{hint}")
     world = ProcessGroup(comm, range(size), name)
     _state["world"] = world
     GroupMember.WORLD = world

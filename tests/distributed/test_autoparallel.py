@@ -156,7 +156,8 @@ def test_2d_joint_search_picks_the_plan_it_did_before_asking_the_cost_model_far_
     assert asked == p.evaluations and p.evaluations < 200, (asked, p.evaluations)
 
 
-@pytest.mark.slow  # Tracing the GPT step and planning it on a 2 x 2 mesh: about 15 s under load (62 s before).
+# Tracing the GPT step and planning it on a 2 x 2 mesh twice: about 2 s of CPU (3 s before the search kept each
+# node's decision per neighbourhood and each backtrack per row; 62 s before the cost model was asked once per class).
 def test_2d_joint_search_of_a_gpt_step_asks_the_cost_model_far_less(monkeypatch):
     from tests.distributed.mlp_steps import gpt_step
     step = gpt_step()[0]

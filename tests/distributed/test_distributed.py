@@ -94,8 +94,15 @@ def test_collective_gradients():
 @needs_mpi
 def test_ddp_equals_single_process_and_no_sync_accumulates():
     out = _ok(launch("ddp.py"))
-    assert "ddp equals single process after 10 steps" in out and "no_sync accumulation ok" in out
+    assert "ddp equals single process after 20 steps" in out and "no_sync accumulation ok" in out
     assert "rank 0: 2 of 2 buckets overlapped backward" in out  # Each all-reduce started during backward.
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_ddp_equals_single_process_on_4_ranks():
+    out = _ok(launch("ddp.py", nproc=4), nproc=4)
+    assert "rank 3: ddp equals single process after 20 steps" in out and "rank 3: no_sync accumulation ok" in out
 
 
 def _ends_naming_rank_1(tmp_path, mode: str, reason: str, extra: tuple = ()) -> None:
@@ -139,12 +146,17 @@ def test_rank_that_raises_aborts_the_job_naming_it():
 def test_single_process_group_and_nccl_refusal():
     code = ("import loom, loom.distributed as d\n"
             "try:\n    d.init_process_group('nccl')\nexcept d.DistributedError as e:\n    print('NCCL:', e)\n"
+            "try:\n    d.init_process_group('gloo', world_size=2, rank=0)\nexcept d.DistributedError as e:\n"
+            "    print('WS:', e)\n"
             "d.init_process_group('gloo')\nt = loom.ones(2)\nd.all_reduce(t, op=d.ReduceOp.AVG)\n"
             "print('WORLD', d.get_rank(), d.get_world_size(), t.tolist())\n")
     env = dict(_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
     assert "WORLD 0 1 [1.0, 1.0]" in proc.stdout, proc.stdout + proc.stderr
+    # A torch-style world_size on a plain `python script.py` says how to start the processes.
+    assert "WS: loom.distributed.init_process_group: world_size=2 but MPI says" in proc.stdout
+    assert "python -m loom.distributed.run --nproc 2 script.py" in proc.stdout, proc.stdout
     assert "NCCL:" in proc.stdout and "backend 'nccl' runs NCCL through CuPy" in proc.stdout  # No CuPy here.
 
 
@@ -194,6 +206,10 @@ def _plain_mpirun(nproc: int) -> subprocess.CompletedProcess:
 def test_plain_mpirun_script_and_clear_errors_for_tensors_that_differ_between_ranks():
     out = _ok(_plain_mpirun(2))
     for what in ("all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "send/recv",
+                 "all_reduce bool MAX (or)", "all_reduce bool MIN (and)", "all_reduce float16", "all_to_all_single",
+                 "mpi4py allreduce beside loom", "average of a bool tensor refused",
+                 "differentiable all_gather of different shapes refused",
+                 "differentiable all_reduce of different shapes refused", "graph recv of a shorter message refused",
                  "all_reduce of different shapes refused", "broadcast of different dtypes refused",
                  "recv of a shorter message refused", "recv of a longer message refused",
                  "all_reduce after the refusals"):

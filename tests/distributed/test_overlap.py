@@ -108,6 +108,7 @@ def _check(out: str, nproc: int) -> None:
         assert f"rank {r}: overlapped step equals one process on the whole batch ok" in out
         assert re.search(rf"rank {r}: [1-9]\d* of 16 all-reduce firings ran while compute of the same step ran ok",
                          out), out
+        assert re.search(rf"rank {r}: the compiled step's [1-9]\d* channels freed with it ok", out), out
 
 
 @needs_mpi

@@ -104,3 +104,18 @@ def test_status_names_the_values_a_lookahead_waits_for():
         go.set()
         runner.join(20)
     assert got == [[1, 2]]
+
+
+@needs_mpi
+def test_gpt_pipeline_equals_one_process_on_2_ranks():
+    out = _ok(launch("pipeline_gpt.py"))
+    for r in range(2):
+        for schedule in ("Schedule1F1B", "ScheduleGPipe"):
+            assert f"rank {r}: {schedule} GPT equals one process after 3 steps" in out, out
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_gpt_pipeline_equals_one_process_on_4_ranks():
+    out = _ok(launch("pipeline_gpt.py", nproc=4), nproc=4)
+    assert "rank 3: Schedule1F1B GPT equals one process after 3 steps" in out, out

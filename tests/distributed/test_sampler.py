@@ -40,3 +40,23 @@ def test_bad_arguments_raise():
         loom.data.DistributedSampler(range(4))
     with pytest.raises(TypeError, match="shuffle"):
         loom.data.DistributedSampler(range(4), 2, 0, shuffle=1)
+
+
+def test_record_shards_per_rank_are_disjoint_and_cover_the_set(tmp_path):
+    prefix = tmp_path / "train"
+    with loom.data.RecordWriter(prefix, num_shards=4) as w:
+        for i in range(20):
+            w.write({"i": i})
+    seen = []
+    for r in range(2):
+        mine = loom.data.rank_shards(prefix, num_replicas=2, rank=r)
+        assert [f.split("-")[-3] for f in mine] == [f"{r:05d}", f"{r + 2:05d}"]
+        seen.append(sorted(ex["i"] for ex in loom.data.read_records(mine)))
+        assert len(loom.data.RecordDataset(mine)) == 10
+    assert not set(seen[0]) & set(seen[1]) and sorted(seen[0] + seen[1]) == list(range(20))
+    with pytest.raises(loom.LoomError, match="4 shard\\(s\\) cannot give each of 8 ranks one"):
+        loom.data.rank_shards(prefix, num_replicas=8, rank=0)
+    with pytest.raises(loom.LoomError, match="init_process_group\\(\\) has not been called"):
+        loom.data.rank_shards(prefix)
+    with pytest.raises(loom.LoomError, match="invalid rank 2"):
+        loom.data.rank_shards(prefix, num_replicas=2, rank=2)

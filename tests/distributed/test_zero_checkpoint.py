@@ -138,3 +138,21 @@ def test_a_corrupted_rank_file_is_refused(tmp_path):
     f.write_bytes(bytes(data))
     with pytest.raises(loom.LoomError, match="(?i)crc|checksum|corrupt"):
         dcp.read(tmp_path / "c")
+
+
+@needs_mpi
+@pytest.mark.slow  # Three launches, one of 4 ranks: about 40 s on the loaded 2-core machine.
+def test_training_saved_on_2_ranks_resumes_on_4_and_equals_one_process(tmp_path):
+    # Data parallel with the global batch split evenly: any world size computes the same step (to rounding), so
+    # 3 steps on 2 ranks then 3 on 4 (resumed from the checkpoint the 2 wrote) equal 6 steps in one process.
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    whole.mkdir()
+    split.mkdir()
+    _ok(launch("resume_world.py", str(whole), "0", "6", nproc=1), nproc=1)
+    _ok(launch("resume_world.py", str(split), "0", "3"))
+    out = _ok(launch("resume_world.py", str(split), "3", "6", nproc=4), nproc=4)
+    assert "rank 3: resumed at step 3 on 4 ranks" in out, out
+    a, b = np.load(whole / "final-6-1.npz"), np.load(split / "final-6-4.npz")
+    assert sorted(a) == sorted(b) and len(a) == 4
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=0, atol=1e-6)

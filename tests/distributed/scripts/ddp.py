@@ -1,4 +1,5 @@
-"""DDP on 2 ranks equals one process on the full batch; no_sync accumulates; state_dict has the 'module.' prefix."""
+"""DDP on N ranks (batch B/N each) equals one process on the full batch B, parameters to 1e-6 after 20 steps;
+no_sync accumulates; state_dict has the 'module.' prefix."""
 import numpy as np
 
 import loom
@@ -32,7 +33,7 @@ for a, b in zip(params(model), params(ref)):
 opt = loom.optim.SGD(model.parameters(), lr=0.1)
 ref_opt = loom.optim.SGD(ref.parameters(), lr=0.1)
 shard = slice(r * 8, (r + 1) * 8)
-for step in range(10):
+for step in range(20):
     opt.zero_grad()
     loss = loom.nn.functional.mse_loss(model(loom.tensor(X[shard])), loom.tensor(Y[shard]))
     loss.backward()
@@ -47,8 +48,8 @@ for step in range(10):
     dist.all_reduce(mean, op=dist.ReduceOp.AVG)
     assert abs(float(mean) - float(ref_loss)) < 1e-5, (step, float(mean), float(ref_loss))
 for a, b in zip(params(model), params(ref)):
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
-print(f"rank {r}: ddp equals single process after 10 steps", flush=True)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+print(f"rank {r}: ddp equals single process after 20 steps", flush=True)
 print(f"rank {r}: {model.overlapped_buckets} of {len(model.bucket_sizes)} buckets overlapped backward", flush=True)
 
 # no_sync: the first micro-batch accumulates locally, the second backward averages the sum.
@@ -68,7 +69,7 @@ for p, q in zip(model.parameters(), ref.parameters()):
 mine = loom.tensor(local[0])
 gathered = [loom.zeros_like(mine) for _ in range(n)]
 dist.all_gather(gathered, mine)
-assert not np.allclose(gathered[0].numpy(), gathered[1].numpy()), "no_sync gradients were synchronised"
+assert not any(np.allclose(gathered[0].numpy(), g.numpy()) for g in gathered[1:]), "no_sync gradients were synced"
 print(f"rank {r}: no_sync accumulation ok", flush=True)
 
 class WithUnused(loom.nn.Module):
@@ -92,7 +93,8 @@ m.eval()  # Training forwards move each rank's statistics with its own batch; th
 m(loom.ones(1, 3))
 stats = [loom.zeros(3) for _ in range(n)]
 dist.all_gather(stats, m.module.bn.running_mean)
-np.testing.assert_allclose(stats[0].numpy(), stats[1].numpy(), rtol=0, atol=0)
+for other in stats[1:]:
+    np.testing.assert_allclose(other.numpy(), stats[0].numpy(), rtol=0, atol=0)
 print(f"rank {r}: unused parameters and buffers ok", flush=True)
 dist.destroy_process_group()
 print(f"rank {r}: ALL OK", flush=True)

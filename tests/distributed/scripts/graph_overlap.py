@@ -2,11 +2,14 @@
 on the actor runtime: the compiler cuts it so each all-reduce (or bucket) is a task of its own on a private
 communicator, and the state tracker shows an all-reduce running while backward compute runs. The parameters
 equal those of the same step run in graph order (runtime="native") and of one process on the whole batch."""
+import gc
+
 import numpy as np
 
 import loom
 import loom.distributed as dist
 import loom.distributed.nn.functional as dfn
+from loom.distributed.process_group import live_communicators
 
 dist.init_process_group("mpi")
 r, n = dist.get_rank(), dist.get_world_size()
@@ -76,5 +79,12 @@ overlapped = sum(1 for it, a, b in comm_spans if any(j == it and min(b, d) > max
 assert overlapped >= 1, (comm_spans, compute_spans)
 print(f"rank {r}: {overlapped} of {len(comm_spans)} all-reduce firings ran while compute of the same step ran ok",
       flush=True)
+# The compiled step's private communicators go with it, not only when the group is destroyed.
+live = live_communicators()
+assert live > 1, live   # The default group and the step's channels.
+del over, prog
+gc.collect()
+assert live_communicators() == 1, (live_communicators(), live)
+print(f"rank {r}: the compiled step's {live - 1} channels freed with it ok", flush=True)
 dist.destroy_process_group()
 print(f"rank {r}: ALL OK", flush=True)

@@ -9,6 +9,8 @@ import numpy as np
 
 import loom
 import loom.distributed as dist
+import loom.distributed.nn.functional as dfn
+from loom.distributed import comm
 
 assert not [k for k in os.environ if k.startswith("LOOM_")], "started with loom environment variables"
 dist.init_process_group()
@@ -47,6 +49,23 @@ elif r == 1:
     got = loom.zeros((2, 3))
     dist.recv(got, src=0)
     check("send/recv", got.numpy(), mine(7))
+flags = loom.tensor(np.array([True, r == 0, False]))
+dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+check("all_reduce bool MAX (or)", flags.numpy(), [True, True, False])
+flags = loom.tensor(np.array([True, r == 0, False]))
+dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+check("all_reduce bool MIN (and)", flags.numpy(), [True, False, False])
+half = loom.ones(3, dtype=loom.float16) * (r + 1)
+dist.all_reduce(half)
+assert half.dtype == loom.float16
+check("all_reduce float16", half.float().numpy(), np.full(3, n * (n + 1) / 2))
+out = loom.zeros(n)
+dist.all_to_all_single(out, loom.tensor(np.arange(n, dtype=np.float32) + 10 * r))
+check("all_to_all_single", out.numpy(), np.arange(n) * 10 + r)
+# The user's own mpi4py calls interleave with loom's on the same job.
+from mpi4py import MPI  # noqa: E402
+
+check("mpi4py allreduce beside loom", MPI.COMM_WORLD.allreduce(r), n * (n - 1) / 2)
 dist.barrier()
 
 
@@ -67,6 +86,18 @@ refused("all_reduce of different shapes", lambda: dist.all_reduce(loom.ones(shap
 dtype = loom.float32 if r == 0 else loom.float64
 refused("broadcast of different dtypes", lambda: dist.broadcast(loom.ones(3, dtype=dtype), src=0),
         "loom.distributed.broadcast", "rank 0: float32[3]", "rank 1: float64[3]")
+# The differentiable collectives (graph primitives, the path loom.function compiles) check the same way.
+refused("differentiable all_gather of different shapes", lambda: dfn.all_gather(loom.ones(shape)),
+        "loom.distributed.all_gather", "rank 0: float32[3]", "rank 1: float32[4]")
+refused("differentiable all_reduce of different shapes", lambda: dfn.all_reduce(loom.ones(shape)),
+        "loom.distributed.all_reduce", "rank 0: float32[3]", "rank 1: float32[4]")
+if r == 0:
+    comm.send(np.ones(2, np.float32), 1, 5, tuple(range(n)))
+elif r == 1:
+    refused("graph recv of a shorter message", lambda: comm.recv((4,), np.float32, 0, 5, tuple(range(n))),
+            "has 8 bytes", "holds 16")
+refused("average of a bool tensor", lambda: dist.all_reduce(loom.ones(2, dtype=loom.bool), op=dist.ReduceOp.AVG),
+        "cannot average a bool tensor")
 refused("all_gather of different shapes",
         lambda: dist.all_gather([loom.zeros(shape) for _ in range(n)], loom.ones(shape)), "all_gather")
 if r == 0:
