@@ -673,18 +673,23 @@ SEGMENT_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # Segmentations the
 
 def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list[Node]],
             tiers: str = "never", decisions: list | None = None, bound: float | None = None,
-            timed: bool = False) -> tuple[Graph, MemoryPlan, list]:
+            timed: bool = False, inline: bool = True) -> tuple[Graph, MemoryPlan, list]:
     """The greedy rounds (see the module docstring) from `plan`; returns the best state and its
     stats (`_STATS`).
 
     `tiers` says what the rounds may do with a value live across the peak:
     ``"never"`` recompute it, ``"disk"`` offload it, ``"auto"`` whichever the
     cost model (`recompute_seconds` against `transfer_seconds`) says is
-    cheaper for that value. Each choice is appended to `decisions`.
+    cheaper for that value, ``"disk-first"`` offload every value it can and
+    recompute the others (what finishes a disk plan the disk alone cannot
+    fit). Each choice is appended to `decisions`.
 
     `bound`: the rounds stop once their cost (extra FLOPs, or with `timed`
     the cost model's seconds) passes it: a plan that fits at less cost is
     already known, so this one cannot be chosen.
+
+    `inline`: whether a kernel reading too much at once may compute its
+    elementwise inputs inline (``False``: the disk tier's offload-only plan).
     """
     stats: list[float] = [0] * len(_STATS)  # Counts and FLOPs (ints), seconds (a float).
     decisions = decisions if decisions is not None else []
@@ -708,13 +713,12 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
         # When what is live across the peak cannot cover it (the peak kernel reads too much at once), every
         # step over the target that is an elementwise kernel reading elementwise kernels' results computes
         # those inline from what is there anyway, so those no later step reads are not kept for it. That never
-        # adds live bytes: no fallback copy is needed for such a round. (It recomputes: not with
-        # tiers="disk", which offloads only.)
+        # adds live bytes: no fallback copy is needed for such a round. The disk tier cannot do it: reloading
+        # every one of those values still has the kernel read them all at once.
         order = state.live.order
         inlines: list[tuple[Node, list[Node]]] = []
         taken: set[Node] = set()
-        short = tiers != "disk"
-        for k in sorted(range(len(order)), key=lambda k: -state.profile[k]) if short else ():
+        for k in sorted(range(len(order)), key=lambda k: -state.profile[k]) if inline else ():
             if state.profile[k] <= target:
                 break
             found = _inlinable(state, order[k], k) if order[k].op == "fused" else []
@@ -942,6 +946,14 @@ def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers:
     offloads = _offloads(state, peak)
     if tiers == "disk":
         return sorted(offloads, key=lambda c: (-c.saved, c.node.id))
+    if tiers == "disk-first":
+        # Every offload first (the largest first), then what only recomputing can move off the peak.
+        offloads.sort(key=lambda c: (-c.saved, c.node.id))
+        held = {c.node for c in offloads}
+        rest = [c for c in _choices(graph, state, peak, copies, futile) if c.node not in held]
+        for rc in rest:
+            rc.seconds = recompute_seconds(rc.clones)
+        return offloads + sorted(rest, key=lambda c: (-c.saved / (c.seconds + 1e-9), c.node.id))
     remat = {c.node: c for c in _choices(graph, state, peak, copies, futile)}
     picked: list = []
     for off in offloads:
@@ -1215,8 +1227,24 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
         if offload != "never":
             dec = []
             best_fit = min((f[1] for f in found if f[0] <= room), default=None)
-            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True, inline=False)
             found.append((p.arena_bytes, stats[5], "offload", g, p, stats, dec))
+            if p.arena_bytes > room:
+                # The disk tier alone cannot fit it: a kernel reads more at once than the budget holds (the
+                # GELU backward and the five values it reads), and reloading them does not change that. Offload
+                # again with such kernels computing their elementwise inputs inline, and if that still misses,
+                # finish with what only recomputing does (offloading first wherever that still frees bytes):
+                # the budget is a promise with offload="disk" too.
+                dec = []
+                best_fit = min((f[1] for f in found if f[0] <= room), default=None)
+                g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True)
+                name = "offload+inline" if stats[0] else "offload"
+                if p.arena_bytes > room and (best_fit is None or stats[5] < best_fit):
+                    g, p, more = _greedy(g, room, p, {}, "disk-first", dec,
+                                         None if best_fit is None else best_fit - stats[5], True)
+                    stats = [a + b for a, b in zip(stats, more)]
+                    name += "+greedy" if more[0] else ""
+                found.append((p.arena_bytes, stats[5], name, g, p, stats, dec))
         report.candidates = [(name, arena, st[2], arena <= room, st[4], st[5])
                              for arena, _, name, _, _, st, _ in found]
         fits = [f for f in found if f[0] <= room]
