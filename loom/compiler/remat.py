@@ -1071,7 +1071,8 @@ def _boundaries(live: MemoryPlan, crossing: list[Node], fwd_last: dict[Node, int
     return cuts
 
 
-def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list, dict[Node, list[Node]]]:
+def _segment(graph: Graph, k: int, decisions: list | None = None,
+             seen: set | None = None) -> tuple[list, dict[Node, list[Node]]]:
     """Chen et al.'s checkpointing with `k` segments, applied to `graph` in place.
 
     The forward (the schedule before the live-bytes peak) is cut into `k`
@@ -1080,7 +1081,10 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
     across the peak is recomputed once, from the checkpoints, for its readers
     after the peak. The last segment is kept: its backward starts at once.
     Returns the stats (`_STATS`) and original -> clones; each recomputed value
-    goes to `decisions`.
+    goes to `decisions`. With `seen` (the cut positions of segmentations
+    already made), a segmentation whose cuts are among them is not made
+    again: its stats are all zero and `graph` is left as it was (a short
+    forward gives several `k` the same cuts).
     """
     state = _State(graph)
     live, pos = state.live, state.pos
@@ -1092,9 +1096,13 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
     crossing = [n for n in state.alone if recomputable(n) and live.spans[n][0] < peak < live.spans[n][1]
                 and peak not in _all_readers(state, n) and (n not in state.viewed or state.views.get(n) is not None)]
     cuts = _boundaries(live, crossing, fwd_last, peak, k)
+    stats: list[float] = [0] * len(_STATS)
+    if seen is not None:
+        if tuple(cuts) in seen:
+            return stats, {}
+        seen.add(tuple(cuts))
     kept = {n for n in fwd_last for b in cuts if pos[n] < b <= fwd_last[n]}  # The checkpoints.
     crossing_set = set(crossing)
-    stats: list[float] = [0] * len(_STATS)
     copies: dict[Node, list[Node]] = {}
     for lo, hi in zip([0, *cuts], cuts):
         targets = [n for n in crossing if lo <= pos[n] < hi and n not in kept]
@@ -1201,10 +1209,10 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
         timed = offload != "never"
         found: list[tuple] = []
         if offload != "disk":
-            segmented = []
+            segmented, cuts_seen = [], set()
             for k in SEGMENT_COUNTS:
                 g, dec = graph.copy(), list[TierChoice]()
-                stats, copies = _segment(g, k, dec)
+                stats, copies = _segment(g, k, dec, cuts_seen)
                 if stats[0]:
                     segmented.append((stats[5 if timed else 2], k, g, plan_memory(g), stats, copies, dec))
             for cost, k, g, p, stats, copies, dec in sorted(segmented, key=lambda c: (c[0], c[1])):
