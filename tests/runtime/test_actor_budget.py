@@ -90,6 +90,10 @@ def test_each_task_fits_its_share_bit_identically(baseline, frac):
         assert isinstance(t.report, RematReport) and t.report.recomputed > 0
     assert mem.arenas <= budget - outs < arenas
     assert step.memory_reports == [mem] and "over 2 actor tasks: met" in step.explain()
+    e = loom.compiler.explain(step)   # The plan the function runs with, each task's choice beside it.
+    text = str(e)
+    assert e.plan_memory is mem and "== memory plan (actor tasks) ==" in text
+    assert all(f"-- task {t.name}: rematerialisation --\n{t.report}" in text for t in mem.tasks)
 
 
 def test_registers_kept_when_the_budget_holds_them(baseline):
