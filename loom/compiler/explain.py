@@ -239,7 +239,7 @@ def explain(fn: Callable | Graph, *args, level: int | None = None, memory_budget
     >>> len(e.kernels)
     1
     """
-    declared = fn if callable(getattr(fn, "fn", None)) and hasattr(fn, "memory_reports") else None
+    declared: Any = fn if callable(getattr(fn, "fn", None)) and hasattr(fn, "memory_reports") else None
     ran = None  # The memory plan a loom.function's actor program was compiled with.
     if declared is not None:  # A loom.function: its settings, unless given here.
         if args:
