@@ -224,6 +224,22 @@ def test_pipeline_streams_and_overlaps_loading_with_the_consumer():
         list(loom.runtime.pipeline(range(3), bad))
 
 
+def test_loading_overlaps_the_consumer():
+    """The next item is read while the consumer still works on this one: it waits for that read to start
+    (with a timeout), which a sequential load-then-consume loop would never do."""
+    started = [threading.Event() for _ in range(5)]
+
+    def read(i):
+        started[i].set()
+        return i
+    got = []
+    for i, v in enumerate(loom.runtime.pipeline(range(5), read, lambda x: x * 2, registers=2)):
+        if i + 1 < 5:
+            assert started[i + 1].wait(10), f"item {i + 1} was not read while item {i} was consumed"
+        got.append(v)
+    assert got == [0, 2, 4, 6, 8]
+
+
 def test_tracker_keeps_the_last_transitions_in_a_ring(monkeypatch):
     monkeypatch.setattr(actors, "TRACK_CAPACITY", 8)
     monkeypatch.setattr(actors, "_TRACK_MASK", 7)
