@@ -67,6 +67,10 @@ class Explanation:
     remat : loom.compiler.remat.RematReport or None
         With a memory budget: planned bytes before and after, values and
         nodes recomputed, extra FLOPs.
+    plan_memory : loom.compiler.partition.PlanMemory or None
+        With a memory budget and ``runtime="actors"`` over a graph that is
+        several tasks: the budget split among the tasks, each task's arena
+        against its share and its own `RematReport`.
     """
 
     level: int
@@ -77,6 +81,7 @@ class Explanation:
     kernels: list[KernelInfo] = field(default_factory=list)
     memory: MemoryPlan | None = None
     remat: Any = None
+    plan_memory: Any = None
 
     @property
     def node_counts(self) -> list[tuple[str, int]]:
@@ -110,9 +115,32 @@ class Explanation:
         else:
             out.append(str(self.memory))
             out.append(f"planned peak {self.memory.arena_bytes} B vs lower bound {self.memory.lower_bound} B")
-        if self.remat is not None:
-            out += ["", "== rematerialisation ==", str(self.remat)]
+        out += self._budget_text()
         return "\n".join(out)
+
+    def _budget_text(self) -> list[str]:
+        """The memory budget sections: what the plan keeps under it, and how it got there."""
+        out: list[str] = []
+        rem, mem = self.remat, self.plan_memory
+        if mem is not None:
+            out += ["", "== memory plan (actor tasks) ==", str(mem)]
+            for t in mem.tasks:
+                if t.report is not None:
+                    out += ["", f"-- task {t.name}: rematerialisation --", str(t.report)]
+        elif rem is not None:
+            from loom.compiler.remat import fmt_bytes
+
+            total = rem.arena_after + rem.outputs
+            state = "met" if rem.met else "NOT met"
+            moved = (f"{rem.values} values recomputed ({rem.recomputed} nodes, {rem.extra_flops / 1e9:.3f} GFLOP), "
+                     f"{rem.offloaded} offloaded to disk ({fmt_bytes(rem.offload_bytes)})")
+            out += ["", "== memory plan ==",
+                    f"budget {fmt_bytes(rem.budget)} ({rem.budget} B): {state}; arena {fmt_bytes(rem.arena_after)} + "
+                    f"outputs {fmt_bytes(rem.outputs)} = {fmt_bytes(total)} ({total / max(rem.budget, 1):.3f} of "
+                    f"the budget; {fmt_bytes(rem.arena_before)} without it)",
+                    f"policy {rem.strategy} (offload={rem.offload!r}): {moved}",
+                    "", "== rematerialisation ==", str(rem)]
+        return out
 
     def __repr__(self) -> str:
         plan = (f", arena {self.memory.arena_bytes} B / lower bound {self.memory.lower_bound} B"
@@ -150,8 +178,16 @@ def _kernel_info(node: Node) -> KernelInfo:
         return KernelInfo(node, body, None, f"codegen failed: {type(e).__name__}: {e}")
 
 
-def explain(fn: Callable | Graph, *args, level: int = 3, memory_budget: int | str | None = None,
-            strict: bool = False, offload: str = "never") -> Explanation:
+class _Optimized:
+    """What `loom.compiler.partition.fit_budget` reads of a compiled task: its optimised graph and memory plan."""
+
+    def __init__(self, graph: Graph, level: int) -> None:
+        self.graph = run_passes(graph, pass_names(graph, level))
+        self.plan = self.graph.meta.get("memory")
+
+
+def explain(fn: Callable | Graph, *args, level: int | None = None, memory_budget: int | str | None = None,
+            strict: bool | None = None, offload: str | None = None, runtime: str | None = None) -> Explanation:
     """Show what the compiler does to `fn(*args)`: the graph after each pass, the kernels, the memory plan.
 
     Parameters
@@ -161,6 +197,9 @@ def explain(fn: Callable | Graph, *args, level: int = 3, memory_budget: int | st
         and dicts are flattened); it runs once, lazily, and its pending
         computation is captured with `loom.ir.Graph.from_tensors`. The Tensor
         arguments become the graph's inputs. A Graph is explained as is.
+        A `loom.function` is explained with the settings it was made with
+        (its level, memory budget, `strict`, `offload` and `runtime`)
+        unless given here: its Python function is captured.
     *args
         The arguments to call `fn` with.
     level : int
@@ -174,6 +213,14 @@ def explain(fn: Callable | Graph, *args, level: int = 3, memory_budget: int | st
         With `memory_budget`, as for `loom.function`: ``"never"``, ``"disk"``
         or ``"auto"``; the section then lists, per value, whether it was
         recomputed or offloaded to disk and what the cost model estimated.
+    runtime : str
+        ``"native"`` (default) or, as for `loom.function`, ``"actors"``: with
+        a memory budget over a graph that is several tasks (independent
+        branches), the budget is split among them as the actor runtime does
+        (`loom.compiler.partition.fit_budget`) and the "memory plan (actor
+        tasks)" section gives every task's share, arena and choice
+        (`Explanation.plan_memory`); the pass listing is then that of the
+        whole graph without the budget.
 
     Returns
     -------
@@ -192,6 +239,26 @@ def explain(fn: Callable | Graph, *args, level: int = 3, memory_budget: int | st
     >>> len(e.kernels)
     1
     """
+    declared: Any = fn if callable(getattr(fn, "fn", None)) and hasattr(fn, "memory_reports") else None
+    ran = None  # The memory plan a loom.function's actor program was compiled with.
+    if declared is not None:  # A loom.function: its settings, unless given here.
+        if args:
+            fn = declared.fn   # Captured from a call, as any function.
+        else:
+            entries = list(declared._cache.values())
+            if not entries:
+                raise LoomError(f"loom.compiler.explain: loom.function {getattr(declared, '__name__', '?')!r} has "
+                                "not been traced yet: call it once first, or pass the arguments to capture it with")
+            fn, ran = entries[-1].graph, entries[-1].remat   # Its latest specialisation, as traced.
+        level = declared.level if level is None else level
+        memory_budget = declared.memory_budget if memory_budget is None else memory_budget
+        strict = declared.strict if strict is None else strict
+        offload = declared.offload if offload is None else offload
+        runtime = declared.runtime if runtime is None else runtime
+    level = 3 if level is None else level
+    strict, offload, runtime = bool(strict), offload or "never", runtime or "native"
+    if runtime not in ("native", "actors"):
+        raise LoomError(f"loom.compiler.explain: runtime must be 'native' or 'actors', got {runtime!r}")
     if isinstance(fn, Graph):
         if args:
             raise LoomError("loom.compiler.explain: a Graph takes no arguments")
@@ -217,7 +284,22 @@ def explain(fn: Callable | Graph, *args, level: int = 3, memory_budget: int | st
             raise LoomError(f"loom.compiler.explain: memory_budget needs level 3 (the memory plan), got {level}")
         work.meta["memory_budget"] = (parse_budget(memory_budget, "loom.compiler.explain"), bool(strict))
         work.meta["offload"] = offload
+    plan_memory = None
+    if runtime == "actors" and memory_budget is not None:
+        from loom.compiler.partition import fit_budget, partition
+
+        if hasattr(ran, "tasks"):   # The plan the function runs with (its pipeline stages included).
+            plan_memory = ran
+        else:
+            parts = partition(work)
+            if len(parts.parts) > 1:  # One task is the plain step: its report is the plain step's.
+                nbytes, strict_ = work.meta["memory_budget"]
+                plan_memory = fit_budget(parts, lambda g: _Optimized(g, level), nbytes, strict_,  # type: ignore[arg-type, return-value]
+                                         offload, 2, "loom.compiler.explain")[1]
+        if plan_memory is not None:
+            del work.meta["memory_budget"], work.meta["offload"]
     result = Explanation(level, graph.copy(), str(work))
+    result.plan_memory = plan_memory
     last = {"time": time.perf_counter(), "size": len(graph)}
 
     def observe(name: str, g: Graph) -> None:

@@ -442,6 +442,14 @@ def fit_budget(parts: Partition, compile_fn: Callable[[Graph], Callable], budget
     """
     from loom.compiler.remat import fmt_bytes
 
+    fits: dict[tuple[int, int], tuple[Any, TaskMemory]] = {}
+
+    def fit(k: int, share: int) -> tuple[Any, TaskMemory]:
+        # Compiling is deterministic: a task asked for a share it was already fitted to gets that fit again.
+        if (k, share) not in fits:
+            fits[k, share] = _fit_task(parts.parts[k], compile_fn, share, offload)
+        return fits[k, share]
+
     fitted = [_fit_task(p, compile_fn, None, offload) for p in parts.parts]   # First without a budget.
     runs, tasks = [r for r, _ in fitted], [t for _, t in fitted]
     outs = sum(t.outputs for t in tasks)
@@ -457,7 +465,7 @@ def fit_budget(parts: Partition, compile_fn: Callable[[Graph], Callable], budget
     todo = list(range(len(parts.parts)))
     for _ in range(FIT_ROUNDS):
         for k in todo:
-            runs[k], tasks[k] = _fit_task(parts.parts[k], compile_fn, shares[k], offload)
+            runs[k], tasks[k] = fit(k, shares[k])
         over = [k for k, t in enumerate(tasks) if t.arena > t.share]
         if not over or sum(t.arena for t in tasks) <= room:
             break
@@ -475,8 +483,8 @@ def fit_budget(parts: Partition, compile_fn: Callable[[Graph], Callable], budget
     if memory.planned <= budget:
         return runs, memory
     # Not met: each task at its smallest arena (the plan that comes closest), and the budget that would fit it.
-    for k, p in enumerate(parts.parts):
-        runs[k], tasks[k] = _fit_task(p, compile_fn, 0, offload)
+    for k in range(len(parts.parts)):
+        runs[k], tasks[k] = fit(k, 0)
     memory = PlanMemory(budget, 1, tasks, met=False, strict=strict)
     memory.minimum = memory.planned
     msg = (f"{name}: memory budget {fmt_bytes(budget)} ({budget} B) cannot be met on the actor runtime: the step "

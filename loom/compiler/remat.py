@@ -673,18 +673,23 @@ SEGMENT_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # Segmentations the
 
 def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list[Node]],
             tiers: str = "never", decisions: list | None = None, bound: float | None = None,
-            timed: bool = False) -> tuple[Graph, MemoryPlan, list]:
+            timed: bool = False, inline: bool = True) -> tuple[Graph, MemoryPlan, list]:
     """The greedy rounds (see the module docstring) from `plan`; returns the best state and its
     stats (`_STATS`).
 
     `tiers` says what the rounds may do with a value live across the peak:
     ``"never"`` recompute it, ``"disk"`` offload it, ``"auto"`` whichever the
     cost model (`recompute_seconds` against `transfer_seconds`) says is
-    cheaper for that value. Each choice is appended to `decisions`.
+    cheaper for that value, ``"disk-first"`` offload every value it can and
+    recompute the others (what finishes a disk plan the disk alone cannot
+    fit). Each choice is appended to `decisions`.
 
     `bound`: the rounds stop once their cost (extra FLOPs, or with `timed`
     the cost model's seconds) passes it: a plan that fits at less cost is
     already known, so this one cannot be chosen.
+
+    `inline`: whether a kernel reading too much at once may compute its
+    elementwise inputs inline (``False``: the disk tier's offload-only plan).
     """
     stats: list[float] = [0] * len(_STATS)  # Counts and FLOPs (ints), seconds (a float).
     decisions = decisions if decisions is not None else []
@@ -708,13 +713,12 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
         # When what is live across the peak cannot cover it (the peak kernel reads too much at once), every
         # step over the target that is an elementwise kernel reading elementwise kernels' results computes
         # those inline from what is there anyway, so those no later step reads are not kept for it. That never
-        # adds live bytes: no fallback copy is needed for such a round. (It recomputes: not with
-        # tiers="disk", which offloads only.)
+        # adds live bytes: no fallback copy is needed for such a round. The disk tier cannot do it: reloading
+        # every one of those values still has the kernel read them all at once.
         order = state.live.order
         inlines: list[tuple[Node, list[Node]]] = []
         taken: set[Node] = set()
-        short = tiers != "disk"
-        for k in sorted(range(len(order)), key=lambda k: -state.profile[k]) if short else ():
+        for k in sorted(range(len(order)), key=lambda k: -state.profile[k]) if inline else ():
             if state.profile[k] <= target:
                 break
             found = _inlinable(state, order[k], k) if order[k].op == "fused" else []
@@ -942,6 +946,14 @@ def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers:
     offloads = _offloads(state, peak)
     if tiers == "disk":
         return sorted(offloads, key=lambda c: (-c.saved, c.node.id))
+    if tiers == "disk-first":
+        # Every offload first (the largest first), then what only recomputing can move off the peak.
+        offloads.sort(key=lambda c: (-c.saved, c.node.id))
+        held = {c.node for c in offloads}
+        rest = [c for c in _choices(graph, state, peak, copies, futile) if c.node not in held]
+        for rc in rest:
+            rc.seconds = recompute_seconds(rc.clones)
+        return offloads + sorted(rest, key=lambda c: (-c.saved / (c.seconds + 1e-9), c.node.id))
     remat = {c.node: c for c in _choices(graph, state, peak, copies, futile)}
     picked: list = []
     for off in offloads:
@@ -1059,7 +1071,8 @@ def _boundaries(live: MemoryPlan, crossing: list[Node], fwd_last: dict[Node, int
     return cuts
 
 
-def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list, dict[Node, list[Node]]]:
+def _segment(graph: Graph, k: int, decisions: list | None = None,
+             seen: set | None = None) -> tuple[list, dict[Node, list[Node]]]:
     """Chen et al.'s checkpointing with `k` segments, applied to `graph` in place.
 
     The forward (the schedule before the live-bytes peak) is cut into `k`
@@ -1068,7 +1081,10 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
     across the peak is recomputed once, from the checkpoints, for its readers
     after the peak. The last segment is kept: its backward starts at once.
     Returns the stats (`_STATS`) and original -> clones; each recomputed value
-    goes to `decisions`.
+    goes to `decisions`. With `seen` (the cut positions of segmentations
+    already made), a segmentation whose cuts are among them is not made
+    again: its stats are all zero and `graph` is left as it was (a short
+    forward gives several `k` the same cuts).
     """
     state = _State(graph)
     live, pos = state.live, state.pos
@@ -1080,9 +1096,13 @@ def _segment(graph: Graph, k: int, decisions: list | None = None) -> tuple[list,
     crossing = [n for n in state.alone if recomputable(n) and live.spans[n][0] < peak < live.spans[n][1]
                 and peak not in _all_readers(state, n) and (n not in state.viewed or state.views.get(n) is not None)]
     cuts = _boundaries(live, crossing, fwd_last, peak, k)
+    stats: list[float] = [0] * len(_STATS)
+    if seen is not None:
+        if tuple(cuts) in seen:
+            return stats, {}
+        seen.add(tuple(cuts))
     kept = {n for n in fwd_last for b in cuts if pos[n] < b <= fwd_last[n]}  # The checkpoints.
     crossing_set = set(crossing)
-    stats: list[float] = [0] * len(_STATS)
     copies: dict[Node, list[Node]] = {}
     for lo, hi in zip([0, *cuts], cuts):
         targets = [n for n in crossing if lo <= pos[n] < hi and n not in kept]
@@ -1189,10 +1209,10 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
         timed = offload != "never"
         found: list[tuple] = []
         if offload != "disk":
-            segmented = []
+            segmented, cuts_seen = [], set()
             for k in SEGMENT_COUNTS:
                 g, dec = graph.copy(), list[TierChoice]()
-                stats, copies = _segment(g, k, dec)
+                stats, copies = _segment(g, k, dec, cuts_seen)
                 if stats[0]:
                     segmented.append((stats[5 if timed else 2], k, g, plan_memory(g), stats, copies, dec))
             for cost, k, g, p, stats, copies, dec in sorted(segmented, key=lambda c: (c[0], c[1])):
@@ -1215,8 +1235,24 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
         if offload != "never":
             dec = []
             best_fit = min((f[1] for f in found if f[0] <= room), default=None)
-            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True, inline=False)
             found.append((p.arena_bytes, stats[5], "offload", g, p, stats, dec))
+            if p.arena_bytes > room:
+                # The disk tier alone cannot fit it: a kernel reads more at once than the budget holds (the
+                # GELU backward and the five values it reads), and reloading them does not change that. Offload
+                # again with such kernels computing their elementwise inputs inline, and if that still misses,
+                # finish with what only recomputing does (offloading first wherever that still frees bytes):
+                # the budget is a promise with offload="disk" too.
+                dec = []
+                best_fit = min((f[1] for f in found if f[0] <= room), default=None)
+                g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True)
+                name = "offload+inline" if stats[0] else "offload"
+                if p.arena_bytes > room and (best_fit is None or stats[5] < best_fit):
+                    g, p, more = _greedy(g, room, p, {}, "disk-first", dec,
+                                         None if best_fit is None else best_fit - stats[5], True)
+                    stats = [a + b for a, b in zip(stats, more)]
+                    name += "+greedy" if more[0] else ""
+                found.append((p.arena_bytes, stats[5], name, g, p, stats, dec))
         report.candidates = [(name, arena, st[2], arena <= room, st[4], st[5])
                              for arena, _, name, _, _, st, _ in found]
         fits = [f for f in found if f[0] <= room]

@@ -31,8 +31,9 @@ task runs a graph, the node that failed; every other actor stops by itself
 (no thread is left behind).
 
 The state tracker: each actor records its own transitions (waiting, ready,
-running, done, failed, retrying) with timestamps and register occupancy (off
-with ``Plan(track=False)``: only the current state is kept); `status()`
+running, done, failed, retrying) with timestamps, its output registers in
+use and the bytes of the values they hold (`Actor.records`, ``Plan.records``;
+off with ``Plan(track=False)``: only the current state is kept); `status()`
 answers what every live actor is doing and waiting on, and with a
 `loom.profiler.profile` active every firing is an event on the actor's own
 thread (one row per actor in the Chrome trace).
@@ -133,8 +134,10 @@ class Plan:
         Names the plan in errors, `status()` and traces.
     track : bool
         Keep each actor's list of timestamped state transitions (``Plan.trace``
-        after a run). Off, actors keep only their current state (for
-        `status()`), which costs nothing measurable.
+        after a run: (seconds, state, detail); ``Plan.records``: the same
+        with the output registers in use and the bytes they hold). Off,
+        actors keep only their current state (for `status()`), which costs
+        nothing measurable.
     transport : loom.runtime.transport.Transport, optional
         How actors on different ranks talk (`MpiTransport`); needed when tasks
         are placed on ranks (``rank=``). Every process builds the same plan
@@ -147,6 +150,7 @@ class Plan:
         self.transport = transport
         self.tasks: list[Task] = []
         self.trace: dict[str, list] = {}
+        self.records: dict[str, list] = {}
         self._running: dict[str, Actor] = {}
 
     def _add(self, task: Task) -> Task:
@@ -359,6 +363,7 @@ class Plan:
             if serving:
                 wire.finish(None if deadline is None else max(1.0, deadline - time.monotonic()))
         self.trace = {name: a.transitions for name, a in actors_here.items()}
+        self.records = {name: a.records for name, a in actors_here.items()}
         if failure:
             raise _failure_error(self.name, *failure[0])
         why = next((a.stopped_by for a in actors_here.values() if a.stopped_by), None)
@@ -407,6 +412,12 @@ class Actor(threading.Thread):
         register"``; `waiting_on` says it in full), the iteration number
         (running), the error (failed, retrying). The record is a ring of
         `TRACK_CAPACITY` entries, written in place (the last ones are kept).
+    records : list of (seconds, state, detail, registers in use, bytes)
+        The same transitions with the register occupancy at each: output
+        registers holding a value not yet handed back, and that value's bytes
+        (`value_bytes`).
+    held_bytes : int
+        Bytes of the values in this actor's output registers now.
     """
 
     def __init__(self, task: Task, sink: list | None, failure: list, stop: threading.Event):
@@ -419,6 +430,8 @@ class Actor(threading.Thread):
         self.pending: list[list] = [[] for _ in task.inputs]   # Per input edge: (register, value) FIFO.
         self.free = list(range(task.registers))                  # Free output registers.
         self.acks: dict[int, int] = {}                          # Output register -> consumers still using it.
+        self.held: dict[int, int] = {}                          # Output register -> bytes of its value.
+        self.held_bytes = 0
         self.fired = 0
         self.state = "waiting"
         self.track = task.plan.track
@@ -448,17 +461,25 @@ class Actor(threading.Thread):
         self.state = state
         if self.track:
             n = self._count
-            self._ring[n & _TRACK_MASK] = (_clock_ns(), state, detail)
+            self._ring[n & _TRACK_MASK] = (_clock_ns(), state, detail, self.task.registers - len(self.free),
+                                           self.held_bytes)
             self._count = n + 1
+
+    def _kept(self) -> list:
+        n, ring = self._count, self._ring
+        if not ring:
+            return []
+        return ring[n & _TRACK_MASK:] + ring[:n & _TRACK_MASK] if n > TRACK_CAPACITY else ring[:n]
 
     @property
     def transitions(self) -> list[tuple[float, str, Any]]:
         """The recorded transitions, oldest first, in seconds (see the class docstring)."""
-        n, ring = self._count, self._ring
-        if not ring:
-            return []
-        kept = ring[n & _TRACK_MASK:] + ring[:n & _TRACK_MASK] if n > TRACK_CAPACITY else ring[:n]
-        return [(t * 1e-9, state, detail) for t, state, detail in kept]
+        return [(t * 1e-9, state, detail) for t, state, detail, _, _ in self._kept()]
+
+    @property
+    def records(self) -> list[tuple[float, str, Any, int, int]]:
+        """The recorded transitions with the output registers in use and their bytes at each, oldest first."""
+        return [(t * 1e-9, *rest) for t, *rest in self._kept()]
 
     def waiting_on(self) -> str:
         """What this actor needs before it can fire next, in words."""
@@ -532,6 +553,9 @@ class Actor(threading.Thread):
         reg = self.free.pop()
         if self.consumers:
             self.acks[reg] = len(self.consumers)
+            size = value_bytes(value)
+            self.held[reg] = size
+            self.held_bytes += size
             for c, k in self.consumers:
                 c.inbox.put(("data", k, reg, value))
         else:
@@ -547,6 +571,7 @@ class Actor(threading.Thread):
                 self.acks[reg] = left
             else:
                 del self.acks[reg]
+                self.held_bytes -= self.held.pop(reg, 0)
                 self.free.append(reg)
         elif kind == "stop":
             raise _Stopped(value)
@@ -647,14 +672,33 @@ def pipeline(source: Iterable, *stages: Callable, registers: int = 2, name: str 
     yield from plan.stream()
 
 
+def value_bytes(value: Any) -> int:
+    """Bytes of a register's value: an array's, or the arrays' in a tuple or list (one level); else 0."""
+    size = getattr(value, "nbytes", None)
+    if isinstance(size, (int, np.integer)):
+        return int(size)
+    if isinstance(value, (tuple, list)):
+        return sum(int(n) for n in (getattr(v, "nbytes", 0) for v in value) if isinstance(n, (int, np.integer)))
+    return 0
+
+
 def status(actors: Iterable[Actor] | None = None) -> list[dict]:
-    """What every live actor is doing: plan, task, state, iterations fired, registers in use, what it waits on."""
+    """What every live actor is doing: plan, task, state, iterations fired, registers in use and the bytes
+    they hold, what it waits on.
+
+    Examples
+    --------
+    >>> import loom
+    >>> loom.runtime.status()   # No plan running.
+    []
+    """
     rows = []
     for a in list(actors if actors is not None else _LIVE):
         if not a.is_alive() and actors is None:
             continue
         rows.append({"plan": a.task.plan.name, "task": a.task.name, "state": a.state, "fired": a.fired,
                      "registers_in_use": a.task.registers - len(a.free), "registers": a.task.registers,
+                     "register_bytes": a.held_bytes,
                      "waiting_on": a.waiting_on() if a.state == "waiting" else ""})
     return rows
 
@@ -664,7 +708,7 @@ def status_text(actors: Iterable[Actor] | None = None) -> str:
     lines = []
     for r in status(actors):
         line = f"{r['plan']}/{r['task']}: {r['state']} after {r['fired']} firings, " \
-               f"{r['registers_in_use']}/{r['registers']} registers in use"
+               f"{r['registers_in_use']}/{r['registers']} registers in use ({r['register_bytes']} B)"
         if r["waiting_on"]:
             line += f", waiting on {r['waiting_on']}"
         lines.append(line)

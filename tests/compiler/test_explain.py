@@ -96,3 +96,46 @@ def test_errors():
         explain(42)
     with pytest.raises(LoomError, match="a Graph takes no arguments"):
         explain(Graph(), loom.randn(2))
+
+
+def test_actor_tasks_under_a_budget_show_their_shares():
+    """runtime="actors": the budget split among independent branches, as the actor runtime splits it."""
+    rng = np.random.default_rng(0)
+    x = loom.tensor(rng.standard_normal((64, 64)).astype(np.float32))
+    w1, w2 = (loom.tensor(rng.standard_normal((64, 64)).astype(np.float32)) for _ in range(2))
+
+    def chain(x, w):   # `a` is read first and last: live across the chain unless recomputed.
+        a = x @ w
+        b = (a @ w).tanh()
+        c = (b @ w).tanh()
+        return ((c @ w + b) * a).sum()
+
+    def two(x, w1, w2):
+        return chain(x, w1), chain(x, w2)
+    assert explain(two, x, w1, w2, runtime="actors").plan_memory is None   # No budget: nothing to split.
+    loose = explain(two, x, w1, w2, memory_budget="1GiB", runtime="actors").plan_memory
+    assert loose.met and loose.registers == 2 and all(t.report is None for t in loose.tasks)
+    budget = loose.planned - 2 * 16384    # One 16 KiB value less per task.
+    e = explain(two, x, w1, w2, memory_budget=budget, runtime="actors")
+    mem = e.plan_memory
+    assert len(mem.tasks) == 2 and mem.budget == budget and mem.met and mem.planned <= budget
+    assert all(t.arena <= t.share and t.report.values > 0 for t in mem.tasks)
+    text = str(e)
+    assert "== memory plan (actor tasks) ==" in text and "over 2 actor tasks: met" in text
+    assert all(f"-- task {t.name}: rematerialisation --" in text for t in mem.tasks if t.report is not None)
+    assert "remat" not in [p.name for p in e.passes]   # The pass listing is the whole graph's, without the budget.
+    with pytest.raises(LoomError, match="runtime must be"):
+        explain(two, x, w1, w2, runtime="threads")
+
+
+def test_a_loom_function_is_explained_with_its_own_settings():
+    step = loom.function(lambda t: (t * 2.0).exp().sum(), memory_budget="1MiB", offload="auto")
+    with pytest.raises(LoomError, match="has not been traced yet"):
+        explain(step)
+    x = loom.ones(8, 8)
+    step(x), step(x)
+    e = explain(step)
+    assert e.remat is not None and e.remat.offload == "auto" and e.remat.budget == 2**20
+    assert "== memory plan ==" in str(e) and "policy none (offload='auto')" in str(e)
+    assert explain(step, x).remat.budget == 2**20       # With arguments: its function captured, its budget kept.
+    assert explain(step, memory_budget=None).remat.budget == 2**20   # None: the function's own.

@@ -173,6 +173,14 @@ def test_mlp_under_decreasing_budgets_is_bit_identical():
         assert "rematerialised" in fn.explain()
         # The cost model's choice and the plans it weighed, greedy among them.
         assert f"strategy {report.strategy} (fewest recomputed FLOPs" in fn.explain() and "greedy:" in fn.explain()
+        # loom.compiler.explain of the function: its traced step under its own budget, the same plan chosen.
+        e = loom.compiler.explain(fn)
+        text = str(e)
+        assert e.remat.strategy == report.strategy and e.memory.arena_bytes == _arena(fn)
+        total = _arena(fn) + out
+        assert (f"budget {report.budget / 2**20:.2f} MiB ({budget} B): met; arena " in text
+                and f"({total / budget:.3f} of the budget;" in text)
+        assert f"policy {report.strategy} (offload='never'): {report.values} values recomputed" in text
 
 
 def test_mlp_impossible_budget_warns_and_runs_the_best_plan():

@@ -102,12 +102,16 @@ def test_auto_picks_per_value_by_the_cost_model(monkeypatch):
 def test_gpt_step_under_a_quarter_of_its_arena_with_disk_offload_is_bit_identical(small_gpt):  # noqa: F811
     build, data = small_gpt
     base_losses, base_params, base_fn = _train(build, data, 3)
-    budget = _arena(base_fn) // 4
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always", loom.LoomWarning)
+    budget = _outputs(base_fn) + _arena(base_fn) // 4   # The returned arrays count against the budget.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", loom.LoomWarning)   # Met, so not warned about.
         losses, params, fn = _train(build, data, 3, budget, "disk")
     (report,) = fn.memory_reports
+    # The budget is a promise with the disk tier too: where reloading cannot lower a kernel's reads (the GELU
+    # backward's five inputs), those are computed inline, and what is left recomputed.
+    assert report.met and _arena(fn) + report.outputs <= budget and report.strategy.startswith("offload")
     assert report.offloaded > 0 and _arena(fn) < _arena(base_fn)
+    assert not any(t.choice == "recompute" for t in report.tiers) or "greedy" in report.strategy
     _assert_same(losses, base_losses)
     _assert_same(params, base_params)
     assert storage.disk().keys() == []

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import loom
+from loom.compiler import partition
 from loom.compiler.partition import PlanMemory
 from loom.compiler.remat import RematReport, output_bytes
 
@@ -89,6 +90,10 @@ def test_each_task_fits_its_share_bit_identically(baseline, frac):
         assert isinstance(t.report, RematReport) and t.report.recomputed > 0
     assert mem.arenas <= budget - outs < arenas
     assert step.memory_reports == [mem] and "over 2 actor tasks: met" in step.explain()
+    e = loom.compiler.explain(step)   # The plan the function runs with, each task's choice beside it.
+    text = str(e)
+    assert e.plan_memory is mem and "== memory plan (actor tasks) ==" in text
+    assert all(f"-- task {t.name}: rematerialisation --\n{t.report}" in text for t in mem.tasks)
 
 
 def test_registers_kept_when_the_budget_holds_them(baseline):
@@ -101,12 +106,19 @@ def test_registers_kept_when_the_budget_holds_them(baseline):
     assert all(t.report is None and t.arena == t.share for t in mem.tasks)   # Compiled as without a budget.
 
 
-def test_budget_that_cannot_be_met_names_the_smallest_feasible_one():
+def test_budget_that_cannot_be_met_names_the_smallest_feasible_one(monkeypatch):
     want_outs, want_params, prog, _ = _train(_two_models, depth=1)
     arenas = sum(t.run.plan.arena_bytes for t in prog.tasks)
     outs = sum(output_bytes(t.run.graph) for t in prog.tasks)
+    fitted = []
+    fit_task = partition._fit_task
+    monkeypatch.setattr(partition, "_fit_task", lambda part, *a: fitted.append((part.name, a[1])) or fit_task(part, *a))
     with pytest.raises(loom.MemoryBudgetError) as info:
         _train(_two_models, depth=1, memory_budget=outs, strict=True)
+    # No room beside the registers: each task is fitted once without a budget and once to its smallest arena
+    # (the share it gets, 0, is the smallest arena's: the same compile is not made twice).
+    assert sorted(fitted, key=str) == sorted(((t.name, s) for t in prog.tasks for s in (None, 0)), key=str)
+    monkeypatch.setattr(partition, "_fit_task", fit_task)
     msg = str(info.value)
     assert f"memory budget {outs / 2**10:.2f} KiB ({outs} B) cannot be met on the actor runtime" in msg
     smallest = int(msg.split("the smallest feasible budget is ")[1].split(" B")[0])

@@ -112,14 +112,14 @@ def test_status_says_what_a_blocked_actor_waits_on():
         return x
 
     plan = Plan("blocked")
-    src = plan.source("src", range(5), registers=1)
-    plan.task("held", held, [src])
+    src = plan.source("src", (np.full(256, i, np.float32) for i in range(5)), registers=1)
+    plan.task("held", lambda x: float(held(x)[0]), [src])
     th = threading.Thread(target=lambda: seen.setdefault("out", plan.run(timeout=30)))
     th.start()
     deadline = time.monotonic() + 10
     rows = []
     while time.monotonic() < deadline:
-        rows = [r for r in actors.status() if r["plan"] == "blocked"]
+        rows = [r for r in loom.runtime.status() if r["plan"] == "blocked"]   # The live query.
         states = {r["task"]: r for r in rows}
         if ("free output register" in states.get("src", {}).get("waiting_on", "")
                 and states.get("held", {}).get("state") == "running"):
@@ -127,12 +127,14 @@ def test_status_says_what_a_blocked_actor_waits_on():
         time.sleep(0.01)
     try:
         assert states["src"]["state"] == "waiting" and states["src"]["registers_in_use"] == 1
+        assert states["src"]["register_bytes"] == 1024   # The 256 float32 in its one register.
         assert "held" in states["src"]["waiting_on"]
+        assert "blocked/src: waiting after 1 firings, 1/1 registers in use (1024 B)" in loom.runtime.status_text()
         assert states["held"]["state"] == "running"
     finally:
         gate.set()
         th.join(10)
-    assert seen["out"] == list(range(5))
+    assert seen["out"] == [float(i) for i in range(5)]
     trace = plan.trace["held"]
     assert [s for _, s, _ in trace][-1] == "done" and "running" in [s for _, s, _ in trace]
     assert all(a <= b for (a, _, _), (b, _, _) in zip(trace, trace[1:]))
@@ -222,6 +224,22 @@ def test_pipeline_streams_and_overlaps_loading_with_the_consumer():
         list(loom.runtime.pipeline(range(3), bad))
 
 
+def test_loading_overlaps_the_consumer():
+    """The next item is read while the consumer still works on this one: it waits for that read to start
+    (with a timeout), which a sequential load-then-consume loop would never do."""
+    started = [threading.Event() for _ in range(5)]
+
+    def read(i):
+        started[i].set()
+        return i
+    got = []
+    for i, v in enumerate(loom.runtime.pipeline(range(5), read, lambda x: x * 2, registers=2)):
+        if i + 1 < 5:
+            assert started[i + 1].wait(10), f"item {i + 1} was not read while item {i} was consumed"
+        got.append(v)
+    assert got == [0, 2, 4, 6, 8]
+
+
 def test_tracker_keeps_the_last_transitions_in_a_ring(monkeypatch):
     monkeypatch.setattr(actors, "TRACK_CAPACITY", 8)
     monkeypatch.setattr(actors, "_TRACK_MASK", 7)
@@ -240,3 +258,22 @@ def test_tracker_keeps_the_last_transitions_in_a_ring(monkeypatch):
     off = Plan("ring_off", track=False)
     off.task("t", lambda x: x, [off.source("s", range(3))])
     assert off.run(timeout=30) == [0, 1, 2] and off.trace == {"s": [], "t": []}
+
+
+def test_tracker_records_register_occupancy_and_bytes():
+    """Each transition carries the output registers in use and the bytes of the values in them."""
+    plan = Plan("occupancy")
+    src = plan.source("src", (np.zeros(100 * (i + 1), np.float64) for i in range(6)), registers=2)
+    plan.task("slow", lambda x: time.sleep(0.005) or x.size, [src])
+    assert plan.run(timeout=30) == [100 * (i + 1) for i in range(6)]
+    records = plan.records["src"]
+    assert [r[:3] for r in records] == plan.trace["src"]
+    in_use = [r[3] for r in records]
+    assert max(in_use) == 2 and in_use[0] == 0   # Bounded by its registers (its last value may be in flight at "done").
+    # The bytes are those of the values still in flight: each a sum of distinct array sizes, 0 with none.
+    sizes = [800 * (i + 1) for i in range(6)]
+    sums = {0} | set(sizes) | {a + b for a in sizes for b in sizes if a < b}
+    assert all(r[4] in sums and (r[4] == 0) == (r[3] == 0) for r in records)
+    assert max(r[4] for r in records) >= 800 + 1600
+    assert {r[3] for r in plan.records["slow"]} == {0}   # The sink has no consumer: it holds nothing.
+    assert actors.value_bytes((np.zeros(3, np.int8), np.zeros(2, np.float32), "x")) == 11

@@ -46,8 +46,12 @@ def test_retryable_source_retries_with_backoff_and_records_retrying():
     assert time.perf_counter() - t >= 0.06
     retrying = [d for _, s, d in plan.trace["read"] if s == "retrying"]
     assert len(retrying) == 2
-    assert "attempt 2 of 4" in retrying[0] and "OSError: read 2 failed" in retrying[0]
-    assert "attempt 3 of 4" in retrying[1]
+    assert "attempt 2 of 4 in 0.02 s" in retrying[0] and "OSError: read 2 failed" in retrying[0]
+    assert "attempt 3 of 4 in 0.04 s" in retrying[1]
+    # Each retry runs only after its wait: the next transition comes at least that long after the record.
+    trace = plan.trace["read"]
+    for k, wait in zip([k for k, (_, s, _) in enumerate(trace) if s == "retrying"], (0.02, 0.04)):
+        assert trace[k + 1][0] - trace[k][0] >= wait
     assert _plan_threads("flaky_read") == []
 
 
