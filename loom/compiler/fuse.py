@@ -132,9 +132,12 @@ def fusible(node: Node) -> str | None:
     return None
 
 
-def find_groups(graph: Graph) -> list[list[Node]]:
-    """The fusion groups of `graph`, each a list of nodes in topological order ending with its root."""
-    order = graph.topological_order()
+def find_groups(graph: Graph, order: list[Node] | None = None) -> list[list[Node]]:
+    """The fusion groups of `graph`, each a list of nodes in topological order ending with its root.
+
+    `order`: the graph's `topological_order()`, when the caller has it already."""
+    if order is None:
+        order = graph.topological_order()
     pos = {n: k for k, n in enumerate(order)}
     outputs = set(graph.outputs)
     taken: set[Node] = set()
@@ -308,17 +311,24 @@ def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
     so each group computes it itself instead of reading it from memory. A copied
     group's own inputs may then qualify in turn: `rounds` bounds the cascade.
     """
+    return _recompute_cheap(graph, rounds)[0]
+
+
+def _recompute_cheap(graph: Graph, rounds: int) -> tuple[int, list[list[Node]] | None]:
+    """`recompute_cheap`, and the graph's fusion groups when its last round copied nothing (None otherwise):
+    the graph is then as that round grouped it, and `fuse` need not group it again."""
     outputs = set(graph.outputs)
     made = 0
     for _ in range(rounds):
-        groups = find_groups(graph)
+        order = graph.topological_order()  # One walk per round: the graph changes only after the reads below.
+        groups = find_groups(graph, order)
         owner = {m: k for k, members in enumerate(groups) for m in members}
         # Kernels reading a gather keep their inputs: the native driver runs gather * w -> scatter_add as one
         # sparse product when the product kernel reads exactly the gather and w.
-        gathered = {owner[c] for n in graph if n.op == "gather" for c in graph.consumers(n) if c in owner}
+        gathered = {owner[c] for n in order if n.op == "gather" for c in graph.consumers(n) if c in owner}
         before = made
         # Movement ops left out of every group (read by several) are free to recompute: index arithmetic.
-        loose = [[n] for n in graph if fusible(n) == "movement" and n not in owner]
+        loose = [[n] for n in order if fusible(n) == "movement" and n not in owner]
         # Readers first: a copy joins its readers' group (owner), so its own inputs may be copied this round.
         for members in list(reversed(groups)) + loose:
             root = members[-1]
@@ -341,8 +351,8 @@ def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
                             graph.set_input(c, k, mapping[root])
                 made += 1
         if made == before:
-            break
-    return made
+            return made, groups
+    return made, None
 
 
 def fuse(graph: Graph) -> Graph:
@@ -363,9 +373,9 @@ def fuse(graph: Graph) -> Graph:
     from loom.compiler.passes.prune import drop_unused
 
     consts: list[Node] = []
-    recompute_cheap(graph)
+    _, groups = _recompute_cheap(graph, 3)
     fused: list[Node] = []
-    for members in find_groups(graph):
+    for members in groups if groups is not None else find_groups(graph):
         consts += [i for m in members for i in m.inputs if i.op == "const"]
         fuse_group(graph, members, remove=False)
         fused += members
