@@ -132,17 +132,24 @@ def fusible(node: Node) -> str | None:
     return None
 
 
-def find_groups(graph: Graph, order: list[Node] | None = None) -> list[list[Node]]:
+def find_groups(graph: Graph, order: list[Node] | None = None,
+                roles: dict[Node, str | None] | None = None) -> list[list[Node]]:
     """The fusion groups of `graph`, each a list of nodes in topological order ending with its root.
 
-    `order`: the graph's `topological_order()`, when the caller has it already."""
+    `order`: the graph's `topological_order()`, when the caller has it already; `roles`: `fusible` of nodes
+    already asked (filled in for the others), for a caller that groups the graph again after editing it."""
     if order is None:
         order = graph.topological_order()
     pos = {n: k for k, n in enumerate(order)}
     outputs = set(graph.outputs)
     taken: set[Node] = set()
     groups: list[list[Node]] = []
-    roles = {n: fusible(n) for n in order}  # Each node's role, decided once (a node is met many times).
+    # Each node's role, decided once (a node is met many times; its op and its inputs' dtypes never change).
+    if roles is None:
+        roles = {}
+    for n in order:
+        if n not in roles:
+            roles[n] = fusible(n)
     users = graph._users  # Read only: consumers() would copy each node's list.
     for root in reversed(order):
         role = roles[root]
@@ -319,16 +326,17 @@ def _recompute_cheap(graph: Graph, rounds: int) -> tuple[int, list[list[Node]] |
     the graph is then as that round grouped it, and `fuse` need not group it again."""
     outputs = set(graph.outputs)
     made = 0
+    roles: dict[Node, str | None] = {}
     for _ in range(rounds):
         order = graph.topological_order()  # One walk per round: the graph changes only after the reads below.
-        groups = find_groups(graph, order)
+        groups = find_groups(graph, order, roles)
         owner = {m: k for k, members in enumerate(groups) for m in members}
         # Kernels reading a gather keep their inputs: the native driver runs gather * w -> scatter_add as one
         # sparse product when the product kernel reads exactly the gather and w.
         gathered = {owner[c] for n in order if n.op == "gather" for c in graph.consumers(n) if c in owner}
         before = made
         # Movement ops left out of every group (read by several) are free to recompute: index arithmetic.
-        loose = [[n] for n in order if fusible(n) == "movement" and n not in owner]
+        loose = [[n] for n in order if roles[n] == "movement" and n not in owner]
         # Readers first: a copy joins its readers' group (owner), so its own inputs may be copied this round.
         for members in list(reversed(groups)) + loose:
             root = members[-1]
