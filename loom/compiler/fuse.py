@@ -324,6 +324,8 @@ def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
 def _recompute_cheap(graph: Graph, rounds: int) -> tuple[int, list[list[Node]] | None]:
     """`recompute_cheap`, and the graph's fusion groups when its last round copied nothing (None otherwise):
     the graph is then as that round grouped it, and `fuse` need not group it again."""
+    from loom.compiler.passes.prune import keep_walk_order
+
     outputs = set(graph.outputs)
     made = 0
     roles: dict[Node, str | None] = {}
@@ -334,7 +336,7 @@ def _recompute_cheap(graph: Graph, rounds: int) -> tuple[int, list[list[Node]] |
         # Kernels reading a gather keep their inputs: the native driver runs gather * w -> scatter_add as one
         # sparse product when the product kernel reads exactly the gather and w.
         gathered = {owner[c] for n in order if n.op == "gather" for c in graph.consumers(n) if c in owner}
-        before = made
+        before, start, copies = made, list(graph._nodes), []
         # Movement ops left out of every group (read by several) are free to recompute: index arithmetic.
         loose = [[n] for n in order if roles[n] == "movement" and n not in owner]
         # Readers first: a copy joins its readers' group (owner), so its own inputs may be copied this round.
@@ -353,6 +355,7 @@ def _recompute_cheap(graph: Graph, rounds: int) -> tuple[int, list[list[Node]] |
                     mapping[m] = graph.add_node(m.op, [mapping.get(i, i) for i in m.inputs], dict(m.attrs),
                                                 name=m.name)
                     owner[mapping[m]] = gid
+                    copies.append(mapping[m])
                 for c in cs:
                     for k, i in enumerate(c.inputs):
                         if i is root:
@@ -360,6 +363,7 @@ def _recompute_cheap(graph: Graph, rounds: int) -> tuple[int, list[list[Node]] |
                 made += 1
         if made == before:
             return made, groups
+        keep_walk_order(graph, start, copies)  # The next round's walk, without walking.
     return made, None
 
 
@@ -378,19 +382,22 @@ def fuse(graph: Graph) -> Graph:
     >>> [n.op for n in g.outputs[0].attrs["body"]]
     ['input', 'neg', 'exp', 'sum']
     """
-    from loom.compiler.passes.prune import drop_unused
+    from loom.compiler.passes.prune import drop_unused, keep_walk_order
 
     consts: list[Node] = []
     _, groups = _recompute_cheap(graph, 3)
     fused: list[Node] = []
+    made: list[Node] = []
+    start = list(graph._nodes)
     for members in groups if groups is not None else find_groups(graph):
         consts += [i for m in members for i in m.inputs if i.op == "const"]
-        fuse_group(graph, members, remove=False)
+        made.append(fuse_group(graph, members, remove=False))
         fused += members
     if fused:
         graph.remove_subgraph(fused)  # One removal for every group: each pass over the graph's lists is once.
     drop_unused(graph, consts)  # Constants copied into bodies and used nowhere else.
     # The fused nodes were appended after their consumers: store the nodes in the order topological_order
     # gives, so the passes after this one and the executor get it without walking the graph again.
-    graph._nodes = dict.fromkeys(graph.topological_order())
+    if not keep_walk_order(graph, start, made):
+        graph._nodes = dict.fromkeys(graph.topological_order())
     return graph
