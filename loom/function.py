@@ -281,9 +281,33 @@ def _add_traced(g: Graph, n: Node, inputs: tuple[Node, ...]) -> Node:
     and dtype from inputs of the same shapes and dtypes when it was recorded, so they are not inferred again."""
     if n.op not in PRIMITIVES or n.op in ("input", "buffer"):
         return g.add_node(n.op, inputs, _node_attrs(n))  # (Raises, naming what is wrong.)
-    node = Node(n.op, inputs, _canon_attrs(n.attrs, "add_node"), tuple(map(int, n.shape)), dt.as_dtype(n.dtype),
-                inputs[0].device if inputs else "cpu")
+    attrs = _plain_attrs(n.attrs)
+    node = Node(n.op, inputs, attrs if attrs is not None else _canon_attrs(n.attrs, "add_node"),
+                tuple(map(int, n.shape)), dt.as_dtype(n.dtype), inputs[0].device if inputs else "cpu")
     return g._insert(node)
+
+
+_PLAIN = frozenset({int, float, bool, str, type(None), dt.DType})
+
+
+def _plain_attrs(attrs: dict) -> dict | None:
+    """A copy of `attrs` when it is in the Graph's canonical form already (Python scalars, dtypes, tuples of
+    ints: almost every traced op's), else None (`_canon_attrs` converts it). A retrace meets thousands."""
+    for k, v in attrs.items():
+        t = type(v)
+        if type(k) is not str:
+            return None
+        if t in _PLAIN:
+            if k == "dtype" and t is not dt.DType:
+                return None
+            continue
+        if t is tuple and k != "dtype":
+            for x in v:
+                if type(x) is not int:
+                    return None
+            continue
+        return None
+    return dict(attrs)
 
 
 def _topo(roots: list[Node]) -> list[Node]:

@@ -132,14 +132,24 @@ def fusible(node: Node) -> str | None:
     return None
 
 
-def find_groups(graph: Graph) -> list[list[Node]]:
-    """The fusion groups of `graph`, each a list of nodes in topological order ending with its root."""
-    order = graph.topological_order()
+def find_groups(graph: Graph, order: list[Node] | None = None,
+                roles: dict[Node, str | None] | None = None) -> list[list[Node]]:
+    """The fusion groups of `graph`, each a list of nodes in topological order ending with its root.
+
+    `order`: the graph's `topological_order()`, when the caller has it already; `roles`: `fusible` of nodes
+    already asked (filled in for the others), for a caller that groups the graph again after editing it."""
+    if order is None:
+        order = graph.topological_order()
     pos = {n: k for k, n in enumerate(order)}
     outputs = set(graph.outputs)
     taken: set[Node] = set()
     groups: list[list[Node]] = []
-    roles = {n: fusible(n) for n in order}  # Each node's role, decided once (a node is met many times).
+    # Each node's role, decided once (a node is met many times; its op and its inputs' dtypes never change).
+    if roles is None:
+        roles = {}
+    for n in order:
+        if n not in roles:
+            roles[n] = fusible(n)
     users = graph._users  # Read only: consumers() would copy each node's list.
     for root in reversed(order):
         role = roles[root]
@@ -308,17 +318,27 @@ def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
     so each group computes it itself instead of reading it from memory. A copied
     group's own inputs may then qualify in turn: `rounds` bounds the cascade.
     """
+    return _recompute_cheap(graph, rounds)[0]
+
+
+def _recompute_cheap(graph: Graph, rounds: int) -> tuple[int, list[list[Node]] | None]:
+    """`recompute_cheap`, and the graph's fusion groups when its last round copied nothing (None otherwise):
+    the graph is then as that round grouped it, and `fuse` need not group it again."""
+    from loom.compiler.passes.prune import keep_walk_order
+
     outputs = set(graph.outputs)
     made = 0
+    roles: dict[Node, str | None] = {}
     for _ in range(rounds):
-        groups = find_groups(graph)
+        order = graph.topological_order()  # One walk per round: the graph changes only after the reads below.
+        groups = find_groups(graph, order, roles)
         owner = {m: k for k, members in enumerate(groups) for m in members}
         # Kernels reading a gather keep their inputs: the native driver runs gather * w -> scatter_add as one
         # sparse product when the product kernel reads exactly the gather and w.
-        gathered = {owner[c] for n in graph if n.op == "gather" for c in graph.consumers(n) if c in owner}
-        before = made
+        gathered = {owner[c] for n in order if n.op == "gather" for c in graph.consumers(n) if c in owner}
+        before, start, copies = made, list(graph._nodes), []
         # Movement ops left out of every group (read by several) are free to recompute: index arithmetic.
-        loose = [[n] for n in graph if fusible(n) == "movement" and n not in owner]
+        loose = [[n] for n in order if roles[n] == "movement" and n not in owner]
         # Readers first: a copy joins its readers' group (owner), so its own inputs may be copied this round.
         for members in list(reversed(groups)) + loose:
             root = members[-1]
@@ -335,14 +355,16 @@ def recompute_cheap(graph: Graph, rounds: int = 3) -> int:
                     mapping[m] = graph.add_node(m.op, [mapping.get(i, i) for i in m.inputs], dict(m.attrs),
                                                 name=m.name)
                     owner[mapping[m]] = gid
+                    copies.append(mapping[m])
                 for c in cs:
                     for k, i in enumerate(c.inputs):
                         if i is root:
                             graph.set_input(c, k, mapping[root])
                 made += 1
         if made == before:
-            break
-    return made
+            return made, groups
+        keep_walk_order(graph, start, copies)  # The next round's walk, without walking.
+    return made, None
 
 
 def fuse(graph: Graph) -> Graph:
@@ -360,19 +382,22 @@ def fuse(graph: Graph) -> Graph:
     >>> [n.op for n in g.outputs[0].attrs["body"]]
     ['input', 'neg', 'exp', 'sum']
     """
-    from loom.compiler.passes.prune import drop_unused
+    from loom.compiler.passes.prune import drop_unused, keep_walk_order
 
     consts: list[Node] = []
-    recompute_cheap(graph)
+    _, groups = _recompute_cheap(graph, 3)
     fused: list[Node] = []
-    for members in find_groups(graph):
+    made: list[Node] = []
+    start = list(graph._nodes)
+    for members in groups if groups is not None else find_groups(graph):
         consts += [i for m in members for i in m.inputs if i.op == "const"]
-        fuse_group(graph, members, remove=False)
+        made.append(fuse_group(graph, members, remove=False))
         fused += members
     if fused:
         graph.remove_subgraph(fused)  # One removal for every group: each pass over the graph's lists is once.
     drop_unused(graph, consts)  # Constants copied into bodies and used nowhere else.
     # The fused nodes were appended after their consumers: store the nodes in the order topological_order
     # gives, so the passes after this one and the executor get it without walking the graph again.
-    graph._nodes = dict.fromkeys(graph.topological_order())
+    if not keep_walk_order(graph, start, made):
+        graph._nodes = dict.fromkeys(graph.topological_order())
     return graph

@@ -42,6 +42,7 @@ import mmap
 import os
 import sys
 import threading
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -601,17 +602,31 @@ class NativeProgram:
         # they were, with or without donation.
         last_fallible = max((pos[k] for k, st in enumerate(steps) if st.out not in self._virtual and
                              _may_fail(st.node)), default=-1)
+        # Indexes built once for all pairs (a training step has hundreds): the steps writing each buffer,
+        # the steps reading each root value, and the roots outputs read after the walk.
+        virtual, root = self._virtual, self._root
+        writers_of: dict[int, list[int]] = {}
+        readers_of: dict[int, list[int]] = {}
+        for k, st in enumerate(steps):
+            if st.out in virtual:
+                continue
+            writers_of.setdefault(locs[st.out].base, []).append(k)
+            for r in {root(a) for a in st.args}:
+                readers_of.setdefault(r, []).append(k)
+        slot_count = Counter(out_slots)
+        read_after = {root(s) for s in out_slots if self._out_base.get(s) is None}
         found: dict[int, int] = {}
         for p, i in pairs:
             s = out_slots[p]
             j = self._out_base.get(s)
-            if j is None or out_slots.count(s) != 1 or not -1 <= i < nin:
+            if j is None or slot_count[s] != 1 or not -1 <= i < nin:
                 continue
-            writers = [k for k, st in enumerate(steps) if st.out not in self._virtual and locs[st.out].base == j]
+            writers = writers_of.get(j, [])
             if len(writers) != 1 or writers[0] in chained:
                 continue
             w = writers[0]
-            if pos[w] <= last_fallible or (i >= 0 and not self._reads_before(w, i, pos, out_slots)):
+            if pos[w] <= last_fallible or (i >= 0 and not self._reads_before(w, i, pos, readers_of.get(i, []),
+                                                                            read_after)):
                 continue
             found[p] = j - 1 - nin
         with self._lock:
@@ -621,27 +636,24 @@ class NativeProgram:
             self._kept = [j for j in range(len(self._out_specs)) if j not in self._donated]
         return found
 
-    def _reads_before(self, w: int, i: int, pos: list[int], out_slots: list[int]) -> bool:
-        """Whether input `i` is read only before step `w` runs, or by `w` itself element for element."""
+    def _reads_before(self, w: int, i: int, pos: list[int], readers: list[int], read_after: set[int]) -> bool:
+        """Whether input `i` is read only before step `w` runs, or by `w` itself element for element
+        (`readers`: the steps reading `i`, through views too; `read_after`: what outputs read after the walk)."""
         steps = self._steps
-        for k, st in enumerate(steps):
-            if st.out in self._virtual:
-                continue
-            roots = [self._root(a) for a in st.args]
-            if i not in roots:
-                continue
+        for k in readers:
             if k == w:
                 # The kernel reads the input itself where it writes (the driver's kernels check that the
                 # element-for-element read holds and refuse the call otherwise); an integer division could
                 # stop it half done, and Python would rerun it on the half-written input.
+                st = steps[k]
                 body = st.node.attrs.get("body") if st.node.op == "fused" else None
-                if body is None or any(a != i for a, r in zip(st.args, roots) if r == i) or \
+                if body is None or any(a != i for a in st.args if self._root(a) == i) or \
                         any(m.op in ("div", "floordiv", "mod") and not m.dtype.is_floating_point for m in body):
                     return False
             elif pos[k] >= pos[w]:
                 return False
         # An output that is the input itself (or a view of it) is read after the walk.
-        return not any(self._out_base.get(s) is None and self._root(s) == i for s in out_slots)
+        return i not in read_after
 
     # ------------------------------------------------------------ describing
     def segments(self) -> int:

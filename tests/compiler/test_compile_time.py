@@ -298,8 +298,8 @@ def test_a_new_batch_size_gives_what_a_fresh_compile_at_that_size_gives(monkeypa
 
 def test_a_new_batch_size_builds_nothing_and_infers_no_traced_node_again(fresh_cache, monkeypatch):
     """Counted, not timed: at a new batch size no kernel is built, the trace's nodes enter the graph without
-    their shapes being inferred again, and the pipeline walks the graph depth-first only after fusion
-    (a graph built in order is its own topological order)."""
+    their shapes being inferred again, and the pipeline never walks the graph depth-first (a graph built in
+    order is its own topological order, and each pass leaves it in order)."""
     from loom.ir import graph as graph_module
     monkeypatch.setattr(pipeline, "VERIFY_PASSES", False)
     _, step = _mlp_step()
@@ -327,9 +327,39 @@ def test_a_new_batch_size_builds_nothing_and_infers_no_traced_node_again(fresh_c
     # Placeholders, fused nodes and the constants folding makes are new nodes; no traced op is inferred again.
     rewritten = [op for op in inferred if op not in ("input", "fused", "const")]
     assert len(rewritten) < len(traced) // 10, rewritten  # The nodes simplify rewrites.
-    # A depth-first walk only where a pass has appended nodes that earlier nodes now read (simplify's and
-    # fold's new nodes, the copies `fuse.recompute_cheap` makes of cheap shared values, the fused nodes), never
-    # per fused body (hundreds); fusion stores the order it walked, so the fused graph is walked once:
-    # inplace, memory and the executor take that order.
-    assert 0 < len(walks) <= 5, walks
-    assert walks.count(len(entry.exe.graph)) == 1, walks
+    # No depth-first walk: a pass that appends nodes earlier nodes now read (fold's and simplify's new nodes,
+    # the copies `fuse.recompute_cheap` makes of cheap shared values, the fused nodes) stores the order the walk
+    # would give (`passes.prune.keep_walk_order`), so the next pass, inplace, memory and the executor take it
+    # as it is; never a walk per fused body (hundreds).
+    assert walks == [], walks
+
+
+@pytest.mark.parametrize("make, data", [(_mlp_step, _batch), (_tiny_gpt_step, _tokens)], ids=["mlp", "gpt"])
+def test_a_step_compiled_at_8_then_called_at_4_and_16_matches_fresh_compiles(monkeypatch, make, data):
+    """Bit for bit, and with no kernel built: one function compiled at batch 8 and then called at 4, 16 and 8
+    again, against a fresh function compiled first at each new size (from the same state)."""
+    monkeypatch.setenv("LOOM_CODEGEN_SYNC", "1")
+    runs = []
+    for reuse in (True, False):
+        model, step = make()
+        fn = loom.function(step)
+        for k in range(2):  # The eager warm-up call, then the trace at batch 8.
+            fn(*data(8, k)).item()
+        seen = []
+        for k, n in ((2, 4), (3, 16)):
+            call = fn if reuse else loom.function(step, warmup=0)  # A fresh one compiles first at n.
+            loom.codegen.reset_stats()
+            traces = call.trace_count
+            seen.append((call(*data(n, k)).item(), _state(model)))
+            assert call.trace_count == traces + 1
+            if reuse:
+                assert loom.codegen.stats()["builds"] == 0, loom.codegen.stats()
+        traces = fn.trace_count
+        seen.append((fn(*data(8, 4)).item(), _state(model)))  # Batch 8 again: replayed, not traced.
+        assert fn.trace_count == traces
+        runs.append(seen)
+    for (loss_a, state_a), (loss_b, state_b) in zip(*runs):
+        assert loss_a == loss_b
+        assert len(state_a) == len(state_b) > 0
+        for a, b in zip(state_a, state_b):
+            np.testing.assert_array_equal(a, b)

@@ -14,7 +14,7 @@ import numpy as np
 
 from loom.compiler.constants import FOLDABLE_SOURCES, const_attrs, nbytes, source_value, uniform_value
 from loom.compiler.passes.registry import register_pass
-from loom.compiler.passes.prune import drop_unused
+from loom.compiler.passes.prune import drop_unused, keep_walk_order
 from loom.errors import LoomError
 from loom.ir import collective, ops
 from loom.ir.graph import Graph, _frozen
@@ -77,8 +77,11 @@ def fold(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> Graph:
             values[n] = source_value(n)
         return values[n]
 
+    before = list(graph._nodes)
+    order = graph.topological_order()
+    made: list[Node] = []
     with np.errstate(all="ignore"):
-        for node in graph.topological_order():
+        for node in order:
             if not node.inputs or not all(i.op in FOLDABLE_SOURCES for i in node.inputs) or \
                     ops.PRIMITIVES[node.op].kind == collective.KIND:
                 continue
@@ -103,6 +106,9 @@ def fold(graph: Graph, max_bytes: int = MAX_FOLD_BYTES) -> Graph:
                 values[new] = new.buffer
             graph.replace(node, new)
             drop_unused(graph, [node])
+            made.append(new)
+    if made:
+        keep_walk_order(graph, before, made)
     return graph
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from loom import dtypes as dt
 from loom.compiler.constants import scalar, uniform_value
 from loom.compiler.passes.registry import register_pass
-from loom.compiler.passes.prune import drop_unused
+from loom.compiler.passes.prune import drop_unused, keep_walk_order
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 from loom.runtime import reference
@@ -202,6 +202,7 @@ def simplify(graph: Graph, fast_math: bool = False) -> Graph:
     ['input']
     """
     replaced: list[Node] = []
+    before, added = list(graph._nodes), []
     for node in graph.topological_order():
         if node not in graph or node.op in ("input", "buffer"):
             continue
@@ -214,12 +215,15 @@ def simplify(graph: Graph, fast_math: bool = False) -> Graph:
             if isinstance(result, tuple):
                 op, ins, attrs = result
                 result = graph.add_node(op, ins, attrs, name=current.name)
+                added.append(result)
             graph.replace(current, result, check_cycles=False)  # Built from current's ancestors.
             replaced.append(current)
             if not made:
                 break  # An existing node: an ancestor, already simplified.
             current = result
     drop_unused(graph, replaced)
+    if added:
+        keep_walk_order(graph, before, added)
     return graph
 
 
