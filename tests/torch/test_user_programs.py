@@ -1,0 +1,63 @@
+"""What a PyTorch user sees from loom.torch: names printed as PyTorch prints them, graph introspection, conversions.
+
+Each test is a fault found by running tutorial-style PyTorch programs under `import loom.torch as torch`.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+import loom
+import loom.torch as torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dtype_and_size_print_as_torch_in_a_torch_program():
+    x = torch.ones(2, 3, dtype=torch.float64)
+    assert str(x.dtype) == "torch.float64" and repr(torch.int64) == "torch.int64"
+    assert f"{torch.bfloat16}" == "torch.bfloat16"
+    assert str(x.shape) == "torch.Size([2, 3])"
+    assert repr(x).endswith("dtype=torch.float64)")
+
+
+def test_loom_program_keeps_loom_names(tmp_path):
+    # A native program in the same interpreter state keeps loom's own spelling.
+    script = tmp_path / "native.py"
+    script.write_text("import loom\nx = loom.ones(2, dtype=loom.int32)\n"
+                      "print(x.dtype, x.shape, repr(x), x.type())\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "loom.int32 loom.Size([2]) tensor([1, 1], dtype=loom.int32) loom.int32"
+
+
+def test_tensor_type_gives_and_takes_legacy_type_names():
+    x = torch.ones(2)
+    assert x.type() == "torch.FloatTensor" and x.long().type() == "torch.LongTensor"
+    assert x.type("torch.LongTensor").dtype is torch.int64
+    assert x.type("torch.DoubleTensor").dtype is torch.float64
+    assert x.type("torch.int8").dtype is torch.int8
+
+
+def test_parameter_dict_repr_uses_legacy_type_names():
+    pd = torch.nn.ParameterDict({"a": torch.nn.Parameter(torch.ones(2, 3))})
+    assert "(a): Parameter containing: [torch.FloatTensor of size 2x3]" in repr(pd)
+
+
+def test_grad_fn_prints_and_walks_like_pytorch():
+    w = torch.ones(2, requires_grad=True)
+    y = (w * 2).sum()
+    assert repr(y).endswith("grad_fn=<SumBackward0>)")
+    assert repr(y.grad_fn).startswith("<SumBackward0 object at 0x")
+    (mul, k), = y.grad_fn.next_functions
+    assert k == 0 and repr(mul).startswith("<MulBackward0 object")
+    (acc, _), (const, _) = mul.next_functions
+    assert repr(acc).startswith("<AccumulateGrad object") and acc.variable is w and const is None
+    y.backward()
+    assert repr(y.grad_fn).startswith("<SumBackward0 object")
+
+
+def test_finfo_and_iinfo_print_as_pytorch():
+    assert torch.finfo(torch.float32).resolution == 1e-06
+    assert repr(torch.iinfo(torch.int32)) == "iinfo(min=-2.14748e+09, max=2.14748e+09, dtype=int32)"
+    assert loom.float32 is torch.float32
