@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import loom
 import loom.torch as torch
 
@@ -61,3 +63,9 @@ def test_finfo_and_iinfo_print_as_pytorch():
     assert torch.finfo(torch.float32).resolution == 1e-06
     assert repr(torch.iinfo(torch.int32)) == "iinfo(min=-2.14748e+09, max=2.14748e+09, dtype=int32)"
     assert loom.float32 is torch.float32
+
+
+def test_empty_parameter_list_is_a_value_error():
+    # PyTorch raises ValueError; programs catch that.
+    with pytest.raises(ValueError, match="empty parameter list"):
+        torch.optim.SGD([], lr=0.1)
