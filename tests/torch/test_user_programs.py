@@ -69,3 +69,15 @@ def test_empty_parameter_list_is_a_value_error():
     # PyTorch raises ValueError; programs catch that.
     with pytest.raises(ValueError, match="empty parameter list"):
         torch.optim.SGD([], lr=0.1)
+
+
+def test_jit_save_load_round_trips_a_traced_module(tmp_path):
+    m = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh())
+    x = torch.randn(4, 3)
+    traced = torch.jit.trace(m, x)
+    torch.jit.save(traced, str(tmp_path / "m.pt"))
+    loaded = torch.jit.load(str(tmp_path / "m.pt"), map_location="cpu")
+    assert torch.equal(loaded(x), m(x))
+    (tmp_path / "bad.pt").write_bytes(b"not a zip")
+    with pytest.raises(RuntimeError, match="not a module saved by loom's torch.jit.save"):
+        torch.jit.load(str(tmp_path / "bad.pt"))
