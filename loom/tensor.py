@@ -1018,9 +1018,13 @@ class Tensor:
         return self._inplace("bitwise_right_shift_", lambda s: s >> other)
 
     def __eq__(self, other):  # type: ignore[override]
+        if other is None:  # `t == None` is False and `t != None` True, as in PyTorch (identity comparison).
+            return NotImplemented
         return binary("eq", self, other)
 
     def __ne__(self, other):  # type: ignore[override]
+        if other is None:
+            return NotImplemented
         return binary("ne", self, other)
 
     def __lt__(self, other):

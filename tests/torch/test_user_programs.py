@@ -81,3 +81,9 @@ def test_jit_save_load_round_trips_a_traced_module(tmp_path):
     (tmp_path / "bad.pt").write_bytes(b"not a zip")
     with pytest.raises(RuntimeError, match="not a module saved by loom's torch.jit.save"):
         torch.jit.load(str(tmp_path / "bad.pt"))
+
+
+def test_comparing_a_tensor_with_none_is_plain_identity():
+    x = torch.ones(2)
+    assert (x == None) is False and (x != None) is True  # noqa: E711
+    assert x in [None, x] and [t for t in (None, x) if t != None] == [x]  # noqa: E711
