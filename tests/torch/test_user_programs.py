@@ -87,3 +87,32 @@ def test_comparing_a_tensor_with_none_is_plain_identity():
     x = torch.ones(2)
     assert (x == None) is False and (x != None) is True  # noqa: E711
     assert x in [None, x] and [t for t in (None, x) if t != None] == [x]  # noqa: E711
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
+def test_norms_keep_a_low_precision_input_dtype_and_compute_in_float32(low):
+    # PyTorch's BatchNorm/GroupNorm/LayerNorm (fp32 parameters) on a bf16 input, as under CPU autocast, give bf16.
+    F = torch.nn.functional
+    x = torch.randn(3, 4, 5, 5).to(low)
+    xf = x.float()
+    cases = [
+        lambda t: F.batch_norm(t, torch.zeros(4), torch.ones(4), torch.rand(4), torch.rand(4), training=True),
+        lambda t: F.batch_norm(t, torch.zeros(4), torch.ones(4), torch.rand(4), torch.rand(4), training=False),
+        lambda t: F.instance_norm(t, weight=torch.ones(4), bias=torch.zeros(4)),
+        lambda t: F.group_norm(t, 2, torch.ones(4), torch.zeros(4)),
+        lambda t: F.layer_norm(t, (5,), torch.ones(5), torch.zeros(5)),
+        lambda t: F.rms_norm(t, (5,), torch.ones(5), eps=1e-6),
+    ]
+    for k, fn in enumerate(cases):
+        torch.manual_seed(k)
+        y = fn(x)
+        torch.manual_seed(k)
+        want = fn(xf).to(low)
+        assert y.dtype is low, (k, y.dtype)
+        assert torch.equal(y, want), k
+    bn = torch.nn.BatchNorm2d(4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = bn(torch.nn.Conv2d(4, 4, 1)(xf))
+    assert h.dtype is torch.bfloat16 and bn.running_mean.dtype is torch.float32
+    h.float().sum().backward()
+    assert bn.weight.grad.dtype is torch.float32
