@@ -116,3 +116,18 @@ def test_norms_keep_a_low_precision_input_dtype_and_compute_in_float32(low):
     assert h.dtype is torch.bfloat16 and bn.running_mean.dtype is torch.float32
     h.float().sum().backward()
     assert bn.weight.grad.dtype is torch.float32
+
+
+def test_values_indices_results_are_named_and_print_as_torch_return_types():
+    x = torch.tensor([[1.0, 3.0], [2.0, 0.0]])
+    r = x.max(dim=1)
+    assert type(r).__name__ == "max" and r._fields == ("values", "indices")
+    assert repr(r) == "torch.return_types.max(\nvalues=tensor([3., 2.]),\nindices=tensor([1, 0]))"
+    v, i = torch.sort(x[0], descending=True)
+    assert repr(torch.sort(x[0])).startswith("torch.return_types.sort(\nvalues=") and i.tolist() == [1, 0]
+    for op, res in (("min", x.min(0)), ("topk", x.topk(1)), ("kthvalue", x.kthvalue(1)),
+                    ("median", x.median(1)), ("mode", x.mode(1)), ("cummax", x.cummax(0))):
+        assert type(res).__name__ == op and isinstance(res, tuple)
+    import pickle
+    back = pickle.loads(pickle.dumps(r))
+    assert type(back).__name__ == "max" and torch.equal(back.values, r.values)
