@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loom._naming import namespace
 from loom.errors import DTypeError
 
 
@@ -52,7 +53,7 @@ class DType:
         return np.float32 if self.name == "bfloat16" else self.np.type
 
     def __repr__(self) -> str:
-        return f"loom.{self.name}"
+        return f"{namespace()}.{self.name}"  # torch.float32 to a loom.torch program.
 
     def __reduce__(self):
         return (from_name, (self.name,))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from loom import _upper
+from loom import _naming, _upper
 from loom import dtypes as dt
 from loom.autograd.grad_mode import is_grad_enabled
 from loom.errors import (AutogradError, DeviceError, DTypeError, LoomError, LoomIndexError, LoomTypeError,
@@ -55,6 +55,39 @@ class Context:
     @property
     def name(self) -> str:
         return self.prim.name
+
+    def __repr__(self) -> str:
+        return f"<{_naming.grad_fn_name(self.name)} object at {id(self):#x}>"
+
+    @property
+    def next_functions(self) -> tuple:
+        """PyTorch's view of the graph: per input, (its backward record or accumulator or None, 0)."""
+        return tuple((_next_function(t), 0) for t in self.inputs)
+
+
+class _AccumulateGrad:
+    """What `next_functions` shows for a leaf that requires grad, as PyTorch's AccumulateGrad."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable) -> None:
+        self.variable = variable
+
+    next_functions: tuple = ()
+
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"
+
+    def __repr__(self) -> str:
+        return f"<AccumulateGrad object at {id(self):#x}>"
+
+
+def _next_function(t):
+    if not isinstance(t, Tensor):
+        return None
+    if t._ctx is not None:
+        return t._ctx
+    return _AccumulateGrad(t) if t.requires_grad else None
 
 
 class Tensor:
@@ -410,7 +443,7 @@ class Tensor:
             if self.dtype not in (dt.get_default_dtype(), dt.to_complex(dt.get_default_dtype()), dt.int64, dt.bool_):
                 suffixes.append(f"dtype={self.dtype!r}")
         if self._ctx is not None and self.requires_grad:
-            suffixes.append(f"grad_fn=<{self._ctx.name.capitalize()}Backward>")
+            suffixes.append(f"grad_fn=<{_naming.grad_fn_name(self._ctx.name)}>")
         elif self.requires_grad:
             suffixes.append("requires_grad=True")
         return _add_suffixes("tensor(" + body, suffixes, len("tensor("))
@@ -545,10 +578,16 @@ class Tensor:
 
     def type(self, dtype=None, non_blocking: bool = False):
         if dtype is None:
+            if _naming.namespace() == "torch":  # PyTorch's legacy type name, "torch.FloatTensor".
+                return f"torch.{_naming.TORCH_TYPE_NAMES.get(self.dtype.name, self.dtype.name)}"
             return f"loom.{self.dtype.name}"
         legacy = getattr(dtype, "dtype", None)
         if isinstance(dtype, type) and isinstance(legacy, dt.DType):
             dtype = legacy  # A legacy tensor type such as torch.LongTensor (loom.torch).
+        elif isinstance(dtype, str):  # "torch.LongTensor", "torch.int64" or "int64".
+            short = dtype.rpartition(".")[2]
+            names = {v: k for k, v in _naming.TORCH_TYPE_NAMES.items()}
+            dtype = dt.from_name(names.get(short, short))
         return self.to(dtype)
 
     def type_as(self, other: Tensor) -> Tensor:
@@ -979,9 +1018,13 @@ class Tensor:
         return self._inplace("bitwise_right_shift_", lambda s: s >> other)
 
     def __eq__(self, other):  # type: ignore[override]
+        if other is None:  # `t == None` is False and `t != None` True, as in PyTorch (identity comparison).
+            return NotImplemented
         return binary("eq", self, other)
 
     def __ne__(self, other):  # type: ignore[override]
+        if other is None:
+            return NotImplemented
         return binary("ne", self, other)
 
     def __lt__(self, other):
@@ -1147,7 +1190,7 @@ class Size(tuple):
         return len(self)
 
     def __repr__(self) -> str:
-        return f"loom.Size({list(self)})"
+        return f"{_naming.namespace()}.Size({list(self)})"
 
 
 class _HookHandle:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from loom import _upper
+from loom import _naming, _upper
 from loom.autograd.grad_mode import set_grad_enabled
 from loom.errors import AutogradError, LoomTypeError, fmt_shape
 from loom.ir.ops import CONJ_VJP, P, vjp_reads_input, wants_needs
@@ -63,6 +63,9 @@ class _Freed:
     @property
     def name(self) -> str:
         return self.prim.name
+
+    def __repr__(self) -> str:
+        return f"<{_naming.grad_fn_name(self.name)} object at {id(self):#x}>"
 
 
 def _check_not_freed(ctx) -> None:

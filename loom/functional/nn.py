@@ -6,6 +6,7 @@ differentiable to any order. Activations live in `loom.functional.math`.
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -369,6 +370,22 @@ class _BatchNormTrain(Function):
         return dx, sum_gx.reshape(w.shape), sum_g.reshape(b.shape), None
 
 
+_LOW_FLOATS = (dt.float16, dt.bfloat16)
+
+
+def _norm_in_float32(fn):
+    """PyTorch's norms on a float16/bfloat16 input: computed in float32 (with float32 or low-precision
+    parameters alike), the result in the input's dtype."""
+    @functools.wraps(fn)
+    def wrapper(input, *args, **kwargs):
+        x = _t(input)
+        if x.dtype not in _LOW_FLOATS:
+            return fn(x, *args, **kwargs)
+        return fn(x.to(dt.float32), *args, **kwargs).to(x.dtype)
+    return wrapper
+
+
+@_norm_in_float32
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Batch normalisation over every dim but the channel dim 1 of (N, C, *).
@@ -423,6 +440,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     return _scale_shift(centred * rsqrt(var + eps), w, b)
 
 
+@_norm_in_float32
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
                   use_input_stats: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Normalise each (sample, channel) slice of (N, C, *) over its spatial dims.
@@ -502,6 +520,7 @@ def _fused_layer_norm(x: Tensor, ns: tuple[int, ...], weight, bias, eps: float) 
     return y.reshape(x.shape)
 
 
+@_norm_in_float32
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing `normalized_shape` dims (biased variance), then scale and shift.
 
@@ -536,11 +555,14 @@ def rms_norm(input, normalized_shape, weight=None, eps: float | None = None) -> 
     ns = _trailing_shape("rms_norm", x, normalized_shape)
     if eps is None:
         eps = 2.0 ** -7 if x.dtype is dt.bfloat16 else float(np.finfo(x.dtype.np).eps)
+    if x.dtype in _LOW_FLOATS:  # In float32, the result in the input's dtype, as the other norms.
+        return rms_norm(x.to(dt.float32), normalized_shape, weight, eps).to(x.dtype)
     axes = tuple(range(x.ndim - len(ns), x.ndim))
     y = x * rsqrt((x * x).mean(axes, keepdim=True) + eps)
     return _affine_trailing("rms_norm", y, ns, weight, None)
 
 
+@_norm_in_float32
 def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     """Normalise (N, C, *) over groups of C // num_groups channels and the spatial dims.
 

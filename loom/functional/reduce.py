@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from loom import _upper
+from loom import _naming, _upper
 from loom import dtypes as dt
 from loom import autocast as _autocast
 from loom.autograd.grad_mode import is_grad_enabled
@@ -26,6 +26,29 @@ class ValuesIndices(NamedTuple):
 
     values: Tensor
     indices: Tensor
+
+
+def _return_type_repr(self) -> str:
+    return (f"{_naming.namespace()}.return_types.{type(self).__name__}(\nvalues={self.values!r},"
+            f"\nindices={self.indices!r})")
+
+
+def _return_type_reduce(self):
+    return values_indices, (type(self).__name__, self.values, self.indices)
+
+
+_RETURN_TYPES: dict[str, type] = {}
+
+
+def values_indices(op: str, values: Tensor, indices: Tensor) -> ValuesIndices:
+    """`(values, indices)` as the named tuple PyTorch's `op` returns: its type is named `op` and it prints
+    as `torch.return_types.max(values=..., indices=...)` does."""
+    cls = _RETURN_TYPES.get(op)
+    if cls is None:
+        cls = _RETURN_TYPES[op] = type(op, (ValuesIndices,), {
+            "__slots__": (), "__repr__": _return_type_repr, "__reduce__": _return_type_reduce,
+            "__module__": "loom.return_types", "__qualname__": op})
+    return cls(values, indices)
 
 
 class MinMax(NamedTuple):
@@ -389,12 +412,12 @@ def _values_indices(op: str, x: Tensor, dim, keepdim: bool) -> ValuesIndices:
     d = normalize_dim(dim, x.ndim, op)
     if x.ndim == 0:
         _nonempty(op, x, d)
-        return ValuesIndices(x.clone(), const(0, (), dt.int64))
+        return values_indices(op, x.clone(), const(0, (), dt.int64))
     idx = _arg_extreme("arg" + op, x, d, True)
     values = apply("gather", (x, idx), {"axis": d})  # The gradient goes to the returned index.
     if not keepdim:
         values, idx = values.squeeze(d), idx.squeeze(d)
-    return ValuesIndices(values, idx)
+    return values_indices(op, values, idx)
 
 
 def _max_min(op: str, x, dim, keepdim: bool):
@@ -673,7 +696,7 @@ def _cum_extreme(op: str, x, dim) -> ValuesIndices:
     x = _t(x)
     d = normalize_dim(dim, x.ndim, op)
     if x.ndim == 0:
-        return ValuesIndices(x.clone(), const(0, (), dt.int64))
+        return values_indices(op, x.clone(), const(0, (), dt.int64))
     xd = x.detach()
     running = _scan(xd, d, maximum if op == "cummax" else minimum, _extreme_identity(op, x.dtype))
     hit = xd == running  # Ties take the latest index; after a NaN only NaNs match.
@@ -684,7 +707,7 @@ def _cum_extreme(op: str, x, dim) -> ValuesIndices:
     shape[d] = n
     pos = arange(n).reshape(shape).expand(x.shape)
     idx = _scan(_where(hit, pos, -1), d, maximum, -1)
-    return ValuesIndices(apply("gather", (x, idx), {"axis": d}), idx)
+    return values_indices(op, apply("gather", (x, idx), {"axis": d}), idx)
 
 
 def cummax(x, dim: int) -> ValuesIndices:

@@ -16,7 +16,7 @@ import numpy as np
 
 from loom import dtypes as dt
 from loom.errors import DTypeError, LoomError, LoomIndexError, ShapeError, fmt_shape
-from loom.functional.reduce import ValuesIndices, _evenly_distribute, _nonempty
+from loom.functional.reduce import ValuesIndices, _evenly_distribute, _nonempty, values_indices
 from loom.tensor import Tensor, apply, arange, const, normalize_dim, tensor
 
 
@@ -94,7 +94,7 @@ def sort(input, dim: int = -1, descending: bool = False, stable: bool = False) -
     x = _t(input)
     d = normalize_dim(dim, x.ndim, "sort")
     idx = _order(x, d, descending)
-    return ValuesIndices(_take(x, d, idx), idx)
+    return values_indices("sort", _take(x, d, idx), idx)
 
 
 def argsort(input, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
@@ -148,9 +148,9 @@ def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
     n = x.shape[d] if x.ndim else 1
     k = _check_k("topk", k, 0, n, dim)
     if x.ndim == 0:  # PyTorch returns the element itself for k of 0 or 1.
-        return ValuesIndices(x.clone(), const(0, (), dt.int64))
+        return values_indices("topk", x.clone(), const(0, (), dt.int64))
     idx = _narrow(_order(x, d, largest), d, 0, k)
-    return ValuesIndices(_take(x, d, idx), idx)
+    return values_indices("topk", _take(x, d, idx), idx)
 
 
 def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
@@ -167,9 +167,9 @@ def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndic
     n = x.shape[d] if x.ndim else 1
     k = _check_k("kthvalue", k, 1, n, dim)
     if x.ndim == 0:
-        return ValuesIndices(x.clone(), const(0, (), dt.int64))
+        return values_indices("kthvalue", x.clone(), const(0, (), dt.int64))
     idx = _narrow(_order(x, d), d, k - 1, k)
-    return ValuesIndices(_squeeze(_take(x, d, idx), d, keepdim), _squeeze(idx, d, keepdim))
+    return values_indices("kthvalue", _squeeze(_take(x, d, idx), d, keepdim), _squeeze(idx, d, keepdim))
 
 
 # ---------------------------------------------------------------- medians
@@ -198,9 +198,9 @@ def _median(op: str, input, dim, keepdim: bool, ignore_nan: bool):
     d = normalize_dim(dim, x.ndim, op)
     _nonempty(op, x, d)
     if x.ndim == 0:
-        return ValuesIndices(x.clone(), const(0, (), dt.int64))
+        return values_indices(op, x.clone(), const(0, (), dt.int64))
     idx = _take(_order(x, d), d, _median_position(x, d, ignore_nan))
-    return ValuesIndices(_squeeze(_take(x, d, idx), d, keepdim), _squeeze(idx, d, keepdim))
+    return values_indices(op, _squeeze(_take(x, d, idx), d, keepdim), _squeeze(idx, d, keepdim))
 
 
 def median(input, dim=None, keepdim: bool = False):
@@ -351,7 +351,7 @@ def mode(input, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
     d = normalize_dim(dim, x.ndim, "mode")
     _nonempty("mode", x, d)
     if x.ndim == 0:
-        return ValuesIndices(x.clone(), const(0, (), dt.int64))
+        return values_indices("mode", x.clone(), const(0, (), dt.int64))
     n = x.shape[d]
     order = _order(x, d)
     s = _take(x.detach(), d, order)
@@ -367,7 +367,7 @@ def mode(input, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
     best = count.amax(d, keepdim=True)
     first = _where(count == best, _positions(x, d), n).amin(d, keepdim=True)  # Smallest value wins ties.
     idx = _take(order, d, first + best - 1)  # Stable order: the run's end is the last occurrence.
-    return ValuesIndices(_squeeze(_take(x, d, idx), d, keepdim), _squeeze(idx, d, keepdim))
+    return values_indices("mode", _squeeze(_take(x, d, idx), d, keepdim), _squeeze(idx, d, keepdim))
 
 
 # ---------------------------------------------------------------- unique

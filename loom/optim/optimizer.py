@@ -9,7 +9,7 @@ import numpy as np
 
 from loom import _api as loom
 from loom import _structure
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomValueError
 from loom.optim import foreach
 from loom.tensor import Tensor
 
@@ -49,7 +49,7 @@ class Optimizer:
                             "or dicts, got a single Tensor")
         groups = list(params)
         if not groups:
-            raise LoomError(f"loom.optim.{type(self).__name__}: got an empty parameter list")
+            raise LoomValueError(f"loom.optim.{type(self).__name__}: got an empty parameter list")
         if not isinstance(groups[0], dict):
             groups = [{"params": groups}]
         for g in groups:

@@ -14,7 +14,7 @@ Examples
 >>> torch.Tensor is loom.Tensor, torch.cuda.is_available()
 (True, False)
 >>> torch.Tensor(3).shape, torch.Tensor([1, 2]).dtype
-(loom.Size([3]), loom.float32)
+(torch.Size([3]), torch.float32)
 """
 from __future__ import annotations
 
@@ -115,7 +115,8 @@ class finfo:
         else:
             fi = np.finfo(d.np)
             self.bits, self.eps, self.max, self.tiny = fi.bits, float(fi.eps), float(fi.max), float(fi.tiny)
-            self.resolution, self.smallest_normal = float(fi.resolution), float(fi.smallest_normal)
+            # The resolution is a power of ten (1e-06), not its nearest float32 widened to a Python float.
+            self.resolution, self.smallest_normal = float(str(fi.resolution)), float(fi.smallest_normal)
         self.min = -self.max
 
     def __repr__(self) -> str:
@@ -146,7 +147,7 @@ class iinfo:
         self.dtype = d.name
 
     def __repr__(self) -> str:
-        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+        return f"iinfo(min={self.min:g}, max={self.max:g}, dtype={self.dtype})"
 
 
 class Generator(_loom.Generator):
@@ -157,7 +158,7 @@ class Generator(_loom.Generator):
     >>> import loom.torch as torch
     >>> g = torch.Generator().manual_seed(0)
     >>> torch.rand(2, generator=g).shape
-    loom.Size([2])
+    torch.Size([2])
     """
 
     def __init__(self, device="cpu") -> None:

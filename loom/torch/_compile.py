@@ -107,7 +107,7 @@ def compile(model=None, *, fullgraph: bool = False, dynamic=None, backend="induc
     >>> with torch.no_grad():
     ...     ys = [net(torch.ones(4, 2)) for _ in range(3)]
     >>> ys[2].shape, sorted(dict(net.named_parameters()))
-    (loom.Size([4, 3]), ['_orig_mod.bias', '_orig_mod.weight'])
+    (torch.Size([4, 3]), ['_orig_mod.bias', '_orig_mod.weight'])
     """
     if model is None:
         return lambda m: compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,

@@ -7,12 +7,11 @@ dtype is float32. `Tensor.type(torch.LongTensor)` converts.
 from __future__ import annotations
 
 from loom import dtypes as dt
+from loom._naming import TORCH_TYPE_NAMES
 from loom.errors import DeviceError, LoomTypeError
 from loom.tensor import Tensor
 
-_NAMES = {dt.float32: "FloatTensor", dt.float64: "DoubleTensor", dt.float16: "HalfTensor",
-          dt.bfloat16: "BFloat16Tensor", dt.int64: "LongTensor", dt.int32: "IntTensor", dt.int16: "ShortTensor",
-          dt.int8: "CharTensor", dt.uint8: "ByteTensor", dt.bool_: "BoolTensor"}
+_NAMES = {dt.from_name(name): legacy for name, legacy in TORCH_TYPE_NAMES.items()}
 
 
 class _LegacyType(type):

@@ -39,12 +39,34 @@ def interface(obj):
     return obj
 
 
-def save(m, f, *args, **kwargs):
-    raise LoomError("loom.torch.jit.save: TorchScript archives are not supported; use torch.save(model.state_dict())")
+def save(m, f, *args, **kwargs) -> None:
+    """Save a scripted or traced module (here the module itself) for `torch.jit.load`.
+
+    The file is loom's pickle of the whole module, not a TorchScript archive:
+    it loads back in loom, where the module's class can be imported.
+
+    Examples
+    --------
+    >>> import io
+    >>> import loom.torch as torch
+    >>> buf = io.BytesIO()
+    >>> torch.jit.save(torch.jit.script(torch.nn.Linear(2, 3)), buf)
+    >>> _ = buf.seek(0)
+    >>> torch.jit.load(buf).out_features
+    3
+    """
+    from loom.torch import save as _save
+    _save(m, f)
 
 
-def load(f, *args, **kwargs):
-    raise LoomError("loom.torch.jit.load: TorchScript archives are not supported; load a state_dict with torch.load")
+def load(f, map_location=None, *args, **kwargs):
+    """Load what `torch.jit.save` wrote: the module, ready to call."""
+    from loom.torch import load as _load
+    try:
+        return _load(f, map_location=map_location, weights_only=False)
+    except LoomError as e:
+        raise LoomError(f"loom.torch.jit.load: {f!r} is not a module saved by loom's torch.jit.save (TorchScript "
+                        f"archives written by PyTorch are not supported): {e}") from e
 
 
 class Final:

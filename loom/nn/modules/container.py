@@ -354,7 +354,7 @@ class ParameterDict(Module):
             self[k] = v
 
     def extra_repr(self) -> str:
-        return "\n".join(f"  ({k}): Parameter containing: [{v.dtype!r} of size {'x'.join(map(str, v.shape))}]"
+        return "\n".join(f"  ({k}): Parameter containing: [{v.type()} of size {'x'.join(map(str, v.shape))}]"
                          for k, v in self.items())
 
 

@@ -33,7 +33,7 @@ class autocast(_ac.autocast):
     >>> with torch.autocast("cpu"):
     ...     y = torch.nn.functional.linear(torch.randn(2, 4), torch.randn(3, 4))
     >>> y.dtype
-    loom.bfloat16
+    torch.bfloat16
     """
 
     def __init__(self, device_type: str = "cpu", dtype=None, enabled: bool = True, cache_enabled=None) -> None:

@@ -76,7 +76,7 @@ class MNIST(VisionDataset, _D.MNIST):
     >>> from loom.torch.vision import datasets, transforms
     >>> ds = datasets.MNIST("data", train=False, download=True, transform=transforms.ToTensor())  # doctest: +SKIP
     >>> ds[0][0].shape, ds[0][1]  # doctest: +SKIP
-    (loom.Size([1, 28, 28]), 7)
+    (torch.Size([1, 28, 28]), 7)
     """
 
     def __init__(self, root, train: bool = True, transform: Callable | None = None,
@@ -275,7 +275,7 @@ class FakeData(Dataset):
     >>> ds = datasets.FakeData(size=4, image_size=(3, 8, 6), transform=transforms.ToTensor())
     >>> x, y = ds[0]
     >>> len(ds), x.shape, 0 <= y < 10
-    (4, loom.Size([3, 8, 6]), True)
+    (4, torch.Size([3, 8, 6]), True)
     """
 
     def __init__(self, size: int = 1000, image_size: Sequence[int] = (3, 224, 224), num_classes: int = 10,

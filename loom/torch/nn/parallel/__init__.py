@@ -18,7 +18,7 @@ class DataParallel(Module):
     >>> import loom.torch as torch
     >>> net = torch.nn.DataParallel(torch.nn.Linear(2, 3))
     >>> net(torch.ones(4, 2)).shape, list(net.state_dict())
-    (loom.Size([4, 3]), ['module.weight', 'module.bias'])
+    (torch.Size([4, 3]), ['module.weight', 'module.bias'])
     """
 
     def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0) -> None:

@@ -1,0 +1,68 @@
+"""The namespace ("loom" or "torch") user-facing names print in, read from the code that asks.
+
+One loom process can serve a native program (`import loom`) and a PyTorch
+program (`import loom.torch as torch`) at once, and the same dtype object is
+`loom.float32` to the first and `torch.float32` to the second. A repr cannot be
+told who asked, so it looks: the first calling frame outside loom's files whose module
+has imported loom decides, by whether it imported `loom.torch` (or one of its
+submodules, or runs with `torch` resolved to it by `python -m loom.torch`).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from types import ModuleType
+
+# PyTorch's legacy tensor type names (`x.type()`, `torch.typename`), by dtype name.
+TORCH_TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+                    "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",
+                    "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor", "bool": "BoolTensor"}
+
+_MAX_DEPTH = 64
+_LOOM_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # Frames of loom's own code never decide.
+
+
+def _is_loom(name: str) -> bool:
+    return name == "loom" or name.startswith("loom.")
+
+
+def _is_torch(name: str) -> bool:
+    return name == "loom.torch" or name.startswith("loom.torch.")
+
+
+def _decide(g: dict) -> str | None:
+    """"torch" or "loom" when the module with globals `g` imported that frontend, else None."""
+    seen_loom = False
+    for v in list(g.values()):
+        if isinstance(v, ModuleType):
+            name = v.__name__
+            if _is_torch(name):
+                return "torch"
+            seen_loom = seen_loom or _is_loom(name)
+    return "loom" if seen_loom else None
+
+
+def namespace() -> str:
+    """"torch" when the code asking for a name is a loom.torch program, "loom" otherwise."""
+    f = sys._getframe(1)
+    for _ in range(_MAX_DEPTH):
+        if f is None:
+            break
+        if not f.f_code.co_filename.startswith(_LOOM_DIR):
+            found = _decide(f.f_globals)
+            if found is not None:
+                return found
+        f = f.f_back
+    torch = sys.modules.get("torch")  # `python -m loom.torch script.py`: `torch` is loom.torch.
+    return "torch" if isinstance(torch, ModuleType) and _is_torch(torch.__name__) else "loom"
+
+
+_GRAD_FN_NAMES = {"matmul": "Mm", "reshape": "View"}
+
+
+def grad_fn_name(prim: str) -> str:
+    """A backward record's name: "MulBackward", and PyTorch's "MulBackward0" to a loom.torch program."""
+    if namespace() != "torch":
+        return f"{prim.capitalize()}Backward"
+    name = _GRAD_FN_NAMES.get(prim) or "".join(p.capitalize() for p in prim.split("_"))
+    return f"{name}Backward0"

@@ -1,0 +1,133 @@
+"""What a PyTorch user sees from loom.torch: names printed as PyTorch prints them, graph introspection, conversions.
+
+Each test is a fault found by running tutorial-style PyTorch programs under `import loom.torch as torch`.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loom
+import loom.torch as torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dtype_and_size_print_as_torch_in_a_torch_program():
+    x = torch.ones(2, 3, dtype=torch.float64)
+    assert str(x.dtype) == "torch.float64" and repr(torch.int64) == "torch.int64"
+    assert f"{torch.bfloat16}" == "torch.bfloat16"
+    assert str(x.shape) == "torch.Size([2, 3])"
+    assert repr(x).endswith("dtype=torch.float64)")
+
+
+def test_loom_program_keeps_loom_names(tmp_path):
+    # A native program in the same interpreter state keeps loom's own spelling.
+    script = tmp_path / "native.py"
+    script.write_text("import loom\nx = loom.ones(2, dtype=loom.int32)\n"
+                      "print(x.dtype, x.shape, repr(x), x.type())\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "loom.int32 loom.Size([2]) tensor([1, 1], dtype=loom.int32) loom.int32"
+
+
+def test_tensor_type_gives_and_takes_legacy_type_names():
+    x = torch.ones(2)
+    assert x.type() == "torch.FloatTensor" and x.long().type() == "torch.LongTensor"
+    assert x.type("torch.LongTensor").dtype is torch.int64
+    assert x.type("torch.DoubleTensor").dtype is torch.float64
+    assert x.type("torch.int8").dtype is torch.int8
+
+
+def test_parameter_dict_repr_uses_legacy_type_names():
+    pd = torch.nn.ParameterDict({"a": torch.nn.Parameter(torch.ones(2, 3))})
+    assert "(a): Parameter containing: [torch.FloatTensor of size 2x3]" in repr(pd)
+
+
+def test_grad_fn_prints_and_walks_like_pytorch():
+    w = torch.ones(2, requires_grad=True)
+    y = (w * 2).sum()
+    assert repr(y).endswith("grad_fn=<SumBackward0>)")
+    assert repr(y.grad_fn).startswith("<SumBackward0 object at 0x")
+    (mul, k), = y.grad_fn.next_functions
+    assert k == 0 and repr(mul).startswith("<MulBackward0 object")
+    (acc, _), (const, _) = mul.next_functions
+    assert repr(acc).startswith("<AccumulateGrad object") and acc.variable is w and const is None
+    y.backward()
+    assert repr(y.grad_fn).startswith("<SumBackward0 object")
+
+
+def test_finfo_and_iinfo_print_as_pytorch():
+    assert torch.finfo(torch.float32).resolution == 1e-06
+    assert repr(torch.iinfo(torch.int32)) == "iinfo(min=-2.14748e+09, max=2.14748e+09, dtype=int32)"
+    assert loom.float32 is torch.float32
+
+
+def test_empty_parameter_list_is_a_value_error():
+    # PyTorch raises ValueError; programs catch that.
+    with pytest.raises(ValueError, match="empty parameter list"):
+        torch.optim.SGD([], lr=0.1)
+
+
+def test_jit_save_load_round_trips_a_traced_module(tmp_path):
+    m = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh())
+    x = torch.randn(4, 3)
+    traced = torch.jit.trace(m, x)
+    torch.jit.save(traced, str(tmp_path / "m.pt"))
+    loaded = torch.jit.load(str(tmp_path / "m.pt"), map_location="cpu")
+    assert torch.equal(loaded(x), m(x))
+    (tmp_path / "bad.pt").write_bytes(b"not a zip")
+    with pytest.raises(RuntimeError, match="not a module saved by loom's torch.jit.save"):
+        torch.jit.load(str(tmp_path / "bad.pt"))
+
+
+def test_comparing_a_tensor_with_none_is_plain_identity():
+    x = torch.ones(2)
+    assert (x == None) is False and (x != None) is True  # noqa: E711
+    assert x in [None, x] and [t for t in (None, x) if t != None] == [x]  # noqa: E711
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
+def test_norms_keep_a_low_precision_input_dtype_and_compute_in_float32(low):
+    # PyTorch's BatchNorm/GroupNorm/LayerNorm (fp32 parameters) on a bf16 input, as under CPU autocast, give bf16.
+    F = torch.nn.functional
+    x = torch.randn(3, 4, 5, 5).to(low)
+    xf = x.float()
+    cases = [
+        lambda t: F.batch_norm(t, torch.zeros(4), torch.ones(4), torch.rand(4), torch.rand(4), training=True),
+        lambda t: F.batch_norm(t, torch.zeros(4), torch.ones(4), torch.rand(4), torch.rand(4), training=False),
+        lambda t: F.instance_norm(t, weight=torch.ones(4), bias=torch.zeros(4)),
+        lambda t: F.group_norm(t, 2, torch.ones(4), torch.zeros(4)),
+        lambda t: F.layer_norm(t, (5,), torch.ones(5), torch.zeros(5)),
+        lambda t: F.rms_norm(t, (5,), torch.ones(5), eps=1e-6),
+    ]
+    for k, fn in enumerate(cases):
+        torch.manual_seed(k)
+        y = fn(x)
+        torch.manual_seed(k)
+        want = fn(xf).to(low)
+        assert y.dtype is low, (k, y.dtype)
+        assert torch.equal(y, want), k
+    bn = torch.nn.BatchNorm2d(4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = bn(torch.nn.Conv2d(4, 4, 1)(xf))
+    assert h.dtype is torch.bfloat16 and bn.running_mean.dtype is torch.float32
+    h.float().sum().backward()
+    assert bn.weight.grad.dtype is torch.float32
+
+
+def test_values_indices_results_are_named_and_print_as_torch_return_types():
+    x = torch.tensor([[1.0, 3.0], [2.0, 0.0]])
+    r = x.max(dim=1)
+    assert type(r).__name__ == "max" and r._fields == ("values", "indices")
+    assert repr(r) == "torch.return_types.max(\nvalues=tensor([3., 2.]),\nindices=tensor([1, 0]))"
+    v, i = torch.sort(x[0], descending=True)
+    assert repr(torch.sort(x[0])).startswith("torch.return_types.sort(\nvalues=") and i.tolist() == [1, 0]
+    for op, res in (("min", x.min(0)), ("topk", x.topk(1)), ("kthvalue", x.kthvalue(1)),
+                    ("median", x.median(1)), ("mode", x.mode(1)), ("cummax", x.cummax(0))):
+        assert type(res).__name__ == op and isinstance(res, tuple)
+    import pickle
+    back = pickle.loads(pickle.dumps(r))
+    assert type(back).__name__ == "max" and torch.equal(back.values, r.values)
