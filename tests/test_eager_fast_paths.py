@@ -97,3 +97,32 @@ def test_permute_fast_path_keeps_checks_and_views():
     v[0, 0, 0] = 5.0  # A view: the write shows in x.
     assert x[0, 0, 0].item() == 5.0
     assert x[0].t().shape == (4, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_tanh_closed_form_backward_matches_the_chain_rule(dtype):
+    import loom.functional.math as fmath
+    a = np.concatenate([np.linspace(-12, 12, 97), [0.0, -0.0, 1e-30]]).astype(dtype)
+    g = np.random.default_rng(3).standard_normal(a.shape).astype(dtype)
+    x = loom.tensor(a, requires_grad=True)
+    y = F.gelu(x, approximate="tanh")
+    y.backward(loom.tensor(g))
+    x0 = loom.tensor(a, requires_grad=True)
+    y0 = fmath._gelu_tanh_parts(x0)[0]  # The same forward, differentiated primitive by primitive.
+    y0.backward(loom.tensor(g))
+    assert y.detach().numpy().tobytes() == y0.detach().numpy().tobytes()
+    tol = 32 * np.finfo(dtype).eps  # A few roundings apart: the derivative is summed in another order.
+    np.testing.assert_allclose(x.grad.numpy(), x0.grad.numpy(), rtol=tol, atol=tol)
+
+
+def test_gelu_tanh_second_derivative_is_the_primitives():
+    import loom.functional.math as fmath
+    a = np.linspace(-4, 4, 17)
+    x = loom.tensor(a, requires_grad=True)
+    (dx,) = loom.autograd.grad([F.gelu(x, approximate="tanh").sum()], [x], create_graph=True)
+    (ddx,) = loom.autograd.grad([dx.sum()], [x])
+    x0 = loom.tensor(a, requires_grad=True)
+    (dx0,) = loom.autograd.grad([fmath._gelu_tanh_parts(x0)[0].sum()], [x0], create_graph=True)
+    (ddx0,) = loom.autograd.grad([dx0.sum()], [x0])
+    assert ddx.numpy().tobytes() == ddx0.numpy().tobytes()
+    assert np.abs(ddx.numpy()).max() > 0.5  # 0.798 at 0: a real second derivative, not zeros.

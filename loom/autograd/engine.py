@@ -59,6 +59,9 @@ class _Freed:
     def __init__(self, ctx):
         self.prim = ctx.prim
         self.attrs = ctx.attrs
+        free_saved = getattr(ctx.prim, "free_saved", None)
+        if free_saved is not None:  # A `Function`'s record: what its forward saved goes too.
+            free_saved()
 
     @property
     def name(self) -> str:
@@ -199,10 +202,14 @@ _NEEDS: dict = {}  # Keyed by backward rule (a function, hashed by identity).
 
 
 def _wants_needs(prim) -> bool:
-    """`wants_needs`, looked up once per primitive."""
-    w = _NEEDS.get(prim.vjp)
+    """`wants_needs`, looked up once per primitive.
+
+    A bound method (a `Function` call's record) is keyed by its function: keyed by the method, the
+    table would keep every record alive, and with it the tensors its forward saved."""
+    key = getattr(prim.vjp, "__func__", prim.vjp)
+    w = _NEEDS.get(key)
     if w is None:
-        w = _NEEDS[prim.vjp] = wants_needs(prim)
+        w = _NEEDS[key] = wants_needs(prim)
     return w
 
 

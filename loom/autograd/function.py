@@ -54,6 +54,7 @@ class FunctionCtx:
         self._non_differentiable: set[int] = set()
         self._materialize_grads = True
         self._fn_name = "Function"
+        self._records = 0  # Backward records (one per differentiable output) not yet freed by a backward pass.
 
     def save_for_backward(self, *tensors) -> None:
         """Keep `tensors` (or None) for ``backward``, where `saved_tensors` gives them back."""
@@ -106,6 +107,16 @@ class _Backward:
         self.nargs = nargs
         self.name = fn.__name__
         self.vjp = self._vjp
+        ctx._records += 1
+
+    def free_saved(self) -> None:
+        """A backward pass without ``retain_graph`` went through this record: once every output's record
+        has been through one, the saved tensors are let go (as PyTorch frees them)."""
+        ctx = self.ctx
+        ctx._records -= 1
+        if ctx._records <= 0:
+            ctx._saved = ()
+            ctx._saved_versions = ()
 
     def _vjp(self, g, *args_and_more, needs=None):
         from loom.tensor import Tensor, zeros

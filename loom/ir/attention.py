@@ -73,11 +73,17 @@ def _infer_grad(inputs, attrs):
 # ---------------------------------------------------------------- reference implementations
 
 def _scores(q, k, attrs, xp=np):
-    """The scaled scores, masked with -inf where causal."""
-    s = xp.matmul(q, xp.swapaxes(k, -1, -2)) * q.dtype.type(attrs["scale"])
+    """The scaled scores, masked with -inf where causal (NumPy: scaled and masked in place, same values)."""
+    s = xp.matmul(q, xp.swapaxes(k, -1, -2))
+    L, S = q.shape[-2], k.shape[-2]
+    if xp is np:
+        s *= q.dtype.type(attrs["scale"])
+        if attrs["causal"]:
+            np.copyto(s, -np.inf, where=np.arange(S)[None, :] > np.arange(L)[:, None])
+        return s
+    s = s * q.dtype.type(attrs["scale"])
     if not attrs["causal"]:
         return s
-    L, S = q.shape[-2], k.shape[-2]
     keep = np.arange(S)[None, :] <= np.arange(L)[:, None]
     return xp.where(keep, s, -np.inf)
 
@@ -86,6 +92,15 @@ def reference_attention(q, k, v, attrs, xp=np):
     """The packed output by the plain formula, in NumPy or jax.numpy (`xp`)."""
     s = _scores(q, k, attrs, xp)
     m = xp.max(s, axis=-1, keepdims=True)
+    if xp is np:  # The same steps, reusing the score buffer (a T x T value per head is the largest here).
+        e = s - m
+        lse = m + np.log(np.sum(np.exp(e, out=e), axis=-1, keepdims=True))
+        p = np.exp(np.subtract(s, lse, out=s), out=s)
+        E = q.shape[-1]
+        out = np.empty(tuple(q.shape[:-1]) + (E + 1,), dtype=q.dtype)
+        out[..., :E] = np.matmul(p, v)
+        out[..., E:] = lse
+        return out
     lse = m + xp.log(xp.sum(xp.exp(s - m), axis=-1, keepdims=True))  # Causal rows keep key 0: m is finite.
     p = xp.exp(s - lse)
     return xp.concatenate([xp.matmul(p, v), lse], axis=-1)
@@ -94,11 +109,21 @@ def reference_attention(q, k, v, attrs, xp=np):
 def reference_grad(q, k, v, y, gy, attrs, xp=np):
     """dq, dk, dv packed, by the plain formula, in NumPy or jax.numpy (`xp`)."""
     s = _scores(q, k, attrs, xp)
-    p = xp.exp(s - y[..., -1:])
     go, glse = gy[..., :-1], gy[..., -1:]
+    d = xp.sum(go * y[..., :-1], axis=-1, keepdims=True) - glse
+    if xp is np:  # The same steps in place: p over the scores, ds over dp, the three blocks written once.
+        p = np.exp(np.subtract(s, y[..., -1:], out=s), out=s)
+        L, S = q.shape[-2], k.shape[-2]
+        out = np.empty(tuple(q.shape[:-2]) + (L + 2 * S, q.shape[-1]), dtype=q.dtype)
+        out[..., L + S:, :] = np.matmul(np.swapaxes(p, -1, -2), go)
+        dp = np.matmul(go, np.swapaxes(v, -1, -2))
+        ds = np.multiply(np.multiply(p, np.subtract(dp, d, out=dp), out=dp), q.dtype.type(attrs["scale"]), out=dp)
+        out[..., :L, :] = np.matmul(ds, k)
+        out[..., L:L + S, :] = np.matmul(np.swapaxes(ds, -1, -2), q)
+        return out
+    p = xp.exp(s - y[..., -1:])
     dv = xp.matmul(xp.swapaxes(p, -1, -2), go)
     dp = xp.matmul(go, xp.swapaxes(v, -1, -2))
-    d = xp.sum(go * y[..., :-1], axis=-1, keepdims=True) - glse
     ds = p * (dp - d) * q.dtype.type(attrs["scale"])
     dq = xp.matmul(ds, k)
     dk = xp.matmul(xp.swapaxes(ds, -1, -2), q)

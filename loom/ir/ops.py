@@ -927,11 +927,31 @@ def _check_bounds(op, idx, size):
         raise LoomIndexError(f"loom.{op}: index {int(bad)} is out of bounds for a dimension of size {size}")
 
 
+def _index_line(idx, axis):
+    """The 1-d index along `axis` when `idx` repeats it across every other dim (the expanded index of
+    index_select / index_add / embedding, a stride-0 view), else None."""
+    for d, (n, step) in enumerate(zip(idx.shape, idx.strides)):
+        if d != axis and (n == 0 or (n > 1 and step != 0)):
+            return None
+    return idx[tuple(slice(None) if d == axis else 0 for d in range(idx.ndim))]
+
+
+def _leading(x, shape, axis):
+    """`x` cut to `shape` in every dim but `axis` (an index may be smaller than its input there)."""
+    if all(d == axis or s == t for d, (s, t) in enumerate(zip(x.shape, shape))):
+        return x
+    return x[tuple(slice(None) if d == axis else slice(0, s) for d, s in enumerate(shape))]
+
+
 def _gather_impl(x, idx, attrs):
     ax = attrs["axis"]
     if x.ndim == 0:
         _check_bounds("gather", idx, 1)
         return x.copy()
+    line = _index_line(idx, ax)
+    if line is not None:  # Whole slices along the axis: one take, the same values as the open index.
+        _check_bounds("gather", line, x.shape[ax])
+        return np.take(_leading(x, idx.shape, ax), line, axis=ax)
     _check_bounds("gather", idx, x.shape[ax])
     return x[_open_index(idx, ax)]
 
@@ -963,14 +983,31 @@ def _scatter_add_impl(base, idx, src, attrs):
     out = np.array(base, copy=True, order="C")
     if out.ndim == 0:
         return out + src
-    _check_bounds("scatter_add", idx, base.shape[ax])
+    size = base.shape[ax]
+    line = _index_line(idx, ax)
+    _check_bounds("scatter_add", idx if line is None else line, size)
     src = src[tuple(slice(0, s) for s in idx.shape)]
-    # One flat index per source element: np.add.at on 1-d indices is several times faster
-    # than on a tuple of index grids ("wrap" maps negative indices along the axis).
-    grids = np.broadcast_arrays(*_open_index(idx, ax))
-    flat = np.ravel_multi_index(tuple(grids), out.shape, mode="wrap")
+    # One flat index per source element, in C order of the index: np.add.at on 1-d indices is
+    # several times faster than on a tuple of index grids, and adds in the same order.
+    flat = _flat_index(idx if line is None else line.reshape([-1 if d == ax else 1 for d in range(idx.ndim)]),
+                       ax, size, idx.shape, out.shape)
     np.add.at(out.reshape(-1), flat.reshape(-1), np.ascontiguousarray(src).reshape(-1))
     return out
+
+
+def _flat_index(idx, axis, size, shape, out_shape):
+    """The C-order flat positions in `out_shape` that `idx` (in bounds, broadcastable to `shape`, negative
+    values counting from the end) addresses along `axis`, as an int64 array of `shape`."""
+    steps = [1] * len(out_shape)
+    for d in range(len(out_shape) - 2, -1, -1):
+        steps[d] = steps[d + 1] * out_shape[d + 1]
+    idx = idx.astype(np.int64, copy=False)
+    flat = np.where(idx < 0, idx + size, idx) * steps[axis]
+    for d, n in enumerate(shape):
+        if d != axis:
+            along = [n if e == d else 1 for e in range(len(shape))]
+            flat = flat + (np.arange(n, dtype=np.int64) * steps[d]).reshape(along)
+    return np.broadcast_to(flat, shape)
 
 
 def _scatter_add_vjp(g, base, idx, src, out, attrs):

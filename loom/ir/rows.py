@@ -74,13 +74,44 @@ def _normalised(x, eps, xp):
     return xc * rstd, rstd
 
 
+def _normalised_np(x, eps):
+    """`_normalised` in NumPy on one buffer: (xhat, rstd, a scratch buffer shaped like x), the same values."""
+    xc = np.subtract(x, x[..., :1])
+    np.subtract(xc, np.mean(xc, axis=-1, keepdims=True), out=xc)
+    scratch = np.multiply(xc, xc)
+    rstd = 1 / np.sqrt(np.mean(scratch, axis=-1, keepdims=True) + x.dtype.type(eps))
+    return np.multiply(xc, rstd, out=xc), rstd, scratch
+
+
 def reference_ln(x, w, b, attrs, xp=np):
     """layer_norm by the plain formula, in NumPy or jax.numpy (`xp`)."""
+    if xp is np:
+        y = _normalised_np(x, attrs["eps"])[0]
+        return np.add(np.multiply(y, w, out=y), b, out=y)
     return _normalised(x, attrs["eps"], xp)[0] * w + b
+
+
+def _ln_grad_np(x, w, gy, eps):
+    """`reference_ln_grad`'s steps in NumPy, in place, with dx written straight into the packed result."""
+    n = x.shape[-1]
+    xhat, rstd, scratch = _normalised_np(x.reshape(-1, n), eps)
+    gy = gy.reshape(-1, n)
+    r = gy.shape[0]
+    g = gy * w
+    c1 = np.mean(g, axis=-1, keepdims=True)
+    c2 = np.mean(np.multiply(g, xhat, out=scratch), axis=-1, keepdims=True)
+    out = np.empty((r + 2, n), dtype=x.dtype)
+    dx = np.subtract(np.subtract(g, c1, out=g), np.multiply(xhat, c2, out=scratch), out=g)
+    np.multiply(rstd, dx, out=out[:r])
+    np.sum(np.multiply(gy, xhat, out=scratch), axis=0, keepdims=True, out=out[r:r + 1])
+    np.sum(gy, axis=0, keepdims=True, out=out[r + 1:])
+    return out
 
 
 def reference_ln_grad(x, w, gy, attrs, xp=np):
     """dx, dw, db packed, by the plain formula, in NumPy or jax.numpy (`xp`)."""
+    if xp is np:
+        return _ln_grad_np(x, w, gy, attrs["eps"])
     n = x.shape[-1]
     xhat, rstd = _normalised(x.reshape(-1, n), attrs["eps"], xp)
     gy = gy.reshape(-1, n)

@@ -269,3 +269,54 @@ def test_no_grad_mode_records_nothing():
     with loom.no_grad():
         y = Cube.apply(x)
     assert not y.requires_grad
+
+
+class SavesIntermediate(Function):
+    """Saves a tensor made inside forward, which only the record keeps alive."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y * 2.0
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y * 2.0
+
+
+def test_backward_lets_go_of_saved_tensors_and_the_records():
+    import gc
+    import weakref
+
+    from loom.autograd import engine
+    x = _x([0.5, 1.0])
+    outs, saved, records = [], [], []
+    for _ in range(3):
+        out = SavesIntermediate.apply(x)
+        saved.append(weakref.ref(out._ctx.prim.ctx.saved_tensors[0]))
+        records.append(weakref.ref(out._ctx.prim))
+        out.sum().backward()
+        outs.append(out)
+    gc.collect()
+    assert all(ref() is None for ref in saved)  # Freed by the backward pass, as PyTorch frees them.
+    np.testing.assert_allclose(x.grad.numpy(), 3 * 2 * np.exp([0.5, 1.0]))
+    with pytest.raises(AutogradError, match="second time"):
+        outs[0].sum().backward()
+    del outs, out
+    gc.collect()
+    assert all(ref() is None for ref in records)  # Nothing (the engine's rule table) keeps a call's record.
+    assert len(engine._NEEDS) < 100
+
+
+def test_retain_graph_keeps_saved_tensors_and_other_outputs_keep_theirs():
+    x, y = _x([1.0, 2.0]), _x([3.0, 4.0])
+    out = SavesIntermediate.apply(x)
+    out.sum().backward(retain_graph=True)
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * 2 * np.exp([1.0, 2.0]))
+    prod, total = ScaledMulAdd.apply(x, y, 2.0)
+    prod.sum().backward()  # The first output's record is freed; the second's still needs x and y.
+    total.sum().backward()
+    np.testing.assert_allclose(y.grad.numpy(), [1.0 * 2 + 1, 2.0 * 2 + 1])
