@@ -55,3 +55,52 @@ def test_confusion_matrix():
                                              dtype=real_tf.float32))
     with pytest.raises(LoomValueError, match="num_classes"):
         ltf.math.confusion_matrix([0, 3], [0, 1], num_classes=2)
+
+
+# ------------------------------------------------------------------ keras
+
+def _same_weights(models):
+    ref = models[0].get_weights()
+    for m in models[1:]:
+        m.set_weights(ref)
+
+
+def test_multi_output_compile_losses_weights_and_metrics():
+    rng = np.random.default_rng(0)
+    xa, xb = rng.random((16, 3), np.float32), rng.random((16, 2), np.float32)
+    ya, yb = rng.random((16, 1), np.float32), rng.integers(0, 2, 16)
+
+    def build(tf):
+        a_in, b_in = tf.keras.Input((3,), name="a"), tf.keras.Input((2,), name="b")
+        cat = tf.keras.layers.Concatenate()([a_in, b_in])
+        o1 = tf.keras.layers.Dense(1, name="o1")(cat)
+        o2 = tf.keras.layers.Dense(2, activation="softmax", name="o2")(cat)
+        return tf.keras.Model([a_in, b_in], [o1, o2])
+    models = [build(real_tf), build(ltf)]
+    _same_weights(models)
+    res = []
+    for m in models:
+        m.compile("sgd", loss=["mse", "sparse_categorical_crossentropy"], loss_weights=[1.0, 0.5],
+                  metrics=[["mae"], ["accuracy"]])
+        h = m.fit([xa, xb], [ya, yb], epochs=2, batch_size=4, verbose=0, shuffle=False).history
+        m.compile("sgd", loss={"o1": "mse", "o2": "sparse_categorical_crossentropy"}, metrics={"o2": "accuracy"})
+        ev = m.evaluate([xa, xb], {"o1": ya, "o2": yb}, verbose=0, return_dict=True)
+        res.append((h, ev))
+    (h_tf, ev_tf), (h_l, ev_l) = res
+    assert sorted(h_tf) == sorted(h_l) == ["loss", "o1_loss", "o1_mae", "o2_accuracy", "o2_loss"]
+    for k in h_tf:
+        close(h_l[k], h_tf[k], 1e-4)
+    assert sorted(ev_tf) == sorted(ev_l)
+    for k in ev_tf:
+        close(ev_l[k], ev_tf[k], 1e-4)
+
+
+def test_multi_output_compile_errors_name_outputs():
+    a = ltf.keras.Input((3,))
+    m = ltf.keras.Model(a, [ltf.keras.layers.Dense(1, name="p")(a), ltf.keras.layers.Dense(1, name="q")(a)])
+    m.compile("sgd", loss={"p": "mse", "z": "mse"})
+    with pytest.raises(LoomValueError, match=r"\['z'\].*\['p', 'q'\]"):
+        m.evaluate(np.ones((2, 3), np.float32), [np.ones((2, 1)), np.ones((2, 1))], verbose=0)
+    m.compile("sgd", loss=["mse"])
+    with pytest.raises(LoomValueError, match="1 entries but model"):
+        m.evaluate(np.ones((2, 3), np.float32), [np.ones((2, 1)), np.ones((2, 1))], verbose=0)
