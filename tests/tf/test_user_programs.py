@@ -104,3 +104,55 @@ def test_multi_output_compile_errors_name_outputs():
     m.compile("sgd", loss=["mse"])
     with pytest.raises(LoomValueError, match="1 entries but model"):
         m.evaluate(np.ones((2, 3), np.float32), [np.ones((2, 1)), np.ones((2, 1))], verbose=0)
+
+
+def test_functional_operators_on_keras_tensors_match_tf():
+    """A transformer block written with `x + y`, scalar arithmetic and slicing on symbolic tensors."""
+    x = np.random.default_rng(1).random((4, 6, 8), np.float32)
+
+    def build(tf):
+        inp = tf.keras.Input(shape=(6, 8))
+        att = tf.keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)(inp, inp)
+        h = tf.keras.layers.LayerNormalization()(inp + att)
+        ff = tf.keras.layers.Dense(8, activation="relu")(h)
+        h = tf.keras.layers.LayerNormalization()(h + ff * 0.5)
+        h = 1.0 - (-h) / 2.0
+        first = h[:, 0, :]
+        return tf.keras.Model(inp, tf.keras.layers.Dense(3)(first))
+    m_tf, m_l = build(real_tf), build(ltf)
+    m_l.set_weights(m_tf.get_weights())
+    close(m_l(x), m_tf(x), 1e-4)
+    close(m_l.predict(x, verbose=0), m_tf.predict(x, verbose=0), 1e-4)
+    assert m_l.output_shape == m_tf.output_shape == (None, 3)
+
+
+def test_model_build_and_output_shape():
+    for tf in (real_tf, ltf):
+        m = tf.keras.Sequential()
+        m.add(tf.keras.layers.Dense(4, activation="tanh"))
+        m.add(tf.keras.layers.Dense(1))
+        m.build((None, 3))
+        assert m.count_params() == 21
+        assert tuple(m.output_shape) == (None, 1)
+
+    class Sub(ltf.keras.Model):  # Keras 3 only marks it built; loom also creates the weights.
+        def __init__(self):
+            super().__init__()
+            self.d = ltf.keras.layers.Dense(5)
+
+        def call(self, x):
+            return self.d(x)
+    s = Sub()
+    s.build((None, 2))
+    assert s.count_params() == 15
+    seq = ltf.keras.Sequential([ltf.keras.Input((8, 8, 1)), ltf.keras.layers.Conv2D(4, 3), ltf.keras.layers.Flatten()])
+    seq.predict(np.zeros((5, 8, 8, 1), np.float32), verbose=0)
+    assert seq.output_shape == (None, 144) and seq.layers[0].output_shape == (None, 6, 6, 4)
+
+
+def test_backend_get_value_and_set_value():
+    opt = ltf.keras.optimizers.Adam(0.01)
+    assert np.isclose(ltf.keras.backend.get_value(opt.learning_rate), 0.01)
+    v = ltf.Variable(1.0)
+    ltf.keras.backend.set_value(v, 3.0)
+    assert ltf.keras.backend.get_value(v) == 3.0

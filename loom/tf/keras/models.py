@@ -144,6 +144,29 @@ class Model(Layer):
             return obj
         return _map_nest(ev, self._outputs_struct)
 
+    def _maybe_build(self, inputs) -> None:
+        self.built = True  # A model's layers build themselves on the first call.
+
+    def build(self, input_shape) -> None:
+        """Create the weights by running the model once on zeros of `input_shape` (None: batch of 1)."""
+        if self._functional or self.built:
+            self.built = True
+            return
+        shapes = input_shape
+        if isinstance(shapes, (list, tuple)) and shapes and isinstance(shapes[0], (list, tuple)):
+            dummy = [loom.zeros(*[1 if d is None else int(d) for d in s]) for s in shapes]
+        else:
+            dummy = loom.zeros(*[1 if d is None else int(d) for d in shapes])
+        with loom.no_grad():
+            Layer.__call__(self, dummy, training=False)
+        self.built = True
+
+    @property
+    def output_shape(self):
+        if self._functional:
+            return _map_nest(lambda kt: kt.shape, self._outputs_struct)
+        return self._out_shape
+
     def call(self, inputs, training=None, mask=None):
         if not self._functional:
             raise NotImplementedError(f"loom.tf.keras.Model {self.name!r}: subclasses must define call()")
@@ -627,6 +650,20 @@ class Sequential(Model):
     def pop(self) -> Layer:
         """Remove and return the last layer."""
         return self._layers.pop()
+
+    def build(self, input_shape=None) -> None:
+        """Build every layer for inputs of `input_shape` (the batch dimension may be None)."""
+        if input_shape is None:
+            if self._input_kt is None:
+                raise LoomValueError(f"loom.tf.keras.Sequential {self.name!r}: build() needs an input_shape (or "
+                                     "start the model with keras.Input)")
+            input_shape = self._input_kt.shape
+        self._input_kt = KerasTensor(tuple(input_shape))
+        self._build_from(self._input_kt.shape, self._input_kt.dtype)
+
+    @property
+    def output_shape(self):
+        return self._layers[-1].output_shape if self._layers else None
 
     def call(self, inputs, training=None, mask=None):
         x = inputs
