@@ -48,7 +48,7 @@ from loom.tf import debugging, image  # noqa: E402,F401
 from loom.tf.debugging import (  # noqa: E402,F401
     assert_equal, assert_greater, assert_less, assert_rank, errors,
 )
-from loom.tf import config, data, nest  # noqa: E402,F401
+from loom.tf import config, data, nest, train  # noqa: E402,F401
 from loom.tf import keras  # noqa: E402,F401
 
 newaxis = None

@@ -156,3 +156,69 @@ def test_backend_get_value_and_set_value():
     v = ltf.Variable(1.0)
     ltf.keras.backend.set_value(v, 3.0)
     assert ltf.keras.backend.get_value(v) == 3.0
+
+
+# ------------------------------------------------------------------ tf.train
+
+def _ckpt_model(seed):
+    m = ltf.keras.Sequential([ltf.keras.Input((3,)), ltf.keras.layers.Dense(4, activation="relu"),
+                              ltf.keras.layers.Dense(1)])
+    m.set_weights([np.random.default_rng(seed + k).standard_normal(w.shape).astype(np.float32)
+                   for k, w in enumerate(m.get_weights())])
+    return m
+
+
+def _steps(model, opt, n):
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+    y = x.sum(1, keepdims=True)
+    for _ in range(n):
+        with ltf.GradientTape() as tape:
+            loss = ltf.reduce_mean(ltf.square(model(x) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+def test_checkpoint_restores_model_and_optimizer_slots_into_fresh_objects(tmp_path):
+    model, opt = _ckpt_model(0), ltf.keras.optimizers.Adam(0.05)
+    step = ltf.Variable(0, dtype=ltf.int64)
+    ckpt = ltf.train.Checkpoint(step=step, model=model, optimizer=opt)
+    _steps(model, opt, 2)
+    step.assign_add(2)
+    path = ckpt.save(str(tmp_path / "ckpt"))
+    assert path.endswith("ckpt-1") and (tmp_path / "ckpt-1.index").exists()
+    assert ltf.train.latest_checkpoint(str(tmp_path)) == path
+    _steps(model, opt, 3)
+    want = model.get_weights()
+
+    model2, opt2 = _ckpt_model(7), ltf.keras.optimizers.Adam(0.05)
+    step2 = ltf.Variable(0, dtype=ltf.int64)
+    ckpt2 = ltf.train.Checkpoint(step=step2, model=model2, optimizer=opt2)
+    ckpt2.restore(ltf.train.latest_checkpoint(str(tmp_path))).assert_consumed()
+    assert int(step2.numpy()) == 2 and int(opt2.iterations.numpy()) == 2
+    _steps(model2, opt2, 3)
+    for a, b in zip(model2.get_weights(), want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert ckpt2.restore(None) is not None
+    with pytest.raises(LoomValueError, match="no checkpoint at"):
+        ckpt2.restore(str(tmp_path / "nothing"))
+
+
+def test_checkpoint_manager_keeps_the_newest(tmp_path):
+    v = ltf.Variable([1.0, 2.0])
+    ckpt = ltf.train.Checkpoint(v=v)
+    mgr = ltf.train.CheckpointManager(ckpt, str(tmp_path / "m"), max_to_keep=2)
+    assert mgr.latest_checkpoint is None
+    paths = []
+    for _ in range(3):
+        v.assign_add([1.0, 1.0])
+        paths.append(mgr.save())
+    assert mgr.checkpoints == paths[1:] and mgr.latest_checkpoint == paths[-1]
+    assert not (tmp_path / "m" / "ckpt-1.index").exists()
+    ckpt.restore(paths[1])
+    np.testing.assert_array_equal(v.numpy(), [3.0, 4.0])
+    again = ltf.train.CheckpointManager(ckpt, str(tmp_path / "m"), max_to_keep=2)
+    assert again.latest_checkpoint == paths[-1]
+    p = ckpt.write(str(tmp_path / "plain"))
+    v.assign([0.0, 0.0])
+    ckpt.read(p)
+    np.testing.assert_array_equal(v.numpy(), [3.0, 4.0])
