@@ -222,3 +222,26 @@ def test_checkpoint_manager_keeps_the_newest(tmp_path):
     v.assign([0.0, 0.0])
     ckpt.read(p)
     np.testing.assert_array_equal(v.numpy(), [3.0, 4.0])
+
+
+# ------------------------------------------------------------------ keras.datasets
+
+def test_keras_datasets_read_the_cache_and_explain_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    import urllib.request
+
+    def offline(*a, **k):
+        raise OSError("Name or service not known")
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(LoomValueError, match=r"mnist.npz is not in the cache.*copy the file Keras downloads to "
+                                             + str(tmp_path / "datasets" / "mnist.npz")):
+        ltf.keras.datasets.mnist.load_data()
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.integers(0, 255, (4, 28, 28), dtype=np.uint8), "y_train": np.arange(4, dtype=np.uint8),
+              "x_test": rng.integers(0, 255, (2, 28, 28), dtype=np.uint8), "y_test": np.arange(2, dtype=np.uint8)}
+    np.savez(tmp_path / "datasets" / "mnist.npz", **arrays)
+    (x, y), (xt, yt) = ltf.keras.datasets.mnist.load_data()
+    np.testing.assert_array_equal(x, arrays["x_train"])
+    np.testing.assert_array_equal(yt, arrays["y_test"])
+    with pytest.raises(LoomValueError, match="imdb.load_data: this dataset is not provided"):
+        ltf.keras.datasets.imdb.load_data(num_words=100)
