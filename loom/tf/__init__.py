@@ -23,7 +23,8 @@ from loom.tf._core import (  # noqa: F401
     boolean_mask, broadcast_to, cast, clip_by_global_norm, clip_by_norm, clip_by_value, concat, constant,
     convert_to_tensor, cumprod, cumsum, double, einsum, expand_dims, eye, fill, float16, float32, float64,
     gather, gather_nd, half, identity, int8, int16, int32, int64, linspace, matmul, norm, one_hot, ones,
-    ones_like, pad, range, rank, repeat, roll, meshgrid, sequence_mask, scatter_nd, tensor_scatter_nd_update,
+    ones_like, pad, range, rank, repeat, roll, meshgrid, sequence_mask, scatter_nd, slice, strided_slice,
+    tensor_scatter_nd_update,
     tensor_scatter_nd_add, reduce_all, reduce_any, reduce_logsumexp, reduce_max, reduce_mean,
     reduce_min, reduce_prod, reduce_std, reduce_sum, reduce_variance, reshape, reverse, shape, size, sort,
     split, squeeze, stack, stop_gradient, tensordot, tile, transpose, uint8, unique, unstack, where, zeros,
@@ -47,7 +48,7 @@ from loom.tf import debugging, image  # noqa: E402,F401
 from loom.tf.debugging import (  # noqa: E402,F401
     assert_equal, assert_greater, assert_less, assert_rank, errors,
 )
-from loom.tf import config, data, nest  # noqa: E402,F401
+from loom.tf import config, data, nest, train  # noqa: E402,F401
 from loom.tf import keras  # noqa: E402,F401
 
 newaxis = None

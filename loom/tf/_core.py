@@ -8,6 +8,8 @@ its op set.
 """
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 import loom
@@ -464,11 +466,63 @@ def cast(x, dtype, name=None) -> Tensor:
 def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None) -> Tensor:
     """Slices of `params` along `axis` at `indices`; the result has `indices`' shape in place of `axis`."""
     p, idx = _t(params), _t(indices)
-    if batch_dims:
-        raise LoomValueError("loom.tf.gather: batch_dims other than 0 is not supported")
-    ax = 0 if axis is None else int(axis) % p.ndim
+    b = int(batch_dims) % idx.ndim if batch_dims and idx.ndim else int(batch_dims)
+    ax = (b if axis is None else int(axis)) % p.ndim
+    if b:
+        return _batched_gather(p, idx, ax, b)
     flat = loom.index_select(p, ax, idx.reshape(-1).to(loom.int64))
     return flat.reshape(list(p.shape[:ax]) + list(idx.shape) + list(p.shape[ax + 1:]))
+
+
+def _batched_gather(p: Tensor, idx: Tensor, ax: int, b: int) -> Tensor:
+    """`tf.gather` with `batch_dims=b`: each of the leading `b` batch entries gathers from its own slice."""
+    if ax < b or tuple(p.shape[:b]) != tuple(idx.shape[:b]):
+        raise LoomValueError(f"loom.tf.gather: with batch_dims={b}, params {list(p.shape)} and indices "
+                             f"{list(idx.shape)} must share their first {b} dimensions and axis ({ax}) must be "
+                             f">= batch_dims")
+    batch, mid, post = list(p.shape[:b]), list(p.shape[b:ax]), list(p.shape[ax + 1:])
+    ishape = list(idx.shape[b:])
+    n = p.shape[ax]
+    # Bring the gathered axis right after the batch dims, then fold batch and axis into one row index.
+    perm = list(builtins.range(b)) + [ax] + list(builtins.range(b, ax)) + list(builtins.range(ax + 1, p.ndim))
+    nb = int(np.prod(batch))
+    rows = p.permute(*perm).reshape([nb * n] + mid + post)
+    offs = (loom.arange(nb, dtype=loom.int64) * n).reshape(nb, 1)
+    lin = (idx.to(loom.int64).reshape(nb, -1) + offs).reshape(-1)
+    out = loom.index_select(rows, 0, lin).reshape(batch + ishape + mid + post)
+    ni, nm = len(ishape), len(mid)
+    order = (list(builtins.range(b)) + list(builtins.range(b + ni, b + ni + nm)) + list(builtins.range(b, b + ni))
+             + list(builtins.range(b + ni + nm, out.ndim)))
+    return out.permute(*order)
+
+
+def slice(input_, begin, size, name=None) -> Tensor:  # noqa: A001
+    """The block of `input_` starting at `begin` with extent `size` (-1: to the end of that dimension)."""
+    x = _t(input_)
+    b, n = _ints(begin), _ints(size)
+    if len(b) != x.ndim or len(n) != x.ndim:
+        raise LoomValueError(f"loom.tf.slice: begin {b} and size {n} need one entry per dimension of the "
+                             f"{x.ndim}-d input {list(x.shape)}")
+    idx = tuple(builtins.slice(s, x.shape[d] if k == -1 else s + k) for d, (s, k) in enumerate(zip(b, n)))
+    return x[idx]
+
+
+def strided_slice(input_, begin, end, strides=None, begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0,
+                  shrink_axis_mask=0, name=None) -> Tensor:
+    """`input_[begin:end:strides]` per dimension, with TensorFlow's bit masks (bit i refers to dimension i)."""
+    x = _t(input_)
+    b, e = _ints(begin), _ints(end)
+    st = _ints(strides) if strides is not None else [1] * len(b)
+    if ellipsis_mask or new_axis_mask:
+        raise LoomValueError("loom.tf.strided_slice: ellipsis_mask and new_axis_mask are not supported; index the "
+                             "tensor with Python slices (x[..., 1:3], x[:, tf.newaxis]) instead")
+    idx: list = []
+    for d, (s, t, k) in enumerate(zip(b, e, st)):
+        if shrink_axis_mask >> d & 1:
+            idx.append(s)
+            continue
+        idx.append(builtins.slice(None if begin_mask >> d & 1 else s, None if end_mask >> d & 1 else t, k))
+    return x[tuple(idx)]
 
 
 def gather_nd(params, indices, batch_dims=0, name=None) -> Tensor:

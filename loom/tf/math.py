@@ -70,7 +70,15 @@ def reciprocal(x, name=None) -> _Tensor:
 add = _binary(loom.add, "Elementwise x + y (broadcasting).")
 subtract = _binary(loom.sub, "Elementwise x - y (broadcasting).")
 multiply = _binary(loom.mul, "Elementwise x * y (broadcasting).")
-divide = _binary(loom.div, "Elementwise x / y (true division).")
+def _true_div(a, b):
+    # TensorFlow divides 32- and 64-bit integers in float64 (8- and 16-bit ones in float32).
+    if not a.dtype.is_floating_point and a.dtype is not loom.bool and a.dtype is b.dtype:
+        ft = loom.float64 if a.dtype in (loom.int32, loom.int64) else loom.float32
+        return loom.div(a.to(ft), b.to(ft))
+    return loom.div(a, b)
+
+
+divide = _binary(_true_div, "Elementwise x / y (true division; integers divide in float64 as in TensorFlow).")
 truediv = divide
 floordiv = _binary(loom.floor_divide, "Elementwise floor(x / y).")
 floormod = _binary(loom.remainder, "Elementwise remainder with the sign of y.")
@@ -256,3 +264,24 @@ def unsorted_segment_max(data, segment_ids, num_segments, name=None) -> _Tensor:
 def unsorted_segment_min(data, segment_ids, num_segments, name=None) -> _Tensor:
     """Minima of the rows of `data` grouped by `segment_ids` into `num_segments` rows."""
     return _segment_reduce(data, segment_ids, num_segments, "amin", "unsorted_segment_min")
+
+
+def confusion_matrix(labels, predictions, num_classes=None, weights=None, dtype=loom.int32, name=None) -> _Tensor:
+    """The `[num_classes, num_classes]` matrix counting (label, prediction) pairs (rows are labels)."""
+    from loom.errors import LoomValueError
+    from loom.tf._core import as_dtype
+    lab = _np.asarray(_t(labels).numpy()).astype(_np.int64).reshape(-1)
+    pred = _np.asarray(_t(predictions).numpy()).astype(_np.int64).reshape(-1)
+    if lab.shape != pred.shape:
+        raise LoomValueError(f"loom.tf.math.confusion_matrix: labels have {lab.size} elements, predictions "
+                             f"{pred.size}; they must match")
+    if (lab < 0).any() or (pred < 0).any():
+        raise LoomValueError("loom.tf.math.confusion_matrix: labels and predictions must be non-negative")
+    n = int(num_classes) if num_classes is not None else int(max(lab.max(initial=-1), pred.max(initial=-1)) + 1)
+    if lab.size and max(lab.max(), pred.max()) >= n:
+        raise LoomValueError(f"loom.tf.math.confusion_matrix: a label or prediction is >= num_classes={n}")
+    d = as_dtype(dtype)
+    w = _np.ones(lab.size) if weights is None else _np.asarray(_t(weights).numpy(), dtype=_np.float64).reshape(-1)
+    out = _np.zeros((n, n), dtype=_np.float64)
+    _np.add.at(out, (lab, pred), w)
+    return loom.tensor(out.astype(d.np))

@@ -12,5 +12,5 @@ Examples
 from loom.tf.keras import activations, callbacks, initializers, layers, losses, metrics, optimizers  # noqa: F401
 from loom.tf.keras.engine import Input, KerasTensor, Layer, clear_session  # noqa: F401
 from loom.tf.keras.models import Model, Sequential  # noqa: F401
-from loom.tf.keras import backend, models, utils  # noqa: E402,F401
+from loom.tf.keras import backend, datasets, models, utils  # noqa: E402,F401
 from loom.tf.keras import regularizers  # noqa: E402,F401

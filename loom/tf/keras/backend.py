@@ -17,3 +17,14 @@ def floatx() -> str:
 def image_data_format() -> str:
     """Image layout: 'channels_last'."""
     return "channels_last"
+
+
+def get_value(x):
+    """The value of a variable or tensor as NumPy (a Python number stays as it is)."""
+    from loom.tensor import Tensor
+    return x.numpy() if isinstance(x, Tensor) else x
+
+
+def set_value(x, value) -> None:
+    """Assign `value` to the variable `x`."""
+    x.assign(value)

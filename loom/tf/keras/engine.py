@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import operator
 import re
 
 import numpy as np
@@ -49,12 +50,42 @@ class KerasTensor:
     def __repr__(self) -> str:
         return f"<KerasTensor shape={self.shape}, dtype={self.dtype.name}, name={self.name}>"
 
-    def _no_ops(self, *args):
-        raise LoomTypeError("loom.tf.keras: operators on symbolic Keras tensors are not supported in the "
-                            "functional API; use layers (keras.layers.Add, Multiply, Lambda, ...)")
+    # Operators record an operation layer in the functional graph, as Keras 3 does (`x + y`, `x[:, 0]`).
+    def __add__(self, o):
+        return _Operation(operator.add)([self, o])
 
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __matmul__ = _no_ops
-    __getitem__ = _no_ops
+    def __radd__(self, o):
+        return _Operation(operator.add)([o, self])
+
+    def __sub__(self, o):
+        return _Operation(operator.sub)([self, o])
+
+    def __rsub__(self, o):
+        return _Operation(operator.sub)([o, self])
+
+    def __mul__(self, o):
+        return _Operation(operator.mul)([self, o])
+
+    def __rmul__(self, o):
+        return _Operation(operator.mul)([o, self])
+
+    def __truediv__(self, o):
+        return _Operation(operator.truediv)([self, o])
+
+    def __rtruediv__(self, o):
+        return _Operation(operator.truediv)([o, self])
+
+    def __matmul__(self, o):
+        return _Operation(operator.matmul)([self, o])
+
+    def __pow__(self, o):
+        return _Operation(operator.pow)([self, o])
+
+    def __neg__(self):
+        return _Operation(operator.neg)([self])
+
+    def __getitem__(self, key):
+        return _Operation(operator.getitem)([self, key])
 
 
 def Input(shape=None, batch_size=None, dtype=None, name=None, batch_shape=None, **kwargs) -> KerasTensor:  # noqa: N802
@@ -96,6 +127,15 @@ def _shape_of(obj):
     if isinstance(obj, dict):
         return {k: _shape_of(v) for k, v in obj.items()}
     return tuple(obj.shape) if hasattr(obj, "shape") else None
+
+
+def _batch_free(shape):
+    """Shapes (a tuple, or lists/dicts of them) with the batch dimension unknown, as Keras reports them."""
+    if isinstance(shape, list):
+        return [_batch_free(s) for s in shape]
+    if isinstance(shape, dict):
+        return {k: _batch_free(s) for k, s in shape.items()}
+    return (None,) + tuple(shape[1:]) if isinstance(shape, tuple) and shape else shape
 
 
 def _to_input(x):
@@ -286,7 +326,7 @@ class Layer:
             out = self.call(inputs, *args, **kwargs)
         finally:
             _TRAINING.pop()
-        self._out_shape = _shape_of(out)
+        self._out_shape = _batch_free(_shape_of(out))
         return out
 
     def _symbolic_call(self, inputs, args, kwargs):
@@ -349,3 +389,29 @@ class InputLayer(Layer):
 
     def call(self, inputs):
         return inputs
+
+
+class _Operation(Layer):
+    """An operator applied to symbolic tensors in the functional API (`x + y`, `x * 2`, `x[:, 0]`)."""
+
+    def __init__(self, fn, name=None) -> None:
+        super().__init__(name=name or unique_name(fn.__name__.strip("_")))
+        self.fn = fn
+
+    def __call__(self, inputs, *args, **kwargs):
+        # Keys of `x[...]` (slices, tuples, None) are not tensors: keep them out of the input conversion.
+        if self.fn is operator.getitem and not args:
+            return super().__call__([inputs[0]], _Key(inputs[1]), **kwargs)
+        return super().__call__(inputs, *args, **kwargs)
+
+    def call(self, inputs, key=None):
+        if key is not None:
+            return inputs[0][key.key]
+        return self.fn(*inputs)
+
+
+class _Key:
+    """An indexing key carried through a functional-graph call unchanged."""
+
+    def __init__(self, key) -> None:
+        self.key = key

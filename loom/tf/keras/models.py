@@ -144,6 +144,29 @@ class Model(Layer):
             return obj
         return _map_nest(ev, self._outputs_struct)
 
+    def _maybe_build(self, inputs) -> None:
+        self.built = True  # A model's layers build themselves on the first call.
+
+    def build(self, input_shape) -> None:
+        """Create the weights by running the model once on zeros of `input_shape` (None: batch of 1)."""
+        if self._functional or self.built:
+            self.built = True
+            return
+        shapes = input_shape
+        if isinstance(shapes, (list, tuple)) and shapes and isinstance(shapes[0], (list, tuple)):
+            dummy = [loom.zeros(*[1 if d is None else int(d) for d in s]) for s in shapes]
+        else:
+            dummy = loom.zeros(*[1 if d is None else int(d) for d in shapes])
+        with loom.no_grad():
+            Layer.__call__(self, dummy, training=False)
+        self.built = True
+
+    @property
+    def output_shape(self):
+        if self._functional:
+            return _map_nest(lambda kt: kt.shape, self._outputs_struct)
+        return self._out_shape
+
     def call(self, inputs, training=None, mask=None):
         if not self._functional:
             raise NotImplementedError(f"loom.tf.keras.Model {self.name!r}: subclasses must define call()")
@@ -174,26 +197,106 @@ class Model(Layer):
 
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None, weighted_metrics=None,
                 run_eagerly=False, steps_per_execution=1, jit_compile="auto", **kwargs) -> None:
-        """Set the optimizer, loss and metrics `fit`/`evaluate` use (names or objects)."""
+        """Set the optimizer, loss and metrics `fit`/`evaluate` use (names or objects).
+
+        A model with several outputs takes a list (in output order) or a dict (by
+        output layer name) of losses, `loss_weights` and metrics, as Keras; the
+        logs then also hold each output's loss (`<output>_loss`) and metrics
+        (`<output>_<metric>`).
+        """
         self.optimizer = optimizers_mod.get(optimizer)
         self.loss = loss
-        self._loss_obj = losses_mod.get(loss) if not isinstance(loss, (list, dict)) else None
-        if isinstance(loss, (list, dict)):
-            raise LoomValueError("loom.tf.keras.Model.compile: one loss for one output is supported")
-        self._metric_specs = list(metrics or [])
+        self._multi_spec = None
+        if isinstance(loss, (list, tuple, dict)):
+            self._loss_obj = None
+            self._multi_spec = (loss, loss_weights, metrics)
+        else:
+            self._loss_obj = losses_mod.get(loss)
+        self._multi: dict | None = None
+        self._metric_specs = list(metrics or []) if self._multi_spec is None else []
         self._metric_objs: list | None = None
         self._loss_tracker = metrics_mod.Mean(name="loss")
         self.compiled = True
 
-    def _ensure_metrics(self, y, y_pred) -> None:
-        if self._metric_objs is None:
-            self._metric_objs = [metrics_mod.get(m, y, y_pred) for m in self._metric_specs]
+    # ------------------------------------------------------------ several outputs
+
+    def _output_names(self) -> list:
+        if self._functional:
+            names = []
+            for k, kt in enumerate(_leaves(self._outputs_struct)):
+                hist = getattr(kt, "history", None)
+                names.append(hist[0].name if hist is not None else f"output_{k}")
+            if isinstance(self._outputs_struct, dict):
+                return list(self._outputs_struct)
+            return names
+        return None
+
+    def _per_output(self, spec, names, what):
+        """`spec` (a list in output order or a dict by output name) as one entry per output."""
+        if isinstance(spec, dict):
+            unknown = sorted(set(spec) - set(names))
+            if unknown:
+                raise LoomValueError(f"loom.tf.keras.Model.compile: {what} names {unknown} are not outputs of "
+                                     f"model {self.name!r}; its outputs are {names}")
+            return [spec.get(n) for n in names]
+        spec = list(spec)
+        if len(spec) != len(names):
+            raise LoomValueError(f"loom.tf.keras.Model.compile: {what} has {len(spec)} entries but model "
+                                 f"{self.name!r} has {len(names)} outputs {names}")
+        return spec
+
+    def _setup_multi(self, y_pred) -> dict:
+        if self._multi is not None:
+            return self._multi
+        loss, weights, metrics = self._multi_spec
+        names = self._output_names()
+        if names is None:
+            names = list(y_pred) if isinstance(y_pred, dict) else [f"output_{k + 1}" for k in range(len(y_pred))]
+        losses = self._per_output(loss, names, "loss")
+        w = [1.0] * len(names) if weights is None else [1.0 if v is None else float(v)
+                                                         for v in self._per_output(weights, names, "loss_weights")]
+        if metrics is None:
+            mets: list = [[] for _ in names]
+        elif isinstance(metrics, dict) or (isinstance(metrics, (list, tuple)) and len(metrics) == len(names)
+                                           and all(isinstance(m, (list, tuple)) or m is None for m in metrics)):
+            mets = [[] if m is None else (list(m) if isinstance(m, (list, tuple)) else [m])
+                    for m in self._per_output(metrics, names, "metrics")]
+        else:
+            raise LoomValueError(f"loom.tf.keras.Model.compile: model {self.name!r} has outputs {names}; give "
+                                 "metrics as a dict by output name or a list with one list of metrics per output")
+        self._multi = {"names": names, "losses": [None if v is None else losses_mod.get(v) for v in losses],
+                       "weights": w, "metric_specs": mets, "metrics": None,
+                       "trackers": [metrics_mod.Mean(name=f"{n}_loss") for n in names]}
+        return self._multi
+
+    def _as_list(self, v, names):
+        if isinstance(v, dict):
+            missing = [n for n in names if n not in v]
+            if missing:
+                raise LoomValueError(f"loom.tf.keras.Model {self.name!r}: targets/outputs dict lacks {missing}")
+            return [v[n] for n in names]
+        if isinstance(v, (list, tuple)):
+            if len(v) != len(names):
+                raise LoomValueError(f"loom.tf.keras.Model {self.name!r}: got {len(v)} targets/outputs for "
+                                     f"{len(names)} outputs {names}")
+            return list(v)
+        raise LoomValueError(f"loom.tf.keras.Model {self.name!r}: the model has outputs {names}; give one target "
+                             f"per output (a list or a dict by output name), got {type(v).__name__}")
+
+    def _multi_losses(self, y, y_pred, sample_weight) -> list:
+        m = self._setup_multi(y_pred)
+        ys, ps = self._as_list(y, m["names"]), self._as_list(y_pred, m["names"])
+        return [None if fn is None else fn(t, p, sample_weight) for fn, t, p in zip(m["losses"], ys, ps)]
 
     @property
     def metrics(self) -> list:
         if not self.compiled:
             return []
-        return [self._loss_tracker] + list(self._metric_objs or [])
+        out = [self._loss_tracker]
+        if self._multi is not None:
+            out += [t for t, fn in zip(self._multi["trackers"], self._multi["losses"]) if fn is not None]
+            out += [mt for per in (self._multi["metrics"] or []) for mt in per]
+        return out + list(self._metric_objs or [])
 
     @property
     def metrics_names(self) -> list:
@@ -201,9 +304,17 @@ class Model(Layer):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """The compiled loss of `y_pred` against `y` plus any losses layers added."""
-        if self._loss_obj is None:
-            raise LoomValueError(f"loom.tf.keras.Model {self.name!r}: compile() with a loss before training")
-        loss = self._loss_obj(y, y_pred, sample_weight)
+        if self._multi_spec is not None:
+            parts = self._multi_losses(y, y_pred, sample_weight)
+            self._last_parts = parts
+            loss = None
+            for w, part in zip(self._multi["weights"], parts):
+                if part is not None:
+                    loss = part * w if loss is None else loss + part * w
+        else:
+            if self._loss_obj is None:
+                raise LoomValueError(f"loom.tf.keras.Model {self.name!r}: compile() with a loss before training")
+            loss = self._loss_obj(y, y_pred, sample_weight)
         for extra in self.losses:
             loss = loss + extra
         return loss
@@ -232,10 +343,36 @@ class Model(Layer):
     def _update_metrics(self, x, y, y_pred, sw, loss) -> dict:
         n = _first_len(x.numpy() if isinstance(x, Tensor) else x)
         self._loss_tracker.update_state(loss.detach().numpy(), sample_weight=n)
+        if self._multi_spec is not None:
+            self._update_multi(y, y_pred, sw)
+            return self._logs()
         self._ensure_metrics(y, y_pred)
         for m in self._metric_objs:
             m.update_state(y, y_pred.detach(), sw)
         return self._logs()
+
+    def _ensure_metrics(self, y, y_pred) -> None:
+        if self._metric_objs is None:
+            self._metric_objs = [metrics_mod.get(m, y, y_pred) for m in self._metric_specs]
+
+    def _update_multi(self, y, y_pred, sw) -> None:
+        m = self._setup_multi(y_pred)
+        ys, ps = self._as_list(y, m["names"]), self._as_list(y_pred, m["names"])
+        parts = getattr(self, "_last_parts", None) or [None] * len(ys)
+        for tracker, part in zip(m["trackers"], parts):
+            if part is not None:
+                tracker.update_state(part.detach().numpy(), sample_weight=_first_len(ys[0]))
+        self._last_parts = None
+        if m["metrics"] is None:
+            m["metrics"] = []
+            for name, specs, t, p in zip(m["names"], m["metric_specs"], ys, ps):
+                objs = [metrics_mod.get(spec, _to_input(t), p) for spec in specs]
+                for o in objs:
+                    o.name = f"{name}_{o.name}"
+                m["metrics"].append(objs)
+        for objs, t, p in zip(m["metrics"], ys, ps):
+            for o in objs:
+                o.update_state(t, p.detach(), sw)
 
     def predict_step(self, data):
         """The model's outputs on a batch of inputs."""
@@ -513,6 +650,20 @@ class Sequential(Model):
     def pop(self) -> Layer:
         """Remove and return the last layer."""
         return self._layers.pop()
+
+    def build(self, input_shape=None) -> None:
+        """Build every layer for inputs of `input_shape` (the batch dimension may be None)."""
+        if input_shape is None:
+            if self._input_kt is None:
+                raise LoomValueError(f"loom.tf.keras.Sequential {self.name!r}: build() needs an input_shape (or "
+                                     "start the model with keras.Input)")
+            input_shape = self._input_kt.shape
+        self._input_kt = KerasTensor(tuple(input_shape))
+        self._build_from(self._input_kt.shape, self._input_kt.dtype)
+
+    @property
+    def output_shape(self):
+        return self._layers[-1].output_shape if self._layers else None
 
     def call(self, inputs, training=None, mask=None):
         x = inputs

@@ -1,0 +1,247 @@
+"""Regressions from running TF2 tutorial-style programs under loom.tf and TensorFlow side by side.
+
+Each test is a small user program (or the part of one that failed) checked
+against real TensorFlow where the result is deterministic.
+"""
+import numpy as np
+import pytest
+
+import loom.tf as ltf
+from loom.errors import LoomValueError
+from tests.tf.harness import real_tf
+
+
+def close(a, b, tol=1e-5):
+    a = a.numpy() if hasattr(a, "numpy") else np.asarray(a)
+    b = b.numpy() if hasattr(b, "numpy") else np.asarray(b)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=tol, atol=tol)
+
+
+# ------------------------------------------------------------------ ops
+
+@pytest.mark.parametrize("axis,batch_dims,ishape", [(1, 1, (2, 3)), (2, 1, (2, 2)), (2, 2, (2, 3, 2)), (1, -1, (2, 4))])
+def test_gather_batch_dims(axis, batch_dims, ishape):
+    rng = np.random.default_rng(0)
+    p = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    hi = p.shape[axis]
+    idx = rng.integers(0, hi, ishape).astype(np.int32)
+    want = real_tf.gather(p, idx, axis=axis, batch_dims=batch_dims)
+    close(ltf.gather(p, idx, axis=axis, batch_dims=batch_dims), want)
+
+
+def test_slice_and_strided_slice():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    close(ltf.slice(x, [1, 0, 1], [1, -1, 2]), real_tf.slice(x, [1, 0, 1], [1, -1, 2]))
+    args = ([0, 1, 0], [2, 3, 4], [1, 1, 2])
+    for kw in ({}, {"begin_mask": 0b010}, {"end_mask": 0b001, "shrink_axis_mask": 0b100}):
+        close(ltf.strided_slice(x, *args, **kw), real_tf.strided_slice(x, *args, **kw))
+
+
+def test_integer_true_division_is_float64():
+    a, b = np.array([7, 4], np.int32), np.array([2, 3], np.int32)
+    out = ltf.math.truediv(a, b)
+    want = real_tf.math.truediv(a, b)
+    assert out.dtype.name == want.dtype.name == "float64"
+    close(out, want)
+    assert ltf.divide(np.int8(7), np.int8(2)).dtype.name == "float32"
+
+
+def test_confusion_matrix():
+    lab, pred = [0, 1, 2, 1, 1], [0, 2, 2, 1, 0]
+    close(ltf.math.confusion_matrix(lab, pred), real_tf.math.confusion_matrix(lab, pred))
+    out = ltf.math.confusion_matrix(lab, pred, num_classes=4, weights=[1.0, 2, 3, 4, 5], dtype=ltf.float32)
+    close(out, real_tf.math.confusion_matrix(lab, pred, num_classes=4, weights=[1.0, 2, 3, 4, 5],
+                                             dtype=real_tf.float32))
+    with pytest.raises(LoomValueError, match="num_classes"):
+        ltf.math.confusion_matrix([0, 3], [0, 1], num_classes=2)
+
+
+# ------------------------------------------------------------------ keras
+
+def _same_weights(models):
+    ref = models[0].get_weights()
+    for m in models[1:]:
+        m.set_weights(ref)
+
+
+def test_multi_output_compile_losses_weights_and_metrics():
+    rng = np.random.default_rng(0)
+    xa, xb = rng.random((16, 3), np.float32), rng.random((16, 2), np.float32)
+    ya, yb = rng.random((16, 1), np.float32), rng.integers(0, 2, 16)
+
+    def build(tf):
+        a_in, b_in = tf.keras.Input((3,), name="a"), tf.keras.Input((2,), name="b")
+        cat = tf.keras.layers.Concatenate()([a_in, b_in])
+        o1 = tf.keras.layers.Dense(1, name="o1")(cat)
+        o2 = tf.keras.layers.Dense(2, activation="softmax", name="o2")(cat)
+        return tf.keras.Model([a_in, b_in], [o1, o2])
+    models = [build(real_tf), build(ltf)]
+    _same_weights(models)
+    res = []
+    for m in models:
+        m.compile("sgd", loss=["mse", "sparse_categorical_crossentropy"], loss_weights=[1.0, 0.5],
+                  metrics=[["mae"], ["accuracy"]])
+        h = m.fit([xa, xb], [ya, yb], epochs=2, batch_size=4, verbose=0, shuffle=False).history
+        m.compile("sgd", loss={"o1": "mse", "o2": "sparse_categorical_crossentropy"}, metrics={"o2": "accuracy"})
+        ev = m.evaluate([xa, xb], {"o1": ya, "o2": yb}, verbose=0, return_dict=True)
+        res.append((h, ev))
+    (h_tf, ev_tf), (h_l, ev_l) = res
+    assert sorted(h_tf) == sorted(h_l) == ["loss", "o1_loss", "o1_mae", "o2_accuracy", "o2_loss"]
+    for k in h_tf:
+        close(h_l[k], h_tf[k], 1e-4)
+    assert sorted(ev_tf) == sorted(ev_l)
+    for k in ev_tf:
+        close(ev_l[k], ev_tf[k], 1e-4)
+
+
+def test_multi_output_compile_errors_name_outputs():
+    a = ltf.keras.Input((3,))
+    m = ltf.keras.Model(a, [ltf.keras.layers.Dense(1, name="p")(a), ltf.keras.layers.Dense(1, name="q")(a)])
+    m.compile("sgd", loss={"p": "mse", "z": "mse"})
+    with pytest.raises(LoomValueError, match=r"\['z'\].*\['p', 'q'\]"):
+        m.evaluate(np.ones((2, 3), np.float32), [np.ones((2, 1)), np.ones((2, 1))], verbose=0)
+    m.compile("sgd", loss=["mse"])
+    with pytest.raises(LoomValueError, match="1 entries but model"):
+        m.evaluate(np.ones((2, 3), np.float32), [np.ones((2, 1)), np.ones((2, 1))], verbose=0)
+
+
+def test_functional_operators_on_keras_tensors_match_tf():
+    """A transformer block written with `x + y`, scalar arithmetic and slicing on symbolic tensors."""
+    x = np.random.default_rng(1).random((4, 6, 8), np.float32)
+
+    def build(tf):
+        inp = tf.keras.Input(shape=(6, 8))
+        att = tf.keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)(inp, inp)
+        h = tf.keras.layers.LayerNormalization()(inp + att)
+        ff = tf.keras.layers.Dense(8, activation="relu")(h)
+        h = tf.keras.layers.LayerNormalization()(h + ff * 0.5)
+        h = 1.0 - (-h) / 2.0
+        first = h[:, 0, :]
+        return tf.keras.Model(inp, tf.keras.layers.Dense(3)(first))
+    m_tf, m_l = build(real_tf), build(ltf)
+    m_l.set_weights(m_tf.get_weights())
+    close(m_l(x), m_tf(x), 1e-4)
+    close(m_l.predict(x, verbose=0), m_tf.predict(x, verbose=0), 1e-4)
+    assert m_l.output_shape == m_tf.output_shape == (None, 3)
+
+
+def test_model_build_and_output_shape():
+    for tf in (real_tf, ltf):
+        m = tf.keras.Sequential()
+        m.add(tf.keras.layers.Dense(4, activation="tanh"))
+        m.add(tf.keras.layers.Dense(1))
+        m.build((None, 3))
+        assert m.count_params() == 21
+        assert tuple(m.output_shape) == (None, 1)
+
+    class Sub(ltf.keras.Model):  # Keras 3 only marks it built; loom also creates the weights.
+        def __init__(self):
+            super().__init__()
+            self.d = ltf.keras.layers.Dense(5)
+
+        def call(self, x):
+            return self.d(x)
+    s = Sub()
+    s.build((None, 2))
+    assert s.count_params() == 15
+    seq = ltf.keras.Sequential([ltf.keras.Input((8, 8, 1)), ltf.keras.layers.Conv2D(4, 3), ltf.keras.layers.Flatten()])
+    seq.predict(np.zeros((5, 8, 8, 1), np.float32), verbose=0)
+    assert seq.output_shape == (None, 144) and seq.layers[0].output_shape == (None, 6, 6, 4)
+
+
+def test_backend_get_value_and_set_value():
+    opt = ltf.keras.optimizers.Adam(0.01)
+    assert np.isclose(ltf.keras.backend.get_value(opt.learning_rate), 0.01)
+    v = ltf.Variable(1.0)
+    ltf.keras.backend.set_value(v, 3.0)
+    assert ltf.keras.backend.get_value(v) == 3.0
+
+
+# ------------------------------------------------------------------ tf.train
+
+def _ckpt_model(seed):
+    m = ltf.keras.Sequential([ltf.keras.Input((3,)), ltf.keras.layers.Dense(4, activation="relu"),
+                              ltf.keras.layers.Dense(1)])
+    m.set_weights([np.random.default_rng(seed + k).standard_normal(w.shape).astype(np.float32)
+                   for k, w in enumerate(m.get_weights())])
+    return m
+
+
+def _steps(model, opt, n):
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+    y = x.sum(1, keepdims=True)
+    for _ in range(n):
+        with ltf.GradientTape() as tape:
+            loss = ltf.reduce_mean(ltf.square(model(x) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+def test_checkpoint_restores_model_and_optimizer_slots_into_fresh_objects(tmp_path):
+    model, opt = _ckpt_model(0), ltf.keras.optimizers.Adam(0.05)
+    step = ltf.Variable(0, dtype=ltf.int64)
+    ckpt = ltf.train.Checkpoint(step=step, model=model, optimizer=opt)
+    _steps(model, opt, 2)
+    step.assign_add(2)
+    path = ckpt.save(str(tmp_path / "ckpt"))
+    assert path.endswith("ckpt-1") and (tmp_path / "ckpt-1.index").exists()
+    assert ltf.train.latest_checkpoint(str(tmp_path)) == path
+    _steps(model, opt, 3)
+    want = model.get_weights()
+
+    model2, opt2 = _ckpt_model(7), ltf.keras.optimizers.Adam(0.05)
+    step2 = ltf.Variable(0, dtype=ltf.int64)
+    ckpt2 = ltf.train.Checkpoint(step=step2, model=model2, optimizer=opt2)
+    ckpt2.restore(ltf.train.latest_checkpoint(str(tmp_path))).assert_consumed()
+    assert int(step2.numpy()) == 2 and int(opt2.iterations.numpy()) == 2
+    _steps(model2, opt2, 3)
+    for a, b in zip(model2.get_weights(), want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert ckpt2.restore(None) is not None
+    with pytest.raises(LoomValueError, match="no checkpoint at"):
+        ckpt2.restore(str(tmp_path / "nothing"))
+
+
+def test_checkpoint_manager_keeps_the_newest(tmp_path):
+    v = ltf.Variable([1.0, 2.0])
+    ckpt = ltf.train.Checkpoint(v=v)
+    mgr = ltf.train.CheckpointManager(ckpt, str(tmp_path / "m"), max_to_keep=2)
+    assert mgr.latest_checkpoint is None
+    paths = []
+    for _ in range(3):
+        v.assign_add([1.0, 1.0])
+        paths.append(mgr.save())
+    assert mgr.checkpoints == paths[1:] and mgr.latest_checkpoint == paths[-1]
+    assert not (tmp_path / "m" / "ckpt-1.index").exists()
+    ckpt.restore(paths[1])
+    np.testing.assert_array_equal(v.numpy(), [3.0, 4.0])
+    again = ltf.train.CheckpointManager(ckpt, str(tmp_path / "m"), max_to_keep=2)
+    assert again.latest_checkpoint == paths[-1]
+    p = ckpt.write(str(tmp_path / "plain"))
+    v.assign([0.0, 0.0])
+    ckpt.read(p)
+    np.testing.assert_array_equal(v.numpy(), [3.0, 4.0])
+
+
+# ------------------------------------------------------------------ keras.datasets
+
+def test_keras_datasets_read_the_cache_and_explain_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    import urllib.request
+
+    def offline(*a, **k):
+        raise OSError("Name or service not known")
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(LoomValueError, match=r"mnist.npz is not in the cache.*copy the file Keras downloads to "
+                                             + str(tmp_path / "datasets" / "mnist.npz")):
+        ltf.keras.datasets.mnist.load_data()
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.integers(0, 255, (4, 28, 28), dtype=np.uint8), "y_train": np.arange(4, dtype=np.uint8),
+              "x_test": rng.integers(0, 255, (2, 28, 28), dtype=np.uint8), "y_test": np.arange(2, dtype=np.uint8)}
+    np.savez(tmp_path / "datasets" / "mnist.npz", **arrays)
+    (x, y), (xt, yt) = ltf.keras.datasets.mnist.load_data()
+    np.testing.assert_array_equal(x, arrays["x_train"])
+    np.testing.assert_array_equal(yt, arrays["y_test"])
+    with pytest.raises(LoomValueError, match="imdb.load_data: this dataset is not provided"):
+        ltf.keras.datasets.imdb.load_data(num_words=100)
