@@ -87,6 +87,18 @@ def test_pytorch_user_script_object_collectives_sampler_and_ddp():
 
 
 @needs_mpi
+def test_torchrun_command_line_runs_a_module():
+    # torchrun's spelling: --standalone --nproc-per-node N -m package.module args.
+    cmd = [sys.executable, "-m", "loom.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+           "tests.distributed.scripts.torch_user"]
+    out = _ok(subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT))
+    assert "rank 1: parameters equal across ranks ok" in out, out
+    cmd = [sys.executable, "-m", "loom.distributed.run", "--nproc", "2", "-m", "tests.distributed.no_such_module"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 2 and "no module 'tests.distributed.no_such_module'" in proc.stderr, proc.stderr
+
+
+@needs_mpi
 def test_collective_gradients():
     _ok(launch("autograd.py"))
 
