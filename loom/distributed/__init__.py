@@ -20,7 +20,7 @@ Examples
 """
 from loom.distributed.collectives import (
     Work, all_gather, all_gather_into_tensor, all_reduce, all_to_all, all_to_all_single, barrier, broadcast, gather,
-    irecv, isend, recv, reduce, reduce_scatter, reduce_scatter_tensor, scatter, send,
+    irecv, isend, monitored_barrier, recv, reduce, reduce_scatter, reduce_scatter_tensor, scatter, send,
 )
 from loom.distributed import nccl as _nccl  # noqa: F401  (registers the "nccl" backend)
 from loom import _upper
@@ -41,7 +41,8 @@ _upper.register(compile_overlapped=_compile_overlapped)
 
 __all__ = [
     "init_process_group", "destroy_process_group", "is_initialized", "is_available", "get_rank", "get_world_size",
-    "get_backend", "get_global_rank", "get_process_group_ranks", "new_group", "barrier", "ProcessGroup",
+    "get_backend", "get_global_rank", "get_process_group_ranks", "new_group", "barrier", "monitored_barrier",
+    "ProcessGroup",
     "GroupMember", "Backend", "ReduceOp", "Work", "DistributedError",
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
     "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv",

@@ -38,7 +38,7 @@ def _abort(code: int) -> None:
 
 
 def main() -> None:
-    """Run ``sys.argv[1]`` as ``__main__`` with ``sys.argv[2:]`` as its arguments."""
+    """Run ``sys.argv[1]`` as ``__main__`` with ``sys.argv[2:]`` as its arguments (``--module NAME``: the module)."""
     local = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK")
     local_size = _env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE", default=1)
     world_rank = _env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK")
@@ -56,12 +56,18 @@ def main() -> None:
         start_heartbeats(os.environ["LOOM_DIST_CONTROL"], os.environ["LOOM_DIST_TOKEN"], world_rank, os.getpid(),
                          float(os.environ.get("LOOM_DIST_HEARTBEAT_S", "1")),
                          orphan_after=float(os.environ.get("LOOM_DIST_ORPHAN_S", "0")))
+    module = sys.argv[1] == "--module"   # `run -m pkg.mod`: run it as `python -m pkg.mod` would.
+    if module:
+        del sys.argv[1]
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
-    sys.path.insert(0, str(Path(script).resolve().parent))
+    sys.path.insert(0, os.getcwd() if module else str(Path(script).resolve().parent))
     code = 0
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module:
+            runpy.run_module(script, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):

@@ -406,6 +406,61 @@ def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_id
     return _launch(g._comm.Ibarrier(), None, async_op)
 
 
+_BARRIERS: dict[tuple, int] = {}   # Group ranks -> how many monitored barriers this process has passed on it.
+
+
+def monitored_barrier(group: ProcessGroup | None = None, timeout=None, wait_all_ranks: bool = False) -> None:
+    """A barrier that gives up after `timeout` and names the ranks that did not arrive, as
+    ``torch.distributed.monitored_barrier``.
+
+    Under ``python -m loom.distributed.run`` it goes over the job's gRPC
+    control plane (not the data plane, so a rank stuck in a collective is
+    still named); every waiting rank, not only rank 0, learns the missing
+    ones (`wait_all_ranks` is accepted for PyTorch's signature). In a job
+    started by plain ``mpirun`` it is an MPI barrier bounded by `timeout`.
+
+    Parameters
+    ----------
+    group : ProcessGroup, optional
+    timeout : datetime.timedelta or float, optional
+        Default 30 minutes, as PyTorch's.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))  # raises naming a rank that is late
+    """
+    import time
+    g = resolve(group, "monitored_barrier")
+    if g is None:
+        return not_member_warning("monitored_barrier")
+    seconds = 1800.0 if timeout is None else float(getattr(timeout, "total_seconds", lambda: timeout)())
+    ranks = tuple(g._ranks)
+    count = _BARRIERS.get(ranks, 0)
+    _BARRIERS[ranks] = count + 1
+    from loom.distributed.control import ControlPlaneError, job_client
+    client = job_client()
+    me = g._ranks[g.rank()]
+    if client is not None:
+        try:
+            client.barrier(f"barrier/{','.join(map(str, ranks))}/{count}", me, list(ranks), seconds)
+        except ControlPlaneError as e:
+            raise DistributedError(str(e)) from None
+        finally:
+            client.close()
+        return None
+    req = g._comm.Ibarrier()
+    deadline = time.monotonic() + seconds
+    while not req.Test():
+        if time.monotonic() > deadline:
+            raise DistributedError(f"loom.distributed.monitored_barrier: some rank of {list(ranks)} did not reach "
+                                   f"the barrier within {seconds:g} s (started without loom's launcher, there is no "
+                                   "control plane to say which; use `python -m loom.distributed.run`)")
+        time.sleep(0.001)
+    return None
+
+
 def isend(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0, _op: str = "isend") -> Work:
     """Start sending `tensor` to global rank `dst`; returns a `Work` (call ``wait()``)."""
     g = resolve(group, _op)

@@ -11,6 +11,8 @@ gRPC's generic handlers, so no generated code is needed. Its methods:
   rank, and what the master added, e.g. the ``ompi-server`` URI).
 - ``Put``/``Get``: a small key-value store for what ranks exchange before
   their data plane exists (MPI port names, NCCL unique ids).
+- ``Barrier``: a rank waits until every rank of a group has reached the same
+  barrier; one that waits too long learns which have not (`monitored_barrier`).
 - ``Status``: a launcher reports a failure or its end and learns whether
   another node failed; the master names a node that stops calling.
 
@@ -62,11 +64,12 @@ class ControlServer:
         self.done: dict[int, int] = {}               # node rank -> its exit code, once ended
         self.failures: list[str] = []                # What nodes reported, first first.
         self._kv: dict[str, str] = {}
+        self._arrived: dict[str, set[int]] = {}      # barrier key -> the ranks that have reached it
         self._cond = threading.Condition()
         self._grpc = grpc
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
         methods = {"Heartbeat": self._heartbeat, "Join": self._join, "Put": self._put, "Get": self._get,
-                   "Status": self._status}
+                   "Status": self._status, "Barrier": self._barrier}
         handler = grpc.method_handlers_generic_handler(SERVICE, {
             name: grpc.unary_unary_rpc_method_handler(self._guard(fn)) for name, fn in methods.items()})
         self._server.add_generic_rpc_handlers((handler,))
@@ -131,6 +134,17 @@ class ControlServer:
         with self._cond:
             self._cond.wait_for(lambda: key in self._kv, timeout=wait)
             return {"value": self._kv[key]} if key in self._kv else {}
+
+    def _barrier(self, msg: dict) -> dict:
+        key, ranks, wait = str(msg["key"]), [int(r) for r in msg["ranks"]], min(float(msg.get("wait", 0.0)),
+                                                                                   _LONG_POLL_S)
+        with self._cond:
+            arrived = self._arrived.setdefault(key, set())
+            arrived.add(int(msg["rank"]))
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: arrived.issuperset(ranks), timeout=wait)
+            missing = sorted(set(ranks) - arrived)
+            return {"missing": missing} if missing else {"done": True}
 
     def _status(self, msg: dict) -> dict:
         node = int(msg["node_rank"])
@@ -224,6 +238,23 @@ class ControlClient:
         """The value stored under `key`, waiting up to `timeout` seconds for some rank to put it."""
         msg = {"key": key}
         return self._poll("Get", msg, lambda r: "value" in r, timeout, f"waiting for key {key!r}")["value"]
+
+    def barrier(self, key: str, rank: int, ranks: list[int], timeout: float) -> None:
+        """Wait until every rank of `ranks` has called `barrier` with `key`; after `timeout` seconds raise a
+        `ControlPlaneError` naming the ranks that have not."""
+        deadline = time.monotonic() + timeout
+        missing: list[int] = list(ranks)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ControlPlaneError(f"loom.distributed.monitored_barrier: rank(s) {missing} did not reach the "
+                                        f"barrier within {timeout:g} s (rank {rank} waited for ranks {ranks})")
+            wait = max(0.0, min(_LONG_POLL_S, left - 0.1))
+            reply = self.call("Barrier", {"key": key, "rank": rank, "ranks": ranks, "wait": wait},
+                              timeout=wait + 5.0)
+            if reply.get("done"):
+                return
+            missing = reply.get("missing", missing)
 
     def status(self, node_rank: int, failure: str | None = None, done: int | None = None) -> list[str]:
         """Report this node's failure or end; returns the failures every node has reported."""

@@ -76,6 +76,8 @@ def collective_task(plan: Any, name: str, source: Any, op: str = "avg", group: A
         raise DistributedError("loom.distributed.overlap.collective_task: this process is not a member of group")
     ranks = tuple(g._ranks)
     chan = comm.channel(ranks, "overlap.collective_task")
+    if chan is not None:   # Freed with the plan (or with its group, whichever goes first).
+        weakref.finalize(plan, _free_channels, [chan])
 
     def reduce(value):
         value = pick(value) if pick is not None else value

@@ -79,7 +79,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds without a heartbeat after which a rank counts as failed (default 10; 0: off)")
     p.add_argument("--control-host", default="127.0.0.1",
                    help="address the gRPC control plane binds to (default loopback)")
-    p.add_argument("script", help="the Python script to run on every process")
+    p.add_argument("--standalone", action="store_true",
+                   help="accepted for torchrun's command lines: a one-machine job is the default here")
+    p.add_argument("-m", "--module", action="store_true",
+                   help="run `script` as a module (python -m script), as torchrun's -m does")
+    p.add_argument("script", help="the Python script (or, with -m, the module) to run on every process")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
 
@@ -107,7 +111,8 @@ def _mpirun_command(opts, mpirun: str, env: dict) -> list[str]:
     if env.get("LOOM_DIST_OMPI_SERVER"):
         cmd += ["--ompi-server", env["LOOM_DIST_OMPI_SERVER"]]
     cmd += list(opts.mpi_args)
-    cmd += [sys.executable, "-m", "loom.distributed._worker", opts.script] + list(opts.args)
+    cmd += [sys.executable, "-m", "loom.distributed._worker"] + (["--module"] if opts.module else []) + [opts.script]
+    cmd += list(opts.args)
     return cmd
 
 
@@ -178,7 +183,16 @@ def launch(argv: list[str] | None = None) -> int:
         print(f"loom.distributed.run: need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes; got "
               f"--nproc {opts.nproc} --nnodes {opts.nnodes} --node-rank {opts.node_rank}", file=sys.stderr)
         return 2
-    if not Path(opts.script).is_file():
+    if opts.module:
+        import importlib.util
+        try:
+            found = importlib.util.find_spec(opts.script) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            print(f"loom.distributed.run: no module {opts.script!r} importable here (-m)", file=sys.stderr)
+            return 2
+    elif not Path(opts.script).is_file():
         print(f"loom.distributed.run: no script {opts.script!r}", file=sys.stderr)
         return 2
     mpirun = opts.mpirun or shutil.which("mpirun")

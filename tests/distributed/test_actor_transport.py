@@ -103,3 +103,4 @@ def test_gradient_all_reduce_tasks_overlap_backward_and_equal_one_process():
     for r in (0, 1):
         assert f"rank {r}: data parallel grads equal one process over 4 steps ok" in out
         assert re.search(rf"rank {r}: [1-8] of 8 all-reduces overlapped a backward task ok", out), out
+        assert f"rank {r}: the collective tasks' channels freed with their plan ok" in out, out

@@ -1,4 +1,5 @@
 """The gRPC control plane: heartbeats register a rank, a call without the job's token is refused."""
+import shutil
 import time
 
 import pytest
@@ -24,3 +25,12 @@ def test_heartbeats_need_the_job_token_and_silence_is_reported():
         assert list(quiet) == [3] and quiet[3][0] >= 0.2 and quiet[3][1] == 1234
     finally:
         server.stop()
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI (mpirun)")
+def test_monitored_barrier_names_the_late_rank_over_the_control_plane():
+    from tests.distributed.test_distributed import _ok, launch
+    out = _ok(launch("monitored_barrier.py"))
+    assert "rank 0: late rank named: loom.distributed.monitored_barrier: rank(s) [1] did not reach" in out, out
+    for r in (0, 1):
+        assert f"rank {r}: 3 monitored barriers passed ok" in out and f"rank {r}: job goes on" in out, out

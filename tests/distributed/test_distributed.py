@@ -87,6 +87,18 @@ def test_pytorch_user_script_object_collectives_sampler_and_ddp():
 
 
 @needs_mpi
+def test_torchrun_command_line_runs_a_module():
+    # torchrun's spelling: --standalone --nproc-per-node N -m package.module args.
+    cmd = [sys.executable, "-m", "loom.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+           "tests.distributed.scripts.torch_user"]
+    out = _ok(subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT))
+    assert "rank 1: parameters equal across ranks ok" in out, out
+    cmd = [sys.executable, "-m", "loom.distributed.run", "--nproc", "2", "-m", "tests.distributed.no_such_module"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 2 and "no module 'tests.distributed.no_such_module'" in proc.stderr, proc.stderr
+
+
+@needs_mpi
 def test_collective_gradients():
     _ok(launch("autograd.py"))
 
@@ -207,7 +219,8 @@ def test_plain_mpirun_script_and_clear_errors_for_tensors_that_differ_between_ra
     out = _ok(_plain_mpirun(2))
     for what in ("all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "send/recv",
                  "all_reduce bool MAX (or)", "all_reduce bool MIN (and)", "all_reduce float16", "all_to_all_single",
-                 "mpi4py allreduce beside loom", "average of a bool tensor refused",
+                 "mpi4py allreduce beside loom", "monitored_barrier without the launcher",
+                 "average of a bool tensor refused",
                  "differentiable all_gather of different shapes refused",
                  "differentiable all_reduce of different shapes refused", "graph recv of a shorter message refused",
                  "all_reduce of different shapes refused", "broadcast of different dtypes refused",

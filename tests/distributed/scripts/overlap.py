@@ -1,6 +1,7 @@
 """Data parallel backward on the actor runtime with the gradient all-reduces as tasks of their own
 (loom.distributed.overlap): an all-reduce overlaps backward computation (the late layer's all-reduce with the
 early layer's backward), and the averaged gradients equal one process's on the whole batch."""
+import gc
 import threading
 
 import numpy as np
@@ -9,6 +10,7 @@ import loom
 import loom.distributed as dist
 from loom.autograd.engine import grad
 from loom.distributed.overlap import collective_task
+from loom.distributed.process_group import live_communicators
 from loom.runtime.actors import Plan
 
 dist.init_process_group("mpi")
@@ -72,5 +74,10 @@ compute_spans = list(intervals(plan.trace["backward_early"]).values()) + list(
 overlapped = sum(1 for a, b in comm_spans.values() if any(min(b, d) > max(a, c) for c, d in compute_spans))
 assert overlapped >= 1, (comm_spans, compute_spans)
 print(f"rank {r}: {overlapped} of {len(comm_spans)} all-reduces overlapped a backward task ok", flush=True)
+assert live_communicators() == 3, live_communicators()   # The default group and the two tasks' channels.
+del plan, data, late, early   # The tasks refer to their plan.
+gc.collect()
+assert live_communicators() == 1, live_communicators()
+print(f"rank {r}: the collective tasks' channels freed with their plan ok", flush=True)
 dist.destroy_process_group()
 print(f"rank {r}: ALL OK", flush=True)

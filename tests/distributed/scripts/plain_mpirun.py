@@ -66,6 +66,8 @@ check("all_to_all_single", out.numpy(), np.arange(n) * 10 + r)
 from mpi4py import MPI  # noqa: E402
 
 check("mpi4py allreduce beside loom", MPI.COMM_WORLD.allreduce(r), n * (n - 1) / 2)
+dist.monitored_barrier(timeout=60)   # Without the launcher's control plane: an MPI barrier with a timeout.
+check("monitored_barrier without the launcher", 1, 1)
 dist.barrier()
 
 
