@@ -673,7 +673,7 @@ SEGMENT_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # Segmentations the
 
 def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list[Node]],
             tiers: str = "never", decisions: list | None = None, bound: float | None = None,
-            timed: bool = False, inline: bool = True) -> tuple[Graph, MemoryPlan, list]:
+            timed: bool = False, inline_reads: bool = True) -> tuple[Graph, MemoryPlan, list]:
     """The greedy rounds (see the module docstring) from `plan`; returns the best state and its
     stats (`_STATS`).
 
@@ -688,7 +688,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
     the cost model's seconds) passes it: a plan that fits at less cost is
     already known, so this one cannot be chosen.
 
-    `inline`: whether a kernel reading too much at once may compute its
+    `inline_reads`: whether a kernel reading too much at once may compute its
     elementwise inputs inline (``False``: the disk tier's offload-only plan).
     """
     stats: list[float] = [0] * len(_STATS)  # Counts and FLOPs (ints), seconds (a float).
@@ -718,7 +718,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
         order = state.live.order
         inlines: list[tuple[Node, list[Node]]] = []
         taken: set[Node] = set()
-        for k in sorted(range(len(order)), key=lambda k: -state.profile[k]) if inline else ():
+        for k in sorted(range(len(order)), key=lambda k: -state.profile[k]) if inline_reads else ():
             if state.profile[k] <= target:
                 break
             found = _inlinable(state, order[k], k) if order[k].op == "fused" else []
@@ -1209,7 +1209,8 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
         timed = offload != "never"
         found: list[tuple] = []
         if offload != "disk":
-            segmented, cuts_seen = [], set()
+            segmented: list = []
+            cuts_seen: set[tuple[int, ...]] = set()
             for k in SEGMENT_COUNTS:
                 g, dec = graph.copy(), list[TierChoice]()
                 stats, copies = _segment(g, k, dec, cuts_seen)
@@ -1235,7 +1236,7 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
         if offload != "never":
             dec = []
             best_fit = min((f[1] for f in found if f[0] <= room), default=None)
-            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True, inline=False)
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, "disk", dec, best_fit, True, inline_reads=False)
             found.append((p.arena_bytes, stats[5], "offload", g, p, stats, dec))
             if p.arena_bytes > room:
                 # The disk tier alone cannot fit it: a kernel reads more at once than the budget holds (the

@@ -432,6 +432,7 @@ class Actor(threading.Thread):
         self.acks: dict[int, int] = {}                          # Output register -> consumers still using it.
         self.held: dict[int, int] = {}                          # Output register -> bytes of its value.
         self.held_bytes = 0
+        self._nregs = task.registers
         self.fired = 0
         self.state = "waiting"
         self.track = task.plan.track
@@ -461,8 +462,7 @@ class Actor(threading.Thread):
         self.state = state
         if self.track:
             n = self._count
-            self._ring[n & _TRACK_MASK] = (_clock_ns(), state, detail, self.task.registers - len(self.free),
-                                           self.held_bytes)
+            self._ring[n & _TRACK_MASK] = (_clock_ns(), state, detail, self._nregs - len(self.free), self.held_bytes)
             self._count = n + 1
 
     def _kept(self) -> list:

@@ -117,6 +117,23 @@ def test_gpt_step_under_a_quarter_of_its_arena_with_disk_offload_is_bit_identica
     assert storage.disk().keys() == []
 
 
+def test_auto_keeps_the_plan_the_cost_model_finds_cheapest(small_gpt):  # noqa: F811
+    """offload="auto" weighs recomputing (segmentations, the greedy), offloading alone and offloading with inline
+    inputs, and runs the one that fits with the least estimated time; the report lists them all."""
+    build, data = small_gpt
+    base_losses, base_params, base_fn = _train(build, data, 2)
+    budget = _outputs(base_fn) + _arena(base_fn) // 4
+    losses, params, fn = _train(build, data, 2, budget, "auto")
+    (r,) = fn.memory_reports
+    fits = [c for c in r.candidates if c[3]]
+    names = {c[0] for c in r.candidates}
+    assert r.met and "offload" in names and any(n.startswith("segments(") for n in names) and len(fits) > 1
+    best = min(fits, key=lambda c: (c[5], c[1]))
+    assert r.strategy == best[0] and r.seconds == best[5] and r.arena_after == best[1]
+    _assert_same(losses, base_losses)
+    _assert_same(params, base_params)
+
+
 def _matmul_chain():
     """`a` is read first and last; matmuls do not fuse, so it stays live across every step between."""
     g = loom.ir.Graph()

@@ -114,3 +114,40 @@ def test_profiles_do_not_nest_and_results_are_unchanged():
             with profiler.profile():
                 pass
         assert (a * 2 + 1).sum().item() == expected
+
+
+def test_actor_runtime_trace_has_one_row_per_actor_with_its_kernels_inside(tmp_path, monkeypatch):
+    """loom.function(runtime="actors") over two branches: each actor is a row of the Chrome trace, and the
+    compiled work of its task is recorded on that row, inside the actor's firing."""
+    from loom.compiler import partition
+
+    monkeypatch.setattr(partition, "PARALLEL_MIN_WORK", 0)   # Small branches, on actor threads all the same.
+    w = loom.full((32, 32), 0.5)
+
+    def two(x):
+        return (x @ w).exp().sum(), (x * 2).relu().sum(0)
+    fn = loom.function(two, runtime="actors")
+    x = loom.randn(8, 32)
+    fn(x), fn(x)   # Eager warm-up, then traced and compiled.
+    with profiler.profile() as prof:
+        for _ in range(2):
+            [v.numpy() for v in fn(x)]
+    fn.close()
+    path = tmp_path / "actors.json"
+    prof.export_chrome_trace(path)
+    doc = json.loads(path.read_text())
+    rows = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    firings = [e for e in spans if e.get("cat") == "actor"]
+    by_task = {}
+    for e in firings:
+        by_task.setdefault(e["name"], set()).add(e["tid"])
+    # The program's feed and collect actors, and one per task: each its own row.
+    assert set(by_task) == {"feed", "stage0.branch0", "stage0.branch1", "collect"}
+    assert all(len(t) == 1 for t in by_task.values()) and len(set.union(*by_task.values())) == 4
+    for task in ("stage0.branch0", "stage0.branch1"):
+        (tid,) = by_task[task]
+        assert rows[tid].endswith("/" + task)   # The row is the actor's thread, named plan/task.
+        inside = [e for e in spans if e["tid"] == tid and e.get("cat") != "actor"
+                  and any(f["tid"] == tid and f["ts"] <= e["ts"] <= f["ts"] + f["dur"] for f in firings)]
+        assert inside, f"no kernel recorded inside the firings of {task}"

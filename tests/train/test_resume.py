@@ -15,23 +15,44 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "_resume_script.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run(directory, steps, kill_at, out, mode):
+def _start(directory, steps, kill_at, out, mode) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, SCRIPT, str(directory), str(steps), str(kill_at), str(out), mode],
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.Popen([sys.executable, SCRIPT, str(directory), str(steps), str(kill_at), str(out), mode],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _runs(*runs) -> list[subprocess.CompletedProcess]:
+    """The runs, each in its own process, all at once (they use separate directories); their results."""
+    procs = [_start(*r) for r in runs]
+    done = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done
 
 
 @pytest.mark.parametrize("mode", ["loop", "fit"])
 def test_resume_after_sigkill_is_bit_identical(tmp_path, mode):
     steps = 17   # Nearly three epochs of 6 batches: the kill lands mid-epoch.
-    whole = _run(tmp_path / "whole", steps, -1, tmp_path / "whole.npz", mode)
+    first = [(tmp_path / "whole", steps, -1, tmp_path / "whole.npz", mode),
+             (tmp_path / "run", steps, 8, tmp_path / "killed.npz", mode)]
+    if mode == "loop":   # The negative control's killed run (see the end).
+        first.append((tmp_path / "neg", steps, 8, tmp_path / "neg.npz", mode))
+    whole, killed, *neg = _runs(*first)
     assert whole.returncode == 0, whole.stderr
-    killed = _run(tmp_path / "run", steps, 8, tmp_path / "killed.npz", mode)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (tmp_path / "killed.npz").exists()
     # The kill came after step 8; the last checkpoint is step 6, the one before step 3 (keep=2).
     assert sorted(os.listdir(tmp_path / "run")) == ["step-00000003.safetensors", "step-00000006.safetensors"]
-    resumed = _run(tmp_path / "run", steps, -1, tmp_path / "resumed.npz", mode)
+    second = [(tmp_path / "run", steps, -1, tmp_path / "resumed.npz", mode)]
+    if mode == "loop":
+        second.append((tmp_path / "neg", steps, -1, tmp_path / "wrong.npz", "loop-reseed"))
+    resumed, *wrong = _runs(*second)
     assert resumed.returncode == 0, resumed.stderr
     a, b = np.load(tmp_path / "whole.npz"), np.load(tmp_path / "resumed.npz")
     assert sorted(a.files) == sorted(b.files)
@@ -40,10 +61,8 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path, mode):
     assert sorted(os.listdir(tmp_path / "run"))[-1] == "step-00000015.safetensors"
     if mode == "loop":
         # The comparison can fail: resuming with a different random stream (dropout) ends elsewhere.
-        killed = _run(tmp_path / "neg", steps, 8, tmp_path / "neg.npz", mode)
-        assert killed.returncode == -signal.SIGKILL
-        wrong = _run(tmp_path / "neg", steps, -1, tmp_path / "wrong.npz", "loop-reseed")
-        assert wrong.returncode == 0, wrong.stderr
+        assert neg[0].returncode == -signal.SIGKILL, neg[0].stderr
+        assert wrong[0].returncode == 0, wrong[0].stderr
         c = np.load(tmp_path / "wrong.npz")
         assert any(a[k].tobytes() != c[k].tobytes() for k in a.files if k != "rng")
 
