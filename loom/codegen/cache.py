@@ -293,6 +293,8 @@ _BODIES_MAX = 8192
 
 def _exact(value):
     """An attr value as a key that tells apart what == does not (0.0 and -0.0, NaN payloads)."""
+    if type(value) is tuple and all(type(v) is int for v in value):
+        return ("ints", value)  # Shapes, axes, permutations (the common case, one tuple instead of one per int).
     if isinstance(value, float):
         return ("f", struct.pack("<d", value))
     if isinstance(value, tuple):
