@@ -131,3 +131,21 @@ def test_values_indices_results_are_named_and_print_as_torch_return_types():
     import pickle
     back = pickle.loads(pickle.dumps(r))
     assert type(back).__name__ == "max" and torch.equal(back.values, r.values)
+
+
+def test_torch_nn_modules_files_resolve(tmp_path):
+    assert torch.nn.modules.module.Module is torch.nn.Module
+    assert torch.nn.modules.batchnorm._BatchNorm is loom.nn.modules.norm._BatchNorm
+
+    class Scaled(torch.nn.modules.loss._Loss):
+        def forward(self, a, b):
+            return ((a - b) ** 2).sum() if self.reduction == "sum" else ((a - b) ** 2).mean()
+
+    assert Scaled(reduction="sum")(torch.ones(2), torch.zeros(2)).item() == 2.0
+    script = tmp_path / "lib.py"
+    script.write_text("from torch.nn.modules.module import Module\nfrom torch.nn.modules.conv import _ConvNd\n"
+                      "import torch.nn.modules.normalization as N\nimport torch\n"
+                      "assert Module is torch.nn.Module and N.LayerNorm is torch.nn.LayerNorm\nprint('ok')\n")
+    out = subprocess.run([sys.executable, "-m", "loom.torch", str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
