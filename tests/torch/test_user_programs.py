@@ -149,3 +149,8 @@ def test_torch_nn_modules_files_resolve(tmp_path):
     out = subprocess.run([sys.executable, "-m", "loom.torch", str(script)], capture_output=True, text=True,
                          cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_calculate_gain_of_linear_layers_is_the_int_one():
+    gains = [torch.nn.init.calculate_gain(n) for n in ("linear", "conv2d", "sigmoid")]
+    assert gains == [1, 1, 1] and all(type(g) is int for g in gains)
