@@ -154,3 +154,13 @@ def test_torch_nn_modules_files_resolve(tmp_path):
 def test_calculate_gain_of_linear_layers_is_the_int_one():
     gains = [torch.nn.init.calculate_gain(n) for n in ("linear", "conv2d", "sigmoid")]
     assert gains == [1, 1, 1] and all(type(g) is int for g in gains)
+
+
+def test_names_follow_an_import_made_inside_a_function(tmp_path):
+    script = tmp_path / "fn.py"
+    script.write_text("def main():\n    import loom.torch as torch\n    x = torch.ones(2)\n"
+                      "    print(x.dtype, x.shape)\n\nmain()\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "torch.float32 torch.Size([2])"
