@@ -1281,6 +1281,8 @@ def _to_numpy(data) -> tuple[np.ndarray, dt.DType]:
     if isinstance(data, numbers.Number):
         d = _element_dtype(type(data))
         return np.array(data, _WIDE.get(d.category, d.np)), d
+    if isinstance(data, range):  # Any sequence builds a tensor in PyTorch: `tensor(range(3))`.
+        data = list(data)
     if isinstance(data, (list, tuple)):
         flat = _flatten_nested(data)
         if any(isinstance(v, Tensor) for v in flat):

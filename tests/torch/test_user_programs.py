@@ -164,3 +164,9 @@ def test_names_follow_an_import_made_inside_a_function(tmp_path):
                          env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "torch.float32 torch.Size([2])"
+
+
+def test_tensor_from_a_range():
+    t = torch.tensor(range(3))
+    assert t.dtype is torch.int64 and t.tolist() == [0, 1, 2]
+    assert torch.tensor(range(1, 7, 2), dtype=torch.float32).tolist() == [1.0, 3.0, 5.0]
