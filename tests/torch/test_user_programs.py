@@ -170,3 +170,29 @@ def test_tensor_from_a_range():
     t = torch.tensor(range(3))
     assert t.dtype is torch.int64 and t.tolist() == [0, 1, 2]
     assert torch.tensor(range(1, 7, 2), dtype=torch.float32).tolist() == [1.0, 3.0, 5.0]
+
+
+def test_optimizers_take_pytorchs_implementation_flags():
+    def params():
+        return [torch.nn.Parameter(torch.ones(2))]
+    opt = torch.optim.AdamW(params(), lr=1e-3, fused=True, foreach=False)
+    g = opt.param_groups[0]
+    assert g["fused"] is True and g["foreach"] is False and g["capturable"] is False and g["differentiable"] is False
+    assert set(torch.optim.SGD(params(), lr=0.1, foreach=True).param_groups[0]) >= {"foreach", "fused", "differentiable"}
+    torch.optim.RMSprop(params(), capturable=False, foreach=None)
+    with pytest.raises(TypeError):
+        torch.optim.NAdam(params(), fused=True)  # PyTorch's NAdam has no fused implementation either.
+    with pytest.raises(ValueError, match="differentiable=True"):
+        torch.optim.SGD(params(), lr=0.1, differentiable=True)
+
+
+def test_adam_decoupled_weight_decay_is_adamw():
+    a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    oa = torch.optim.Adam([a], lr=0.1, weight_decay=0.5, decoupled_weight_decay=True)
+    ob = torch.optim.AdamW([b], lr=0.1, weight_decay=0.5)
+    for p, o in ((a, oa), (b, ob)):
+        for _ in range(3):
+            o.zero_grad()
+            (p * torch.tensor([1.0, -2.0, 3.0])).sum().backward()
+            o.step()
+    assert torch.equal(a, b) and oa.param_groups[0]["decoupled_weight_decay"] is True
