@@ -564,11 +564,9 @@ class Tensor:
             if dev.type != "cpu":
                 raise DeviceError(f"loom.Tensor.to: device {dev} is not available; "
                                   "this build of loom runs on the cpu")
-        if dtype is None:
-            return self
+        if dtype is None or dt.as_dtype(dtype) is self.dtype:
+            return self.clone() if kwargs.get("copy") else self  # copy=True: a new tensor, as PyTorch.
         dtype = dt.as_dtype(dtype)
-        if dtype is self.dtype:
-            return self
         if self.dtype.is_complex and not dtype.is_complex and dtype is not dt.bool_:
             import warnings
             from loom.errors import LoomWarning

@@ -178,7 +178,8 @@ def test_optimizers_take_pytorchs_implementation_flags():
     opt = torch.optim.AdamW(params(), lr=1e-3, fused=True, foreach=False)
     g = opt.param_groups[0]
     assert g["fused"] is True and g["foreach"] is False and g["capturable"] is False and g["differentiable"] is False
-    assert set(torch.optim.SGD(params(), lr=0.1, foreach=True).param_groups[0]) >= {"foreach", "fused", "differentiable"}
+    sgd = torch.optim.SGD(params(), lr=0.1, foreach=True)
+    assert set(sgd.param_groups[0]) >= {"foreach", "fused", "differentiable"}
     torch.optim.RMSprop(params(), capturable=False, foreach=None)
     with pytest.raises(TypeError):
         torch.optim.NAdam(params(), fused=True)  # PyTorch's NAdam has no fused implementation either.
@@ -196,3 +197,13 @@ def test_adam_decoupled_weight_decay_is_adamw():
             (p * torch.tensor([1.0, -2.0, 3.0])).sum().backward()
             o.step()
     assert torch.equal(a, b) and oa.param_groups[0]["decoupled_weight_decay"] is True
+
+
+def test_to_with_copy_true_returns_a_new_tensor():
+    x = torch.ones(3, requires_grad=True)
+    assert x.to(torch.float32) is x and x.to("cpu") is x
+    for y in (x.to(torch.float32, copy=True), x.to("cpu", copy=True), x.to(copy=True)):
+        assert y is not x and torch.equal(y, x) and y.grad_fn is not None
+    y = x.detach().to(torch.float32, copy=True)
+    y.add_(1)
+    assert x.tolist() == [1.0, 1.0, 1.0]
