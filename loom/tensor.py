@@ -645,6 +645,16 @@ class Tensor:
     def storage_offset(self) -> int:
         return _upper.alias.layout_of(self)[1]
 
+    def data_ptr(self) -> int:
+        """An address-like integer: equal for tensors that start at the same element of one storage.
+
+        loom's storages are values, not fixed memory, so this is a token built from the storage's owner
+        and the offset, good for PyTorch's idioms (`a.data_ptr() == b.data_ptr()`, de-duplicating tied
+        parameters), not for pointer arithmetic.
+        """
+        owner = self._root if self._root is not None else self
+        return (id(owner) << 32) + self.storage_offset() * self.dtype.itemsize
+
     @property
     def _base(self) -> Tensor | None:
         """The tensor whose storage this view shares (None for a tensor that is not a view)."""

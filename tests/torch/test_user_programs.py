@@ -207,3 +207,15 @@ def test_to_with_copy_true_returns_a_new_tensor():
     y = x.detach().to(torch.float32, copy=True)
     y.add_(1)
     assert x.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_data_ptr_tells_shared_storage_apart():
+    a = torch.arange(6.0)
+    v = a.view(2, 3)
+    assert a.data_ptr() == v.data_ptr() == a[:].data_ptr()
+    assert a[1:].data_ptr() == a.data_ptr() + 4 and a.clone().data_ptr() != a.data_ptr()
+    enc = torch.nn.Embedding(5, 3)
+    dec = torch.nn.Linear(3, 5, bias=False)
+    dec.weight = enc.weight
+    params = list(enc.parameters()) + list(dec.parameters())
+    assert len({p.data_ptr() for p in params}) == 1
