@@ -93,17 +93,17 @@ class Optimizer:
                 raise TypeError(f"loom.optim.{type(self).__name__}: can only optimise Tensors, "
                                 f"got {type(p).__name__}")
             if not p.is_leaf:
-                raise LoomError(f"loom.optim.{type(self).__name__}: can't optimise a non-leaf Tensor")
+                raise LoomValueError(f"loom.optim.{type(self).__name__}: can't optimise a non-leaf Tensor")
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in params):
-            raise LoomError(f"loom.optim.{type(self).__name__}: some parameters appear in more than "
+            raise LoomValueError(f"loom.optim.{type(self).__name__}: some parameters appear in more than "
                             "one parameter group")
         full = {"params": params}
         for k, v in self.defaults.items():
             if k in group:
                 full[k] = group[k]
             elif v is required:
-                raise LoomError(f"loom.optim.{type(self).__name__}: parameter group didn't specify a "
+                raise LoomValueError(f"loom.optim.{type(self).__name__}: parameter group didn't specify a "
                                 f"value of required optimization parameter {k}")
             else:
                 full[k] = v

@@ -219,3 +219,13 @@ def test_data_ptr_tells_shared_storage_apart():
     dec.weight = enc.weight
     params = list(enc.parameters()) + list(dec.parameters())
     assert len({p.data_ptr() for p in params}) == 1
+
+
+def test_bad_parameter_lists_are_value_errors():
+    w = torch.nn.Parameter(torch.ones(2))
+    with pytest.raises(ValueError, match="non-leaf"):
+        torch.optim.SGD([torch.ones(2, requires_grad=True) * 2], lr=0.1)
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        torch.optim.SGD([{"params": [w]}, {"params": [w]}], lr=0.1)
+    with pytest.raises(ValueError, match="required optimization parameter lr"):
+        torch.optim.Optimizer([w], {"lr": torch.optim.optimizer.required})
