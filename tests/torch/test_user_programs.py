@@ -229,3 +229,10 @@ def test_bad_parameter_lists_are_value_errors():
         torch.optim.SGD([{"params": [w]}, {"params": [w]}], lr=0.1)
     with pytest.raises(ValueError, match="required optimization parameter lr"):
         torch.optim.Optimizer([w], {"lr": torch.optim.optimizer.required})
+
+
+def test_avg_pool1d_stores_and_prints_one_tuples():
+    p = torch.nn.AvgPool1d(3)
+    assert repr(p) == "AvgPool1d(kernel_size=(3,), stride=(3,), padding=(0,))"
+    assert torch.nn.AvgPool1d(2, stride=1, padding=1)(torch.arange(4.0).view(1, 1, 4)).tolist() == \
+        [[[0.0, 0.5, 1.5, 2.5, 1.5]]]
