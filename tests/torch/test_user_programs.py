@@ -236,3 +236,21 @@ def test_avg_pool1d_stores_and_prints_one_tuples():
     assert repr(p) == "AvgPool1d(kernel_size=(3,), stride=(3,), padding=(0,))"
     assert torch.nn.AvgPool1d(2, stride=1, padding=1)(torch.arange(4.0).view(1, 1, 4)).tolist() == \
         [[[0.0, 0.5, 1.5, 2.5, 1.5]]]
+
+
+def test_torch_compiler_and_dynamo_controls():
+    torch._dynamo.reset()
+    torch.compiler.reset()
+    torch._dynamo.config.suppress_errors = True
+    seen = []
+
+    @torch.compile
+    def f(a):
+        seen.append(torch.compiler.is_compiling())
+        return a * 2
+
+    for _ in range(3):
+        assert f(torch.ones(2)).tolist() == [2.0, 2.0]
+    assert seen[0] is False and True in seen and torch.compiler.is_compiling() is False
+    assert torch.compiler.disable(f) is f
+    assert torch._dynamo.optimize("inductor")(lambda a: a + 1)(torch.zeros(1)).tolist() == [1.0]
