@@ -49,7 +49,8 @@ def namespace() -> str:
         if f is None:
             break
         if not f.f_code.co_filename.startswith(_LOOM_DIR):
-            found = _decide(f.f_globals)
+            # A function's own `import loom.torch as torch` first, then its module's imports.
+            found = (_decide(f.f_locals) if f.f_locals is not f.f_globals else None) or _decide(f.f_globals)
             if found is not None:
                 return found
         f = f.f_back

@@ -564,11 +564,9 @@ class Tensor:
             if dev.type != "cpu":
                 raise DeviceError(f"loom.Tensor.to: device {dev} is not available; "
                                   "this build of loom runs on the cpu")
-        if dtype is None:
-            return self
+        if dtype is None or dt.as_dtype(dtype) is self.dtype:
+            return self.clone() if kwargs.get("copy") else self  # copy=True: a new tensor, as PyTorch.
         dtype = dt.as_dtype(dtype)
-        if dtype is self.dtype:
-            return self
         if self.dtype.is_complex and not dtype.is_complex and dtype is not dt.bool_:
             import warnings
             from loom.errors import LoomWarning
@@ -646,6 +644,16 @@ class Tensor:
 
     def storage_offset(self) -> int:
         return _upper.alias.layout_of(self)[1]
+
+    def data_ptr(self) -> int:
+        """An address-like integer: equal for tensors that start at the same element of one storage.
+
+        loom's storages are values, not fixed memory, so this is a token built from the storage's owner
+        and the offset, good for PyTorch's idioms (`a.data_ptr() == b.data_ptr()`, de-duplicating tied
+        parameters), not for pointer arithmetic.
+        """
+        owner = self._root if self._root is not None else self
+        return (id(owner) << 32) + self.storage_offset() * self.dtype.itemsize
 
     @property
     def _base(self) -> Tensor | None:
@@ -1281,6 +1289,8 @@ def _to_numpy(data) -> tuple[np.ndarray, dt.DType]:
     if isinstance(data, numbers.Number):
         d = _element_dtype(type(data))
         return np.array(data, _WIDE.get(d.category, d.np)), d
+    if isinstance(data, range):  # Any sequence builds a tensor in PyTorch: `tensor(range(3))`.
+        data = list(data)
     if isinstance(data, (list, tuple)):
         flat = _flatten_nested(data)
         if any(isinstance(v, Tensor) for v in flat):

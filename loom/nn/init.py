@@ -42,7 +42,7 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     linear = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
               "conv_transpose3d")
     if nonlinearity in linear or nonlinearity == "sigmoid":
-        return 1.0
+        return 1  # An int, as PyTorch returns it (printed "1").
     if nonlinearity == "tanh":
         return 5.0 / 3
     if nonlinearity == "relu":

@@ -13,7 +13,7 @@ from loom import _api as loom
 from loom import dtypes as dt
 from loom.errors import LoomError
 from loom.optim import foreach
-from loom.optim.optimizer import Optimizer, required
+from loom.optim.optimizer import Optimizer, implementation_flags, required
 
 
 def _check(name: str, **values) -> None:
@@ -42,6 +42,7 @@ def _decayed(opt, p, g, group, lr=None, decoupled: bool = False):
         return g
     return g + p * wd
 
+@implementation_flags("foreach", "differentiable", "fused")
 class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
@@ -97,16 +98,19 @@ class SGD(Optimizer):
         foreach.write(p, foreach.subtract_into(x, u))
 
 
+@implementation_flags("foreach", "capturable", "differentiable", "fused")
 class Adam(Optimizer):
     """Adam (Kingma & Ba), with optional AMSGrad and L2 weight decay."""
 
     decoupled = False
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
-                 *, maximize=False) -> None:
+                 *, maximize=False, decoupled_weight_decay=False) -> None:
         _check(type(self).__name__, lr=lr, eps=eps, weight_decay=weight_decay, betas=tuple(betas))
+        if decoupled_weight_decay:  # PyTorch's Adam(decoupled_weight_decay=True) is AdamW.
+            self.decoupled = True
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize))
+                                      amsgrad=amsgrad, maximize=maximize, decoupled_weight_decay=self.decoupled))
 
     def _update(self, p, g, group, state):
         amsgrad = self._static(group, "amsgrad")
@@ -176,6 +180,7 @@ class Adam(Optimizer):
         foreach.write(p, foreach.subtract_into(x, u))
 
 
+@implementation_flags("foreach", "capturable", "differentiable", "fused")
 class AdamW(Adam):
     """Adam with decoupled weight decay (Loshchilov & Hutter); weight_decay defaults to 0.01."""
 
@@ -186,6 +191,7 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
 
 
+@implementation_flags("foreach", "capturable", "differentiable")
 class RMSprop(Optimizer):
     """RMSprop with optional momentum and centering."""
 
@@ -226,6 +232,7 @@ class RMSprop(Optimizer):
             p.sub_(g / avg * lr)
 
 
+@implementation_flags("foreach", "differentiable", "fused")
 class Adagrad(Optimizer):
     """Adagrad with learning-rate decay and an initial accumulator value."""
 
@@ -249,6 +256,7 @@ class Adagrad(Optimizer):
         p.sub_(g / (s.sqrt() + self._dyn(group, "eps")) * clr)
 
 
+@implementation_flags("foreach", "capturable", "differentiable")
 class Adadelta(Optimizer):
     """Adadelta (Zeiler): steps scaled by running averages of squared gradients and squared updates.
 
@@ -282,6 +290,7 @@ class Adadelta(Optimizer):
         p.sub_(delta * self._dyn(group, "lr"))
 
 
+@implementation_flags("foreach", "capturable", "differentiable")
 class Adamax(Optimizer):
     """Adamax (Kingma & Ba): Adam with the infinity norm in place of the second moment.
 
@@ -314,6 +323,7 @@ class Adamax(Optimizer):
         p.sub_(m / u * (self._dyn(group, "lr") / (1.0 - b1 ** step)))
 
 
+@implementation_flags("foreach", "capturable", "differentiable")
 class NAdam(Optimizer):
     """Adam with Nesterov momentum (Dozat), with momentum decay and optional decoupled weight decay.
 
@@ -358,6 +368,7 @@ class NAdam(Optimizer):
         p.sub_(m / denom * (lr * mu_next / (1.0 - prod * mu_next)))
 
 
+@implementation_flags("foreach", "capturable", "differentiable")
 class RAdam(Optimizer):
     """Rectified Adam (Liu et al.): plain momentum steps until the variance estimate is trustworthy.
 
@@ -400,6 +411,7 @@ class RAdam(Optimizer):
         p.sub_(m / (1.0 - b1 ** step) * lr * update)
 
 
+@implementation_flags("foreach", "capturable", "differentiable")
 class Rprop(Optimizer):
     """Resilient backpropagation: per-element step sizes grown or shrunk by the gradient's sign.
 
@@ -438,6 +450,7 @@ class Rprop(Optimizer):
         prev.copy_(g)
 
 
+@implementation_flags("foreach", "capturable", "differentiable")
 class ASGD(Optimizer):
     """Averaged stochastic gradient descent (Polyak & Juditsky); the average is kept in state['ax'].
 

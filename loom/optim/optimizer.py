@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import functools
 from typing import Any, Iterable
 
 import numpy as np
@@ -20,6 +21,35 @@ class _Required:
 
 
 required = _Required()
+
+
+_IMPL_FLAGS = {"foreach": None, "fused": None, "capturable": False, "differentiable": False}
+
+
+def implementation_flags(*flags: str):
+    """Class decorator: the optimiser takes PyTorch's implementation choices `flags` (of `foreach=`, `fused=`,
+    `capturable=`, `differentiable=`) as keywords. loom has one implementation, so they change nothing
+    but show in the parameter groups as in PyTorch; `differentiable=True` is refused."""
+    def decorate(cls: type) -> type:
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            given = {k: kwargs.pop(k) for k in flags if k in kwargs}
+            if given.get("differentiable"):
+                raise LoomValueError(f"loom.optim.{cls.__name__}: differentiable=True (autograd through the "
+                                     "optimizer step) is not supported; loom's step is not differentiated")
+            init(self, *args, **kwargs)
+            for k in flags:
+                value = given.get(k, self.defaults.get(k, _IMPL_FLAGS[k]))
+                self.defaults[k] = value
+                for g in self.param_groups:
+                    if k in given or k not in g:
+                        g[k] = value
+
+        cls.__init__ = __init__  # type: ignore[method-assign]
+        return cls
+    return decorate
 
 
 def _own_rule(cls: type) -> bool:
@@ -63,17 +93,17 @@ class Optimizer:
                 raise TypeError(f"loom.optim.{type(self).__name__}: can only optimise Tensors, "
                                 f"got {type(p).__name__}")
             if not p.is_leaf:
-                raise LoomError(f"loom.optim.{type(self).__name__}: can't optimise a non-leaf Tensor")
+                raise LoomValueError(f"loom.optim.{type(self).__name__}: can't optimise a non-leaf Tensor")
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in params):
-            raise LoomError(f"loom.optim.{type(self).__name__}: some parameters appear in more than "
+            raise LoomValueError(f"loom.optim.{type(self).__name__}: some parameters appear in more than "
                             "one parameter group")
         full = {"params": params}
         for k, v in self.defaults.items():
             if k in group:
                 full[k] = group[k]
             elif v is required:
-                raise LoomError(f"loom.optim.{type(self).__name__}: parameter group didn't specify a "
+                raise LoomValueError(f"loom.optim.{type(self).__name__}: parameter group didn't specify a "
                                 f"value of required optimization parameter {k}")
             else:
                 full[k] = v

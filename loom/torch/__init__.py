@@ -544,5 +544,5 @@ def _tensor_method_function(name: str):
 # (torchvision's pieces), `torch.distributions`, `torch.func` and `torch.hub` are imported when first asked for.
 _install(globals(), "loom", "loom.nn.functional",
          lazy={"vision": "loom.torch.vision", "distributions": "loom.torch.distributions", "func": "loom.torch.func",
-               "hub": "loom.torch.hub"},
+               "hub": "loom.torch.hub", "compiler": "loom.torch.compiler", "_dynamo": "loom.torch._dynamo"},
          fallback=_tensor_method_function)

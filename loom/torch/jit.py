@@ -55,13 +55,13 @@ def save(m, f, *args, **kwargs) -> None:
     >>> torch.jit.load(buf).out_features
     3
     """
-    from loom.torch import save as _save
+    from loom.io import torch_save as _save
     _save(m, f)
 
 
 def load(f, map_location=None, *args, **kwargs):
     """Load what `torch.jit.save` wrote: the module, ready to call."""
-    from loom.torch import load as _load
+    from loom.io import torch_load as _load
     try:
         return _load(f, map_location=map_location, weights_only=False)
     except LoomError as e:

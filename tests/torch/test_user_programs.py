@@ -131,3 +131,126 @@ def test_values_indices_results_are_named_and_print_as_torch_return_types():
     import pickle
     back = pickle.loads(pickle.dumps(r))
     assert type(back).__name__ == "max" and torch.equal(back.values, r.values)
+
+
+def test_torch_nn_modules_files_resolve(tmp_path):
+    assert torch.nn.modules.module.Module is torch.nn.Module
+    assert torch.nn.modules.batchnorm._BatchNorm is loom.nn.modules.norm._BatchNorm
+
+    class Scaled(torch.nn.modules.loss._Loss):
+        def forward(self, a, b):
+            return ((a - b) ** 2).sum() if self.reduction == "sum" else ((a - b) ** 2).mean()
+
+    assert Scaled(reduction="sum")(torch.ones(2), torch.zeros(2)).item() == 2.0
+    script = tmp_path / "lib.py"
+    script.write_text("from torch.nn.modules.module import Module\nfrom torch.nn.modules.conv import _ConvNd\n"
+                      "import torch.nn.modules.normalization as N\nimport torch\n"
+                      "assert Module is torch.nn.Module and N.LayerNorm is torch.nn.LayerNorm\nprint('ok')\n")
+    out = subprocess.run([sys.executable, "-m", "loom.torch", str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_calculate_gain_of_linear_layers_is_the_int_one():
+    gains = [torch.nn.init.calculate_gain(n) for n in ("linear", "conv2d", "sigmoid")]
+    assert gains == [1, 1, 1] and all(type(g) is int for g in gains)
+
+
+def test_names_follow_an_import_made_inside_a_function(tmp_path):
+    script = tmp_path / "fn.py"
+    script.write_text("def main():\n    import loom.torch as torch\n    x = torch.ones(2)\n"
+                      "    print(x.dtype, x.shape)\n\nmain()\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "torch.float32 torch.Size([2])"
+
+
+def test_tensor_from_a_range():
+    t = torch.tensor(range(3))
+    assert t.dtype is torch.int64 and t.tolist() == [0, 1, 2]
+    assert torch.tensor(range(1, 7, 2), dtype=torch.float32).tolist() == [1.0, 3.0, 5.0]
+
+
+def test_optimizers_take_pytorchs_implementation_flags():
+    def params():
+        return [torch.nn.Parameter(torch.ones(2))]
+    opt = torch.optim.AdamW(params(), lr=1e-3, fused=True, foreach=False)
+    g = opt.param_groups[0]
+    assert g["fused"] is True and g["foreach"] is False and g["capturable"] is False and g["differentiable"] is False
+    sgd = torch.optim.SGD(params(), lr=0.1, foreach=True)
+    assert set(sgd.param_groups[0]) >= {"foreach", "fused", "differentiable"}
+    torch.optim.RMSprop(params(), capturable=False, foreach=None)
+    with pytest.raises(TypeError):
+        torch.optim.NAdam(params(), fused=True)  # PyTorch's NAdam has no fused implementation either.
+    with pytest.raises(ValueError, match="differentiable=True"):
+        torch.optim.SGD(params(), lr=0.1, differentiable=True)
+
+
+def test_adam_decoupled_weight_decay_is_adamw():
+    a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    oa = torch.optim.Adam([a], lr=0.1, weight_decay=0.5, decoupled_weight_decay=True)
+    ob = torch.optim.AdamW([b], lr=0.1, weight_decay=0.5)
+    for p, o in ((a, oa), (b, ob)):
+        for _ in range(3):
+            o.zero_grad()
+            (p * torch.tensor([1.0, -2.0, 3.0])).sum().backward()
+            o.step()
+    assert torch.equal(a, b) and oa.param_groups[0]["decoupled_weight_decay"] is True
+
+
+def test_to_with_copy_true_returns_a_new_tensor():
+    x = torch.ones(3, requires_grad=True)
+    assert x.to(torch.float32) is x and x.to("cpu") is x
+    for y in (x.to(torch.float32, copy=True), x.to("cpu", copy=True), x.to(copy=True)):
+        assert y is not x and torch.equal(y, x) and y.grad_fn is not None
+    y = x.detach().to(torch.float32, copy=True)
+    y.add_(1)
+    assert x.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_data_ptr_tells_shared_storage_apart():
+    a = torch.arange(6.0)
+    v = a.view(2, 3)
+    assert a.data_ptr() == v.data_ptr() == a[:].data_ptr()
+    assert a[1:].data_ptr() == a.data_ptr() + 4 and a.clone().data_ptr() != a.data_ptr()
+    enc = torch.nn.Embedding(5, 3)
+    dec = torch.nn.Linear(3, 5, bias=False)
+    dec.weight = enc.weight
+    params = list(enc.parameters()) + list(dec.parameters())
+    assert len({p.data_ptr() for p in params}) == 1
+
+
+def test_bad_parameter_lists_are_value_errors():
+    w = torch.nn.Parameter(torch.ones(2))
+    with pytest.raises(ValueError, match="non-leaf"):
+        torch.optim.SGD([torch.ones(2, requires_grad=True) * 2], lr=0.1)
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        torch.optim.SGD([{"params": [w]}, {"params": [w]}], lr=0.1)
+    with pytest.raises(ValueError, match="required optimization parameter lr"):
+        torch.optim.Optimizer([w], {"lr": torch.optim.optimizer.required})
+
+
+def test_avg_pool1d_stores_and_prints_one_tuples():
+    p = torch.nn.AvgPool1d(3)
+    assert repr(p) == "AvgPool1d(kernel_size=(3,), stride=(3,), padding=(0,))"
+    assert torch.nn.AvgPool1d(2, stride=1, padding=1)(torch.arange(4.0).view(1, 1, 4)).tolist() == \
+        [[[0.0, 0.5, 1.5, 2.5, 1.5]]]
+
+
+def test_torch_compiler_and_dynamo_controls():
+    torch._dynamo.reset()
+    torch.compiler.reset()
+    torch._dynamo.config.suppress_errors = True
+    seen = []
+
+    @torch.compile
+    def f(a):
+        seen.append(torch.compiler.is_compiling())
+        return a * 2
+
+    for _ in range(3):
+        assert f(torch.ones(2)).tolist() == [2.0, 2.0]
+    assert seen[0] is False and True in seen and torch.compiler.is_compiling() is False
+    assert torch.compiler.disable(f) is f
+    assert torch._dynamo.optimize("inductor")(lambda a: a + 1)(torch.zeros(1)).tolist() == [1.0]

@@ -81,7 +81,10 @@ class AvgPool1d(_AvgPoolNd):
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True) -> None:
-        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
+        def single(v):  # 1-tuples, as PyTorch stores (and prints) them: kernel_size=(3,).
+            return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+        super().__init__(single(kernel_size), None if stride is None else single(stride), single(padding),
+                         ceil_mode, count_include_pad)
 
 
 class AvgPool2d(_AvgPoolNd):

@@ -1,0 +1,4 @@
+"""`torch.nn.modules.batchnorm`: the names of loom.nn.modules.norm."""
+from loom.torch._forward import install as _install
+
+_install(globals(), "loom.nn.modules.norm")
