@@ -765,9 +765,19 @@ def _infer_pad(inputs, attrs):
 
 
 def _pad_impl(x, attrs):
-    if x.ndim == 0:  # No dims, no pads (np.pad refuses the empty pad list).
-        return x.copy()
-    return np.pad(x, [tuple(p) for p in attrs["pads"]], constant_values=attrs.get("value", 0))
+    """np.pad with a constant, writing each element once: x into the interior, the value into the slabs
+    around it (a gradient's pad into a fused q/k/v block is three times its input)."""
+    pads = attrs["pads"]
+    out = np.empty(tuple(lo + s + hi for (lo, hi), s in zip(pads, x.shape)), dtype=x.dtype)
+    out[tuple(slice(lo, lo + s) for (lo, _), s in zip(pads, x.shape))] = x
+    value = attrs.get("value", 0)
+    for d, (lo, hi) in enumerate(pads):
+        lead = (slice(None),) * d
+        if lo:
+            out[lead + (slice(0, lo),)] = value
+        if hi:
+            out[lead + (slice(out.shape[d] - hi, None),)] = value
+    return out
 
 
 def _pad_vjp(g, x, out, attrs):

@@ -75,3 +75,17 @@ def test_expanded_index_out_of_bounds_is_a_loom_error(bad):
         _gather_impl(x, idx, {"axis": 0})
     with pytest.raises(LoomIndexError, match=rf"loom.scatter_add: index {bad} is out of bounds .* size 7"):
         _scatter_add_impl(x, idx, np.ones((3, 3), np.float32), {"axis": 0})
+
+
+@pytest.mark.parametrize("shape,pads", [((1, 3, 4), [(1, 1), (0, 0), (0, 0)]), ((2, 3), [(0, 2), (3, 0)]),
+                                        ((3,), [(0, 0)]), ((0, 2), [(1, 1), (2, 0)]), ((), []),
+                                        ((2, 2, 2), [(1, 0), (0, 1), (2, 3)])])
+@pytest.mark.parametrize("dtype,value", [(np.float32, -0.0), (np.float64, 2.5), (np.int32, 7), (np.bool_, True),
+                                         (np.float32, float("nan"))])
+def test_pad_writes_np_pads_values(shape, pads, dtype, value):
+    from loom.ir.ops import _pad_impl
+    x = (np.random.default_rng(3).standard_normal(shape) * 5).astype(dtype)
+    out = _pad_impl(x, {"pads": pads, "value": value})
+    want = np.pad(x, [tuple(p) for p in pads], constant_values=value) if shape else x.copy()
+    assert out.shape == want.shape and out.dtype == want.dtype and out.tobytes() == want.tobytes()
+    assert out.base is None and out.flags.c_contiguous
