@@ -245,3 +245,73 @@ def test_keras_datasets_read_the_cache_and_explain_offline(tmp_path, monkeypatch
     np.testing.assert_array_equal(yt, arrays["y_test"])
     with pytest.raises(LoomValueError, match="imdb.load_data: this dataset is not provided"):
         ltf.keras.datasets.imdb.load_data(num_words=100)
+
+
+# ------------------------------------------------------------------ tapes, variables, TensorArray
+
+def test_jacobian_on_a_non_persistent_tape_and_batch_jacobian():
+    x = np.array([[1.0, 2.0], [3.0, -1.0]], np.float32)
+    res = []
+    for tf in (real_tf, ltf):
+        xs = tf.constant(x)
+        with tf.GradientTape() as t:
+            t.watch(xs)
+            ys = tf.concat([xs ** 2, xs * 3], axis=1)
+        jac = t.jacobian(ys, xs)
+        with tf.GradientTape() as t:
+            t.watch(xs)
+            ys = tf.stack([tf.sin(xs[:, 0]) * xs[:, 1], xs[:, 0] ** 2, xs[:, 1]], axis=1)
+        bj = t.batch_jacobian(ys, xs)
+        res.append((jac, bj))
+    close(res[1][0], res[0][0])
+    close(res[1][1], res[0][1])
+    xs = ltf.constant(x)
+    with ltf.GradientTape() as t:
+        t.watch(xs)
+        ys = xs * 2
+    t.jacobian(ys, xs)
+    with pytest.raises(Exception, match="only compute gradients once"):
+        t.gradient(ys, xs)
+
+
+def test_variable_sliced_assign_and_scatter_nd_update():
+    res = []
+    for tf in (real_tf, ltf):
+        v = tf.Variable(tf.zeros((2, 3)))
+        v[0, 1].assign(5.0)
+        v[1, :].assign([1.0, 2.0, 3.0])
+        w = tf.Variable([1, 2, 3, 4])
+        w.scatter_nd_update([[0], [2]], [10, 30])
+        w.scatter_nd_add([[1]], [5])
+        w.scatter_nd_sub([[3]], [1])
+        u = tf.Variable([1.0, 2.0])
+        with tf.GradientTape() as tape:
+            y = u[1] * 3.0
+        res.append((v.numpy(), w.numpy(), tape.gradient(y, u).numpy()))
+    for a, b in zip(*res):
+        close(b, a)
+
+
+def test_tensor_array_eager_and_in_unrolled_tf_function():
+    res = []
+    for tf in (real_tf, ltf):
+        ta = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+        for i in range(4):
+            ta = ta.write(i, tf.cast(i, tf.float32) ** 2 * tf.ones([2]))
+        fixed = tf.TensorArray(tf.int32, size=3).unstack(tf.constant([[1, 2], [3, 4], [5, 6]]))
+
+        @tf.function
+        def f(x):
+            arr = tf.TensorArray(tf.float32, size=3)
+            for i in range(3):
+                arr = arr.write(i, x * i)
+            return arr.stack()
+        res.append((ta.stack(), ta.size(), ta.concat(), ta.read(2), ta.gather([3, 1]), fixed.read(1),
+                    f(tf.constant(1.0)), f(tf.constant(2.0)), f(tf.constant(3.0))))
+    for a, b in zip(*res):
+        close(b, a)
+    arr = ltf.TensorArray(ltf.float32, size=2)
+    with pytest.raises(LoomValueError, match="out of range.*dynamic_size=True"):
+        arr.write(2, 1.0)
+    with pytest.raises(LoomValueError, match="holds float32"):
+        arr.write(0, ltf.constant(1))
