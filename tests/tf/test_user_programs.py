@@ -315,3 +315,36 @@ def test_tensor_array_eager_and_in_unrolled_tf_function():
         arr.write(2, 1.0)
     with pytest.raises(LoomValueError, match="holds float32"):
         arr.write(0, ltf.constant(1))
+
+
+# ------------------------------------------------------------------ tf.data
+
+def _elements(ds):
+    out = []
+    for e in ds.as_numpy_iterator():
+        e = e if isinstance(e, tuple) else (e,)
+        out.append([np.asarray(t).tolist() for t in e])
+    return out
+
+
+def test_dataset_transformations_match_tf():
+    def pipelines(tf):
+        ds = tf.data.Dataset.range(1, 6)
+        return [
+            ds.interleave(lambda x: tf.data.Dataset.from_tensors(x).repeat(x), cycle_length=2, block_length=2),
+            ds.interleave(lambda x: tf.data.Dataset.range(x), cycle_length=3),
+            ds.flat_map(lambda x: tf.data.Dataset.range(x)),
+            ds.take_while(lambda x: x < 4),
+            ds.map(lambda n: tf.range(n)).padded_batch(2),
+            ds.map(lambda n: (tf.range(n), n)).padded_batch(3, padded_shapes=([6], []), padding_values=(
+                tf.constant(-1, tf.int64), tf.constant(0, tf.int64)), drop_remainder=True),
+            tf.data.Dataset.from_tensor_slices({"a": [1, 2], "b": [3.0, 4.0]}).map(lambda d: d["a"] * 2),
+            tf.data.Dataset.from_tensors([1, 2, 3]),
+            ds.with_options(tf.data.Options()),
+        ]
+    for a, b in zip(pipelines(real_tf), pipelines(ltf)):
+        assert _elements(b) == _elements(a)
+    for tf in (real_tf, ltf):
+        assert int(tf.data.Dataset.range(5).reduce(tf.constant(0, tf.int64), lambda s, x: s + x)) == 10
+    with pytest.raises(LoomValueError, match="must return a Dataset"):
+        list(ltf.data.Dataset.range(2).flat_map(lambda x: x * 2))
