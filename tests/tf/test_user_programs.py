@@ -348,3 +348,42 @@ def test_dataset_transformations_match_tf():
         assert int(tf.data.Dataset.range(5).reduce(tf.constant(0, tf.int64), lambda s, x: s + x)) == 10
     with pytest.raises(LoomValueError, match="must return a Dataset"):
         list(ltf.data.Dataset.range(2).flat_map(lambda x: x * 2))
+
+
+def test_embedding_mask_zero_masks_recurrent_layers_and_pooling_as_keras():
+    toks = np.array([[1, 2, 3, 0, 0, 0], [4, 5, 6, 7, 8, 9], [3, 0, 0, 0, 0, 0], [2, 2, 0, 0, 0, 0]])
+    y = np.array([0, 1, 1, 0])
+
+    def build(tf):
+        L = tf.keras.layers
+        inp = tf.keras.Input((6,), dtype="int32")
+        e = L.Embedding(10, 4, mask_zero=True)(inp)
+        h = L.Bidirectional(L.LSTM(3, return_sequences=True))(e)
+        a = L.GRU(2)(h)
+        b = L.GlobalAveragePooling1D()(L.Dense(2)(L.SimpleRNN(2, return_sequences=True)(e)))
+        return tf.keras.Model(inp, L.Dense(1)(L.Concatenate()([a, b])))
+    models = [build(real_tf), build(ltf)]
+    rng = np.random.default_rng(3)
+    models[0].set_weights([rng.uniform(-0.5, 0.5, w.shape).astype(np.float32) for w in models[0].get_weights()])
+    _same_weights(models)
+    close(models[1](toks), models[0](toks), 1e-4)
+    hist = []
+    for m, tf in zip(models, (real_tf, ltf)):
+        m.compile(optimizer=tf.keras.optimizers.Adam(1e-2), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+        hist.append(m.fit(toks, y, epochs=3, batch_size=2, shuffle=False, verbose=0).history["loss"])
+    close(hist[1], hist[0], 1e-4)
+    mask = ltf.keras.layers.Embedding(10, 2, mask_zero=True).compute_mask(ltf.constant(toks))
+    np.testing.assert_array_equal(mask.numpy(), toks != 0)
+
+
+def test_functional_layer_order_matches_keras():
+    def build(tf):
+        L = tf.keras.layers
+        i1, i2 = tf.keras.Input((3,)), tf.keras.Input((3,))
+        a = L.Dense(2, name="a")(i1)
+        b = L.Dense(2, name="b")(i2)
+        c = L.Dense(2, name="c")(a)
+        return tf.keras.Model([i1, i2], L.Add(name="add")([c, b]))
+    names = [[type(x).__name__ + ("" if type(x).__name__ == "InputLayer" else x.name) for x in build(tf).layers]
+             for tf in (real_tf, ltf)]
+    assert names[0] == names[1] == ["InputLayer", "Densea", "InputLayer", "Densec", "Denseb", "Addadd"]
