@@ -31,6 +31,7 @@ from loom.tf._core import (  # noqa: F401
     zeros_like,
 )
 from loom.tf.function import Function, function  # noqa: F401
+from loom.tf.tensor_array import TensorArray  # noqa: F401
 from loom.tf.math import (  # noqa: F401
     abs, add, atan2, ceil, cos, cosh, divide, equal, erf, exp, floor, floordiv, greater, greater_equal,
     less, less_equal, log, logical_and, logical_not, logical_or, logical_xor, maximum, minimum, multiply,

@@ -171,6 +171,30 @@ class Variable(Parameter):
         with no_grad():
             return self.assign(self.detach() - convert_to_tensor(delta, self.dtype))
 
+    def scatter_nd_update(self, indices, updates, name=None):
+        """Replace the elements or slices at `indices` with `updates`; returns the variable."""
+        return self.assign(tensor_scatter_nd_update(self.detach(), indices, updates))
+
+    def scatter_nd_add(self, indices, updates, name=None):
+        """Add `updates` at `indices`; returns the variable."""
+        return self.assign(tensor_scatter_nd_add(self.detach(), indices, updates))
+
+    def scatter_nd_sub(self, indices, updates, name=None):
+        """Subtract `updates` at `indices`; returns the variable."""
+        return self.assign(tensor_scatter_nd_add(self.detach(), indices, -_t(updates, self.dtype)))
+
+    def __getitem__(self, key):
+        out = super().__getitem__(key)
+        var = self
+
+        def assign(value, use_locking=None, name=None, read_value=True):
+            # `v[...].assign(x)` writes through the slice into the variable, as TensorFlow's sliced assign.
+            with no_grad():
+                var[key] = convert_to_tensor(value, var.dtype)
+            return var
+        out.__dict__["assign"] = assign
+        return out
+
     def read_value(self) -> Tensor:
         """The current value as a tensor (differentiable with respect to the variable)."""
         return self * 1 if self.dtype is not loom.bool else self.clone()

@@ -105,8 +105,10 @@ def _to_tensor_like(value, like, name: str, what: str):
                         "(AutoGraph carries it through the converted statement)")
     if isinstance(value, (bool, int, float)):
         return convert_to_tensor(value, like.dtype if isinstance(like, Tensor) else None)
+    hint = (" (a tf.TensorArray is a Python list in loom: loop with Python range() and tf.stack a list "
+            "instead)" if type(value).__name__ == "TensorArray" else "")
     raise LoomError(f"loom.tf.function: variable {name!r} is a {type(value).__name__}; a {what} over a "
-                    "tensor condition can only carry tensors and Python numbers")
+                    f"tensor condition can only carry tensors and Python numbers{hint}")
 
 
 def if_stmt(pred, true_fn, false_fn, values: tuple, names: tuple):

@@ -61,6 +61,19 @@ def _rebuild(template, leaves: Iterator):
     return next(leaves)
 
 
+def _lists_as_tensors(x):
+    """Python lists of data inside a structure become tensors, as TensorFlow converts them."""
+    if isinstance(x, dict):
+        return {k: _lists_as_tensors(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(_lists_as_tensors(v) for v in x)
+    if isinstance(x, list):
+        if any(isinstance(v, (tuple, dict)) for v in x):
+            return tuple(_lists_as_tensors(v) for v in x)
+        return convert_to_tensor(x)
+    return x
+
+
 def _as_array(x) -> np.ndarray:
     """A component as NumPy, with TensorFlow's default dtypes for Python data."""
     if isinstance(x, _Tensor):
@@ -102,8 +115,7 @@ class Dataset:
     @staticmethod
     def from_tensor_slices(tensors) -> Dataset:
         """One element per row of `tensors` (a tensor, array, list, or tuple/dict of them)."""
-        if isinstance(tensors, list) and not any(isinstance(v, (tuple, dict)) for v in tensors):
-            tensors = convert_to_tensor(tensors)
+        tensors = _lists_as_tensors(tensors)
         leaves = [_as_array(x) for x in _leaves(tensors)]
         if not leaves:
             raise LoomValueError("loom.tf.data.Dataset.from_tensor_slices: nothing to slice")
@@ -121,6 +133,7 @@ class Dataset:
     @staticmethod
     def from_tensors(tensors) -> Dataset:
         """A dataset of one element: `tensors` itself."""
+        tensors = _lists_as_tensors(tensors)
         leaves = [_as_array(x) for x in _leaves(tensors)]
 
         def make():
@@ -332,6 +345,114 @@ class Dataset:
             min(self._card, dataset._card)
         return Dataset(make, card)
 
+    def take_while(self, predicate, name=None) -> Dataset:
+        """The elements up to (not including) the first for which `predicate` is false."""
+        def make():
+            for el in self._make():
+                if not bool(_apply(predicate, el)):
+                    return
+                yield el
+        return Dataset(make, UNKNOWN_CARDINALITY if self._card != INFINITE_CARDINALITY else self._card)
+
+    def flat_map(self, map_func, name=None) -> Dataset:
+        """The elements of the datasets `map_func` returns for each element, one dataset after another."""
+        def make():
+            for el in self._make():
+                yield from _as_dataset(_apply(map_func, el), "flat_map")._make()
+        return Dataset(make, UNKNOWN_CARDINALITY)
+
+    def interleave(self, map_func, cycle_length=None, block_length=None, num_parallel_calls=None,
+                   deterministic=None, name=None) -> Dataset:
+        """Elements of the datasets `map_func` returns, `block_length` at a time from `cycle_length` of them
+        in turn (TensorFlow's order)."""
+        cycle = 1 if cycle_length is None or int(cycle_length) < 0 else int(cycle_length)
+        block = 1 if block_length is None else int(block_length)
+
+        def make():
+            # TensorFlow's order: slot `ci` yields up to `block` elements, then the next slot; an empty
+            # slot is filled from the next input; an exhausted one is emptied and its turn passes on.
+            source = self._make()
+            slots: list = [None] * cycle
+            ci = bi = 0
+            end_of_input = False
+            while not end_of_input or any(it is not None for it in slots):
+                it = slots[ci]
+                if it is not None:
+                    try:
+                        el = next(it)
+                    except StopIteration:
+                        slots[ci], bi, ci = None, 0, (ci + 1) % cycle
+                        continue
+                    bi += 1
+                    if bi == block:
+                        bi, ci = 0, (ci + 1) % cycle
+                    yield el
+                elif not end_of_input:
+                    try:
+                        slots[ci] = iter(_as_dataset(_apply(map_func, next(source)), "interleave")._make())
+                    except StopIteration:
+                        end_of_input = True
+                else:
+                    bi, ci = 0, (ci + 1) % cycle
+        return Dataset(make, UNKNOWN_CARDINALITY)
+
+    def padded_batch(self, batch_size, padded_shapes=None, padding_values=None, drop_remainder=False,
+                     name=None) -> Dataset:
+        """Batches whose components are padded (at the end of each dimension) to the longest in the batch,
+        or to `padded_shapes` where given."""
+        batch_size = int(batch_size)
+
+        def stack(els):
+            rows = [_leaves(e) for e in els]
+            shapes = _along(padded_shapes, els[0])
+            pads = _along(padding_values, els[0])
+            cols = []
+            for j in range(len(rows[0])):
+                arrs = [np.asarray(r[j].numpy()) for r in rows]
+                want = [max(a.shape[d] for a in arrs) for d in range(arrs[0].ndim)]
+                if shapes[j] is not None:
+                    given = [int(v) if v is not None and int(v) >= 0 else None for v in shapes[j]]
+                    for d, g in enumerate(given):
+                        if g is not None:
+                            if g < want[d]:
+                                raise LoomValueError(f"loom.tf.data.Dataset.padded_batch: an element has size "
+                                                     f"{want[d]} in dimension {d}, more than padded_shapes' {g}")
+                            want[d] = g
+                fill = 0 if pads[j] is None else np.asarray(_as_array(pads[j]))
+                out = np.full([len(arrs)] + want, fill, dtype=arrs[0].dtype)
+                for i, a in enumerate(arrs):
+                    out[(i,) + tuple(slice(0, n) for n in a.shape)] = a
+                cols.append(loom.tensor(out))
+            return _rebuild(els[0], iter(cols))
+
+        def make():
+            buf: list = []
+            for el in self._make():
+                buf.append(el)
+                if len(buf) == batch_size:
+                    yield stack(buf)
+                    buf = []
+            if buf and not drop_remainder:
+                yield stack(buf)
+        card = self._card if self._card < 0 else (
+            self._card // batch_size if drop_remainder else -(-self._card // batch_size))
+        return Dataset(make, card)
+
+    def reduce(self, initial_state, reduce_func, name=None):
+        """Fold the elements into a state: `state = reduce_func(state, element)` from `initial_state`."""
+        state = _normalize(initial_state)
+        for el in self._make():
+            state = _normalize(reduce_func(state, el))
+        return state
+
+    def with_options(self, options, name=None) -> Dataset:
+        """The same dataset (loom's pipeline has no threading or optimisation options to set)."""
+        return self
+
+    @property
+    def options(self):
+        return Options()
+
     def apply(self, transformation_func) -> Dataset:
         """`transformation_func(self)`."""
         return transformation_func(self)
@@ -342,6 +463,39 @@ class Dataset:
         from loom.tf._core import TensorSpec
         first = next(iter(self._make()))
         return _map_struct(lambda t: TensorSpec(t.shape, t.dtype), first)
+
+
+def _along(spec, template) -> list:
+    """One entry of `spec` (a structure like the element's, or None) per component of `template`."""
+    if spec is None:
+        return [None] * len(_leaves(template))
+    if isinstance(template, dict):
+        return [x for k in template for x in _along(spec[k], template[k])]
+    if isinstance(template, (tuple, list)):
+        return [x for sp, t in zip(spec, template) for x in _along(sp, t)]
+    return [spec]
+
+
+def _as_dataset(ds, where: str) -> Dataset:
+    if not isinstance(ds, Dataset):
+        raise LoomValueError(f"loom.tf.data.Dataset.{where}: the function must return a Dataset, got "
+                             f"{type(ds).__name__}")
+    return ds
+
+
+class Options:
+    """`tf.data.Options`: accepted and ignored (loom's pipeline is synchronous and unoptimised)."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_values", {})
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._values.setdefault(name, Options())
+
+    def __setattr__(self, name: str, value) -> None:
+        self._values[name] = value
 
 
 def _min_card(cards) -> int:

@@ -24,6 +24,12 @@ def functions_run_eagerly() -> bool:
     return _run_eagerly[0]
 
 
+def _outer_tape_recording() -> bool:
+    from loom.autograd import tape as _tape
+    from loom.autograd.grad_mode import is_grad_enabled
+    return bool(_tape._RECORDING) and is_grad_enabled()
+
+
 def _split(obj, leaves: list):
     """A hashable description of `obj` with its tensors pulled out into `leaves`."""
     if isinstance(obj, Tensor):
@@ -108,7 +114,9 @@ class Function:
 
     def __call__(self, *args, **kwargs) -> Any:
         self._check_signature(args)
-        if _run_eagerly[0] or loom.tracing():
+        if _run_eagerly[0] or loom.tracing() or _outer_tape_recording():
+            # Under an enclosing GradientTape the call runs eagerly so the tape records it: a compiled
+            # replay is not differentiable from outside, and TensorFlow's tf.function is.
             return self._converted(*args, **kwargs)
         leaves: list = []
         spec = _split((args, kwargs), leaves)

@@ -105,19 +105,49 @@ class GradientTape(_tape.GradientTape):
     def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE, **kwargs):
         """d(target[i...])/d(source) for every element of `target`: shape target.shape + source.shape."""
         import loom
-        if not self.persistent:
-            raise _tape.AutogradError("loom.tf.GradientTape.jacobian: create the tape with persistent=True "
-                                      "to take a jacobian (it needs one gradient per target element)")
         flat = flatten(sources)
         t = target.reshape(-1)
         rows = []
-        saved_used = self._used
-        for i in range(t.shape[0]):
-            seed = loom.zeros(t.shape[0], dtype=t.dtype)
-            seed[i] = 1
-            g = super().gradient([t], flat, [seed], "zero")
-            rows.append(g)
-        self._used = saved_used
+        with self._many_gradients("jacobian"):
+            for i in range(t.shape[0]):
+                seed = loom.zeros(t.shape[0], dtype=t.dtype)
+                seed[i] = 1
+                rows.append(super().gradient([t], flat, [seed], "zero"))
         out = [loom.stack([r[k] for r in rows]).reshape(list(target.shape) + list(s.shape))
                for k, s in enumerate(flat)]
         return out[0] if isinstance(sources, Tensor) else pack_sequence_as(sources, out)
+
+    def batch_jacobian(self, target, source, unconnected_gradients=UnconnectedGradients.NONE, **kwargs):
+        """Per-example jacobians: d(target[b, i...])/d(source[b, j...]), shape [batch, *target[1:], *source[1:]].
+
+        As TensorFlow, it assumes example b of `target` depends only on example b of `source`.
+        """
+        import loom
+        if target.ndim < 1 or source.ndim < 1 or target.shape[0] != source.shape[0]:
+            raise LoomTypeError(f"loom.tf.GradientTape.batch_jacobian: target {list(target.shape)} and source "
+                                f"{list(source.shape)} need the same first (batch) dimension")
+        b = target.shape[0]
+        t = target.reshape(b, -1)
+        n = t.shape[1]
+        rows = []
+        with self._many_gradients("batch_jacobian"):
+            for j in range(n):
+                seed = loom.zeros(b, n, dtype=t.dtype)
+                seed[:, j] = 1
+                rows.append(super().gradient([t], [source], [seed], "zero")[0])
+        out = loom.stack(rows, dim=1)  # [batch, n, *source[1:]]
+        return out.reshape([b] + list(target.shape[1:]) + list(source.shape[1:]))
+
+    @contextlib.contextmanager
+    def _many_gradients(self, what: str):
+        """One gradient per target element; a non-persistent tape allows this once, as TensorFlow's."""
+        if self._used and not self.persistent:
+            raise _tape.AutogradError(f"loom.tf.GradientTape.{what}: a non-persistent tape can only compute "
+                                      "gradients once; create it with persistent=True")
+        was_persistent, was_used = self.persistent, self._used
+        self.persistent = True
+        try:
+            yield
+        finally:
+            self.persistent = was_persistent
+            self._used = True if not was_persistent else was_used

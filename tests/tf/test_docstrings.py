@@ -6,7 +6,7 @@ import pytest
 
 MODULES = ["loom.tf", "loom.tf._core", "loom.tf.tape", "loom.tf.function", "loom.tf.data", "loom.tf.keras",
            "loom.tf.keras.engine", "loom.tf.keras.models", "loom.tf.control",
-           "loom.tf.debugging", "loom.tf.image", "loom.tf.train"]
+           "loom.tf.debugging", "loom.tf.image", "loom.tf.train", "loom.tf.tensor_array"]
 
 
 @pytest.mark.parametrize("modname", MODULES)

@@ -422,3 +422,34 @@ def test_iterating_a_dataset_inside_tf_function_raises_instead_of_freezing_it():
     assert int(total(ltf.constant(0, dtype=ltf.int64))) == 3  # Eager call.
     with pytest.raises(loom.LoomError, match="tf.data.Dataset inside tf.function"):
         total(ltf.constant(1, dtype=ltf.int64))
+
+
+def test_tf_function_called_under_an_outer_tape_is_differentiable_on_every_call():
+    """A tf.Module whose __call__ is a tf.function, trained by a tape outside it (TensorFlow's tutorial)."""
+    import numpy as np
+
+    import loom.tf as ltf
+    from tests.tf.harness import real_tf
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    res = []
+    for tf in (real_tf, ltf):
+        class Lin(tf.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = tf.Variable(np.arange(4, dtype=np.float32).reshape(4, 1))
+                self.b = tf.Variable([0.5])
+
+            @tf.function
+            def __call__(self, x):
+                return tf.matmul(x, self.w) + self.b
+        lin, grads = Lin(), []
+        for _ in range(4):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(lin(x) ** 2)
+            g = tape.gradient(loss, [lin.w, lin.b])
+            grads.append([v.numpy() for v in g])
+            lin.w.assign_sub(0.1 * g[0])
+        res.append(grads)
+    for a, b in zip(*res):
+        for u, v in zip(a, b):
+            np.testing.assert_allclose(v, u, rtol=1e-5, atol=1e-6)

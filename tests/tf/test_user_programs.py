@@ -245,3 +245,145 @@ def test_keras_datasets_read_the_cache_and_explain_offline(tmp_path, monkeypatch
     np.testing.assert_array_equal(yt, arrays["y_test"])
     with pytest.raises(LoomValueError, match="imdb.load_data: this dataset is not provided"):
         ltf.keras.datasets.imdb.load_data(num_words=100)
+
+
+# ------------------------------------------------------------------ tapes, variables, TensorArray
+
+def test_jacobian_on_a_non_persistent_tape_and_batch_jacobian():
+    x = np.array([[1.0, 2.0], [3.0, -1.0]], np.float32)
+    res = []
+    for tf in (real_tf, ltf):
+        xs = tf.constant(x)
+        with tf.GradientTape() as t:
+            t.watch(xs)
+            ys = tf.concat([xs ** 2, xs * 3], axis=1)
+        jac = t.jacobian(ys, xs)
+        with tf.GradientTape() as t:
+            t.watch(xs)
+            ys = tf.stack([tf.sin(xs[:, 0]) * xs[:, 1], xs[:, 0] ** 2, xs[:, 1]], axis=1)
+        bj = t.batch_jacobian(ys, xs)
+        res.append((jac, bj))
+    close(res[1][0], res[0][0])
+    close(res[1][1], res[0][1])
+    xs = ltf.constant(x)
+    with ltf.GradientTape() as t:
+        t.watch(xs)
+        ys = xs * 2
+    t.jacobian(ys, xs)
+    with pytest.raises(Exception, match="only compute gradients once"):
+        t.gradient(ys, xs)
+
+
+def test_variable_sliced_assign_and_scatter_nd_update():
+    res = []
+    for tf in (real_tf, ltf):
+        v = tf.Variable(tf.zeros((2, 3)))
+        v[0, 1].assign(5.0)
+        v[1, :].assign([1.0, 2.0, 3.0])
+        w = tf.Variable([1, 2, 3, 4])
+        w.scatter_nd_update([[0], [2]], [10, 30])
+        w.scatter_nd_add([[1]], [5])
+        w.scatter_nd_sub([[3]], [1])
+        u = tf.Variable([1.0, 2.0])
+        with tf.GradientTape() as tape:
+            y = u[1] * 3.0
+        res.append((v.numpy(), w.numpy(), tape.gradient(y, u).numpy()))
+    for a, b in zip(*res):
+        close(b, a)
+
+
+def test_tensor_array_eager_and_in_unrolled_tf_function():
+    res = []
+    for tf in (real_tf, ltf):
+        ta = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+        for i in range(4):
+            ta = ta.write(i, tf.cast(i, tf.float32) ** 2 * tf.ones([2]))
+        fixed = tf.TensorArray(tf.int32, size=3).unstack(tf.constant([[1, 2], [3, 4], [5, 6]]))
+
+        @tf.function
+        def f(x):
+            arr = tf.TensorArray(tf.float32, size=3)
+            for i in range(3):
+                arr = arr.write(i, x * i)
+            return arr.stack()
+        res.append((ta.stack(), ta.size(), ta.concat(), ta.read(2), ta.gather([3, 1]), fixed.read(1),
+                    f(tf.constant(1.0)), f(tf.constant(2.0)), f(tf.constant(3.0))))
+    for a, b in zip(*res):
+        close(b, a)
+    arr = ltf.TensorArray(ltf.float32, size=2)
+    with pytest.raises(LoomValueError, match="out of range.*dynamic_size=True"):
+        arr.write(2, 1.0)
+    with pytest.raises(LoomValueError, match="holds float32"):
+        arr.write(0, ltf.constant(1))
+
+
+# ------------------------------------------------------------------ tf.data
+
+def _elements(ds):
+    out = []
+    for e in ds.as_numpy_iterator():
+        e = e if isinstance(e, tuple) else (e,)
+        out.append([np.asarray(t).tolist() for t in e])
+    return out
+
+
+def test_dataset_transformations_match_tf():
+    def pipelines(tf):
+        ds = tf.data.Dataset.range(1, 6)
+        return [
+            ds.interleave(lambda x: tf.data.Dataset.from_tensors(x).repeat(x), cycle_length=2, block_length=2),
+            ds.interleave(lambda x: tf.data.Dataset.range(x), cycle_length=3),
+            ds.flat_map(lambda x: tf.data.Dataset.range(x)),
+            ds.take_while(lambda x: x < 4),
+            ds.map(lambda n: tf.range(n)).padded_batch(2),
+            ds.map(lambda n: (tf.range(n), n)).padded_batch(3, padded_shapes=([6], []), padding_values=(
+                tf.constant(-1, tf.int64), tf.constant(0, tf.int64)), drop_remainder=True),
+            tf.data.Dataset.from_tensor_slices({"a": [1, 2], "b": [3.0, 4.0]}).map(lambda d: d["a"] * 2),
+            tf.data.Dataset.from_tensors([1, 2, 3]),
+            ds.with_options(tf.data.Options()),
+        ]
+    for a, b in zip(pipelines(real_tf), pipelines(ltf)):
+        assert _elements(b) == _elements(a)
+    for tf in (real_tf, ltf):
+        assert int(tf.data.Dataset.range(5).reduce(tf.constant(0, tf.int64), lambda s, x: s + x)) == 10
+    with pytest.raises(LoomValueError, match="must return a Dataset"):
+        list(ltf.data.Dataset.range(2).flat_map(lambda x: x * 2))
+
+
+def test_embedding_mask_zero_masks_recurrent_layers_and_pooling_as_keras():
+    toks = np.array([[1, 2, 3, 0, 0, 0], [4, 5, 6, 7, 8, 9], [3, 0, 0, 0, 0, 0], [2, 2, 0, 0, 0, 0]])
+    y = np.array([0, 1, 1, 0])
+
+    def build(tf):
+        L = tf.keras.layers
+        inp = tf.keras.Input((6,), dtype="int32")
+        e = L.Embedding(10, 4, mask_zero=True)(inp)
+        h = L.Bidirectional(L.LSTM(3, return_sequences=True))(e)
+        a = L.GRU(2)(h)
+        b = L.GlobalAveragePooling1D()(L.Dense(2)(L.SimpleRNN(2, return_sequences=True)(e)))
+        return tf.keras.Model(inp, L.Dense(1)(L.Concatenate()([a, b])))
+    models = [build(real_tf), build(ltf)]
+    rng = np.random.default_rng(3)
+    models[0].set_weights([rng.uniform(-0.5, 0.5, w.shape).astype(np.float32) for w in models[0].get_weights()])
+    _same_weights(models)
+    close(models[1](toks), models[0](toks), 1e-4)
+    hist = []
+    for m, tf in zip(models, (real_tf, ltf)):
+        m.compile(optimizer=tf.keras.optimizers.Adam(1e-2), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+        hist.append(m.fit(toks, y, epochs=3, batch_size=2, shuffle=False, verbose=0).history["loss"])
+    close(hist[1], hist[0], 1e-4)
+    mask = ltf.keras.layers.Embedding(10, 2, mask_zero=True).compute_mask(ltf.constant(toks))
+    np.testing.assert_array_equal(mask.numpy(), toks != 0)
+
+
+def test_functional_layer_order_matches_keras():
+    def build(tf):
+        L = tf.keras.layers
+        i1, i2 = tf.keras.Input((3,)), tf.keras.Input((3,))
+        a = L.Dense(2, name="a")(i1)
+        b = L.Dense(2, name="b")(i2)
+        c = L.Dense(2, name="c")(a)
+        return tf.keras.Model([i1, i2], L.Add(name="add")([c, b]))
+    names = [[type(x).__name__ + ("" if type(x).__name__ == "InputLayer" else x.name) for x in build(tf).layers]
+             for tf in (real_tf, ltf)]
+    assert names[0] == names[1] == ["InputLayer", "Densea", "InputLayer", "Densec", "Denseb", "Addadd"]

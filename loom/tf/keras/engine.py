@@ -129,6 +129,16 @@ def _shape_of(obj):
     return tuple(obj.shape) if hasattr(obj, "shape") else None
 
 
+def _mask_of(inputs):
+    """The Keras mask carried by an input tensor (or a list of the masks of a list of inputs)."""
+    if isinstance(inputs, Tensor):
+        return inputs.__dict__.get("_keras_mask")
+    if isinstance(inputs, (list, tuple)):
+        masks = [v.__dict__.get("_keras_mask") if isinstance(v, Tensor) else None for v in inputs]
+        return masks if any(m is not None for m in masks) else None
+    return None
+
+
 def _batch_free(shape):
     """Shapes (a tuple, or lists/dicts of them) with the batch dimension unknown, as Keras reports them."""
     if isinstance(shape, list):
@@ -316,7 +326,11 @@ class Layer:
         training = kwargs.pop("training", None)
         if training is None:
             training = _TRAINING[-1]
-        kwargs.pop("mask", None) if not self._call_takes("mask") else None
+        mask = kwargs.pop("mask", None)
+        if mask is None:
+            mask = _mask_of(inputs)
+        if self._call_takes("mask") and mask is not None:
+            kwargs["mask"] = mask
         if self._call_takes("training"):
             kwargs["training"] = training
         self._maybe_build(inputs)
@@ -327,7 +341,19 @@ class Layer:
         finally:
             _TRAINING.pop()
         self._out_shape = _batch_free(_shape_of(out))
+        if mask is not None or type(self).compute_mask is not Layer.compute_mask:
+            out_mask = self.compute_mask(inputs, mask)
+            if out_mask is not None and isinstance(out, Tensor):
+                out.__dict__["_keras_mask"] = out_mask
         return out
+
+    # Keras masking: a layer that `supports_masking` passes its input's mask on to its output;
+    # `compute_mask` makes (Embedding(mask_zero=True)) or drops (a pooling over time) the mask.
+    supports_masking = False
+
+    def compute_mask(self, inputs, mask=None):
+        """The mask of this layer's output (the input's mask if the layer supports masking)."""
+        return mask if self.supports_masking else None
 
     def _symbolic_call(self, inputs, args, kwargs):
         """Functional API: record the call and infer output shapes by running on batch-1 zeros."""

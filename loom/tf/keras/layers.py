@@ -180,8 +180,14 @@ class GlobalMaxPooling2D(GlobalAveragePooling2D):
 class GlobalAveragePooling1D(GlobalAveragePooling2D):
     """Mean over the steps of [batch, steps, features] inputs."""
 
-    def call(self, inputs):
-        return inputs.mean(dim=1, keepdim=self.keepdims)
+    def call(self, inputs, mask=None):
+        if mask is None:
+            return inputs.mean(dim=1, keepdim=self.keepdims)
+        m = mask.to(inputs.dtype).unsqueeze(-1)
+        return (inputs * m).sum(dim=1, keepdim=self.keepdims) / m.sum(dim=1, keepdim=self.keepdims)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
 
 
 GlobalAvgPool2D = GlobalAveragePooling2D
@@ -342,9 +348,9 @@ class Bidirectional(Layer):
         self.return_sequences = layer.return_sequences
         self.return_state = layer.return_state
 
-    def call(self, inputs, training=None):
-        f = self.forward_layer(inputs, training=training)
-        b = self.backward_layer(inputs, training=training)
+    def call(self, inputs, training=None, mask=None):
+        f = self.forward_layer(inputs, training=training, mask=mask)
+        b = self.backward_layer(inputs, training=training, mask=mask)
         f_states, b_states = [], []
         if self.return_state:
             f, f_states = f[0], list(f[1:])
@@ -364,6 +370,9 @@ class Bidirectional(Layer):
         if self.return_state:
             return (out if isinstance(out, list) else [out]) + f_states + b_states
         return out
+
+    def compute_mask(self, inputs, mask=None):
+        return mask if self.return_sequences and not self.return_state else None
 
 
 class Flatten(Layer):
@@ -709,9 +718,6 @@ class Embedding(Layer):
 
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", mask_zero=False, **kwargs) -> None:
         kwargs.pop("input_length", None)  # Keras 2's argument, deprecated (ignored) by Keras 3.
-        if mask_zero:
-            raise LoomValueError("loom.tf.keras.layers.Embedding: mask_zero=True is not supported (loom.tf has no "
-                                 "Keras masking); pass an attention_mask explicitly")
         super().__init__(**kwargs)
         self.input_dim, self.output_dim = int(input_dim), int(output_dim)
         init = "random_uniform" if embeddings_initializer == "uniform" else embeddings_initializer
@@ -725,6 +731,10 @@ class Embedding(Layer):
     def call(self, inputs):
         idx = inputs if inputs.dtype in (loom.int32, loom.int64) else inputs.to(loom.int64)
         return tfnn.embedding_lookup(self.embeddings, idx)
+
+    def compute_mask(self, inputs, mask=None):
+        """With `mask_zero`, the positions whose index is not 0 (Keras masking for the layers after it)."""
+        return inputs != 0 if self.mask_zero else None
 
 
 class LSTM(Layer):
@@ -754,10 +764,11 @@ class LSTM(Layer):
             self.bias = self.add_weight("bias", (4 * u,), initializers.Zeros())
             self.bias.assign(b)
 
-    def call(self, inputs, initial_state=None, training=None):
+    def call(self, inputs, initial_state=None, training=None, mask=None):
         x = inputs
         n, t = x.shape[0], x.shape[1]
         u = self.units
+        keep = _step_mask(mask, x)
         if initial_state is not None:
             h, c = initial_state
         else:
@@ -774,11 +785,18 @@ class LSTM(Layer):
             f = self.recurrent_activation(z[:, u:2 * u])
             g = self.activation(z[:, 2 * u:3 * u])
             o = self.recurrent_activation(z[:, 3 * u:])
-            c = f * c + i * g
-            h = o * self.activation(c)
+            c_new = f * c + i * g
+            h_new = o * self.activation(c_new)
+            if keep is None:
+                h, c = h_new, c_new
+            else:  # A masked step keeps the previous state (and output), as Keras.
+                h, c = loom.where(keep[s], h_new, h), loom.where(keep[s], c_new, c)
             outs.append(h)
         out = loom.stack(outs, dim=1) if self.return_sequences else h
         return [out, h, c] if self.return_state else out
+
+    def compute_mask(self, inputs, mask=None):
+        return mask if self.return_sequences and not self.return_state else None
 
 
 class _Recurrent(Layer):
@@ -795,9 +813,10 @@ class _Recurrent(Layer):
         self.return_sequences, self.return_state, self.go_backwards = return_sequences, return_state, go_backwards
         self._inits = (kernel_initializer, recurrent_initializer, bias_initializer)
 
-    def call(self, inputs, initial_state=None, training=None):
+    def call(self, inputs, initial_state=None, training=None, mask=None):
         x = inputs
         n, t = x.shape[0], x.shape[1]
+        keep = _step_mask(mask, x)
         h = initial_state[0] if isinstance(initial_state, (list, tuple)) else initial_state
         if h is None:
             h = loom.zeros(n, self.units, dtype=x.dtype)
@@ -805,10 +824,14 @@ class _Recurrent(Layer):
         steps = range(t - 1, -1, -1) if self.go_backwards else range(t)
         outs = []
         for s in steps:
-            h = self._step(xz[:, s], h)
+            h_new = self._step(xz[:, s], h)
+            h = h_new if keep is None else loom.where(keep[s], h_new, h)
             outs.append(h)
         out = loom.stack(outs, dim=1) if self.return_sequences else h
         return [out, h] if self.return_state else out
+
+    def compute_mask(self, inputs, mask=None):
+        return mask if self.return_sequences and not self.return_state else None
 
 
 class SimpleRNN(_Recurrent):
@@ -1086,6 +1109,18 @@ def dot(inputs, axes=-1, normalize=False, **kwargs):
     return Dot(axes=axes, normalize=normalize, **kwargs)(inputs)
 
 
+def _step_mask(mask, x):
+    """A Keras mask [batch, time] as one [batch, 1] boolean per step (None: no mask)."""
+    if mask is None:
+        return None
+    m = mask if isinstance(mask, loom.Tensor) else _convert_to_tensor(mask)
+    if tuple(m.shape) != tuple(x.shape[:2]):
+        raise LoomValueError(f"loom.tf.keras: a recurrent layer's mask must have shape [batch, time] = "
+                             f"{list(x.shape[:2])}, got {list(m.shape)}")
+    m = m.to(loom.bool).unsqueeze(-1)
+    return [m[:, s] for s in range(x.shape[1])]
+
+
 def _regularize(layer) -> None:
     """Add the layer's kernel and bias penalties to its losses."""
     if layer.kernel_regularizer is not None:
@@ -1098,3 +1133,27 @@ def _no_recurrent_dropout(layer: str, dropout, recurrent_dropout) -> None:
     if dropout or recurrent_dropout:
         raise LoomValueError(f"loom.tf.keras.layers.{layer}: dropout and recurrent_dropout are not supported; "
                              "add a Dropout layer on the inputs or outputs instead")
+
+
+# Layers that pass a Keras mask through unchanged (as Keras 3's `supports_masking`).
+for _cls in (Dense, EinsumDense, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax, LayerNormalization,
+             BatchNormalization, Rescaling, GaussianNoise, GaussianDropout, SpatialDropout1D, TimeDistributed,
+             Identity):
+    _cls.supports_masking = True
+
+
+def _merge_masks(self, inputs, mask=None):
+    """Merged inputs are valid where every input is (Keras's merge-layer mask)."""
+    if not isinstance(mask, (list, tuple)):
+        return mask
+    masks = [m for m in mask if m is not None]
+    if not masks:
+        return None
+    out = masks[0]
+    for m in masks[1:]:
+        out = loom.logical_and(out, m)
+    return out
+
+
+_Merge.compute_mask = _merge_masks
+Concatenate.compute_mask = _merge_masks

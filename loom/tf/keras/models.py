@@ -97,26 +97,52 @@ class Model(Layer):
 
     @staticmethod
     def _collect_layers(inputs, outputs) -> list:
-        order: list = []
-        seen: set = set()
-        for kt in _leaves(inputs):
-            layer = getattr(kt, "_input_layer", None)
-            if layer is not None and id(layer) not in seen:
-                seen.add(id(layer))
-                order.append(layer)
+        """The graph's layers in Keras's order: deepest first (inputs), ties in order of discovery from the
+        outputs."""
+        input_ids = {id(kt) for kt in _leaves(inputs)}
+        op_index: dict[int, int] = {}
+        layers: dict[int, Layer] = {}
+        nodes: list = []  # (node key, layer, parent node keys), each after its parents.
+        finished: set = set()
 
-        def visit(kt):
-            if not isinstance(kt, KerasTensor) or kt.history is None:
-                return
+        def info(kt):
+            if kt.history is None:
+                layer = getattr(kt, "_input_layer", None)
+                return layer, ("input", id(kt)), []
             layer, args, a2, kw, _ = kt.history
-            for v in _leaves((args, a2, kw)):
-                visit(v)
-            if id(layer) not in seen:
-                seen.add(id(layer))
-                order.append(layer)
+            parents = [v for v in _leaves((args, a2, kw)) if isinstance(v, KerasTensor)]
+            return layer, (id(layer), id(args)), parents
+
+        def visit(kt) -> object:
+            layer, key, parents = info(kt)
+            if layer is None:
+                return None
+            if key in finished:
+                return key
+            if id(layer) not in op_index:
+                op_index[id(layer)] = len(op_index)
+                layers[id(layer)] = layer
+            parent_keys = []
+            if id(kt) not in input_ids:
+                parent_keys = [k for k in (visit(p) for p in parents) if k is not None]
+            finished.add(key)
+            nodes.append((key, layer, parent_keys))
+            return key
         for kt in _leaves(outputs):
-            visit(kt)
-        return order
+            if isinstance(kt, KerasTensor):
+                visit(kt)
+        for kt in _leaves(inputs):  # An input no output depends on is still a layer of the model.
+            if isinstance(kt, KerasTensor):
+                visit(kt)
+        node_depth: dict = {}
+        op_depth: dict[int, int] = {}
+        for key, layer, parent_keys in reversed(nodes):
+            d = max(node_depth.setdefault(key, 0), op_depth.get(id(layer), 0))
+            op_depth[id(layer)] = node_depth[key] = d
+            for pk in parent_keys:
+                node_depth[pk] = max(d + 1, node_depth.get(pk, 0))
+        order = sorted(layers, key=lambda i: (-op_depth[i], op_index[i]))
+        return [layers[i] for i in order]
 
     def _run_graph(self, inputs, training):
         memo: dict[int, object] = {}
