@@ -97,6 +97,42 @@ def row_blocks(kern, meta: np.ndarray, elems: int, row_elems: int, rows: list[tu
     return out
 
 
+def reads_within_rows(kern, meta: np.ndarray, elems: int, inputs: set[int]) -> bool:
+    """Whether the kernel reads each of `inputs` (C-contiguous, `elems` elements like its output) only in the rows
+    of it that it writes: element for element, or along its own rows (a row kernel), so that a block of its
+    output rows needs only the same rows of those inputs (`row_blocks`' cut)."""
+    spec = getattr(kern, "spec", None)
+    if spec is None or meta is None:
+        return False
+    if not inputs:
+        return True
+    nslot, nobj = int(meta[2]), int(meta[3])
+    kpos = 4 + 2 * nslot + 4 * nobj
+    lay = spec.layout.offsets()
+    NO, L = spec.n_o, spec.n_o + spec.n_r
+    n = meta[kpos + lay["n"][0]:kpos + lay["n"][0] + L]
+    os_ = meta[kpos + lay["os"][0]:kpos + lay["os"][0] + NO]
+    lo = meta[kpos + lay["lo"][0]:kpos + lay["lo"][0] + max(1, len(spec.leaves))]
+    ls = meta[kpos + lay["ls"][0]:kpos + lay["ls"][0] + len(spec.leaves) * L].reshape(-1, L) \
+        if spec.leaves else np.zeros((0, L), np.int64)
+    outer = [d for d in range(NO) if n[d] != 1]
+    if not outer:
+        return False
+    D = outer[0]
+    step = int(os_[D])
+    if step <= 0 or int(n[D]) * step != elems:
+        return False
+    for k, lf in enumerate(spec.leaves):
+        if lf.input not in inputs:
+            continue
+        if int(meta[5 + 2 * (k + 1)]) or int(lo[k]) or int(ls[k, D]) != step:
+            return False  # Not at the output's element, or not moving with the output's rows.
+        rest = [d for d in range(L) if d != D and n[d] > 1]
+        if any(ls[k, d] < 0 for d in rest) or sum(int(n[d] - 1) * int(ls[k, d]) for d in rest) >= step:
+            return False  # Reaches past its own rows.
+    return True
+
+
 # The step driver's half-precision GEMM (record 9, `loom.codegen.driver`): each operand converted to float32 in
 # scratch memory of the arena, ``sgemm``, the result rounded back. Record: ``[9, bfloat16?, transa, transb, M, N,
 # K, lda, ldb, ldc, (base, offset) for A, B and C, batch dims, multiply-adds, (base, offset) of the scratch,
