@@ -62,6 +62,7 @@ _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad", "cross_entropy_rows",
                           "cross_entropy_rows_grad"})
 _ALIGN = 64
+_HOIST_ELEMS = 64  # Elements of a step's value at most for it to move before a GEMM (`_hoistable`).
 _INT32_MAX = 2**31 - 1
 _CTL_RC = 5
 _RECYCLE_BYTES = 1 << 16  # Outputs at least this large are recycled (smaller ones come from malloc's heap).
@@ -510,6 +511,8 @@ class NativeProgram:
         # Where each result is in a call's objects, when every one is an output array of its own.
         self._result_objs = [j for _, j in self._results] if all(j >= 0 for _, j in self._results) else None
         self._epilogue = exe.tools.gemm_epilogue() if self._blas is not None else None
+        self._index = index
+        self._hoisted = {}
         self._chains = self._epilogue_chains(index) if self._epilogue is not None else {}
         self._spmm = self._spmm_triples(readers)
         # Float32 scratch for half-precision GEMMs (one at a time): A, B and C of the largest.
@@ -593,7 +596,7 @@ class NativeProgram:
         steps, locs, nin = self._steps, self._locs, self._nin
         pos = list(range(len(steps)))  # Where each step's reads happen in the walk.
         for k, chain in self._chains.items():
-            for k2 in chain:
+            for k2 in chain + self._hoisted.get(k, ()):
                 pos[k2] = k  # An epilogue kernel runs on the row blocks of its GEMM (or right after it).
         chained = set()
         for kg, (km, ks) in self._spmm.items():
@@ -742,6 +745,7 @@ class NativeProgram:
         chains: dict[int, tuple[int, ...]] = {}
         taken: set[int] = set()
         self._chained_args: dict[int, set[int]] = {}  # Member step -> its arguments that read the chain's values.
+        self._hoisted: dict[int, tuple[int, ...]] = {}  # Matmul step -> small steps run before it for its chain.
         for k, st in enumerate(steps):
             if st.node.op != "matmul" or st.out in self._virtual:
                 continue
@@ -753,6 +757,7 @@ class NativeProgram:
             produced = {st.out: _Loc(c.base, c.off, (size,), (c.dtype.itemsize,), c.dtype)}  # C as BLAS writes it.
             operands = [self._root_loc(a) for a in st.args]  # Read whole by every block's GEMM.
             members: list[int] = []
+            hoisted: list[int] = []
             touched: list[_Loc] = list(produced.values())  # Every region the chain reads or writes.
             outs: list[_Loc] = []
             todo = sorted(set(readers_of.get(st.out, [])) | set(also(st.out, produced[st.out], produced)))
@@ -765,7 +770,9 @@ class NativeProgram:
                 chained, others = [], []
                 for a in fst.args:
                     (chained if self._root(a) in produced else others).append(a)
-                if any(index.get(self._root(a), -1) >= k for a in others):
+                late = [index[self._root(a)] for a in others if index.get(self._root(a), -1) >= k]
+                early = self._hoistable(late, k, members, hoisted, operands + touched, taken) if late else []
+                if early is None:
                     continue  # Not ready when the GEMM runs.
                 other_locs = [self._root_loc(a) for a in others]
                 if any(self._overlaps(out, x) for x in operands) or \
@@ -777,6 +784,8 @@ class NativeProgram:
                        and steps[i].out not in self._virtual for x in [steps[i].out, *steps[i].args]):
                     continue  # A step in between reads or writes the memory the member now writes earlier.
                 members.append(j)
+                hoisted = sorted(set(hoisted) | set(early))
+                touched += [locs[steps[h].out] for h in early]
                 self._chained_args[j] = {i for i, a in enumerate(fst.args) if self._root(a) in produced}
                 touched += [out] + other_locs
                 outs.append(out)
@@ -786,7 +795,44 @@ class NativeProgram:
             if members:
                 chains[k] = tuple(members)
                 taken.update(members)
+                if hoisted:
+                    self._hoisted[k] = tuple(hoisted)
+                    taken.update(hoisted)
         return chains
+
+    def _hoistable(self, late: list[int], k: int, members: list[int], hoisted: list[int], avoid: list[_Loc],
+                   taken: set[int]) -> list[int] | None:
+        """The steps (`late` and what they read that is made after step `k`) that may run before GEMM `k` so
+        that a chain member's inputs are ready, or None. Only small kernels move (an optimizer's step count
+        and bias corrections, read by Adam's update): their outputs share no bytes with what the GEMM, the
+        chain or any step they move past reads or writes."""
+        steps, locs = self._steps, self._locs
+        found: list[int] = []
+        todo = list(late)
+        while todo:
+            h = todo.pop()
+            if h in hoisted or h in found:
+                continue
+            st = steps[h]
+            if h <= k or h in members or h in taken or st.node.op != "fused" or self._kernels[h] is None or \
+                    st.out in self._virtual or _may_fail(st.node) or \
+                    int(np.prod(st.node.shape, dtype=np.int64)) > _HOIST_ELEMS:
+                return None
+            out = locs[st.out]
+            if any(self._overlaps(out, x) for x in avoid) or \
+                    any(self._overlaps(out, self._root_loc(x)) for i in range(k, h) if i not in hoisted
+                        and i not in found and steps[i].out not in self._virtual
+                        for x in [steps[i].out, *steps[i].args]):
+                # The memory plan shares its bytes with values of the steps it moves past: memory of its own
+                # above the arena (a few bytes), where no view of it was derived.
+                if out.base != 0 or any(loc.src == st.out for loc in locs.values()):
+                    return None
+                off = -(-self.arena_bytes // _ALIGN) * _ALIGN
+                locs[st.out] = _Loc(0, off, out.shape, out.strides, out.dtype)
+                self.arena_bytes = off + int(np.prod(out.shape, dtype=np.int64)) * out.dtype.itemsize
+            found.append(h)
+            todo += [self._index[self._root(a)] for a in st.args if self._index.get(self._root(a), -1) >= k]
+        return sorted(found)
 
     def _member_out(self, j: int, size: int) -> _Loc | None:
         """The output of step `j` if it is a fused kernel that may join an epilogue chain over `size`
@@ -1139,7 +1185,12 @@ class NativeProgram:
             chain = self._chains.get(k)
             if chain:
                 # Its members run right after the GEMM in every tier: `donatable` counted on it.
-                fused_done.update(chain)
+                early = self._hoisted.get(k, ())
+                fused_done.update(chain + early)
+                for j in early:  # Small steps a member reads, moved before the GEMM.
+                    rec, step = self._record(j, self._steps[j], driver, objs, ctx, keep)
+                    records.append(rec)
+                    steps.append(step)
                 blocked = self._epilogue_records(st, chain, objs, ctx, keep) \
                     if driver is not None and not self._forced.intersection((k, *chain)) else None
                 if blocked is not None:
