@@ -746,6 +746,7 @@ class NativeProgram:
         taken: set[int] = set()
         self._chained_args: dict[int, set[int]] = {}  # Member step -> its arguments that read the chain's values.
         self._hoisted: dict[int, tuple[int, ...]] = {}  # Matmul step -> small steps run before it for its chain.
+        self._relocated: list[tuple[int, int]] = []  # Arena bytes given to hoisted values (`_gap`).
         for k, st in enumerate(steps):
             if st.node.op != "matmul" or st.out in self._virtual:
                 continue
@@ -823,16 +824,41 @@ class NativeProgram:
                     any(self._overlaps(out, self._root_loc(x)) for i in range(k, h) if i not in hoisted
                         and i not in found and steps[i].out not in self._virtual
                         for x in [steps[i].out, *steps[i].args]):
-                # The memory plan shares its bytes with values of the steps it moves past: memory of its own
-                # above the arena (a few bytes), where no view of it was derived.
+                # The memory plan shares its bytes with values of the steps it moves past: a gap of the planned
+                # arena free from the GEMM to its last reader (no view of it was derived).
                 if out.base != 0 or any(loc.src == st.out for loc in locs.values()):
                     return None
-                off = -(-self.arena_bytes // _ALIGN) * _ALIGN
-                locs[st.out] = _Loc(0, off, out.shape, out.strides, out.dtype)
-                self.arena_bytes = off + int(np.prod(out.shape, dtype=np.int64)) * out.dtype.itemsize
+                moved = self._gap(k, h, out, avoid)
+                if moved is None:
+                    return None
+                locs[st.out] = moved
             found.append(h)
             todo += [self._index[self._root(a)] for a in st.args if self._index.get(self._root(a), -1) >= k]
         return sorted(found)
+
+    def _gap(self, k: int, h: int, out: _Loc, avoid: list[_Loc]) -> _Loc | None:
+        """`out` (step `h`'s value) placed in a gap of the arena, free from step `k` until its last reader, or
+        None when there is none below the arena's top."""
+        steps, locs = self._steps, self._locs
+        last: dict[int, int] = {}
+        for j, st in enumerate(steps):
+            if st.out not in self._virtual:
+                for a in st.args:
+                    last[self._root(a)] = j
+        for r, _ in self._results:  # Results read from the arena after the walk.
+            last[self._root(r)] = len(steps)
+        fixed = [(lo, hi, 0, len(steps)) for lo, hi in self._relocated]
+        fixed += [(*_extent(x), 0, len(steps)) for x in avoid if x.base == 0]
+        for j, st in enumerate(steps):
+            loc = locs[st.out]
+            if loc.base == 0 and st.out not in self._virtual and loc.src < 0 and j != h:
+                fixed.append((*_extent(loc), j, last.get(st.out, j)))
+        nbytes = int(np.prod(out.shape, dtype=np.int64)) * out.dtype.itemsize
+        (off,) = _pack([(k, last.get(steps[h].out, h), nbytes)], 0, fixed)
+        if off + nbytes > self.arena_bytes:
+            return None
+        self._relocated.append((off, off + nbytes))
+        return _Loc(0, off, out.shape, out.strides, out.dtype)
 
     def _member_out(self, j: int, size: int) -> _Loc | None:
         """The output of step `j` if it is a fused kernel that may join an epilogue chain over `size`
