@@ -884,10 +884,12 @@ class NativeProgram:
     def _epilogue_records(self, st, chain: tuple[int, ...], objs, ctx: _Ctx, keep) -> tuple[list, list] | None:
         """The records of a matmul and its epilogue chain as alternating row blocks, or None.
 
-        First a probe per member (its kernel on no rows: the overlap and alignment checks of the whole
-        call, which every block repeats with the same answer), so that a kernel that refuses the call does
-        so before any block ran; Python then runs the GEMM and the members whole and the walk skips the
-        blocks. Then per block of rows: the GEMM's rows, then each member's.
+        With several blocks, first a probe per member (its kernel on no rows: the overlap and alignment
+        checks of the whole call, which every block repeats with the same answer), so that a kernel that
+        refuses the call does so before any block ran (a member may update its state in place); Python then
+        runs the GEMM and the members whole and the walk skips the blocks. Then per block of rows: the GEMM's
+        rows (the whole GEMM first for a chain of several members), then each member's. A chain of several
+        members that fits one block returns None: the GEMM and each member run as records of their own.
         """
         g = self._gemm_plan(st)
         dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
@@ -913,6 +915,9 @@ class NativeProgram:
         bm = self._epilogue.block_rows(M, N, isz) if len(chain) == 1 else \
             self._epilogue.block_rows(M, row_bytes, 1)
         rows = [(r0, min(M, r0 + bm)) for r0 in range(0, M, bm)]
+        if len(rows) == 1 and len(chain) > 1:
+            return None  # One block: the GEMM, then each member as a record of its own.
+        probing = len(rows) > 1  # A single block needs no probe: Python reruns the GEMM and its one kernel.
         whole = [_Step(_GEMM, st, st.args, st.out, gemm=g)] + [_Step(_PY, self._steps[j], self._steps[j].args,
                                                                       self._steps[j].out) for j in chain]
         probes, blocks = [], []
@@ -933,7 +938,7 @@ class NativeProgram:
         # cost more than the blocks saved (mlp: the 256x784 weight gradient, 8 blocks of 32 rows).
         whole_gemm = len(chain) > 1
         records, steps = [], []
-        for head, m, fst in probes:
+        for head, m, fst in (probes if probing else ()):
             records.append(head[:2] + [m.ctypes.data] + head[3:])
             steps.append(_Step(_KERNEL, fst, fst.args, fst.out, chain=tuple(whole),
                                skip=len(rows) * len(chain) + (1 if whole_gemm else len(rows)) + len(probes) - 1
@@ -952,7 +957,7 @@ class NativeProgram:
                 steps.append(_Step(_GEMM, st, st.args, st.out, gemm=gb))
             for head, ms, fst in blocks:
                 records.append(head[:2] + [ms[i].ctypes.data] + head[3:])
-                steps.append(_Step(_KERNEL, fst, fst.args, fst.out, pre=g, skip=-1))
+                steps.append(_Step(_KERNEL, fst, fst.args, fst.out, pre=g, skip=-1 if probing else 0))
         return records, steps
 
     # ------------------------------------------------------------ sparse-dense products
