@@ -1,10 +1,13 @@
 """GEMM epilogues: a fused kernel that only post-processes a GEMM's result runs on each row block right after it.
 
-When a matmul's value is read by one fused kernel alone (bias add, activation,
-residual add, scaling, a row softmax...), the native step (`loom.runtime.native`)
-runs the pair as alternating driver records: ``sgemm`` on a block of rows of
-C, then the kernel on the same rows while they are still in cache, instead of
-the whole GEMM followed by a kernel that reads C back from memory.
+When fused kernels read a matmul's value only in the rows they write (bias add,
+activation, residual add, scaling, a row softmax, an optimizer's update of the
+weight whose gradient it is, and kernels reading those kernels' values), the
+native step (`loom.runtime.native`) runs them as alternating driver records:
+``sgemm`` on a block of rows of C (or the whole GEMM first, for a chain of
+several kernels: cutting it packs its B operand once per block), then each
+kernel on the same rows while they are still in cache, instead of passes over
+whole arrays. `reads_within_rows` checks that a kernel reads no other rows.
 
 This module cuts a kernel's argument block (`loom.codegen.kernel`) into row
 blocks. The kernel is not rebuilt: a block is the same argument block with

@@ -12,8 +12,10 @@ the C driver (`loom.codegen.driver`):
   ``scipy-openblas32`` wheel, transposes and leading dimensions read from the
   operand strides (a transposed operand is never copied), batches as a loop;
   float16/bfloat16 ones convert their operands to float32 scratch in the
-  arena and call ``sgemm`` (`loom.codegen.gemm`); a kernel that is a float
-  GEMM's only reader runs on its row blocks right after each (an epilogue);
+  arena and call ``sgemm`` (`loom.codegen.gemm`); the fused kernels that read
+  a float GEMM's rows (its epilogue chain: bias, activation and mask; a
+  parameter's optimizer update after its weight gradient, Adam's scalar steps
+  moved before the GEMM) run right after it, on its row blocks;
 - views that must exist as values (outputs, views whose source memory is
   reused before their last reader) become strided copies;
 - gather, scatter_add, pad and ``check`` become the driver's index steps
