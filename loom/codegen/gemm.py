@@ -1,10 +1,13 @@
 """GEMM epilogues: a fused kernel that only post-processes a GEMM's result runs on each row block right after it.
 
-When a matmul's value is read by one fused kernel alone (bias add, activation,
-residual add, scaling, a row softmax...), the native step (`loom.runtime.native`)
-runs the pair as alternating driver records: ``sgemm`` on a block of rows of
-C, then the kernel on the same rows while they are still in cache, instead of
-the whole GEMM followed by a kernel that reads C back from memory.
+When fused kernels read a matmul's value only in the rows they write (bias add,
+activation, residual add, scaling, a row softmax, an optimizer's update of the
+weight whose gradient it is, and kernels reading those kernels' values), the
+native step (`loom.runtime.native`) runs them as alternating driver records:
+``sgemm`` on a block of rows of C (or the whole GEMM first, for a chain of
+several kernels: cutting it packs its B operand once per block), then each
+kernel on the same rows while they are still in cache, instead of passes over
+whole arrays. `reads_within_rows` checks that a kernel reads no other rows.
 
 This module cuts a kernel's argument block (`loom.codegen.kernel`) into row
 blocks. The kernel is not rebuilt: a block is the same argument block with
@@ -95,6 +98,42 @@ def row_blocks(kern, meta: np.ndarray, elems: int, row_elems: int, rows: list[tu
             m[kpos + gb0 + g] += i0 * int(meta[kpos + gc0 + g * L + D])
         out.append(m)
     return out
+
+
+def reads_within_rows(kern, meta: np.ndarray, elems: int, inputs: set[int]) -> bool:
+    """Whether the kernel reads each of `inputs` (C-contiguous, `elems` elements like its output) only in the rows
+    of it that it writes: element for element, or along its own rows (a row kernel), so that a block of its
+    output rows needs only the same rows of those inputs (`row_blocks`' cut)."""
+    spec = getattr(kern, "spec", None)
+    if spec is None or meta is None:
+        return False
+    if not inputs:
+        return True
+    nslot, nobj = int(meta[2]), int(meta[3])
+    kpos = 4 + 2 * nslot + 4 * nobj
+    lay = spec.layout.offsets()
+    NO, L = spec.n_o, spec.n_o + spec.n_r
+    n = meta[kpos + lay["n"][0]:kpos + lay["n"][0] + L]
+    os_ = meta[kpos + lay["os"][0]:kpos + lay["os"][0] + NO]
+    lo = meta[kpos + lay["lo"][0]:kpos + lay["lo"][0] + max(1, len(spec.leaves))]
+    ls = meta[kpos + lay["ls"][0]:kpos + lay["ls"][0] + len(spec.leaves) * L].reshape(-1, L) \
+        if spec.leaves else np.zeros((0, L), np.int64)
+    outer = [d for d in range(NO) if n[d] != 1]
+    if not outer:
+        return False
+    D = outer[0]
+    step = int(os_[D])
+    if step <= 0 or int(n[D]) * step != elems:
+        return False
+    for k, lf in enumerate(spec.leaves):
+        if lf.input not in inputs:
+            continue
+        if int(meta[5 + 2 * (k + 1)]) or int(lo[k]) or int(ls[k, D]) != step:
+            return False  # Not at the output's element, or not moving with the output's rows.
+        rest = [d for d in range(L) if d != D and n[d] > 1]
+        if any(ls[k, d] < 0 for d in rest) or sum(int(n[d] - 1) * int(ls[k, d]) for d in rest) >= step:
+            return False  # Reaches past its own rows.
+    return True
 
 
 # The step driver's half-precision GEMM (record 9, `loom.codegen.driver`): each operand converted to float32 in

@@ -12,8 +12,10 @@ the C driver (`loom.codegen.driver`):
   ``scipy-openblas32`` wheel, transposes and leading dimensions read from the
   operand strides (a transposed operand is never copied), batches as a loop;
   float16/bfloat16 ones convert their operands to float32 scratch in the
-  arena and call ``sgemm`` (`loom.codegen.gemm`); a kernel that is a float
-  GEMM's only reader runs on its row blocks right after each (an epilogue);
+  arena and call ``sgemm`` (`loom.codegen.gemm`); the fused kernels that read
+  a float GEMM's rows (its epilogue chain: bias, activation and mask; a
+  parameter's optimizer update after its weight gradient, Adam's scalar steps
+  moved before the GEMM) run right after it, on its row blocks;
 - views that must exist as values (outputs, views whose source memory is
   reused before their last reader) become strided copies;
 - gather, scatter_add, pad and ``check`` become the driver's index steps
@@ -63,6 +65,7 @@ _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad", "cross_entropy_rows",
                           "cross_entropy_rows_grad"})
 _ALIGN = 64
+_HOIST_ELEMS = 64  # Elements of a step's value at most for it to move before a GEMM (`_hoistable`).
 _INT32_MAX = 2**31 - 1
 _CTL_RC = 5
 _RECYCLE_BYTES = 1 << 16  # Outputs at least this large are recycled (smaller ones come from malloc's heap).
@@ -228,12 +231,15 @@ def _copy_dims(shape, ss, ds) -> list[tuple[int, int, int]]:
 class _Step:
     """One table entry: what it is and how Python runs it when C does not."""
 
-    __slots__ = ("kind", "st", "args", "dst", "gemm", "pre", "chain")
+    __slots__ = ("kind", "st", "args", "dst", "gemm", "pre", "chain", "skip")
 
-    def __init__(self, kind, st, args, dst, gemm=None, pre=None, chain=()):
+    def __init__(self, kind, st, args, dst, gemm=None, pre=None, chain=(), skip=0):
         self.kind, self.st, self.args, self.dst, self.gemm = kind, st, args, dst, gemm
         self.pre = pre  # For a GEMM epilogue's kernel: the whole GEMM Python reruns before it.
         self.chain = chain  # For a fused record of several steps: those steps, which Python runs in turn.
+        # Records the walk skips after Python ran this one (an epilogue probe: its chain's blocks); -1: a
+        # record that cannot fail (an epilogue block, after its probe passed).
+        self.skip = skip
 
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -508,7 +514,9 @@ class NativeProgram:
         # Where each result is in a call's objects, when every one is an output array of its own.
         self._result_objs = [j for _, j in self._results] if all(j >= 0 for _, j in self._results) else None
         self._epilogue = exe.tools.gemm_epilogue() if self._blas is not None else None
-        self._pairs = self._epilogue_pairs(readers, index) if self._epilogue is not None else {}
+        self._index = index
+        self._hoisted = {}
+        self._chains = self._epilogue_chains(index) if self._epilogue is not None else {}
         self._spmm = self._spmm_triples(readers)
         # Float32 scratch for half-precision GEMMs (one at a time): A, B and C of the largest.
         scratch = 0
@@ -590,8 +598,9 @@ class NativeProgram:
         """
         steps, locs, nin = self._steps, self._locs, self._nin
         pos = list(range(len(steps)))  # Where each step's reads happen in the walk.
-        for k, k2 in self._pairs.items():
-            pos[k2] = k  # An epilogue kernel runs on the row blocks of its GEMM.
+        for k, chain in self._chains.items():
+            for k2 in chain + self._hoisted.get(k, ()):
+                pos[k2] = k  # An epilogue kernel runs on the row blocks of its GEMM (or right after it).
         chained = set()
         for kg, (km, ks) in self._spmm.items():
             pos[kg] = pos[km] = ks
@@ -717,48 +726,165 @@ class NativeProgram:
         return (int(isz == 8), la[0], lb[0], M, N, K, la[1], lb[1], ldc, a, b, c, batch, macs)
 
     # ------------------------------------------------------------ GEMM epilogues
-    def _epilogue_pairs(self, readers: dict, index: dict) -> dict[int, int]:
-        """Matmul step -> the fused step that is its value's only reader and may run on its row blocks.
+    def _epilogue_chains(self, index: dict) -> dict[int, tuple[int, ...]]:
+        """Matmul step -> the fused steps that run on its row blocks (its epilogue chain), in step order.
 
-        The kernel moves up to the GEMM: its other inputs are ready by then, and no step in between touches
-        its output's memory. Its output, C-contiguous like C, shares no bytes with the GEMM's operands or
-        with its other inputs (it may be C itself), and C none with its other inputs.
+        A member reads the GEMM's C or an earlier member's value only in the rows it writes (element for
+        element, or along its own rows: checked against the kernel's plan when the table is encoded), into a
+        C-contiguous output of as many elements as C; its other inputs are ready when the GEMM runs. So a
+        layer's bias add, activation and mask, or a parameter's whole optimizer update (momentum buffer,
+        then parameter) reading its weight gradient, runs on each block of rows while they are in cache
+        instead of as passes over whole arrays. The members move up to the GEMM: no step in between touches
+        their outputs' memory, no output shares bytes with the GEMM's operands, and two regions of the chain
+        share bytes only as one C-contiguous region written in place (as the memory plan placed them).
         """
         steps, locs = self._steps, self._locs
-        reader_of: dict[int, int] = {}
+        readers_of: dict[int, list[int]] = {}  # Root slot -> steps reading it (through free views too).
+        written_into: dict[int, list[int]] = {}  # Slot -> outputs its producer writes straight into (a reshape).
         for j, st in enumerate(steps):
-            for a in st.args:
-                reader_of[a] = j
-        pairs = {}
+            if st.out not in self._virtual:
+                for r in {self._root(a) for a in st.args}:
+                    readers_of.setdefault(r, []).append(j)
+            elif locs[st.out].src < 0:
+                written_into.setdefault(st.args[0], []).append(st.out)
+
+        def also(slot: int, region: _Loc, produced: dict) -> list[int]:
+            """`slot`'s value as an output it is written into, where that is C-contiguous; their readers."""
+            found = []
+            for v in written_into.get(slot, ()):
+                if _same_region(locs[v], region, size):
+                    produced[v] = region
+                    found += readers_of.get(v, [])
+            return found
+        chains: dict[int, tuple[int, ...]] = {}
+        taken: set[int] = set()
+        self._chained_args: dict[int, set[int]] = {}  # Member step -> its arguments that read the chain's values.
+        self._hoisted: dict[int, tuple[int, ...]] = {}  # Matmul step -> small steps run before it for its chain.
+        self._relocated: list[tuple[int, int]] = []  # Arena bytes given to hoisted values (`_gap`).
         for k, st in enumerate(steps):
-            if st.node.op != "matmul" or st.out in self._out_base or readers.get(st.out) != 1:
-                continue
-            k2 = reader_of[st.out]
-            fst = steps[k2]
-            if fst.node.op != "fused" or self._kernels[k2] is None or fst.out in self._virtual:
+            if st.node.op != "matmul" or st.out in self._virtual:
                 continue
             g = self._gemm_plan(st)
-            if g is None or g[12] or g[9] is not locs[st.args[0]] or st.node.dtype in _HALF:
-                continue  # Batched, C stored transposed, or half precision.
-            c, out = locs[st.out], locs[fst.out]
-            isz = c.dtype.itemsize
-            if out.dtype != c.dtype or tuple(c.strides) != _contiguous(c.shape, isz) or \
-                    tuple(out.strides) != _contiguous(out.shape, isz) or \
-                    int(np.prod(out.shape, dtype=np.int64)) != int(np.prod(c.shape, dtype=np.int64)):
+            if g is None or g[12] or st.node.dtype in _HALF or g[8] != g[4]:
+                continue  # Batched, half precision, or C not M whole rows of N.
+            c = locs[st.out]
+            size = g[3] * g[4]
+            produced = {st.out: _Loc(c.base, c.off, (size,), (c.dtype.itemsize,), c.dtype)}  # C as BLAS writes it.
+            operands = [self._root_loc(a) for a in st.args]  # Read whole by every block's GEMM.
+            members: list[int] = []
+            hoisted: list[int] = []
+            touched: list[_Loc] = list(produced.values())  # Every region the chain reads or writes.
+            outs: list[_Loc] = []
+            todo = sorted(set(readers_of.get(st.out, [])) | set(also(st.out, produced[st.out], produced)))
+            while todo:
+                j = todo.pop(0)
+                fst = steps[j]
+                out = self._member_out(j, size)
+                if out is None or j <= k or j in taken:
+                    continue
+                chained, others = [], []
+                for a in fst.args:
+                    (chained if self._root(a) in produced else others).append(a)
+                late = [index[self._root(a)] for a in others if index.get(self._root(a), -1) >= k]
+                early = self._hoistable(late, k, members, hoisted, operands + touched, taken) if late else []
+                if early is None:
+                    continue  # Not ready when the GEMM runs.
+                other_locs = [self._root_loc(a) for a in others]
+                if any(self._overlaps(out, x) for x in operands) or \
+                        any(self._overlaps(out, x) and not _same_region(out, x, size)
+                            for x in touched + other_locs) or \
+                        any(self._overlaps(o, x) and not _same_region(o, x, size) for o in outs for x in other_locs):
+                    continue
+                if any(self._overlaps(out, self._root_loc(x)) for i in range(k + 1, j) if i not in members
+                       and steps[i].out not in self._virtual for x in [steps[i].out, *steps[i].args]):
+                    continue  # A step in between reads or writes the memory the member now writes earlier.
+                members.append(j)
+                hoisted = sorted(set(hoisted) | set(early))
+                touched += [locs[steps[h].out] for h in early]
+                self._chained_args[j] = {i for i, a in enumerate(fst.args) if self._root(a) in produced}
+                touched += [out] + other_locs
+                outs.append(out)
+                produced[fst.out] = out
+                todo = sorted(set(todo) | {r for r in readers_of.get(fst.out, []) + also(fst.out, out, produced)
+                                           if r > j})
+            if members:
+                chains[k] = tuple(members)
+                taken.update(members)
+                if hoisted:
+                    self._hoisted[k] = tuple(hoisted)
+                    taken.update(hoisted)
+        return chains
+
+    def _hoistable(self, late: list[int], k: int, members: list[int], hoisted: list[int], avoid: list[_Loc],
+                   taken: set[int]) -> list[int] | None:
+        """The steps (`late` and what they read that is made after step `k`) that may run before GEMM `k` so
+        that a chain member's inputs are ready, or None. Only small kernels move (an optimizer's step count
+        and bias corrections, read by Adam's update): their outputs share no bytes with what the GEMM, the
+        chain or any step they move past reads or writes."""
+        steps, locs = self._steps, self._locs
+        found: list[int] = []
+        todo = list(late)
+        while todo:
+            h = todo.pop()
+            if h in hoisted or h in found:
                 continue
-            same_c = (out.base, out.off) == (c.base, c.off)
-            others = [self._root_loc(a) for a in fst.args if a != st.out]
-            if any(index.get(self._root(a), -1) >= k for a in fst.args if a != st.out):
-                continue
-            if self._overlaps(out, locs[st.args[0]]) or self._overlaps(out, locs[st.args[1]]) or \
-                    (self._overlaps(out, c) and not same_c) or any(self._overlaps(out, o) for o in others) or \
-                    any(self._overlaps(c, o) for o in others):
-                continue
-            between = [steps[j] for j in range(k + 1, k2) if steps[j].out not in self._virtual]
-            if any(self._overlaps(out, self._root_loc(x)) for b in between for x in [b.out, *b.args]):
-                continue
-            pairs[k] = k2
-        return pairs
+            st = steps[h]
+            if h <= k or h in members or h in taken or st.node.op != "fused" or self._kernels[h] is None or \
+                    st.out in self._virtual or _may_fail(st.node) or \
+                    int(np.prod(st.node.shape, dtype=np.int64)) > _HOIST_ELEMS:
+                return None
+            out = locs[st.out]
+            if any(self._overlaps(out, x) for x in avoid) or \
+                    any(self._overlaps(out, self._root_loc(x)) for i in range(k, h) if i not in hoisted
+                        and i not in found and steps[i].out not in self._virtual
+                        for x in [steps[i].out, *steps[i].args]):
+                # The memory plan shares its bytes with values of the steps it moves past: a gap of the planned
+                # arena free from the GEMM to its last reader (no view of it was derived).
+                if out.base != 0 or any(loc.src == st.out for loc in locs.values()):
+                    return None
+                moved = self._gap(k, h, out, avoid)
+                if moved is None:
+                    return None
+                locs[st.out] = moved
+            found.append(h)
+            todo += [self._index[self._root(a)] for a in st.args if self._index.get(self._root(a), -1) >= k]
+        return sorted(found)
+
+    def _gap(self, k: int, h: int, out: _Loc, avoid: list[_Loc]) -> _Loc | None:
+        """`out` (step `h`'s value) placed in a gap of the arena, free from step `k` until its last reader, or
+        None when there is none below the arena's top."""
+        steps, locs = self._steps, self._locs
+        last: dict[int, int] = {}
+        for j, st in enumerate(steps):
+            if st.out not in self._virtual:
+                for a in st.args:
+                    last[self._root(a)] = j
+        for r, _ in self._results:  # Results read from the arena after the walk.
+            last[self._root(r)] = len(steps)
+        fixed = [(lo, hi, 0, len(steps)) for lo, hi in self._relocated]
+        fixed += [(*_extent(x), 0, len(steps)) for x in avoid if x.base == 0]
+        for j, st in enumerate(steps):
+            loc = locs[st.out]
+            if loc.base == 0 and st.out not in self._virtual and loc.src < 0 and j != h:
+                fixed.append((*_extent(loc), j, last.get(st.out, j)))
+        nbytes = int(np.prod(out.shape, dtype=np.int64)) * out.dtype.itemsize
+        (off,) = _pack([(k, last.get(steps[h].out, h), nbytes)], 0, fixed)
+        if off + nbytes > self.arena_bytes:
+            return None
+        self._relocated.append((off, off + nbytes))
+        return _Loc(0, off, out.shape, out.strides, out.dtype)
+
+    def _member_out(self, j: int, size: int) -> _Loc | None:
+        """The output of step `j` if it is a fused kernel that may join an epilogue chain over `size`
+        elements (C-contiguous, that many elements, no integer division that could stop it half done)."""
+        st = self._steps[j]
+        if st.node.op != "fused" or self._kernels[j] is None or st.out in self._virtual or _may_fail(st.node):
+            return None
+        out = self._locs[st.out]
+        if out.strides != _contiguous(out.shape, out.dtype.itemsize) or \
+                int(np.prod(out.shape, dtype=np.int64)) != size:
+            return None
+        return out
 
     def _root(self, s: int) -> int:
         while self._locs[s].src >= 0:
@@ -769,44 +895,83 @@ class NativeProgram:
         """The memory a value is read from: a free view's root."""
         return self._locs[self._root(s)]
 
-    def _epilogue_records(self, st, k2: int, objs, ctx: _Ctx, keep) -> tuple[list, list] | None:
-        """The records of a matmul and its epilogue kernel as alternating row blocks, or None."""
-        kern, fst = self._kernels[k2], self._steps[k2]
-        if kern is None or not kern.ready:
-            return None
-        args = [self._value(a, objs, ctx) for a in fst.args]
-        out = self._value(fst.out, objs, ctx)
-        if not all(self._tools.kernel_usable(a) for a in args + [out]):
-            return None
-        plan = kern.plan(args, out)
-        if plan.meta is None or plan.copies:
-            return None
+    def _epilogue_records(self, st, chain: tuple[int, ...], objs, ctx: _Ctx, keep) -> tuple[list, list] | None:
+        """The records of a matmul and its epilogue chain as alternating row blocks, or None.
+
+        With several blocks, first a probe per member (its kernel on no rows: the overlap and alignment
+        checks of the whole call, which every block repeats with the same answer), so that a kernel that
+        refuses the call does so before any block ran (a member may update its state in place); Python then
+        runs the GEMM and the members whole and the walk skips the blocks. Then per block of rows: the GEMM's
+        rows (the whole GEMM first for a chain of several members), then each member's. A chain of several
+        members that fits one block returns None: the GEMM and each member run as records of their own.
+        """
         g = self._gemm_plan(st)
         dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
         isz = c.dtype.itemsize
-        bm = self._epilogue.block_rows(M, N, isz)
+        metas, row_bytes = [], N * isz
+        for j in chain:
+            kern, fst = self._kernels[j], self._steps[j]
+            if kern is None or not kern.ready:
+                return None
+            args = [self._value(x, objs, ctx) for x in fst.args]
+            out = self._value(fst.out, objs, ctx)
+            if not all(self._tools.kernel_usable(x) for x in args + [out]):
+                return None
+            plan = kern.plan(args, out)
+            if plan.meta is None or plan.copies:
+                return None
+            meta = plan.meta.copy()
+            meta[0] = meta[1] = 0  # The driver passes a table of pointers to data-pointer cells.
+            if not self._epilogue.reads_within_rows(kern, meta, M * N, self._chained_args[j]):
+                return None
+            metas.append(meta)
+            row_bytes += N * out.itemsize
+        bm = self._epilogue.block_rows(M, N, isz) if len(chain) == 1 else \
+            self._epilogue.block_rows(M, row_bytes, 1)
         rows = [(r0, min(M, r0 + bm)) for r0 in range(0, M, bm)]
-        meta = plan.meta.copy()
-        meta[0] = meta[1] = 0  # The driver passes a table of pointers to data-pointer cells.
-        metas = self._epilogue.row_blocks(kern, meta, M * N, N, rows, isz)
-        if metas is None:
-            return None
-        fn = _address(kern._lib._handle.loom_call)
-        cells = [self._locs[fst.out]] + [self._locs[x] for x in fst.args]
+        if len(rows) == 1 and len(chain) > 1:
+            return None  # One block: the GEMM, then each member as a record of its own.
+        probing = len(rows) > 1  # A single block needs no probe: Python reruns the GEMM and its one kernel.
+        whole = [_Step(_GEMM, st, st.args, st.out, gemm=g)] + [_Step(_PY, self._steps[j], self._steps[j].args,
+                                                                      self._steps[j].out) for j in chain]
+        probes, blocks = [], []
+        for j, meta in zip(chain, metas):
+            kern, fst = self._kernels[j], self._steps[j]
+            ms = self._epilogue.row_blocks(kern, meta, M * N, N, [(0, 0)] + rows,
+                                           self._locs[fst.out].dtype.itemsize)
+            if ms is None:
+                return None
+            keep.extend(ms)
+            fn = _address(kern._lib._handle.loom_call)
+            cells = [self._locs[fst.out]] + [self._locs[x] for x in fst.args]
+            head = [_KERNEL, fn, 0, len(cells)] + [v for loc in cells for v in (loc.base, loc.off)]
+            probes.append((head, ms[0], fst))
+            blocks.append((head, ms[1:], fst))
+        # A chain of several kernels (a parameter's optimizer update after its weight gradient) runs them on
+        # row blocks after the whole GEMM: cutting the GEMM packs its B operand again for every block, which
+        # cost more than the blocks saved (mlp: the 256x784 weight gradient, 8 blocks of 32 rows).
+        whole_gemm = len(chain) > 1
         records, steps = [], []
-        for (r0, r1), m in zip(rows, metas):
+        for head, m, fst in (probes if probing else ()):
+            records.append(head[:2] + [m.ctypes.data] + head[3:])
+            steps.append(_Step(_KERNEL, fst, fst.args, fst.out, chain=tuple(whole),
+                               skip=len(rows) * len(chain) + (1 if whole_gemm else len(rows)) + len(probes) - 1
+                               - len(steps)))
+        if whole_gemm:
+            records.append([_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
+                            0, macs])
+            steps.append(_Step(_GEMM, st, st.args, st.out, gemm=g))
+        for i, (r0, r1) in enumerate(rows):
             ga = _Loc(a.base, a.off + r0 * (1 if ta else lda) * isz, a.shape, a.strides, a.dtype)
             gc = _Loc(c.base, c.off + r0 * ldc * isz, c.shape, c.strides, c.dtype)
             gb = (dbl, ta, tb, r1 - r0, N, K, lda, ldb, ldc, ga, b, gc, [], (r1 - r0) * N * K)
-            records.append([_GEMM, dbl, ta, tb, r1 - r0, N, K, lda, ldb, ldc, ga.base, ga.off, b.base, b.off,
-                            gc.base, gc.off, 0, (r1 - r0) * N * K])
-            steps.append(_Step(_GEMM, st, st.args, st.out, gemm=gb))
-            keep.append(m)
-            rec = [_KERNEL, fn, m.ctypes.data, len(cells)]
-            for loc in cells:
-                rec += [loc.base, loc.off]
-            records.append(rec)
-            steps.append(_Step(_KERNEL, fst, fst.args, fst.out, pre=g))
+            if not whole_gemm:
+                records.append([_GEMM, dbl, ta, tb, r1 - r0, N, K, lda, ldb, ldc, ga.base, ga.off, b.base, b.off,
+                                gc.base, gc.off, 0, (r1 - r0) * N * K])
+                steps.append(_Step(_GEMM, st, st.args, st.out, gemm=gb))
+            for head, ms, fst in blocks:
+                records.append(head[:2] + [ms[i].ctypes.data] + head[3:])
+                steps.append(_Step(_KERNEL, fst, fst.args, fst.out, pre=g, skip=-1 if probing else 0))
         return records, steps
 
     # ------------------------------------------------------------ sparse-dense products
@@ -1043,7 +1208,6 @@ class NativeProgram:
 
     def _encode(self, driver, objs, ctx: _Ctx) -> tuple:
         """The table for the kernels built now (a kernel not built yet is a Python step)."""
-        tools = self._tools
         steps: list[_Step] = []
         records: list[list[int]] = []
         keep: list[Any] = []
@@ -1063,58 +1227,27 @@ class NativeProgram:
                 records.append(spmm_at[k][0])
                 steps.append(spmm_at[k][1])
                 continue
-            k2 = self._pairs.get(k)
-            if k2 is not None and k not in self._forced and k2 not in self._forced and driver is not None:
-                pair = self._epilogue_records(st, k2, objs, ctx, keep)
-                if pair is not None:
-                    records += pair[0]
-                    steps += pair[1]
-                    fused_done.add(k2)
+            chain = self._chains.get(k)
+            if chain:
+                # Its members run right after the GEMM in every tier: `donatable` counted on it.
+                early = self._hoisted.get(k, ())
+                fused_done.update(chain + early)
+                for j in early:  # Small steps a member reads, moved before the GEMM.
+                    rec, step = self._record(j, self._steps[j], driver, objs, ctx, keep)
+                    records.append(rec)
+                    steps.append(step)
+                blocked = self._epilogue_records(st, chain, objs, ctx, keep) \
+                    if driver is not None and not self._forced.intersection((k, *chain)) else None
+                if blocked is not None:
+                    records += blocked[0]
+                    steps += blocked[1]
                     continue
-            op = st.node.op
-            step = _Step(_PY, st, st.args, s)
-            rec = [_PY]
-            if k in self._forced:
-                pass
-            elif op == "fused":
-                kern = self._kernels[k]
-                if kern is not None and kern.ready and driver is not None:
-                    krec = self._kernel_record(kern, st, objs, ctx, keep, tools)
-                    if krec is not None:
-                        rec, step = krec, _Step(_KERNEL, st, st.args, s)
-            elif op == "matmul":
-                g = self._gemm_plan(st)
-                if g is not None and st.node.dtype in _HALF:
-                    dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
-                    rec = [_HGEMM, int(st.node.dtype is _dt.bfloat16), ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off,
-                           b.base, b.off, c.base, c.off, len(batch), macs, 0, self._scratch_off] + \
-                        [v for d in batch for v in d]
-                    step = _Step(_HGEMM, st, st.args, s)  # (Python runs it as the reference does.)
-                elif g is not None:
-                    dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
-                    rec = [_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
-                           len(batch), macs] + [v for d in batch for v in d]
-                    step = _Step(_GEMM, st, st.args, s, gemm=g)
-            elif op in LIBRARY_OPS and driver is not None:
-                lrec = self._library_record(st, keep)
-                if lrec is not None:
-                    rec, step = lrec, _Step(_KERNEL, st, st.args, s)
-            elif op in _INDEX_OPS:
-                irec = self._index_record(k, st) if driver is not None else None
-                if irec is not None:
-                    rec, step = irec, _Step(_INDEX_OPS[op], st, st.args, s)
-            elif op in _VIEW_OPS:
-                view = _view_of(st.node, self._locs[st.args[0]])
-                dl = self._locs[s]
-                if view is None and op == "reshape":  # Not a view: copy the source in C order.
-                    sl = self._locs[st.args[0]]
-                    view = _Loc(sl.base, sl.off, sl.shape, sl.strides, sl.dtype)
-                    dl = _Loc(dl.base, dl.off, sl.shape, _contiguous(sl.shape, dl.dtype.itemsize), dl.dtype)
-                if view is not None and not self._overlaps(dl, view):  # (NumPy copes with overlap.)
-                    dims = _copy_dims(view.shape, view.strides, dl.strides)
-                    rec = [_COPY, len(dims), dl.dtype.itemsize, view.base, view.off, dl.base, dl.off] + \
-                        [v for d in dims for v in d]
-                    step = _Step(_COPY, st, st.args, s)
+                for j in (k, *chain):
+                    rec, step = self._record(j, self._steps[j], driver, objs, ctx, keep)
+                    records.append(rec)
+                    steps.append(step)
+                continue
+            rec, step = self._record(k, st, driver, objs, ctx, keep)
             steps.append(step)
             records.append(rec)
         bl = self._blas
@@ -1125,6 +1258,56 @@ class NativeProgram:
             pos += len(rec)
         prog = np.array(head + offs + [v for rec in records for v in rec], np.int64)
         return (prog, prog.ctypes.data, steps, keep)
+
+    def _record(self, k: int, st, driver, objs, ctx: _Ctx, keep) -> tuple[list[int], _Step]:
+        """The record of step `k` on its own, and how Python runs it."""
+        tools = self._tools
+        s = st.out
+        op = st.node.op
+        step = _Step(_PY, st, st.args, s)
+        rec = [_PY]
+        if k in self._forced:
+            pass
+        elif op == "fused":
+            kern = self._kernels[k]
+            if kern is not None and kern.ready and driver is not None:
+                krec = self._kernel_record(kern, st, objs, ctx, keep, tools)
+                if krec is not None:
+                    rec, step = krec, _Step(_KERNEL, st, st.args, s)
+        elif op == "matmul":
+            g = self._gemm_plan(st)
+            if g is not None and st.node.dtype in _HALF:
+                dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
+                rec = [_HGEMM, int(st.node.dtype is _dt.bfloat16), ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off,
+                       b.base, b.off, c.base, c.off, len(batch), macs, 0, self._scratch_off] + \
+                    [v for d in batch for v in d]
+                step = _Step(_HGEMM, st, st.args, s)  # (Python runs it as the reference does.)
+            elif g is not None:
+                dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = g
+                rec = [_GEMM, dbl, ta, tb, M, N, K, lda, ldb, ldc, a.base, a.off, b.base, b.off, c.base, c.off,
+                       len(batch), macs] + [v for d in batch for v in d]
+                step = _Step(_GEMM, st, st.args, s, gemm=g)
+        elif op in LIBRARY_OPS and driver is not None:
+            lrec = self._library_record(st, keep)
+            if lrec is not None:
+                rec, step = lrec, _Step(_KERNEL, st, st.args, s)
+        elif op in _INDEX_OPS:
+            irec = self._index_record(k, st) if driver is not None else None
+            if irec is not None:
+                rec, step = irec, _Step(_INDEX_OPS[op], st, st.args, s)
+        elif op in _VIEW_OPS:
+            view = _view_of(st.node, self._locs[st.args[0]])
+            dl = self._locs[s]
+            if view is None and op == "reshape":  # Not a view: copy the source in C order.
+                sl = self._locs[st.args[0]]
+                view = _Loc(sl.base, sl.off, sl.shape, sl.strides, sl.dtype)
+                dl = _Loc(dl.base, dl.off, sl.shape, _contiguous(sl.shape, dl.dtype.itemsize), dl.dtype)
+            if view is not None and not self._overlaps(dl, view):  # (NumPy copes with overlap.)
+                dims = _copy_dims(view.shape, view.strides, dl.strides)
+                rec = [_COPY, len(dims), dl.dtype.itemsize, view.base, view.off, dl.base, dl.off] + \
+                    [v for d in dims for v in d]
+                step = _Step(_COPY, st, st.args, s)
+        return rec, step
 
     def _kernel_record(self, kern, st, objs, ctx, keep, tools) -> list[int] | None:
         args = [self._value(a, objs, ctx) for a in st.args]
@@ -1299,11 +1482,14 @@ class NativeProgram:
         while k < n:
             step = steps[k]
             if step.kind == _KERNEL:  # It returned an error code: Python reruns it (and raises, or uses copies).
+                if step.skip < 0:
+                    raise RuntimeError(f"loom internal: an epilogue block of step {step.st.node.op} failed "
+                                       f"(code {int(ctl[_CTL_RC])}) after its probe passed")
                 if ctl[_CTL_RC] < 0:  # Overlap or misalignment: the step stays in Python from now on.
                     with self._lock:
                         self._forced.add(self._steps.index(step.st))
                         self._fast = None
-                step = _Step(_PY, step.st, step.args, step.dst, pre=step.pre)
+                step = _Step(_PY, step.st, step.args, step.dst, pre=step.pre, chain=step.chain, skip=step.skip)
             if _profiler.ACTIVE is not None:
                 t0 = _profiler.now_us()
                 self._run_python(step, objs, ctx)
@@ -1311,7 +1497,7 @@ class NativeProgram:
                 _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
             else:
                 self._run_python(step, objs, ctx)
-            k = call(prog_ptr, arg, ctx.ctl_ptr, k + 1)
+            k = call(prog_ptr, arg, ctx.ctl_ptr, k + 1 + max(step.skip, 0))
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._tools.wait_driver(timeout)
@@ -1398,6 +1584,13 @@ def _chain_copies(loc: _Loc, chain) -> bool:
 
 def _index_dtype(loc: _Loc) -> bool:
     return loc.dtype.kind == "i" and loc.dtype.itemsize in (4, 8)
+
+
+def _same_region(x: _Loc, y: _Loc, size: int) -> bool:
+    """Whether `x` and `y` are the same C-contiguous `size` elements of one object (a value written in place)."""
+    return (x.base, x.off, x.dtype.itemsize) == (y.base, y.off, y.dtype.itemsize) and \
+        all(int(np.prod(v.shape, dtype=np.int64)) == size and v.strides == _contiguous(v.shape, v.dtype.itemsize)
+            for v in (x, y))
 
 
 def _ptr(a: np.ndarray) -> int:

@@ -91,7 +91,7 @@ def test_epilogues_run_on_row_blocks(monkeypatch):
         exe = _traced(fn, x, r)
     _check(exe, monkeypatch, exact_vs_python=False)
     gemms, epilogues = _epilogue_kernels(exe)
-    assert len(exe._native._pairs) == 5
+    assert list(map(len, exe._native._chains.values())) == [1] * 5
     assert (gemms, epilogues) == (5 * 4 + 1, 5 * 4), "each GEMM and its kernel as 4 alternating row blocks"
     want = [np.maximum(x.numpy() @ w[0].numpy() + bias.numpy(), 0), None, None, None,
             x.numpy() @ w[4].numpy() + r.numpy(), None]
@@ -147,3 +147,103 @@ def test_half_precision_step_runs_in_c(d, monkeypatch):
         g, r = (reference.to_compute(a, d).astype(np.float64) for a in (g, r))
         eps = 2.0 ** -10 if d is loom.float16 else 2.0 ** -7
         np.testing.assert_allclose(g, r, rtol=4 * eps, atol=4 * eps * np.abs(r).max())
+
+
+def _chain_records(exe):
+    """(probe records, epilogue block records) of the native table's GEMM epilogue chains."""
+    steps = exe._native._table[2]
+    return [s for s in steps if s.kind == native._KERNEL and s.skip > 0], [s for s in steps if s.skip < 0]
+
+
+def _two_layer_step(opt_name):
+    loom.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 48))
+    opt = loom.optim.SGD(model.parameters(), lr=0.01, momentum=0.9) if opt_name == "sgd" else \
+        loom.optim.Adam(model.parameters(), lr=1e-3) if opt_name == "adam" else \
+        loom.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    return step, model
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adam", "adamw"])
+def test_optimizer_update_runs_on_its_weight_gradient_rows(opt_name, monkeypatch):
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")
+    step, model = _two_layer_step(opt_name)
+    exe = _traced(step, loom.randn(16, 20))
+    _check(exe, monkeypatch, exact_vs_python=False)
+    prog = exe._native
+    weights = {tuple(p.shape) for p in model.parameters() if p.ndim == 2}
+    # Per weight: its state and value updates (SGD: momentum buffer, weight; Adam: two moments, weight).
+    chained = [chain for chain in prog._chains.values()
+               if {tuple(prog._steps[j].node.shape) for j in chain} <= weights and len(chain) >= 2]
+    assert len(chained) == 2
+    assert all(len(chain) >= (2 if opt_name == "sgd" else 3) for chain in chained)
+    probes, blocks = _chain_records(exe)
+    assert len(probes) >= sum(len(c) for c in chained)
+    assert len(blocks) > len(probes), "each member runs on several row blocks"
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+def test_chained_updates_train_as_eager_does(opt_name, monkeypatch):
+    """Donated parameters and optimizer state updated on row blocks: loom.function's training == eager's."""
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")
+
+    def run(traced):
+        step, model = _two_layer_step(opt_name)
+        fn = loom.function(step) if traced else step
+        rng = np.random.default_rng(1)
+        losses = [fn(loom.tensor(rng.standard_normal((16, 20)).astype(np.float32))).item() for _ in range(6)]
+        if traced:
+            assert any(len(c) >= 2 for c in next(iter(fn._cache.values())).exe._native._chains.values())
+        return losses, [p.detach().numpy().copy() for p in model.parameters()]
+    el, ep = run(False)
+    tl, tp = run(True)
+    np.testing.assert_allclose(tl, el, rtol=1e-5)
+    for a, b in zip(tp, ep):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_refused_probe_runs_the_chain_from_python(monkeypatch):
+    """A chain member that refuses the call (here: a forged alignment) does so in its probe, before any block
+    ran; Python runs the GEMM and the members whole, the walk skips the blocks, and the chain stays unblocked."""
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")
+    step, _ = _two_layer_step("sgd")
+    exe = _traced(step, loom.randn(16, 20))
+    exe, arrays, got = _check(exe, monkeypatch, exact_vs_python=False)
+    prog = exe._native
+    probes, _ = _chain_records(exe)
+    table = prog._table
+    k = table[2].index(probes[0])
+    meta_ptr = int(table[0][table[0][4 + k] + 2])
+    (meta,) = [m for m in table[3] if m.ctypes.data == meta_ptr]
+    meta[4 + 2 * int(meta[2]) + 3] = 2**31 - 1  # The output's alignment: no pointer meets it (-2).
+    again = exe(*arrays)
+    for g, w in zip(again, got):
+        np.testing.assert_array_equal(g, w)
+    assert prog._steps.index(probes[0].st) in prog._forced
+    assert exe(*arrays) is not None and prog._fast is not None
+    assert not any(s.skip and s.st is probes[0].st for s in prog._table[2]), "the refused member runs whole"
+
+
+def test_epilogue_reading_its_gemm_transposed_waits_for_the_whole_gemm(monkeypatch):
+    """A kernel reading its GEMM's C across rows (a transpose) would read rows not computed yet: it runs after
+    the whole GEMM, not on row blocks (`gemm.reads_within_rows`)."""
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")
+    rng = np.random.default_rng(4)
+    w = loom.tensor(rng.standard_normal((64, 64)).astype(np.float32))
+
+    def fn(x):
+        return (x @ w).t() * 2.0 + 1.0
+
+    with loom.no_grad():
+        exe = _traced(fn, loom.tensor(rng.standard_normal((64, 64)).astype(np.float32)))
+    _check(exe, monkeypatch, exact_vs_python=False)
+    x2 = rng.standard_normal((64, 64)).astype(np.float32)
+    np.testing.assert_allclose(exe(x2, w.numpy())[0], (x2 @ w.numpy()).T * 2 + 1, rtol=1e-5, atol=1e-5)
+    assert _epilogue_kernels(exe) == (1, 0)
