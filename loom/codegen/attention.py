@@ -30,10 +30,10 @@ import numpy as np
 
 from .conv import NativeLibrary
 
-FORMAT = "loom-attention-4"
+FORMAT = "loom-attention-5"
 
 SOURCE = r"""
-#pragma GCC optimize ("fp-contract=fast")
+#pragma GCC optimize ("fp-contract=fast", "no-trapping-math")
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,51 +99,86 @@ static inline float fexpf(float x) {
   return x < -87.3f ? 0.0f : y * sc.f;
 }
 
-/* C[m][n] = (beta ? C[m][n] : 0) + sum_k A(m, k) B[k][n], with A(m, k) = A[m * am + k * ak]: full tiles of
-   MR rows x 2 vectors held in registers (GCC vector types, unaligned loads), edges by a scalar loop. */
+/* C[m][n] = (beta ? C[m][n] : 0) + sum_k A(m, k) B[k][n], with A(m, k) = A[m * am + k * ak]: tiles of MR
+   rows x 2 vectors (then x 1 vector) held in registers (GCC vector types, unaligned loads), edges by a scalar
+   loop. The vector width is the widest the build target has (-march=native: 512 bits where AVX-512 is). */
 #define MR 4
+#define MM_TILE(T, V, NV)                                                                                     \
+  {                                                                                                         \
+    V c[MR][NV];                                                                                            \
+    for (int r = 0; r < MR; r++) for (int u = 0; u < NV; u++) c[r][u] = (V){0};                             \
+    const T *a0 = A + m0 * am;                                                                              \
+    for (int64_t k = 0; k < K; k++) {                                                                       \
+      V b[NV];                                                                                              \
+      for (int u = 0; u < NV; u++) b[u] = *(const V *)(B + k * ldb + n0 + u * (int64_t)(sizeof(V) / sizeof(T))); \
+      for (int r = 0; r < MR; r++) {                                                                        \
+        const T x = a0[r * am + k * ak];                                                                    \
+        for (int u = 0; u < NV; u++) c[r][u] += x * b[u];                                                   \
+      }                                                                                                     \
+    }                                                                                                       \
+    for (int r = 0; r < MR; r++)                                                                            \
+      for (int u = 0; u < NV; u++) {                                                                        \
+        V *cr = (V *)(C + (m0 + r) * ldc + n0 + u * (int64_t)(sizeof(V) / sizeof(T)));                      \
+        *cr = beta ? *cr + c[r][u] : c[r][u];                                                               \
+      }                                                                                                     \
+  }
 #define MM(T, V, W)                                                                                           \
 typedef T V __attribute__((vector_size(W * sizeof(T)), aligned(sizeof(T))));                               \
 static void mm_##T(int64_t M, int64_t N, int64_t K, const T *A, int64_t am, int64_t ak, const T *B,         \
                    int64_t ldb, T *C, int64_t ldc, int beta) {                                               \
   for (int64_t m0 = 0; m0 < M; m0 += MR) {                                                                  \
     const int64_t mr = M - m0 < MR ? M - m0 : MR;                                                           \
-    for (int64_t n0 = 0; n0 < N; n0 += 2 * W) {                                                             \
-      const int64_t nr = N - n0 < 2 * W ? N - n0 : 2 * W;                                                   \
-      if (mr == MR && nr == 2 * W) {                                                                        \
-        V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};           \
-        const T *a0 = A + m0 * am, *a1 = a0 + am, *a2 = a1 + am, *a3 = a2 + am;                             \
-        for (int64_t k = 0; k < K; k++) {                                                                   \
-          const V b0 = *(const V *)(B + k * ldb + n0), b1 = *(const V *)(B + k * ldb + n0 + W);             \
-          const T x0 = a0[k * ak], x1 = a1[k * ak], x2 = a2[k * ak], x3 = a3[k * ak];                       \
-          c00 += x0 * b0; c01 += x0 * b1; c10 += x1 * b0; c11 += x1 * b1;                                   \
-          c20 += x2 * b0; c21 += x2 * b1; c30 += x3 * b0; c31 += x3 * b1;                                   \
-        }                                                                                                   \
-        V *r0 = (V *)(C + m0 * ldc + n0), *r1 = (V *)(C + (m0 + 1) * ldc + n0),                             \
-          *r2 = (V *)(C + (m0 + 2) * ldc + n0), *r3 = (V *)(C + (m0 + 3) * ldc + n0);                       \
-        if (beta) {                                                                                         \
-          r0[0] += c00; r0[1] += c01; r1[0] += c10; r1[1] += c11;                                           \
-          r2[0] += c20; r2[1] += c21; r3[0] += c30; r3[1] += c31;                                           \
-        } else {                                                                                            \
-          r0[0] = c00; r0[1] = c01; r1[0] = c10; r1[1] = c11;                                               \
-          r2[0] = c20; r2[1] = c21; r3[0] = c30; r3[1] = c31;                                               \
-        }                                                                                                   \
-        continue;                                                                                           \
-      }                                                                                                     \
-      for (int64_t r = 0; r < mr; r++) {                                                                    \
-        T *cr = C + (m0 + r) * ldc + n0;                                                                    \
-        const T *ar = A + (m0 + r) * am;                                                                    \
-        for (int64_t c = 0; c < nr; c++) {                                                                  \
-          T acc = 0;                                                                                        \
-          for (int64_t k = 0; k < K; k++) acc += ar[k * ak] * B[k * ldb + n0 + c];                          \
-          cr[c] = beta ? cr[c] + acc : acc;                                                                 \
-        }                                                                                                   \
+    int64_t n0 = 0;                                                                                         \
+    if (mr == MR) {                                                                                         \
+      for (; n0 + 2 * W <= N; n0 += 2 * W) MM_TILE(T, V, 2)                                                 \
+      for (; n0 + W <= N; n0 += W) MM_TILE(T, V, 1)                                                         \
+    }                                                                                                       \
+    for (int64_t r = 0; r < mr; r++) {                                                                      \
+      T *cr = C + (m0 + r) * ldc;                                                                           \
+      const T *ar = A + (m0 + r) * am;                                                                      \
+      for (int64_t c = n0; c < N; c++) {                                                                    \
+        T acc = 0;                                                                                          \
+        for (int64_t k = 0; k < K; k++) acc += ar[k * ak] * B[k * ldb + c];                                 \
+        cr[c] = beta ? cr[c] + acc : acc;                                                                   \
       }                                                                                                     \
     }                                                                                                       \
   }                                                                                                         \
 }
+#if defined(__AVX512F__)
+MM(float, vfloat, 16)
+MM(double, vdouble, 8)
+#else
 MM(float, vfloat, 8)
 MM(double, vdouble, 4)
+#endif
+
+/* Row reductions in RL fixed lanes (then the lanes in order), so they vectorise without reassociating
+   flags and give the same bits on every run and thread count. scale_max scales the row in place. */
+#define RL 8
+#define ROWRED(T)                                                                                             \
+static inline T scale_max_##T(T *x, int64_t n, T scale) {                                                   \
+  T pm[RL];                                                                                                 \
+  for (int l = 0; l < RL; l++) pm[l] = -INFINITY;                                                           \
+  int64_t j = 0;                                                                                            \
+  for (; j + RL <= n; j += RL)                                                                              \
+    for (int l = 0; l < RL; l++) { const T t = x[j + l] * scale; x[j + l] = t; pm[l] = t > pm[l] ? t : pm[l]; } \
+  for (; j < n; j++) { const T t = x[j] * scale; x[j] = t; pm[0] = t > pm[0] ? t : pm[0]; }                \
+  T mx = pm[0];                                                                                             \
+  for (int l = 1; l < RL; l++) mx = pm[l] > mx ? pm[l] : mx;                                                \
+  return mx;                                                                                                \
+}                                                                                                           \
+static inline T lane_sum_##T(const T *x, int64_t n) {                                                       \
+  T ps[RL] = {0};                                                                                           \
+  int64_t j = 0;                                                                                            \
+  for (; j + RL <= n; j += RL)                                                                              \
+    for (int l = 0; l < RL; l++) ps[l] += x[j + l];                                                         \
+  for (; j < n; j++) ps[0] += x[j];                                                                    \
+  T sum = 0;                                                                                                \
+  for (int l = 0; l < RL; l++) sum += ps[l];                                                                \
+  return sum;                                                                                               \
+}
+ROWRED(float)
+ROWRED(double)
 
 #define ATTN(T, EXP, LOG)                                                                                     \
 static void attn_fwd_##T(const attn_args *a, int64_t nthreads) {                                            \
@@ -153,9 +188,15 @@ static void attn_fwd_##T(const attn_args *a, int64_t nthreads) {                
   {                                                                                                         \
     T *kt = malloc(sizeof(T) * (E * BK + BQ * BK + BQ * E + 2 * BQ));                                      \
     T *s = kt + E * BK, *acc = s + BQ * BK, *m = acc + BQ * E, *l = m + BQ;                                 \
+    /* The packed key block kt holds rows [0, pk_n) of key block pk_j0 of batch entry pk_b: a task on the   \
+       same entry packs only the rows it lacks. With many batch entries a task is one entry's query blocks, \
+       so they share their packs; results do not depend on the split. */                                   \
+    int64_t pk_b = -1, pk_j0 = -1, pk_n = 0;                                                                \
+    const int64_t per = a->nb >= 4 * nthreads ? nqb : 1;                                                    \
     _Pragma("omp for schedule(dynamic)")                                                                    \
-    for (int64_t task = 0; task < a->nb * nqb; task++) {                                                    \
-      const int64_t b = task / nqb, i0 = (task % nqb) * BQ, ni = L - i0 < BQ ? L - i0 : BQ;                \
+    for (int64_t task = 0; task < a->nb * nqb; task += per)                                                 \
+    for (int64_t tq = task; tq < task + per; tq++) {                                                        \
+      const int64_t b = tq / nqb, i0 = (tq % nqb) * BQ, ni = L - i0 < BQ ? L - i0 : BQ;                    \
       char *out = a->data[0] + attn_off(a, b, 0);                                                           \
       const char *q = a->data[1] + attn_off(a, b, 1), *k = a->data[2] + attn_off(a, b, 2),                 \
                  *v = a->data[3] + attn_off(a, b, 3);                                                       \
@@ -165,19 +206,20 @@ static void attn_fwd_##T(const attn_args *a, int64_t nthreads) {                
       const int64_t jend = a->causal ? (i0 + ni < S ? i0 + ni : S) : S;                                     \
       for (int64_t j0 = 0; j0 < jend; j0 += BK) {                                                           \
         const int64_t nj = jend - j0 < BK ? jend - j0 : BK;                                                 \
-        for (int64_t jj = 0; jj < nj; jj++) {                                                               \
+        if (pk_b != b || pk_j0 != j0) { pk_b = b; pk_j0 = j0; pk_n = 0; }                                   \
+        for (int64_t jj = pk_n; jj < nj; jj++) {                                                            \
           const T *kr = (const T *)(k + (j0 + jj) * rk);                                                    \
           for (int64_t e = 0; e < E; e++) kt[e * BK + jj] = kr[e];                                          \
         }                                                                                                   \
+        pk_n = nj > pk_n ? nj : pk_n;                                                                       \
         mm_##T(ni, nj, E, (const T *)(q + i0 * rq), rq / z, 1, kt, BK, s, BK, 0);                           \
         for (int64_t ii = 0; ii < ni; ii++) {                                                               \
           const int64_t i = i0 + ii;                                                                        \
           const int64_t nje = a->causal ? (i - j0 + 1 < nj ? i - j0 + 1 : nj) : nj;                         \
           T *sr = s + ii * BK, *ar = acc + ii * E;                                                          \
-          T mx = -INFINITY;                                                                                 \
-          for (int64_t jj = 0; jj < nje; jj++) { sr[jj] *= scale; mx = sr[jj] > mx ? sr[jj] : mx; }         \
           for (int64_t jj = nje > 0 ? nje : 0; jj < nj; jj++) sr[jj] = 0;                                   \
           if (nje <= 0) continue;                                                                           \
+          const T mx = scale_max_##T(sr, nje, scale);                                                       \
           const T mnew = mx > m[ii] ? mx : m[ii];                                                           \
           if (m[ii] != mnew) {                                                                              \
             const T corr = m[ii] == -INFINITY ? 0 : EXP(m[ii] - mnew);                                      \
@@ -185,9 +227,8 @@ static void attn_fwd_##T(const attn_args *a, int64_t nthreads) {                
             for (int64_t e = 0; e < E; e++) ar[e] *= corr;                                                  \
             m[ii] = mnew;                                                                                   \
           }                                                                                                 \
-          T sum = 0;                                                                                        \
-          for (int64_t jj = 0; jj < nje; jj++) { sr[jj] = EXP(sr[jj] - mnew); sum += sr[jj]; }              \
-          l[ii] += sum;                                                                                     \
+          for (int64_t jj = 0; jj < nje; jj++) sr[jj] = EXP(sr[jj] - mnew);                                 \
+          l[ii] += lane_sum_##T(sr, nje);                                                                   \
         }                                                                                                   \
         mm_##T(ni, E, nj, s, BK, 1, (const T *)(v + j0 * rv), rv / z, acc, E, 1);                           \
       }                                                                                                     \
@@ -207,9 +248,9 @@ static void attn_bwd_##T(const attn_args *a, int64_t nthreads) {                
   const T scale = (T)a->scale;                                                                              \
   _Pragma("omp parallel num_threads(nthreads)")                                                              \
   {                                                                                                         \
-    T *kt = malloc(sizeof(T) * (2 * E * BK + 2 * BK * E + 4 * BQ * BK + L));                               \
+    T *kt = malloc(sizeof(T) * (2 * E * BK + 2 * BK * E + 2 * BQ * BK + L));                               \
     T *vt = kt + E * BK, *dk = vt + E * BK, *dv = dk + BK * E, *p = dv + BK * E, *ds = p + BQ * BK,         \
-      *pt = ds + BQ * BK, *dst = pt + BQ * BK, *D = dst + BQ * BK;                                          \
+      *D = ds + BQ * BK;                                                                                    \
     _Pragma("omp for schedule(dynamic)")                                                                    \
     for (int64_t b = 0; b < a->nb; b++) {                                                                   \
       char *out = a->data[0] + attn_off(a, b, 0);                                                           \
@@ -249,10 +290,9 @@ static void attn_bwd_##T(const attn_args *a, int64_t nthreads) {                
               dr[jj] = pr[jj] * (dr[jj] - Di) * scale;                                                      \
             }                                                                                               \
             for (int64_t jj = nje > 0 ? nje : 0; jj < nb; jj++) { pr[jj] = 0; dr[jj] = 0; }                 \
-            for (int64_t jj = 0; jj < nb; jj++) { pt[jj * BQ + ii] = pr[jj]; dst[jj * BQ + ii] = dr[jj]; }  \
           }                                                                                                 \
-          mm_##T(nb, E, ni, pt, BQ, 1, (const T *)(gy + i0 * rg), rg / z, dv, E, 1);                        \
-          mm_##T(nb, E, ni, dst, BQ, 1, (const T *)(q + i0 * rq), rq / z, dk, E, 1);                        \
+          mm_##T(nb, E, ni, p, 1, BK, (const T *)(gy + i0 * rg), rg / z, dv, E, 1);                         \
+          mm_##T(nb, E, ni, ds, 1, BK, (const T *)(q + i0 * rq), rq / z, dk, E, 1);                         \
           mm_##T(ni, E, nb, ds, BK, 1, (const T *)(k + j0 * rk), rk / z, (T *)(out + i0 * ro), ro / z, 1);  \
         }                                                                                                   \
         for (int64_t jj = 0; jj < nj; jj++) {                                                               \

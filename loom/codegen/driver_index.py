@@ -40,6 +40,15 @@ SOURCE = r"""
 static int loom_gather_##T(int64_t nd, const int64_t *d, int64_t iw, int64_t size, int64_t axs,         \
                            const char *x, const char *ix, char *o) {                                   \
   int64_t n = d[0], xs = d[1], is = d[2], os = d[3];                                                    \
+  if (nd == 1 && is == 0) {  /* One index for the whole run (an embedding's row): a row copy. */         \
+    int64_t v = LOOM_IDX(ix, iw);                                                                       \
+    if (v < -size || v >= size) return 1;                                                               \
+    if (v < 0) v += size;                                                                               \
+    const char *xr = x + v * axs;                                                                       \
+    if (xs == (int64_t)sizeof(T) && os == (int64_t)sizeof(T)) memmove(o, xr, (size_t)n * sizeof(T));    \
+    else for (int64_t i = 0; i < n; i++) *(T *)(o + i * os) = *(const T *)(xr + i * xs);                \
+    return 0;                                                                                           \
+  }                                                                                                     \
   if (nd == 1) {                                                                                        \
     for (int64_t i = 0; i < n; i++) {                                                                   \
       int64_t v = LOOM_IDX(ix + i * is, iw);                                                            \
@@ -90,6 +99,18 @@ static int loom_index_ok(int64_t nd, const int64_t *d, int64_t iw, int64_t size,
 static void loom_scatter_##T(int64_t nd, const int64_t *d, int64_t iw, int64_t size, int64_t oas,       \
                              const char *ix, const char *s, char *o) {                                 \
   int64_t n = d[0], is = d[1], ss = d[2], os = d[3];                                                    \
+  if (nd == 1 && is == 0 && ss == (int64_t)sizeof(T) && os == (int64_t)sizeof(T)) {                     \
+    /* One index for a contiguous run (an embedding's gradient row): a vector add, each element's sum  \
+       in the same order as element by element. */                                                     \
+    int64_t v = LOOM_IDX(ix, iw);                                                                       \
+    if (v < 0) v += size;                                                                               \
+    T *restrict orow = (T *)(o + v * oas);                                                              \
+    const T *restrict srow = (const T *)s;                                                              \
+    if ((const char *)(orow + n) <= s || (const char *)(srow + n) <= (const char *)orow) {              \
+      for (int64_t i = 0; i < n; i++) orow[i] += srow[i];                                               \
+      return;                                                                                           \
+    }                                                                                                   \
+  }                                                                                                     \
   if (nd == 1) {                                                                                        \
     for (int64_t i = 0; i < n; i++) {                                                                   \
       int64_t v = LOOM_IDX(ix + i * is, iw);                                                            \

@@ -33,10 +33,10 @@ import numpy as np
 
 from .conv import NativeLibrary
 
-FORMAT = "loom-rows-5"
+FORMAT = "loom-rows-6"
 
 SOURCE = r"""
-#pragma GCC optimize ("fp-contract=fast")
+#pragma GCC optimize ("fp-contract=fast", "no-trapping-math")
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +147,7 @@ static int32_t ce_##T(char **data, int64_t R, int64_t C, int64_t iw, int backwar
     const int64_t tr = CE_T(t + r * iw, iw);                                                                \
     if (tr < 0 || tr >= C) { bad = 1; continue; }                                                           \
     T m = xr[0], s = 0;                                                                                     \
+    _Pragma("omp simd reduction(max:m)")                                                                   \
     for (int64_t j = 1; j < C; j++) m = xr[j] > m ? xr[j] : m;                                              \
     _Pragma("omp simd reduction(+:s)")                                                                     \
     for (int64_t j = 0; j < C; j++) s += EXP(xr[j] - m);                                                    \

@@ -118,6 +118,36 @@ def test_scatter_add_duplicates_sum_in_the_reference_order(monkeypatch, dtype):
     _same(exe(base, i, src), got)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "uint8"])
+def test_one_index_per_row_gathers_and_scatters_whole_rows(monkeypatch, dtype):
+    """An embedding's index broadcast along the row (index stride 0): the row-copy and row-add paths, with
+    negative and repeated indices, a strided (transposed) source, and a bad index still reported."""
+    def build(g, table, i, src):
+        wide = g.add_node("expand", [i], {"shape": (9, 6)})
+        rows = g.add_node("gather", [table, wide], {"axis": 0})
+        cols = g.add_node("gather", [g.add_node("permute", [table], {"perm": (1, 0)}),
+                                     g.add_node("permute", [wide], {"perm": (1, 0)})], {"axis": 1})
+        outs = [rows, cols]
+        if dtype != "uint8":
+            outs.append(g.add_node("scatter_add", [table, wide, src], {"axis": 0}))
+        return outs
+
+    exe = _graph_exe(build, ((5, 6), dtype), ((9, 1), "int64"), ((9, 6), dtype))
+    rng = np.random.default_rng(4)
+    table = (rng.standard_normal((5, 6)) * 20).astype(dtype)
+    src = (rng.standard_normal((9, 6)) * 1e3).astype(dtype)
+    i = rng.integers(-5, 5, (9, 1))
+    i[2:5] = 3  # Several rows add into one.
+    assert native._GATHER in _index_kinds(exe, table, i, src)
+    ref = _python_path(exe, monkeypatch)
+    got = exe(table, i, src)
+    _same(got, ref(table, i, src))
+    np.testing.assert_array_equal(got[0], table[np.where(i[:, 0] < 0, i[:, 0] + 5, i[:, 0])])
+    bad = i.copy()
+    bad[7, 0] = 5
+    _same_error(exe, ref, [table, bad, src])
+
+
 @pytest.mark.parametrize("dtype,value", [("float32", 1.5), ("float64", -np.inf), ("int32", 7), ("uint8", 0),
                                          ("bool", True)])
 def test_pad_fills_and_copies_strided_sources(monkeypatch, dtype, value):
