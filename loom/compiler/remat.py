@@ -957,7 +957,7 @@ def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers:
     remat = {c.node: c for c in _choices(graph, state, peak, copies, futile)}
     picked: list = []
     for off in offloads:
-        rc = remat.pop(off.node, None)
+        rc = remat.pop(off.node) if off.node in remat else None
         if rc is not None:
             rc_s = recompute_seconds(rc.clones)
             if rc_s <= off.seconds:
