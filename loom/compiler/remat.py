@@ -951,8 +951,8 @@ def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers:
         offloads.sort(key=lambda c: (-c.saved, c.node.id))
         held = {c.node for c in offloads}
         rest = [c for c in _choices(graph, state, peak, copies, futile) if c.node not in held]
-        for rc in rest:
-            rc.seconds = recompute_seconds(rc.clones)
+        for choice in rest:
+            choice.seconds = recompute_seconds(choice.clones)
         return offloads + sorted(rest, key=lambda c: (-c.saved / (c.seconds + 1e-9), c.node.id))
     remat = {c.node: c for c in _choices(graph, state, peak, copies, futile)}
     picked: list = []

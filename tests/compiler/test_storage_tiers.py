@@ -119,7 +119,8 @@ def test_gpt_step_under_a_quarter_of_its_arena_with_disk_offload_is_bit_identica
 
 def test_auto_keeps_the_plan_the_cost_model_finds_cheapest(small_gpt):  # noqa: F811
     """offload="auto" weighs recomputing (segmentations, the greedy), offloading alone and offloading with inline
-    inputs, and runs the one that fits with the least estimated time; the report lists them all."""
+    inputs, and runs the one that fits with the least estimated time; the report lists them all. (Plans weighed
+    after one fits stop once they cost more, so how many fit depends on the measured rates.)"""
     build, data = small_gpt
     base_losses, base_params, base_fn = _train(build, data, 2)
     budget = _outputs(base_fn) + _arena(base_fn) // 4
@@ -127,7 +128,7 @@ def test_auto_keeps_the_plan_the_cost_model_finds_cheapest(small_gpt):  # noqa: 
     (r,) = fn.memory_reports
     fits = [c for c in r.candidates if c[3]]
     names = {c[0] for c in r.candidates}
-    assert r.met and "offload" in names and any(n.startswith("segments(") for n in names) and len(fits) > 1
+    assert r.met and "offload" in names and any(n.startswith("segments(") for n in names) and fits
     best = min(fits, key=lambda c: (c[5], c[1]))
     assert r.strategy == best[0] and r.seconds == best[5] and r.arena_after == best[1]
     _assert_same(losses, base_losses)
