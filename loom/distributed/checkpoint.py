@@ -63,7 +63,7 @@ VERSION = 1
 _SEP = "/"
 _LIST = "#"  # Marks a list position in a key path (``optim/param_groups/#0/lr``).
 
-__all__ = ["save", "load", "read", "latest", "MANIFEST"]
+__all__ = ["save", "load", "read", "latest", "MANIFEST", "FileSystemWriter", "FileSystemReader"]
 
 
 def _is_tensor(value: Any) -> bool:
@@ -141,11 +141,49 @@ def _group(process_group, op: str):
     return g
 
 
+class FileSystemWriter:
+    """Where `save` writes, as ``torch.distributed.checkpoint.FileSystemWriter``: a folder (PyTorch's tuning
+    options are accepted and have no effect here)."""
+
+    def __init__(self, path: str | os.PathLike, **options: Any) -> None:
+        self.path = os.fspath(path)
+
+
+class FileSystemReader:
+    """Where `load` reads, as ``torch.distributed.checkpoint.FileSystemReader``: a folder."""
+
+    def __init__(self, path: str | os.PathLike, **options: Any) -> None:
+        self.path = os.fspath(path)
+
+
+def _folder(checkpoint_id, storage: Any, kind: Any, op: str) -> str:
+    """The checkpoint's folder, from `checkpoint_id` or PyTorch's storage writer/reader argument."""
+    if storage is not None:
+        if not isinstance(storage, kind):
+            raise LoomError(f"loom.distributed.checkpoint.{op}: storage_{'writer' if op == 'save' else 'reader'} "
+                            f"must be a loom.distributed.checkpoint.{kind.__name__}, got {type(storage).__name__}")
+        if checkpoint_id is not None and os.fspath(checkpoint_id) != storage.path:
+            raise LoomError(f"loom.distributed.checkpoint.{op}: checkpoint_id {os.fspath(checkpoint_id)!r} and the "
+                            f"{kind.__name__}'s path {storage.path!r} differ; give one of them")
+        return storage.path
+    if checkpoint_id is None:
+        raise LoomError(f"loom.distributed.checkpoint.{op}: say where the checkpoint is: checkpoint_id=FOLDER (or "
+                        f"storage_{'writer' if op == 'save' else 'reader'}={kind.__name__}(FOLDER))")
+    return os.fspath(checkpoint_id)
+
+
+def _no_planner(planner, op: str) -> None:
+    if planner is not None:
+        raise LoomError(f"loom.distributed.checkpoint.{op}: custom planners are not supported (got "
+                        f"{type(planner).__name__}); leave planner=None")
+
+
 def _file_name(rank: int, size: int) -> str:
     return f"rank-{rank:05d}-of-{size:05d}.safetensors"
 
 
-def save(state_dict: dict, checkpoint_id: str | os.PathLike, process_group=None) -> None:
+def save(state_dict: dict, checkpoint_id: str | os.PathLike | None = None, process_group=None, *,
+         storage_writer: FileSystemWriter | None = None, planner=None, no_dist: bool = False) -> None:
     """Write `state_dict` to the folder `checkpoint_id`: one file per rank, then the manifest (collective).
 
     Every rank of the group must call it with the same folder. Keys held by
@@ -159,10 +197,11 @@ def save(state_dict: dict, checkpoint_id: str | os.PathLike, process_group=None)
     state_dict : dict
         Nested dicts/lists of tensors, numbers, strings and None.
     checkpoint_id : path
-        The checkpoint's folder (created if missing).
+        The checkpoint's folder (created if missing); or give
+        ``storage_writer=FileSystemWriter(folder)``, as in PyTorch.
     process_group : ProcessGroup, optional
         The ranks that save together (default: all; without an initialised
-        process group, this process alone).
+        process group, or with ``no_dist=True``, this process alone).
 
     Examples
     --------
@@ -173,11 +212,12 @@ def save(state_dict: dict, checkpoint_id: str | os.PathLike, process_group=None)
     >>> dcp.read(d)["step"]
     1
     """
+    folder = _folder(checkpoint_id, storage_writer, FileSystemWriter, "save")
+    _no_planner(planner, "save")
     flat: dict[str, Any] = {}
     _flatten(state_dict, "", flat, "save")
-    g = _group(process_group, "save")
+    g = None if no_dist else _group(process_group, "save")
     rank, size = (g.rank(), g.size()) if g is not None else (0, 1)
-    folder = os.fspath(checkpoint_id)
     if rank == 0:
         os.makedirs(folder, exist_ok=True)
         manifest = os.path.join(folder, MANIFEST)
@@ -299,7 +339,8 @@ def read(checkpoint_id: str | os.PathLike, keys: Callable[[str], bool] | None = 
     return _unflatten(flat)
 
 
-def load(state_dict: dict, checkpoint_id: str | os.PathLike, process_group=None) -> dict:
+def load(state_dict: dict, checkpoint_id: str | os.PathLike | None = None, process_group=None, *,
+         storage_reader: FileSystemReader | None = None, planner=None, no_dist: bool = False) -> dict:
     """Fill `state_dict` from the checkpoint, in place, as ``torch.distributed.checkpoint.load`` does.
 
     Every key of `state_dict` must be in the checkpoint. Tensors are
@@ -321,8 +362,10 @@ def load(state_dict: dict, checkpoint_id: str | os.PathLike, process_group=None)
     from loom.autograd.grad_mode import no_grad
     from loom.tensor import tensor as _tensor
 
-    _group(process_group, "load")  # Raises for a process outside the group; no communication needed.
-    folder = os.fspath(checkpoint_id)
+    folder = _folder(checkpoint_id, storage_reader, FileSystemReader, "load")
+    _no_planner(planner, "load")
+    if not no_dist:
+        _group(process_group, "load")  # Raises for a process outside the group; no communication needed.
     doc = _manifest(folder, "load")
     files = _Files(folder, "load")
     flat: dict[str, Any] = {}

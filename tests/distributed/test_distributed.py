@@ -234,3 +234,19 @@ def test_plain_mpirun_script_and_clear_errors_for_tensors_that_differ_between_ra
 def test_plain_mpirun_script_on_4_ranks():
     out = _ok(_plain_mpirun(4), nproc=4)
     assert "rank 3: all_reduce of different shapes refused ok" in out, out
+
+
+@needs_mpi
+@pytest.mark.slow  # PyTorch under torchrun and loom under its launcher: about 40 s on the loaded machine.
+def test_a_torch_distributed_program_gives_pytorchs_numbers(tmp_path):
+    import numpy as np
+    script = str(SCRIPTS / "torch_program.py")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", script, "torch", str(tmp_path)]
+    ran = subprocess.run(torchrun, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    _ok(launch("torch_program.py", "loom", str(tmp_path)))
+    for r in range(2):
+        theirs, ours = np.load(tmp_path / f"torch-2-{r}.npz"), np.load(tmp_path / f"loom-2-{r}.npz")
+        assert sorted(theirs) == sorted(ours) and len(theirs) >= 19, (sorted(theirs), sorted(ours))
+        for k in theirs:
+            np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-5, atol=1e-6, err_msg=f"rank {r}: {k}")

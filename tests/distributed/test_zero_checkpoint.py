@@ -158,3 +158,19 @@ def test_training_saved_on_2_ranks_resumes_on_4_and_equals_one_process(tmp_path)
     assert sorted(a) == sorted(b) and len(a) == 4
     for k in a:
         np.testing.assert_allclose(b[k], a[k], rtol=0, atol=1e-6)
+
+
+def test_checkpoint_takes_pytorchs_storage_writer_and_reader(tmp_path):
+    state = {"w": loom.arange(4.0), "step": 3}
+    dcp.save(state_dict=state, storage_writer=dcp.FileSystemWriter(tmp_path / "c", thread_count=2))
+    into = {"w": loom.zeros(4), "step": 0}
+    dcp.load(into, storage_reader=dcp.FileSystemReader(tmp_path / "c"), no_dist=True)
+    assert into["step"] == 3 and into["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(loom.LoomError, match="say where the checkpoint is"):
+        dcp.save(state)
+    with pytest.raises(loom.LoomError, match="differ; give one of them"):
+        dcp.load(into, tmp_path / "other", storage_reader=dcp.FileSystemReader(tmp_path / "c"))
+    with pytest.raises(loom.LoomError, match="must be a loom.distributed.checkpoint.FileSystemWriter"):
+        dcp.save(state, storage_writer=str(tmp_path / "c"))
+    with pytest.raises(loom.LoomError, match="custom planners are not supported"):
+        dcp.save(state, tmp_path / "d", planner=object())
