@@ -368,7 +368,14 @@ class Tensor:
                             "use tensor.detach().numpy()")
         if self.dtype is dt.bfloat16:
             return dt.bf16_to_f32(self._array())
-        return self._shared_array()
+        a = self._shared_array()
+        if self._alias is None and self._root is None and not self.requires_grad:
+            # As in PyTorch the array and the tensor share memory from now on: a later in-place op on
+            # the tensor writes into the array too (the from_numpy machinery, `_commit`).
+            self._alias = a
+            self.__dict__["_alias_exported"] = True
+            reference.share_external(a)
+        return a
 
     def _shared_array(self) -> np.ndarray:
         """The stored value as a writable array in one memory block, fit to hand out."""
@@ -719,6 +726,8 @@ class Tensor:
         if not isinstance(result, Tensor):
             result = as_tensor_like(result, self)
         shape_op = op in _SHAPE_CHANGING
+        if shape_op and self._alias is not None and self.__dict__.pop("_alias_exported", False):
+            self._alias = None  # An array from .numpy() keeps the old shape; only from_numpy memory must fit.
         if tuple(result.shape) != tuple(self.shape) and (not shape_op or self._alias is not None):
             raise ShapeError(f"loom.{op}: the result of shape {fmt_shape(result.shape)} cannot be "
                              f"written in place into a tensor of shape {fmt_shape(self.shape)}")

@@ -2,7 +2,8 @@
 
 `import loom.torch as torch` gives PyTorch's names with PyTorch's semantics.
 Most names are loom's own objects (`torch.Tensor is loom.Tensor`,
-`torch.nn.Linear is loom.nn.Linear`); this package adds what PyTorch has and
+`torch.nn.Linear is loom.nn.Linear`; loom's functions are wrapped to take PyTorch's `out=`
+keyword where they have none, `torch.cat.__wrapped__ is loom.cat`); this package adds what PyTorch has and
 loom does not (device queries that answer honestly for a CPU-only build,
 `torch.compile`, autocast, legacy tensor types, ...) and forwards every other
 name to `loom`. `python -m loom.torch script.py` runs an unchanged script with
@@ -542,7 +543,45 @@ def _tensor_method_function(name: str):
 # Names not defined here are loom's, then torch.nn.functional's (PyTorch exposes most of those at the
 # top level too: torch.dropout, torch.conv2d), then Tensor methods as functions; `torch.vision`
 # (torchvision's pieces), `torch.distributions`, `torch.func` and `torch.hub` are imported when first asked for.
+def _write_out(name: str, result, out):
+    """Write `result` into the `out=` tensor(s), resized to fit as PyTorch does; returns `out`."""
+    if isinstance(out, (tuple, list)):
+        if not isinstance(result, tuple) or len(result) != len(out):
+            raise _LoomTypeError(f"loom.torch.{name}: out= has {len(out)} tensors but the result is "
+                                 f"{type(result).__name__}")
+        written = [_write_out(name, r, o) for r, o in zip(result, out)]
+        return type(result)(*written) if hasattr(result, "_fields") else tuple(written)
+    if not isinstance(out, Tensor) or not isinstance(result, Tensor):
+        raise _LoomTypeError(f"loom.torch.{name}: out= must be a Tensor, got {type(out).__name__}")
+    if result.dtype.category > out.dtype.category:
+        raise _LoomTypeError(f"loom.torch.{name}: result type {result.dtype.name} can't be cast to the desired "
+                             f"output type {out.dtype.name} (out=)")
+    if tuple(out.shape) != tuple(result.shape):
+        out.resize_(tuple(result.shape))
+    return out.copy_(result)
+
+
+def _out_variant(name: str, obj):
+    """`fn` taking PyTorch's `out=` keyword, for a loom function that has no `out` parameter (None: keep it)."""
+    import functools
+    import inspect
+    import types
+    if not isinstance(obj, types.FunctionType):
+        return None
+    try:
+        if "out" in inspect.signature(obj).parameters:
+            return None
+    except (TypeError, ValueError):
+        return None
+
+    @functools.wraps(obj)
+    def with_out(*args, out=None, **kwargs):
+        result = obj(*args, **kwargs)
+        return result if out is None else _write_out(name, result, out)
+    return with_out
+
+
 _install(globals(), "loom", "loom.nn.functional",
          lazy={"vision": "loom.torch.vision", "distributions": "loom.torch.distributions", "func": "loom.torch.func",
                "hub": "loom.torch.hub", "compiler": "loom.torch.compiler", "_dynamo": "loom.torch._dynamo"},
-         fallback=_tensor_method_function)
+         fallback=_tensor_method_function, wrap=_out_variant)

@@ -11,14 +11,16 @@ import importlib
 from types import ModuleType
 
 
-def install(globs: dict, *sources: str, lazy: dict[str, str] | None = None, fallback=None) -> None:
+def install(globs: dict, *sources: str, lazy: dict[str, str] | None = None, fallback=None, wrap=None) -> None:
     """Give the module whose globals are `globs` a `__getattr__` and `__dir__` over `sources` (module names).
 
     `lazy` maps names to submodules imported when first asked for; `fallback(name)`, if given, is asked
-    last and returns the object or raises AttributeError.
+    last and returns the object or raises AttributeError. `wrap(name, obj)`, if given, may replace an
+    object found in `sources` (returning a replacement, kept in `globs`, or None to keep `obj`).
     """
     here = globs["__name__"]
     lazy = lazy or {}
+    wrapped: dict[tuple[str, int], tuple[object, object]] = {}  # Holds the object too, so its id stays its own.
 
     def modules() -> list[ModuleType]:
         found = []
@@ -38,9 +40,17 @@ def install(globs: dict, *sources: str, lazy: dict[str, str] | None = None, fall
             return globs[name]
         for mod in modules():
             try:
-                return getattr(mod, name)
+                obj = getattr(mod, name)
             except AttributeError:
                 continue
+            if wrap is not None:
+                key = (name, id(obj))
+                if key not in wrapped:  # One wrapper per object: `torch.add is torch.add`.
+                    wrapped[key] = (obj, wrap(name, obj))
+                replacement = wrapped[key][1]
+                if replacement is not None:
+                    return replacement
+            return obj
         if fallback is not None:
             try:
                 return fallback(name)

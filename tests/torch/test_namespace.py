@@ -13,7 +13,7 @@ from loom.errors import DeviceError, LoomError
 def test_core_objects_are_looms():
     assert torch.Tensor is loom.Tensor and torch.nn.Linear is loom.nn.Linear
     assert torch.nn.functional.relu is loom.nn.functional.relu and torch.optim.SGD is loom.optim.SGD
-    assert torch.utils.data.DataLoader is loom.data.DataLoader and torch.cat is loom.cat
+    assert torch.utils.data.DataLoader is loom.data.DataLoader and torch.cat.__wrapped__ is loom.cat  # + out=.
     assert torch.float32 is loom.float32 and torch.long is loom.int64 and isinstance(torch.float32, torch.dtype)
 
 

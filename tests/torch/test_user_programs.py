@@ -254,3 +254,41 @@ def test_torch_compiler_and_dynamo_controls():
     assert seen[0] is False and True in seen and torch.compiler.is_compiling() is False
     assert torch.compiler.disable(f) is f
     assert torch._dynamo.optimize("inductor")(lambda a: a + 1)(torch.zeros(1)).tolist() == [1.0]
+
+
+def test_numpy_bridge_follows_in_place_ops_on_the_tensor():
+    # PyTorch's "Bridge with NumPy" tutorial: a change in the tensor reflects in the NumPy array.
+    t = torch.ones(5)
+    n = t.numpy()
+    t.add_(1)
+    assert n.tolist() == [2.0] * 5
+    n[0] = 9.0
+    assert t.tolist() == [9.0, 2.0, 2.0, 2.0, 2.0]
+    y = t * 2  # A pending value reading the old contents keeps them.
+    t.mul_(10)
+    assert y.tolist() == [18.0, 4.0, 4.0, 4.0, 4.0] and n.tolist() == [90.0, 20.0, 20.0, 20.0, 20.0]
+    v = t[1:3]
+    v.zero_()
+    assert n.tolist() == [90.0, 0.0, 0.0, 20.0, 20.0]
+    t.unsqueeze_(0)  # Metadata change: allowed, and the array keeps its shape.
+    assert tuple(t.shape) == (1, 5) and n.shape == (5,)
+
+
+def test_functions_take_pytorchs_out_keyword():
+    # From PyTorch's tensors tutorial: `torch.matmul(tensor, tensor.T, out=y3)`.
+    t = torch.ones(4, 4)
+    t[:, 1] = 0
+    y3 = torch.rand_like(t)
+    assert torch.matmul(t, t.T, out=y3) is y3 and y3.tolist() == (t @ t.T).tolist()
+    z3 = torch.rand_like(t)
+    torch.mul(t, t, out=z3)
+    assert torch.equal(z3, t * t)
+    grown = torch.empty(0)
+    torch.cat([t, t], out=grown)  # PyTorch resizes a wrongly shaped out.
+    assert tuple(grown.shape) == (8, 4)
+    values, indices = torch.zeros(4), torch.zeros(4, dtype=torch.long)
+    r = torch.max(t, 1, out=(values, indices))
+    assert r.values is values and values.tolist() == [1.0] * 4 and type(r).__name__ == "max"
+    with pytest.raises(TypeError, match="can't be cast"):
+        torch.add(t, 1, out=torch.zeros(4, 4, dtype=torch.long))
+    assert torch.add is torch.add and torch.add.__name__ == "add"
