@@ -425,3 +425,21 @@ def test_more_metrics_and_to_categorical_match_keras():
         assert np.isclose(vals[0], vals[1], rtol=1e-5), (make, vals)
     a, b = real_tf.keras.utils.to_categorical([0, 2, 1], 3), ltf.keras.utils.to_categorical([0, 2, 1], 3)
     assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_normalization_layer_adapt_matches_keras():
+    data = np.random.default_rng(8).random((20, 3), np.float32) * 5
+    outs = []
+    for tf in (real_tf, ltf):
+        norm = tf.keras.layers.Normalization()
+        norm.adapt(data)
+        scalar = tf.keras.layers.Normalization(input_shape=[1], axis=None)
+        scalar.adapt(data[:, 0])
+        model = tf.keras.Sequential([scalar, tf.keras.layers.Dense(1, kernel_initializer="ones")])
+        from_ds = tf.keras.layers.Normalization()
+        from_ds.adapt(tf.data.Dataset.from_tensor_slices(data).batch(7))
+        given = tf.keras.layers.Normalization(mean=2.0, variance=4.0, invert=True)
+        outs.append([norm(np.ones((2, 3), np.float32)), model(data[:4, :1]), from_ds(data[:2]),
+                     given(np.array([[1.0], [4.0]], np.float32))])
+    for a, b in zip(*outs):
+        close(b, a, 1e-4)

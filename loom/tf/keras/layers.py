@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import loom
 import loom.nn.functional as F
 from loom.errors import LoomValueError
@@ -719,6 +721,59 @@ class Rescaling(Layer):
 
     def call(self, inputs):
         return inputs * self.scale + self.offset
+
+
+class Normalization(Layer):
+    """(x - mean) / sqrt(variance) per feature, with mean and variance given or learned by `adapt(data)`."""
+
+    def __init__(self, axis=-1, mean=None, variance=None, invert=False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.axis = (axis,) if isinstance(axis, int) else (tuple(axis) if axis is not None else ())
+        self.invert = invert
+        self._given = None if mean is None else (mean, variance)
+        if (mean is None) != (variance is None):
+            raise LoomValueError("loom.tf.keras.layers.Normalization: give both mean and variance, or neither")
+
+    def _stat_shape(self, shape) -> tuple:
+        nd = len(shape)
+        keep = {a % nd for a in self.axis}
+        return tuple(shape[d] if d in keep else 1 for d in range(nd))
+
+    def build(self, input_shape) -> None:
+        shape = self._stat_shape(tuple(input_shape))
+        self.mean = self.add_weight("mean", shape, "zeros", trainable=False)
+        self.variance = self.add_weight("variance", shape, "ones", trainable=False)
+        if self._given is not None:
+            m, v = self._given
+            self.mean.assign(np.broadcast_to(np.asarray(m, np.float32), shape).copy())
+            self.variance.assign(np.broadcast_to(np.asarray(v, np.float32), shape).copy())
+
+    def adapt(self, data, batch_size=None, steps=None) -> None:
+        """Set mean and variance from `data` (an array, tensor or Dataset of batches)."""
+        from loom.tf.data import Dataset
+        if isinstance(data, Dataset):
+            parts = [np.asarray(b.numpy() if isinstance(b, loom.Tensor) else b, np.float64) for b in data]
+            arr = np.concatenate([p.reshape((-1,) + p.shape[1:]) for p in parts])
+        else:
+            arr = np.asarray(data.numpy() if isinstance(data, loom.Tensor) else data, np.float64)
+        if arr.ndim == 1 and self.axis == (-1,):
+            arr = arr[:, None]
+        nd = arr.ndim
+        keep = {a % nd for a in self.axis}
+        red = tuple(d for d in range(nd) if d not in keep)
+        if not self.built:
+            self.build((None,) + arr.shape[1:])
+            self.built = True
+        shape = tuple(self.mean.shape)
+        self.mean.assign(arr.mean(axis=red, keepdims=True).reshape(shape).astype(np.float32))
+        self.variance.assign(arr.var(axis=red, keepdims=True).reshape(shape).astype(np.float32))
+
+    def call(self, inputs):
+        x = inputs.to(loom.float32) if not inputs.dtype.is_floating_point else inputs
+        std = loom.maximum(loom.sqrt(self.variance), loom.tensor(1e-7, dtype=self.variance.dtype))
+        if self.invert:
+            return self.mean + x * std
+        return (x - self.mean) / std
 
 
 class BatchNormalization(Layer):
