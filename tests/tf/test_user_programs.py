@@ -443,3 +443,37 @@ def test_normalization_layer_adapt_matches_keras():
                      given(np.array([[1.0], [4.0]], np.float32))])
     for a, b in zip(*outs):
         close(b, a, 1e-4)
+
+
+def test_fit_class_weight_unweighted_metrics_and_steps_per_epoch_continue_the_dataset():
+    rng = np.random.default_rng(0)
+    x = rng.random((40, 4), np.float32)
+    y = (x[:, 0] > 0.7).astype(np.int64)
+    sw = np.linspace(0.5, 1.5, 40).astype(np.float32)
+    init = None
+    hists = []
+    for tf in (real_tf, ltf):
+        def make():
+            m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3, activation="relu"),
+                                     tf.keras.layers.Dense(1, activation="sigmoid")])
+            m.set_weights(init)
+            m.compile(optimizer=tf.keras.optimizers.RMSprop(0.01), loss="binary_crossentropy",
+                      metrics=["accuracy"], weighted_metrics=["accuracy", "mse"])
+            return m
+        if init is None:
+            probe = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3), tf.keras.layers.Dense(1)])
+            init = probe.get_weights()
+        h = [make().fit(x, y, epochs=2, batch_size=10, class_weight={0: 0.5, 1: 3.0}, verbose=0,
+                        shuffle=False).history,
+             make().fit(x, y, sample_weight=sw, epochs=2, batch_size=10, verbose=0, shuffle=False).history,
+             make().fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(), steps_per_epoch=3, epochs=3,
+                        verbose=0).history]
+        hists.append(h)
+    for a, b in zip(*hists):
+        assert sorted(a) == sorted(b) == ["accuracy", "loss", "mse", "weighted_accuracy"]
+        for k in a:
+            close(b[k], a[k], 1e-4)
+    m = ltf.keras.Sequential([ltf.keras.Input((4,)), ltf.keras.layers.Dense(1)])
+    m.compile("sgd", "mse")
+    with pytest.raises(LoomValueError, match=r"no weight for class\(es\) \[1\]"):
+        m.fit(x, y, class_weight={0: 1.0}, verbose=0)
