@@ -387,3 +387,93 @@ def test_functional_layer_order_matches_keras():
     names = [[type(x).__name__ + ("" if type(x).__name__ == "InputLayer" else x.name) for x in build(tf).layers]
              for tf in (real_tf, ltf)]
     assert names[0] == names[1] == ["InputLayer", "Densea", "InputLayer", "Densec", "Denseb", "Addadd"]
+
+
+def test_separable_depthwise_and_causal_convolutions_match_keras():
+    rng = np.random.default_rng(4)
+    x2 = rng.random((2, 6, 6, 3), np.float32)
+    x1 = rng.random((2, 10, 3), np.float32)
+
+    def build(tf):
+        L = tf.keras.layers
+        a = tf.keras.Sequential([tf.keras.Input((6, 6, 3)), L.SeparableConv2D(4, 3, padding="same", depth_multiplier=2),
+                                 L.DepthwiseConv2D(3, strides=2, activation="relu")])
+        b = tf.keras.Sequential([tf.keras.Input((10, 3)), L.Conv1D(4, 3, padding="causal", dilation_rate=2),
+                                 L.Conv1D(2, 2, padding="causal")])
+        return a, b
+    (a_tf, b_tf), (a_l, b_l) = build(real_tf), build(ltf)
+    assert [w.shape for w in a_l.get_weights()] == [w.shape for w in a_tf.get_weights()]
+    for m_tf, m_l in ((a_tf, a_l), (b_tf, b_l)):
+        m_tf.set_weights([rng.uniform(-1, 1, w.shape).astype(np.float32) for w in m_tf.get_weights()])
+        m_l.set_weights(m_tf.get_weights())
+    close(a_l(x2), a_tf(x2), 1e-4)
+    close(b_l(x1), b_tf(x1), 1e-4)
+
+
+def test_more_metrics_and_to_categorical_match_keras():
+    yp = np.random.default_rng(5).random((6, 3), np.float32)
+    lab = np.array([0, 1, 2, 1, 0, 2])
+    for make, args in [(lambda tf: tf.keras.metrics.SparseTopKCategoricalAccuracy(k=2), (lab, yp)),
+                       (lambda tf: tf.keras.metrics.SparseCategoricalCrossentropy(from_logits=True), (lab, yp)),
+                       (lambda tf: tf.keras.metrics.CategoricalCrossentropy(), (np.eye(3)[lab], yp)),
+                       (lambda tf: tf.keras.metrics.BinaryCrossentropy(from_logits=True), (np.round(yp), yp))]:
+        vals = []
+        for tf in (real_tf, ltf):
+            m = make(tf)
+            m.update_state(*args)
+            vals.append(float(m.result()))
+        assert np.isclose(vals[0], vals[1], rtol=1e-5), (make, vals)
+    a, b = real_tf.keras.utils.to_categorical([0, 2, 1], 3), ltf.keras.utils.to_categorical([0, 2, 1], 3)
+    assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_normalization_layer_adapt_matches_keras():
+    data = np.random.default_rng(8).random((20, 3), np.float32) * 5
+    outs = []
+    for tf in (real_tf, ltf):
+        norm = tf.keras.layers.Normalization()
+        norm.adapt(data)
+        scalar = tf.keras.layers.Normalization(input_shape=[1], axis=None)
+        scalar.adapt(data[:, 0])
+        model = tf.keras.Sequential([scalar, tf.keras.layers.Dense(1, kernel_initializer="ones")])
+        from_ds = tf.keras.layers.Normalization()
+        from_ds.adapt(tf.data.Dataset.from_tensor_slices(data).batch(7))
+        given = tf.keras.layers.Normalization(mean=2.0, variance=4.0, invert=True)
+        outs.append([norm(np.ones((2, 3), np.float32)), model(data[:4, :1]), from_ds(data[:2]),
+                     given(np.array([[1.0], [4.0]], np.float32))])
+    for a, b in zip(*outs):
+        close(b, a, 1e-4)
+
+
+def test_fit_class_weight_unweighted_metrics_and_steps_per_epoch_continue_the_dataset():
+    rng = np.random.default_rng(0)
+    x = rng.random((40, 4), np.float32)
+    y = (x[:, 0] > 0.7).astype(np.int64)
+    sw = np.linspace(0.5, 1.5, 40).astype(np.float32)
+    init = None
+    hists = []
+    for tf in (real_tf, ltf):
+        def make():
+            m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3, activation="relu"),
+                                     tf.keras.layers.Dense(1, activation="sigmoid")])
+            m.set_weights(init)
+            m.compile(optimizer=tf.keras.optimizers.RMSprop(0.01), loss="binary_crossentropy",
+                      metrics=["accuracy"], weighted_metrics=["accuracy", "mse"])
+            return m
+        if init is None:
+            probe = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3), tf.keras.layers.Dense(1)])
+            init = probe.get_weights()
+        h = [make().fit(x, y, epochs=2, batch_size=10, class_weight={0: 0.5, 1: 3.0}, verbose=0,
+                        shuffle=False).history,
+             make().fit(x, y, sample_weight=sw, epochs=2, batch_size=10, verbose=0, shuffle=False).history,
+             make().fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(), steps_per_epoch=3, epochs=3,
+                        verbose=0).history]
+        hists.append(h)
+    for a, b in zip(*hists):
+        assert sorted(a) == sorted(b) == ["accuracy", "loss", "mse", "weighted_accuracy"]
+        for k in a:
+            close(b[k], a[k], 1e-4)
+    m = ltf.keras.Sequential([ltf.keras.Input((4,)), ltf.keras.layers.Dense(1)])
+    m.compile("sgd", "mse")
+    with pytest.raises(LoomValueError, match=r"no weight for class\(es\) \[1\]"):
+        m.fit(x, y, class_weight={0: 1.0}, verbose=0)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import loom
 import loom.nn.functional as F
 from loom.errors import LoomValueError
@@ -117,7 +119,15 @@ class Conv2D(Layer):
 
     def call(self, inputs):
         _regularize(self)
-        y = tfnn.convolution(inputs, self.kernel, self.strides, self.padding.upper(), dilations=self.dilation_rate)
+        padding = self.padding.upper()
+        if padding == "CAUSAL":  # Conv1D: left-pad so step t sees only steps <= t.
+            if inputs.ndim != 3:
+                raise LoomValueError(f"loom.tf.keras.layers.{type(self).__name__}: padding='causal' is for 1-D "
+                                     "convolutions (Conv1D)")
+            left = (self.kernel_size[0] - 1) * self.dilation_rate[0]
+            inputs = loom.cat([loom.zeros(inputs.shape[0], left, inputs.shape[2], dtype=inputs.dtype), inputs], dim=1)
+            padding = "VALID"
+        y = tfnn.convolution(inputs, self.kernel, self.strides, padding, dilations=self.dilation_rate)
         if self.use_bias:
             y = y + self.bias
         return self.activation(y)
@@ -131,6 +141,76 @@ class Conv1D(Conv2D):
         self.kernel_size = _tuple(kernel_size, 1)
         self.strides = _tuple(strides, 1)
         self.dilation_rate = _tuple(dilation_rate, 1)
+
+
+class DepthwiseConv2D(Layer):
+    """Per-channel 2-D convolution over NHWC inputs: a [kh, kw, in, depth_multiplier] kernel."""
+
+    def __init__(self, kernel_size, strides=(1, 1), padding="valid", depth_multiplier=1, data_format=None,
+                 dilation_rate=(1, 1), activation=None, use_bias=True, depthwise_initializer="glorot_uniform",
+                 bias_initializer="zeros", depthwise_regularizer=None, bias_regularizer=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise LoomValueError(f"loom.tf.keras.layers.{type(self).__name__}: only data_format='channels_last' "
+                                 "is supported")
+        self.kernel_size, self.strides = _tuple(kernel_size, 2), _tuple(strides, 2)
+        self.padding, self.dilation_rate = padding.upper(), _tuple(dilation_rate, 2)
+        self.depth_multiplier = int(depth_multiplier)
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.depthwise_initializer = initializers.get(depthwise_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel_regularizer = regularizers.get(depthwise_regularizer)
+        self.bias_regularizer = regularizers.get(bias_regularizer)
+
+    def build(self, input_shape) -> None:
+        cin = input_shape[-1]
+        self.kernel = self.add_weight("kernel", self.kernel_size + (cin, self.depth_multiplier),
+                                      self.depthwise_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (cin * self.depth_multiplier,), self.bias_initializer)
+
+    def _depthwise(self, x):
+        return tfnn.depthwise_conv2d(x, self.kernel, self.strides, self.padding, dilations=self.dilation_rate)
+
+    def call(self, inputs):
+        _regularize(self)
+        y = self._depthwise(inputs)
+        if self.use_bias:
+            y = y + self.bias
+        return self.activation(y)
+
+
+class SeparableConv2D(DepthwiseConv2D):
+    """A depthwise 2-D convolution followed by a 1x1 (pointwise) convolution to `filters` channels."""
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid", data_format=None,
+                 dilation_rate=(1, 1), depth_multiplier=1, activation=None, use_bias=True,
+                 depthwise_initializer="glorot_uniform", pointwise_initializer="glorot_uniform",
+                 bias_initializer="zeros", **kwargs) -> None:
+        super().__init__(kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate, activation,
+                         use_bias, depthwise_initializer, bias_initializer, **kwargs)
+        self.filters = int(filters)
+        self.pointwise_initializer = initializers.get(pointwise_initializer)
+
+    def build(self, input_shape) -> None:
+        cin = input_shape[-1]
+        self.depthwise_kernel = self.add_weight("depthwise_kernel", self.kernel_size + (cin, self.depth_multiplier),
+                                                self.depthwise_initializer)
+        self.pointwise_kernel = self.add_weight("pointwise_kernel", (1, 1, cin * self.depth_multiplier,
+                                                                     self.filters), self.pointwise_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer)
+
+    def _depthwise(self, x):
+        y = tfnn.depthwise_conv2d(x, self.depthwise_kernel, self.strides, self.padding, dilations=self.dilation_rate)
+        return tfnn.convolution(y, self.pointwise_kernel, 1, "VALID")
+
+    def call(self, inputs):
+        y = self._depthwise(inputs)
+        if self.use_bias:
+            y = y + self.bias
+        return self.activation(y)
 
 
 class _Pool2D(Layer):
@@ -641,6 +721,59 @@ class Rescaling(Layer):
 
     def call(self, inputs):
         return inputs * self.scale + self.offset
+
+
+class Normalization(Layer):
+    """(x - mean) / sqrt(variance) per feature, with mean and variance given or learned by `adapt(data)`."""
+
+    def __init__(self, axis=-1, mean=None, variance=None, invert=False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.axis = (axis,) if isinstance(axis, int) else (tuple(axis) if axis is not None else ())
+        self.invert = invert
+        self._given = None if mean is None else (mean, variance)
+        if (mean is None) != (variance is None):
+            raise LoomValueError("loom.tf.keras.layers.Normalization: give both mean and variance, or neither")
+
+    def _stat_shape(self, shape) -> tuple:
+        nd = len(shape)
+        keep = {a % nd for a in self.axis}
+        return tuple(shape[d] if d in keep else 1 for d in range(nd))
+
+    def build(self, input_shape) -> None:
+        shape = self._stat_shape(tuple(input_shape))
+        self.mean = self.add_weight("mean", shape, "zeros", trainable=False)
+        self.variance = self.add_weight("variance", shape, "ones", trainable=False)
+        if self._given is not None:
+            m, v = self._given
+            self.mean.assign(np.broadcast_to(np.asarray(m, np.float32), shape).copy())
+            self.variance.assign(np.broadcast_to(np.asarray(v, np.float32), shape).copy())
+
+    def adapt(self, data, batch_size=None, steps=None) -> None:
+        """Set mean and variance from `data` (an array, tensor or Dataset of batches)."""
+        from loom.tf.data import Dataset
+        if isinstance(data, Dataset):
+            parts = [np.asarray(b.numpy() if isinstance(b, loom.Tensor) else b, np.float64) for b in data]
+            arr = np.concatenate([p.reshape((-1,) + p.shape[1:]) for p in parts])
+        else:
+            arr = np.asarray(data.numpy() if isinstance(data, loom.Tensor) else data, np.float64)
+        if arr.ndim == 1 and self.axis == (-1,):
+            arr = arr[:, None]
+        nd = arr.ndim
+        keep = {a % nd for a in self.axis}
+        red = tuple(d for d in range(nd) if d not in keep)
+        if not self.built:
+            self.build((None,) + arr.shape[1:])
+            self.built = True
+        shape = tuple(self.mean.shape)
+        self.mean.assign(arr.mean(axis=red, keepdims=True).reshape(shape).astype(np.float32))
+        self.variance.assign(arr.var(axis=red, keepdims=True).reshape(shape).astype(np.float32))
+
+    def call(self, inputs):
+        x = inputs.to(loom.float32) if not inputs.dtype.is_floating_point else inputs
+        std = loom.maximum(loom.sqrt(self.variance), loom.tensor(1e-7, dtype=self.variance.dtype))
+        if self.invert:
+            return self.mean + x * std
+        return (x - self.mean) / std
 
 
 class BatchNormalization(Layer):

@@ -147,6 +147,45 @@ class TopKCategoricalAccuracy(MeanMetricWrapper):
         super().__init__(top_k_categorical_accuracy, name, k=k)
 
 
+def sparse_top_k_categorical_accuracy(y_true, y_pred, k=5):
+    """1.0 where the integer label is among the k largest predictions."""
+    yp = _np(y_pred)
+    target = _np(y_true).astype(np.int64).reshape(yp.shape[:-1])
+    score = np.take_along_axis(yp, target[..., None], -1)
+    return loom.tensor(((yp > score).sum(-1) < k).astype(np.float32))
+
+
+class SparseTopKCategoricalAccuracy(MeanMetricWrapper):
+    """How often the integer label is among the top k predictions."""
+
+    def __init__(self, k=5, name="sparse_top_k_categorical_accuracy", dtype=None) -> None:
+        super().__init__(sparse_top_k_categorical_accuracy, name, k=k)
+
+
+class SparseCategoricalCrossentropy(MeanMetricWrapper):
+    """Mean cross-entropy of integer labels against predicted probabilities (or logits)."""
+
+    def __init__(self, name="sparse_categorical_crossentropy", dtype=None, from_logits=False, axis=-1) -> None:
+        super().__init__(_losses.sparse_categorical_crossentropy, name, from_logits=from_logits, axis=axis)
+
+
+class CategoricalCrossentropy(MeanMetricWrapper):
+    """Mean cross-entropy of one-hot labels against predicted probabilities (or logits)."""
+
+    def __init__(self, name="categorical_crossentropy", dtype=None, from_logits=False, label_smoothing=0,
+                 axis=-1) -> None:
+        super().__init__(_losses.categorical_crossentropy, name, from_logits=from_logits,
+                         label_smoothing=label_smoothing, axis=axis)
+
+
+class BinaryCrossentropy(MeanMetricWrapper):
+    """Mean binary cross-entropy."""
+
+    def __init__(self, name="binary_crossentropy", dtype=None, from_logits=False, label_smoothing=0) -> None:
+        super().__init__(_losses.binary_crossentropy, name, from_logits=from_logits,
+                         label_smoothing=label_smoothing)
+
+
 class MeanSquaredError(MeanMetricWrapper):
     """Mean squared error."""
 
@@ -313,6 +352,9 @@ _NAMES = {
     "mean_squared_error": MeanSquaredError, "mae": MeanAbsoluteError, "mean_absolute_error": MeanAbsoluteError,
     "auc": AUC, "rmse": RootMeanSquaredError, "root_mean_squared_error": RootMeanSquaredError,
     "top_k_categorical_accuracy": TopKCategoricalAccuracy,
+    "sparse_top_k_categorical_accuracy": SparseTopKCategoricalAccuracy,
+    "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
+    "categorical_crossentropy": CategoricalCrossentropy, "binary_crossentropy": BinaryCrossentropy,
 }
 
 

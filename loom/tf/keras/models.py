@@ -42,6 +42,19 @@ def _take(x, idx):
     return loom.tensor(np.ascontiguousarray(x[idx]))
 
 
+def _class_weights(class_weight: dict, y: np.ndarray, sample_weight):
+    """Per-example weights from `class_weight` by each target's class (integer or one-hot labels)."""
+    labels = np.argmax(y, -1) if y.ndim > 1 and y.shape[-1] > 1 else y.reshape(len(y), -1)[:, 0]
+    labels = np.round(labels).astype(np.int64)
+    missing = sorted(set(labels.tolist()) - set(int(k) for k in class_weight))
+    if missing:
+        raise LoomValueError(f"loom.tf.keras.Model.fit: class_weight has no weight for class(es) {missing}")
+    w = np.array([class_weight[int(c)] for c in labels], np.float32)
+    if sample_weight is not None:
+        w = w * _np_struct(sample_weight).astype(np.float32).reshape(len(w), -1)[:, 0]
+    return w
+
+
 def _unpack(data):
     """(x, y, sample_weight) from a batch element as Keras accepts it."""
     if isinstance(data, tuple):
@@ -240,6 +253,11 @@ class Model(Layer):
             self._loss_obj = losses_mod.get(loss)
         self._multi: dict | None = None
         self._metric_specs = list(metrics or []) if self._multi_spec is None else []
+        # As Keras 3, `metrics` ignore sample weights (and class_weight); `weighted_metrics` use them.
+        self._weighted_specs = list(weighted_metrics or []) if self._multi_spec is None else []
+        if weighted_metrics and self._multi_spec is not None:
+            raise LoomValueError("loom.tf.keras.Model.compile: weighted_metrics are not supported for a model "
+                                 "with several outputs")
         self._metric_objs: list | None = None
         self._loss_tracker = metrics_mod.Mean(name="loss")
         self.compiled = True
@@ -373,13 +391,26 @@ class Model(Layer):
             self._update_multi(y, y_pred, sw)
             return self._logs()
         self._ensure_metrics(y, y_pred)
-        for m in self._metric_objs:
-            m.update_state(y, y_pred.detach(), sw)
+        n_plain = self.__dict__.get("_n_unweighted", len(self._metric_objs))
+        for k, m in enumerate(self._metric_objs):
+            m.update_state(y, y_pred.detach(), sw if k >= n_plain else None)
         return self._logs()
 
     def _ensure_metrics(self, y, y_pred) -> None:
         if self._metric_objs is None:
-            self._metric_objs = [metrics_mod.get(m, y, y_pred) for m in self._metric_specs]
+            plain = [metrics_mod.get(m, y, y_pred) for m in self._metric_specs]
+            names = {m.name for m in plain}
+            weighted = []
+            for spec in self._weighted_specs:
+                m = metrics_mod.get(spec, y, y_pred)
+                if m in plain:
+                    raise LoomValueError(f"loom.tf.keras.Model.compile: metric object {m.name!r} is in both "
+                                         "metrics and weighted_metrics; give each its own object")
+                if m.name in names:
+                    m.name = "weighted_" + m.name
+                weighted.append(m)
+            self._n_unweighted = len(plain)
+            self._metric_objs = plain + weighted
 
     def _update_multi(self, y, y_pred, sw) -> None:
         m = self._setup_multi(y_pred)
@@ -418,12 +449,19 @@ class Model(Layer):
         from loom.tf.data import Dataset
         if isinstance(x, Dataset):
             card = x._card
+            shared: list = [None]
 
             def epoch_ds():
-                it = iter(x)
+                # With a step count, one iterator runs on across epochs (as Keras), so a repeated dataset
+                # continues where the last epoch stopped; a new one starts only once it is exhausted.
+                it = shared[0] if steps is not None and shared[0] is not None else iter(x)
+                shared[0] = it if steps is not None else None
                 k = 0
-                for el in it:
-                    if steps is not None and k >= steps:
+                while steps is None or k < steps:
+                    try:
+                        el = next(it)
+                    except StopIteration:
+                        shared[0] = None
                         break
                     yield el if isinstance(el, tuple) else (el,)
                     k += 1
@@ -456,8 +494,11 @@ class Model(Layer):
             raise LoomValueError(f"loom.tf.keras.Model.fit: compile() model {self.name!r} first")
         verbose = 1 if verbose == "auto" else int(verbose)
         if class_weight is not None:
-            raise LoomValueError("loom.tf.keras.Model.fit: class_weight is not supported; pass per-example "
-                                 "weights as sample_weight instead")
+            from loom.tf.data import Dataset
+            if isinstance(x, Dataset) or isinstance(y, (list, tuple, dict)):
+                raise LoomValueError("loom.tf.keras.Model.fit: class_weight needs array inputs and a single "
+                                     "target; pass per-example weights (sample_weight) instead")
+            sample_weight = _class_weights(class_weight, _np_struct(y), sample_weight)
         if validation_split and validation_data is None:
             from loom.tf.data import Dataset
             if isinstance(x, Dataset):

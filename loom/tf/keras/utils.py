@@ -8,8 +8,8 @@ import numpy as np
 from loom.tf import random as _random
 
 
-def to_categorical(y, num_classes=None, dtype="float32") -> np.ndarray:
-    """One-hot rows for integer labels `y`."""
+def to_categorical(y, num_classes=None, dtype="float64") -> np.ndarray:
+    """One-hot rows for integer labels `y` (float64 NumPy, as Keras 3)."""
     a = np.asarray(y, dtype=np.int64)
     if a.ndim > 1 and a.shape[-1] == 1:
         a = a[..., 0]
