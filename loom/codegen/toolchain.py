@@ -71,6 +71,9 @@ class CodegenToolchain(_runtime_toolchain.Toolchain):
     def kernel_abi(self) -> tuple[int, int] | None:
         return _kernel._ABI
 
+    def kernel_par_min(self) -> int:
+        return _kernel.par_min()
+
     def gemm_epilogue(self) -> Any:
         return _gemm
 

@@ -44,6 +44,7 @@ import mmap
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -64,6 +65,9 @@ _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 # Library ops whose native kernels the toolchain supplies (`Toolchain.library_step`).
 LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad", "cross_entropy_rows",
                           "cross_entropy_rows_grad"})
+# Library kernels whose rows are independent: their results do not depend on the thread count.
+_ROW_LIBRARY_OPS = frozenset({"cross_entropy_rows", "cross_entropy_rows_grad", "layer_norm"})
+_TEAM_EXPLORE = 32  # Calls between two tries of the team size not in use (`_pick_team`).
 _ALIGN = 64
 _HOIST_ELEMS = 64  # Elements of a step's value at most for it to move before a GEMM (`_hoistable`).
 _INT32_MAX = 2**31 - 1
@@ -532,6 +536,12 @@ class NativeProgram:
         self._scratch_off = -(-self.arena_bytes // _ALIGN) * _ALIGN
         if scratch:
             self.arena_bytes = self._scratch_off + scratch
+        # Team sizes: calls run on one thread or on loom's count, whichever was faster lately, where results
+        # do not depend on it (`_pick_team`).
+        self._adapt = os.environ.get("LOOM_ADAPT_THREADS", "1") not in ("", "0")
+        self._team_max = self._invariant_threads()
+        self._team_time: dict[int, list[float]] = {}
+        self._team_calls = 0
         self._tools.driver()  # Load the driver now (or start its build), before the first call needs it.
 
     def _compact(self, fresh: list, planned_top: int, locs: dict, own: dict) -> None:
@@ -1465,11 +1475,60 @@ class NativeProgram:
                     outs[j] = a
         return outs
 
+    def _invariant_threads(self) -> int:
+        """The most threads up to which every step gives the same bits on any number of them: kernels whose
+        reductions never split one output's sum across threads (enough outputs, or too little work to split),
+        GEMMs (cut in whole rows), copies, index steps and row library kernels; 0 when a step may differ."""
+        par_min = self._tools.kernel_par_min()
+        most = 1 << 30
+        for k, st in enumerate(self._steps):
+            op = st.node.op
+            if op in LIBRARY_OPS and op not in _ROW_LIBRARY_OPS:
+                return 0
+            if op == "fused":
+                spec = getattr(self._kernels[k], "spec", None)
+                if spec is None:
+                    return 0
+                if spec.accs and int(np.prod(spec.loop_sizes, dtype=np.int64)) >= par_min:
+                    most = min(most, int(np.prod(st.node.shape, dtype=np.int64)))
+        return most
+
+    def _pick_team(self, n: int) -> int:
+        """The thread count of this call: loom's `n`, or 1 where the last calls on one thread were faster.
+
+        On a machine whose other core is busy, every parallel region waits for a thread that is not running
+        (docs/threads.md); whichever count gave the shorter walks lately wins, and the other is tried again
+        every `_TEAM_EXPLORE` calls, so the choice follows the machine's load. Only programs whose results do
+        not depend on the count adapt (`_invariant_threads`); ``LOOM_ADAPT_THREADS=0`` turns it off.
+        """
+        if n <= 1 or not self._adapt or n > self._team_max:
+            return n
+        tn, t1 = self._team_time.get(n, ()), self._team_time.get(1, ())
+        if len(tn) < 3 or len(t1) < 3:  # First three calls of each, alternating.
+            return n if len(tn) <= len(t1) else 1
+        self._team_calls += 1
+        best, other = (1, n) if sorted(t1)[1] < sorted(tn)[1] else (n, 1)
+        return other if self._team_calls % _TEAM_EXPLORE == 0 else best
+
     def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
+        n_all = threads.get_num_threads()
+        team = self._pick_team(n_all)
+        if team == n_all and (n_all <= 1 or not self._adapt or n_all > self._team_max):
+            self._walk(table, driver, objs, ctx, team)
+            return
+        t0 = time.perf_counter()
+        self._walk(table, driver, objs, ctx, team)
+        dt = time.perf_counter() - t0
+        recent = self._team_time.setdefault(team, [])  # The last three walks: their median judges.
+        recent.append(dt)
+        if len(recent) > 3:
+            del recent[0]
+
+    def _walk(self, table, driver, objs, ctx: _Ctx, team: int) -> None:
         prog, prog_ptr, steps, _ = table
         n = len(steps)
         ctl = ctx.ctl
-        ctl[3] = threads.get_num_threads()
+        ctl[3] = team
         if ctx.objects:
             call, arg = driver.run_objects, objs
         else:  # No fixed struct offsets: a table of pointers to data-pointer cells.

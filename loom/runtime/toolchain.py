@@ -59,6 +59,10 @@ class Toolchain:
         """The offsets of the kernel argument block the step driver fills, or None."""
         return None
 
+    def kernel_par_min(self) -> int:
+        """Work (loop iterations) from which a kernel splits across the threads (1: any work may)."""
+        return 1
+
     def gemm_epilogue(self) -> Any:
         """The module that cuts a kernel's arguments into GEMM row blocks (``block_rows``, ``row_blocks``), or None."""
         return None

@@ -17,7 +17,9 @@ def kernel_cache(request):
 
 
 @pytest.fixture(autouse=True)
-def _restore_threads():
+def _restore_threads(monkeypatch):
+    # These tests look at the team each call runs on: no program picks one thread for being faster.
+    monkeypatch.setenv("LOOM_ADAPT_THREADS", "0")
     old = loom.get_num_threads()
     yield
     loom.set_num_threads(old)
@@ -170,3 +172,71 @@ def test_epilogue_blocks_hold_a_share_per_thread(monkeypatch):
     assert gemm.block_rows(2048, 512, 4) == 2 * gemm.BLOCK_BYTES_DEFAULT // (512 * 4) == 256
     monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")  # Set explicitly: taken as it is.
     assert gemm.block_bytes() == 4096
+
+
+def _mlp_step_exe(batch=64):
+    loom.manual_seed(0)
+    model = loom.nn.Sequential(loom.nn.Linear(32, 128), loom.nn.ReLU(), loom.nn.Linear(128, 10))
+    opt = loom.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = loom.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    f = loom.function(step)
+    x, y = loom.randn(batch, 32), loom.tensor(np.arange(batch) % 10)
+    f(x, y)
+    f(x, y)
+    exe = next(iter(f._cache.values())).exe
+    assert exe.wait(300)
+    return exe, [a.numpy() for a in (x, y)]
+
+
+def test_programs_pick_one_thread_or_the_team_by_their_walks(monkeypatch):
+    """At 2 threads a program whose bits do not depend on the count tries each team size three times, then
+    runs on the faster and tries the other every `_TEAM_EXPLORE` calls; every call gives the same bits."""
+    monkeypatch.setenv("LOOM_ADAPT_THREADS", "1")
+    loom.set_num_threads(2)
+    exe, _ = _mlp_step_exe()
+    prog = exe._native
+    assert prog._team_max >= 2
+    arrays = [np.asarray(a).copy() for a in _inputs_of(exe)]
+    prog._team_time.clear()  # Forget the calls that built it.
+    teams = []
+    real = prog._walk
+    monkeypatch.setattr(prog, "_walk", lambda *a: (teams.append(a[-1]), real(*a))[1])
+    first = exe(*arrays)
+    outs = [exe(*arrays) for _ in range(2 * native._TEAM_EXPLORE)]
+    assert teams[:6] == [2, 1, 2, 1, 2, 1]
+    assert set(teams[6:]) == {1, 2}, "the faster team runs, the other one is tried again"
+    assert min(teams[6:].count(1), teams[6:].count(2)) <= 3
+    for out in outs:
+        for a, b in zip(out, first):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_split_reduction_keeps_the_programs_team(monkeypatch):
+    """A sum of many elements into fewer outputs than threads is split across them (its bits depend on the
+    count): that program always runs on loom's count."""
+    monkeypatch.setenv("LOOM_ADAPT_THREADS", "1")
+    loom.set_num_threads(2)
+    f = loom.function(lambda x: (x * 2.0).sum())
+    x = loom.randn(512, 512)
+    f(x)
+    f(x)
+    exe = next(iter(f._cache.values())).exe
+    assert exe.wait(300)
+    assert exe._native._team_max < 2
+    assert exe._native._pick_team(2) == 2
+
+
+def _inputs_of(exe):
+    rng = np.random.default_rng(0)
+    out = []
+    for n in exe._inputs:
+        d = n.dtype.np
+        out.append(rng.standard_normal(n.shape).astype(d) if d.kind == "f" else
+                   (np.arange(int(np.prod(n.shape))) % 10).reshape(n.shape).astype(d))
+    return out
