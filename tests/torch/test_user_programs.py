@@ -292,3 +292,12 @@ def test_functions_take_pytorchs_out_keyword():
     with pytest.raises(TypeError, match="can't be cast"):
         torch.add(t, 1, out=torch.zeros(4, 4, dtype=torch.long))
     assert torch.add is torch.add and torch.add.__name__ == "add"
+
+
+def test_prelu_runs_in_bfloat16_under_cpu_autocast():
+    m = torch.nn.PReLU(3)
+    x = torch.randn(2, 3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m(x)
+    assert y.dtype is torch.bfloat16 and m(x).dtype is torch.float32
+    assert torch.allclose(y.float(), m(x), rtol=1e-2, atol=1e-2)
