@@ -7,6 +7,7 @@ the primitives' rules.
 """
 from __future__ import annotations
 
+from loom import autocast as _autocast
 from loom.errors import DTypeError, LoomValueError, ShapeError, fmt_shape
 from loom.functional.math import (
     celu, elu, hardtanh, leaky_relu, log, relu, selu, where,
@@ -81,6 +82,7 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:
     """
     x = _float("prelu", input)
     w = weight if isinstance(weight, Tensor) else tensor(weight)
+    x, w = _autocast.lower(x, w)  # One of the ops PyTorch's CPU autocast runs in the lower precision.
     if w.ndim > 1:
         raise ShapeError(f"loom.nn.functional.prelu: weight must be 0-d or 1-d, got {fmt_shape(w.shape)}")
     n = w.numel()

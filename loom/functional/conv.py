@@ -37,6 +37,7 @@ from loom import dtypes as dt
 from loom import autocast as _autocast
 from loom.errors import DTypeError, ShapeError, fmt_shape
 from loom.functional.indexing import gather
+from loom.functional.linalg import matmul
 from loom.functional.math import div, isnan, minimum, where
 from loom.functional.reduce import amax, amin
 from loom.functional.shape import _slice_dim
@@ -1109,7 +1110,8 @@ def interpolate(input: Tensor, size: _IntOrTuple | None = None, scale_factor: fl
     recompute_scale_factor : bool, optional
         Derive the source scale from the sizes instead of `scale_factor`.
     antialias : bool
-        Not supported (must be False).
+        For 'bilinear' and 'bicubic' (4-d): filter as PyTorch's antialiased resize (PIL's), which
+        averages over the source pixels a shrunk output pixel covers.
 
     Examples
     --------
@@ -1132,9 +1134,13 @@ def interpolate(input: Tensor, size: _IntOrTuple | None = None, scale_factor: fl
     if align_corners is not None and mode not in _INTERP_RANK:
         raise ValueError("loom.interpolate: align_corners can only be set with the interpolating modes "
                          "linear, bilinear, bicubic and trilinear")
-    if antialias:
-        raise ValueError("loom.interpolate: antialias=True is not supported")
+    if antialias and mode not in ("bilinear", "bicubic"):
+        raise ValueError(f"loom.interpolate: antialias=True needs mode 'bilinear' or 'bicubic', got {mode!r}")
+    if antialias and align_corners:
+        raise ValueError("loom.interpolate: antialias=True with align_corners=True is not supported")
     out, scales = _interp_sizes(x, nsp, size, scale_factor, recompute_scale_factor)
+    if antialias:
+        return _antialiased(x, mode, out, scales)
     if mode == "area":
         return _adaptive_avg("interpolate", nsp, x, out)
     if any(v <= 0 for v in out):
@@ -1155,6 +1161,42 @@ def interpolate(input: Tensor, size: _IntOrTuple | None = None, scale_factor: fl
         else:
             taps = _linear_taps(n, out[i], scales[i], corners, ft)
         y = _apply_taps(y, 2 + i, taps)
+    return y.to(x.dtype) if half else y
+
+
+def _aa_weights(n_in: int, n_out: int, scale: float | None, mode: str) -> np.ndarray:
+    """[n_out, n_in] weights of PyTorch's antialiased resize along one axis (a PIL-style separable filter:
+    triangle or Keys cubic with a = -0.5, stretched by the scale when shrinking, renormalised at the borders)."""
+    s = (1.0 / scale) if scale else n_in / n_out
+    support = (1.0 if mode == "bilinear" else 2.0) * max(s, 1.0)
+    inv = 1.0 / s if s >= 1.0 else 1.0
+    w = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        center = s * (i + 0.5)
+        lo, hi = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), n_in)
+        d = np.abs((np.arange(lo, hi) - center + 0.5) * inv)
+        if mode == "bilinear":
+            k = np.clip(1.0 - d, 0.0, None)
+        else:
+            a = -0.5
+            k = np.where(d < 1.0, ((a + 2) * d - (a + 3)) * d * d + 1,
+                         np.where(d < 2.0, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
+        total = k.sum()
+        w[i, lo:hi] = k / total if total != 0 else k
+    return w
+
+
+def _antialiased(x: Tensor, mode: str, out: list[int], scales: list) -> Tensor:
+    """interpolate(..., antialias=True) for (N, C, H, W): the weights of each axis applied as a matmul."""
+    if x.ndim != 4:
+        raise ShapeError(f"loom.interpolate: antialias=True needs a 4-d input, got {fmt_shape(x.shape)}")
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"loom.interpolate: mode {mode!r} needs a floating point input, got {x.dtype.name}")
+    half = x.dtype in (dt.float16, dt.bfloat16)
+    y = x.to(dt.float32) if half else x
+    wh = tensor(_aa_weights(x.shape[2], out[0], scales[0], mode), dtype=y.dtype)
+    ww = tensor(_aa_weights(x.shape[3], out[1], scales[1], mode), dtype=y.dtype)
+    y = matmul(wh, matmul(y, ww.transpose(0, 1)))
     return y.to(x.dtype) if half else y
 
 

@@ -292,3 +292,29 @@ def test_functions_take_pytorchs_out_keyword():
     with pytest.raises(TypeError, match="can't be cast"):
         torch.add(t, 1, out=torch.zeros(4, 4, dtype=torch.long))
     assert torch.add is torch.add and torch.add.__name__ == "add"
+
+
+def test_prelu_runs_in_bfloat16_under_cpu_autocast():
+    m = torch.nn.PReLU(3)
+    x = torch.randn(2, 3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m(x)
+    assert y.dtype is torch.bfloat16 and m(x).dtype is torch.float32
+    assert torch.allclose(y.float(), m(x), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("shape,kw", [((1, 2, 8, 8), {"size": (3, 3)}), ((2, 1, 10, 7), {"size": (4, 5)}),
+                                      ((1, 1, 5, 5), {"size": (9, 7)}), ((1, 1, 9, 9), {"scale_factor": 0.37})])
+def test_interpolate_antialias_matches_pytorch(mode, shape, kw):
+    import numpy as np
+    real = pytest.importorskip("torch")
+    a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    x, rx = torch.from_numpy(a.copy()).requires_grad_(), real.from_numpy(a.copy()).requires_grad_()
+    y = torch.nn.functional.interpolate(x, mode=mode, antialias=True, **kw)
+    ry = real.nn.functional.interpolate(rx, mode=mode, antialias=True, **kw)
+    w = np.random.default_rng(1).standard_normal(tuple(ry.shape)).astype(np.float32)
+    (y * torch.from_numpy(w)).sum().backward()
+    (ry * real.from_numpy(w)).sum().backward()
+    np.testing.assert_allclose(y.detach().numpy(), ry.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), rx.grad.numpy(), rtol=1e-4, atol=1e-5)
