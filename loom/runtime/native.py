@@ -68,6 +68,10 @@ LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_nor
 # Library kernels whose rows are independent: their results do not depend on the thread count.
 _ROW_LIBRARY_OPS = frozenset({"cross_entropy_rows", "cross_entropy_rows_grad", "layer_norm"})
 _TEAM_EXPLORE = 32  # Calls between two tries of the team size not in use (`_pick_team`).
+# Whether a chain of several kernels runs on row blocks. Off: measured on the mlp workload (1 thread, loaded
+# 2-core machine), the blocks' extra kernel calls cost 50-100 us per step more than the cache they saved (the
+# optimizer's parameters and momentum come from memory either way); its kernels run right after the GEMM.
+_CHAIN_BLOCKS = os.environ.get("LOOM_CHAIN_BLOCKS", "0") not in ("", "0")
 _ALIGN = 64
 _HOIST_ELEMS = 64  # Elements of a step's value at most for it to move before a GEMM (`_hoistable`).
 _INT32_MAX = 2**31 - 1
@@ -884,6 +888,12 @@ class NativeProgram:
         self._relocated.append((off, off + nbytes))
         return _Loc(0, off, out.shape, out.strides, out.dtype)
 
+    def _own_rows(self, st) -> bool:
+        """Whether matmul step `st` writes C in the arena, row-major as its value is laid out (not an output,
+        not transposed)."""
+        g = self._gemm_plan(st)
+        return g is not None and g[9] is self._locs[st.args[0]] and self._locs[st.out].base == 0
+
     def _member_out(self, j: int, size: int) -> _Loc | None:
         """The output of step `j` if it is a fused kernel that may join an epilogue chain over `size`
         elements (C-contiguous, that many elements, no integer division that could stop it half done)."""
@@ -939,8 +949,8 @@ class NativeProgram:
         bm = self._epilogue.block_rows(M, N, isz) if len(chain) == 1 else \
             self._epilogue.block_rows(M, row_bytes, 1)
         rows = [(r0, min(M, r0 + bm)) for r0 in range(0, M, bm)]
-        if len(rows) == 1 and len(chain) > 1:
-            return None  # One block: the GEMM, then each member as a record of its own.
+        if len(chain) > 1 and len(rows) == 1:
+            return None  # The GEMM, then each member as a record of its own.
         probing = len(rows) > 1  # A single block needs no probe: Python reruns the GEMM and its one kernel.
         whole = [_Step(_GEMM, st, st.args, st.out, gemm=g)] + [_Step(_PY, self._steps[j], self._steps[j].args,
                                                                       self._steps[j].out) for j in chain]
@@ -1246,11 +1256,18 @@ class NativeProgram:
                     rec, step = self._record(j, self._steps[j], driver, objs, ctx, keep)
                     records.append(rec)
                     steps.append(step)
-                blocked = self._epilogue_records(st, chain, objs, ctx, keep) \
-                    if driver is not None and not self._forced.intersection((k, *chain)) else None
+                # On row blocks: the whole chain, or (several kernels, `_CHAIN_BLOCKS` off) its first kernel where
+                # the GEMM writes memory of its own in row-major order (a bias add), the others after.
+                cut = chain if len(chain) == 1 or _CHAIN_BLOCKS else chain[:1] if self._own_rows(st) else ()
+                blocked = self._epilogue_records(st, cut, objs, ctx, keep) \
+                    if cut and driver is not None and not self._forced.intersection((k, *chain)) else None
                 if blocked is not None:
                     records += blocked[0]
                     steps += blocked[1]
+                    for j in chain[len(cut):]:
+                        rec, step = self._record(j, self._steps[j], driver, objs, ctx, keep)
+                        records.append(rec)
+                        steps.append(step)
                     continue
                 for j in (k, *chain):
                     rec, step = self._record(j, self._steps[j], driver, objs, ctx, keep)

@@ -174,6 +174,7 @@ def _two_layer_step(opt_name):
 @pytest.mark.parametrize("opt_name", ["sgd", "adam", "adamw"])
 def test_optimizer_update_runs_on_its_weight_gradient_rows(opt_name, monkeypatch):
     monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")
+    monkeypatch.setattr(native, "_CHAIN_BLOCKS", True)  # (Off by default: see native._CHAIN_BLOCKS.)
     step, model = _two_layer_step(opt_name)
     exe = _traced(step, loom.randn(16, 20))
     _check(exe, monkeypatch, exact_vs_python=False)
@@ -189,10 +190,31 @@ def test_optimizer_update_runs_on_its_weight_gradient_rows(opt_name, monkeypatch
     assert len(blocks) > len(probes), "each member runs on several row blocks"
 
 
+def test_optimizer_update_runs_right_after_its_weight_gradient(monkeypatch):
+    """By default a chain of several kernels runs whole, each right after the GEMM (no probes, no blocks)."""
+    monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")
+    step, model = _two_layer_step("adamw")
+    exe = _traced(step, loom.randn(16, 20))
+    _check(exe, monkeypatch, exact_vs_python=False)
+    prog = exe._native
+    table = prog._table[2]
+    for k, chain in prog._chains.items():
+        if len(chain) < 2:
+            continue
+        early = prog._hoisted.get(k, ())
+        at = [i for i, s in enumerate(table) if s.st is prog._steps[k]]
+        assert len(at) == 1, "the GEMM runs whole"
+        order = [prog._steps.index(s.st) for s in table[at[0] - len(early):at[0] + 1 + len(chain)]]
+        assert order == [*early, k, *chain]
+    assert any(len(c) >= 3 for c in prog._chains.values()), "AdamW's moments and weight follow its gradient"
+    assert _chain_records(exe) == ([], [])
+
+
 @pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
 def test_chained_updates_train_as_eager_does(opt_name, monkeypatch):
     """Donated parameters and optimizer state updated on row blocks: loom.function's training == eager's."""
     monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")
+    monkeypatch.setattr(native, "_CHAIN_BLOCKS", True)
 
     def run(traced):
         step, model = _two_layer_step(opt_name)
@@ -213,6 +235,7 @@ def test_refused_probe_runs_the_chain_from_python(monkeypatch):
     """A chain member that refuses the call (here: a forged alignment) does so in its probe, before any block
     ran; Python runs the GEMM and the members whole, the walk skips the blocks, and the chain stays unblocked."""
     monkeypatch.setenv("LOOM_GEMM_BLOCK_BYTES", "4096")
+    monkeypatch.setattr(native, "_CHAIN_BLOCKS", True)
     step, _ = _two_layer_step("sgd")
     exe = _traced(step, loom.randn(16, 20))
     exe, arrays, got = _check(exe, monkeypatch, exact_vs_python=False)
