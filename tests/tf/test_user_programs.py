@@ -477,3 +477,20 @@ def test_fit_class_weight_unweighted_metrics_and_steps_per_epoch_continue_the_da
     m.compile("sgd", "mse")
     with pytest.raises(LoomValueError, match=r"no weight for class\(es\) \[1\]"):
         m.fit(x, y, class_weight={0: 1.0}, verbose=0)
+
+
+def test_random_generators_stateless_and_distributions():
+    a = ltf.random.stateless_uniform([4], seed=[1, 2])
+    np.testing.assert_array_equal(a.numpy(), ltf.random.stateless_uniform([4], seed=[1, 2]).numpy())
+    assert not np.array_equal(a.numpy(), ltf.random.stateless_uniform([4], seed=[1, 3]).numpy())
+    assert ltf.random.stateless_normal([2, 3], seed=(5, 6)).shape.as_list() == [2, 3]
+    g1, g2 = ltf.random.Generator.from_seed(3), ltf.random.Generator.from_seed(3)
+    np.testing.assert_array_equal(g1.normal([3]).numpy(), g2.normal([3]).numpy())
+    assert g1.uniform([5], maxval=4, dtype=ltf.int32).dtype.name == "int32"
+    ltf.random.set_seed(0)
+    p = ltf.random.poisson([4000], 3.0)
+    g = ltf.random.gamma([4000], 2.0, beta=4.0)
+    assert p.dtype.name == "float32" and abs(float(ltf.reduce_mean(p)) - 3.0) < 0.15
+    assert g.shape.as_list() == [4000] and abs(float(ltf.reduce_mean(g)) - 0.5) < 0.03
+    with pytest.raises(LoomValueError, match="pair of integers"):
+        ltf.random.stateless_uniform([2], seed=[1])
