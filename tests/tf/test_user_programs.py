@@ -494,3 +494,11 @@ def test_random_generators_stateless_and_distributions():
     assert g.shape.as_list() == [4000] and abs(float(ltf.reduce_mean(g)) - 0.5) < 0.03
     with pytest.raises(LoomValueError, match="pair of integers"):
         ltf.random.stateless_uniform([2], seed=[1])
+
+
+@pytest.mark.parametrize("name", ["mish", "hard_silu", "hard_swish"])
+def test_keras3_activations_by_name(name):
+    x = np.linspace(-4, 4, 9).astype(np.float32)
+    close(ltf.keras.activations.get(name)(ltf.constant(x)), real_tf.keras.activations.get(name)(x))
+    layer = ltf.keras.layers.Dense(2, activation=name)
+    assert layer(np.ones((1, 3), np.float32)).shape.as_list() == [1, 2]
