@@ -502,3 +502,12 @@ def test_keras3_activations_by_name(name):
     close(ltf.keras.activations.get(name)(ltf.constant(x)), real_tf.keras.activations.get(name)(x))
     layer = ltf.keras.layers.Dense(2, activation=name)
     assert layer(np.ones((1, 3), np.float32)).shape.as_list() == [1, 2]
+
+
+def test_optimizer_get_config_round_trips():
+    for tf in (real_tf, ltf):
+        opt = tf.keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True)
+        cfg = opt.get_config()
+        assert np.isclose(cfg["learning_rate"], 0.1) and cfg["momentum"] == 0.9 and cfg["nesterov"] is True
+        again = tf.keras.optimizers.SGD.from_config(cfg)
+        assert np.isclose(float(again.learning_rate), 0.1) and again.get_config()["momentum"] == 0.9
