@@ -511,3 +511,29 @@ def test_optimizer_get_config_round_trips():
         assert np.isclose(cfg["learning_rate"], 0.1) and cfg["momentum"] == 0.9 and cfg["nesterov"] is True
         again = tf.keras.optimizers.SGD.from_config(cfg)
         assert np.isclose(float(again.learning_rate), 0.1) and again.get_config()["momentum"] == 0.9
+
+
+def test_image_preprocessing_layers_match_keras_geometry():
+    x = np.random.default_rng(0).random((2, 8, 8, 3), np.float32)
+    outs = []
+    for tf in (real_tf, ltf):
+        L = tf.keras.layers
+        outs.append([
+            L.Resizing(4, 6)(x), L.Resizing(4, 4, crop_to_aspect_ratio=True)(x[:, :, :6]), L.CenterCrop(4, 5)(x),
+            L.RandomRotation((0.25, 0.25), interpolation="nearest")(x, training=True),
+            L.RandomRotation((0.1, 0.1))(x, training=True),
+            L.RandomTranslation((0.25, 0.25), (-0.125, -0.125), fill_mode="constant")(x, training=True),
+            L.RandomZoom((0.5, 0.5), fill_mode="constant", interpolation="nearest")(x, training=True),
+            L.RandomZoom((-0.3, -0.3), fill_mode="wrap")(x, training=True),
+        ])
+    for a, b in zip(*outs):
+        close(b, a, 1e-4)
+    aug = ltf.keras.Sequential([ltf.keras.layers.RandomFlip("horizontal", input_shape=(8, 8, 3)),
+                                ltf.keras.layers.RandomRotation(0.1), ltf.keras.layers.RandomContrast(0.2)])
+    np.testing.assert_array_equal(aug(x, training=False).numpy(), x)
+    assert not np.allclose(aug(x).numpy(), x)  # A direct call augments, as Keras 3.
+    model = ltf.keras.Sequential([ltf.keras.Input((8, 8, 3)), aug, ltf.keras.layers.Flatten(),
+                                  ltf.keras.layers.Dense(2)])
+    np.testing.assert_allclose(model.predict(x, verbose=0), model(x, training=False).numpy(), rtol=1e-6)
+    with pytest.raises(LoomValueError, match="fill_mode"):
+        ltf.keras.layers.RandomZoom(0.1, fill_mode="mirror")
