@@ -537,3 +537,16 @@ def test_image_preprocessing_layers_match_keras_geometry():
     np.testing.assert_allclose(model.predict(x, verbose=0), model(x, training=False).numpy(), rtol=1e-6)
     with pytest.raises(LoomValueError, match="fill_mode"):
         ltf.keras.layers.RandomZoom(0.1, fill_mode="mirror")
+
+
+def test_tensorboard_callback_writes_per_epoch_scalars(tmp_path):
+    import json
+    m = ltf.keras.Sequential([ltf.keras.Input((3,)), ltf.keras.layers.Dense(1)])
+    m.compile("sgd", "mse", metrics=["mae"])
+    x = np.ones((8, 3), np.float32)
+    tb = ltf.keras.callbacks.TensorBoard(log_dir=str(tmp_path / "logs"), histogram_freq=1)
+    h = m.fit(x, np.zeros((8, 1)), validation_split=0.25, epochs=2, verbose=0, callbacks=[tb])
+    train = [json.loads(line) for line in open(tmp_path / "logs" / "train" / "scalars.jsonl")]
+    val = [json.loads(line) for line in open(tmp_path / "logs" / "validation" / "scalars.jsonl")]
+    assert [r["epoch"] for r in train] == [0, 1] and np.allclose([r["loss"] for r in train], h.history["loss"])
+    assert np.allclose([r["mae"] for r in val], h.history["val_mae"])
