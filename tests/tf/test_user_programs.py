@@ -550,3 +550,25 @@ def test_tensorboard_callback_writes_per_epoch_scalars(tmp_path):
     val = [json.loads(line) for line in open(tmp_path / "logs" / "validation" / "scalars.jsonl")]
     assert [r["epoch"] for r in train] == [0, 1] and np.allclose([r["loss"] for r in train], h.history["loss"])
     assert np.allclose([r["mae"] for r in val], h.history["val_mae"])
+
+
+def test_r2_and_f1_scores_match_keras():
+    rng = np.random.default_rng(9)
+    yt, yp = rng.random((6, 3), np.float32), rng.random((6, 3), np.float32)
+    lab = np.round(yt)
+    sw = np.linspace(0.5, 2, 6).astype(np.float32)
+    cases = [(lambda tf: tf.keras.metrics.R2Score(), (yt, yp), {}),
+             (lambda tf: tf.keras.metrics.R2Score(class_aggregation=None), (yt, yp), {"sample_weight": sw}),
+             (lambda tf: tf.keras.metrics.R2Score(num_regressors=1), (yt, yp), {}),
+             (lambda tf: tf.keras.metrics.F1Score(average="macro", threshold=0.5), (lab, yp), {}),
+             (lambda tf: tf.keras.metrics.F1Score(average="micro", threshold=0.4), (lab, yp), {"sample_weight": sw}),
+             (lambda tf: tf.keras.metrics.F1Score(), (np.eye(3)[[0, 1, 2, 1, 0, 2]], yp), {}),
+             (lambda tf: tf.keras.metrics.FBetaScore(average="weighted", beta=2.0, threshold=0.5), (lab, yp), {})]
+    for make, args, kw in cases:
+        vals = []
+        for tf in (real_tf, ltf):
+            m = make(tf)
+            m.update_state(*[a[:3] for a in args], **{k: v[:3] for k, v in kw.items()})
+            m.update_state(*[a[3:] for a in args], **{k: v[3:] for k, v in kw.items()})
+            vals.append(np.asarray(m.result()))
+        close(vals[1], vals[0], 1e-5)
