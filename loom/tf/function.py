@@ -24,6 +24,20 @@ def functions_run_eagerly() -> bool:
     return _run_eagerly[0]
 
 
+def _as_tensors(out):
+    """Python numbers a tf.function returns come back as tensors, as TensorFlow's outputs do."""
+    if isinstance(out, (bool, int, float, np.number)) and not isinstance(out, Tensor):
+        from loom.tf._core import convert_to_tensor
+        return convert_to_tensor(out)
+    if isinstance(out, list):
+        return [_as_tensors(v) for v in out]
+    if isinstance(out, tuple) and not hasattr(out, "_fields"):
+        return tuple(_as_tensors(v) for v in out)
+    if isinstance(out, dict):
+        return {k: _as_tensors(v) for k, v in out.items()}
+    return out
+
+
 def _outer_tape_recording() -> bool:
     from loom.autograd import tape as _tape
     from loom.autograd.grad_mode import is_grad_enabled
@@ -114,13 +128,15 @@ class Function:
 
     def __call__(self, *args, **kwargs) -> Any:
         self._check_signature(args)
-        if _run_eagerly[0] or loom.tracing() or _outer_tape_recording():
+        if loom.tracing():
+            return self._converted(*args, **kwargs)
+        if _run_eagerly[0] or _outer_tape_recording():
             # Under an enclosing GradientTape the call runs eagerly so the tape records it: a compiled
             # replay is not differentiable from outside, and TensorFlow's tf.function is.
-            return self._converted(*args, **kwargs)
+            return _as_tensors(self._converted(*args, **kwargs))
         leaves: list = []
         spec = _split((args, kwargs), leaves)
-        return self._traced(spec, *leaves)
+        return _as_tensors(self._traced(spec, *leaves))
 
     def __get__(self, instance, owner=None):
         # A method: the instance is the first argument (one trace per instance, keyed by identity).

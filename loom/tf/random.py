@@ -72,3 +72,98 @@ def categorical(logits, num_samples, dtype=None, seed=None, name=None) -> _Tenso
     p = loom.softmax(_t(logits), dim=-1)
     out = loom.multinomial(p, int(num_samples), replacement=True, generator=_gen(seed))
     return out.to(as_dtype(dtype) if dtype is not None else loom.int64)
+
+
+def _stateless_gen(seed):
+    s = _ints(seed.numpy().reshape(-1).tolist() if isinstance(seed, _Tensor) else seed)
+    if len(s) != 2:
+        raise loom.LoomValueError(f"loom.tf.random.stateless_*: seed must be a pair of integers, got {s}")
+    return _Generator(((s[0] & 0xFFFFFFFF) * 2654435761 + (s[1] & 0xFFFFFFFF)) & 0xFFFFFFFFFFFF)
+
+
+def stateless_normal(shape, seed, mean=0.0, stddev=1.0, dtype=_float32, name=None, alg=None) -> _Tensor:
+    """Normal samples that depend only on the `seed` pair."""
+    return loom.randn(*_ints(shape), dtype=as_dtype(dtype), generator=_stateless_gen(seed)) * stddev + mean
+
+
+def stateless_uniform(shape, seed, minval=0, maxval=None, dtype=_float32, name=None, alg=None) -> _Tensor:
+    """Uniform samples in [minval, maxval) that depend only on the `seed` pair."""
+    d = as_dtype(dtype)
+    g = _stateless_gen(seed)
+    if not d.is_floating_point:
+        if maxval is None:
+            raise loom.LoomValueError("loom.tf.random.stateless_uniform: integer dtypes need maxval")
+        return loom.randint(int(minval), int(maxval), tuple(_ints(shape)), dtype=d, generator=g)
+    hi = 1.0 if maxval is None else maxval
+    return loom.rand(*_ints(shape), dtype=d, generator=g) * (hi - minval) + minval
+
+
+def _numpy_rng(seed):
+    """A NumPy generator seeded from loom's stream (for distributions loom has no primitive for)."""
+    word = loom.randint(0, 2 ** 31 - 1, (1,), generator=_gen(seed)).item()
+    return __import__("numpy").random.default_rng(int(word))
+
+
+def poisson(shape, lam, dtype=_float32, seed=None, name=None) -> _Tensor:
+    """Poisson samples of shape `shape + lam.shape`."""
+    import numpy as np
+    lam_a = np.asarray(_t(lam).numpy(), np.float64)
+    out = _numpy_rng(seed).poisson(lam_a, size=tuple(_ints(shape)) + lam_a.shape)
+    return loom.tensor(out.astype(as_dtype(dtype).np))
+
+
+def gamma(shape, alpha, beta=None, dtype=_float32, seed=None, name=None) -> _Tensor:
+    """Gamma samples (shape `alpha`, rate `beta`) of shape `shape + broadcast(alpha, beta).shape`."""
+    import numpy as np
+    a = np.asarray(_t(alpha).numpy(), np.float64)
+    b = np.ones_like(a) if beta is None else np.asarray(_t(beta).numpy(), np.float64)
+    a, b = np.broadcast_arrays(a, b)
+    out = _numpy_rng(seed).gamma(a, 1.0 / b, size=tuple(_ints(shape)) + a.shape)
+    return loom.tensor(out.astype(as_dtype(dtype).np))
+
+
+class Generator:
+    """`tf.random.Generator`: a random stream of its own (`from_seed`, `normal`, `uniform`, ...)."""
+
+    def __init__(self, seed: int) -> None:
+        self._gen = _Generator(int(seed) & 0xFFFFFFFFFFFF)
+
+    @classmethod
+    def from_seed(cls, seed, alg=None) -> Generator:
+        return cls(seed)
+
+    @classmethod
+    def from_non_deterministic_state(cls, alg=None) -> Generator:
+        import os
+        return cls(int.from_bytes(os.urandom(6), "little"))
+
+    def normal(self, shape, mean=0.0, stddev=1.0, dtype=_float32, name=None) -> _Tensor:
+        return loom.randn(*_ints(shape), dtype=as_dtype(dtype), generator=self._gen) * stddev + mean
+
+    def uniform(self, shape, minval=0, maxval=None, dtype=_float32, name=None) -> _Tensor:
+        d = as_dtype(dtype)
+        if not d.is_floating_point:
+            if maxval is None:
+                raise loom.LoomValueError("loom.tf.random.Generator.uniform: integer dtypes need maxval")
+            return loom.randint(int(minval), int(maxval), tuple(_ints(shape)), dtype=d, generator=self._gen)
+        hi = 1.0 if maxval is None else maxval
+        return loom.rand(*_ints(shape), dtype=d, generator=self._gen) * (hi - minval) + minval
+
+    def truncated_normal(self, shape, mean=0.0, stddev=1.0, dtype=_float32, name=None) -> _Tensor:
+        x = loom.randn(*_ints(shape), dtype=as_dtype(dtype), generator=self._gen)
+        for _ in range(8):
+            bad = loom.abs(x) > 2
+            if not bool(bad.any()):
+                break
+            x = loom.where(bad, loom.randn(*x.shape, dtype=x.dtype, generator=self._gen), x)
+        return loom.clamp(x, -2.0, 2.0) * stddev + mean
+
+
+_global_generator: list = []
+
+
+def get_global_generator() -> Generator:
+    """The one generator seeded from the global seed (created on first use)."""
+    if not _global_generator:
+        _global_generator.append(Generator(0 if _global_seed[0] is None else _global_seed[0]))
+    return _global_generator[0]

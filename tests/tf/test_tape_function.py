@@ -453,3 +453,16 @@ def test_tf_function_called_under_an_outer_tape_is_differentiable_on_every_call(
     for a, b in zip(*res):
         for u, v in zip(a, b):
             np.testing.assert_allclose(v, u, rtol=1e-5, atol=1e-6)
+
+
+def test_tf_function_returns_python_numbers_as_tensors():
+    import loom
+    import loom.tf as ltf
+    mul = ltf.function(lambda a, b: a * b)
+    for _ in range(3):
+        out = mul(2.0, 3.0)
+        assert isinstance(out, loom.Tensor) and out.dtype.name == "float32" and float(out) == 6.0
+    pair = ltf.function(lambda x: (x * 2, 1))
+    for _ in range(3):
+        a, b = pair(ltf.constant(1.0))
+        assert isinstance(b, loom.Tensor) and b.dtype.name == "int32"

@@ -477,3 +477,98 @@ def test_fit_class_weight_unweighted_metrics_and_steps_per_epoch_continue_the_da
     m.compile("sgd", "mse")
     with pytest.raises(LoomValueError, match=r"no weight for class\(es\) \[1\]"):
         m.fit(x, y, class_weight={0: 1.0}, verbose=0)
+
+
+def test_random_generators_stateless_and_distributions():
+    a = ltf.random.stateless_uniform([4], seed=[1, 2])
+    np.testing.assert_array_equal(a.numpy(), ltf.random.stateless_uniform([4], seed=[1, 2]).numpy())
+    assert not np.array_equal(a.numpy(), ltf.random.stateless_uniform([4], seed=[1, 3]).numpy())
+    assert ltf.random.stateless_normal([2, 3], seed=(5, 6)).shape.as_list() == [2, 3]
+    g1, g2 = ltf.random.Generator.from_seed(3), ltf.random.Generator.from_seed(3)
+    np.testing.assert_array_equal(g1.normal([3]).numpy(), g2.normal([3]).numpy())
+    assert g1.uniform([5], maxval=4, dtype=ltf.int32).dtype.name == "int32"
+    ltf.random.set_seed(0)
+    p = ltf.random.poisson([4000], 3.0)
+    g = ltf.random.gamma([4000], 2.0, beta=4.0)
+    assert p.dtype.name == "float32" and abs(float(ltf.reduce_mean(p)) - 3.0) < 0.15
+    assert g.shape.as_list() == [4000] and abs(float(ltf.reduce_mean(g)) - 0.5) < 0.03
+    with pytest.raises(LoomValueError, match="pair of integers"):
+        ltf.random.stateless_uniform([2], seed=[1])
+
+
+@pytest.mark.parametrize("name", ["mish", "hard_silu", "hard_swish"])
+def test_keras3_activations_by_name(name):
+    x = np.linspace(-4, 4, 9).astype(np.float32)
+    close(ltf.keras.activations.get(name)(ltf.constant(x)), real_tf.keras.activations.get(name)(x))
+    layer = ltf.keras.layers.Dense(2, activation=name)
+    assert layer(np.ones((1, 3), np.float32)).shape.as_list() == [1, 2]
+
+
+def test_optimizer_get_config_round_trips():
+    for tf in (real_tf, ltf):
+        opt = tf.keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True)
+        cfg = opt.get_config()
+        assert np.isclose(cfg["learning_rate"], 0.1) and cfg["momentum"] == 0.9 and cfg["nesterov"] is True
+        again = tf.keras.optimizers.SGD.from_config(cfg)
+        assert np.isclose(float(again.learning_rate), 0.1) and again.get_config()["momentum"] == 0.9
+
+
+def test_image_preprocessing_layers_match_keras_geometry():
+    x = np.random.default_rng(0).random((2, 8, 8, 3), np.float32)
+    outs = []
+    for tf in (real_tf, ltf):
+        L = tf.keras.layers
+        outs.append([
+            L.Resizing(4, 6)(x), L.Resizing(4, 4, crop_to_aspect_ratio=True)(x[:, :, :6]), L.CenterCrop(4, 5)(x),
+            L.RandomRotation((0.25, 0.25), interpolation="nearest")(x, training=True),
+            L.RandomRotation((0.1, 0.1))(x, training=True),
+            L.RandomTranslation((0.25, 0.25), (-0.125, -0.125), fill_mode="constant")(x, training=True),
+            L.RandomZoom((0.5, 0.5), fill_mode="constant", interpolation="nearest")(x, training=True),
+            L.RandomZoom((-0.3, -0.3), fill_mode="wrap")(x, training=True),
+        ])
+    for a, b in zip(*outs):
+        close(b, a, 1e-4)
+    aug = ltf.keras.Sequential([ltf.keras.layers.RandomFlip("horizontal", input_shape=(8, 8, 3)),
+                                ltf.keras.layers.RandomRotation(0.1), ltf.keras.layers.RandomContrast(0.2)])
+    np.testing.assert_array_equal(aug(x, training=False).numpy(), x)
+    assert not np.allclose(aug(x).numpy(), x)  # A direct call augments, as Keras 3.
+    model = ltf.keras.Sequential([ltf.keras.Input((8, 8, 3)), aug, ltf.keras.layers.Flatten(),
+                                  ltf.keras.layers.Dense(2)])
+    np.testing.assert_allclose(model.predict(x, verbose=0), model(x, training=False).numpy(), rtol=1e-6)
+    with pytest.raises(LoomValueError, match="fill_mode"):
+        ltf.keras.layers.RandomZoom(0.1, fill_mode="mirror")
+
+
+def test_tensorboard_callback_writes_per_epoch_scalars(tmp_path):
+    import json
+    m = ltf.keras.Sequential([ltf.keras.Input((3,)), ltf.keras.layers.Dense(1)])
+    m.compile("sgd", "mse", metrics=["mae"])
+    x = np.ones((8, 3), np.float32)
+    tb = ltf.keras.callbacks.TensorBoard(log_dir=str(tmp_path / "logs"), histogram_freq=1)
+    h = m.fit(x, np.zeros((8, 1)), validation_split=0.25, epochs=2, verbose=0, callbacks=[tb])
+    train = [json.loads(line) for line in open(tmp_path / "logs" / "train" / "scalars.jsonl")]
+    val = [json.loads(line) for line in open(tmp_path / "logs" / "validation" / "scalars.jsonl")]
+    assert [r["epoch"] for r in train] == [0, 1] and np.allclose([r["loss"] for r in train], h.history["loss"])
+    assert np.allclose([r["mae"] for r in val], h.history["val_mae"])
+
+
+def test_r2_and_f1_scores_match_keras():
+    rng = np.random.default_rng(9)
+    yt, yp = rng.random((6, 3), np.float32), rng.random((6, 3), np.float32)
+    lab = np.round(yt)
+    sw = np.linspace(0.5, 2, 6).astype(np.float32)
+    cases = [(lambda tf: tf.keras.metrics.R2Score(), (yt, yp), {}),
+             (lambda tf: tf.keras.metrics.R2Score(class_aggregation=None), (yt, yp), {"sample_weight": sw}),
+             (lambda tf: tf.keras.metrics.R2Score(num_regressors=1), (yt, yp), {}),
+             (lambda tf: tf.keras.metrics.F1Score(average="macro", threshold=0.5), (lab, yp), {}),
+             (lambda tf: tf.keras.metrics.F1Score(average="micro", threshold=0.4), (lab, yp), {"sample_weight": sw}),
+             (lambda tf: tf.keras.metrics.F1Score(), (np.eye(3)[[0, 1, 2, 1, 0, 2]], yp), {}),
+             (lambda tf: tf.keras.metrics.FBetaScore(average="weighted", beta=2.0, threshold=0.5), (lab, yp), {})]
+    for make, args, kw in cases:
+        vals = []
+        for tf in (real_tf, ltf):
+            m = make(tf)
+            m.update_state(*[a[:3] for a in args], **{k: v[:3] for k, v in kw.items()})
+            m.update_state(*[a[3:] for a in args], **{k: v[3:] for k, v in kw.items()})
+            vals.append(np.asarray(m.result()))
+        close(vals[1], vals[0], 1e-5)

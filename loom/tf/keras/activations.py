@@ -70,6 +70,16 @@ def silu(x):
 swish = silu
 
 
+def mish(x):
+    """x * tanh(softplus(x))."""
+    return x * loom.tanh(F.softplus(x))
+
+
+def hard_silu(x):
+    """x * hard_sigmoid(x) (Keras 3's hard swish)."""
+    return x * hard_sigmoid(x)
+
+
 def leaky_relu(x, negative_slope=0.2):
     """x if x > 0 else negative_slope * x."""
     return F.leaky_relu(x, negative_slope)
@@ -93,6 +103,8 @@ def hard_sigmoid(x):
 _NAMES = {f.__name__: f for f in (linear, relu, sigmoid, tanh, softmax, log_softmax, gelu, elu, selu, softplus,
                                    softsign, silu, leaky_relu, relu6, exponential, hard_sigmoid)}
 _NAMES["swish"] = silu
+_NAMES["mish"] = mish
+_NAMES["hard_silu"] = _NAMES["hard_swish"] = hard_silu
 
 
 def get(identifier):

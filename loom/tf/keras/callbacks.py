@@ -53,6 +53,38 @@ class History(Callback):
             self.history.setdefault(k, []).append(v)
 
 
+class TensorBoard(Callback):
+    """Per-epoch logs under `log_dir`, as Keras's TensorBoard callback lays them out (`train/`, `validation/`).
+
+    loom writes no TensorBoard event files (that needs TensorFlow's protobuf
+    records): each directory gets `scalars.jsonl`, one JSON object per epoch
+    (`{"epoch": 0, "loss": ...}`), which pandas or any plotting tool reads.
+    The histogram, image and profiling options are accepted and ignored.
+    """
+
+    def __init__(self, log_dir="logs", histogram_freq=0, write_graph=True, write_images=False,
+                 write_steps_per_second=False, update_freq="epoch", profile_batch=0, embeddings_freq=0,
+                 embeddings_metadata=None) -> None:
+        super().__init__()
+        self.log_dir = str(log_dir)
+
+    def _write(self, sub: str, record: dict) -> None:
+        import json
+        import os
+        d = os.path.join(self.log_dir, sub)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "scalars.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        logs = {k: float(v) for k, v in (logs or {}).items()}
+        train = {k: v for k, v in logs.items() if not k.startswith("val_")}
+        val = {k[4:]: v for k, v in logs.items() if k.startswith("val_")}
+        self._write("train", {"epoch": int(epoch), **train})
+        if val:
+            self._write("validation", {"epoch": int(epoch), **val})
+
+
 class LambdaCallback(Callback):
     """A callback from functions: on_epoch_begin/end(epoch, logs), on_batch_begin/end(batch, logs), ..."""
 

@@ -1290,3 +1290,7 @@ def _merge_masks(self, inputs, mask=None):
 
 _Merge.compute_mask = _merge_masks
 Concatenate.compute_mask = _merge_masks
+
+from loom.tf.keras.preprocessing import (  # noqa: E402,F401  (image preprocessing and augmentation layers)
+    CenterCrop, RandomBrightness, RandomContrast, RandomFlip, RandomRotation, RandomTranslation, RandomZoom, Resizing,
+)

@@ -186,6 +186,98 @@ class BinaryCrossentropy(MeanMetricWrapper):
                          label_smoothing=label_smoothing)
 
 
+class R2Score(Metric):
+    """Coefficient of determination 1 - SS_res / SS_tot, per output column then averaged ('uniform_average')."""
+
+    def __init__(self, class_aggregation="uniform_average", num_regressors=0, name="r2_score", dtype=None) -> None:
+        if class_aggregation not in ("uniform_average", "variance_weighted_average", None):
+            raise LoomValueError(f"loom.tf.keras.metrics.R2Score: unknown class_aggregation {class_aggregation!r}")
+        self.class_aggregation, self.num_regressors = class_aggregation, int(num_regressors)
+        super().__init__(name)
+
+    def reset_state(self) -> None:
+        self._sums = None
+        self._n = 0
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        yt, yp = _np(y_true).astype(np.float64), _np(y_pred).astype(np.float64)
+        yt = yt.reshape(len(yt), -1)
+        yp = yp.reshape(len(yp), -1)
+        w = np.ones((len(yt), 1)) if sample_weight is None else _np(sample_weight).astype(np.float64).reshape(-1, 1)
+        add = np.stack([(w * yt).sum(0), (w * yt * yt).sum(0), (w * (yt - yp) ** 2).sum(0),
+                        np.broadcast_to(w.sum(), yt.shape[1:])])
+        self._sums = add if self._sums is None else self._sums + add
+        self._n += yt.size  # Keras counts every element as a sample for the adjustment.
+
+    def result(self) -> _Tensor:
+        if self._sums is None:
+            return loom.tensor(np.float32(0.0))
+        s, ss, res, n = self._sums
+        tot = ss - s * s / n
+        r2 = np.where(tot == 0, 0.0, 1 - res / np.where(tot == 0, 1, tot))
+        if self.class_aggregation == "uniform_average":
+            r2 = r2.mean()
+        elif self.class_aggregation == "variance_weighted_average":
+            r2 = (r2 * tot).sum() / tot.sum()
+        if self.num_regressors:
+            r2 = 1 - (1 - r2) * (self._n - 1) / (self._n - self.num_regressors - 1)
+        return loom.tensor(np.asarray(r2, np.float32))
+
+
+class FBetaScore(Metric):
+    """F-beta score per class from thresholded (or argmax, if threshold is None) predictions, aggregated by
+    `average` (None, 'micro', 'macro' or 'weighted')."""
+
+    def __init__(self, average=None, beta=1.0, threshold=None, name="fbeta_score", dtype=None) -> None:
+        if average not in (None, "micro", "macro", "weighted"):
+            raise LoomValueError(f"loom.tf.keras.metrics.{type(self).__name__}: average must be None, 'micro', "
+                                 f"'macro' or 'weighted', got {average!r}")
+        self.average, self.beta, self.threshold = average, float(beta), threshold
+        super().__init__(name)
+
+    def reset_state(self) -> None:
+        self._tp = self._fp = self._fn = self._support = None
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        yt, yp = _np(y_true).astype(np.float64), _np(y_pred).astype(np.float64)
+        if self.threshold is None:
+            pred = (yp == yp.max(-1, keepdims=True)).astype(np.float64)
+        else:
+            pred = (yp > self.threshold).astype(np.float64)
+        w = 1.0 if sample_weight is None else _np(sample_weight).astype(np.float64).reshape(-1, 1)
+        tp, fp, fn = (w * pred * yt).sum(0), (w * pred * (1 - yt)).sum(0), (w * (1 - pred) * yt).sum(0)
+        sup = (w * yt).sum(0)
+        if self._tp is None:
+            self._tp, self._fp, self._fn, self._support = tp, fp, fn, sup
+        else:
+            self._tp, self._fp, self._fn = self._tp + tp, self._fp + fp, self._fn + fn
+            self._support = self._support + sup
+
+    def result(self) -> _Tensor:
+        if self._tp is None:
+            return loom.tensor(np.float32(0.0))
+        tp, fp, fn = self._tp, self._fp, self._fn
+        if self.average == "micro":
+            tp, fp, fn = tp.sum(), fp.sum(), fn.sum()
+        b2 = self.beta ** 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            prec = np.where(tp + fp > 0, tp / (tp + fp), 0.0)
+            rec = np.where(tp + fn > 0, tp / (tp + fn), 0.0)
+            f = np.where(b2 * prec + rec > 0, (1 + b2) * prec * rec / (b2 * prec + rec), 0.0)
+        if self.average == "macro":
+            f = f.mean()
+        elif self.average == "weighted":
+            f = (f * self._support).sum() / self._support.sum()
+        return loom.tensor(np.asarray(f, np.float32))
+
+
+class F1Score(FBetaScore):
+    """F1 score (F-beta with beta 1)."""
+
+    def __init__(self, average=None, threshold=None, name="f1_score", dtype=None) -> None:
+        super().__init__(average, 1.0, threshold, name)
+
+
 class MeanSquaredError(MeanMetricWrapper):
     """Mean squared error."""
 
@@ -355,6 +447,7 @@ _NAMES = {
     "sparse_top_k_categorical_accuracy": SparseTopKCategoricalAccuracy,
     "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
     "categorical_crossentropy": CategoricalCrossentropy, "binary_crossentropy": BinaryCrossentropy,
+    "r2_score": R2Score, "f1_score": F1Score,
 }
 
 

@@ -173,6 +173,22 @@ class Optimizer:
                                    name=f"{self.name}/{name}")
         return slots[name]
 
+    def get_config(self) -> dict:
+        """The optimizer's settings (name, learning rate, hyperparameters), as Keras's `get_config`."""
+        skip = {"iterations"}
+        cfg = {"name": self.name, "learning_rate": self._lr if isinstance(self._lr, LearningRateSchedule)
+               else float(self._lr)}
+        for k, v in vars(self).items():
+            if not k.startswith("_") and k not in skip and k not in cfg and (v is None or isinstance(
+                    v, (bool, int, float, str))):
+                cfg[k] = v
+        return cfg
+
+    @classmethod
+    def from_config(cls, config: dict):
+        """A new optimizer with the settings `get_config` returned."""
+        return cls(**config)
+
     def build(self, var_list) -> None:
         """Create the optimizer's per-variable state (done on the first update otherwise)."""
 
