@@ -349,7 +349,7 @@ class Function:
 
     def __init__(self, fn: Callable, level: int = 3, backend: str = "c", warmup: int = 1,
                  memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
-                 track: bool = False, offload: str = "never",
+                 track: bool = False, offload: str = "auto",
                  placement: dict | None = None, transport: Any = None) -> None:
         functools.update_wrapper(self, fn)
         if runtime not in ("native", "actors"):
@@ -959,7 +959,7 @@ def _buffer_tensor(array: np.ndarray, dtype: dt.DType) -> Tensor:
 
 def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", warmup: int = 1,
              memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
-             track: bool = False, offload: str = "never",
+             track: bool = False, offload: str = "auto",
              placement: dict | None = None, transport: Any = None):
     """Trace `fn` into one static graph, compile it once and replay it on later calls.
 
@@ -997,8 +997,9 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
         Fit the compiled step's memory (its planned arena of intermediates
         plus the arrays it returns: new parameters, optimizer state, grads)
         under this many bytes (an int, or a string such as ``"256MB"``) by
-        recomputing activations in the backward instead of keeping them
-        (`loom.compiler.remat`); results stay bit-identical. A budget that
+        recomputing activations in the backward instead of keeping them or
+        offloading them to disk, as the cost model chooses (`offload`,
+        `loom.compiler.remat`); results stay bit-identical. A budget that
         cannot be met warns (`loom.LoomWarning`) and runs with the smallest
         plan found; `memory_reports` and `explain()` say what was done.
         With ``runtime="actors"`` the budget covers every task's arena and
@@ -1008,11 +1009,13 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
         With `memory_budget`: raise `loom.MemoryBudgetError` instead of warning.
     offload : str
         With `memory_budget`, the storage tiers a saved activation may go to:
-        ``"never"`` (default: recompute only), ``"disk"`` (offload to a
-        memory-mapped file and prefetch it back before the backward reads it)
-        or ``"auto"`` (per value, whichever the cost model says is cheaper:
-        recompute FLOPs at the measured rate, or bytes at the measured disk
-        bandwidth). Results stay bit-identical; see docs/memory-budget.md.
+        ``"auto"`` (default: per value, whichever the cost model says is
+        cheaper: recompute FLOPs at the measured rate, or bytes at the
+        measured disk bandwidth), ``"never"`` (recompute only) or ``"disk"``
+        (offload to a memory-mapped file and prefetch it back before the
+        backward reads it). Without `memory_budget` it has no effect: nothing
+        is recomputed or offloaded. Results stay bit-identical; see
+        docs/memory-budget.md.
     runtime : str
         ``"native"`` (default): the whole step is one compiled program.
         ``"actors"``: the graph is partitioned into tasks — pipeline stages

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from loom.compiler.passes.registry import register_pass
-from loom.compiler.remat import rematerialize
+from loom.compiler.remat import DEFAULT_OFFLOAD, rematerialize
 from loom.ir.graph import Graph
 
 
@@ -13,7 +13,7 @@ def remat(graph: Graph) -> Graph:
     Runs only when asked (``loom.function(..., memory_budget=...)`` puts it
     before ``memory``); the budget is ``graph.meta["memory_budget"]`` as
     ``(bytes, strict)``, the disk tier setting ``graph.meta["offload"]``
-    (``"never"`` when absent) and the outcome goes to ``graph.meta["remat"]``.
+    (``"auto"``, `DEFAULT_OFFLOAD`, when absent) and the outcome goes to ``graph.meta["remat"]``.
 
     Examples
     --------
@@ -31,6 +31,6 @@ def remat(graph: Graph) -> Graph:
     if budget is None:
         return graph
     nbytes, strict = budget
-    graph, report = rematerialize(graph, nbytes, strict, graph.meta.get("offload") or "never")
+    graph, report = rematerialize(graph, nbytes, strict, graph.meta.get("offload") or DEFAULT_OFFLOAD)
     graph.meta["remat"] = report
     return graph
