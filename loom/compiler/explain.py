@@ -295,7 +295,7 @@ def explain(fn: Callable | Graph, *args, level: int | None = None, memory_budget
             if len(parts.parts) > 1:  # One task is the plain step: its report is the plain step's.
                 nbytes, strict_ = work.meta["memory_budget"]
                 plan_memory = fit_budget(parts, lambda g: _Optimized(g, level), nbytes, strict_,  # type: ignore[arg-type, return-value]
-                                         offload, 2, "loom.compiler.explain")[1]
+                                         work.meta["offload"], 2, "loom.compiler.explain")[1]
         if plan_memory is not None:
             del work.meta["memory_budget"], work.meta["offload"]
     result = Explanation(level, graph.copy(), str(work))
