@@ -17,7 +17,7 @@ import gc
 import operator
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -58,6 +58,28 @@ class _Trace:
         self.backward: list[tuple[int, int, int, int]] = []   # The same for the backward of each staged op.
         self.structures: dict[int, Any] = {}  # Modules and optimizers the step went through (`loom._structure`).
         self.loop_part: str | None = None  # "body"/"condition" while a traced while_loop's part is traced.
+        # (first node id, end node id) of each recomputation a checkpointed segment's backward traced.
+        self.recomputed: list[tuple[int, int]] = []
+
+    @contextlib.contextmanager
+    def recomputing(self) -> Iterator[None]:
+        """Mark the nodes traced inside as a recomputation (`loom.utils.checkpoint`), kept apart from the forward's."""
+        lo = _next_node_id()
+        try:
+            yield
+        finally:
+            self.recomputed.append((lo, _next_node_id()))
+
+    def recompute_groups(self, node_map: dict[int, Node]) -> dict[Node, int]:
+        """Graph node -> the recomputation (1, 2, ...) that traced it, for ``graph.meta["recompute"]``."""
+        groups: dict[Node, int] = {}
+        if self.recomputed:
+            for traced, new in node_map.items():
+                for k, (lo, hi) in enumerate(self.recomputed):
+                    if lo <= traced < hi and new.op not in ("input", "const", "buffer"):
+                        groups[new] = k + 1
+                        break
+        return groups
 
     def stage_of(self, node_id: int) -> "StageTag | None":
         """The stage (and visit, and whether it is backward) of a traced node, or None if unmarked."""
@@ -274,6 +296,39 @@ def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated:
     entry.graph = g
     entry.node_map = mapping
     return g, entry
+
+
+def _recompute_late(g: Graph, recompute: dict[Node, int]) -> None:
+    """Schedule each recomputed node just before the first other node that needs it.
+
+    The capture's depth-first order may put a checkpointed segment's recomputation early in the backward
+    (even before the backward of the segments after it), where its values would be as long-lived as the
+    forward activations they replace; the schedule is the graph's insertion order.
+    """
+    out: dict[Node, None] = {}
+
+    def pull(n: Node) -> None:
+        stack = [(n, False)]
+        while stack:
+            m, ready = stack.pop()
+            if m in out:
+                continue
+            if ready:
+                out[m] = None
+                continue
+            stack.append((m, True))
+            stack.extend((i, False) for i in reversed(m.inputs) if i in recompute and i not in out)
+
+    for n in g.topological_order():
+        if n not in recompute:
+            for i in n.inputs:
+                if i in recompute and i not in out:
+                    pull(i)
+            out[n] = None
+    for n in recompute:   # Read by nothing outside its recomputation: the end (pruning removes it).
+        if n not in out:
+            pull(n)
+    g._nodes = dict(out)   # type: ignore[assignment]
 
 
 def _add_traced(g: Graph, n: Node, inputs: tuple[Node, ...]) -> Node:
@@ -525,6 +580,10 @@ class Function:
                 rederive_all(t)  # Aliases derived from traced values take the real one again.
         for t, prev in tr.grads.values():
             t._grad = prev
+        recompute = tr.recompute_groups(entry.node_map)
+        if recompute:
+            graph.meta["recompute"] = recompute   # Checkpointed segments: CSE keeps their recomputation apart.
+            _recompute_late(graph, recompute)
         if self.memory_budget is not None:
             graph.meta["memory_budget"] = (self.memory_budget, self.strict)
             graph.meta["offload"] = self.offload
