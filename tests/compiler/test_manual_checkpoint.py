@@ -1,4 +1,4 @@
-"""loom.utils.checkpoint under loom.function: the recomputation survives the passes, shrinks the arena, changes no bit."""
+"""loom.utils.checkpoint under loom.function: the recomputation survives the passes and shrinks the arena."""
 import warnings
 
 import numpy as np
