@@ -90,6 +90,23 @@ def test_recomputation_is_kept_apart_only_where_the_trace_marked_it():
     assert sum(1 for n in out if n.op == "exp") == 2   # a and b merged, c and d merged, the two kept apart.
 
 
+def test_a_recomputed_node_that_simplify_rewrites_stays_apart_from_its_forward_twin():
+    from loom.compiler.passes.cse import cse
+    from loom.compiler.passes.simplify import simplify
+    g = loom.ir.Graph()
+    x = g.add_input((2, 3, 4), "float32")
+
+    def chain():   # Two permutes that simplify composes into one new permute.
+        return g.add_node("permute", [g.add_node("permute", [x], {"perm": (1, 0, 2)})], {"perm": (0, 2, 1)})
+    fwd, rec = chain(), chain()
+    g.outputs = [g.add_node("add", [g.add_node("exp", [fwd]), g.add_node("exp", [rec])])]
+    g.meta["recompute"] = {rec: 1, rec.inputs[0]: 1}
+    out = cse(simplify(g))
+    permutes = [n for n in out if n.op == "permute"]
+    assert len(permutes) == 2 and all(len(n.inputs) == 1 and n.inputs[0] is x for n in permutes)
+    assert sum(1 for n in permutes if n in out.meta["recompute"]) == 1
+
+
 def _gpt_step(ckpt: bool):
     a = api("loom")
     loom.manual_seed(0)

@@ -202,6 +202,7 @@ def simplify(graph: Graph, fast_math: bool = False) -> Graph:
     ['input']
     """
     replaced: list[Node] = []
+    recompute = graph.meta.get("recompute")  # A checkpoint's recomputation stays one when rewritten (see cse).
     for node in graph.topological_order():
         if node not in graph or node.op in ("input", "buffer"):
             continue
@@ -214,6 +215,8 @@ def simplify(graph: Graph, fast_math: bool = False) -> Graph:
             if isinstance(result, tuple):
                 op, ins, attrs = result
                 result = graph.add_node(op, ins, attrs, name=current.name)
+                if recompute and current in recompute:
+                    recompute[result] = recompute[current]
             graph.replace(current, result, check_cycles=False)  # Built from current's ancestors.
             replaced.append(current)
             if not made:
