@@ -328,7 +328,7 @@ def _recompute_late(g: Graph, recompute: dict[Node, int]) -> None:
     for n in recompute:   # Read by nothing outside its recomputation: the end (pruning removes it).
         if n not in out:
             pull(n)
-    g._nodes = dict(out)   # type: ignore[assignment]
+    g._nodes = out
 
 
 def _add_traced(g: Graph, n: Node, inputs: tuple[Node, ...]) -> Node:
