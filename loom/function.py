@@ -17,7 +17,7 @@ import gc
 import operator
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -58,6 +58,28 @@ class _Trace:
         self.backward: list[tuple[int, int, int, int]] = []   # The same for the backward of each staged op.
         self.structures: dict[int, Any] = {}  # Modules and optimizers the step went through (`loom._structure`).
         self.loop_part: str | None = None  # "body"/"condition" while a traced while_loop's part is traced.
+        # (first node id, end node id) of each recomputation a checkpointed segment's backward traced.
+        self.recomputed: list[tuple[int, int]] = []
+
+    @contextlib.contextmanager
+    def recomputing(self) -> Iterator[None]:
+        """Mark the nodes traced inside as a recomputation (`loom.utils.checkpoint`), kept apart from the forward's."""
+        lo = _next_node_id()
+        try:
+            yield
+        finally:
+            self.recomputed.append((lo, _next_node_id()))
+
+    def recompute_groups(self, node_map: dict[int, Node]) -> dict[Node, int]:
+        """Graph node -> the recomputation (1, 2, ...) that traced it, for ``graph.meta["recompute"]``."""
+        groups: dict[Node, int] = {}
+        if self.recomputed:
+            for traced, new in node_map.items():
+                for k, (lo, hi) in enumerate(self.recomputed):
+                    if lo <= traced < hi and new.op not in ("input", "const", "buffer"):
+                        groups[new] = k + 1
+                        break
+        return groups
 
     def stage_of(self, node_id: int) -> "StageTag | None":
         """The stage (and visit, and whether it is backward) of a traced node, or None if unmarked."""
@@ -276,6 +298,39 @@ def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated:
     return g, entry
 
 
+def _recompute_late(g: Graph, recompute: dict[Node, int]) -> None:
+    """Schedule each recomputed node just before the first other node that needs it.
+
+    The capture's depth-first order may put a checkpointed segment's recomputation early in the backward
+    (even before the backward of the segments after it), where its values would be as long-lived as the
+    forward activations they replace; the schedule is the graph's insertion order.
+    """
+    out: dict[Node, None] = {}
+
+    def pull(n: Node) -> None:
+        stack = [(n, False)]
+        while stack:
+            m, ready = stack.pop()
+            if m in out:
+                continue
+            if ready:
+                out[m] = None
+                continue
+            stack.append((m, True))
+            stack.extend((i, False) for i in reversed(m.inputs) if i in recompute and i not in out)
+
+    for n in g.topological_order():
+        if n not in recompute:
+            for i in n.inputs:
+                if i in recompute and i not in out:
+                    pull(i)
+            out[n] = None
+    for n in recompute:   # Read by nothing outside its recomputation: the end (pruning removes it).
+        if n not in out:
+            pull(n)
+    g._nodes = out
+
+
 def _add_traced(g: Graph, n: Node, inputs: tuple[Node, ...]) -> Node:
     """`g.add_node(n.op, inputs, n.attrs)` for a traced node: `apply` checked its attrs and inferred its shape
     and dtype from inputs of the same shapes and dtypes when it was recorded, so they are not inferred again."""
@@ -373,7 +428,7 @@ class Function:
 
     def __init__(self, fn: Callable, level: int = 3, backend: str = "c", warmup: int = 1,
                  memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
-                 track: bool = False, offload: str = "never",
+                 track: bool = False, offload: str = "auto",
                  placement: dict | None = None, transport: Any = None) -> None:
         functools.update_wrapper(self, fn)
         if runtime not in ("native", "actors"):
@@ -549,6 +604,10 @@ class Function:
                 rederive_all(t)  # Aliases derived from traced values take the real one again.
         for t, prev in tr.grads.values():
             t._grad = prev
+        recompute = tr.recompute_groups(entry.node_map)
+        if recompute:
+            graph.meta["recompute"] = recompute   # Checkpointed segments: CSE keeps their recomputation apart.
+            _recompute_late(graph, recompute)
         if self.memory_budget is not None:
             graph.meta["memory_budget"] = (self.memory_budget, self.strict)
             graph.meta["offload"] = self.offload
@@ -983,7 +1042,7 @@ def _buffer_tensor(array: np.ndarray, dtype: dt.DType) -> Tensor:
 
 def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", warmup: int = 1,
              memory_budget: int | str | None = None, strict: bool = False, runtime: str = "native",
-             track: bool = False, offload: str = "never",
+             track: bool = False, offload: str = "auto",
              placement: dict | None = None, transport: Any = None):
     """Trace `fn` into one static graph, compile it once and replay it on later calls.
 
@@ -1021,8 +1080,9 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
         Fit the compiled step's memory (its planned arena of intermediates
         plus the arrays it returns: new parameters, optimizer state, grads)
         under this many bytes (an int, or a string such as ``"256MB"``) by
-        recomputing activations in the backward instead of keeping them
-        (`loom.compiler.remat`); results stay bit-identical. A budget that
+        recomputing activations in the backward instead of keeping them or
+        offloading them to disk, as the cost model chooses (`offload`,
+        `loom.compiler.remat`); results stay bit-identical. A budget that
         cannot be met warns (`loom.LoomWarning`) and runs with the smallest
         plan found; `memory_reports` and `explain()` say what was done.
         With ``runtime="actors"`` the budget covers every task's arena and
@@ -1032,11 +1092,13 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
         With `memory_budget`: raise `loom.MemoryBudgetError` instead of warning.
     offload : str
         With `memory_budget`, the storage tiers a saved activation may go to:
-        ``"never"`` (default: recompute only), ``"disk"`` (offload to a
-        memory-mapped file and prefetch it back before the backward reads it)
-        or ``"auto"`` (per value, whichever the cost model says is cheaper:
-        recompute FLOPs at the measured rate, or bytes at the measured disk
-        bandwidth). Results stay bit-identical; see docs/memory-budget.md.
+        ``"auto"`` (default: per value, whichever the cost model says is
+        cheaper: recompute FLOPs at the measured rate, or bytes at the
+        measured disk bandwidth), ``"never"`` (recompute only) or ``"disk"``
+        (offload to a memory-mapped file and prefetch it back before the
+        backward reads it). Without `memory_budget` it has no effect: nothing
+        is recomputed or offloaded. Results stay bit-identical; see
+        docs/memory-budget.md.
     runtime : str
         ``"native"`` (default): the whole step is one compiled program.
         ``"actors"``: the graph is partitioned into tasks — pipeline stages

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 
 
-def _variant(budget, offload: str = "never"):
+def _variant(budget, offload: str = "auto"):
     """The GPT training step of the ``gpt`` workload under `budget` (None: none) and `offload`, and its batches.
 
     Shared with ``benchmarks/memory_budget.py`` (peak RSS per storage tier).
@@ -52,7 +52,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--fractions", default="0.5,0.25", help="budgets as fractions of the unbudgeted arena")
     p.add_argument("--repeats", type=int, default=7, help="timed steps per variant")
-    p.add_argument("--offload", default="never", help="storage tiers under the budgets: never, disk or auto "
+    p.add_argument("--offload", default="auto", help="storage tiers under the budgets: never, disk or auto "
                    "(comma-separated: one variant per setting and fraction)")
     args = p.parse_args(argv)
 

@@ -210,8 +210,8 @@ def explain(fn: Callable | Graph, *args, level: int | None = None, memory_budget
     strict : bool
         With `memory_budget`: raise instead of warning when it cannot be met.
     offload : str
-        With `memory_budget`, as for `loom.function`: ``"never"``, ``"disk"``
-        or ``"auto"``; the section then lists, per value, whether it was
+        With `memory_budget`, as for `loom.function`: ``"auto"`` (default),
+        ``"never"`` or ``"disk"``; the section then lists, per value, whether it was
         recomputed or offloaded to disk and what the cost model estimated.
     runtime : str
         ``"native"`` (default) or, as for `loom.function`, ``"actors"``: with
@@ -256,7 +256,7 @@ def explain(fn: Callable | Graph, *args, level: int | None = None, memory_budget
         offload = declared.offload if offload is None else offload
         runtime = declared.runtime if runtime is None else runtime
     level = 3 if level is None else level
-    strict, offload, runtime = bool(strict), offload or "never", runtime or "native"
+    strict, runtime = bool(strict), runtime or "native"
     if runtime not in ("native", "actors"):
         raise LoomError(f"loom.compiler.explain: runtime must be 'native' or 'actors', got {runtime!r}")
     if isinstance(fn, Graph):
@@ -278,12 +278,12 @@ def explain(fn: Callable | Graph, *args, level: int | None = None, memory_budget
 
     work = graph.copy()  # The passes edit this one in place, so node ids stay stable in the report.
     if memory_budget is not None:
-        from loom.compiler.remat import parse_budget
+        from loom.compiler.remat import DEFAULT_OFFLOAD, parse_budget
 
         if level != 3:
             raise LoomError(f"loom.compiler.explain: memory_budget needs level 3 (the memory plan), got {level}")
         work.meta["memory_budget"] = (parse_budget(memory_budget, "loom.compiler.explain"), bool(strict))
-        work.meta["offload"] = offload
+        work.meta["offload"] = offload = offload or DEFAULT_OFFLOAD
     plan_memory = None
     if runtime == "actors" and memory_budget is not None:
         from loom.compiler.partition import fit_budget, partition
@@ -295,7 +295,7 @@ def explain(fn: Callable | Graph, *args, level: int | None = None, memory_budget
             if len(parts.parts) > 1:  # One task is the plain step: its report is the plain step's.
                 nbytes, strict_ = work.meta["memory_budget"]
                 plan_memory = fit_budget(parts, lambda g: _Optimized(g, level), nbytes, strict_,  # type: ignore[arg-type, return-value]
-                                         offload, 2, "loom.compiler.explain")[1]
+                                         work.meta["offload"], 2, "loom.compiler.explain")[1]
         if plan_memory is not None:
             del work.meta["memory_budget"], work.meta["offload"]
     result = Explanation(level, graph.copy(), str(work))

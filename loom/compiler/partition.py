@@ -298,8 +298,10 @@ def compile_partitioned(graph: Graph, stages: Mapping[Node, int | StageTag] | No
         return prog
     memory = None
     if budget is not None:
-        runs, memory = fit_budget(parts, compile_fn, budget[0], bool(budget[1]), graph.meta.get("offload") or "never",
-                                  registers, name)
+        from loom.compiler.remat import DEFAULT_OFFLOAD
+
+        runs, memory = fit_budget(parts, compile_fn, budget[0], bool(budget[1]),
+                                  graph.meta.get("offload") or DEFAULT_OFFLOAD, registers, name)
         registers = memory.registers
     else:
         runs = [compile_fn(p.graph) for p in parts.parts]

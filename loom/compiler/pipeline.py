@@ -42,9 +42,10 @@ def optimize(graph: Graph, level: int = 3, *, checked: bool = False) -> tuple[Gr
 
 def pass_names(graph: Graph, level: int) -> list[str]:
     """The passes `optimize` runs on `graph` at `level`: the level's, plus ``remat`` before ``memory``
-    when the graph carries a memory budget (``graph.meta["memory_budget"]``, set by `loom.function`)."""
+    when the graph carries a memory budget (``graph.meta["memory_budget"]``, set by `loom.function`) or
+    a checkpointed segment's recomputation (``graph.meta["recompute"]``, whose schedule it tightens)."""
     names = passes_for_level(level)
-    if graph.meta.get("memory_budget") is not None and "memory" in names:
+    if (graph.meta.get("memory_budget") is not None or graph.meta.get("recompute")) and "memory" in names:
         names.insert(names.index("memory"), "remat")
     return names
 

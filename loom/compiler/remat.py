@@ -154,7 +154,8 @@ class RematReport:
         whether it meets the budget, bytes offloaded to disk, and the cost
         model's extra seconds per run.
     offload : str
-        The disk tier setting: ``"never"``, ``"disk"`` or ``"auto"``.
+        The disk tier setting: ``"never"``, ``"disk"`` or ``"auto"`` (the
+        default of `loom.function` and the eager budget).
     offloaded, offload_bytes : int
         Values offloaded to the disk tier, and their bytes (written and read
         back once per run).
@@ -791,6 +792,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
 # offloaded bytes, estimated extra seconds per run (the cost model's).
 _STATS = ("values", "recomputed", "extra_flops", "offloaded", "offload_bytes", "seconds")
 OFFLOAD_MODES = ("never", "disk", "auto")
+DEFAULT_OFFLOAD = "auto"  # Under a memory budget the cost model chooses recompute or disk per value.
 MEMORY_BANDWIDTH = 4e9   # Bytes/s an elementwise kernel streams (assumed; such kernels are memory-bound).
 _RATE: list[float] = []
 _key_counter = itertools.count(1)

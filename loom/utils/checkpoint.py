@@ -10,7 +10,10 @@ an output, `fn` is run again with gradients on (with the random state it
 first saw, so dropout draws the same masks) and the gradient of the recomputed
 output is taken; gradients are therefore those of the plain call, to any order.
 Under `loom.function` the trace keeps the recomputation in the plan as graph
-nodes; whether the compiler shares them with the forward's is its business.
+nodes, marked as such (``graph.meta["recompute"]``): common-subexpression
+elimination does not merge them with the forward's twins, so the segment's
+intermediates die in the forward and are computed again in the backward,
+and the planned arena shrinks as in eager mode.
 
 Examples
 --------
@@ -24,11 +27,13 @@ loom.Size([2, 4])
 from __future__ import annotations
 
 import warnings
+from contextlib import nullcontext
 from typing import Any, Callable
 
 from loom.autograd.engine import grad as _grad
 from loom.autograd.grad_mode import enable_grad, is_grad_enabled
 from loom.errors import LoomTypeError, LoomValueError
+from loom.runtime import realize as _realize
 from loom.runtime.realize import realize_barrier
 from loom.tensor import Context, Tensor
 
@@ -86,7 +91,11 @@ class _Segment:
             # Fresh leaves stand for the inputs, so the gradient stops at them instead of running on
             # into the history before the segment (the outer backward pass covers that).
             wrt = [t.detach().requires_grad_(True) for t in wrt[:n]] + wrt[n:]
-        with enable_grad():
+        # Under `loom.function` the trace marks these nodes as a recomputation, so the compiler keeps them
+        # apart from the forward's (merged, they would keep the segment's activations alive until backward).
+        trace = _realize.active_trace
+        marked = trace.recomputing() if trace is not None and hasattr(trace, "recomputing") else nullcontext()
+        with enable_grad(), marked:
             outs = _tensors(self.run(wrt[:n]))
         out = outs[index]
         if not out.requires_grad:

@@ -103,10 +103,13 @@ def test_strict_budget_raises_and_loose_warns():
 
 # ---------------------------------------------------------------- training steps
 
-def _run(build, data, steps, budget=None, strict=False):
-    """Losses and final parameters of `steps` traced training steps (the first is the eager warm-up)."""
+def _run(build, data, steps, budget=None, strict=False, offload="never"):
+    """Losses and final parameters of `steps` traced training steps (the first is the eager warm-up).
+
+    Recompute only unless `offload` says otherwise: this file tests the recomputation policies
+    (tests/compiler/test_storage_tiers.py the disk tier and the default, ``"auto"``)."""
     model, step = build()
-    fn = loom.function(step, memory_budget=budget, strict=strict)
+    fn = loom.function(step, memory_budget=budget, strict=strict, offload=offload)
     losses = [fn(*data[k % len(data)]).detach().numpy().copy() for k in range(steps)]
     params = [p.detach().numpy().copy() for p in model.parameters()]
     return losses, params, fn

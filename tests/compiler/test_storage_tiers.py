@@ -59,6 +59,41 @@ def test_offload_setting_is_checked():
         rematerialize(_chain_graph(), 4096, offload="ssd")
 
 
+def test_offload_defaults_to_auto_which_acts_only_under_a_budget(monkeypatch, tmp_path):
+    """No budget: no remat pass, no cost-model measurement, no disk tier. A budget: "auto" decides, bit-identically."""
+    assert loom.function(lambda x: x).offload == "auto"
+    assert loom.function(lambda x: x, memory_budget="1MB").offload == "auto"
+    assert loom.function(lambda x: x, memory_budget="1MB", offload="never").offload == "never"
+    data = _mlp_data()
+
+    def untouched(*_):
+        raise AssertionError("the offload machinery ran without a memory budget")
+
+    with monkeypatch.context() as m:
+        from loom.compiler import remat
+
+        m.setattr(storage, "disk", untouched)
+        m.setattr(remat, "disk_bandwidth", untouched)
+        m.setattr(remat, "flop_rate", untouched)
+        m.setenv("LOOM_STORAGE_DIR", str(tmp_path))
+        model, step = _mlp()
+        base_fn = loom.function(step)
+        base_losses = [base_fn(*data[k % len(data)]).detach().numpy().copy() for k in range(4)]
+        base_params = [p.detach().numpy().copy() for p in model.parameters()]
+    assert base_fn.memory_reports == [] and _storage_nodes(base_fn) == [] and list(tmp_path.iterdir()) == []
+    budget = _outputs(base_fn) + int(_arena(base_fn) * 0.6)
+    model, step = _mlp()
+    fn = loom.function(step, memory_budget=budget)   # The default setting.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", loom.LoomWarning)
+        losses = [fn(*data[k % len(data)]).detach().numpy().copy() for k in range(4)]
+    (report,) = fn.memory_reports
+    assert report.offload == "auto" and report.met and _arena(fn) + report.outputs <= budget
+    assert report.values + report.offloaded > 0 and "least estimated time" in fn.explain()
+    _assert_same(losses, base_losses)
+    _assert_same([p.detach().numpy().copy() for p in model.parameters()], base_params)
+
+
 @pytest.mark.parametrize("offload", ["disk", "auto"])
 def test_mlp_training_under_a_budget_with_the_disk_tier_is_bit_identical(offload):
     data = _mlp_data()

@@ -7,6 +7,12 @@ values are bitwise equal. ``rand`` nodes merge only when every attr, the seed
 included, is equal, since they then produce the same values. Collectives
 (``send``, ``recv``, ``all_reduce``, ...) never merge: each one is a message
 exchange that the other ranks wait for.
+
+Nodes a checkpointed segment's backward recomputes (``graph.meta["recompute"]``,
+node -> recomputation number, set by `loom.function` for
+`loom.utils.checkpoint`) merge only with nodes of the same recomputation:
+merged with their forward twins, the recomputation would vanish and the
+segment's activations would stay alive until the backward.
 """
 from __future__ import annotations
 
@@ -80,12 +86,15 @@ def cse(graph: Graph) -> Graph:
     """
     order = graph.topological_order()
     position = {n: k for k, n in enumerate(order)}
+    recompute: dict[Node, int] = graph.meta.get("recompute") or {}
     seen: dict[Hashable, Node] = {}
     replaced: list[Node] = []
     for node in order:
         if node.op == "input" or node.op in _COLLECTIVES:
             continue
         key = _buffer_key(node) if node.op == "buffer" else node_key(node, position)
+        if recompute and node.op != "buffer":
+            key = (key, recompute.get(node, 0))
         first = seen.get(key)
         if first is None:
             seen[key] = node

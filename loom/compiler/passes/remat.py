@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from loom.compiler.passes.registry import register_pass
-from loom.compiler.remat import rematerialize
+from loom.compiler.memory import plan_memory
+from loom.compiler.remat import DEFAULT_OFFLOAD, _reschedule, rematerialize
 from loom.ir.graph import Graph
 
 
@@ -11,9 +12,10 @@ def remat(graph: Graph) -> Graph:
     """Recompute activations instead of keeping them, until the planned arena fits the memory budget.
 
     Runs only when asked (``loom.function(..., memory_budget=...)`` puts it
-    before ``memory``); the budget is ``graph.meta["memory_budget"]`` as
+    before ``memory``, and so does a trace with ``loom.utils.checkpoint``
+    segments, whose recomputation it schedules early without a budget); the budget is ``graph.meta["memory_budget"]`` as
     ``(bytes, strict)``, the disk tier setting ``graph.meta["offload"]``
-    (``"never"`` when absent) and the outcome goes to ``graph.meta["remat"]``.
+    (``"auto"``, `DEFAULT_OFFLOAD`, when absent) and the outcome goes to ``graph.meta["remat"]``.
 
     Examples
     --------
@@ -29,8 +31,15 @@ def remat(graph: Graph) -> Graph:
     """
     budget = graph.meta.get("memory_budget")
     if budget is None:
+        if graph.meta.get("recompute"):
+            # Manual checkpoints (`loom.utils.checkpoint`) without a budget: a recomputed activation dies only
+            # once its weight gradient has run, which the traced backward leaves to the optimizer; run such
+            # work as soon as it can, unless that plans a larger arena.
+            moved = graph.copy()
+            if _reschedule(moved) and plan_memory(moved).arena_bytes <= plan_memory(graph).arena_bytes:
+                return moved
         return graph
     nbytes, strict = budget
-    graph, report = rematerialize(graph, nbytes, strict, graph.meta.get("offload") or "never")
+    graph, report = rematerialize(graph, nbytes, strict, graph.meta.get("offload") or DEFAULT_OFFLOAD)
     graph.meta["remat"] = report
     return graph

@@ -203,6 +203,7 @@ def simplify(graph: Graph, fast_math: bool = False) -> Graph:
     """
     replaced: list[Node] = []
     before, added = list(graph._nodes), []
+    recompute = graph.meta.get("recompute")  # A checkpoint's recomputation stays one when rewritten (see cse).
     for node in graph.topological_order():
         if node not in graph or node.op in ("input", "buffer"):
             continue
@@ -216,6 +217,8 @@ def simplify(graph: Graph, fast_math: bool = False) -> Graph:
                 op, ins, attrs = result
                 result = graph.add_node(op, ins, attrs, name=current.name)
                 added.append(result)
+                if recompute and current in recompute:
+                    recompute[result] = recompute[current]
             graph.replace(current, result, check_cycles=False)  # Built from current's ancestors.
             replaced.append(current)
             if not made:
