@@ -109,7 +109,10 @@ def test_mlp_training_under_a_budget_with_the_disk_tier_is_bit_identical(offload
     acts = _storage_nodes(fn)
     assert len(acts) == 4 * report.offloaded and acts.count("flush") == report.offloaded
     if offload == "disk":
-        assert report.offloaded > 0 and report.values == 0 and acts.count("reload") == report.offloaded
+        # Disk carries the step; a value is recomputed only inside the kernel that reads it, where offloading
+        # alone cannot fit the budget (the 'offload+inline' plan).
+        assert report.offloaded > 0 and acts.count("reload") == report.offloaded
+        assert all(t.choice in ("offload", "inline") for t in report.tiers), [t.choice for t in report.tiers]
     # Every value moved off the peak is listed with its choice and the cost model's figures.
     assert len(report.tiers) == report.offloaded + report.values
     text = fn.explain()
@@ -120,8 +123,9 @@ def test_auto_picks_per_value_by_the_cost_model(monkeypatch):
     """A slow disk makes every value recomputed, a fast one offloaded: the setting, not the code, decides."""
     data = _mlp_data()
     *_, base_fn = _train(_mlp, data, 2)
-    # Tight enough that computing the GELU kernels' inputs inline (no disk estimate to weigh) does not suffice.
-    budget = _outputs(base_fn) + int(_arena(base_fn) * 0.3)
+    # Tight enough that computing the GELU kernels' inputs inline (no disk estimate to weigh) does not suffice,
+    # loose enough that recomputing alone can meet it (at 0.3 some values have nothing to recompute them from).
+    budget = _outputs(base_fn) + int(_arena(base_fn) * 0.4)
     monkeypatch.setattr(storage, "_BW", [1e3])         # 1 kB/s: recomputing always wins.
     *_, slow = _train(_mlp, data, 2, budget, "auto")
     (r,) = slow.memory_reports
@@ -130,7 +134,7 @@ def test_auto_picks_per_value_by_the_cost_model(monkeypatch):
     monkeypatch.setattr(storage, "_BW", [1e15])        # Free transfers: offloading always wins.
     *_, fast = _train(_mlp, data, 2, budget, "auto")
     (r,) = fast.memory_reports
-    assert r.offloaded > 0 and r.strategy.startswith("offload")
+    assert r.offloaded > 0 and "offload" in r.strategy
     assert any(t.choice == "offload" and t.recompute_s is not None for t in r.tiers)
 
 
