@@ -301,7 +301,8 @@ def _recomputable(members: list[Node], outputs: set) -> bool:
         return False
     inside = set(members)
     size = int(np.prod(root.shape, dtype=np.int64))
-    full = [i for i in {i for m in members for i in m.inputs if i not in inside}
+    # A const is a scalar in the kernel, whatever its shape: it reads no memory.
+    full = [i for i in {i for m in members for i in m.inputs if i not in inside and i.op != "const"}
             if int(np.prod(i.shape, dtype=np.int64)) >= size]
     if any(i.op == "matmul" for i in full):
         return False  # It runs as the GEMM's epilogue, on row blocks still in cache: storing it is cheap.

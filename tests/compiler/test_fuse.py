@@ -263,6 +263,21 @@ def test_cheap_shared_values_are_recomputed_in_each_kernel():
     assert all(n.op in ("input", "fused") for n in out)
 
 
+def test_full_shape_constants_read_no_memory_when_recomputing():
+    """GELU's 1 + tanh(..) (a const of the full shape) read by the forward product and by the backward: both
+    kernels add the 1 themselves instead of reading a stored 1 + t."""
+    g = Graph()
+    x, gy = g.add_input((4, 6), F32), g.add_input((4, 6), F32)
+    t = g.add_node("tanh", [x])
+    u = g.add_node("add", [t, g.add_constant(1.0, F32, shape=(4, 6))])
+    y = g.add_node("mul", [x, u])
+    dx = g.add_node("mul", [gy, g.add_node("mul", [u, t])])
+    g.outputs = [y, dx]
+    out = check(g, values((4, 6)), values((4, 6), 2))
+    bodies = [body_ops(f) for f in fused_nodes(out)]
+    assert bodies == [["tanh"], ["const", "add", "mul"], ["const", "add", "mul", "mul"]]
+
+
 def test_shared_values_stay_stored_when_recomputing_costs_more():
     g, inputs = _stats_graph("atan2")  # An expensive op: computed once beats once per reader.
     g2 = Graph()  # Two full-size inputs: each reader would read twice the bytes of the stored value.
