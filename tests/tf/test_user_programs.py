@@ -572,3 +572,33 @@ def test_r2_and_f1_scores_match_keras():
             m.update_state(*[a[3:] for a in args], **{k: v[3:] for k, v in kw.items()})
             vals.append(np.asarray(m.result()))
         close(vals[1], vals[0], 1e-5)
+
+
+def test_custom_train_step_updates_compiled_metrics_through_self_metrics():
+    """Keras 3's 'customizing what happens in fit' guide: loop over self.metrics in train_step."""
+    x = np.random.default_rng(0).random((32, 4), np.float32)
+    y = np.random.default_rng(1).random((32, 1), np.float32)
+    hists = []
+    for tf in (real_tf, ltf):
+        class CustomModel(tf.keras.Model):
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    y_pred = self(x, training=True)
+                    loss = self.compute_loss(y=y, y_pred=y_pred)
+                grads = tape.gradient(loss, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+                for metric in self.metrics:
+                    if metric.name == "loss":
+                        metric.update_state(loss)
+                    else:
+                        metric.update_state(y, y_pred)
+                return {m.name: m.result() for m in self.metrics}
+        inputs = tf.keras.Input(shape=(4,))
+        model = CustomModel(inputs, tf.keras.layers.Dense(1)(inputs))
+        model.set_weights([np.full((4, 1), 0.3, np.float32), np.zeros(1, np.float32)])
+        model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+        hists.append(model.fit(x, y, epochs=3, batch_size=8, verbose=0, shuffle=False).history)
+    assert sorted(hists[0]) == sorted(hists[1]) == ["loss", "mae"]
+    for k in hists[0]:
+        close(hists[1][k], hists[0][k], 1e-5)

@@ -42,6 +42,29 @@ def _take(x, idx):
     return loom.tensor(np.ascontiguousarray(x[idx]))
 
 
+class _CompileMetrics(metrics_mod.Metric):
+    """The compiled metrics as one metric (Keras 3's `compile_metrics`), built from the first targets."""
+
+    def __init__(self, model) -> None:
+        self._model = model
+        super().__init__(name="compile_metrics")
+
+    def reset_state(self) -> None:
+        for m in self._model._metric_objs or []:
+            m.reset_state()
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        model = self._model
+        model._ensure_metrics(y_true, y_pred)
+        n_plain = model.__dict__.get("_n_unweighted", len(model._metric_objs))
+        for k, m in enumerate(model._metric_objs):
+            m.update_state(y_true, y_pred.detach() if isinstance(y_pred, Tensor) else y_pred,
+                           sample_weight if k >= n_plain else None)
+
+    def result(self) -> dict:
+        return {m.name: m.result() for m in (self._model._metric_objs or [])}
+
+
 def _class_weights(class_weight: dict, y: np.ndarray, sample_weight):
     """Per-example weights from `class_weight` by each target's class (integer or one-hot labels)."""
     labels = np.argmax(y, -1) if y.ndim > 1 and y.shape[-1] > 1 else y.reshape(len(y), -1)[:, 0]
@@ -340,6 +363,10 @@ class Model(Layer):
         if self._multi is not None:
             out += [t for t, fn in zip(self._multi["trackers"], self._multi["losses"]) if fn is not None]
             out += [mt for per in (self._multi["metrics"] or []) for mt in per]
+        if self._metric_objs is None and (self._metric_specs or self.__dict__.get("_weighted_specs")):
+            # Before the first batch the compiled metrics are not built yet (their kind depends on the
+            # targets' shapes): a custom train_step updating `self.metrics` reaches them through this.
+            return out + [_CompileMetrics(self)]
         return out + list(self._metric_objs or [])
 
     @property
@@ -364,7 +391,14 @@ class Model(Layer):
         return loss
 
     def _logs(self) -> dict:
-        return {m.name: float(m.result()) for m in self.metrics}
+        out: dict = {}
+        for m in self.metrics:
+            r = m.result()
+            if isinstance(r, dict):
+                out.update({k: float(v) for k, v in r.items()})
+            else:
+                out[m.name] = float(r)
+        return out
 
     def train_step(self, data) -> dict:
         """One optimization step on a batch: forward, loss, gradients, update, metrics."""
