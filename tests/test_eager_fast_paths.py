@@ -126,3 +126,18 @@ def test_gelu_tanh_second_derivative_is_the_primitives():
     (ddx0,) = loom.autograd.grad([dx0.sum()], [x0])
     assert ddx.numpy().tobytes() == ddx0.numpy().tobytes()
     assert np.abs(ddx.numpy()).max() > 0.5  # 0.798 at 0: a real second derivative, not zeros.
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_where_selecting_a_zero_splat_gives_np_wheres_bits(dtype):
+    # The ReLU shortcut of the bitwise select (a +0.0 splat on either side), on NaN, infinities and -0.0.
+    from loom.ir.ops import _splat, _where_impl
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((96, 64)).astype(dtype)
+    x.flat[:5] = [np.nan, -0.0, np.inf, -np.inf, 0.0]
+    c = rng.random(x.shape) < 0.5
+    for zero in (_splat(np.array(0.0, dtype), x.shape), _splat(np.array(-0.0, dtype), x.shape)):
+        for a, b in ((zero, x), (x, zero)):
+            got, want = _where_impl(c, a, b, {}), np.where(c, a, b)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
