@@ -141,3 +141,29 @@ def test_where_selecting_a_zero_splat_gives_np_wheres_bits(dtype):
             got, want = _where_impl(c, a, b, {}), np.where(c, a, b)
             assert got.dtype == want.dtype and got.shape == want.shape
             assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("src, shape", [((1, 5), (4, 5)), ((3, 1), (3, 6)), ((1, 1, 2), (2, 3, 2)), ((2, 3), (2, 3)),
+                                        ((0, 3), (0, 3)), ((4,), (2, 4))])
+def test_expand_gives_broadcast_tos_view(src, shape):
+    # The direct view of a contiguous array: broadcast_to's shape, strides, values and read-only flag.
+    from loom.ir.ops import PRIMITIVES
+    x = np.arange(int(np.prod(src)), dtype=np.float32).reshape(src)
+    for a in (x, x[::-1]):  # A reversed array is not contiguous: broadcast_to itself.
+        got, want = PRIMITIVES["expand"].impl(a, {"shape": shape}), np.broadcast_to(a, shape)
+        assert got.shape == want.shape and got.strides == want.strides and not got.flags.writeable
+        assert np.array_equal(got, want) and np.shares_memory(got, a) == (a.size > 0)
+
+
+def test_where_backward_builds_only_the_gradients_asked_for():
+    from loom.ir.ops import PRIMITIVES
+    g, c = loom.ones(3), loom.tensor([True, False, True])
+    vjp = PRIMITIVES["where"].vjp
+    assert [r is None for r in vjp(g, c, g, g, g, {}, needs=(False, False, True))] == [True, True, False]
+    assert [r is None for r in vjp(g, c, g, g, g, {})] == [True, False, False]
+    a, b = loom.tensor([1.0, 2.0, 3.0], requires_grad=True), loom.tensor([4.0, 5.0, 6.0], requires_grad=True)
+    loom.where(c, a, b).sum().backward()
+    assert a.grad.tolist() == [1.0, 0.0, 1.0] and b.grad.tolist() == [0.0, 1.0, 0.0]
+    x = loom.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    loom.where(x > 0, x, 0.0).sum().backward()  # A broadcast Python zero: only x's gradient.
+    assert x.grad.tolist() == [0.0, 0.0, 1.0]

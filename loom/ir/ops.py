@@ -536,9 +536,11 @@ def _infer_where(inputs, attrs):
     return shape, _same_dtype("where", [a, b])
 
 
-def _where_vjp(g, c, a, b, out, attrs):
+def _where_vjp(g, c, a, b, out, attrs, needs=(True, True, True)):
+    # `needs` spares a ReLU's backward the select for its constant zero (a node built for nothing).
     zero = _zeros(g)
-    return None, P("where", c, g, zero), P("where", c, zero, g)
+    return (None, P("where", c, g, zero) if needs[1] else None,
+            P("where", c, zero, g) if needs[2] else None)
 
 
 _SAME_SIZE_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -705,7 +707,7 @@ def _reshape_attrs(inputs, attrs):
 
 
 register("reshape", "movement", 1, _infer_reshape,
-         lambda x, attrs: np.reshape(x, attrs["shape"]),
+         lambda x, attrs: x.reshape(attrs["shape"]),  # The method: np.reshape's dispatch costs more than the view.
          lambda g, x, out, a: (g.reshape(x.shape),), check_attrs=_reshape_attrs)
 
 
@@ -734,7 +736,7 @@ def _permute_attrs(inputs, attrs):
 
 
 register("permute", "movement", 1, _infer_permute,
-         lambda x, attrs: np.transpose(x, attrs["perm"]), _permute_vjp, check_attrs=_permute_attrs)
+         lambda x, attrs: x.transpose(attrs["perm"]), _permute_vjp, check_attrs=_permute_attrs)
 
 
 def _infer_expand(inputs, attrs):
@@ -756,8 +758,19 @@ def _expand_attrs(inputs, attrs):
     _shape_attr("expand", "shape", attrs["shape"], len(inputs[0].shape))
 
 
-register("expand", "movement", 1, _infer_expand,
-         lambda x, attrs: np.broadcast_to(x, attrs["shape"]), _expand_vjp, check_attrs=_expand_attrs)
+def _expand_impl(x, attrs):
+    """np.broadcast_to's view; on a contiguous array of the same rank (a bias row) built directly, with the same
+    strides (a few times cheaper than broadcast_to's iterator)."""
+    shape = tuple(attrs["shape"])
+    if type(x) is np.ndarray and x.ndim == len(shape) and x.size and x.flags.c_contiguous:
+        strides = tuple([s if n == m else 0 for n, m, s in zip(x.shape, shape, x.strides)])
+        out = np.ndarray(shape, x.dtype, x, 0, strides)
+        out.flags.writeable = False
+        return out
+    return np.broadcast_to(x, shape)
+
+
+register("expand", "movement", 1, _infer_expand, _expand_impl, _expand_vjp, check_attrs=_expand_attrs)
 
 
 def _infer_pad(inputs, attrs):
