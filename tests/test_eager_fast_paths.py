@@ -167,3 +167,21 @@ def test_where_backward_builds_only_the_gradients_asked_for():
     x = loom.tensor([-1.0, 0.0, 2.0], requires_grad=True)
     loom.where(x > 0, x, 0.0).sum().backward()  # A broadcast Python zero: only x's gradient.
     assert x.grad.tolist() == [0.0, 0.0, 1.0]
+
+
+def test_plain_node_gradients_of_matmul_permute_reshape_match_numpy_and_differentiate_again():
+    # Their backward rules build permute/reshape nodes directly (no views): values and second derivatives hold.
+    rng = np.random.default_rng(5)
+    a_np, b_np = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 5))
+    a, b = loom.tensor(a_np, requires_grad=True), loom.tensor(b_np, requires_grad=True)
+    y = (a @ b).permute(2, 0, 1).reshape(5, 6)
+    (ga,) = loom.autograd.grad((y * y).sum(), a, create_graph=True)
+    prod = a_np @ b_np
+    np.testing.assert_allclose(ga.detach().numpy(), 2 * prod @ b_np.transpose(0, 2, 1), rtol=1e-12)
+    (gb,) = loom.autograd.grad(ga.sum(), b)  # d/db of sum(2 (a b) b^T).
+    ones = np.ones_like(a_np)
+    want = 2 * (a_np.transpose(0, 2, 1) @ ones @ b_np + (ones.transpose(0, 2, 1) @ a_np @ b_np))
+    np.testing.assert_allclose(gb.numpy(), want, rtol=1e-12)
+    x = loom.tensor([[1.0, 2.0]], requires_grad=True)
+    x.permute(0, 1).reshape(1, 2).sum().backward()  # Identity permute and reshape: the gradient itself.
+    assert x.grad.tolist() == [[1.0, 1.0]]

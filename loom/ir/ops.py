@@ -708,7 +708,12 @@ def _reshape_attrs(inputs, attrs):
 
 register("reshape", "movement", 1, _infer_reshape,
          lambda x, attrs: x.reshape(attrs["shape"]),  # The method: np.reshape's dispatch costs more than the view.
-         lambda g, x, out, a: (g.reshape(x.shape),), check_attrs=_reshape_attrs)
+         lambda g, x, out, a: (_reshaped(g, tuple(x._node.shape)),), check_attrs=_reshape_attrs)
+
+
+def _reshaped(g, shape):
+    """`g` in `shape` (as many elements) as a plain reshape node: a gradient nobody writes through needs no view."""
+    return g if tuple(g._node.shape) == shape else P("reshape", g, shape=shape)
 
 
 def _infer_permute(inputs, attrs):
@@ -724,7 +729,9 @@ def _permute_vjp(g, x, out, attrs):
     inv = [0] * len(attrs["perm"])
     for i, p in enumerate(attrs["perm"]):
         inv[p] = i
-    return (g.permute(*inv),)
+    inv = tuple(inv)
+    # A plain permute node: the gradient is a value nobody writes through, not a view needing alias bookkeeping.
+    return (g if inv == tuple(range(len(inv))) else P("permute", g, perm=inv),)
 
 
 def _permute_attrs(inputs, attrs):
@@ -1065,7 +1072,13 @@ def _infer_matmul(inputs, attrs):
 
 
 def _matmul_vjp(g, a, b, out, attrs, needs=(True, True)):
-    return (g @ b.mT if needs[0] else None, a.mT @ g if needs[1] else None)
+    # The transposes are plain permute nodes, as in `linear`: values only these products read.
+    return (g @ _mT(b) if needs[0] else None, _mT(a) @ g if needs[1] else None)
+
+
+def _mT(x):
+    k = len(x._node.shape)
+    return P("permute", x, perm=tuple(range(k - 2)) + (k - 1, k - 2))
 
 
 register("matmul", "contraction", 2, _infer_matmul, lambda a, b, attrs: np.matmul(a, b), _matmul_vjp,
