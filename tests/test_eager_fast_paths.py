@@ -126,3 +126,62 @@ def test_gelu_tanh_second_derivative_is_the_primitives():
     (ddx0,) = loom.autograd.grad([dx0.sum()], [x0])
     assert ddx.numpy().tobytes() == ddx0.numpy().tobytes()
     assert np.abs(ddx.numpy()).max() > 0.5  # 0.798 at 0: a real second derivative, not zeros.
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_where_selecting_a_zero_splat_gives_np_wheres_bits(dtype):
+    # The ReLU shortcut of the bitwise select (a +0.0 splat on either side), on NaN, infinities and -0.0.
+    from loom.ir.ops import _splat, _where_impl
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((96, 64)).astype(dtype)
+    x.flat[:5] = [np.nan, -0.0, np.inf, -np.inf, 0.0]
+    c = rng.random(x.shape) < 0.5
+    for zero in (_splat(np.array(0.0, dtype), x.shape), _splat(np.array(-0.0, dtype), x.shape)):
+        for a, b in ((zero, x), (x, zero)):
+            got, want = _where_impl(c, a, b, {}), np.where(c, a, b)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("src, shape", [((1, 5), (4, 5)), ((3, 1), (3, 6)), ((1, 1, 2), (2, 3, 2)), ((2, 3), (2, 3)),
+                                        ((0, 3), (0, 3)), ((4,), (2, 4))])
+def test_expand_gives_broadcast_tos_view(src, shape):
+    # The direct view of a contiguous array: broadcast_to's shape, strides, values and read-only flag.
+    from loom.ir.ops import PRIMITIVES
+    x = np.arange(int(np.prod(src)), dtype=np.float32).reshape(src)
+    for a in (x, x[::-1]):  # A reversed array is not contiguous: broadcast_to itself.
+        got, want = PRIMITIVES["expand"].impl(a, {"shape": shape}), np.broadcast_to(a, shape)
+        assert got.shape == want.shape and got.strides == want.strides and not got.flags.writeable
+        assert np.array_equal(got, want) and np.shares_memory(got, a) == (a.size > 0)
+
+
+def test_where_backward_builds_only_the_gradients_asked_for():
+    from loom.ir.ops import PRIMITIVES
+    g, c = loom.ones(3), loom.tensor([True, False, True])
+    vjp = PRIMITIVES["where"].vjp
+    assert [r is None for r in vjp(g, c, g, g, g, {}, needs=(False, False, True))] == [True, True, False]
+    assert [r is None for r in vjp(g, c, g, g, g, {})] == [True, False, False]
+    a, b = loom.tensor([1.0, 2.0, 3.0], requires_grad=True), loom.tensor([4.0, 5.0, 6.0], requires_grad=True)
+    loom.where(c, a, b).sum().backward()
+    assert a.grad.tolist() == [1.0, 0.0, 1.0] and b.grad.tolist() == [0.0, 1.0, 0.0]
+    x = loom.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    loom.where(x > 0, x, 0.0).sum().backward()  # A broadcast Python zero: only x's gradient.
+    assert x.grad.tolist() == [0.0, 0.0, 1.0]
+
+
+def test_plain_node_gradients_of_matmul_permute_reshape_match_numpy_and_differentiate_again():
+    # Their backward rules build permute/reshape nodes directly (no views): values and second derivatives hold.
+    rng = np.random.default_rng(5)
+    a_np, b_np = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 5))
+    a, b = loom.tensor(a_np, requires_grad=True), loom.tensor(b_np, requires_grad=True)
+    y = (a @ b).permute(2, 0, 1).reshape(5, 6)
+    (ga,) = loom.autograd.grad((y * y).sum(), a, create_graph=True)
+    prod = a_np @ b_np
+    np.testing.assert_allclose(ga.detach().numpy(), 2 * prod @ b_np.transpose(0, 2, 1), rtol=1e-12)
+    (gb,) = loom.autograd.grad(ga.sum(), b)  # d/db of sum(2 (a b) b^T).
+    ones = np.ones_like(a_np)
+    want = 2 * (a_np.transpose(0, 2, 1) @ ones @ b_np + (ones.transpose(0, 2, 1) @ a_np @ b_np))
+    np.testing.assert_allclose(gb.numpy(), want, rtol=1e-12)
+    x = loom.tensor([[1.0, 2.0]], requires_grad=True)
+    x.permute(0, 1).reshape(1, 2).sum().backward()  # Identity permute and reshape: the gradient itself.
+    assert x.grad.tolist() == [[1.0, 1.0]]

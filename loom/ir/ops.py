@@ -536,9 +536,11 @@ def _infer_where(inputs, attrs):
     return shape, _same_dtype("where", [a, b])
 
 
-def _where_vjp(g, c, a, b, out, attrs):
+def _where_vjp(g, c, a, b, out, attrs, needs=(True, True, True)):
+    # `needs` spares a ReLU's backward the select for its constant zero (a node built for nothing).
     zero = _zeros(g)
-    return None, P("where", c, g, zero), P("where", c, zero, g)
+    return (None, P("where", c, g, zero) if needs[1] else None,
+            P("where", c, zero, g) if needs[2] else None)
 
 
 _SAME_SIZE_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -556,6 +558,11 @@ def _where_impl(c, a, b, attrs):
             or not _unbroadcast_or_splat(a) or not _unbroadcast_or_splat(b)):
         return np.where(c, a, b)
     mask = c.view(np.uint8).astype(u)
+    if not any(a.strides) and not a.view(u).flat[0]:
+        # Selecting +0.0 where c holds (a ReLU and its gradient): b's bits under a mask of all ones
+        # where c does not hold, the same bits in two passes instead of five.
+        np.subtract(mask, u(1), out=mask)
+        return np.bitwise_and(mask, b.view(u), out=mask).view(b.dtype)
     np.negative(mask, out=mask)  # All ones where c holds, else zero.
     out = np.bitwise_and(a.view(u), mask)
     np.invert(mask, out=mask)
@@ -700,8 +707,13 @@ def _reshape_attrs(inputs, attrs):
 
 
 register("reshape", "movement", 1, _infer_reshape,
-         lambda x, attrs: np.reshape(x, attrs["shape"]),
-         lambda g, x, out, a: (g.reshape(x.shape),), check_attrs=_reshape_attrs)
+         lambda x, attrs: x.reshape(attrs["shape"]),  # The method: np.reshape's dispatch costs more than the view.
+         lambda g, x, out, a: (_reshaped(g, tuple(x._node.shape)),), check_attrs=_reshape_attrs)
+
+
+def _reshaped(g, shape):
+    """`g` in `shape` (as many elements) as a plain reshape node: a gradient nobody writes through needs no view."""
+    return g if tuple(g._node.shape) == shape else P("reshape", g, shape=shape)
 
 
 def _infer_permute(inputs, attrs):
@@ -717,7 +729,9 @@ def _permute_vjp(g, x, out, attrs):
     inv = [0] * len(attrs["perm"])
     for i, p in enumerate(attrs["perm"]):
         inv[p] = i
-    return (g.permute(*inv),)
+    inv = tuple(inv)
+    # A plain permute node: the gradient is a value nobody writes through, not a view needing alias bookkeeping.
+    return (g if inv == tuple(range(len(inv))) else P("permute", g, perm=inv),)
 
 
 def _permute_attrs(inputs, attrs):
@@ -729,7 +743,7 @@ def _permute_attrs(inputs, attrs):
 
 
 register("permute", "movement", 1, _infer_permute,
-         lambda x, attrs: np.transpose(x, attrs["perm"]), _permute_vjp, check_attrs=_permute_attrs)
+         lambda x, attrs: x.transpose(attrs["perm"]), _permute_vjp, check_attrs=_permute_attrs)
 
 
 def _infer_expand(inputs, attrs):
@@ -751,8 +765,19 @@ def _expand_attrs(inputs, attrs):
     _shape_attr("expand", "shape", attrs["shape"], len(inputs[0].shape))
 
 
-register("expand", "movement", 1, _infer_expand,
-         lambda x, attrs: np.broadcast_to(x, attrs["shape"]), _expand_vjp, check_attrs=_expand_attrs)
+def _expand_impl(x, attrs):
+    """np.broadcast_to's view; on a contiguous array of the same rank (a bias row) built directly, with the same
+    strides (a few times cheaper than broadcast_to's iterator)."""
+    shape = tuple(attrs["shape"])
+    if type(x) is np.ndarray and x.ndim == len(shape) and x.size and x.flags.c_contiguous:
+        strides = tuple([s if n == m else 0 for n, m, s in zip(x.shape, shape, x.strides)])
+        out = np.ndarray(shape, x.dtype, x, 0, strides)
+        out.flags.writeable = False
+        return out
+    return np.broadcast_to(x, shape)
+
+
+register("expand", "movement", 1, _infer_expand, _expand_impl, _expand_vjp, check_attrs=_expand_attrs)
 
 
 def _infer_pad(inputs, attrs):
@@ -1047,7 +1072,13 @@ def _infer_matmul(inputs, attrs):
 
 
 def _matmul_vjp(g, a, b, out, attrs, needs=(True, True)):
-    return (g @ b.mT if needs[0] else None, a.mT @ g if needs[1] else None)
+    # The transposes are plain permute nodes, as in `linear`: values only these products read.
+    return (g @ _mT(b) if needs[0] else None, _mT(a) @ g if needs[1] else None)
+
+
+def _mT(x):
+    k = len(x._node.shape)
+    return P("permute", x, perm=tuple(range(k - 2)) + (k - 1, k - 2))
 
 
 register("matmul", "contraction", 2, _infer_matmul, lambda a, b, attrs: np.matmul(a, b), _matmul_vjp,

@@ -1,6 +1,7 @@
 """The NumPy reference interpreter: the semantics every other backend must match."""
 from __future__ import annotations
 
+import math
 import sys
 import weakref
 from typing import Iterable
@@ -112,7 +113,7 @@ def evaluate(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
         out = prim.impl(node.attrs)
     else:
         if op == "matmul":
-            threads.prepare_blas(int(np.prod(node.shape, dtype=np.int64)) * int(node.inputs[0].shape[-1]))
+            threads.prepare_blas(math.prod(node.shape) * int(node.inputs[0].shape[-1]))
         for i in node.inputs:
             if i.dtype in _UPCAST:
                 arrays = [to_compute(a, i.dtype) for a, i in zip(arrays, node.inputs)]
@@ -234,7 +235,7 @@ def _compute(node: Node, arrays: list[np.ndarray], ufunc) -> np.ndarray:
     if ufunc is _TRANSPOSED_MATMUL:
         a, b = arrays
         if a.dtype == b.dtype == node.dtype.np:
-            threads.prepare_blas(int(np.prod(node.shape, dtype=np.int64)) * int(a.shape[-1]))
+            threads.prepare_blas(math.prod(node.shape) * int(a.shape[-1]))
             return np.matmul(b.swapaxes(-1, -2), a.swapaxes(-1, -2)).swapaxes(-1, -2)
         ufunc = None
     if ufunc is not None:
