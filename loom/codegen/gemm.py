@@ -55,15 +55,10 @@ def block_rows(M: int, N: int, itemsize: int) -> int:
     return max(32, want // 16 * 16)
 
 
-def row_blocks(kern, meta: np.ndarray, elems: int, row_elems: int, rows: list[tuple[int, int]],
-               itemsize: int) -> list[np.ndarray] | None:
-    """One argument block per row range of `rows` for a kernel whose full-call argument block is `meta`.
-
-    The kernel's output is C-contiguous with `elems` elements; a row of C is
-    `row_elems` of them, and rows ``[r0, r1)`` are its elements
-    ``[r0 * row_elems, r1 * row_elems)``. Returns None when the kernel's
-    outermost output loop dim does not walk the output in whole rows.
-    """
+def _output_rows(kern, meta: np.ndarray | None, elems: int):
+    """The fused kernel's argument block read for a cut along its output's rows: ``(spec, kpos, layout, loop
+    count, extents, leaf strides, D, step)`` with D the outermost output loop dim and step its output stride, or
+    None when the kernel has no spec or D does not walk all `elems` output elements in order."""
     spec = getattr(kern, "spec", None)
     if spec is None or meta is None:
         return None
@@ -80,8 +75,26 @@ def row_blocks(kern, meta: np.ndarray, elems: int, row_elems: int, rows: list[tu
         return None
     D = outer[0]
     step = int(os_[D])
-    if step <= 0 or int(n[D]) * step != elems or (spec.accs and D == NO - 1):
-        return None  # Not the whole output in order, or a reduction's own inner dim.
+    if step <= 0 or int(n[D]) * step != elems:
+        return None  # Not the whole output in order.
+    return spec, kpos, lay, L, n, ls, D, step
+
+
+def row_blocks(kern, meta: np.ndarray, elems: int, row_elems: int, rows: list[tuple[int, int]],
+               itemsize: int) -> list[np.ndarray] | None:
+    """One argument block per row range of `rows` for a kernel whose full-call argument block is `meta`.
+
+    The kernel's output is C-contiguous with `elems` elements; a row of C is
+    `row_elems` of them, and rows ``[r0, r1)`` are its elements
+    ``[r0 * row_elems, r1 * row_elems)``. Returns None when the kernel's
+    outermost output loop dim does not walk the output in whole rows.
+    """
+    view = _output_rows(kern, meta, elems)
+    if view is None:
+        return None
+    spec, kpos, lay, L, n, ls, D, step = view
+    if spec.accs and D == spec.n_o - 1:
+        return None  # A reduction's own inner dim.
     ng = sum(len(g.sizes) for g in spec.guards)
     gb0, gc0 = lay["gb"][0], lay["gc"][0]
     out = []
@@ -104,27 +117,15 @@ def reads_within_rows(kern, meta: np.ndarray, elems: int, inputs: set[int]) -> b
     """Whether the kernel reads each of `inputs` (C-contiguous, `elems` elements like its output) only in the rows
     of it that it writes: element for element, or along its own rows (a row kernel), so that a block of its
     output rows needs only the same rows of those inputs (`row_blocks`' cut)."""
-    spec = getattr(kern, "spec", None)
-    if spec is None or meta is None:
+    if getattr(kern, "spec", None) is None or meta is None:
         return False
     if not inputs:
         return True
-    nslot, nobj = int(meta[2]), int(meta[3])
-    kpos = 4 + 2 * nslot + 4 * nobj
-    lay = spec.layout.offsets()
-    NO, L = spec.n_o, spec.n_o + spec.n_r
-    n = meta[kpos + lay["n"][0]:kpos + lay["n"][0] + L]
-    os_ = meta[kpos + lay["os"][0]:kpos + lay["os"][0] + NO]
+    view = _output_rows(kern, meta, elems)
+    if view is None:
+        return False
+    spec, kpos, lay, L, n, ls, D, step = view
     lo = meta[kpos + lay["lo"][0]:kpos + lay["lo"][0] + max(1, len(spec.leaves))]
-    ls = meta[kpos + lay["ls"][0]:kpos + lay["ls"][0] + len(spec.leaves) * L].reshape(-1, L) \
-        if spec.leaves else np.zeros((0, L), np.int64)
-    outer = [d for d in range(NO) if n[d] != 1]
-    if not outer:
-        return False
-    D = outer[0]
-    step = int(os_[D])
-    if step <= 0 or int(n[D]) * step != elems:
-        return False
     for k, lf in enumerate(spec.leaves):
         if lf.input not in inputs:
             continue
