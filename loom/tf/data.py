@@ -95,6 +95,18 @@ def _normalize(out):
     return out if isinstance(out, _Tensor) else convert_to_tensor(out)
 
 
+
+def _batches(elements, size: int, drop_remainder: bool, combine):
+    """`combine` applied to each run of `size` elements in order, and to a shorter last run unless dropped."""
+    buf: list = []
+    for el in elements:
+        buf.append(el)
+        if len(buf) == size:
+            yield combine(buf)
+            buf = []
+    if buf and not drop_remainder:
+        yield combine(buf)
+
 class Dataset:
     """A re-iterable pipeline of elements, as `tf.data.Dataset`.
 
@@ -286,14 +298,7 @@ class Dataset:
             return _rebuild(els[0], iter(cols))
 
         def make():
-            buf: list = []
-            for el in self._make():
-                buf.append(el)
-                if len(buf) == batch_size:
-                    yield stack(buf)
-                    buf = []
-            if buf and not drop_remainder:
-                yield stack(buf)
+            return _batches(self._make(), batch_size, drop_remainder, stack)
         if self._card < 0:
             card = self._card
         else:
@@ -426,14 +431,7 @@ class Dataset:
             return _rebuild(els[0], iter(cols))
 
         def make():
-            buf: list = []
-            for el in self._make():
-                buf.append(el)
-                if len(buf) == batch_size:
-                    yield stack(buf)
-                    buf = []
-            if buf and not drop_remainder:
-                yield stack(buf)
+            return _batches(self._make(), batch_size, drop_remainder, stack)
         card = self._card if self._card < 0 else (
             self._card // batch_size if drop_remainder else -(-self._card // batch_size))
         return Dataset(make, card)
