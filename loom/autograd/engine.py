@@ -150,7 +150,7 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
                 for hook in t._hooks:
                     new = hook(g)
                     if new is not None:
-                        g = new
+                        g = _hooked(hook, new, g)
             if stop_at is not None and id(t) in stop_at:
                 found[id(t)] = (t, g)
                 if t._ctx is None:
@@ -211,6 +211,20 @@ def _wants_needs(prim) -> bool:
     if w is None:
         w = _NEEDS[key] = wants_needs(prim)
     return w
+
+
+def _hooked(hook, new, g):
+    """A tensor hook's replacement gradient, checked as PyTorch checks it: a tensor of the gradient's shape."""
+    from loom.tensor import Tensor
+    name = getattr(hook, "__qualname__", None) or type(hook).__name__
+    if not isinstance(new, Tensor):
+        raise LoomTypeError(f"loom.Tensor.register_hook: the hook {name} returned a {type(new).__name__}; a "
+                            f"gradient hook returns None (keep the gradient) or a Tensor (replace it)")
+    if tuple(new.shape) != tuple(g.shape):
+        raise LoomTypeError(f"loom.Tensor.register_hook: the hook {name} changed the gradient's shape from "
+                            f"{fmt_shape(g.shape)} to {fmt_shape(new.shape)}; it must return a gradient of the same "
+                            "shape")
+    return new
 
 
 # True while a ``backward`` call without ``inputs=`` propagates: a leaf's hook then sees the gradient that this

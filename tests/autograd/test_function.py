@@ -320,3 +320,22 @@ def test_retain_graph_keeps_saved_tensors_and_other_outputs_keep_theirs():
     prod.sum().backward()  # The first output's record is freed; the second's still needs x and y.
     total.sum().backward()
     np.testing.assert_allclose(y.grad.numpy(), [1.0 * 2 + 1, 2.0 * 2 + 1])
+
+
+def test_a_tensor_hook_that_returns_no_tensor_or_another_shape_is_a_clear_error():
+    import loom
+    x = loom.ones(3, requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: g.numpy())  # E.g. a lambda around dict.setdefault that keeps a NumPy copy.
+    with pytest.raises(loom.LoomTypeError, match=r"<lambda> returned a ndarray; a gradient hook returns None"):
+        y.sum().backward()
+    x = loom.ones(3, requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: g[:2])
+    with pytest.raises(loom.LoomTypeError, match=r"changed the gradient's shape from \[3\] to \[2\]"):
+        y.sum().backward()
+    x = loom.ones(3, requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: g * 10)
+    y.sum().backward()
+    assert x.grad.tolist() == [20.0, 20.0, 20.0]
