@@ -769,7 +769,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
             applied += 1
         if not applied:
             break
-        _place_offloads(graph, state, moves, peak)
+        _place_offloads(graph, state, moves, peak, target)
         _prune_dead(graph)
         lower = plan.lower_bound
         plan = plan_memory(graph)
@@ -974,13 +974,14 @@ def _tier_choices(graph: Graph, state: _State, peak: int, copies, futile, tiers:
     return sorted(picked, key=lambda c: (-c.saved / (c.seconds + 1e-9), c.node.id))
 
 
-def _place_offloads(graph: Graph, state: _State, moves: list[_Offload], peak: int) -> None:
+def _place_offloads(graph: Graph, state: _State, moves: list[_Offload], peak: int, target: float) -> None:
     """Add each move's offload, flush, prefetch and reload nodes and put them where they belong in the schedule.
 
     The offload runs right after the value's last reader before the peak and
     starts an asynchronous write; the flush, which waits for that write and
     reads the value (so its slot stays untouched until then), goes after as
-    many steps as cover the write's estimated time, but before the peak. The
+    many steps as cover the write's estimated time, but before the peak and
+    before any step whose live bytes are over `target`. The
     reload runs right before the value's first reader after the peak (every
     later reader reads the reloaded copy), and the prefetch early enough
     before it that the estimated read time is covered by the compute between.
@@ -1006,8 +1007,11 @@ def _place_offloads(graph: Graph, state: _State, moves: list[_Offload], peak: in
         _rewire(graph, state, mapping, mv.at)
         # The flush goes on from the offload over steps whose estimated time covers the write (half the round
         # trip), staying before the peak, where the value's bytes must be free.
+        # A step whose live bytes are over the round's `target` needs the value gone first: the flush never
+        # passes one, whatever the write costs (the budget comes before the overlap).
         done, covered = early, 0.0
-        while done + 1 < min(peak, mv.at) and covered < mv.seconds / 2:
+        while (done + 1 < min(peak, mv.at) and covered < mv.seconds / 2
+               and state.profile[done + 1] <= target):
             done += 1
             covered += _step_seconds(order[done])
         # The prefetch goes back from the reload over steps whose estimated time covers the read.
@@ -1256,6 +1260,13 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
                     stats = [a + b for a, b in zip(stats, more)]
                     name += "+greedy" if more[0] else ""
                 found.append((p.arena_bytes, stats[5], name, g, p, stats, dec))
+        if offload == "auto" and not any(f[0] <= room for f in found):
+            # The per-value choice depends on measured rates: where the disk looked cheaper, its reload
+            # buffers can keep the plan just above the budget that recomputing alone meets. The budget
+            # comes first, so recomputation only is weighed too before the budget is called missed.
+            dec = []
+            g, p, stats = _greedy(graph.copy(), room, plan, {}, "never", dec, None, True)
+            found.append((p.arena_bytes, stats[5], "greedy", g, p, stats, dec))
         report.candidates = [(name, arena, st[2], arena <= room, st[4], st[5])
                              for arena, _, name, _, _, st, _ in found]
         fits = [f for f in found if f[0] <= room]

@@ -98,7 +98,22 @@ def test_errors():
         explain(Graph(), loom.randn(2))
 
 
-def test_actor_tasks_under_a_budget_show_their_shares():
+@pytest.fixture(params=["measured", "fast-disk", "slow-disk", "slow-flops"])
+def rates(request, monkeypatch):
+    """The cost model's rates: this machine's, or ones that make the disk or recomputation look cheap. Under
+    offload="auto" which one a value gets depends on them; whether the budget is met must not."""
+    from loom.compiler import remat
+    from loom.runtime import storage
+    bw, fr = {"measured": (None, None), "fast-disk": (1e12, None), "slow-disk": (1e7, None),
+              "slow-flops": (None, 1e8)}[request.param]
+    if bw is not None:
+        monkeypatch.setattr(storage, "_BW", [bw])
+    if fr is not None:
+        monkeypatch.setattr(remat, "_RATE", [fr])
+    return request.param
+
+
+def test_actor_tasks_under_a_budget_show_their_shares(rates):
     """runtime="actors": the budget split among independent branches, as the actor runtime splits it."""
     rng = np.random.default_rng(0)
     x = loom.tensor(rng.standard_normal((64, 64)).astype(np.float32))

@@ -138,7 +138,13 @@ def test_auto_picks_per_value_by_the_cost_model(monkeypatch):
     assert any(t.choice == "offload" and t.recompute_s is not None for t in r.tiers)
 
 
-def test_gpt_step_under_a_quarter_of_its_arena_with_disk_offload_is_bit_identical(small_gpt):  # noqa: F811
+@pytest.mark.parametrize("bandwidth", [None, 3e8, 1e7])
+def test_gpt_step_under_a_quarter_of_its_arena_with_disk_offload_is_bit_identical(small_gpt, bandwidth,  # noqa: F811
+                                                                                   monkeypatch):
+    """Measured disk rates, and slow disks: a write that takes longer than the steps before the peak still
+    has its value gone before any step over the budget (the flush waits there instead)."""
+    if bandwidth is not None:
+        monkeypatch.setattr(storage, "_BW", [bandwidth])
     build, data = small_gpt
     base_losses, base_params, base_fn = _train(build, data, 3)
     budget = _outputs(base_fn) + _arena(base_fn) // 4   # The returned arrays count against the budget.

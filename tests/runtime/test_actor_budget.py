@@ -87,7 +87,8 @@ def test_each_task_fits_its_share_bit_identically(baseline, frac):
     assert mem.planned == _planned(prog, 1) <= budget
     for task, t in zip(prog.tasks, mem.tasks):
         assert t.arena == task.run.plan.arena_bytes <= t.share
-        assert isinstance(t.report, RematReport) and t.report.recomputed > 0
+        # Recomputed or offloaded, as the cost model (measured rates) chose.
+        assert isinstance(t.report, RematReport) and t.report.recomputed + t.report.offloaded > 0
     assert mem.arenas <= budget - outs < arenas
     assert step.memory_reports == [mem] and "over 2 actor tasks: met" in step.explain()
     e = loom.compiler.explain(step)   # The plan the function runs with, each task's choice beside it.
