@@ -5,10 +5,13 @@ machine through the kernel cache's build and trust machinery (``-ldnnl``),
 stored under ``$LOOM_CACHE_DIR/kernels`` with its hash index, and loaded only
 when `loom.codegen.trust` accepts it. oneDNN is optional: when its header or
 library is missing the build fails once, quietly, and every convolution runs
-the NumPy reference (`loom.ir.conv`). As with kernels, the build runs in the
-background and the reference path serves until it is done
-(``LOOM_CODEGEN_SYNC=1`` builds in the calling thread; ``LOOM_CODEGEN=0`` or
-``LOOM_NATIVE_CONV=0`` never use it).
+the NumPy reference (`loom.ir.conv`). Unlike kernels, the library is loaded
+(or built, a fraction of a second once per machine) in the calling thread at
+the first convolution: oneDNN's results are not the reference path's bits, and
+its output layout is not the reference's, so a background build would let
+thread timing decide which convolutions of a process (and which summation
+order downstream) each run gets. ``LOOM_CODEGEN=0`` or ``LOOM_NATIVE_CONV=0``
+never use it.
 
 Threads: oneDNN runs on OpenMP; each call sets the calling thread's OpenMP
 count to `loom.get_num_threads()` (or 1 for convolutions under
@@ -311,13 +314,14 @@ class NativeLibrary:
 
     `state`: status (unbuilt | building | ready | failed), fn (the loaded entry points, a dict by
     symbol), error. Builds run on the kernel build pool (in the calling thread with
-    ``LOOM_CODEGEN_SYNC=1``); on any failure the caller's NumPy path stays.
+    ``LOOM_CODEGEN_SYNC=1``, or always when `sync`: a library whose results differ from the NumPy
+    path's must not be picked by timing); on any failure the caller's NumPy path stays.
     """
 
     def __init__(self, name: str, fmt: str, source: str, libs: tuple[str, ...], symbols: dict[str, list],
-                 switch: str):
+                 switch: str, sync: bool = False):
         self.name, self.fmt, self.source, self.libs = name, fmt, source, libs
-        self.symbols, self.switch = symbols, switch
+        self.symbols, self.switch, self.sync = symbols, switch, sync
         self.lock = threading.Lock()
         self.state: dict = {"status": "unbuilt", "fn": None, "error": None}
         self.done = threading.Event()
@@ -397,11 +401,11 @@ class NativeLibrary:
                     state["status"] = "building"
             if start:
                 from . import cache
-                if cache.sync_mode():
+                if self.sync or cache.sync_mode():
                     self._build()
                 else:
                     cache._pool().submit(self._build)
-        if state["status"] == "building" and os.environ.get("LOOM_CODEGEN_SYNC", "0") not in ("", "0"):
+        if state["status"] == "building" and (self.sync or os.environ.get("LOOM_CODEGEN_SYNC", "0") not in ("", "0")):
             self.done.wait()
         return state["fn"] if state["status"] == "ready" else None
 
@@ -415,7 +419,7 @@ class NativeLibrary:
 
 _P = ctypes.c_void_p
 CONV = NativeLibrary("convolution (oneDNN missing?)", FORMAT, SOURCE, LIBS,
-                     {"loom_conv2d": [ctypes.c_int, ctypes.c_int, _P, _P, _P, _P]}, "LOOM_NATIVE_CONV")
+                     {"loom_conv2d": [ctypes.c_int, ctypes.c_int, _P, _P, _P, _P]}, "LOOM_NATIVE_CONV", sync=True)
 POOL = NativeLibrary("max pooling", "loom-pool-2", POOL_SOURCE, (),
                      {f"loom_max_pool2d_index_{t}": [ctypes.c_int, _P, _P, _P] for t in ("f32", "f64")},
                      "LOOM_NATIVE_CONV")

@@ -26,6 +26,7 @@ import numpy as np
 from loom import dtypes as dt
 from loom.errors import (DTypeError, GraphError, LoomIndexError, LoomTypeError, LoomValueError, LoomZeroDivisionError,
                          ShapeError, fmt_shape)
+from loom.ir.summation import ordered_sum
 
 
 @dataclass(frozen=True)
@@ -656,9 +657,14 @@ def _prod_vjp(g, x, out, attrs):
     return (g * others,)
 
 
+_ORDERED_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _np_reduce(fn):
     def impl(x, attrs):
         axes = tuple(attrs["axes"])
+        if fn is np.sum and x.dtype in _ORDERED_SUM_DTYPES:  # One order for every layout and tier.
+            return ordered_sum(x, axes, attrs.get("keepdim", False))
         kw = {}
         if fn in (np.sum, np.prod) and x.dtype.kind in "biu":
             kw["dtype"] = x.dtype if x.dtype.kind != "b" else np.int64
