@@ -1138,7 +1138,8 @@ class _Source:
             lines.append(f"      for (int64_t t = 0; t < tn; t++) a{i}[t] = {self.acc_init(a)};")
         for i in self.lane_accs():  # Lane j of output t: L[j][t], so a lane's update runs along t.
             lines.append(f"      {self.lane_type(i)} L{i}[{LANES}][{TILE}];")
-            lines.append(f"      for (int64_t j_ = 0; j_ < (RT < {LANES} ? RT : {LANES}); j_++) "
+            # Zeroed: the lanes the first block's fold reads (a power of two covering its elements).
+            lines.append(f"      for (int64_t j_ = 0; j_ < 2 * loom_half_pow2(RT < {LANES} ? RT : {LANES}) || j_ < 1; j_++) "
                          f"memset(L{i}[j_], 0, tn * sizeof L{i}[0][0]);")
         lines += [f"      for (int d = {NO}; d < {L}; d++) ix[d] = 0;",
                   "      for (int64_t r = 0; r < RT; r++) {",
@@ -1153,7 +1154,8 @@ class _Source:
                       *[f"          {x}" for x in self.lane_fold(f"L{i}[j_][t]", f"L{i}[j_ + h_][t]", "u_",
                                                                   "for (int64_t t = 0; t < tn; t++)")],
                       f"          for (int64_t t = 0; t < tn; t++) a{i}[t] += (double)L{i}[0][t];",
-                      f"          for (int64_t j_ = 0; j_ < u_; j_++) memset(L{i}[j_], 0, tn * sizeof L{i}[0][0]);",
+                      f"          for (int64_t j_ = 0; j_ < 2 * loom_half_pow2(u_) || j_ < 1; j_++) "
+                      f"memset(L{i}[j_], 0, tn * sizeof L{i}[0][0]);",
                       "        }"]
         lines += [f"        for (int d = {L - 1}; d >= {NO}; d--) {{ if (++ix[d] < k->n[d]) break; ix[d] = 0; }}",
                   "      }",
