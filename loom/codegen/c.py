@@ -1139,8 +1139,8 @@ class _Source:
         for i in self.lane_accs():  # Lane j of output t: L[j][t], so a lane's update runs along t.
             lines.append(f"      {self.lane_type(i)} L{i}[{LANES}][{TILE}];")
             # Zeroed: the lanes the first block's fold reads (a power of two covering its elements).
-            lines.append(f"      for (int64_t j_ = 0; j_ < 2 * loom_half_pow2(RT < {LANES} ? RT : {LANES}) || j_ < 1; j_++) "
-                         f"memset(L{i}[j_], 0, tn * sizeof L{i}[0][0]);")
+            lines.append(f"      for (int64_t j_ = 0; j_ < 2 * loom_half_pow2(RT < {LANES} ? RT : {LANES}) || j_ < 1; "
+                         f"j_++) memset(L{i}[j_], 0, tn * sizeof L{i}[0][0]);")
         lines += [f"      for (int d = {NO}; d < {L}; d++) ix[d] = 0;",
                   "      for (int64_t r = 0; r < RT; r++) {",
                   *["        " + x for x in self.run_setup("pre", str(NO - 1), str(L))]]
