@@ -988,12 +988,13 @@ class _Source:
                 f"static inline void acc_merge(Acc *A, const Acc *B) {{ {' '.join(merge)} }}", ""]
 
     def pre_tail(self, indexed: bool, flags: bool, lane: str) -> list[str]:
-        """Accumulator updates for one element; `lane` is the lane lvalue of a float sum, with {a} for its index."""
+        """Accumulator updates for one element; `lane` is a float sum's lane update, a template of the
+        accumulator's index {a} and the element's value {v}."""
         lines = []
         lanes = self.lane_accs()
         for a, ev in self.w.acc_updates:
             if a in lanes:
-                lines.append(f"{lane.format(a=a)} += ({self.lane_type(a)}){ev};")
+                lines.append(lane.format(a=a, v=f"({self.lane_type(a)}){ev}"))
                 continue
             acc = f"a{a}[t]" if indexed else f"a{a}"
             lines += self.acc_update(self.w.accs[a], acc, ev, f"f{a}" if flags else None)
@@ -1011,8 +1012,8 @@ class _Source:
         i - g_), a tail; at a block's end the lanes fold into the double sum."""
         lanes = self.lane_accs()
         M = LANES - 1
-        generic = [self.pre_tail(False, True, f"l{{a}}[(r + i) & {M}]")] * 2
-        grouped = self.pre_tail(False, True, "l{a}[i - g_]")
+        generic = [self.pre_tail(False, True, f"l{{a}}[(r + i) & {M}] += {{v}};")] * 2
+        grouped = self.pre_tail(False, True, "l{a}[i - g_] += {v};")
 
         def strided(head: str) -> list[str]:  # At most LANES - 1 elements: no SIMD.
             return self.loop(self.w.pre, lambda k: f"P{k}[o{k} + i * s{k}]", generic[1], 3, head, "", "i")
@@ -1138,24 +1139,26 @@ class _Source:
             lines.append(f"      for (int64_t t = 0; t < tn; t++) a{i}[t] = {self.acc_init(a)};")
         for i in self.lane_accs():  # Lane j of output t: L[j][t], so a lane's update runs along t.
             lines.append(f"      {self.lane_type(i)} L{i}[{LANES}][{TILE}];")
-            # Zeroed: the lanes the first block's fold reads (a power of two covering its elements).
-            lines.append(f"      for (int64_t j_ = 0; j_ < 2 * loom_half_pow2(RT < {LANES} ? RT : {LANES}) || j_ < 1; "
-                         f"j_++) memset(L{i}[j_], 0, tn * sizeof L{i}[0][0]);")
         lines += [f"      for (int d = {NO}; d < {L}; d++) ix[d] = 0;",
                   "      for (int64_t r = 0; r < RT; r++) {",
+                  # A block's first element of each lane is stored, not added to a cleared lane (+0 + v is v
+                  # up to the sign of a zero, and a zero sum comes out +0 either way).
+                  f"        const int first_ = r % {BLOCK} < {LANES}; (void)first_;",
                   *["        " + x for x in self.run_setup("pre", str(NO - 1), str(L))]]
-        tail = self.pre_tail(True, False, f"L{{a}}[r & {LANES - 1}][t]")
+        lv = f"L{{a}}[r & {LANES - 1}][t]"
+        tail = self.pre_tail(True, False, f"{lv} = first_ ? {{v}} : {lv} + {{v}};")
         pragma = "#pragma omp simd" + (" reduction(|:zf)" if self.has_div else "")
         lines += self.variants("pre", w.pre, "for (int64_t t = 0; t < tn; t++)", [tail, tail], pragma, "t",
                                "fast_b", "bm_b", 4)
         for i in self.lane_accs():  # A block ends: fold each output's lanes into its double sum.
             lines += [f"        if ((r + 1) % {BLOCK} == 0 || r + 1 == RT) {{",
                       f"          const int64_t u_ = r % {BLOCK} + 1 < {LANES} ? r % {BLOCK} + 1 : {LANES};",
+                      # The lanes the fold reads past the block's elements: +0.
+                      f"          for (int64_t j_ = u_; j_ < 2 * loom_half_pow2(u_); j_++) "
+                      f"memset(L{i}[j_], 0, tn * sizeof L{i}[0][0]);",
                       *[f"          {x}" for x in self.lane_fold(f"L{i}[j_][t]", f"L{i}[j_ + h_][t]", "u_",
                                                                   "for (int64_t t = 0; t < tn; t++)")],
                       f"          for (int64_t t = 0; t < tn; t++) a{i}[t] += (double)L{i}[0][t];",
-                      f"          for (int64_t j_ = 0; j_ < 2 * loom_half_pow2(u_) || j_ < 1; j_++) "
-                      f"memset(L{i}[j_], 0, tn * sizeof L{i}[0][0]);",
                       "        }"]
         lines += [f"        for (int d = {L - 1}; d >= {NO}; d--) {{ if (++ix[d] < k->n[d]) break; ix[d] = 0; }}",
                   "      }",
