@@ -38,48 +38,64 @@ def ordered_sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) ->
     --------
     >>> import numpy as np
     >>> x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    >>> ordered_sum(x, (0,)).tolist(), ordered_sum(x.T.copy().T, (0,)).tolist()
+    >>> ordered_sum(x, (0,)).tolist(), ordered_sum(np.asfortranarray(x), (0,)).tolist()
     ([12.0, 15.0, 18.0, 21.0], [12.0, 15.0, 18.0, 21.0])
     """
     x = np.asarray(x)
     nd = x.ndim
-    red = tuple(sorted({a % nd for a in axes})) if nd else ()
-    keep = [d for d in range(nd) if d not in red]
+    red = sorted({a % nd for a in axes}) if nd else []
     out_shape = tuple(1 if d in red else x.shape[d] for d in range(nd)) if keepdims else \
-        tuple(x.shape[d] for d in keep)
-    m = math.prod(x.shape[d] for d in keep)
-    r = math.prod(x.shape[d] for d in red)
-    if m == 0 or r == 0:
+        tuple(x.shape[d] for d in range(nd) if d not in red)
+    if x.size == 0 or math.prod(out_shape) == 0:
         return np.zeros(out_shape, x.dtype)
-    # Logical order: kept axes first, then the reduced ones; reshape copies whatever the layout was.
-    v = x.transpose(keep + list(red)).reshape(m, r)
+    if not red:
+        return (x + 0.0).reshape(out_shape)  # A 0-d sum: the element, a zero made +0 as by the fold.
+    # Put the reduced axes side by side in ascending order (the logical order r runs in), moving as little
+    # memory as possible: the layout's own axis order if it has them so, else one copy.
+    perm = _grouping(x, red)
+    y = np.ascontiguousarray(x.transpose(perm))
+    p = perm.index(red[0])
+    pre, r, post = (math.prod(y.shape[:p]), math.prod(y.shape[p:p + len(red)]),
+                    math.prod(y.shape[p + len(red):]))
+    v = y.reshape(pre, r, post)
     if r > BLOCK:
         width = BLOCK
     elif r > LANES:
         width = -(-r // LANES) * LANES
-    else:  # One element per lane: the lanes past the next power of two only add -0.0 in the fold.
+    else:  # One element per lane: the lanes past the next power of two only add +-0 in the fold.
         width = 1 << (r - 1).bit_length()
     nb = -(-r // width)
     if nb * width != r:  # Pad with -0.0, which leaves every sum unchanged (x + -0.0 == x, also for +-0).
-        padded = np.full((m, nb * width), -0.0, x.dtype)
+        padded = np.full((pre, nb * width, post), -0.0, x.dtype)
         padded[:, :r] = v
         v = padded
-    lanes = np.ascontiguousarray(v).reshape(m * nb, -1, min(width, LANES))
-    if lanes.shape[1] > 1:
-        # Reducing the middle axis of a C-contiguous (m * nb, k, LANES) array adds each lane's elements one
-        # after the other (NumPy sums pairwise only along the fast axis, here the lanes');
-        # tests/test_determinism.py checks it against `sequential_sum`.
-        lanes = np.add.reduce(lanes, axis=1)
-    else:
-        lanes = lanes[:, 0]
-    h = lanes.shape[1]
+    lanes = v.reshape(pre, nb, -1, min(width, LANES), post)
+    # Reducing axis 2 of this C-contiguous view adds each lane's elements one after the other: NumPy sums
+    # pairwise only along the innermost loop, here the lanes' or the kept trailing axes'
+    # (tests/test_determinism.py checks it against `sequential_sum`).
+    lanes = np.add.reduce(lanes, axis=2) if lanes.shape[2] > 1 else lanes[:, :, 0]
+    h = lanes.shape[2]
     while h > 1:
         h //= 2
-        lanes = lanes[:, :h] + lanes[:, h:2 * h]
-    blocks = lanes.reshape(m, nb)
+        lanes = lanes[:, :, :h] + lanes[:, :, h:2 * h]
+    blocks = lanes[:, :, 0]  # (pre, nb, post)
     # Sequential in float64 (an accumulate never reassociates); + 0.0 as the C loop's +0 start.
     total = np.cumsum(blocks, axis=1, dtype=np.float64)[:, -1] + 0.0
-    return total.astype(x.dtype).reshape(out_shape)
+    kept = [d for d in perm if d not in red]
+    total = total.astype(x.dtype).reshape([x.shape[d] for d in kept])
+    return total.transpose(np.argsort(kept)).reshape(out_shape)
+
+
+def _grouping(x: np.ndarray, red: list[int]) -> list[int]:
+    """An axis order with `red` adjacent and ascending: x's memory order when it has them so (no copy), else
+    the kept axes around them with x's innermost axis last (a copy in runs along it)."""
+    order = sorted(range(x.ndim), key=lambda d: (-abs(x.strides[d]), d) if x.shape[d] > 1 else (0, d))
+    pos = [order.index(d) for d in red]
+    if pos == list(range(pos[0], pos[0] + len(red))):
+        return order
+    keep = [d for d in range(x.ndim) if d not in red]
+    inner = order[-1] if order else x.ndim - 1
+    return red + keep if inner in keep and keep[-1] == inner else keep + red
 
 
 def sequential_sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
