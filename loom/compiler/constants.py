@@ -62,11 +62,22 @@ ELEMENTWISE_KINDS = frozenset({"unary", "binary", "compare", "ternary"})
 
 
 def is_elementwise(node: Node) -> bool:
-    """Whether output element i of `node` reads only element i of each input."""
+    """Whether output element i of `node` reads only element i of each input (in C order).
+
+    A fused body may reshape its inputs (a matmul's (2048, 512) result read as
+    (32, 64, 512)): a reshape keeps every element's place in C order.
+    """
     if node.op == "fused":
         body = node.attrs["body"]
-        return all(n.op in ("input", "const") or ops.PRIMITIVES[n.op].kind in ELEMENTWISE_KINDS
-                   for n in body.topological_order())
+        reshaped: set[Node] = set()
+        for n in body.topological_order():
+            if n.op in ("input", "const"):
+                continue
+            if n.op == "reshape" and (n.inputs[0].op == "input" or n.inputs[0] in reshaped):
+                reshaped.add(n)
+            elif ops.PRIMITIVES[n.op].kind not in ELEMENTWISE_KINDS:
+                return False
+        return body.outputs[0] not in reshaped
     prim = ops.PRIMITIVES.get(node.op)
     return prim is not None and prim.kind in ELEMENTWISE_KINDS
 
