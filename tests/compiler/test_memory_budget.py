@@ -244,6 +244,28 @@ def test_gpt_step_under_decreasing_budgets_is_bit_identical(small_gpt):
         _assert_same(params, base_params)
 
 
+@pytest.mark.parametrize("offload", ["never", "auto", "disk"])
+def test_gpt_step_meets_a_quarter_budget_with_every_tier_setting(small_gpt, offload):
+    """A quarter of the planned arena (beside the returned arrays, which outweigh it here) is met whatever
+    the tier setting, the same bits as without a budget; the planned arena is what the executable runs on."""
+    build, data = small_gpt
+    base_losses, base_params, base_fn = _run(build, data, 3)
+    budget = _outputs(base_fn) + _arena(base_fn) // 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", loom.LoomWarning)   # Met: no "cannot be met" warning.
+        losses, params, fn = _run(build, data, 3, budget, offload=offload)
+    (report,) = fn.memory_reports
+    assert report.met and report.offload == offload
+    assert _arena(fn) == report.arena_after and _arena(fn) + _outputs(fn) <= budget
+    assert report.lower_bound_after <= report.arena_after < report.arena_before
+    if offload == "never":
+        assert report.offloaded == 0 and report.recomputed > 0
+    if offload == "disk":
+        assert report.offloaded > 0
+    _assert_same(losses, base_losses)
+    _assert_same(params, base_params)
+
+
 # ---------------------------------------------------------------- eager: loom.set_memory_budget
 
 def _eager_run(steps, budget=None):
