@@ -41,6 +41,13 @@ elementwise kernels it reads inline from what is there anyway (`_inlinable`,
 later step reads are then not kept for it, and those read later become
 values the next round can recompute.
 
+The nodes the pass makes (clones, inlined kernels) come after the inplace
+pass, so `_plan` marks them in place where legal (`_made`): the GELU
+backward recomputed inline writes its result over the incoming gradient, as
+the original did. A value written in place over another is the last of its
+slot's chain: it may be recomputed or offloaded like a value with a slot of
+its own (the donors before it may not).
+
 A value read across the peak only through views (a reshape or permute of
 it: head splits, the flattened input of a weight gradient) moves too: its
 late readers read the views rebuilt on the recomputed or reloaded copy
