@@ -181,6 +181,10 @@ class RematReport:
         Bytes of the arrays the step returns (allocated beside the arena on
         every call), counted against the budget: the arena gets
         ``budget - outputs`` and ``met`` means ``arena_after + outputs <= budget``.
+    peak : str
+        The step where the chosen plan's live bytes peak (which sets
+        ``lower_bound_after``) and the largest values live there: what a
+        budget that is missed would have to hold at once.
     """
 
     budget: int
@@ -203,6 +207,7 @@ class RematReport:
     seconds: float = 0.0
     tiers: list = field(default_factory=list)
     outputs: int = 0
+    peak: str = ""
 
     def __str__(self) -> str:
         state = "met" if self.met else "NOT met (best plan found is used)"
@@ -224,7 +229,7 @@ class RematReport:
                 f"({self.arena_before} B -> {self.arena_after} B), lower bound "
                 f"{self.lower_bound_before} B -> {self.lower_bound_after} B; rematerialised {self.values} "
                 f"values by recomputing {self.recomputed} nodes, about {self.extra_flops} extra FLOPs per run"
-                + self._tiers_text())
+                + (f"\n{self.peak}" if self.peak else "") + self._tiers_text())
 
     def _tiers_text(self, limit: int = 60) -> str:
         """The disk tier line and the per-value choices (the first `limit`)."""
@@ -1182,6 +1187,25 @@ def _segment(graph: Graph, k: int, decisions: list | None = None,
     return stats, copies
 
 
+def describe_peak(plan: MemoryPlan, largest: int = 6) -> str:
+    """The step of `plan` where the most bytes are live, and the `largest` values live there (the floor no
+    placement beats: to go lower, one of them must leave that step)."""
+    if not plan.spans:
+        return ""
+    delta = [0] * (len(plan.order) + 1)
+    for slot, (first, last) in plan.spans.items():
+        delta[first] += plan.sizes[slot]
+        delta[last + 1] -= plan.sizes[slot]
+    profile = np.cumsum(delta[:-1])
+    at = int(np.argmax(profile))
+    live = sorted((s for s, (first, last) in plan.spans.items() if first <= at <= last),
+                  key=lambda s: (-plan.sizes[s], s.id))
+    names = ", ".join(f"{_describe(s)} {fmt_bytes(plan.sizes[s])}" for s in live[:largest])
+    more = f" and {len(live) - largest} more" if len(live) > largest else ""
+    return (f"live-bytes peak {fmt_bytes(int(profile[at]))} at step {at} ({_describe(plan.order[at])}), "
+            f"live there: {names}{more}")
+
+
 def output_bytes(graph: Graph) -> int:
     """Bytes of the arrays one run of `graph` returns, allocated outside the arena on every call.
 
@@ -1317,10 +1341,11 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
     source.meta.pop("remat_made", None)
     report.arena_after, report.lower_bound_after = plan.arena_bytes, plan.lower_bound
     report.met = plan.arena_bytes + outputs <= budget
+    report.peak = describe_peak(plan)
     if not report.met:
         msg = (f"loom: memory budget {fmt_bytes(budget)} ({budget} B) cannot be met by rematerialisation: "
                f"the smallest planned arena reached is {fmt_bytes(plan.arena_bytes)} ({plan.arena_bytes} B, "
-               f"from {before.arena_bytes} B; at least {plan.lower_bound} B are live at once)"
+               f"from {before.arena_bytes} B; at least {plan.lower_bound} B are live at once; {report.peak})"
                + (f" beside {fmt_bytes(outputs)} ({outputs} B) of output arrays the step returns, which count "
                   f"against the budget (the arena may take {room} B)" if outputs else ""))
         if strict:

@@ -92,6 +92,19 @@ def test_explain_reports_the_recomputation():
     assert "rematerialisation" not in str(loom.compiler.explain(g))
 
 
+def test_a_missed_budget_names_the_peak_step_and_what_is_live_there():
+    """The warning and the report say where the live bytes peak and which values are live there."""
+    from loom.compiler.remat import describe_peak, fmt_bytes
+
+    with pytest.warns(loom.LoomWarning, match=r"live-bytes peak 12.00 KiB at step \d+ \(%\d+ exp .*live there: %"):
+        h, report = rematerialize(_chain_graph(), 5000)
+    plan = loom.compiler.plan_memory(h)
+    assert not report.met and plan.lower_bound == 12288
+    assert report.peak == describe_peak(plan) and report.peak in str(report)
+    live = report.peak.split("live there: ")[1].split(", ")
+    assert len(live) == 3 and all(v.endswith("4.00 KiB") for v in live)   # Three 4 KiB values: the 12 KiB floor.
+    assert fmt_bytes(plan.lower_bound) in report.peak
+
 def test_strict_budget_raises_and_loose_warns():
     g = _chain_graph()
     with pytest.raises(loom.MemoryBudgetError, match=r"memory budget 64 B .*smallest planned arena reached"):
