@@ -62,21 +62,55 @@ ELEMENTWISE_KINDS = frozenset({"unary", "binary", "compare", "ternary"})
 
 
 def is_elementwise(node: Node) -> bool:
-    """Whether output element i of `node` reads only element i of each input."""
-    if node.op == "fused":
-        body = node.attrs["body"]
-        return all(n.op in ("input", "const") or ops.PRIMITIVES[n.op].kind in ELEMENTWISE_KINDS
-                   for n in body.topological_order())
+    """Whether output element i of `node` reads only element i of each input (in C order).
+
+    A fused body may reshape its inputs (a matmul's (2048, 512) result read as
+    (32, 64, 512)): a reshape keeps every element's place in C order.
+    """
+    return all(reads_elementwise(node, k) for k in range(len(node.inputs))) if node.op == "fused" \
+        else _elementwise_prim(node)
+
+
+_BROADCASTS = frozenset({"reshape", "expand", "permute", "slice", "flip"})
+
+
+def _elementwise_prim(node: Node) -> bool:
     prim = ops.PRIMITIVES.get(node.op)
     return prim is not None and prim.kind in ELEMENTWISE_KINDS
+
+
+def reads_elementwise(node: Node, index: int) -> bool:
+    """Whether `node` is elementwise in its input `index`: each output element i is computed from element i
+    (in C order) of that input alone, so the result may be written over it.
+
+    A fused body qualifies when all its compute is elementwise, that input is read as is or through
+    reshapes, and other inputs through any view (a bias row broadcast over the matmul result it is added
+    to).
+    """
+    if node.op != "fused":
+        return _elementwise_prim(node)
+    body = node.attrs["body"]
+    donor = body.inputs[index]
+    flat = {donor}            # The input's elements in their own C order (it and its reshapes).
+    views: set[Node] = set()  # Other inputs, moved.
+    for n in body.topological_order():
+        if n.op in ("input", "const"):
+            continue
+        if n.op == "reshape" and n.inputs[0] in flat:
+            flat.add(n)
+        elif n.op in _BROADCASTS and (n.inputs[0] in views or (n.inputs[0].op == "input" and n.inputs[0] is not donor)):
+            views.add(n)
+        elif not _elementwise_prim(n):
+            return False
+    return body.outputs[0] not in flat and body.outputs[0] not in views
 
 
 def reusable(graph: Graph, node: Node, index: int, outputs: set[Node] | None = None) -> bool:
     """Whether `node` may write its result over input `index` (see the module docstring)."""
     outputs = set(graph.outputs) if outputs is None else outputs
-    if node not in graph or node in outputs or not is_elementwise(node):
+    if node not in graph or node in outputs or not isinstance(index, int) or not 0 <= index < len(node.inputs):
         return False
-    if not isinstance(index, int) or not 0 <= index < len(node.inputs):
+    if not reads_elementwise(node, index):
         return False
     donor = node.inputs[index]
     return (donor.op != "input" and donor.op not in CONSTANT_OPS and donor not in outputs

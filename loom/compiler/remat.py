@@ -41,6 +41,13 @@ elementwise kernels it reads inline from what is there anyway (`_inlinable`,
 later step reads are then not kept for it, and those read later become
 values the next round can recompute.
 
+The nodes the pass makes (clones, inlined kernels) come after the inplace
+pass, so `_plan` marks them in place where legal (`_made`): the GELU
+backward recomputed inline writes its result over the incoming gradient, as
+the original did. A value written in place over another is the last of its
+slot's chain: it may be recomputed or offloaded like a value with a slot of
+its own (the donors before it may not).
+
 A value read across the peak only through views (a reshape or permute of
 it: head splits, the flattened input of a weight gradient) moves too: its
 late readers read the views rebuilt on the recomputed or reloaded copy
@@ -67,7 +74,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loom.compiler.constants import nbytes
+from loom.compiler.constants import nbytes, reusable
 from loom.compiler.memory import VIEW_OPS, MemoryPlan, live_slots, plan_memory
 from loom.errors import LoomValueError, LoomWarning, MemoryBudgetError
 from loom.ir.graph import CONSTANT_OPS, Graph
@@ -174,6 +181,10 @@ class RematReport:
         Bytes of the arrays the step returns (allocated beside the arena on
         every call), counted against the budget: the arena gets
         ``budget - outputs`` and ``met`` means ``arena_after + outputs <= budget``.
+    peak : str
+        The step where the chosen plan's live bytes peak (which sets
+        ``lower_bound_after``) and the largest values live there: what a
+        budget that is missed would have to hold at once.
     """
 
     budget: int
@@ -196,6 +207,7 @@ class RematReport:
     seconds: float = 0.0
     tiers: list = field(default_factory=list)
     outputs: int = 0
+    peak: str = ""
 
     def __str__(self) -> str:
         state = "met" if self.met else "NOT met (best plan found is used)"
@@ -217,7 +229,7 @@ class RematReport:
                 f"({self.arena_before} B -> {self.arena_after} B), lower bound "
                 f"{self.lower_bound_before} B -> {self.lower_bound_after} B; rematerialised {self.values} "
                 f"values by recomputing {self.recomputed} nodes, about {self.extra_flops} extra FLOPs per run"
-                + self._tiers_text())
+                + (f"\n{self.peak}" if self.peak else "") + self._tiers_text())
 
     def _tiers_text(self, limit: int = 60) -> str:
         """The disk tier line and the per-value choices (the first `limit`)."""
@@ -264,6 +276,32 @@ def recomputable(node: Node) -> bool:
     return prim is not None and prim.kind in RECOMPUTABLE_KINDS
 
 
+def _plan(graph: Graph) -> MemoryPlan:
+    """`plan_memory` of `graph` after marking in place (``meta["inplace"]``) the nodes the pass made.
+
+    Clones and inlined kernels (``meta["remat_made"]``, see `_made`) come
+    after the inplace pass: a recomputed GELU backward that is the last
+    reader of its incoming gradient can write over it like the original did.
+    The other nodes keep the marks they had: a value sharing a slot is not
+    one the greedy may recompute.
+    """
+    marks = graph.meta.setdefault("inplace", {})
+    outputs = set(graph.outputs)
+    for n in graph.meta.get("remat_made") or ():
+        if n in graph and (n not in marks or not reusable(graph, n, marks[n], outputs)):
+            k = next((k for k in range(len(n.inputs)) if reusable(graph, n, k, outputs)), None)
+            if k is not None:
+                marks[n] = k
+    return plan_memory(graph)
+
+
+def _made(graph: Graph, node: Node) -> Node:
+    """`node`, noted as made by the pass (a clone or an inlined kernel) for `_plan`; copies of `graph` carry
+    the note."""
+    graph.meta.setdefault("remat_made", {})[node] = None
+    return node
+
+
 class _State:
     """The liveness of the graph as it stands: schedule positions, readers' positions, live bytes per step."""
 
@@ -287,8 +325,10 @@ class _State:
         for v in outputs:  # An output view is not in `alias`: its source must stay.
             if v.op in VIEW_OPS and v.inputs and v.inputs[0] in pos:
                 self.views[self.live.alias.get(v.inputs[0], v.inputs[0])] = None
-        shared = set(self.live.shares) | set(self.live.shares.values())
-        self.alone = {n for n in self.live.sizes if n not in shared}
+        # Values whose slot no later node takes over (in place): the last of each chain of in-place writers
+        # holds its slot until its own last reader, so moving it off the peak frees the slot there.
+        donors = set(self.live.shares.values())
+        self.alone = {n for n in self.live.sizes if n not in donors}
         delta = [0] * (len(self.live.order) + 1)
         for slot, (first, last) in self.live.spans.items():
             delta[first] += self.live.sizes[slot]
@@ -364,7 +404,7 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
     """Every value live across step `peak` without being read there, with what recomputing it takes."""
     out = []
     for n in state.alone:
-        first, last = state.live.spans[n]
+        first, last = state.pos[n], state.live.spans[state.live.slot_of[n]][1]
         if not first < peak < last or not recomputable(n) or n in futile:
             continue
         if n in state.viewed and state.views.get(n) is None:
@@ -384,8 +424,9 @@ def _choices(graph: Graph, state: _State, peak: int, copies: dict[Node, list[Nod
         grown = sum(state.live.sizes[e] for e in roots
                     if e in state.live.sizes and state.live.spans[state.live.slot_of[e]][1] < peak)
         # Cloned inputs whose late readers move to their clones stop crossing the peak too.
-        freed = sum(state.live.sizes[c] for c in clones if c in state.alone and state.live.spans[c][0] < peak
-                    and not any(peak <= r < at for r in state.readers[c]) and state.live.spans[c][1] > peak)
+        freed = sum(state.live.sizes[c] for c in clones if c in state.alone and state.pos[c] < peak
+                    and not any(peak <= r < at for r in state.readers[c])
+                    and state.live.spans[state.live.slot_of[c]][1] > peak)
         saved = state.live.sizes[n] + freed - grown
         if saved <= 0:
             continue
@@ -399,7 +440,7 @@ def _apply(graph: Graph, state: _State, choice: _Choice, copies: dict[Node, list
     """Clone `choice`'s chain and rewire the readers from its step on; returns the clones."""
     mapping: dict[Node, Node] = dict(choice.subs)
     for n in choice.clones:
-        mapping[n] = graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs))
+        mapping[n] = _made(graph, graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs)))
         copies.setdefault(n, []).append(mapping[n])
     # Every cloned value's readers from the choice's step on read the clone (Chen's recomputed
     # segment serves the whole backward of the segment), not only the chosen value's.
@@ -605,7 +646,7 @@ def _inline(graph: Graph, f: Node, producers: list[Node]) -> Node:
         return memo[o]
     out = copy_body(f.attrs["body"], [value(i) for i in f.inputs])
     body.outputs = [out]
-    new = graph.add_node("fused", outer, {"body": body}, name=f.name)
+    new = _made(graph, graph.add_node("fused", outer, {"body": body}, name=f.name))
     order = graph.topological_order()
     graph.replace(f, new, check_cycles=False)
     graph.remove_node(f)
@@ -737,7 +778,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
                 stats[5] += sum(seconds)
                 _inline(graph, f, inline)
             _prune_dead(graph)
-            plan = plan_memory(graph)
+            plan = _plan(graph)
             continue
         if plan.arena_bytes < best[0] or best[1] is None:
             # The best state so far: keep a copy to fall back to if later rounds only make it worse.
@@ -772,7 +813,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
         _place_offloads(graph, state, moves, peak, target)
         _prune_dead(graph)
         lower = plan.lower_bound
-        plan = plan_memory(graph)
+        plan = _plan(graph)
         if plan.lower_bound >= lower:
             # The clones landed no later than the peak (their reader's other inputs come first):
             # moving them again would do the same.
@@ -782,7 +823,7 @@ def _greedy(graph: Graph, budget: int, plan: MemoryPlan, copies: dict[Node, list
             break
     if best[1] is not None and (plan.arena_bytes, stats[0] + stats[3]) > (best[0], best[2][0] + best[2][3]):
         del decisions[best[3]:]
-        return best[1], plan_memory(best[1]), best[2]
+        return best[1], _plan(best[1]), best[2]
     return graph, plan, stats
 
 
@@ -890,7 +931,7 @@ def _offloads(state: _State, peak: int) -> list[_Offload]:
     """Every value live across step `peak` without being read there that the disk tier could hold."""
     out = []
     for n in state.alone:
-        first, last = state.live.spans[n]
+        first, last = state.pos[n], state.live.spans[state.live.slot_of[n]][1]
         if not first < peak < last or n.op == "storage" or peak in _all_readers(state, n):
             continue
         if n in state.viewed and state.views.get(n) is None:
@@ -1099,7 +1140,7 @@ def _segment(graph: Graph, k: int, decisions: list | None = None,
     for n in live.sizes:
         if pos[n] < peak:
             fwd_last[n] = max([r for r in state.readers[n] if r < peak], default=pos[n])
-    crossing = [n for n in state.alone if recomputable(n) and live.spans[n][0] < peak < live.spans[n][1]
+    crossing = [n for n in state.alone if recomputable(n) and pos[n] < peak < live.spans[live.slot_of[n]][1]
                 and peak not in _all_readers(state, n) and (n not in state.viewed or state.views.get(n) is not None)]
     cuts = _boundaries(live, crossing, fwd_last, peak, k)
     stats: list[float] = [0] * len(_STATS)
@@ -1128,7 +1169,7 @@ def _segment(graph: Graph, k: int, decisions: list | None = None,
                     stack.append(i)
         mapping: dict[Node, Node] = {}
         for n in sorted(need, key=pos.__getitem__):
-            mapping[n] = graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs))
+            mapping[n] = _made(graph, graph.add_node(n.op, [mapping.get(i, i) for i in n.inputs], dict(n.attrs)))
             copies[n] = [mapping[n]]
         for n in sorted(need, key=pos.__getitem__):
             _clone_views(graph, state, n, mapping)  # Late readers of its views read views of the copy.
@@ -1144,6 +1185,25 @@ def _segment(graph: Graph, k: int, decisions: list | None = None,
                           for n in targets]
     _prune_dead(graph)
     return stats, copies
+
+
+def describe_peak(plan: MemoryPlan, largest: int = 6) -> str:
+    """The step of `plan` where the most bytes are live, and the `largest` values live there (the floor no
+    placement beats: to go lower, one of them must leave that step)."""
+    if not plan.spans:
+        return ""
+    delta = [0] * (len(plan.order) + 1)
+    for slot, (first, last) in plan.spans.items():
+        delta[first] += plan.sizes[slot]
+        delta[last + 1] -= plan.sizes[slot]
+    profile = np.cumsum(delta[:-1])
+    at = int(np.argmax(profile))
+    live = sorted((s for s, (first, last) in plan.spans.items() if first <= at <= last),
+                  key=lambda s: (-plan.sizes[s], s.id))
+    names = ", ".join(f"{_describe(s)} {fmt_bytes(plan.sizes[s])}" for s in live[:largest])
+    more = f" and {len(live) - largest} more" if len(live) > largest else ""
+    return (f"live-bytes peak {fmt_bytes(int(profile[at]))} at step {at} ({_describe(plan.order[at])}), "
+            f"live there: {names}{more}")
 
 
 def output_bytes(graph: Graph) -> int:
@@ -1198,6 +1258,7 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
                              f"offload only, 'auto': the cheaper per value), got {offload!r}")
     outputs = output_bytes(graph) if count_outputs else 0
     room = max(budget - outputs, 0)  # What the arena may take: the outputs are allocated beside it.
+    source = graph
     report = RematReport(budget, before.arena_bytes, before.arena_bytes, before.lower_bound,
                          before.lower_bound, strict=strict, strategy="none", offload=offload, outputs=outputs)
     plan = before
@@ -1221,7 +1282,7 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
                 g, dec = graph.copy(), list[TierChoice]()
                 stats, copies = _segment(g, k, dec, cuts_seen)
                 if stats[0]:
-                    segmented.append((stats[5 if timed else 2], k, g, plan_memory(g), stats, copies, dec))
+                    segmented.append((stats[5 if timed else 2], k, g, _plan(g), stats, copies, dec))
             for cost, k, g, p, stats, copies, dec in sorted(segmented, key=lambda c: (c[0], c[1])):
                 name = f"segments({k})"
                 if p.arena_bytes > room:
@@ -1276,12 +1337,15 @@ def rematerialize(graph: Graph, budget: int, strict: bool = False, offload: str 
          report.seconds) = stats
     elif report.rescheduled:
         report.strategy = "schedule"
+    graph.meta.pop("remat_made", None)
+    source.meta.pop("remat_made", None)
     report.arena_after, report.lower_bound_after = plan.arena_bytes, plan.lower_bound
     report.met = plan.arena_bytes + outputs <= budget
+    report.peak = describe_peak(plan)
     if not report.met:
         msg = (f"loom: memory budget {fmt_bytes(budget)} ({budget} B) cannot be met by rematerialisation: "
                f"the smallest planned arena reached is {fmt_bytes(plan.arena_bytes)} ({plan.arena_bytes} B, "
-               f"from {before.arena_bytes} B; at least {plan.lower_bound} B are live at once)"
+               f"from {before.arena_bytes} B; at least {plan.lower_bound} B are live at once; {report.peak})"
                + (f" beside {fmt_bytes(outputs)} ({outputs} B) of output arrays the step returns, which count "
                   f"against the budget (the arena may take {room} B)" if outputs else ""))
         if strict:

@@ -111,3 +111,46 @@ def test_inplace_does_not_change_values():
     out = run_passes(g, ["inplace"])
     v = values((4,))
     assert_same(out.run(v), g.run(v))
+
+
+def test_a_fused_kernel_reading_a_reshaped_input_writes_over_it():
+    """A reshape keeps each element's place in C order, so a kernel reading the (16, 8) matmul result as
+    (2, 8, 8) may write its result there (the GELU backward over its incoming gradient); a permute may not."""
+    for move, attrs, marked in (("reshape", {"shape": (2, 8, 8)}, True),
+                                ("permute", {"perm": (1, 0)}, False)):
+        g = Graph()
+        x, w = g.add_input((16, 4), F32), g.add_input((4, 8), F32)
+        mm = g.add_node("matmul", [x, w])
+        moved = g.add_node(move, [mm], attrs)
+        y = g.add_input(tuple(moved.shape), F32)
+        e = g.add_node("mul", [g.add_node("tanh", [moved]), y])
+        w2 = g.add_input((8, 2), F32)
+        g.outputs = [g.add_node("matmul", [g.add_node("reshape", [e], {"shape": (16, 8)}), w2])]
+        out = run_passes(g, ["fuse", "inplace"])
+        (kernel,) = [n for n in out.find(op="fused") if n.inputs[0].op == "matmul"]
+        assert is_elementwise(kernel) is marked
+        assert out.meta["inplace"] == ({kernel: 0} if marked else {})
+        plan = loom.compiler.plan_memory(out)
+        assert (kernel in plan.shares) is marked
+        v = [values((16, 4)), values((4, 8), seed=1), values(tuple(moved.shape), seed=2), values((8, 2), seed=3)]
+        assert_same([loom.tensor(a) for a in loom.compiler.compile(g)(*v)], g.run(*v))
+
+
+def test_a_bias_broadcast_over_a_matmul_result_is_added_in_place():
+    """The kernel reads the matmul result element for element and the bias row through a broadcast: it may
+    write over the matmul result, never over the bias (which is read at every row)."""
+    g = Graph()
+    x, w, bias = g.add_input((16, 4), F32), g.add_input((4, 8), F32), g.add_input((8,), F32)
+    mm = g.add_node("matmul", [x, w])
+    row = g.add_node("tanh", [bias])   # An intermediate, so only the broadcast keeps it from being a donor.
+    wide = g.add_node("expand", [g.add_node("reshape", [row], {"shape": (1, 8)})], {"shape": (16, 8)})
+    h = g.add_node("add", [mm, wide])
+    g.outputs = [g.add_node("matmul", [h, g.add_input((8, 2), F32)])]
+    out = run_passes(g, ["fuse", "inplace"])
+    (kernel,) = [n for n in out.find(op="fused") if any(i.op == "matmul" for i in n.inputs)]
+    k = next(k for k, i in enumerate(kernel.inputs) if i.op == "matmul")
+    assert not is_elementwise(kernel) and reusable(out, kernel, k)
+    assert all(not reusable(out, kernel, j) for j in range(len(kernel.inputs)) if j != k)
+    assert out.meta["inplace"] == {kernel: k}
+    v = [values((16, 4)), values((4, 8), seed=1), values((8,), seed=2), values((8, 2), seed=3)]
+    assert_same([loom.tensor(a) for a in loom.compiler.compile(g)(*v)], g.run(*v))

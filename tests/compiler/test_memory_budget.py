@@ -92,6 +92,19 @@ def test_explain_reports_the_recomputation():
     assert "rematerialisation" not in str(loom.compiler.explain(g))
 
 
+def test_a_missed_budget_names_the_peak_step_and_what_is_live_there():
+    """The warning and the report say where the live bytes peak and which values are live there."""
+    from loom.compiler.remat import describe_peak, fmt_bytes
+
+    with pytest.warns(loom.LoomWarning, match=r"live-bytes peak 12.00 KiB at step \d+ \(%\d+ exp .*live there: %"):
+        h, report = rematerialize(_chain_graph(), 5000)
+    plan = loom.compiler.plan_memory(h)
+    assert not report.met and plan.lower_bound == 12288
+    assert report.peak == describe_peak(plan) and report.peak in str(report)
+    live = report.peak.split("live there: ")[1].split(", ")
+    assert len(live) == 3 and all(v.endswith("4.00 KiB") for v in live)   # Three 4 KiB values: the 12 KiB floor.
+    assert fmt_bytes(plan.lower_bound) in report.peak
+
 def test_strict_budget_raises_and_loose_warns():
     g = _chain_graph()
     with pytest.raises(loom.MemoryBudgetError, match=r"memory budget 64 B .*smallest planned arena reached"):
@@ -242,6 +255,28 @@ def test_gpt_step_under_decreasing_budgets_is_bit_identical(small_gpt):
         previous = _arena(fn)
         _assert_same(losses, base_losses)
         _assert_same(params, base_params)
+
+
+@pytest.mark.parametrize("offload", ["never", "auto", "disk"])
+def test_gpt_step_meets_a_quarter_budget_with_every_tier_setting(small_gpt, offload):
+    """A quarter of the planned arena (beside the returned arrays, which outweigh it here) is met whatever
+    the tier setting, the same bits as without a budget; the planned arena is what the executable runs on."""
+    build, data = small_gpt
+    base_losses, base_params, base_fn = _run(build, data, 3)
+    budget = _outputs(base_fn) + _arena(base_fn) // 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", loom.LoomWarning)   # Met: no "cannot be met" warning.
+        losses, params, fn = _run(build, data, 3, budget, offload=offload)
+    (report,) = fn.memory_reports
+    assert report.met and report.offload == offload
+    assert _arena(fn) == report.arena_after and _arena(fn) + _outputs(fn) <= budget
+    assert report.lower_bound_after <= report.arena_after < report.arena_before
+    if offload == "never":
+        assert report.offloaded == 0 and report.recomputed > 0
+    if offload == "disk":
+        assert report.offloaded > 0
+    _assert_same(losses, base_losses)
+    _assert_same(params, base_params)
 
 
 # ---------------------------------------------------------------- eager: loom.set_memory_budget

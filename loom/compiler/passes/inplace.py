@@ -4,9 +4,12 @@ The marks live in ``graph.meta["inplace"] = {node: input_index}``: the memory
 planner gives `node` the slot of ``node.inputs[input_index]`` and the executor
 writes the result there. A mark is legal when
 
-- `node` is elementwise (a unary/binary/compare/ternary primitive, or a
-  ``fused`` node whose body is elementwise only), so output element i depends
-  on input element i alone and overwriting it is safe;
+- `node` is elementwise in that input (a unary/binary/compare/ternary
+  primitive, or a ``fused`` node whose body computes elementwise only and
+  reads that input as is or reshaped, its other inputs through any view, such
+  as a bias row broadcast over a matmul result; see
+  `loom.compiler.constants.reads_elementwise`), so output element i depends
+  on element i of that input alone and overwriting it is safe;
 - `node` is not a graph output (outputs get their own arrays);
 - the input is an intermediate (not a placeholder, constant or output), `node`
   is its only consumer, and both have the same number of bytes.
