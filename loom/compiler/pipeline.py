@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from loom.codegen.toolchain import CODEGEN
 from loom.compiler.memory import MemoryPlan
@@ -90,3 +91,34 @@ def compile(graph: Graph, level: int = 3, backend: str = "c", *, checked: bool =
         raise LoomError(f"loom.compiler.compile: unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
     optimized, plan = optimize(graph, level, checked=checked)
     return Executable(optimized, plan, CODEGEN, verify=False)  # optimize() checked it (see VERIFY_PASSES).
+
+
+def respecialized(graph: Graph, earlier: list[tuple[Graph, Graph]], level: int = 3):
+    """An executable for trace `graph` made from an earlier trace's optimised graph, or None.
+
+    `earlier` holds (trace, its optimised graph) pairs of the same function
+    at other sizes. Where `graph` differs from one of them only in sizes
+    (`loom.compiler.respecialize`), that optimised graph is rebuilt at the
+    new sizes and only the memory plan is made again: the same graph, plan
+    and kernels the pipeline would give, without running it. None when no
+    earlier trace fits (the caller compiles `graph`).
+    """
+    from loom.compiler import respecialize as _re
+    from loom.compiler.memory import plan_memory
+
+    if graph.meta.get("memory_budget") is not None or graph.meta.get("recompute") or \
+            not _re.default_pipeline(level):
+        return None
+    for old, optimized in earlier:
+        out = _re.respecialize(old, graph, optimized)
+        if out is None:
+            continue
+        plan = None
+        if "memory" in pass_names(graph, level):
+            start = time.perf_counter()
+            plan = out.meta["memory"] = plan_memory(out)
+            out.meta["pass_seconds"]["memory"] = time.perf_counter() - start
+        if VERIFY_PASSES:
+            out.verify()
+        return Executable(out, plan, CODEGEN, verify=False)
+    return None
