@@ -21,8 +21,10 @@ The passes' decisions must come out the same at the new sizes, so the trace
 is re-specialised only when (`_substitution`):
 
 - every size that changes is at least 2 before and after (a size-1 axis is
-  what simplification and broadcasting rules look for), and distinct shapes
-  of the old trace stay distinct (equal ones stay equal by construction);
+  what simplification and broadcasting rules look for), and a node's shape
+  equals its input's (or its input's input's) in the new trace exactly
+  where it did in the old one (what ``reshape to the same shape``, in-place
+  reuse and row-kernel rules compare);
 - constant-folded values cannot change: a computation on constants only
   reads no changed size or value;
 - a scalar constant that changes (a mean's 1/N) is neither 0, 1 nor an
@@ -114,7 +116,6 @@ def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
     sub: dict[int, Any] = {}
     get = sub.get
     keep: list[Any] = []  # The objects whose ids are keys (alive while `old` is; kept with the map anyway).
-    shapes: dict[tuple, tuple] = {}
     constant: set[Node] = set()   # Nodes of `old` computed from constants only (folded by the pipeline).
     changed_source: set[Node] = set()  # Constant sources whose value or shape changes.
     for a, b in zip(n1, n2):
@@ -127,8 +128,13 @@ def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
         differs = sa != sb
         if differs and (len(sa) != len(sb) or not all(map(_changed_ok, sa, sb))):
             raise _NoReuse
-        if shapes.setdefault(sa, sb) != sb:
-            raise _NoReuse  # One old shape, two new ones: a rule comparing them could decide otherwise.
+        for i, j in zip(a.inputs, b.inputs):
+            # A rule comparing a node's shape with its input's (or its input's input's) decides alike.
+            if (i.shape == sa) != (j.shape == sb):
+                raise _NoReuse
+            for ii, jj in zip(i.inputs, j.inputs):
+                if (ii.shape == sa) != (jj.shape == sb):
+                    raise _NoReuse
         pairs = [(sa, sb)]
         aa, ba = a.attrs, b.attrs
         if aa:
@@ -179,9 +185,6 @@ def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
             constant.add(a)
             if differs or any(i in changed_source for i in a.inputs):
                 raise _NoReuse  # Folded at compile time from values that change.
-    # Distinct old shapes stay distinct.
-    if len(set(shapes.values())) != len(shapes):
-        raise _NoReuse
     sub[-1] = keep  # (Never an id: keeps the objects alive with the map.)
     return sub
 
