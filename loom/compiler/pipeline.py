@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 from loom.codegen.toolchain import CODEGEN
 from loom.compiler.memory import MemoryPlan
@@ -104,21 +103,18 @@ def respecialized(graph: Graph, earlier: list[tuple[Graph, Graph]], level: int =
     earlier trace fits (the caller compiles `graph`).
     """
     from loom.compiler import respecialize as _re
-    from loom.compiler.memory import plan_memory
 
+    names = pass_names(graph, level)
     if graph.meta.get("memory_budget") is not None or graph.meta.get("recompute") or \
-            not _re.default_pipeline(level):
+            not _re.default_pipeline(level) or "fuse" not in names:
         return None
+    after = names[len(names) - names[::-1].index("fuse"):]  # In-place reuse and the memory plan.
     for old, optimized in earlier:
         out = _re.respecialize(old, graph, optimized)
         if out is None:
             continue
-        plan = None
-        if "memory" in pass_names(graph, level):
-            start = time.perf_counter()
-            plan = out.meta["memory"] = plan_memory(out)
-            out.meta["pass_seconds"]["memory"] = time.perf_counter() - start
-        if VERIFY_PASSES:
-            out.verify()
-        return Executable(out, plan, CODEGEN, verify=False)
+        seconds = out.meta["pass_seconds"]
+        out = run_passes(out, after, verify=VERIFY_PASSES, copy=False)
+        out.meta["pass_seconds"] = {**seconds, **out.meta["pass_seconds"]}
+        return Executable(out, out.meta.get("memory"), CODEGEN, verify=False)
     return None

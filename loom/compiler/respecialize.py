@@ -7,7 +7,7 @@ shape attributes, slice bounds and messages that name sizes. Then the
 earlier trace's optimised graph is valid for the new one with those values
 replaced: `respecialize` rebuilds it with every size-carrying attribute
 mapped to the new trace's value and every shape inferred again, and only the
-memory plan is made anew. No pass runs, and no kernel is built (kernels take
+passes after fusion (in-place reuse, the memory plan) run again. No pass runs, and no kernel is built (kernels take
 sizes as arguments).
 
 Which value replaces which: the passes copy attribute values (tuples,
@@ -21,10 +21,11 @@ The passes' decisions must come out the same at the new sizes, so the trace
 is re-specialised only when (`_substitution`):
 
 - every size that changes is at least 2 before and after (a size-1 axis is
-  what simplification and broadcasting rules look for), and a node's shape
-  equals its input's (or its input's input's) in the new trace exactly
-  where it did in the old one (what ``reshape to the same shape``, in-place
-  reuse and row-kernel rules compare);
+  what simplification and broadcasting rules look for), and a reshape's,
+  expand's, slice's or reduction's shape equals its input's (an expand's:
+  its input's input's) in the new trace exactly where it did in the old one
+  (what ``reshape to the same shape`` and row-kernel rules compare; the
+  passes after fusion, in-place reuse and the memory plan, run anew);
 - constant-folded values cannot change: a computation on constants only
   reads no changed size or value;
 - a scalar constant that changes (a mean's 1/N) is neither 0, 1 nor an
@@ -46,7 +47,7 @@ import numpy as np
 from loom.compiler.constants import FOLDABLE_SOURCES
 from loom.dtypes import DType
 from loom.compiler.passes import passes_for_level
-from loom.compiler.passes.registry import PASSES, _drop_stale_inplace
+from loom.compiler.passes.registry import PASSES
 from loom.errors import LoomError
 from loom.ir import ops
 from loom.ir.graph import Graph, _remap_meta
@@ -59,6 +60,10 @@ _SIZE_FREE = frozenset({"perm", "axes", "axis", "keepdim", "dtype", "index", "di
 _SHAPE_ATTR_OPS = frozenset({"input", "const", "arange", "rand", "reshape", "expand", "buffer"})
 _AMBIGUOUS = object()
 _MISSING = object()
+# Ops that simplification and fusion rules compare with their inputs by shape (a reshape to the same shape,
+# a reduction over size-1 axes, a row reduction's broadcast back).
+_COMPARED = frozenset({"reshape", "expand", "slice"} |
+                      {n for n, p in ops.PRIMITIVES.items() if p.kind == "reduce"})
 # Attribute values that never carry a size (dtypes, flags): compared, not mapped.
 _PLAIN = frozenset({DType, bool, type(None)})
 
@@ -75,8 +80,8 @@ def default_pipeline(level: int) -> bool:
 
 def respecialize(old: Graph, new: Graph, optimized: Graph) -> Graph | None:
     """`optimized` (the optimised form of trace `old`) rebuilt for trace `new`, or None where that is not
-    known to equal the pipeline's output for `new` (see the module docstring). The memory plan is not made:
-    ``meta["memory"]`` is left out."""
+    known to equal the fusion pass's output for `new` (see the module docstring). The passes after fusion
+    (in-place marks, the memory plan) are left to the caller."""
     t = time.perf_counter()
     try:
         sub = _substitution(old, new)
@@ -128,13 +133,16 @@ def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
         differs = sa != sb
         if differs and (len(sa) != len(sb) or not all(map(_changed_ok, sa, sb))):
             raise _NoReuse
-        for i, j in zip(a.inputs, b.inputs):
-            # A rule comparing a node's shape with its input's (or its input's input's) decides alike.
-            if (i.shape == sa) != (j.shape == sb):
-                raise _NoReuse
-            for ii, jj in zip(i.inputs, j.inputs):
-                if (ii.shape == sa) != (jj.shape == sb):
+        if a.op in _COMPARED:
+            for i, j in zip(a.inputs, b.inputs):
+                # A rule comparing a movement op's or a reduction's shape with its input's (an expand's with its
+                # input's input's) decides alike.
+                if (i.shape == sa) != (j.shape == sb):
                     raise _NoReuse
+                if a.op == "expand":
+                    for ii, jj in zip(i.inputs, j.inputs):
+                        if (ii.shape == sa) != (jj.shape == sb):
+                            raise _NoReuse
         pairs = [(sa, sb)]
         aa, ba = a.attrs, b.attrs
         if aa:
@@ -286,8 +294,8 @@ def _rebuild(g: Graph, sub: dict[int, Any], new: Graph, inputs: list[Node] | Non
         mapping[n] = out._insert(Node(op, ins, attrs, shape, dtype, n.device, n.name, buffer=n.buffer))
     out._outputs = [mapping[o] for o in g.outputs]
     if inputs is None:
-        out.meta = {k: _remap_meta(v, mapping) for k, v in g.meta.items() if k not in ("memory", "pass_seconds")}
-        _drop_stale_inplace(out)
+        out.meta = {k: _remap_meta(v, mapping) for k, v in g.meta.items()
+                    if k not in ("memory", "pass_seconds", "inplace")}
     return out
 
 
