@@ -385,10 +385,10 @@ def _topo(roots: list[Node]) -> list[Node]:
     return order
 
 
-def _compile(graph: Graph, level: int, backend: str, earlier: list[tuple[Graph, Graph]] | None = None):
+def _compile(graph: Graph, level: int, backend: str, earlier: list[tuple[Graph, Graph, Any]] | None = None):
     """Hand the graph to the pass pipeline (or a plugin); fall back to the reference runner.
 
-    `earlier`: (trace, optimised graph) pairs of the same function at other sizes; one that differs from
+    `earlier`: (trace, optimised graph, executable) of the same function at other sizes; one that differs from
     `graph` only in sizes is re-specialised instead of running the pipeline (`loom.compiler.respecialize`)."""
     if backend == "reference":
         return functools.partial(_run_reference, graph)
@@ -656,12 +656,12 @@ class Function:
         self.trace_count += 1
         return entry
 
-    def _earlier(self, graph: Graph) -> list[tuple[Graph, Graph]]:
-        """(trace, optimised graph) of the compiled specialisations a new trace may be re-specialised from:
+    def _earlier(self, graph: Graph) -> list[tuple[Graph, Graph, Any]]:
+        """(trace, optimised graph, executable) of the compiled specialisations a new trace may be re-specialised from:
         those of as many nodes, newest first."""
         from loom.runtime.executor import Executable
 
-        return [(e.graph, e.exe.graph) for e in reversed(self._cache.values())
+        return [(e.graph, e.exe.graph, e.exe) for e in reversed(self._cache.values())
                 if e.graph is not None and type(e.exe) is Executable and len(e.graph) == len(graph)]
 
     def _inputs(self, entry: _Entry, args, kwargs, donate: bool = False) -> tuple[list, list | None, dict]:
