@@ -110,14 +110,12 @@ def _special(v: Any) -> bool:
 
 def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
     """id(object of `old`'s shapes and attributes) -> its value in `new` (`_AMBIGUOUS` where two differ)."""
-    n1, n2 = list(old), list(new)
+    n1, n2 = list(old._nodes), list(new._nodes)  # In the order the trace added them (both traces alike).
     if len(n1) != len(n2) or len(old.inputs) != len(new.inputs) or len(old.outputs) != len(new.outputs):
         raise _NoReuse
-    pos1 = {n: k for k, n in enumerate(n1)}
-    pos2 = {n: k for k, n in enumerate(n2)}
-    if [pos1[n] for n in old.inputs] != [pos2[n] for n in new.inputs] or \
-            [pos1[n] for n in old.outputs] != [pos2[n] for n in new.outputs]:
-        raise _NoReuse
+    corr = dict(zip(n1, n2))  # Node of `old` -> the node at its place in `new`.
+    if [corr[n] for n in old.inputs] != list(new.inputs) or [corr[n] for n in old.outputs] != list(new.outputs):
+        raise _NoReuse  # (Nodes compare by identity.)
     sub: dict[int, Any] = {}
     get = sub.get
     keep: list[Any] = []  # The objects whose ids are keys (alive while `old` is; kept with the map anyway).
@@ -127,7 +125,7 @@ def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
         if a.op != b.op or a.dtype is not b.dtype or len(a.inputs) != len(b.inputs):
             raise _NoReuse
         for i, j in zip(a.inputs, b.inputs):
-            if pos1[i] != pos2[j]:
+            if corr[i] is not j:
                 raise _NoReuse
         sa, sb = a.shape, b.shape
         differs = sa != sb
@@ -189,7 +187,7 @@ def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
             constant.add(a)
             if differs:
                 changed_source.add(a)
-        elif a.inputs and op != "rand" and all(i in constant for i in a.inputs):
+        elif a.inputs and a.inputs[0] in constant and op != "rand" and all(i in constant for i in a.inputs):
             constant.add(a)
             if differs or any(i in changed_source for i in a.inputs):
                 raise _NoReuse  # Folded at compile time from values that change.
@@ -302,7 +300,7 @@ def _rebuild(g: Graph, sub: dict[int, Any], new: Graph, inputs: list[Node] | Non
 def _body_changes(body: Graph, sub: dict[int, Any]) -> bool:
     """Whether a fused body on inputs of unchanged shapes holds an attribute whose value changes."""
     get = sub.get
-    for n in body:
+    for n in body._nodes:
         for value in n.attrs.values():
             if type(value) in _PLAIN:
                 continue
