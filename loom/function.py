@@ -1084,7 +1084,10 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     flow. Tensors created inside `fn` from Python data are constants of the
     graph; pass changing data as arguments. A new input shape traces again;
     kernels are specialised by structure, not size, so it compiles no new
-    kernel.
+    kernel, and a trace that differs from an earlier one only in sizes
+    reuses that one's optimised graph with the new sizes instead of running
+    the pass pipeline (`loom.compiler.respecialize`; same results, bit for
+    bit).
 
     Parameters
     ----------
