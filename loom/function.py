@@ -385,8 +385,11 @@ def _topo(roots: list[Node]) -> list[Node]:
     return order
 
 
-def _compile(graph: Graph, level: int, backend: str):
-    """Hand the graph to the pass pipeline (or a plugin); fall back to the reference runner."""
+def _compile(graph: Graph, level: int, backend: str, earlier: list[tuple[Graph, Graph, Any]] | None = None):
+    """Hand the graph to the pass pipeline (or a plugin); fall back to the reference runner.
+
+    `earlier`: (trace, optimised graph, executable) of the same function at other sizes; one that differs from
+    `graph` only in sizes is re-specialised instead of running the pipeline (`loom.compiler.respecialize`)."""
     if backend == "reference":
         return functools.partial(_run_reference, graph)
     if backend != "c":
@@ -398,6 +401,11 @@ def _compile(graph: Graph, level: int, backend: str):
         compile_graph = None
     if compile_graph is None:
         return functools.partial(_run_reference, graph)
+    if earlier:
+        from loom.compiler.pipeline import respecialized
+        exe = respecialized(graph, earlier, level)
+        if exe is not None:
+            return exe
     return compile_graph(graph, level=level, backend=backend, checked=True)  # Built by add_node: checked.
 
 
@@ -625,7 +633,7 @@ class Function:
                                             track=self.track, placement=self.placement,
                                             transport=self.transport)
         else:
-            entry.exe = _compile(graph, self.level, self.backend)
+            entry.exe = _compile(graph, self.level, self.backend, self._earlier(graph))
             share = getattr(entry.exe, "share_arenas", None)
             if share is not None:  # Specialisations (batch sizes) reuse each other's arenas.
                 if self._arenas is None:
@@ -647,6 +655,14 @@ class Function:
         entry.other_donors = [d for d in entry.donors if d[3] < len(arg_nodes)]
         self.trace_count += 1
         return entry
+
+    def _earlier(self, graph: Graph) -> list[tuple[Graph, Graph, Any]]:
+        """(trace, optimised graph, executable) of the compiled specialisations a new trace may be re-specialised from:
+        those of as many nodes, newest first."""
+        from loom.runtime.executor import Executable
+
+        return [(e.graph, e.exe.graph, e.exe) for e in reversed(self._cache.values())
+                if e.graph is not None and type(e.exe) is Executable and len(e.graph) == len(graph)]
 
     def _inputs(self, entry: _Entry, args, kwargs, donate: bool = False) -> tuple[list, list | None, dict]:
         """The arrays one call feeds the compiled graph: arguments, .grads, captured tensors, scalars, random.
@@ -1068,7 +1084,10 @@ def function(fn: Callable | None = None, *, level: int = 3, backend: str = "c", 
     flow. Tensors created inside `fn` from Python data are constants of the
     graph; pass changing data as arguments. A new input shape traces again;
     kernels are specialised by structure, not size, so it compiles no new
-    kernel.
+    kernel, and a trace that differs from an earlier one only in sizes
+    reuses that one's optimised graph with the new sizes instead of running
+    the pass pipeline (`loom.compiler.respecialize`; same results, bit for
+    bit).
 
     Parameters
     ----------

@@ -90,3 +90,32 @@ def compile(graph: Graph, level: int = 3, backend: str = "c", *, checked: bool =
         raise LoomError(f"loom.compiler.compile: unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
     optimized, plan = optimize(graph, level, checked=checked)
     return Executable(optimized, plan, CODEGEN, verify=False)  # optimize() checked it (see VERIFY_PASSES).
+
+
+def respecialized(graph: Graph, earlier: list[tuple[Graph, Graph, Executable]], level: int = 3):
+    """An executable for trace `graph` made from an earlier trace's optimised graph, or None.
+
+    `earlier` holds (trace, its optimised graph, its executable) of the same
+    function at other sizes. Where `graph` differs from one of them only in sizes
+    (`loom.compiler.respecialize`), that optimised graph is rebuilt at the
+    new sizes and only the passes after fusion run again: the same graph,
+    plan and kernels the pipeline would give, without running it (fused
+    bodies that did not change keep the earlier executable's kernels). None when no
+    earlier trace fits (the caller compiles `graph`).
+    """
+    from loom.compiler import respecialize as _re
+
+    names = pass_names(graph, level)
+    if graph.meta.get("memory_budget") is not None or graph.meta.get("recompute") or \
+            not _re.default_pipeline(level) or "fuse" not in names:
+        return None
+    after = names[len(names) - names[::-1].index("fuse"):]  # In-place reuse and the memory plan.
+    for old, optimized, exe in earlier:
+        out = _re.respecialize(old, graph, optimized)
+        if out is None:
+            continue
+        seconds = out.meta["pass_seconds"]
+        out = run_passes(out, after, verify=VERIFY_PASSES, copy=False)
+        out.meta["pass_seconds"] = {**seconds, **out.meta["pass_seconds"]}
+        return Executable(out, out.meta.get("memory"), CODEGEN, verify=False, like=exe)
+    return None

@@ -88,7 +88,9 @@ def _canon(value: Any, key: str, api: str) -> Any:
     if value is None or isinstance(value, (str, dt.DType, Graph)):
         return value  # A Graph attr is the body of a compiler "fused" node.
     if isinstance(value, (list, tuple)):
-        return tuple(_canon(v, key, api) for v in value)
+        items = tuple(_canon(v, key, api) for v in value)
+        # A tuple already canonical stays the same object (`loom.compiler.respecialize` follows it by identity).
+        return value if type(value) is tuple and all(a is b for a, b in zip(items, value)) else items
     raise GraphError(f"loom.Graph.{api}: attr {key!r} holds a {type(value).__name__}; attrs hold only "
                      "None, bool, int, float, str, loom dtypes and tuples/lists of these")
 

@@ -107,8 +107,11 @@ def _reference(node: Node) -> Callable:
     return run
 
 
-def _fused(node: Node, tools: toolchain.Toolchain) -> tuple[Callable, Any]:
-    kernel = tools.kernel(node.attrs["body"])
+def _fused(node: Node, tools: toolchain.Toolchain, known: dict | None = None) -> tuple[Callable, Any]:
+    body = node.attrs["body"]
+    kernel = known.get(id(body)) if known else None
+    if kernel is None:
+        kernel = tools.kernel(body)
     if kernel is None:
         return _reference(node), None
     shape, npd = tuple(node.shape), node.dtype.np
@@ -138,6 +141,10 @@ class Executable:
     verify : bool
         Check the graph's invariants first (default). The compiler passes
         False for the output of its own pipeline.
+    like : Executable, optional
+        An executable of the same tools whose graph shares fused bodies
+        with `graph` (the same body objects: a batch-size specialisation
+        re-specialised from it); those bodies take its kernels as they are.
 
     Examples
     --------
@@ -151,7 +158,8 @@ class Executable:
     [[1.0, 1.0], [1.0, 1.0]]
     """
 
-    def __init__(self, graph: Graph, plan=None, tools: toolchain.Toolchain | None = None, *, verify: bool = True):
+    def __init__(self, graph: Graph, plan=None, tools: toolchain.Toolchain | None = None, *, verify: bool = True,
+                 like: Executable | None = None):
         if not isinstance(graph, Graph):
             raise LoomError(f"loom.Executable: expected a loom.ir.Graph, got {type(graph).__name__}")
         if verify:  # The compiler's pipeline checked its input and (under LOOM_VERIFY_PASSES) every pass.
@@ -168,6 +176,8 @@ class Executable:
             slot[n] = len(slot)
         self._consts: list[tuple[int, np.ndarray]] = []
         self.kernels = []
+        known = like._body_kernels if like is not None and like.tools is self.tools else None
+        self._body_kernels: dict[int, Any] = {}  # id(fused body) -> its kernel (bodies live with the graph).
         steps: list[_Step] = []
         for n in order:
             if n in slot:
@@ -182,9 +192,10 @@ class Executable:
                 self._consts.append((slot[n], value))
                 continue
             if n.op == "fused":
-                fn, kernel = _fused(n, self.tools)
+                fn, kernel = _fused(n, self.tools, known)
                 if kernel is not None:
                     self.kernels.append(kernel)
+                    self._body_kernels[id(n.attrs["body"])] = kernel
             elif n.op == "matmul":
                 fn = _matmul(n)
             elif n.op in _CONV_OPS:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import importlib.util
+import math
 import mmap
 import os
 import sys
@@ -161,12 +162,21 @@ def _blas_operand(rows: int, cols: int, rs: int, cs: int) -> tuple[int, int] | N
 class _Loc:
     """A value's place: object `base` (0 the arena, then inputs, outputs, constants), byte `off`, strides."""
 
-    __slots__ = ("base", "off", "shape", "strides", "dtype", "src", "node")
+    __slots__ = ("base", "off", "shape", "strides", "dtype", "src", "node", "_ext")
 
     def __init__(self, base: int, off: int, shape, strides, dtype, src: int = -1, node: Any = None):
         self.base, self.off, self.shape, self.strides, self.dtype = base, off, tuple(shape), tuple(strides), dtype
         self.src = src      # For a view: the slot it is derived from (-1: owns its memory).
         self.node: Node = node  # For a view: the view node (its op and attrs re-derive it in NumPy).
+        self._ext: tuple[int, int, int] | None = None  # (off, lo, hi): `_extent` at that offset.
+
+    def extent(self) -> tuple[int, int]:
+        """`_extent(self)`, kept until the offset moves (`NativeProgram._compact`)."""
+        e = self._ext
+        if e is None or e[0] != self.off:
+            lo, hi = _extent(self)
+            e = self._ext = (self.off, lo, hi)
+        return e[1], e[2]
 
 
 def _contiguous(shape, itemsize: int) -> tuple[int, ...]:
@@ -338,6 +348,12 @@ class NativeProgram:
 
     def __init__(self, exe) -> None:
         self.exe = exe
+        # Views' roots once every view is placed (from the epilogue chains on: hoisting moves only values that no
+        # view reads), and the planned arena regions `_gap` places around (built at its first call).
+        self._root_memo: dict[int, int] | None = None
+        self._gap_regions: tuple[dict, dict] | None = None
+        self._step_roots: list[list[int] | None] | None = None  # Per step: the roots of its value and arguments.
+        self._view_sources: set[int] | None = None  # Slots some view is derived from.
         self._lock = threading.Lock()
         self._blas = blas()
         steps = exe._steps
@@ -352,7 +368,7 @@ class NativeProgram:
             if s in produced and s not in self._out_base:
                 self._out_base[s] = 1 + nin + len(self._out_specs)
                 self._out_specs.append((tuple(node_of[s].shape), node_of[s].dtype.np))
-                nbytes = int(np.prod(node_of[s].shape, dtype=np.int64)) * node_of[s].dtype.np.itemsize
+                nbytes = _numel(node_of[s].shape) * node_of[s].dtype.np.itemsize
                 self._held.append([] if nbytes >= _RECYCLE_BYTES else None)
         locs: dict[int, _Loc] = {}
         for k, node in enumerate(exe._inputs):
@@ -379,7 +395,7 @@ class NativeProgram:
             elif node in offsets:
                 own[st.out] = _Loc(0, int(offsets[node]), node.shape, strides, d)
             else:
-                nbytes = int(np.prod(node.shape, dtype=np.int64)) * d.itemsize
+                nbytes = _numel(node.shape) * d.itemsize
                 own[st.out] = _Loc(0, top, node.shape, strides, d)
                 fresh.append((top, -(-max(nbytes, 1) // _ALIGN) * _ALIGN, st.out))
                 top += fresh[-1][1]
@@ -419,7 +435,7 @@ class NativeProgram:
         for st in steps:
             loc = own[st.out]
             if loc.base == 0:
-                nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+                nbytes = _numel(loc.shape) * loc.dtype.itemsize
                 top = max(top, loc.off + nbytes)
         self.arena_bytes = top
         # Which views cost nothing: a view of memory nobody writes while the view (or a view of it) is read.
@@ -441,7 +457,7 @@ class NativeProgram:
         writes = np.zeros((3, len(steps)), np.int64)  # Per step: whether it writes the arena, from, to.
         for j, st in enumerate(steps):
             loc = own[st.out]
-            nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+            nbytes = _numel(loc.shape) * loc.dtype.itemsize
             writes[:, j] = (loc.base == 0, loc.off, loc.off + nbytes)
         # Start from every view free and take back those whose source memory is written while they are read,
         # counting only the writes of steps that still write; repeat until nothing changes.
@@ -479,10 +495,10 @@ class NativeProgram:
             for st in steps:
                 loc = own[st.out]
                 if st.node in offsets and loc.base == 0:
-                    end = loc.off + int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+                    end = loc.off + _numel(loc.shape) * loc.dtype.itemsize
                     planned.append((loc.off, end, index[st.out], until.get(st.out, index[st.out])))
             packed = _pack([(index[st.out], until.get(st.out, index[st.out]),
-                             int(np.prod(own[st.out].shape, dtype=np.int64)) * own[st.out].dtype.itemsize)
+                             _numel(own[st.out].shape) * own[st.out].dtype.itemsize)
                             for st in copied], 0, planned)
             for st, off in zip(copied, packed):
                 old = own[st.out]
@@ -498,7 +514,7 @@ class NativeProgram:
             for st in steps:
                 loc = own[st.out]
                 if loc.base == 0 and st.out not in free:  # A free view's own region is never used.
-                    nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+                    nbytes = _numel(loc.shape) * loc.dtype.itemsize
                     top = max(top, loc.off + nbytes)
             self.arena_bytes = top
         self._virtual: set[int] = set(free)
@@ -535,7 +551,7 @@ class NativeProgram:
                 scratch = max(scratch, 4 * (M * K + K * N + M * N))
         for _, ks in self._spmm.values():  # A sparse product's sums when its output shares x's memory.
             o = self._locs[self._steps[ks].out]
-            scratch = max(scratch, int(np.prod(o.shape, dtype=np.int64)) * o.dtype.itemsize)
+            scratch = max(scratch, _numel(o.shape) * o.dtype.itemsize)
         self._scratch_bytes = scratch
         self._scratch_off = -(-self.arena_bytes // _ALIGN) * _ALIGN
         if scratch:
@@ -584,7 +600,7 @@ class NativeProgram:
         loc = own[r]
         if loc.base != 0:
             return True  # A fresh output: written once, by its own step.
-        nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+        nbytes = _numel(loc.shape) * loc.dtype.itemsize
         lo, hi = loc.off, loc.off + nbytes
         arena, wlo, whi = writes[:, k:until + 1]
         hit = (arena != 0) & (wlo < hi) & (lo < whi)
@@ -723,7 +739,7 @@ class NativeProgram:
             return None
         if self._overlaps(c, a) or self._overlaps(c, b) or any(x % isz for x in c.strides):
             return None
-        macs = int(np.prod(st.node.shape, dtype=np.int64)) * K
+        macs = _numel(st.node.shape) * K
         rs, cs = c.strides[-2] // isz, c.strides[-1] // isz
         if cs == 1 or N == 1:
             ldc, swap = (rs if M > 1 else N), False
@@ -753,6 +769,7 @@ class NativeProgram:
         share bytes only as one C-contiguous region written in place (as the memory plan placed them).
         """
         steps, locs = self._steps, self._locs
+        self._root_memo = {}
         readers_of: dict[int, list[int]] = {}  # Root slot -> steps reading it (through free views too).
         written_into: dict[int, list[int]] = {}  # Slot -> outputs its producer writes straight into (a reshape).
         for j, st in enumerate(steps):
@@ -809,8 +826,7 @@ class NativeProgram:
                             for x in touched + other_locs) or \
                         any(self._overlaps(o, x) and not _same_region(o, x, size) for o in outs for x in other_locs):
                     continue
-                if any(self._overlaps(out, self._root_loc(x)) for i in range(k + 1, j) if i not in members
-                       and steps[i].out not in self._virtual for x in [steps[i].out, *steps[i].args]):
+                if self._touched_between(out, k + 1, j, set(members)):
                     continue  # A step in between reads or writes the memory the member now writes earlier.
                 members.append(j)
                 hoisted = sorted(set(hoisted) | set(early))
@@ -845,16 +861,16 @@ class NativeProgram:
             st = steps[h]
             if h <= k or h in members or h in taken or st.node.op != "fused" or self._kernels[h] is None or \
                     st.out in self._virtual or _may_fail(st.node) or \
-                    int(np.prod(st.node.shape, dtype=np.int64)) > _HOIST_ELEMS:
+                    _numel(st.node.shape) > _HOIST_ELEMS:
                 return None
             out = locs[st.out]
             if any(self._overlaps(out, x) for x in avoid) or \
-                    any(self._overlaps(out, self._root_loc(x)) for i in range(k, h) if i not in hoisted
-                        and i not in found and steps[i].out not in self._virtual
-                        for x in [steps[i].out, *steps[i].args]):
+                    self._touched_between(out, k, h, set(hoisted) | set(found)):
                 # The memory plan shares its bytes with values of the steps it moves past: a gap of the planned
                 # arena free from the GEMM to its last reader (no view of it was derived).
-                if out.base != 0 or any(loc.src == st.out for loc in locs.values()):
+                if self._view_sources is None:  # (Hoisting moves no view's source: the set holds.)
+                    self._view_sources = {loc.src for loc in locs.values() if loc.src >= 0}
+                if out.base != 0 or st.out in self._view_sources:
                     return None
                 moved = self._gap(k, h, out, avoid)
                 if moved is None:
@@ -864,29 +880,56 @@ class NativeProgram:
             todo += [self._index[self._root(a)] for a in st.args if self._index.get(self._root(a), -1) >= k]
         return sorted(found)
 
+    def _touched_between(self, out: _Loc, first: int, end: int, skip: set[int]) -> bool:
+        """Whether a step in first..end-1 (not in `skip`, not a free view) reads or writes memory `out` overlaps."""
+        roots = self._step_roots
+        if roots is None:
+            roots = self._step_roots = [None if st.out in self._virtual else
+                                        [self._root(x) for x in (st.out, *st.args)] for st in self._steps]
+        locs, base = self._locs, out.base
+        lo, hi = out.extent()
+        for i in range(first, end):
+            rs = roots[i]
+            if rs is None or i in skip:
+                continue
+            for r in rs:
+                x = locs[r]
+                if x.base == base:
+                    xlo, xhi = x.extent()
+                    if xlo < hi and lo < xhi:
+                        return True
+        return False
+
     def _gap(self, k: int, h: int, out: _Loc, avoid: list[_Loc]) -> _Loc | None:
         """`out` (step `h`'s value) placed in a gap of the arena, free from step `k` until its last reader, or
         None when there is none below the arena's top."""
         steps, locs = self._steps, self._locs
-        last: dict[int, int] = {}
-        for j, st in enumerate(steps):
-            if st.out not in self._virtual:
-                for a in st.args:
-                    last[self._root(a)] = j
-        for r, _ in self._results:  # Results read from the arena after the walk.
-            last[self._root(r)] = len(steps)
+        if self._gap_regions is None:
+            last: dict[int, int] = {}
+            for j, st in enumerate(steps):
+                if st.out not in self._virtual:
+                    for a in st.args:
+                        last[self._root(a)] = j
+            for r, _ in self._results:  # Results read from the arena after the walk.
+                last[self._root(r)] = len(steps)
+            regions: dict[int, tuple] = {}  # Step -> (lo, hi, first, last) of its value in the arena.
+            for j, st in enumerate(steps):
+                loc = locs[st.out]
+                if loc.base == 0 and st.out not in self._virtual and loc.src < 0:
+                    regions[j] = (*loc.extent(), j, last.get(st.out, j))
+            self._gap_regions = (last, regions)
+        last, regions = self._gap_regions
         fixed = [(lo, hi, 0, len(steps)) for lo, hi in self._relocated]
-        fixed += [(*_extent(x), 0, len(steps)) for x in avoid if x.base == 0]
-        for j, st in enumerate(steps):
-            loc = locs[st.out]
-            if loc.base == 0 and st.out not in self._virtual and loc.src < 0 and j != h:
-                fixed.append((*_extent(loc), j, last.get(st.out, j)))
-        nbytes = int(np.prod(out.shape, dtype=np.int64)) * out.dtype.itemsize
+        fixed += [(*x.extent(), 0, len(steps)) for x in avoid if x.base == 0]
+        fixed += [r for j, r in regions.items() if j != h]
+        nbytes = _numel(out.shape) * out.dtype.itemsize
         (off,) = _pack([(k, last.get(steps[h].out, h), nbytes)], 0, fixed)
         if off + nbytes > self.arena_bytes:
             return None
         self._relocated.append((off, off + nbytes))
-        return _Loc(0, off, out.shape, out.strides, out.dtype)
+        moved = _Loc(0, off, out.shape, out.strides, out.dtype)
+        regions[h] = (*moved.extent(), h, last.get(steps[h].out, h))  # The caller puts it there.
+        return moved
 
     def _own_rows(self, st) -> bool:
         """Whether matmul step `st` writes C in the arena, row-major as its value is laid out (not an output,
@@ -902,14 +945,22 @@ class NativeProgram:
             return None
         out = self._locs[st.out]
         if out.strides != _contiguous(out.shape, out.dtype.itemsize) or \
-                int(np.prod(out.shape, dtype=np.int64)) != size:
+                _numel(out.shape) != size:
             return None
         return out
 
     def _root(self, s: int) -> int:
-        while self._locs[s].src >= 0:
-            s = self._locs[s].src
-        return s
+        memo = self._root_memo
+        if memo is not None:
+            r = memo.get(s)
+            if r is not None:
+                return r
+        r, locs = s, self._locs
+        while locs[r].src >= 0:
+            r = locs[r].src
+        if memo is not None:
+            memo[s] = r
+        return r
 
     def _root_loc(self, s: int) -> _Loc:
         """The memory a value is read from: a free view's root."""
@@ -1050,7 +1101,7 @@ class NativeProgram:
         if any(self._overlaps(o, v) for v in (x, ci, w, ri)) or \
                 ((b.base, b.off, b.strides) != (o.base, o.off, o.strides) and self._overlaps(o, b)):
             # The planned output reuses memory the chain reads (x, dead after the gather): sum in scratch.
-            if int(np.prod(o.shape, dtype=np.int64)) * isz > self._scratch_bytes:
+            if _numel(o.shape) * isz > self._scratch_bytes:
                 return None
             temp = _Loc(0, self._scratch_off, o.shape, _contiguous(o.shape, isz), o.dtype)
             fdims = _copy_dims(o.shape, temp.strides, o.strides)
@@ -1119,7 +1170,7 @@ class NativeProgram:
         bits = bits - (1 << 64) if bits >= 1 << 63 else bits
         inner = sum(int(lo) * st for (lo, _), st in zip(node.attrs["pads"], out.strides))
         dims = _copy_dims(src.shape, src.strides, out.strides)
-        count = int(np.prod(out.shape, dtype=np.int64))
+        count = _numel(out.shape)
         return [_PAD, len(dims), isz, bits, count, src.base, src.off, out.base, out.off, inner] + \
             [v for d in dims for v in d]
 
@@ -1146,7 +1197,7 @@ class NativeProgram:
                        for b in bounds)
             cmp = 2 if x.dtype == np.float32 and weak else 1
             values = [int(np.array(float(b), np.float64).view(np.int64)) for b in bounds]
-        count = int(np.prod(x.shape, dtype=np.int64))
+        count = _numel(x.shape)
         row = int(x.shape[-1]) if len(x.shape) else 1
         return [_CHECK, code, cmp, flags] + values + [count, row, x.base, x.off, out.base, out.off]
 
@@ -1163,8 +1214,8 @@ class NativeProgram:
     def _overlaps(self, c: _Loc, x: _Loc) -> bool:
         if c.base != x.base:
             return False
-        lo_x, hi_x = _extent(x)
-        lo_c, hi_c = _extent(c)
+        lo_x, hi_x = x.extent()
+        lo_c, hi_c = c.extent()
         return lo_x < hi_c and lo_c < hi_x
 
     # ------------------------------------------------------------ values for Python steps
@@ -1179,7 +1230,7 @@ class NativeProgram:
             return arr
         view = ctx.views.get(s)
         if view is None:
-            nbytes = int(np.prod(loc.shape, dtype=np.int64)) * loc.dtype.itemsize
+            nbytes = _numel(loc.shape) * loc.dtype.itemsize
             view = ctx.arena[loc.off:loc.off + nbytes].view(loc.dtype).reshape(loc.shape)
             if view.strides != loc.strides:  # A producer writing in its permute reader's layout.
                 view = np.lib.stride_tricks.as_strided(view, loc.shape, loc.strides)
@@ -1506,8 +1557,8 @@ class NativeProgram:
                 spec = getattr(self._kernels[k], "spec", None)
                 if spec is None:
                     return 0
-                if spec.accs and int(np.prod(spec.loop_sizes, dtype=np.int64)) >= par_min:
-                    most = min(most, int(np.prod(st.node.shape, dtype=np.int64)))
+                if spec.accs and _numel(spec.loop_sizes) >= par_min:
+                    most = min(most, _numel(st.node.shape))
         return most
 
     def _pick_team(self, n: int) -> int:
@@ -1665,8 +1716,13 @@ def _index_dtype(loc: _Loc) -> bool:
 def _same_region(x: _Loc, y: _Loc, size: int) -> bool:
     """Whether `x` and `y` are the same C-contiguous `size` elements of one object (a value written in place)."""
     return (x.base, x.off, x.dtype.itemsize) == (y.base, y.off, y.dtype.itemsize) and \
-        all(int(np.prod(v.shape, dtype=np.int64)) == size and v.strides == _contiguous(v.shape, v.dtype.itemsize)
+        all(_numel(v.shape) == size and v.strides == _contiguous(v.shape, v.dtype.itemsize)
             for v in (x, y))
+
+
+def _numel(shape) -> int:
+    """Elements of a shape (`math.prod`: a NumPy reduction costs more than the product of a few ints)."""
+    return int(math.prod(shape))
 
 
 def _ptr(a: np.ndarray) -> int:
