@@ -6,9 +6,12 @@ steps of one compiled graph: generated kernels (called through their
 whose entry points the table names), strided copies, and steps Python must
 run. ``loom_run`` walks the table from a given step and returns at the first
 Python step or failing kernel, so Python crosses into C once per native
-segment. The library does not depend on the graph: it is built once per
-machine and kept in the kernel cache (`loom.codegen.cache`, checked by
-`loom.codegen.trust` like every kernel).
+segment. ``loom_run_team`` runs a whole table on loom's team of threads in one
+parallel region, by a static schedule that `loom.runtime.native` plans:
+independent steps on different threads at once, large GEMMs shared. The
+library does not depend on the graph: it is built once per machine and kept
+in the kernel cache (`loom.codegen.cache`, checked by `loom.codegen.trust`
+like every kernel).
 
 Table layout (all int64): ``[nsteps, sgemm, dgemm, set_num_threads, offset of
 each step...]`` then one record per step:
@@ -43,8 +46,15 @@ log = logging.getLogger("loom.codegen")
 
 SOURCE = r"""
 #include <omp.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 typedef int32_t (*loom_call_t)(const char *, const int64_t *, int64_t);
 typedef void (*sgemm_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
@@ -53,7 +63,7 @@ typedef void (*dgemm_t)(int, int, int, int32_t, int32_t, int32_t, double, const 
                         const double *, int32_t, double, double *, int32_t);
 typedef void (*setnt_t)(int);
 
-enum { CTL_ITEM, CTL_DATA, CTL_NOBJ, CTL_THREADS, CTL_BLAS_MIN, CTL_RC, CTL_BLAS_NOW };
+enum { CTL_ITEM, CTL_DATA, CTL_NOBJ, CTL_THREADS, CTL_BLAS_MIN, CTL_RC, CTL_BLAS_NOW, CTL_DONE, CTL_TRACE };
 
 static void loom_copy(int64_t nd, int64_t isz, const int64_t *d, char *src, char *dst) {
   if (nd == 0) { memcpy(dst, src, isz); return; }
@@ -192,43 +202,200 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
 }
 
 """ + gemm.DRIVER_SOURCE + driver_index.SOURCE + r"""
-/* Run steps from `start` until a Python step, a kernel or index step that returns nonzero (its code goes to
-   ctl[CTL_RC]) or the end; return that step's index (nsteps at the end). */
-int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t start) {
-  const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ], item_off = ctl[CTL_ITEM], data_off = ctl[CTL_DATA];
-  char *base[nobj > 0 ? nobj : 1];
+#define LOOM_PY_STEP ((int64_t)1 << 40)  /* loom_step's answer for a step Python runs. */
+
+/* One record: 0 when done, else the code that stops the walk (a kernel's or index step's, or LOOM_PY_STEP). */
+static int64_t loom_step(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
+  switch (r[0]) {
+    case 1: {
+      int64_t n = r[3];
+      char *cells[n > 0 ? n : 1];
+      const char *refs[n > 0 ? n : 1];
+      for (int64_t o = 0; o < n; o++) {
+        cells[o] = base[r[4 + 2 * o]] + r[5 + 2 * o];
+        refs[o] = (const char *)&cells[o];
+      }
+      return ((loom_call_t)r[1])((const char *)refs, (const int64_t *)r[2], ctl[CTL_THREADS]);
+    }
+    case 2: loom_gemm(prog, r, base, ctl); return 0;
+    case 3: loom_copy(r[1], r[2], r + 7, base[r[3]] + r[4], base[r[5]] + r[6]); return 0;
+    case 5: return loom_gather(r, base) ? 1 : 0;
+    case 6: return loom_scatter_add(r, base) ? 1 : 0;
+    case 7: loom_pad(r, base); return 0;
+    case 8: return loom_check(r, base) ? 1 : 0;
+    case 9: loom_gemm_half(prog, r, base, ctl); return 0;
+    case 10: return loom_spmm(r, base) ? 1 : 0;
+    default: return LOOM_PY_STEP;
+  }
+}
+
+static void loom_bases(const char *objs, const int64_t *ctl, char **base) {
+  const int64_t nobj = ctl[CTL_NOBJ], item_off = ctl[CTL_ITEM], data_off = ctl[CTL_DATA];
   for (int64_t o = 0; o < nobj; o++) {
     const char *obj = *(const char *const *)(objs + item_off + 8 * o);
     base[o] = *(char *const *)(obj + data_off);
   }
+}
+
+/* Run steps from `start` until a Python step, a kernel or index step that returns nonzero (its code goes to
+   ctl[CTL_RC]) or the end; return that step's index (nsteps at the end). With ctl[CTL_DONE] set (resuming a
+   team walk, `loom_run_team`), steps marked done there are skipped and the others marked as they finish. */
+int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t start) {
+  const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ];
+  int64_t *done = (int64_t *)ctl[CTL_DONE];
+  char *base[nobj > 0 ? nobj : 1];
+  loom_bases(objs, ctl, base);
   ctl[CTL_RC] = 0;
   for (int64_t k = start; k < nsteps; k++) {
-    const int64_t *r = prog + prog[4 + k];
-    switch (r[0]) {
-      case 1: {
-        int64_t n = r[3];
-        char *cells[n > 0 ? n : 1];
-        const char *refs[n > 0 ? n : 1];
-        for (int64_t o = 0; o < n; o++) {
-          cells[o] = base[r[4 + 2 * o]] + r[5 + 2 * o];
-          refs[o] = (const char *)&cells[o];
-        }
-        int32_t rc = ((loom_call_t)r[1])((const char *)refs, (const int64_t *)r[2], ctl[CTL_THREADS]);
-        if (rc != 0) { ctl[CTL_RC] = rc; return k; }
-        break;
-      }
-      case 2: loom_gemm(prog, r, base, ctl); break;
-      case 3: loom_copy(r[1], r[2], r + 7, base[r[3]] + r[4], base[r[5]] + r[6]); break;
-      case 5: if (loom_gather(r, base)) { ctl[CTL_RC] = 1; return k; } break;
-      case 6: if (loom_scatter_add(r, base)) { ctl[CTL_RC] = 1; return k; } break;
-      case 7: loom_pad(r, base); break;
-      case 8: if (loom_check(r, base)) { ctl[CTL_RC] = 1; return k; } break;
-      case 9: loom_gemm_half(prog, r, base, ctl); break;
-      case 10: if (loom_spmm(r, base)) { ctl[CTL_RC] = 1; return k; } break;
-      default: return k;
-    }
+    if (done && done[k]) continue;
+    const int64_t rc = loom_step(prog, prog + prog[4 + k], base, ctl);
+    if (rc != 0) { ctl[CTL_RC] = rc == LOOM_PY_STEP ? 0 : rc; return k; }
+    if (done) done[k] = 1;
   }
   return nsteps;
+}
+
+/* Thread t of n's share of a GEMM record the team runs together: its batch items, or (fewer items than
+   threads, float32) its 16-row tiles of every item, each one single-threaded BLAS call: the bits of the whole
+   call (`loom_gemm_part`). */
+static void loom_gemm_share(const int64_t *prog, const int64_t *r, char *const *base, int64_t t, int64_t n) {
+  int dbl = (int)r[1], ta = (int)r[2], tb = (int)r[3];
+  int32_t M = (int32_t)r[4], N = (int32_t)r[5], K = (int32_t)r[6];
+  int32_t lda = (int32_t)r[7], ldb = (int32_t)r[8], ldc = (int32_t)r[9];
+  char *A = base[r[10]] + r[11], *B = base[r[12]] + r[13], *C = base[r[14]] + r[15];
+  int64_t nbd = r[16], nb = 1;
+  const int64_t *bd = r + 18;
+  for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
+  if (t == 0) __atomic_store_n(&loom_gemm_team, n, __ATOMIC_RELAXED);
+  for (int64_t b = nb >= n ? nb * t / n : 0; b < (nb >= n ? nb * (t + 1) / n : nb); b++) {
+    int64_t oa, ob, oc;
+    loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
+    if (nb >= n)
+      loom_gemm_call(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc);
+    else
+      loom_gemm_part(prog, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc, t, n);
+  }
+}
+
+/* How a thread of a team walk waits for a step of another: it spins a little (a small step finishes within
+   microseconds), then sleeps on its own futex word (Linux; elsewhere it yields the core) after posting the
+   step it waits for, and the thread that finishes that step wakes it alone. A thread that spun longer would
+   burn the core that the thread it waits for needs when another process keeps the machine busy. */
+typedef struct { int32_t word, pad; int64_t waits_for; char line[48]; } loom_waiter;
+
+#define LOOM_SPINS 2000
+#define LOOM_TEAM_MAX 256
+
+static void loom_wake(loom_waiter *w) {
+  __atomic_add_fetch(&w->word, 1, __ATOMIC_SEQ_CST);
+#ifdef __linux__
+  syscall(SYS_futex, &w->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#endif
+}
+
+/* Step k is done (or the walk stopped, k = -1): wake the threads sleeping on it. */
+static void loom_finished(loom_waiter *ws, int64_t n, int64_t k) {
+  for (int64_t t = 0; t < n; t++) {
+    const int64_t f = __atomic_load_n(&ws[t].waits_for, __ATOMIC_SEQ_CST);
+    if (f >= 0 && (f == k || k < 0)) loom_wake(&ws[t]);
+  }
+}
+
+/* Wait until step j's count `done[j]` reaches `need`; 1 when the walk stopped meanwhile. */
+static int loom_wait(const int64_t *done, int64_t j, int64_t need, const int64_t *stop, loom_waiter *me) {
+  for (int64_t spins = 0;; spins++) {
+    if (__atomic_load_n(&done[j], __ATOMIC_SEQ_CST) >= need) return 0;
+    if (__atomic_load_n(stop, __ATOMIC_SEQ_CST) != INT64_MAX) return 1;
+    if (spins < LOOM_SPINS) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#elif defined(__aarch64__)
+      __asm__ volatile("yield");
+#endif
+      continue;
+    }
+#ifdef __linux__
+    const int32_t word = __atomic_load_n(&me->word, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&me->waits_for, j, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&done[j], __ATOMIC_SEQ_CST) < need && __atomic_load_n(stop, __ATOMIC_SEQ_CST) == INT64_MAX) {
+      struct timespec limit = {0, 2000000};  /* A lost wake-up would cost 2 ms at most. */
+      syscall(SYS_futex, &me->word, FUTEX_WAIT_PRIVATE, word, &limit, NULL, 0);
+    }
+    __atomic_store_n(&me->waits_for, -1, __ATOMIC_SEQ_CST);
+#else
+    (void)me;
+    sched_yield();
+#endif
+  }
+}
+
+/* Nanoseconds on the monotonic clock, for ctl[CTL_TRACE]: per step of a team walk, the thread that ran it (for a
+   shared GEMM thread 0), its start and its end. */
+static int64_t loom_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Run the whole table on a team of threads in one parallel region, by a static schedule (`loom.runtime.native`
+   writes it): ``[threads, order[nsteps], owner[nsteps], first dependency[nsteps + 1], dependencies...]``. Each
+   thread takes the steps in `order` that it owns (owner t), or that every thread shares (owner -1: a GEMM cut
+   in row tiles, `loom_gemm_share`), and starts one when the steps it depends on (whose memory it reads or
+   writes, or that may stop the walk) are done. Kernels run on one thread each. `done` (nsteps cells) counts
+   the threads that finished each step. Returns nsteps, or the index of a step that stopped the walk (its code
+   in ctl[CTL_RC]): `done` then holds 1 for each step that ran whole, 0 for the others, for `loom_run` to
+   resume with (ctl[CTL_DONE]). */
+int64_t loom_run_team(const int64_t *prog, const char *objs, int64_t *ctl, const int64_t *sched, int64_t *done) {
+  const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ], nt = sched[0];
+  const int64_t *order = sched + 1, *owner = order + nsteps, *first = owner + nsteps, *deps = first + nsteps + 1;
+  char *base[nobj > 0 ? nobj : 1];
+  loom_bases(objs, ctl, base);
+  memset(done, 0, (size_t)nsteps * sizeof *done);
+  ctl[CTL_RC] = 0;
+  loom_blas_threads(prog, ctl, 0);
+  int64_t stop = INT64_MAX, code = 0, team = nt;
+  loom_waiter waiters[LOOM_TEAM_MAX];
+  for (int64_t t = 0; t < nt && t < LOOM_TEAM_MAX; t++) { waiters[t].word = 0; waiters[t].waits_for = -1; }
+  #pragma omp parallel num_threads(nt < LOOM_TEAM_MAX ? nt : LOOM_TEAM_MAX)
+  {
+    const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+    const int whole = n != nt;  /* A smaller team than planned: thread 0 runs every step, in order. */
+    if (t == 0) team = n;
+    int64_t lctl[CTL_TRACE + 1];
+    memcpy(lctl, ctl, sizeof lctl);
+    lctl[CTL_THREADS] = 1;
+    lctl[CTL_DONE] = 0;
+    int64_t *trace = (int64_t *)ctl[CTL_TRACE];
+    for (int64_t i = 0; i < nsteps && !(whole && t != 0); i++) {
+      const int64_t k = order[i], own = owner[k];
+      if (!whole && own >= 0 && own != t) continue;
+      int quit = 0;
+      for (int64_t d = first[k]; d < first[k + 1] && !quit; d++) {
+        const int64_t j = deps[d];
+        quit = loom_wait(done, j, (owner[j] < 0 && !whole) ? n : 1, &stop, &waiters[t]);
+      }
+      if (quit || __atomic_load_n(&stop, __ATOMIC_SEQ_CST) != INT64_MAX) break;
+      const int64_t *r = prog + prog[4 + k];
+      int64_t rc = 0;
+      if (trace && t == (own < 0 ? 0 : own)) trace[3 * k] = t, trace[3 * k + 1] = loom_now_ns();
+      if (own < 0 && !whole) loom_gemm_share(prog, r, base, t, n);
+      else rc = loom_step(prog, r, base, lctl);
+      if (trace && t == (own < 0 ? 0 : own)) trace[3 * k + 2] = loom_now_ns();
+      if (rc != 0) {
+        #pragma omp critical(loom_team_stop)
+        if (k < stop) { code = rc; __atomic_store_n(&stop, k, __ATOMIC_SEQ_CST); }
+        loom_finished(waiters, n, -1);
+        break;
+      }
+      __atomic_add_fetch(&done[k], 1, __ATOMIC_SEQ_CST);
+      loom_finished(waiters, n, k);
+    }
+  }
+  if (stop == INT64_MAX) return nsteps;
+  for (int64_t k = 0; k < nsteps; k++)
+    done[k] = done[k] >= ((owner[k] < 0 && team == nt) ? nt : 1);
+  ctl[CTL_RC] = code == LOOM_PY_STEP ? 0 : code;
+  return stop;
 }
 """
 
@@ -245,7 +412,8 @@ _STATE = _State()
 
 class Driver:
     """The loaded driver library: ``run_objects(prog, objs, ctl, start)`` (objects as a tuple) and
-    ``run_pointers`` (the same with a table of pointers to data-pointer cells)."""
+    ``run_pointers`` (the same with a table of pointers to data-pointer cells); ``team_objects(prog, objs,
+    ctl, schedule, done)`` and ``team_pointers`` run a table on a team of threads (``loom_run_team``)."""
 
     def __init__(self, lib: ctypes.CDLL, path: str):
         self.path = path
@@ -254,6 +422,12 @@ class Driver:
         self.run_objects = proto(("loom_run", lib))
         proto = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
         self.run_pointers = proto(("loom_run", lib))
+        team = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p)
+        self.team_objects = team(("loom_run_team", lib))
+        team = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p)
+        self.team_pointers = team(("loom_run_team", lib))
 
 
 def _load(path: str, root: str) -> Driver:

@@ -53,6 +53,7 @@ import numpy as np
 from loom import dtypes as _dt
 from loom import profiler as _profiler
 from loom.ir.node import Node
+from loom.runtime import team as _team
 from loom.runtime import threads
 
 _KERNEL, _GEMM, _COPY, _PY, _GATHER, _SCATTER, _PAD, _CHECK, _HGEMM, _SPMM = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
@@ -76,6 +77,10 @@ _ALIGN = 64
 _HOIST_ELEMS = 64  # Elements of a step's value at most for it to move before a GEMM (`_hoistable`).
 _INT32_MAX = 2**31 - 1
 _CTL_RC = 5
+_CTL_DONE = 7  # The driver's resume cells after a team walk stopped (`loom_run`).
+# Whether a program runs as one team walk (`loom.runtime.team`): where that is expected faster ("1", the
+# default), never ("0") or wherever it can ("always", for tests).
+_TEAM_WALK = os.environ.get("LOOM_TEAM_WALK", "1").strip().lower()
 _RECYCLE_BYTES = 1 << 16  # Outputs at least this large are recycled (smaller ones come from malloc's heap).
 _RECYCLE_DEPTH = 4        # Arrays kept per output.
 
@@ -269,11 +274,12 @@ def _arena_buffer(nbytes: int) -> np.ndarray:
 class _Ctx:
     """What one concurrent call owns: an arena, its views, and the driver's control block."""
 
-    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes", "objects")
+    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes", "objects", "done")
 
     def __init__(self, nbytes: int, buffer: np.ndarray | None = None):
         self.nbytes = nbytes
-        self.ctl = np.zeros(8, np.int64)
+        self.ctl = np.zeros(9, np.int64)
+        self.done = np.zeros(0, np.int64)  # A team walk's per-step counts (`loom_run_team`).
         self.ctl_ptr = 0
         self.objects = False  # Whether kernels read data pointers straight from the objects (fixed offsets).
         self.buffer: Any = None
@@ -517,6 +523,8 @@ class NativeProgram:
         self._tools = exe.tools
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
+        self._alias: dict[int, int] = {}  # Output object -> the input object a call may donate as its memory.
+        self._teams: dict[int, np.ndarray | None] = {}  # Thread count -> the team walk's schedule (`_team_plan`).
         self._donated: list[int] = []  # Outputs a call may be given memory for (`donatable`); the others:
         self._kept = list(range(len(self._out_specs)))
         # Where each result is in a call's objects, when every one is an output array of its own.
@@ -652,7 +660,10 @@ class NativeProgram:
                                                                             read_after)):
                 continue
             found[p] = j - 1 - nin
+            if i >= 0:
+                self._alias[j] = 1 + i
         with self._lock:
+            self._teams = {}
             for idx in found.values():
                 self._held[idx] = None
             self._donated = sorted(set(self._donated) | set(found.values()))
@@ -1407,6 +1418,7 @@ class NativeProgram:
             if self._table is None or self._encoded_for != state:
                 self._table = self._encode(driver, objs, ctx)
                 self._encoded_for = state
+                self._teams = {}
             pending = any(k is not None and k._lib is not None and not k._lib.done.is_set() for k in self._kernels) \
                 or any(state[3])
             current = (driver, self._table)
@@ -1510,15 +1522,16 @@ class NativeProgram:
                     most = min(most, int(np.prod(st.node.shape, dtype=np.int64)))
         return most
 
-    def _pick_team(self, n: int) -> int:
+    def _pick_team(self, n: int, teamed: bool = False) -> int:
         """The thread count of this call: loom's `n`, or 1 where the last calls on one thread were faster.
 
         On a machine whose other core is busy, every parallel region waits for a thread that is not running
         (docs/threads.md); whichever count gave the shorter walks lately wins, and the other is tried again
         every `_TEAM_EXPLORE` calls, so the choice follows the machine's load. Only programs whose results do
-        not depend on the count adapt (`_invariant_threads`); ``LOOM_ADAPT_THREADS=0`` turns it off.
+        not depend on the count adapt (`_invariant_threads`, or `teamed`: the walk runs as a team walk, whose
+        bits are those of one thread); ``LOOM_ADAPT_THREADS=0`` turns it off.
         """
-        if n <= 1 or not self._adapt or n > self._team_max:
+        if n <= 1 or not self._adapt or (n > self._team_max and not teamed):
             return n
         tn, t1 = self._team_time.get(n, ()), self._team_time.get(1, ())
         if len(tn) < 3 or len(t1) < 3:  # First three calls of each, alternating.
@@ -1529,8 +1542,9 @@ class NativeProgram:
 
     def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
         n_all = threads.get_num_threads()
-        team = self._pick_team(n_all)
-        if team == n_all and (n_all <= 1 or not self._adapt or n_all > self._team_max):
+        teamed = n_all > 1 and self._team_plan(table, n_all) is not None
+        team = self._pick_team(n_all, teamed)
+        if team == n_all and (n_all <= 1 or not self._adapt or (n_all > self._team_max and not teamed)):
             self._walk(table, driver, objs, ctx, team)
             return
         t0 = time.perf_counter()
@@ -1547,33 +1561,106 @@ class NativeProgram:
         ctl = ctx.ctl
         ctl[3] = team
         if ctx.objects:
-            call, arg = driver.run_objects, objs
+            call, arg, team_call = driver.run_objects, objs, driver.team_objects
         else:  # No fixed struct offsets: a table of pointers to data-pointer cells.
             cells = np.array([_ptr(o) for o in objs], np.uintp)
             refs = cells.ctypes.data + cells.itemsize * np.arange(len(objs), dtype=np.uintp)
-            call, arg = driver.run_pointers, refs.ctypes.data
+            call, arg, team_call = driver.run_pointers, refs.ctypes.data, driver.team_pointers
         if _profiler.ACTIVE is not None:
             call = _profiled(call, n)
-        k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
-        while k < n:
-            step = steps[k]
-            if step.kind == _KERNEL:  # It returned an error code: Python reruns it (and raises, or uses copies).
-                if step.skip < 0:
-                    raise RuntimeError(f"loom internal: an epilogue block of step {step.st.node.op} failed "
-                                       f"(code {int(ctl[_CTL_RC])}) after its probe passed")
-                if ctl[_CTL_RC] < 0:  # Overlap or misalignment: the step stays in Python from now on.
-                    with self._lock:
-                        self._forced.add(self._steps.index(step.st))
-                        self._fast = None
-                step = _Step(_PY, step.st, step.args, step.dst, pre=step.pre, chain=step.chain, skip=step.skip)
+        sched = self._team_plan(table, team) if team > 1 else None
+        done = None
+        if sched is not None:
+            if len(ctx.done) < n:
+                ctx.done = np.zeros(n, np.int64)
+            done = ctx.done
+            t0 = _profiler.now_us() if _profiler.ACTIVE is not None else 0.0
+            k = team_call(prog_ptr, arg, ctx.ctl_ptr, sched.ctypes.data, done.ctypes.data)
             if _profiler.ACTIVE is not None:
-                t0 = _profiler.now_us()
-                self._run_python(step, objs, ctx)
-                node = step.st.node
-                _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
-            else:
-                self._run_python(step, objs, ctx)
-            k = call(prog_ptr, arg, ctx.ctl_ptr, k + 1 + max(step.skip, 0))
+                _profiler.record(f"native team of {team}: steps 0-{n - 1}", "native", t0, _profiler.now_us(),
+                                 steps=n)
+            if k >= n:
+                return
+            # A step stopped the team: Python runs it, then the driver the steps not done yet, in order.
+            ctl[_CTL_DONE] = done.ctypes.data
+        else:
+            k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
+        try:
+            while k < n:
+                step = steps[k]
+                if step.kind == _KERNEL:  # It returned an error code: Python reruns it (and raises, or uses copies).
+                    if step.skip < 0:
+                        raise RuntimeError(f"loom internal: an epilogue block of step {step.st.node.op} failed "
+                                           f"(code {int(ctl[_CTL_RC])}) after its probe passed")
+                    if ctl[_CTL_RC] < 0:  # Overlap or misalignment: the step stays in Python from now on.
+                        with self._lock:
+                            self._forced.add(self._steps.index(step.st))
+                            self._fast = None
+                    step = _Step(_PY, step.st, step.args, step.dst, pre=step.pre, chain=step.chain, skip=step.skip)
+                if _profiler.ACTIVE is not None:
+                    t0 = _profiler.now_us()
+                    self._run_python(step, objs, ctx)
+                    node = step.st.node
+                    _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
+                else:
+                    self._run_python(step, objs, ctx)
+                after = k + 1 + max(step.skip, 0)
+                if done is not None:
+                    done[k:after] = 1
+                    k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
+                else:
+                    k = call(prog_ptr, arg, ctx.ctl_ptr, after)
+        finally:
+            ctl[_CTL_DONE] = 0
+
+    def _team_plan(self, table, team: int) -> np.ndarray | None:
+        """The team walk's schedule of `table` on `team` threads (`loom.runtime.team`), or None: the sequential
+        walk (``LOOM_TEAM_WALK=0``, a Python step, or nothing to gain)."""
+        teams = self._teams
+        if team in teams:
+            return teams[team]
+        sched = None
+        if _TEAM_WALK not in ("", "0"):
+            sched = _team.plan(self._team_records(table), team, self._tools.kernel_par_min(),
+                               always=_TEAM_WALK == "always")
+        teams[team] = sched
+        return sched
+
+    def _team_records(self, table) -> list:
+        """What `loom.runtime.team` needs of each record of `table`: kind, memory read and written, size."""
+        prog, _, steps, _ = table
+        out = []
+        scratch = (0, self._scratch_off, self._scratch_off + max(self._scratch_bytes, 1))
+
+        def region(loc: _Loc) -> tuple[int, int, int]:
+            lo, hi = _extent(loc)
+            return self._alias.get(loc.base, loc.base), lo, hi
+
+        for k, step in enumerate(steps):
+            kind = int(prog[int(prog[4 + k])])
+            st = step.st
+            if kind == _PY:
+                out.append(_team.Record(kind, [], [], True))
+                continue
+            if kind == _GEMM:
+                dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = step.gemm
+                items = int(np.prod([d[0] for d in batch], dtype=np.int64)) if batch else 1
+                out.append(_team.Record(kind, [region(a), region(b)], [region(c)], False,
+                                        gemm=(int(M), int(macs), int(dbl), items)))
+                continue
+            reads = [region(self._locs[a]) for a in st.args]
+            writes = [region(self._locs[st.out])]
+            if kind == _HGEMM:
+                writes.append(scratch)
+                rec = prog[int(prog[4 + k]):]
+                out.append(_team.Record(kind, reads, writes, False, gemm=(int(rec[4]), int(rec[17]), 0, 1)))
+                continue
+            if kind == _SPMM:
+                writes += [scratch] + [region(self._locs[c.st.out]) for c in step.chain]
+            fallible = kind in (_GATHER, _SCATTER, _CHECK, _SPMM) or (kind == _KERNEL and _may_fail(st.node))
+            out.append(_team.Record(kind, reads, writes, fallible,
+                                    work=int(np.prod(st.node.shape, dtype=np.int64)) if kind == _KERNEL else 0))
+        return out
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._tools.wait_driver(timeout)

@@ -1,0 +1,215 @@
+"""A static schedule that runs one native step program on a team of threads at once (the driver's ``loom_run_team``).
+
+The sequential walk runs one record after another and parallelises inside
+them (a large GEMM cut across the team, a large kernel's loop), so every
+parallel record wakes the team and joins it again, and two independent
+products (a layer's weight gradient and its input gradient) run one after the
+other, each cut in halves too small to run at full speed. Here the whole walk
+is one parallel region: each record gets an owner thread, or all of them (a
+large GEMM no other product can run beside), and an order; a thread runs its
+records in that order, each once the records it depends on are done.
+
+Dependencies come from memory: record k depends on an earlier record j when k
+writes bytes j reads or writes, or reads bytes j writes (arena offsets and
+extents, an output donated over an input counted as that input). A record that
+may stop the walk (an index or value check, a kernel with integer division, a
+sparse product) depends on every earlier record and every later one on it, so
+a failed call has written nothing after its failing step, as in the
+sequential walk.
+
+Owners and order come from list scheduling on estimated costs (multiply-adds
+for GEMMs, bytes for the rest): records are taken by their longest path to
+the end of the step, each placed on the thread where it can start first. A
+GEMM is shared by the team unless an independent product of at least half its
+size can run beside it. Kernels run on one thread each and GEMMs are cut in
+whole row tiles (`loom_gemm_part`), so the bits are those of a one-thread walk
+whatever the schedule.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from loom.runtime import threads
+
+KERNEL, GEMM, COPY, PY, GATHER, SCATTER, PAD, CHECK, HGEMM, SPMM = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+_FALLIBLE = frozenset({GATHER, SCATTER, CHECK, SPMM})
+_MACS_PER_US = 45000.0      # A core's float32 GEMM rate (about 90 GFLOP/s on AVX2), for the costs.
+_BYTES_PER_US = 100000.0    # Bytes a kernel moves per microsecond (in cache), for the costs.
+_RECORD_US = 0.7            # A record's fixed cost.
+_REGION_US = 8.0            # A parallel region's start and join (a sleeping thread woken), for the sequential estimate.
+_PIECE_MIN = 1 << 21        # Multiply-adds a shared GEMM's piece gets at least (the driver's LOOM_GEMM_PIECE_MIN).
+_GAIN = 0.95                # The team walk runs when its estimate is below this share of the sequential one's.
+_TEAM_MAX = 256             # Threads the driver's team walk takes at most (LOOM_TEAM_MAX).
+
+
+class Record:
+    """What the schedule needs of one record: kind, memory read and written, cost, whether it may stop the walk."""
+
+    __slots__ = ("kind", "reads", "writes", "cost", "fallible", "gemm", "work")
+
+    def __init__(self, kind: int, reads, writes, fallible: bool, gemm=None, work: int = 0):
+        self.kind, self.reads, self.writes, self.fallible = kind, reads, writes, fallible
+        self.gemm = gemm  # (M, multiply-adds, is_double, batch items) of a GEMM record.
+        self.work = work  # A kernel's loop iterations (the output's elements).
+        nbytes = sum(int(hi - lo) for _, lo, hi in list(reads) + list(writes))
+        if gemm is not None:
+            self.cost = _RECORD_US + gemm[1] / _MACS_PER_US * (3 if kind == HGEMM else 1)
+        else:
+            self.cost = _RECORD_US + nbytes / _BYTES_PER_US
+
+
+def plan(records: list[Record], nt: int, kernel_par_min: int, always: bool = False) -> np.ndarray | None:
+    """The driver's schedule for `records` on `nt` threads, or None when the sequential walk is expected faster
+    (unless `always`) or a record is a Python step."""
+    n = len(records)
+    if not 2 <= nt <= _TEAM_MAX or n < 2 or any(r.kind == PY for r in records):
+        return None
+    deps = _dependencies(records)
+    anc = _ancestors(deps)
+    shared = [_shared(records, k, anc, nt) for k in range(n)]
+    cost = [r.cost for r in records]
+    split_cost = [records[k].cost / nt + 1.0 if shared[k] else 0.0 for k in range(n)]
+    order, owner, span = _list_schedule(deps, cost, shared, split_cost, nt)
+    sequential = sum(_sequential_cost(r, nt, kernel_par_min) for r in records)
+    if not always and span + _REGION_US >= _GAIN * sequential:
+        return None
+    first = np.zeros(n + 1, np.int64)
+    for k in range(n):
+        first[k + 1] = first[k] + len(deps[k])
+    flat = [d for k in range(n) for d in deps[k]]
+    return np.array([nt] + order + owner + list(first) + flat, np.int64)
+
+
+def _sequential_cost(r: Record, nt: int, kernel_par_min: int) -> float:
+    """The record's cost in the sequential walk at `nt` threads: large GEMMs and kernels cut across the team,
+    each paying a parallel region."""
+    if r.gemm is not None and r.gemm[1] >= threads.gemm_par_min():
+        return r.cost / nt + _REGION_US
+    if r.kind == KERNEL and r.work >= kernel_par_min:
+        return r.cost / nt + _REGION_US
+    return r.cost
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per region of `b` (rows of base, lo, hi): whether it shares bytes with any region of `a`."""
+    if not len(a) or not len(b):
+        return np.zeros(len(b), bool)
+    hit = (a[:, None, 0] == b[None, :, 0]) & (a[:, None, 1] < b[None, :, 2]) & (b[None, :, 1] < a[:, None, 2])
+    return hit.any(axis=0)
+
+
+def _dependencies(records: list[Record]) -> list[list[int]]:
+    """Per record, the earlier records it must wait for (see the module docstring)."""
+    n = len(records)
+    deps: list[list[int]] = [[] for _ in range(n)]
+    barrier = -1  # The last record that may stop the walk: every later record waits for it.
+    regs: list[tuple[np.ndarray, np.ndarray]] = []
+    for k, r in enumerate(records):
+        reads = np.array(r.reads, np.int64).reshape(-1, 3)
+        writes = np.array(r.writes, np.int64).reshape(-1, 3)
+        regs.append((reads, writes))
+        if r.fallible:
+            deps[k] = list(range(barrier + 1, k)) if barrier < 0 else [barrier] + list(range(barrier + 1, k))
+            barrier = k
+            continue
+        found = [barrier] if barrier >= 0 else []
+        for j in range(barrier + 1, k):
+            rj, wj = regs[j]
+            if _overlap(writes, np.concatenate([rj, wj])).any() or _overlap(reads, wj).any():
+                found.append(j)
+        deps[k] = found
+    return deps
+
+
+def _ancestors(deps: list[list[int]]) -> list[int]:
+    """Per record, the set (a bit mask) of records it depends on, directly or not."""
+    anc: list[int] = []
+    for ds in deps:
+        m = 0
+        for d in ds:
+            m |= anc[d] | (1 << d)
+        anc.append(m)
+    return anc
+
+
+def _shared(records: list[Record], k: int, anc: list[int], nt: int) -> bool:
+    """Whether the team shares GEMM `k` (cut in row tiles or batch items): it is large enough to cut and no
+    independent product of at least half its size can run beside it."""
+    g = records[k].gemm
+    if g is None or records[k].kind != GEMM:
+        return False
+    M, macs, dbl, items = g
+    if macs < threads.gemm_par_min():
+        return False
+    if items < nt:
+        tiles = (M + 15) // 16
+        if dbl or items != 1 or tiles < nt or (macs // nt) < _PIECE_MIN:
+            return False
+    for j, other in enumerate(records):
+        if j != k and other.gemm is not None and other.gemm[1] * 2 >= macs and \
+                not (anc[k] >> j) & 1 and not (anc[j] >> k) & 1:
+            return False
+    return True
+
+
+def _list_schedule(deps, cost, shared, split_cost, nt: int) -> tuple[list[int], list[int], float]:
+    """(order, owner per record, estimated makespan): records taken by longest path to the end, each placed at
+    the earliest time a thread is free for it after its dependencies (in a gap left earlier, too), a shared one
+    where every thread is free; the order is by start time, so every record comes after those it depends on."""
+    n = len(deps)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            succ[d].append(k)
+    level = [0.0] * n
+    for k in reversed(range(n)):
+        c = split_cost[k] if shared[k] else cost[k]
+        level[k] = c + max((level[s] for s in succ[k]), default=0.0)
+    waiting = [len(ds) for ds in deps]
+    candidates = [k for k in range(n) if not waiting[k]]
+    busy: list[list[tuple[float, float]]] = [[] for _ in range(nt)]  # Per thread: sorted (start, end).
+    start = [0.0] * n
+    finish = [0.0] * n
+    owner = [0] * n
+    while candidates:
+        k = max(candidates, key=lambda j: (level[j], -j))
+        candidates.remove(k)
+        ready = max((finish[d] for d in deps[k]), default=0.0)
+        if shared[k]:
+            c = split_cost[k]
+            s = ready
+            while True:  # The earliest time from `ready` when every thread is free for `c`.
+                later = [_fit(b, s, c) for b in busy]
+                if max(later) == s:
+                    break
+                s = max(later)
+            owner[k] = -1
+            for b in busy:
+                _take(b, s, s + c)
+        else:
+            c = cost[k]
+            s, t = min((_fit(busy[i], ready, c), i) for i in range(nt))
+            owner[k] = t
+            _take(busy[t], s, s + c)
+        start[k], finish[k] = s, s + c
+        for j in succ[k]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                candidates.append(j)
+    order = sorted(range(n), key=lambda j: (start[j], finish[j], j))
+    return order, owner, max(finish, default=0.0)
+
+
+def _fit(busy: list[tuple[float, float]], ready: float, c: float) -> float:
+    """The earliest start from `ready` of a gap of length `c` between the intervals `busy` (sorted)."""
+    s = ready
+    for b0, b1 in busy:
+        if s + c <= b0:
+            return s
+        s = max(s, b1)
+    return s
+
+
+def _take(busy: list[tuple[float, float]], s: float, e: float) -> None:
+    busy.append((s, e))
+    busy.sort()
