@@ -301,32 +301,29 @@ static void loom_finished(loom_waiter *ws, int64_t n, int64_t k) {
   }
 }
 
-/* Wait until step j's count `done[j]` reaches `need`; 1 when the walk stopped meanwhile. */
-static int loom_wait(const int64_t *done, int64_t j, int64_t need, const int64_t *stop, loom_waiter *me) {
-  for (int64_t spins = 0;; spins++) {
-    if (__atomic_load_n(&done[j], __ATOMIC_SEQ_CST) >= need) return 0;
-    if (__atomic_load_n(stop, __ATOMIC_SEQ_CST) != INT64_MAX) return 1;
-    if (spins < LOOM_SPINS) {
+static inline void loom_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
+  __builtin_ia32_pause();
 #elif defined(__aarch64__)
-      __asm__ volatile("yield");
+  __asm__ volatile("yield");
 #endif
-      continue;
-    }
+}
+
+/* Sleep until step j's count `done[j]` may have reached `need` (or the walk stopped): `me` posts the step it
+   waits for, and the thread that finishes it wakes it (`loom_finished`). */
+static void loom_sleep(const int64_t *done, int64_t j, int64_t need, const int64_t *stop, loom_waiter *me) {
 #ifdef __linux__
-    const int32_t word = __atomic_load_n(&me->word, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&me->waits_for, j, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&done[j], __ATOMIC_SEQ_CST) < need && __atomic_load_n(stop, __ATOMIC_SEQ_CST) == INT64_MAX) {
-      struct timespec limit = {0, 2000000};  /* A lost wake-up would cost 2 ms at most. */
-      syscall(SYS_futex, &me->word, FUTEX_WAIT_PRIVATE, word, &limit, NULL, 0);
-    }
-    __atomic_store_n(&me->waits_for, -1, __ATOMIC_SEQ_CST);
-#else
-    (void)me;
-    sched_yield();
-#endif
+  const int32_t word = __atomic_load_n(&me->word, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&me->waits_for, j, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&done[j], __ATOMIC_SEQ_CST) < need && __atomic_load_n(stop, __ATOMIC_SEQ_CST) == INT64_MAX) {
+    struct timespec limit = {0, 2000000};  /* A lost wake-up would cost 2 ms at most. */
+    syscall(SYS_futex, &me->word, FUTEX_WAIT_PRIVATE, word, &limit, NULL, 0);
   }
+  __atomic_store_n(&me->waits_for, -1, __ATOMIC_SEQ_CST);
+#else
+  (void)done; (void)j; (void)need; (void)stop; (void)me;
+  sched_yield();
+#endif
 }
 
 /* Nanoseconds on the monotonic clock, for ctl[CTL_TRACE]: per step of a team walk, the thread that ran it (for a
@@ -337,65 +334,140 @@ static int64_t loom_now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* A team walk's shared state (`loom_run_team`). */
+typedef struct {
+  const int64_t *prog, *order, *owner, *first, *deps;
+  char *const *base;
+  int64_t nsteps, nt, *done, *claims, *trace;
+  int64_t stop, code, low;
+  loom_waiter *waiters;
+} loom_team;
+
+/* Pieces of step k: a shared GEMM's row tiles (one per planned thread), else the step whole. */
+static inline int64_t loom_pieces(const loom_team *tm, int64_t k) { return tm->owner[k] < 0 ? tm->nt : 1; }
+
+static inline int loom_stopped(loom_team *tm) { return __atomic_load_n(&tm->stop, __ATOMIC_SEQ_CST) != INT64_MAX; }
+
+static int loom_ready(const loom_team *tm, int64_t k) {
+  for (int64_t d = tm->first[k]; d < tm->first[k + 1]; d++) {
+    const int64_t j = tm->deps[d];
+    if (__atomic_load_n(&tm->done[j], __ATOMIC_SEQ_CST) < loom_pieces(tm, j)) return 0;
+  }
+  return 1;
+}
+
+/* Run piece p of step k (claimed, its dependencies done) on thread t; 1 when it stopped the walk. */
+static int loom_piece(loom_team *tm, int64_t k, int64_t p, int64_t t, int64_t *lctl) {
+  const int64_t *r = tm->prog + tm->prog[4 + k];
+  int64_t *trace = tm->trace;
+  if (trace && p == 0) trace[3 * k] = t, trace[3 * k + 1] = loom_now_ns();
+  int64_t rc = 0;
+  if (tm->owner[k] < 0) loom_gemm_share(tm->prog, r, tm->base, p, tm->nt);
+  else rc = loom_step(tm->prog, r, tm->base, lctl);
+  if (trace && p == 0) trace[3 * k + 2] = loom_now_ns();
+  if (rc != 0) {
+    #pragma omp critical(loom_team_stop)
+    if (k < tm->stop) { tm->code = rc; __atomic_store_n(&tm->stop, k, __ATOMIC_SEQ_CST); }
+    loom_finished(tm->waiters, tm->nt, -1);
+    return 1;
+  }
+  __atomic_add_fetch(&tm->done[k], 1, __ATOMIC_SEQ_CST);
+  loom_finished(tm->waiters, tm->nt, k);
+  return 0;
+}
+
+/* Claim step k's next piece and run it; -1 when no piece was left, else loom_piece's answer. */
+static int loom_claim(loom_team *tm, int64_t k, int64_t t, int64_t *lctl) {
+  if (__atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k)) return -1;
+  const int64_t p = __atomic_fetch_add(&tm->claims[k], 1, __ATOMIC_SEQ_CST);
+  return p < loom_pieces(tm, k) ? loom_piece(tm, k, p, t, lctl) : -1;
+}
+
+#define LOOM_HELP_WINDOW 64
+
+/* While thread t would wait: run a piece of a step that nobody has claimed and that is ready, the first in
+   `order` from the first step not yet done (a thread that is descheduled, or late to start, leaves its steps
+   to the others). 1 when it ran one (or the walk stopped), 0 when none was there. */
+static int loom_help(loom_team *tm, int64_t t, int64_t *lctl) {
+  int64_t i = __atomic_load_n(&tm->low, __ATOMIC_RELAXED);
+  while (i < tm->nsteps && __atomic_load_n(&tm->done[tm->order[i]], __ATOMIC_SEQ_CST) >= loom_pieces(tm, tm->order[i]))
+    i++;
+  __atomic_store_n(&tm->low, i, __ATOMIC_RELAXED);  /* A hint: a stale value only makes a scan longer. */
+  for (int64_t s = i; s < tm->nsteps && s < i + LOOM_HELP_WINDOW; s++) {
+    const int64_t k = tm->order[s];
+    if (__atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k) || !loom_ready(tm, k)) continue;
+    const int rc = loom_claim(tm, k, t, lctl);
+    if (rc >= 0) return 1;
+  }
+  return 0;
+}
+
+/* Wait until step k's dependencies are done, helping meanwhile; 1 when the walk stopped, 2 when another
+   thread claimed all of k. */
+static int loom_wait_ready(loom_team *tm, int64_t k, int64_t t, int64_t *lctl) {
+  for (int64_t d = tm->first[k]; d < tm->first[k + 1]; d++) {
+    const int64_t j = tm->deps[d], need = loom_pieces(tm, j);
+    for (int64_t spins = 0; __atomic_load_n(&tm->done[j], __ATOMIC_SEQ_CST) < need;) {
+      if (loom_stopped(tm)) return 1;
+      if (__atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k)) return 2;
+      if (loom_help(tm, t, lctl)) { spins = 0; continue; }
+      if (spins++ < LOOM_SPINS) {
+        loom_pause();
+        continue;
+      }
+      loom_sleep(tm->done, j, need, &tm->stop, &tm->waiters[t]);
+    }
+  }
+  return 0;
+}
+
 /* Run the whole table on a team of threads in one parallel region, by a static schedule (`loom.runtime.native`
    writes it): ``[threads, order[nsteps], owner[nsteps], first dependency[nsteps + 1], dependencies...]``. Each
    thread takes the steps in `order` that it owns (owner t), or that every thread shares (owner -1: a GEMM cut
-   in row tiles, `loom_gemm_share`), and starts one when the steps it depends on (whose memory it reads or
-   writes, or that may stop the walk) are done. Kernels run on one thread each. `done` (nsteps cells) counts
-   the threads that finished each step. Returns nsteps, or the index of a step that stopped the walk (its code
-   in ctl[CTL_RC]): `done` then holds 1 for each step that ran whole, 0 for the others, for `loom_run` to
-   resume with (ctl[CTL_DONE]). */
+   in one piece of row tiles per planned thread, `loom_gemm_share`), and starts one when the steps it depends
+   on (whose memory it reads or writes, or that may stop the walk) are done; a step is claimed before it runs,
+   and a thread that would wait runs ready steps nobody has claimed yet (`loom_help`), so a descheduled
+   thread's steps do not wait for it. Kernels run on one thread each. `done` holds 2 * nsteps cells: per step,
+   the pieces finished, then the pieces claimed. Returns nsteps, or the index of a step that stopped the walk
+   (its code in ctl[CTL_RC]): the first nsteps cells of `done` then hold 1 for each step that ran whole, 0 for
+   the others, for `loom_run` to resume with (ctl[CTL_DONE]). */
 int64_t loom_run_team(const int64_t *prog, const char *objs, int64_t *ctl, const int64_t *sched, int64_t *done) {
   const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ], nt = sched[0];
-  const int64_t *order = sched + 1, *owner = order + nsteps, *first = owner + nsteps, *deps = first + nsteps + 1;
   char *base[nobj > 0 ? nobj : 1];
   loom_bases(objs, ctl, base);
-  memset(done, 0, (size_t)nsteps * sizeof *done);
+  memset(done, 0, (size_t)(2 * nsteps) * sizeof *done);
   ctl[CTL_RC] = 0;
   loom_blas_threads(prog, ctl, 0);
-  int64_t stop = INT64_MAX, code = 0, team = nt;
   loom_waiter waiters[LOOM_TEAM_MAX];
+  loom_team tm = {prog, sched + 1, sched + 1 + nsteps, sched + 1 + 2 * nsteps, sched + 2 + 3 * nsteps, base,
+                  nsteps, nt, done, done + nsteps, (int64_t *)ctl[CTL_TRACE], INT64_MAX, 0, 0, waiters};
   for (int64_t t = 0; t < nt && t < LOOM_TEAM_MAX; t++) { waiters[t].word = 0; waiters[t].waits_for = -1; }
   #pragma omp parallel num_threads(nt < LOOM_TEAM_MAX ? nt : LOOM_TEAM_MAX)
   {
-    const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-    const int whole = n != nt;  /* A smaller team than planned: thread 0 runs every step, in order. */
-    if (t == 0) team = n;
+    const int64_t t = omp_get_thread_num();
     int64_t lctl[CTL_TRACE + 1];
     memcpy(lctl, ctl, sizeof lctl);
     lctl[CTL_THREADS] = 1;
     lctl[CTL_DONE] = 0;
-    int64_t *trace = (int64_t *)ctl[CTL_TRACE];
-    for (int64_t i = 0; i < nsteps && !(whole && t != 0); i++) {
-      const int64_t k = order[i], own = owner[k];
-      if (!whole && own >= 0 && own != t) continue;
-      int quit = 0;
-      for (int64_t d = first[k]; d < first[k + 1] && !quit; d++) {
-        const int64_t j = deps[d];
-        quit = loom_wait(done, j, (owner[j] < 0 && !whole) ? n : 1, &stop, &waiters[t]);
+    int quit = 0;
+    /* First the steps this thread owns or shares, then any left unclaimed (an absent thread's). */
+    for (int pass = 0; pass < 2 && !quit; pass++) {
+      for (int64_t i = 0; i < nsteps && !quit; i++) {
+        const int64_t k = tm.order[i], own = tm.owner[k];
+        if (pass == 0 && own >= 0 && own != t) continue;
+        while (!quit && __atomic_load_n(&tm.claims[k], __ATOMIC_SEQ_CST) < loom_pieces(&tm, k)) {
+          const int w = loom_wait_ready(&tm, k, t, lctl);
+          if (w == 1) quit = 1;
+          else if (w == 0) quit = loom_claim(&tm, k, t, lctl) == 1;
+        }
+        quit = quit || loom_stopped(&tm);
       }
-      if (quit || __atomic_load_n(&stop, __ATOMIC_SEQ_CST) != INT64_MAX) break;
-      const int64_t *r = prog + prog[4 + k];
-      int64_t rc = 0;
-      if (trace && t == (own < 0 ? 0 : own)) trace[3 * k] = t, trace[3 * k + 1] = loom_now_ns();
-      if (own < 0 && !whole) loom_gemm_share(prog, r, base, t, n);
-      else rc = loom_step(prog, r, base, lctl);
-      if (trace && t == (own < 0 ? 0 : own)) trace[3 * k + 2] = loom_now_ns();
-      if (rc != 0) {
-        #pragma omp critical(loom_team_stop)
-        if (k < stop) { code = rc; __atomic_store_n(&stop, k, __ATOMIC_SEQ_CST); }
-        loom_finished(waiters, n, -1);
-        break;
-      }
-      __atomic_add_fetch(&done[k], 1, __ATOMIC_SEQ_CST);
-      loom_finished(waiters, n, k);
     }
   }
-  if (stop == INT64_MAX) return nsteps;
-  for (int64_t k = 0; k < nsteps; k++)
-    done[k] = done[k] >= ((owner[k] < 0 && team == nt) ? nt : 1);
-  ctl[CTL_RC] = code == LOOM_PY_STEP ? 0 : code;
-  return stop;
+  if (tm.stop == INT64_MAX) return nsteps;
+  for (int64_t k = 0; k < nsteps; k++) done[k] = done[k] >= loom_pieces(&tm, k);
+  ctl[CTL_RC] = tm.code == LOOM_PY_STEP ? 0 : tm.code;
+  return tm.stop;
 }
 """
 

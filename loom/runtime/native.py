@@ -1571,8 +1571,8 @@ class NativeProgram:
         sched = self._team_plan(table, team) if team > 1 else None
         done = None
         if sched is not None:
-            if len(ctx.done) < n:
-                ctx.done = np.zeros(n, np.int64)
+            if len(ctx.done) < 2 * n:  # Per step: pieces done, then pieces claimed.
+                ctx.done = np.zeros(2 * n, np.int64)
             done = ctx.done
             t0 = _profiler.now_us() if _profiler.ACTIVE is not None else 0.0
             k = team_call(prog_ptr, arg, ctx.ctl_ptr, sched.ctypes.data, done.ctypes.data)

@@ -36,7 +36,9 @@ _FALLIBLE = frozenset({GATHER, SCATTER, CHECK, SPMM})
 _MACS_PER_US = 45000.0      # A core's float32 GEMM rate (about 90 GFLOP/s on AVX2), for the costs.
 _BYTES_PER_US = 100000.0    # Bytes a kernel moves per microsecond (in cache), for the costs.
 _RECORD_US = 0.7            # A record's fixed cost.
-_REGION_US = 8.0            # A parallel region's start and join (a sleeping thread woken), for the sequential estimate.
+# A parallel region's start and join (a sleeping thread woken): the mlp step's sequential walk at 2 threads,
+# best of 300 on the loaded 2-core machine, took about 60 us per region more than its split GEMMs' share.
+_REGION_US = 30.0
 _PIECE_MIN = 1 << 21        # Multiply-adds a shared GEMM's piece gets at least (the driver's LOOM_GEMM_PIECE_MIN).
 _GAIN = 0.95                # The team walk runs when its estimate is below this share of the sequential one's.
 _TEAM_MAX = 256             # Threads the driver's team walk takes at most (LOOM_TEAM_MAX).
