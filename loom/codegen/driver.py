@@ -52,6 +52,7 @@ SOURCE = r"""
 #include <time.h>
 #ifdef __linux__
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -341,6 +342,7 @@ typedef struct {
   int64_t nsteps, nt, *done, *claims, *trace;
   int64_t stop, code, low;
   loom_waiter *waiters;
+  const int64_t *ctl;
 } loom_team;
 
 /* Pieces of step k: a shared GEMM's row tiles (one per planned thread), else the step whole. */
@@ -421,18 +423,105 @@ static int loom_wait_ready(loom_team *tm, int64_t k, int64_t t, int64_t *lctl) {
   return 0;
 }
 
-/* Run the whole table on a team of threads in one parallel region, by a static schedule (`loom.runtime.native`
-   writes it): ``[threads, order[nsteps], owner[nsteps], first dependency[nsteps + 1], dependencies...]``. Each
-   thread takes the steps in `order` that it owns (owner t), or that every thread shares (owner -1: a GEMM cut
-   in one piece of row tiles per planned thread, `loom_gemm_share`), and starts one when the steps it depends
-   on (whose memory it reads or writes, or that may stop the walk) are done; a step is claimed before it runs,
-   and a thread that would wait runs ready steps nobody has claimed yet (`loom_help`), so a descheduled
-   thread's steps do not wait for it. Kernels run on one thread each. `done` holds 2 * nsteps cells: per step,
-   the pieces finished, then the pieces claimed. Returns nsteps, or the index of a step that stopped the walk
-   (its code in ctl[CTL_RC]): the first nsteps cells of `done` then hold 1 for each step that ran whole, 0 for
-   the others, for `loom_run` to resume with (ctl[CTL_DONE]). */
+/* Thread t's part of a team walk: the steps it owns or shares, in order, then any left unclaimed (a late or
+   absent thread's); returns when every step is claimed or the walk stopped. */
+static void loom_team_loop(loom_team *tm, int64_t t) {
+  int64_t lctl[CTL_TRACE + 1];
+  memcpy(lctl, tm->ctl, sizeof lctl);
+  lctl[CTL_THREADS] = 1;
+  lctl[CTL_DONE] = 0;
+  int quit = 0;
+  for (int pass = 0; pass < 2 && !quit; pass++) {
+    for (int64_t i = 0; i < tm->nsteps && !quit; i++) {
+      const int64_t k = tm->order[i], own = tm->owner[k];
+      if (pass == 0 && own >= 0 && own != t) continue;
+      while (!quit && __atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) < loom_pieces(tm, k)) {
+        const int w = loom_wait_ready(tm, k, t, lctl);
+        if (w == 1) quit = 1;
+        else if (w == 0) quit = loom_claim(tm, k, t, lctl) == 1;
+      }
+      quit = quit || loom_stopped(tm);
+    }
+  }
+}
+
+/* loom's own team for team walks: worker threads 1, 2, ... that sleep on `gen` (Linux futex) between walks.
+   A walk is posted, the workers woken, and the caller runs its part at once; a worker joins only while the
+   walk is open (`state`: LOOM_OPEN plus the workers inside), and the caller closes it when every step is done
+   and waits only for the workers inside. So a worker that another process keeps off the cores costs the walk
+   nothing: its steps are claimed by the others (`loom_help`), and no join waits for it to be scheduled, as an
+   OpenMP region's closing barrier would. One walk uses the team at a time; a concurrent one runs alone. */
+#define LOOM_OPEN ((int64_t)1 << 40)
+#define LOOM_IDLE_SPINS 5000  /* About 0.1-0.3 ms: a training loop's next step usually comes sooner. */
+
+static struct {
+  int32_t gen, busy;
+  int64_t state, workers, pid;
+  loom_team *walk;
+} loom_pool;
+
+#ifdef __linux__
+static pthread_mutex_t loom_pool_grow = PTHREAD_MUTEX_INITIALIZER;
+
+static void *loom_worker(void *arg) {
+  const int64_t t = (int64_t)(intptr_t)arg;
+  int32_t seen = __atomic_load_n(&loom_pool.gen, __ATOMIC_SEQ_CST);
+  for (;;) {
+    int32_t g;
+    for (int64_t spins = 0; (g = __atomic_load_n(&loom_pool.gen, __ATOMIC_SEQ_CST)) == seen; spins++) {
+      if (spins < LOOM_IDLE_SPINS) loom_pause();
+      else syscall(SYS_futex, &loom_pool.gen, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+    }
+    seen = g;
+    int64_t st = __atomic_load_n(&loom_pool.state, __ATOMIC_SEQ_CST);
+    int inside = 0;
+    while ((st & LOOM_OPEN) && !inside)
+      inside = __atomic_compare_exchange_n(&loom_pool.state, &st, st + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    if (!inside) continue;
+    loom_team *tm = __atomic_load_n(&loom_pool.walk, __ATOMIC_SEQ_CST);
+    if (t < tm->nt) loom_team_loop(tm, t);
+    __atomic_sub_fetch(&loom_pool.state, 1, __ATOMIC_SEQ_CST);
+  }
+  return NULL;
+}
+
+/* Start workers up to `n` (a child process after fork has none: it starts its own). 0 when none can run. */
+static int loom_pool_ready(int64_t n) {
+  const int64_t pid = (int64_t)getpid();
+  pthread_mutex_lock(&loom_pool_grow);
+  if (loom_pool.pid != pid) {
+    loom_pool.pid = pid;
+    loom_pool.workers = 0;
+    loom_pool.state = 0;
+  }
+  while (loom_pool.workers < n) {
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    const int bad = pthread_create(&th, &attr, loom_worker, (void *)(intptr_t)(loom_pool.workers + 1));
+    pthread_attr_destroy(&attr);
+    if (bad) break;
+    loom_pool.workers++;
+  }
+  const int ok = loom_pool.workers > 0;
+  pthread_mutex_unlock(&loom_pool_grow);
+  return ok;
+}
+#endif
+
+/* Run the whole table on a team of threads by a static schedule (`loom.runtime.native` writes it): ``[threads,
+   order[nsteps], owner[nsteps], first dependency[nsteps + 1], dependencies...]``. The caller is thread 0, loom's
+   team (above) the others. Each thread takes the steps in `order` that it owns (owner t), or that every
+   thread shares (owner -1: a GEMM cut in one piece of row tiles per planned thread, `loom_gemm_share`), and
+   starts one when the steps it depends on (whose memory it reads or writes, or that may stop the walk) are
+   done; a step is claimed before it runs, and a thread that would wait runs ready steps nobody has claimed
+   (`loom_help`). Kernels run on one thread each. `done` holds 2 * nsteps cells: per step, the pieces finished,
+   then the pieces claimed. Returns nsteps, or the index of a step that stopped the walk (its code in
+   ctl[CTL_RC]), once no thread runs a step any more: the first nsteps cells of `done` then hold 1 for each
+   step that ran whole, 0 for the others, for `loom_run` to resume with (ctl[CTL_DONE]). */
 int64_t loom_run_team(const int64_t *prog, const char *objs, int64_t *ctl, const int64_t *sched, int64_t *done) {
-  const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ], nt = sched[0];
+  const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ], nt = sched[0] < LOOM_TEAM_MAX ? sched[0] : LOOM_TEAM_MAX;
   char *base[nobj > 0 ? nobj : 1];
   loom_bases(objs, ctl, base);
   memset(done, 0, (size_t)(2 * nsteps) * sizeof *done);
@@ -440,30 +529,38 @@ int64_t loom_run_team(const int64_t *prog, const char *objs, int64_t *ctl, const
   loom_blas_threads(prog, ctl, 0);
   loom_waiter waiters[LOOM_TEAM_MAX];
   loom_team tm = {prog, sched + 1, sched + 1 + nsteps, sched + 1 + 2 * nsteps, sched + 2 + 3 * nsteps, base,
-                  nsteps, nt, done, done + nsteps, (int64_t *)ctl[CTL_TRACE], INT64_MAX, 0, 0, waiters};
-  for (int64_t t = 0; t < nt && t < LOOM_TEAM_MAX; t++) { waiters[t].word = 0; waiters[t].waits_for = -1; }
-  #pragma omp parallel num_threads(nt < LOOM_TEAM_MAX ? nt : LOOM_TEAM_MAX)
-  {
-    const int64_t t = omp_get_thread_num();
-    int64_t lctl[CTL_TRACE + 1];
-    memcpy(lctl, ctl, sizeof lctl);
-    lctl[CTL_THREADS] = 1;
-    lctl[CTL_DONE] = 0;
-    int quit = 0;
-    /* First the steps this thread owns or shares, then any left unclaimed (an absent thread's). */
-    for (int pass = 0; pass < 2 && !quit; pass++) {
-      for (int64_t i = 0; i < nsteps && !quit; i++) {
-        const int64_t k = tm.order[i], own = tm.owner[k];
-        if (pass == 0 && own >= 0 && own != t) continue;
-        while (!quit && __atomic_load_n(&tm.claims[k], __ATOMIC_SEQ_CST) < loom_pieces(&tm, k)) {
-          const int w = loom_wait_ready(&tm, k, t, lctl);
-          if (w == 1) quit = 1;
-          else if (w == 0) quit = loom_claim(&tm, k, t, lctl) == 1;
-        }
-        quit = quit || loom_stopped(&tm);
-      }
+                  nsteps, nt, done, done + nsteps, (int64_t *)ctl[CTL_TRACE], INT64_MAX, 0, 0, waiters, ctl};
+  for (int64_t t = 0; t < nt; t++) { waiters[t].word = 0; waiters[t].waits_for = -1; }
+  int team = 0;
+#ifdef __linux__
+  int32_t free_ = 0;
+  if (__atomic_compare_exchange_n(&loom_pool.busy, &free_, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    team = loom_pool_ready(nt - 1);
+    if (team) {
+      __atomic_store_n(&loom_pool.walk, &tm, __ATOMIC_SEQ_CST);
+      __atomic_store_n(&loom_pool.state, LOOM_OPEN, __ATOMIC_SEQ_CST);
+      __atomic_add_fetch(&loom_pool.gen, 1, __ATOMIC_SEQ_CST);
+      syscall(SYS_futex, &loom_pool.gen, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+    } else {
+      __atomic_store_n(&loom_pool.busy, 0, __ATOMIC_SEQ_CST);
     }
   }
+#endif
+  loom_team_loop(&tm, 0);
+  for (int64_t k = 0; k < nsteps && !loom_stopped(&tm); k++)  /* Steps still running on other threads. */
+    for (int64_t spins = 0; __atomic_load_n(&done[k], __ATOMIC_SEQ_CST) < loom_pieces(&tm, k) && !loom_stopped(&tm);)
+      if (spins++ < LOOM_SPINS) loom_pause();
+      else loom_sleep(done, k, loom_pieces(&tm, k), &tm.stop, &waiters[0]);
+#ifdef __linux__
+  if (team) {
+    int64_t st = __atomic_load_n(&loom_pool.state, __ATOMIC_SEQ_CST);
+    while (!__atomic_compare_exchange_n(&loom_pool.state, &st, st & ~LOOM_OPEN, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {}
+    for (int64_t spins = 0; __atomic_load_n(&loom_pool.state, __ATOMIC_SEQ_CST) != 0; spins++)
+      if (spins < LOOM_SPINS) loom_pause(); else sched_yield();
+    __atomic_store_n(&loom_pool.busy, 0, __ATOMIC_SEQ_CST);
+  }
+#endif
   if (tm.stop == INT64_MAX) return nsteps;
   for (int64_t k = 0; k < nsteps; k++) done[k] = done[k] >= loom_pieces(&tm, k);
   ctl[CTL_RC] = tm.code == LOOM_PY_STEP ? 0 : tm.code;

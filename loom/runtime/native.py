@@ -1620,7 +1620,7 @@ class NativeProgram:
         if team in teams:
             return teams[team]
         sched = None
-        if _TEAM_WALK not in ("", "0"):
+        if _TEAM_WALK not in ("", "0") and sys.platform.startswith("linux"):  # (loom's team needs futexes.)
             sched = _team.plan(self._team_records(table), team, self._tools.kernel_par_min(),
                                always=_TEAM_WALK == "always")
         teams[team] = sched
