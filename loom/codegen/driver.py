@@ -284,7 +284,7 @@ static void loom_gemm_share(const int64_t *prog, const int64_t *r, char *const *
    burn the core that the thread it waits for needs when another process keeps the machine busy. */
 typedef struct { int32_t word, pad; int64_t waits_for; char line[48]; } loom_waiter;
 
-#define LOOM_SPINS 2000
+#define LOOM_SPIN_NS 20000  /* A waiting thread spins this long (a small step finishes sooner), then sleeps. */
 #define LOOM_TEAM_MAX 256
 
 static void loom_wake(loom_waiter *w) {
@@ -340,7 +340,7 @@ typedef struct {
   const int64_t *prog, *order, *owner, *first, *deps;
   char *const *base;
   int64_t nsteps, nt, *done, *claims, *trace;
-  int64_t stop, code, low;
+  int64_t stop, code, low, finished;  /* finished: pieces done so far (a waiting thread rescans on news). */
   loom_waiter *waiters;
   const int64_t *ctl;
 } loom_team;
@@ -374,6 +374,7 @@ static int loom_piece(loom_team *tm, int64_t k, int64_t p, int64_t t, int64_t *l
     return 1;
   }
   __atomic_add_fetch(&tm->done[k], 1, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&tm->finished, 1, __ATOMIC_SEQ_CST);
   loom_finished(tm->waiters, tm->nt, k);
   return 0;
 }
@@ -404,20 +405,25 @@ static int loom_help(loom_team *tm, int64_t t, int64_t *lctl) {
   return 0;
 }
 
-/* Wait until step k's dependencies are done, helping meanwhile; 1 when the walk stopped, 2 when another
-   thread claimed all of k. */
+/* Wait until step k's dependencies are done, helping meanwhile (a scan for ready steps each time a piece
+   has finished since the last one); 1 when the walk stopped, 2 when another thread claimed all of k. */
 static int loom_wait_ready(loom_team *tm, int64_t k, int64_t t, int64_t *lctl) {
   for (int64_t d = tm->first[k]; d < tm->first[k + 1]; d++) {
     const int64_t j = tm->deps[d], need = loom_pieces(tm, j);
-    for (int64_t spins = 0; __atomic_load_n(&tm->done[j], __ATOMIC_SEQ_CST) < need;) {
+    int64_t seen = -1, since = 0;
+    while (__atomic_load_n(&tm->done[j], __ATOMIC_SEQ_CST) < need) {
       if (loom_stopped(tm)) return 1;
       if (__atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k)) return 2;
-      if (loom_help(tm, t, lctl)) { spins = 0; continue; }
-      if (spins++ < LOOM_SPINS) {
-        loom_pause();
-        continue;
+      const int64_t fin = __atomic_load_n(&tm->finished, __ATOMIC_SEQ_CST);
+      if (fin != seen) {
+        seen = fin;
+        if (loom_help(tm, t, lctl)) { since = 0; continue; }
       }
+      const int64_t now = loom_now_ns();
+      if (!since) since = now;
+      if (now - since < LOOM_SPIN_NS) { loom_pause(); continue; }
       loom_sleep(tm->done, j, need, &tm->stop, &tm->waiters[t]);
+      since = 0;
     }
   }
   return 0;
@@ -452,7 +458,7 @@ static void loom_team_loop(loom_team *tm, int64_t t) {
    nothing: its steps are claimed by the others (`loom_help`), and no join waits for it to be scheduled, as an
    OpenMP region's closing barrier would. One walk uses the team at a time; a concurrent one runs alone. */
 #define LOOM_OPEN ((int64_t)1 << 40)
-#define LOOM_IDLE_SPINS 5000  /* About 0.1-0.3 ms: a training loop's next step usually comes sooner. */
+#define LOOM_IDLE_NS 200000  /* A worker spins this long for the next walk (a training loop's next step). */
 
 static struct {
   int32_t gen, busy;
@@ -468,8 +474,8 @@ static void *loom_worker(void *arg) {
   int32_t seen = __atomic_load_n(&loom_pool.gen, __ATOMIC_SEQ_CST);
   for (;;) {
     int32_t g;
-    for (int64_t spins = 0; (g = __atomic_load_n(&loom_pool.gen, __ATOMIC_SEQ_CST)) == seen; spins++) {
-      if (spins < LOOM_IDLE_SPINS) loom_pause();
+    for (int64_t since = loom_now_ns(); (g = __atomic_load_n(&loom_pool.gen, __ATOMIC_SEQ_CST)) == seen;) {
+      if (loom_now_ns() - since < LOOM_IDLE_NS) loom_pause();
       else syscall(SYS_futex, &loom_pool.gen, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
     }
     seen = g;
@@ -529,7 +535,7 @@ int64_t loom_run_team(const int64_t *prog, const char *objs, int64_t *ctl, const
   loom_blas_threads(prog, ctl, 0);
   loom_waiter waiters[LOOM_TEAM_MAX];
   loom_team tm = {prog, sched + 1, sched + 1 + nsteps, sched + 1 + 2 * nsteps, sched + 2 + 3 * nsteps, base,
-                  nsteps, nt, done, done + nsteps, (int64_t *)ctl[CTL_TRACE], INT64_MAX, 0, 0, waiters, ctl};
+                  nsteps, nt, done, done + nsteps, (int64_t *)ctl[CTL_TRACE], INT64_MAX, 0, 0, 0, waiters, ctl};
   for (int64_t t = 0; t < nt; t++) { waiters[t].word = 0; waiters[t].waits_for = -1; }
   int team = 0;
 #ifdef __linux__
@@ -548,16 +554,17 @@ int64_t loom_run_team(const int64_t *prog, const char *objs, int64_t *ctl, const
 #endif
   loom_team_loop(&tm, 0);
   for (int64_t k = 0; k < nsteps && !loom_stopped(&tm); k++)  /* Steps still running on other threads. */
-    for (int64_t spins = 0; __atomic_load_n(&done[k], __ATOMIC_SEQ_CST) < loom_pieces(&tm, k) && !loom_stopped(&tm);)
-      if (spins++ < LOOM_SPINS) loom_pause();
+    for (int64_t since = loom_now_ns(); __atomic_load_n(&done[k], __ATOMIC_SEQ_CST) < loom_pieces(&tm, k) &&
+         !loom_stopped(&tm);)
+      if (loom_now_ns() - since < LOOM_SPIN_NS) loom_pause();
       else loom_sleep(done, k, loom_pieces(&tm, k), &tm.stop, &waiters[0]);
 #ifdef __linux__
   if (team) {
     int64_t st = __atomic_load_n(&loom_pool.state, __ATOMIC_SEQ_CST);
     while (!__atomic_compare_exchange_n(&loom_pool.state, &st, st & ~LOOM_OPEN, 0, __ATOMIC_SEQ_CST,
                                         __ATOMIC_SEQ_CST)) {}
-    for (int64_t spins = 0; __atomic_load_n(&loom_pool.state, __ATOMIC_SEQ_CST) != 0; spins++)
-      if (spins < LOOM_SPINS) loom_pause(); else sched_yield();
+    for (int64_t since = loom_now_ns(); __atomic_load_n(&loom_pool.state, __ATOMIC_SEQ_CST) != 0;)
+      if (loom_now_ns() - since < LOOM_SPIN_NS) loom_pause(); else sched_yield();
     __atomic_store_n(&loom_pool.busy, 0, __ATOMIC_SEQ_CST);
   }
 #endif

@@ -1615,14 +1615,16 @@ class NativeProgram:
 
     def _team_plan(self, table, team: int) -> np.ndarray | None:
         """The team walk's schedule of `table` on `team` threads (`loom.runtime.team`), or None: the sequential
-        walk (``LOOM_TEAM_WALK=0``, a Python step, or nothing to gain)."""
+        walk (``LOOM_TEAM_WALK=0``, not Linux, a Python step, an attention kernel, or nothing to gain)."""
         teams = self._teams
         if team in teams:
             return teams[team]
         sched = None
-        if _TEAM_WALK not in ("", "0") and sys.platform.startswith("linux"):  # (loom's team needs futexes.)
-            sched = _team.plan(self._team_records(table), team, self._tools.kernel_par_min(),
-                               always=_TEAM_WALK == "always")
+        always = _TEAM_WALK == "always"
+        # Library kernels that split one row's work across threads (attention) would run on one thread each.
+        own_team = any(s.st.node.op in LIBRARY_OPS and s.st.node.op not in _ROW_LIBRARY_OPS for s in table[2])
+        if _TEAM_WALK not in ("", "0") and sys.platform.startswith("linux") and (always or not own_team):
+            sched = _team.plan(self._team_records(table), team, self._tools.kernel_par_min(), always=always)
         teams[team] = sched
         return sched
 

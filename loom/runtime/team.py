@@ -27,6 +27,8 @@ whatever the schedule.
 """
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from loom.runtime import threads
@@ -41,6 +43,8 @@ _RECORD_US = 0.7            # A record's fixed cost.
 _REGION_US = 30.0
 _PIECE_MIN = 1 << 21        # Multiply-adds a shared GEMM's piece gets at least (the driver's LOOM_GEMM_PIECE_MIN).
 _GAIN = 0.95                # The team walk runs when its estimate is below this share of the sequential one's.
+_KERNEL_ALONE = 8           # Kernels of this many times LOOM_PAR_MIN iterations keep the sequential walk.
+_GAP_US = 0.5               # Idle time shorter than this is not worth planning a record into.
 _TEAM_MAX = 256             # Threads the driver's team walk takes at most (LOOM_TEAM_MAX).
 
 
@@ -66,9 +70,12 @@ def plan(records: list[Record], nt: int, kernel_par_min: int, always: bool = Fal
     n = len(records)
     if not 2 <= nt <= _TEAM_MAX or n < 2 or any(r.kind == PY for r in records):
         return None
+    if not always and any(r.kind == KERNEL and r.work >= _KERNEL_ALONE * kernel_par_min for r in records):
+        return None  # A kernel large enough to want every thread: the sequential walk cuts it across them.
     deps = _dependencies(records)
     anc = _ancestors(deps)
-    shared = [_shared(records, k, anc, nt) for k in range(n)]
+    gemms = [k for k, r in enumerate(records) if r.gemm is not None]
+    shared = [_shared(records, k, anc, nt, gemms) for k in range(n)]
     cost = [r.cost for r in records]
     split_cost = [records[k].cost / nt + 1.0 if shared[k] else 0.0 for k in range(n)]
     order, owner, span = _list_schedule(deps, cost, shared, split_cost, nt)
@@ -92,34 +99,30 @@ def _sequential_cost(r: Record, nt: int, kernel_par_min: int) -> float:
     return r.cost
 
 
-def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per region of `b` (rows of base, lo, hi): whether it shares bytes with any region of `a`."""
-    if not len(a) or not len(b):
-        return np.zeros(len(b), bool)
-    hit = (a[:, None, 0] == b[None, :, 0]) & (a[:, None, 1] < b[None, :, 2]) & (b[None, :, 1] < a[:, None, 2])
-    return hit.any(axis=0)
-
-
 def _dependencies(records: list[Record]) -> list[list[int]]:
     """Per record, the earlier records it must wait for (see the module docstring)."""
     n = len(records)
     deps: list[list[int]] = [[] for _ in range(n)]
+    rows = [(k, w, b, lo, hi) for k, r in enumerate(records) for w, regs in ((0, r.reads), (1, r.writes))
+            for b, lo, hi in regs]
+    table = np.array(rows, np.int64).reshape(-1, 5)  # (record, written?, base, lo, hi) per region.
+    owner, written, base, lo, hi = table.T
+    starts = np.searchsorted(owner, np.arange(n + 1))
     barrier = -1  # The last record that may stop the walk: every later record waits for it.
-    regs: list[tuple[np.ndarray, np.ndarray]] = []
     for k, r in enumerate(records):
-        reads = np.array(r.reads, np.int64).reshape(-1, 3)
-        writes = np.array(r.writes, np.int64).reshape(-1, 3)
-        regs.append((reads, writes))
         if r.fallible:
-            deps[k] = list(range(barrier + 1, k)) if barrier < 0 else [barrier] + list(range(barrier + 1, k))
+            deps[k] = ([barrier] if barrier >= 0 else []) + list(range(barrier + 1, k))
             barrier = k
             continue
-        found = [barrier] if barrier >= 0 else []
-        for j in range(barrier + 1, k):
-            rj, wj = regs[j]
-            if _overlap(writes, np.concatenate([rj, wj])).any() or _overlap(reads, wj).any():
-                found.append(j)
-        deps[k] = found
+        a, b = int(starts[barrier + 1]), int(starts[k])  # Regions of the records since the barrier.
+        found: set[int] = set()
+        for i in range(int(starts[k]), int(starts[k + 1])):
+            # A region of k against those before: any overlap with a write, and with a read when k writes.
+            hit = (base[a:b] == base[i]) & (lo[a:b] < hi[i]) & (lo[i] < hi[a:b])
+            if not written[i]:
+                hit &= written[a:b] == 1
+            found.update(owner[a:b][hit].tolist())
+        deps[k] = ([barrier] if barrier >= 0 else []) + sorted(found)
     return deps
 
 
@@ -134,7 +137,7 @@ def _ancestors(deps: list[list[int]]) -> list[int]:
     return anc
 
 
-def _shared(records: list[Record], k: int, anc: list[int], nt: int) -> bool:
+def _shared(records: list[Record], k: int, anc: list[int], nt: int, gemms: list[int]) -> bool:
     """Whether the team shares GEMM `k` (cut in row tiles or batch items): it is large enough to cut and no
     independent product of at least half its size can run beside it."""
     g = records[k].gemm
@@ -147,9 +150,8 @@ def _shared(records: list[Record], k: int, anc: list[int], nt: int) -> bool:
         tiles = (M + 15) // 16
         if dbl or items != 1 or tiles < nt or (macs // nt) < _PIECE_MIN:
             return False
-    for j, other in enumerate(records):
-        if j != k and other.gemm is not None and other.gemm[1] * 2 >= macs and \
-                not (anc[k] >> j) & 1 and not (anc[j] >> k) & 1:
+    for j in gemms:
+        if j != k and records[j].gemm[1] * 2 >= macs and not (anc[k] >> j) & 1 and not (anc[j] >> k) & 1:
             return False
     return True
 
@@ -168,50 +170,64 @@ def _list_schedule(deps, cost, shared, split_cost, nt: int) -> tuple[list[int], 
         c = split_cost[k] if shared[k] else cost[k]
         level[k] = c + max((level[s] for s in succ[k]), default=0.0)
     waiting = [len(ds) for ds in deps]
-    candidates = [k for k in range(n) if not waiting[k]]
-    busy: list[list[tuple[float, float]]] = [[] for _ in range(nt)]  # Per thread: sorted (start, end).
+    heap = [(-level[k], k) for k in range(n) if not waiting[k]]
+    heapq.heapify(heap)
+    lanes = [_Lane() for _ in range(nt)]
     start = [0.0] * n
     finish = [0.0] * n
     owner = [0] * n
-    while candidates:
-        k = max(candidates, key=lambda j: (level[j], -j))
-        candidates.remove(k)
+    while heap:
+        _, k = heapq.heappop(heap)
         ready = max((finish[d] for d in deps[k]), default=0.0)
         if shared[k]:
             c = split_cost[k]
             s = ready
             while True:  # The earliest time from `ready` when every thread is free for `c`.
-                later = [_fit(b, s, c) for b in busy]
-                if max(later) == s:
+                later = max(lane.fit(s, c) for lane in lanes)
+                if later == s:
                     break
-                s = max(later)
+                s = later
             owner[k] = -1
-            for b in busy:
-                _take(b, s, s + c)
+            for lane in lanes:
+                lane.take(s, s + c)
         else:
             c = cost[k]
-            s, t = min((_fit(busy[i], ready, c), i) for i in range(nt))
+            s, t = min((lanes[i].fit(ready, c), i) for i in range(nt))
             owner[k] = t
-            _take(busy[t], s, s + c)
+            lanes[t].take(s, s + c)
         start[k], finish[k] = s, s + c
         for j in succ[k]:
             waiting[j] -= 1
             if not waiting[j]:
-                candidates.append(j)
+                heapq.heappush(heap, (-level[j], j))
     order = sorted(range(n), key=lambda j: (start[j], finish[j], j))
     return order, owner, max(finish, default=0.0)
 
 
-def _fit(busy: list[tuple[float, float]], ready: float, c: float) -> float:
-    """The earliest start from `ready` of a gap of length `c` between the intervals `busy` (sorted)."""
-    s = ready
-    for b0, b1 in busy:
-        if s + c <= b0:
-            return s
-        s = max(s, b1)
-    return s
+class _Lane:
+    """One thread's planned time: the end of its last record and the idle gaps before it."""
 
+    __slots__ = ("tail", "gaps")
 
-def _take(busy: list[tuple[float, float]], s: float, e: float) -> None:
-    busy.append((s, e))
-    busy.sort()
+    def __init__(self) -> None:
+        self.tail = 0.0
+        self.gaps: list[tuple[float, float]] = []
+
+    def fit(self, ready: float, c: float) -> float:
+        """The earliest start from `ready` of `c` free time."""
+        for g0, g1 in self.gaps:
+            s = max(g0, ready)
+            if s + c <= g1:
+                return s
+        return max(self.tail, ready)
+
+    def take(self, s: float, e: float) -> None:
+        if s >= self.tail:
+            if s - self.tail > _GAP_US:
+                self.gaps.append((self.tail, s))
+            self.tail = e
+            return
+        for i, (g0, g1) in enumerate(self.gaps):
+            if g0 <= s and e <= g1:
+                self.gaps[i:i + 1] = [g for g in ((g0, s), (e, g1)) if g[1] - g[0] > _GAP_US]
+                return
