@@ -205,19 +205,22 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
 """ + gemm.DRIVER_SOURCE + driver_index.SOURCE + r"""
 #define LOOM_PY_STEP ((int64_t)1 << 40)  /* loom_step's answer for a step Python runs. */
 
+/* A kernel record's call with argument block `meta` (the record's own, or a row block's in a team walk). */
+static int64_t loom_kernel_call(const int64_t *r, char *const *base, const int64_t *meta, int64_t threads) {
+  int64_t n = r[3];
+  char *cells[n > 0 ? n : 1];
+  const char *refs[n > 0 ? n : 1];
+  for (int64_t o = 0; o < n; o++) {
+    cells[o] = base[r[4 + 2 * o]] + r[5 + 2 * o];
+    refs[o] = (const char *)&cells[o];
+  }
+  return ((loom_call_t)r[1])((const char *)refs, meta, threads);
+}
+
 /* One record: 0 when done, else the code that stops the walk (a kernel's or index step's, or LOOM_PY_STEP). */
 static int64_t loom_step(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
   switch (r[0]) {
-    case 1: {
-      int64_t n = r[3];
-      char *cells[n > 0 ? n : 1];
-      const char *refs[n > 0 ? n : 1];
-      for (int64_t o = 0; o < n; o++) {
-        cells[o] = base[r[4 + 2 * o]] + r[5 + 2 * o];
-        refs[o] = (const char *)&cells[o];
-      }
-      return ((loom_call_t)r[1])((const char *)refs, (const int64_t *)r[2], ctl[CTL_THREADS]);
-    }
+    case 1: return loom_kernel_call(r, base, (const int64_t *)r[2], ctl[CTL_THREADS]);
     case 2: loom_gemm(prog, r, base, ctl); return 0;
     case 3: loom_copy(r[1], r[2], r + 7, base[r[3]] + r[4], base[r[5]] + r[6]); return 0;
     case 5: return loom_gather(r, base) ? 1 : 0;
@@ -337,7 +340,7 @@ static int64_t loom_now_ns(void) {
 
 /* A team walk's shared state (`loom_run_team`). */
 typedef struct {
-  const int64_t *prog, *order, *owner, *first, *deps;
+  const int64_t *prog, *order, *owner, *first, *deps, *blocks;
   char *const *base;
   int64_t nsteps, nt, *done, *claims, *trace;
   int64_t stop, code, low, finished;  /* finished: pieces done so far (a waiting thread rescans on news). */
@@ -345,7 +348,8 @@ typedef struct {
   const int64_t *ctl;
 } loom_team;
 
-/* Pieces of step k: a shared GEMM's row tiles (one per planned thread), else the step whole. */
+/* Pieces of step k: a shared GEMM's row tiles or a shared kernel's row blocks (one per planned thread), else
+   the step whole. */
 static inline int64_t loom_pieces(const loom_team *tm, int64_t k) { return tm->owner[k] < 0 ? tm->nt : 1; }
 
 static inline int loom_stopped(loom_team *tm) { return __atomic_load_n(&tm->stop, __ATOMIC_SEQ_CST) != INT64_MAX; }
@@ -364,7 +368,8 @@ static int loom_piece(loom_team *tm, int64_t k, int64_t p, int64_t t, int64_t *l
   int64_t *trace = tm->trace;
   if (trace && p == 0) trace[3 * k] = t, trace[3 * k + 1] = loom_now_ns();
   int64_t rc = 0;
-  if (tm->owner[k] < 0) loom_gemm_share(tm->prog, r, tm->base, p, tm->nt);
+  if (tm->owner[k] < 0 && r[0] == 2) loom_gemm_share(tm->prog, r, tm->base, p, tm->nt);
+  else if (tm->owner[k] < 0) rc = loom_kernel_call(r, tm->base, ((const int64_t *const *)tm->blocks[k])[p], 1);
   else rc = loom_step(tm->prog, r, tm->base, lctl);
   if (trace && p == 0) trace[3 * k + 2] = loom_now_ns();
   if (rc != 0) {
@@ -517,9 +522,10 @@ static int loom_pool_ready(int64_t n) {
 #endif
 
 /* Run the whole table on a team of threads by a static schedule (`loom.runtime.native` writes it): ``[threads,
-   order[nsteps], owner[nsteps], first dependency[nsteps + 1], dependencies...]``. The caller is thread 0, loom's
-   team (above) the others. Each thread takes the steps in `order` that it owns (owner t), or that every
-   thread shares (owner -1: a GEMM cut in one piece of row tiles per planned thread, `loom_gemm_share`), and
+   order[nsteps], owner[nsteps], first dependency[nsteps + 1], dependencies..., blocks[nsteps]]``. The caller
+   is thread 0, loom's team (above) the others. Each thread takes the steps in `order` that it owns (owner t),
+   or that every thread shares (owner -1: a GEMM cut in one piece of row tiles per planned thread,
+   `loom_gemm_share`, or a kernel in row blocks, `blocks[k]` the address of their argument blocks), and
    starts one when the steps it depends on (whose memory it reads or writes, or that may stop the walk) are
    done; a step is claimed before it runs, and a thread that would wait runs ready steps nobody has claimed
    (`loom_help`). Kernels run on one thread each. `done` holds 2 * nsteps cells: per step, the pieces finished,
@@ -534,7 +540,8 @@ int64_t loom_run_team(const int64_t *prog, const char *objs, int64_t *ctl, const
   ctl[CTL_RC] = 0;
   loom_blas_threads(prog, ctl, 0);
   loom_waiter waiters[LOOM_TEAM_MAX];
-  loom_team tm = {prog, sched + 1, sched + 1 + nsteps, sched + 1 + 2 * nsteps, sched + 2 + 3 * nsteps, base,
+  const int64_t *first = sched + 1 + 2 * nsteps, *deps = first + nsteps + 1;
+  loom_team tm = {prog, sched + 1, sched + 1 + nsteps, first, deps, deps + first[nsteps], base,
                   nsteps, nt, done, done + nsteps, (int64_t *)ctl[CTL_TRACE], INT64_MAX, 0, 0, 0, waiters, ctl};
   for (int64_t t = 0; t < nt; t++) { waiters[t].word = 0; waiters[t].waits_for = -1; }
   int team = 0;

@@ -62,6 +62,10 @@ _CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np
                                                         np.int64, np.uint8, np.uint16, np.uint32))}
 _SCATTER_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
 _HALF = (_dt.float16, _dt.bfloat16)
+# Ops a kernel computes the same in any row block (no vectorised function with a scalar remainder that could
+# round differently): a team walk may cut such a kernel across its threads (`_kernel_blocks`).
+_EXACT_OPS = frozenset({"input", "const", "cast", "reshape", "expand", "permute", "slice", "add", "sub", "mul",
+                        "div", "neg", "where", "maximum", "minimum", "abs", "eq", "ne", "lt", "le", "gt", "ge"})
 _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 # Library ops whose native kernels the toolchain supplies (`Toolchain.library_step`).
 LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad", "cross_entropy_rows",
@@ -1575,7 +1579,7 @@ class NativeProgram:
                 ctx.done = np.zeros(2 * n, np.int64)
             done = ctx.done
             t0 = _profiler.now_us() if _profiler.ACTIVE is not None else 0.0
-            k = team_call(prog_ptr, arg, ctx.ctl_ptr, sched.ctypes.data, done.ctypes.data)
+            k = team_call(prog_ptr, arg, ctx.ctl_ptr, sched.array.ctypes.data, done.ctypes.data)
             if _profiler.ACTIVE is not None:
                 _profiler.record(f"native team of {team}: steps 0-{n - 1}", "native", t0, _profiler.now_us(),
                                  steps=n)
@@ -1613,7 +1617,7 @@ class NativeProgram:
         finally:
             ctl[_CTL_DONE] = 0
 
-    def _team_plan(self, table, team: int) -> np.ndarray | None:
+    def _team_plan(self, table, team: int) -> _team.Schedule | None:
         """The team walk's schedule of `table` on `team` threads (`loom.runtime.team`), or None: the sequential
         walk (``LOOM_TEAM_WALK=0``, not Linux, a Python step, an attention kernel, or nothing to gain)."""
         teams = self._teams
@@ -1626,14 +1630,16 @@ class NativeProgram:
         # see only their outputs and inputs (a GPT step ran 3x slower as a team).
         own_team = any(s.st.node.op in LIBRARY_OPS and s.st.node.op not in _ROW_LIBRARY_OPS for s in table[2])
         if _TEAM_WALK not in ("", "0") and sys.platform.startswith("linux") and not own_team:
-            sched = _team.plan(self._team_records(table), team, self._tools.kernel_par_min(), always=always)
+            sched = _team.plan(self._team_records(table, team), team, self._tools.kernel_par_min(), always=always)
         teams[team] = sched
         return sched
 
-    def _team_records(self, table) -> list:
-        """What `loom.runtime.team` needs of each record of `table`: kind, memory read and written, size."""
-        prog, _, steps, _ = table
+    def _team_records(self, table, team: int = 2) -> list:
+        """What `loom.runtime.team` needs of each record of `table`: kind, memory read and written, size, and a
+        large exact kernel's argument blocks for `team` row blocks."""
+        prog, _, steps, keep = table
         out = []
+        metas = {int(m.ctypes.data): m for m in keep if isinstance(m, np.ndarray)}
         scratch = (0, self._scratch_off, self._scratch_off + max(self._scratch_bytes, 1))
 
         def region(loc: _Loc) -> tuple[int, int, int]:
@@ -1662,9 +1668,35 @@ class NativeProgram:
             if kind == _SPMM:
                 writes += [scratch] + [region(self._locs[c.st.out]) for c in step.chain]
             fallible = kind in (_GATHER, _SCATTER, _CHECK, _SPMM) or (kind == _KERNEL and _may_fail(st.node))
-            out.append(_team.Record(kind, reads, writes, fallible,
-                                    work=int(np.prod(st.node.shape, dtype=np.int64)) if kind == _KERNEL else 0))
+            work = int(np.prod(st.node.shape, dtype=np.int64)) if kind == _KERNEL else 0
+            blocks = None
+            if kind == _KERNEL and not fallible and work >= self._tools.kernel_par_min():
+                blocks = self._kernel_blocks(step, metas.get(int(prog[int(prog[4 + k]) + 2])), team)
+            out.append(_team.Record(kind, reads, writes, fallible, work=work, blocks=blocks))
         return out
+
+    def _kernel_blocks(self, step, meta, team: int) -> list | None:
+        """A fused kernel record's argument block cut into `team` blocks of its output rows, or None when it is
+        not cut: a GEMM epilogue's block or probe, a reduction, a body with an op that may round differently
+        in another block (a vectorised exp), or rows that do not divide."""
+        st = step.st
+        if meta is None or step.chain or step.pre is not None or step.skip or st.node.op != "fused" or \
+                self._epilogue is None:
+            return None
+        kern = self._kernels[self._index[st.out]]
+        spec = getattr(kern, "spec", None)
+        out = self._locs[st.out]
+        if spec is None or spec.accs or len(out.shape) < 1 or \
+                out.strides != _contiguous(out.shape, out.dtype.itemsize) or \
+                any(m.op not in _EXACT_OPS for m in st.node.attrs["body"]):
+            return None
+        elems = int(np.prod(out.shape, dtype=np.int64))
+        row = int(out.shape[-1])
+        nrows = elems // max(row, 1)
+        if nrows < team:
+            return None
+        rows = [(nrows * p // team, nrows * (p + 1) // team) for p in range(team)]
+        return self._epilogue.row_blocks(kern, meta, elems, row, rows, out.dtype.itemsize)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._tools.wait_driver(timeout)

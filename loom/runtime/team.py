@@ -17,13 +17,18 @@ sparse product) depends on every earlier record and every later one on it, so
 a failed call has written nothing after its failing step, as in the
 sequential walk.
 
+A large elementwise kernel may be shared too: each thread runs one block of
+its output rows (the same argument block cut as a GEMM epilogue's,
+`loom.codegen.gemm.row_blocks`).
+
 Owners and order come from list scheduling on estimated costs (multiply-adds
 for GEMMs, bytes for the rest): records are taken by their longest path to
 the end of the step, each placed on the thread where it can start first. A
 GEMM is shared by the team unless an independent product of at least half its
-size can run beside it. Kernels run on one thread each and GEMMs are cut in
-whole row tiles (`loom_gemm_part`), so the bits are those of a one-thread walk
-whatever the schedule.
+size can run beside it. Kernels run on one thread each, or in row blocks when
+their body only adds, multiplies, divides, compares and selects (exact in any
+block), and GEMMs are cut in whole row tiles (`loom_gemm_part`), so the bits
+are those of a one-thread walk whatever the schedule.
 """
 from __future__ import annotations
 
@@ -51,12 +56,13 @@ _TEAM_MAX = 256             # Threads the driver's team walk takes at most (LOOM
 class Record:
     """What the schedule needs of one record: kind, memory read and written, cost, whether it may stop the walk."""
 
-    __slots__ = ("kind", "reads", "writes", "cost", "fallible", "gemm", "work")
+    __slots__ = ("kind", "reads", "writes", "cost", "fallible", "gemm", "work", "blocks")
 
-    def __init__(self, kind: int, reads, writes, fallible: bool, gemm=None, work: int = 0):
+    def __init__(self, kind: int, reads, writes, fallible: bool, gemm=None, work: int = 0, blocks=None):
         self.kind, self.reads, self.writes, self.fallible = kind, reads, writes, fallible
         self.gemm = gemm  # (M, multiply-adds, is_double, batch items) of a GEMM record.
         self.work = work  # A kernel's loop iterations (the output's elements).
+        self.blocks = blocks  # A kernel's argument blocks for one row block per thread, when it may be shared.
         nbytes = sum(int(hi - lo) for _, lo, hi in list(reads) + list(writes))
         if gemm is not None:
             self.cost = _RECORD_US + gemm[1] / _MACS_PER_US * (3 if kind == HGEMM else 1)
@@ -64,18 +70,29 @@ class Record:
             self.cost = _RECORD_US + nbytes / _BYTES_PER_US
 
 
-def plan(records: list[Record], nt: int, kernel_par_min: int, always: bool = False) -> np.ndarray | None:
+class Schedule:
+    """The driver's schedule (`array`, see ``loom_run_team``) and the argument blocks it points to (`keep`)."""
+
+    __slots__ = ("array", "keep", "owner")
+
+    def __init__(self, array: np.ndarray, keep: list, owner: list[int]):
+        self.array, self.keep, self.owner = array, keep, owner
+
+
+def plan(records: list[Record], nt: int, kernel_par_min: int, always: bool = False) -> Schedule | None:
     """The driver's schedule for `records` on `nt` threads, or None when the sequential walk is expected faster
     (unless `always`) or a record is a Python step."""
     n = len(records)
     if not 2 <= nt <= _TEAM_MAX or n < 2 or any(r.kind == PY for r in records):
         return None
-    if not always and any(r.kind == KERNEL and r.work >= _KERNEL_ALONE * kernel_par_min for r in records):
+    if not always and any(r.kind == KERNEL and r.blocks is None and r.work >= _KERNEL_ALONE * kernel_par_min
+                          for r in records):
         return None  # A kernel large enough to want every thread: the sequential walk cuts it across them.
     deps = _dependencies(records)
     anc = _ancestors(deps)
     gemms = [k for k, r in enumerate(records) if r.gemm is not None]
-    shared = [_shared(records, k, anc, nt, gemms) for k in range(n)]
+    shared = [_shared(records, k, anc, nt, gemms) or
+              (records[k].blocks is not None and records[k].work >= kernel_par_min) for k in range(n)]
     cost = [r.cost for r in records]
     split_cost = [records[k].cost / nt + 1.0 if shared[k] else 0.0 for k in range(n)]
     order, owner, span = _list_schedule(deps, cost, shared, split_cost, nt)
@@ -86,7 +103,14 @@ def plan(records: list[Record], nt: int, kernel_par_min: int, always: bool = Fal
     for k in range(n):
         first[k + 1] = first[k] + len(deps[k])
     flat = [d for k in range(n) for d in deps[k]]
-    return np.array([nt] + order + owner + list(first) + flat, np.int64)
+    keep: list = []
+    blocks = [0] * n
+    for k, r in enumerate(records):
+        if owner[k] < 0 and r.kind == KERNEL:
+            table = np.array([int(m.ctypes.data) for m in r.blocks], np.int64)
+            keep += [table, r.blocks]
+            blocks[k] = int(table.ctypes.data)
+    return Schedule(np.array([nt] + order + owner + list(first) + flat + blocks, np.int64), keep, owner)
 
 
 def _sequential_cost(r: Record, nt: int, kernel_par_min: int) -> float:

@@ -77,13 +77,14 @@ def test_team_walk_gives_the_one_thread_bits():
 def test_schedule_shares_a_lone_product_and_runs_independent_ones_side_by_side():
     _, _, prog, _ = _training(2, steps=1)
     table = prog._table
-    n = len(table[2])
-    sched = prog._teams[2]
-    owner = sched[1 + n:1 + 2 * n]
+    owner = prog._teams[2].owner
     records = prog._team_records(table)
     anc = team._ancestors(team._dependencies(records))
     gemms = [k for k, r in enumerate(records) if r.kind == team.GEMM]
     assert any(owner[k] == -1 for k in gemms), "the first layer's product has nothing beside it: shared"
+    kernels = [k for k, r in enumerate(records) if r.kind == team.KERNEL and owner[k] == -1]
+    assert all(records[k].blocks is not None for k in kernels)
+    assert kernels, "the optimizer's updates of the 256x256 weights are cut in row blocks"
     side = [(j, k) for j in gemms for k in gemms if j < k and owner[j] >= 0 and owner[k] >= 0 and
             owner[j] != owner[k] and not (anc[k] >> j) & 1]
     assert side, "a weight gradient and an input gradient run on two threads at once"
@@ -95,7 +96,7 @@ def test_team_walk_runs_the_steps_of_an_absent_thread():
     params, losses, prog, (step, x, model) = _training(2, steps=0)
     n = len(prog._table[2])
     sched = prog._teams[2]
-    owner = sched[1 + n:1 + 2 * n]
+    owner = sched.array[1 + n:1 + 2 * n]  # (A view: the driver reads the owners from here.)
     owner[owner >= 0] = 7
     y = loom.tensor(np.arange(128) % SIZES[-1])
     losses = [float(step(x, y).numpy()) for _ in range(3)]
@@ -170,7 +171,7 @@ def test_independent_products_go_side_by_side_and_a_lone_one_is_shared():
         _rec(team.GEMM, reads=[(0, 0, 64)], writes=[(0, 128, 192)], gemm=(256, big, 0, 1)),        # pair
     ]
     sched = team.plan(records, 2, 1 << 15, always=True)
-    owner = list(sched[1 + 3:1 + 6])
+    owner = sched.owner
     assert owner[0] == -1
     assert sorted(owner[1:]) == [0, 1]
     assert team.plan(records, 1, 1 << 15, always=True) is None
