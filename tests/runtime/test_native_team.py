@@ -176,3 +176,38 @@ def test_independent_products_go_side_by_side_and_a_lone_one_is_shared():
     assert sorted(owner[1:]) == [0, 1]
     assert team.plan(records, 1, 1 << 15, always=True) is None
     assert team.plan(records + [_rec(team.PY)], 2, 1 << 15, always=True) is None
+
+
+def test_concurrent_team_walks_from_two_threads():
+    """Two Python threads calling the same team-walked program at once: one walk has loom's team, the other
+    runs alone on its caller (each on an arena of its own); both give the one-thread results."""
+    import threading
+
+    _, _, prog, _ = _training(2, steps=0)
+    exe = prog.exe
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(n.shape).astype(n.dtype.np) if n.dtype.np.kind == "f" else
+              (np.arange(int(np.prod(n.shape))) % SIZES[-1]).reshape(n.shape).astype(n.dtype.np)
+              for n in exe._inputs]
+    loom.set_num_threads(1)
+    want = [np.array(a) for a in exe(*arrays)]
+    loom.set_num_threads(2)
+    assert prog._team_plan(prog._table, 2) is not None
+    got, errors = [], []
+
+    def work():
+        try:
+            for _ in range(10):
+                got.append([np.array(a) for a in exe(*arrays)])
+        except Exception as e:  # Reported below: a thread's exception would otherwise be lost.
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(got) == 20
+    for g in got:
+        _same(g, want)
