@@ -1585,8 +1585,10 @@ class NativeProgram:
                                  steps=n)
             if k >= n:
                 return
-            # A step stopped the team: Python runs it, then the driver the steps not done yet, in order.
+            # A step stopped the team: Python runs it, then the driver the steps not done yet, in order, on one
+            # thread (the team walk's bits).
             ctl[_CTL_DONE] = done.ctypes.data
+            ctl[3] = 1
         else:
             k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
         try:
