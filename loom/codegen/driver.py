@@ -463,7 +463,9 @@ static void loom_team_loop(loom_team *tm, int64_t t) {
    nothing: its steps are claimed by the others (`loom_help`), and no join waits for it to be scheduled, as an
    OpenMP region's closing barrier would. One walk uses the team at a time; a concurrent one runs alone. */
 #define LOOM_OPEN ((int64_t)1 << 40)
-#define LOOM_IDLE_NS 200000  /* A worker spins this long for the next walk (a training loop's next step). */
+/* A worker spins this long for the next walk, then sleeps: a late start costs a walk little (the caller claims
+   the first steps), spinning through the gap between steps costs CPU. */
+#define LOOM_IDLE_NS 30000
 
 static struct {
   int32_t gen, busy;
