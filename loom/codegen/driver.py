@@ -6,9 +6,12 @@ steps of one compiled graph: generated kernels (called through their
 whose entry points the table names), strided copies, and steps Python must
 run. ``loom_run`` walks the table from a given step and returns at the first
 Python step or failing kernel, so Python crosses into C once per native
-segment. The library does not depend on the graph: it is built once per
-machine and kept in the kernel cache (`loom.codegen.cache`, checked by
-`loom.codegen.trust` like every kernel).
+segment. ``loom_run_team`` runs a whole table on loom's team of threads in one
+parallel region, by a static schedule that `loom.runtime.native` plans:
+independent steps on different threads at once, large GEMMs shared. The
+library does not depend on the graph: it is built once per machine and kept
+in the kernel cache (`loom.codegen.cache`, checked by `loom.codegen.trust`
+like every kernel).
 
 Table layout (all int64): ``[nsteps, sgemm, dgemm, set_num_threads, offset of
 each step...]`` then one record per step:
@@ -43,8 +46,16 @@ log = logging.getLogger("loom.codegen")
 
 SOURCE = r"""
 #include <omp.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 typedef int32_t (*loom_call_t)(const char *, const int64_t *, int64_t);
 typedef void (*sgemm_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
@@ -53,7 +64,7 @@ typedef void (*dgemm_t)(int, int, int, int32_t, int32_t, int32_t, double, const 
                         const double *, int32_t, double, double *, int32_t);
 typedef void (*setnt_t)(int);
 
-enum { CTL_ITEM, CTL_DATA, CTL_NOBJ, CTL_THREADS, CTL_BLAS_MIN, CTL_RC, CTL_BLAS_NOW };
+enum { CTL_ITEM, CTL_DATA, CTL_NOBJ, CTL_THREADS, CTL_BLAS_MIN, CTL_RC, CTL_BLAS_NOW, CTL_DONE, CTL_TRACE };
 
 static void loom_copy(int64_t nd, int64_t isz, const int64_t *d, char *src, char *dst) {
   if (nd == 0) { memcpy(dst, src, isz); return; }
@@ -192,43 +203,384 @@ static void loom_gemm(const int64_t *prog, const int64_t *r, char *const *base, 
 }
 
 """ + gemm.DRIVER_SOURCE + driver_index.SOURCE + r"""
-/* Run steps from `start` until a Python step, a kernel or index step that returns nonzero (its code goes to
-   ctl[CTL_RC]) or the end; return that step's index (nsteps at the end). */
-int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t start) {
-  const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ], item_off = ctl[CTL_ITEM], data_off = ctl[CTL_DATA];
-  char *base[nobj > 0 ? nobj : 1];
+#define LOOM_PY_STEP ((int64_t)1 << 40)  /* loom_step's answer for a step Python runs. */
+
+/* A kernel record's call with argument block `meta` (the record's own, or a row block's in a team walk). */
+static int64_t loom_kernel_call(const int64_t *r, char *const *base, const int64_t *meta, int64_t threads) {
+  int64_t n = r[3];
+  char *cells[n > 0 ? n : 1];
+  const char *refs[n > 0 ? n : 1];
+  for (int64_t o = 0; o < n; o++) {
+    cells[o] = base[r[4 + 2 * o]] + r[5 + 2 * o];
+    refs[o] = (const char *)&cells[o];
+  }
+  return ((loom_call_t)r[1])((const char *)refs, meta, threads);
+}
+
+/* One record: 0 when done, else the code that stops the walk (a kernel's or index step's, or LOOM_PY_STEP). */
+static int64_t loom_step(const int64_t *prog, const int64_t *r, char *const *base, int64_t *ctl) {
+  switch (r[0]) {
+    case 1: return loom_kernel_call(r, base, (const int64_t *)r[2], ctl[CTL_THREADS]);
+    case 2: loom_gemm(prog, r, base, ctl); return 0;
+    case 3: loom_copy(r[1], r[2], r + 7, base[r[3]] + r[4], base[r[5]] + r[6]); return 0;
+    case 5: return loom_gather(r, base) ? 1 : 0;
+    case 6: return loom_scatter_add(r, base) ? 1 : 0;
+    case 7: loom_pad(r, base); return 0;
+    case 8: return loom_check(r, base) ? 1 : 0;
+    case 9: loom_gemm_half(prog, r, base, ctl); return 0;
+    case 10: return loom_spmm(r, base) ? 1 : 0;
+    default: return LOOM_PY_STEP;
+  }
+}
+
+static void loom_bases(const char *objs, const int64_t *ctl, char **base) {
+  const int64_t nobj = ctl[CTL_NOBJ], item_off = ctl[CTL_ITEM], data_off = ctl[CTL_DATA];
   for (int64_t o = 0; o < nobj; o++) {
     const char *obj = *(const char *const *)(objs + item_off + 8 * o);
     base[o] = *(char *const *)(obj + data_off);
   }
+}
+
+/* Run steps from `start` until a Python step, a kernel or index step that returns nonzero (its code goes to
+   ctl[CTL_RC]) or the end; return that step's index (nsteps at the end). With ctl[CTL_DONE] set (resuming a
+   team walk, `loom_run_team`), steps marked done there are skipped and the others marked as they finish. */
+int64_t loom_run(const int64_t *prog, const char *objs, int64_t *ctl, int64_t start) {
+  const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ];
+  int64_t *done = (int64_t *)ctl[CTL_DONE];
+  char *base[nobj > 0 ? nobj : 1];
+  loom_bases(objs, ctl, base);
   ctl[CTL_RC] = 0;
   for (int64_t k = start; k < nsteps; k++) {
-    const int64_t *r = prog + prog[4 + k];
-    switch (r[0]) {
-      case 1: {
-        int64_t n = r[3];
-        char *cells[n > 0 ? n : 1];
-        const char *refs[n > 0 ? n : 1];
-        for (int64_t o = 0; o < n; o++) {
-          cells[o] = base[r[4 + 2 * o]] + r[5 + 2 * o];
-          refs[o] = (const char *)&cells[o];
-        }
-        int32_t rc = ((loom_call_t)r[1])((const char *)refs, (const int64_t *)r[2], ctl[CTL_THREADS]);
-        if (rc != 0) { ctl[CTL_RC] = rc; return k; }
-        break;
-      }
-      case 2: loom_gemm(prog, r, base, ctl); break;
-      case 3: loom_copy(r[1], r[2], r + 7, base[r[3]] + r[4], base[r[5]] + r[6]); break;
-      case 5: if (loom_gather(r, base)) { ctl[CTL_RC] = 1; return k; } break;
-      case 6: if (loom_scatter_add(r, base)) { ctl[CTL_RC] = 1; return k; } break;
-      case 7: loom_pad(r, base); break;
-      case 8: if (loom_check(r, base)) { ctl[CTL_RC] = 1; return k; } break;
-      case 9: loom_gemm_half(prog, r, base, ctl); break;
-      case 10: if (loom_spmm(r, base)) { ctl[CTL_RC] = 1; return k; } break;
-      default: return k;
-    }
+    if (done && done[k]) continue;
+    const int64_t rc = loom_step(prog, prog + prog[4 + k], base, ctl);
+    if (rc != 0) { ctl[CTL_RC] = rc == LOOM_PY_STEP ? 0 : rc; return k; }
+    if (done) done[k] = 1;
   }
   return nsteps;
+}
+
+/* Thread t of n's share of a GEMM record the team runs together: its batch items, or (fewer items than
+   threads, float32) its 16-row tiles of every item, each one single-threaded BLAS call: the bits of the whole
+   call (`loom_gemm_part`). */
+static void loom_gemm_share(const int64_t *prog, const int64_t *r, char *const *base, int64_t t, int64_t n) {
+  int dbl = (int)r[1], ta = (int)r[2], tb = (int)r[3];
+  int32_t M = (int32_t)r[4], N = (int32_t)r[5], K = (int32_t)r[6];
+  int32_t lda = (int32_t)r[7], ldb = (int32_t)r[8], ldc = (int32_t)r[9];
+  char *A = base[r[10]] + r[11], *B = base[r[12]] + r[13], *C = base[r[14]] + r[15];
+  int64_t nbd = r[16], nb = 1;
+  const int64_t *bd = r + 18;
+  for (int64_t j = 0; j < nbd; j++) nb *= bd[4 * j];
+  if (t == 0) __atomic_store_n(&loom_gemm_team, n, __ATOMIC_RELAXED);
+  for (int64_t b = nb >= n ? nb * t / n : 0; b < (nb >= n ? nb * (t + 1) / n : nb); b++) {
+    int64_t oa, ob, oc;
+    loom_batch_offsets(bd, nbd, b, &oa, &ob, &oc);
+    if (nb >= n)
+      loom_gemm_call(prog, dbl, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc);
+    else
+      loom_gemm_part(prog, ta, tb, M, N, K, lda, ldb, ldc, A + oa, B + ob, C + oc, t, n);
+  }
+}
+
+/* How a thread of a team walk waits for a step of another: it spins a little (a small step finishes within
+   microseconds), then sleeps on its own futex word (Linux; elsewhere it yields the core) after posting the
+   step it waits for, and the thread that finishes that step wakes it alone. A thread that spun longer would
+   burn the core that the thread it waits for needs when another process keeps the machine busy. */
+typedef struct { int32_t word, pad; int64_t waits_for; char line[48]; } loom_waiter;
+
+#define LOOM_SPIN_NS 20000  /* A waiting thread spins this long (a small step finishes sooner), then sleeps. */
+#define LOOM_TEAM_MAX 256
+
+static void loom_wake(loom_waiter *w) {
+  __atomic_add_fetch(&w->word, 1, __ATOMIC_SEQ_CST);
+#ifdef __linux__
+  syscall(SYS_futex, &w->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#endif
+}
+
+/* Step k is done (or the walk stopped, k = -1): wake the threads sleeping on it. */
+static void loom_finished(loom_waiter *ws, int64_t n, int64_t k) {
+  for (int64_t t = 0; t < n; t++) {
+    const int64_t f = __atomic_load_n(&ws[t].waits_for, __ATOMIC_SEQ_CST);
+    if (f >= 0 && (f == k || k < 0)) loom_wake(&ws[t]);
+  }
+}
+
+static inline void loom_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+/* Sleep until step j's count `done[j]` may have reached `need` (or the walk stopped): `me` posts the step it
+   waits for, and the thread that finishes it wakes it (`loom_finished`). */
+static void loom_sleep(const int64_t *done, int64_t j, int64_t need, const int64_t *stop, loom_waiter *me) {
+#ifdef __linux__
+  const int32_t word = __atomic_load_n(&me->word, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&me->waits_for, j, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&done[j], __ATOMIC_SEQ_CST) < need && __atomic_load_n(stop, __ATOMIC_SEQ_CST) == INT64_MAX) {
+    struct timespec limit = {0, 2000000};  /* A lost wake-up would cost 2 ms at most. */
+    syscall(SYS_futex, &me->word, FUTEX_WAIT_PRIVATE, word, &limit, NULL, 0);
+  }
+  __atomic_store_n(&me->waits_for, -1, __ATOMIC_SEQ_CST);
+#else
+  (void)done; (void)j; (void)need; (void)stop; (void)me;
+  sched_yield();
+#endif
+}
+
+/* Nanoseconds on the monotonic clock, for ctl[CTL_TRACE]: per step of a team walk, the thread that ran it (for a
+   shared GEMM thread 0), its start and its end. */
+static int64_t loom_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A team walk's shared state (`loom_run_team`). */
+typedef struct {
+  const int64_t *prog, *order, *owner, *first, *deps, *blocks;
+  char *const *base;
+  int64_t nsteps, nt, *done, *claims, *trace;
+  int64_t stop, code, low, finished;  /* finished: pieces done so far (a waiting thread rescans on news). */
+  loom_waiter *waiters;
+  const int64_t *ctl;
+} loom_team;
+
+/* Pieces of step k: a shared GEMM's row tiles or a shared kernel's row blocks (one per planned thread), else
+   the step whole. */
+static inline int64_t loom_pieces(const loom_team *tm, int64_t k) { return tm->owner[k] < 0 ? tm->nt : 1; }
+
+static inline int loom_stopped(loom_team *tm) { return __atomic_load_n(&tm->stop, __ATOMIC_SEQ_CST) != INT64_MAX; }
+
+static int loom_ready(const loom_team *tm, int64_t k) {
+  for (int64_t d = tm->first[k]; d < tm->first[k + 1]; d++) {
+    const int64_t j = tm->deps[d];
+    if (__atomic_load_n(&tm->done[j], __ATOMIC_SEQ_CST) < loom_pieces(tm, j)) return 0;
+  }
+  return 1;
+}
+
+/* Run piece p of step k (claimed, its dependencies done) on thread t; 1 when it stopped the walk. */
+static int loom_piece(loom_team *tm, int64_t k, int64_t p, int64_t t, int64_t *lctl) {
+  const int64_t *r = tm->prog + tm->prog[4 + k];
+  int64_t *trace = tm->trace;
+  if (trace && p == 0) trace[3 * k] = t, trace[3 * k + 1] = loom_now_ns();
+  int64_t rc = 0;
+  if (tm->owner[k] < 0 && r[0] == 2) loom_gemm_share(tm->prog, r, tm->base, p, tm->nt);
+  else if (tm->owner[k] < 0) rc = loom_kernel_call(r, tm->base, ((const int64_t *const *)tm->blocks[k])[p], 1);
+  else rc = loom_step(tm->prog, r, tm->base, lctl);
+  if (trace && p == 0) trace[3 * k + 2] = loom_now_ns();
+  if (rc != 0) {
+    #pragma omp critical(loom_team_stop)
+    if (k < tm->stop) { tm->code = rc; __atomic_store_n(&tm->stop, k, __ATOMIC_SEQ_CST); }
+    loom_finished(tm->waiters, tm->nt, -1);
+    return 1;
+  }
+  __atomic_add_fetch(&tm->done[k], 1, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&tm->finished, 1, __ATOMIC_SEQ_CST);
+  loom_finished(tm->waiters, tm->nt, k);
+  return 0;
+}
+
+/* Claim step k's next piece and run it; -1 when no piece was left, else loom_piece's answer. */
+static int loom_claim(loom_team *tm, int64_t k, int64_t t, int64_t *lctl) {
+  if (__atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k)) return -1;
+  const int64_t p = __atomic_fetch_add(&tm->claims[k], 1, __ATOMIC_SEQ_CST);
+  return p < loom_pieces(tm, k) ? loom_piece(tm, k, p, t, lctl) : -1;
+}
+
+#define LOOM_HELP_WINDOW 64
+
+/* While thread t would wait: run a piece of a step that nobody has claimed and that is ready, the first in
+   `order` from the first step not yet done (a thread that is descheduled, or late to start, leaves its steps
+   to the others). 1 when it ran one (or the walk stopped), 0 when none was there. */
+static int loom_help(loom_team *tm, int64_t t, int64_t *lctl) {
+  int64_t i = __atomic_load_n(&tm->low, __ATOMIC_RELAXED);
+  while (i < tm->nsteps && __atomic_load_n(&tm->done[tm->order[i]], __ATOMIC_SEQ_CST) >= loom_pieces(tm, tm->order[i]))
+    i++;
+  __atomic_store_n(&tm->low, i, __ATOMIC_RELAXED);  /* A hint: a stale value only makes a scan longer. */
+  for (int64_t s = i; s < tm->nsteps && s < i + LOOM_HELP_WINDOW; s++) {
+    const int64_t k = tm->order[s];
+    if (__atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k) || !loom_ready(tm, k)) continue;
+    const int rc = loom_claim(tm, k, t, lctl);
+    if (rc >= 0) return 1;
+  }
+  return 0;
+}
+
+/* Wait until step k's dependencies are done, helping meanwhile (a scan for ready steps each time a piece
+   has finished since the last one); 1 when the walk stopped, 2 when another thread claimed all of k. */
+static int loom_wait_ready(loom_team *tm, int64_t k, int64_t t, int64_t *lctl) {
+  for (int64_t d = tm->first[k]; d < tm->first[k + 1]; d++) {
+    const int64_t j = tm->deps[d], need = loom_pieces(tm, j);
+    int64_t seen = -1, since = 0;
+    while (__atomic_load_n(&tm->done[j], __ATOMIC_SEQ_CST) < need) {
+      if (loom_stopped(tm)) return 1;
+      if (__atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k)) return 2;
+      const int64_t fin = __atomic_load_n(&tm->finished, __ATOMIC_SEQ_CST);
+      if (fin != seen) {
+        seen = fin;
+        if (loom_help(tm, t, lctl)) { since = 0; continue; }
+      }
+      const int64_t now = loom_now_ns();
+      if (!since) since = now;
+      if (now - since < LOOM_SPIN_NS) { loom_pause(); continue; }
+      loom_sleep(tm->done, j, need, &tm->stop, &tm->waiters[t]);
+      since = 0;
+    }
+  }
+  return 0;
+}
+
+/* Thread t's part of a team walk: the steps it owns or shares, in order, then any left unclaimed (a late or
+   absent thread's); returns when every step is claimed or the walk stopped. */
+static void loom_team_loop(loom_team *tm, int64_t t) {
+  int64_t lctl[CTL_TRACE + 1];
+  memcpy(lctl, tm->ctl, sizeof lctl);
+  lctl[CTL_THREADS] = 1;
+  lctl[CTL_DONE] = 0;
+  int quit = 0;
+  for (int pass = 0; pass < 2 && !quit; pass++) {
+    for (int64_t i = 0; i < tm->nsteps && !quit; i++) {
+      const int64_t k = tm->order[i], own = tm->owner[k];
+      if (pass == 0 && own >= 0 && own != t) continue;
+      while (!quit && __atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) < loom_pieces(tm, k)) {
+        const int w = loom_wait_ready(tm, k, t, lctl);
+        if (w == 1) quit = 1;
+        else if (w == 0) quit = loom_claim(tm, k, t, lctl) == 1;
+      }
+      quit = quit || loom_stopped(tm);
+    }
+  }
+}
+
+/* loom's own team for team walks: worker threads 1, 2, ... that sleep on `gen` (Linux futex) between walks.
+   A walk is posted, the workers woken, and the caller runs its part at once; a worker joins only while the
+   walk is open (`state`: LOOM_OPEN plus the workers inside), and the caller closes it when every step is done
+   and waits only for the workers inside. So a worker that another process keeps off the cores costs the walk
+   nothing: its steps are claimed by the others (`loom_help`), and no join waits for it to be scheduled, as an
+   OpenMP region's closing barrier would. One walk uses the team at a time; a concurrent one runs alone. */
+#define LOOM_OPEN ((int64_t)1 << 40)
+/* A worker spins this long for the next walk, then sleeps: a late start costs a walk little (the caller claims
+   the first steps), spinning through the gap between steps costs CPU. */
+#define LOOM_IDLE_NS 30000
+
+static struct {
+  int32_t gen, busy;
+  int64_t state, workers, pid;
+  loom_team *walk;
+} loom_pool;
+
+#ifdef __linux__
+static pthread_mutex_t loom_pool_grow = PTHREAD_MUTEX_INITIALIZER;
+
+static void *loom_worker(void *arg) {
+  const int64_t t = (int64_t)(intptr_t)arg;
+  int32_t seen = __atomic_load_n(&loom_pool.gen, __ATOMIC_SEQ_CST);
+  for (;;) {
+    int32_t g;
+    for (int64_t since = loom_now_ns(); (g = __atomic_load_n(&loom_pool.gen, __ATOMIC_SEQ_CST)) == seen;) {
+      if (loom_now_ns() - since < LOOM_IDLE_NS) loom_pause();
+      else syscall(SYS_futex, &loom_pool.gen, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+    }
+    seen = g;
+    int64_t st = __atomic_load_n(&loom_pool.state, __ATOMIC_SEQ_CST);
+    int inside = 0;
+    while ((st & LOOM_OPEN) && !inside)
+      inside = __atomic_compare_exchange_n(&loom_pool.state, &st, st + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    if (!inside) continue;
+    loom_team *tm = __atomic_load_n(&loom_pool.walk, __ATOMIC_SEQ_CST);
+    if (t < tm->nt) loom_team_loop(tm, t);
+    __atomic_sub_fetch(&loom_pool.state, 1, __ATOMIC_SEQ_CST);
+  }
+  return NULL;
+}
+
+/* Start workers up to `n` (a child process after fork has none: it starts its own). 0 when none can run. */
+static int loom_pool_ready(int64_t n) {
+  const int64_t pid = (int64_t)getpid();
+  pthread_mutex_lock(&loom_pool_grow);
+  if (loom_pool.pid != pid) {
+    loom_pool.pid = pid;
+    loom_pool.workers = 0;
+    loom_pool.state = 0;
+  }
+  while (loom_pool.workers < n) {
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    const int bad = pthread_create(&th, &attr, loom_worker, (void *)(intptr_t)(loom_pool.workers + 1));
+    pthread_attr_destroy(&attr);
+    if (bad) break;
+    loom_pool.workers++;
+  }
+  const int ok = loom_pool.workers > 0;
+  pthread_mutex_unlock(&loom_pool_grow);
+  return ok;
+}
+#endif
+
+/* Run the whole table on a team of threads by a static schedule (`loom.runtime.native` writes it): ``[threads,
+   order[nsteps], owner[nsteps], first dependency[nsteps + 1], dependencies..., blocks[nsteps]]``. The caller
+   is thread 0, loom's team (above) the others. Each thread takes the steps in `order` that it owns (owner t),
+   or that every thread shares (owner -1: a GEMM cut in one piece of row tiles per planned thread,
+   `loom_gemm_share`, or a kernel in row blocks, `blocks[k]` the address of their argument blocks), and
+   starts one when the steps it depends on (whose memory it reads or writes, or that may stop the walk) are
+   done; a step is claimed before it runs, and a thread that would wait runs ready steps nobody has claimed
+   (`loom_help`). Kernels run on one thread each. `done` holds 2 * nsteps cells: per step, the pieces finished,
+   then the pieces claimed. Returns nsteps, or the index of a step that stopped the walk (its code in
+   ctl[CTL_RC]), once no thread runs a step any more: the first nsteps cells of `done` then hold 1 for each
+   step that ran whole, 0 for the others, for `loom_run` to resume with (ctl[CTL_DONE]). */
+int64_t loom_run_team(const int64_t *prog, const char *objs, int64_t *ctl, const int64_t *sched, int64_t *done) {
+  const int64_t nsteps = prog[0], nobj = ctl[CTL_NOBJ], nt = sched[0] < LOOM_TEAM_MAX ? sched[0] : LOOM_TEAM_MAX;
+  char *base[nobj > 0 ? nobj : 1];
+  loom_bases(objs, ctl, base);
+  memset(done, 0, (size_t)(2 * nsteps) * sizeof *done);
+  ctl[CTL_RC] = 0;
+  loom_blas_threads(prog, ctl, 0);
+  loom_waiter waiters[LOOM_TEAM_MAX];
+  const int64_t *first = sched + 1 + 2 * nsteps, *deps = first + nsteps + 1;
+  loom_team tm = {prog, sched + 1, sched + 1 + nsteps, first, deps, deps + first[nsteps], base,
+                  nsteps, nt, done, done + nsteps, (int64_t *)ctl[CTL_TRACE], INT64_MAX, 0, 0, 0, waiters, ctl};
+  for (int64_t t = 0; t < nt; t++) { waiters[t].word = 0; waiters[t].waits_for = -1; }
+  int team = 0;
+#ifdef __linux__
+  int32_t free_ = 0;
+  if (__atomic_compare_exchange_n(&loom_pool.busy, &free_, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    team = loom_pool_ready(nt - 1);
+    if (team) {
+      __atomic_store_n(&loom_pool.walk, &tm, __ATOMIC_SEQ_CST);
+      __atomic_store_n(&loom_pool.state, LOOM_OPEN, __ATOMIC_SEQ_CST);
+      __atomic_add_fetch(&loom_pool.gen, 1, __ATOMIC_SEQ_CST);
+      syscall(SYS_futex, &loom_pool.gen, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+    } else {
+      __atomic_store_n(&loom_pool.busy, 0, __ATOMIC_SEQ_CST);
+    }
+  }
+#endif
+  loom_team_loop(&tm, 0);
+  for (int64_t k = 0; k < nsteps && !loom_stopped(&tm); k++)  /* Steps still running on other threads. */
+    for (int64_t since = loom_now_ns(); __atomic_load_n(&done[k], __ATOMIC_SEQ_CST) < loom_pieces(&tm, k) &&
+         !loom_stopped(&tm);)
+      if (loom_now_ns() - since < LOOM_SPIN_NS) loom_pause();
+      else loom_sleep(done, k, loom_pieces(&tm, k), &tm.stop, &waiters[0]);
+#ifdef __linux__
+  if (team) {
+    int64_t st = __atomic_load_n(&loom_pool.state, __ATOMIC_SEQ_CST);
+    while (!__atomic_compare_exchange_n(&loom_pool.state, &st, st & ~LOOM_OPEN, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {}
+    for (int64_t since = loom_now_ns(); __atomic_load_n(&loom_pool.state, __ATOMIC_SEQ_CST) != 0;)
+      if (loom_now_ns() - since < LOOM_SPIN_NS) loom_pause(); else sched_yield();
+    __atomic_store_n(&loom_pool.busy, 0, __ATOMIC_SEQ_CST);
+  }
+#endif
+  if (tm.stop == INT64_MAX) return nsteps;
+  for (int64_t k = 0; k < nsteps; k++) done[k] = done[k] >= loom_pieces(&tm, k);
+  ctl[CTL_RC] = tm.code == LOOM_PY_STEP ? 0 : tm.code;
+  return tm.stop;
 }
 """
 
@@ -245,7 +597,8 @@ _STATE = _State()
 
 class Driver:
     """The loaded driver library: ``run_objects(prog, objs, ctl, start)`` (objects as a tuple) and
-    ``run_pointers`` (the same with a table of pointers to data-pointer cells)."""
+    ``run_pointers`` (the same with a table of pointers to data-pointer cells); ``team_objects(prog, objs,
+    ctl, schedule, done)`` and ``team_pointers`` run a table on a team of threads (``loom_run_team``)."""
 
     def __init__(self, lib: ctypes.CDLL, path: str):
         self.path = path
@@ -254,6 +607,12 @@ class Driver:
         self.run_objects = proto(("loom_run", lib))
         proto = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
         self.run_pointers = proto(("loom_run", lib))
+        team = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p)
+        self.team_objects = team(("loom_run_team", lib))
+        team = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p)
+        self.team_pointers = team(("loom_run_team", lib))
 
 
 def _load(path: str, root: str) -> Driver:

@@ -54,6 +54,7 @@ import numpy as np
 from loom import dtypes as _dt
 from loom import profiler as _profiler
 from loom.ir.node import Node
+from loom.runtime import team as _team
 from loom.runtime import threads
 
 _KERNEL, _GEMM, _COPY, _PY, _GATHER, _SCATTER, _PAD, _CHECK, _HGEMM, _SPMM = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
@@ -62,6 +63,10 @@ _CHECK_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np
                                                         np.int64, np.uint8, np.uint16, np.uint32))}
 _SCATTER_CODES = {np.dtype(t): c for c, t in enumerate((np.float32, np.float64, np.int32, np.int64))}
 _HALF = (_dt.float16, _dt.bfloat16)
+# Ops a kernel computes the same in any row block (no vectorised function with a scalar remainder that could
+# round differently): a team walk may cut such a kernel across its threads (`_kernel_blocks`).
+_EXACT_OPS = frozenset({"input", "const", "cast", "reshape", "expand", "permute", "slice", "add", "sub", "mul",
+                        "div", "neg", "where", "maximum", "minimum", "abs", "eq", "ne", "lt", "le", "gt", "ge"})
 _VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 # Library ops whose native kernels the toolchain supplies (`Toolchain.library_step`).
 LIBRARY_OPS = frozenset({"attention", "attention_grad", "layer_norm", "layer_norm_grad", "cross_entropy_rows",
@@ -77,6 +82,10 @@ _ALIGN = 64
 _HOIST_ELEMS = 64  # Elements of a step's value at most for it to move before a GEMM (`_hoistable`).
 _INT32_MAX = 2**31 - 1
 _CTL_RC = 5
+_CTL_DONE = 7  # The driver's resume cells after a team walk stopped (`loom_run`).
+# Whether a program runs as one team walk (`loom.runtime.team`): where that is expected faster ("1", the
+# default), never ("0") or wherever it can ("always", for tests).
+_TEAM_WALK = os.environ.get("LOOM_TEAM_WALK", "1").strip().lower()
 _RECYCLE_BYTES = 1 << 16  # Outputs at least this large are recycled (smaller ones come from malloc's heap).
 _RECYCLE_DEPTH = 4        # Arrays kept per output.
 
@@ -279,11 +288,12 @@ def _arena_buffer(nbytes: int) -> np.ndarray:
 class _Ctx:
     """What one concurrent call owns: an arena, its views, and the driver's control block."""
 
-    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes", "objects")
+    __slots__ = ("arena", "views", "ctl", "ctl_ptr", "buffer", "nbytes", "objects", "done")
 
     def __init__(self, nbytes: int, buffer: np.ndarray | None = None):
         self.nbytes = nbytes
-        self.ctl = np.zeros(8, np.int64)
+        self.ctl = np.zeros(9, np.int64)
+        self.done = np.zeros(0, np.int64)  # A team walk's per-step counts (`loom_run_team`).
         self.ctl_ptr = 0
         self.objects = False  # Whether kernels read data pointers straight from the objects (fixed offsets).
         self.buffer: Any = None
@@ -533,6 +543,8 @@ class NativeProgram:
         self._tools = exe.tools
         self._fast: tuple | None = None      # (driver, table) once the driver and every kernel are built.
         self._results = [(s, self._out_base.get(s, -1)) for s in out_slots]
+        self._alias: dict[int, int] = {}  # Output object -> the input object a call may donate as its memory.
+        self._teams: dict[int, np.ndarray | None] = {}  # Thread count -> the team walk's schedule (`_team_plan`).
         self._donated: list[int] = []  # Outputs a call may be given memory for (`donatable`); the others:
         self._kept = list(range(len(self._out_specs)))
         # Where each result is in a call's objects, when every one is an output array of its own.
@@ -668,7 +680,10 @@ class NativeProgram:
                                                                             read_after)):
                 continue
             found[p] = j - 1 - nin
+            if i >= 0:
+                self._alias[j] = 1 + i
         with self._lock:
+            self._teams = {}
             for idx in found.values():
                 self._held[idx] = None
             self._donated = sorted(set(self._donated) | set(found.values()))
@@ -1458,6 +1473,7 @@ class NativeProgram:
             if self._table is None or self._encoded_for != state:
                 self._table = self._encode(driver, objs, ctx)
                 self._encoded_for = state
+                self._teams = {}
             pending = any(k is not None and k._lib is not None and not k._lib.done.is_set() for k in self._kernels) \
                 or any(state[3])
             current = (driver, self._table)
@@ -1561,15 +1577,16 @@ class NativeProgram:
                     most = min(most, _numel(st.node.shape))
         return most
 
-    def _pick_team(self, n: int) -> int:
+    def _pick_team(self, n: int, teamed: bool = False) -> int:
         """The thread count of this call: loom's `n`, or 1 where the last calls on one thread were faster.
 
         On a machine whose other core is busy, every parallel region waits for a thread that is not running
         (docs/threads.md); whichever count gave the shorter walks lately wins, and the other is tried again
         every `_TEAM_EXPLORE` calls, so the choice follows the machine's load. Only programs whose results do
-        not depend on the count adapt (`_invariant_threads`); ``LOOM_ADAPT_THREADS=0`` turns it off.
+        not depend on the count adapt (`_invariant_threads`, or `teamed`: the walk runs as a team walk, whose
+        bits are those of one thread); ``LOOM_ADAPT_THREADS=0`` turns it off.
         """
-        if n <= 1 or not self._adapt or n > self._team_max:
+        if n <= 1 or not self._adapt or (n > self._team_max and not teamed):
             return n
         tn, t1 = self._team_time.get(n, ()), self._team_time.get(1, ())
         if len(tn) < 3 or len(t1) < 3:  # First three calls of each, alternating.
@@ -1580,8 +1597,9 @@ class NativeProgram:
 
     def _run_native(self, table, driver, objs, ctx: _Ctx) -> None:
         n_all = threads.get_num_threads()
-        team = self._pick_team(n_all)
-        if team == n_all and (n_all <= 1 or not self._adapt or n_all > self._team_max):
+        teamed = n_all > 1 and self._team_plan(table, n_all) is not None
+        team = self._pick_team(n_all, teamed)
+        if team == n_all and (n_all <= 1 or not self._adapt or (n_all > self._team_max and not teamed)):
             self._walk(table, driver, objs, ctx, team)
             return
         t0 = time.perf_counter()
@@ -1598,33 +1616,140 @@ class NativeProgram:
         ctl = ctx.ctl
         ctl[3] = team
         if ctx.objects:
-            call, arg = driver.run_objects, objs
+            call, arg, team_call = driver.run_objects, objs, driver.team_objects
         else:  # No fixed struct offsets: a table of pointers to data-pointer cells.
             cells = np.array([_ptr(o) for o in objs], np.uintp)
             refs = cells.ctypes.data + cells.itemsize * np.arange(len(objs), dtype=np.uintp)
-            call, arg = driver.run_pointers, refs.ctypes.data
+            call, arg, team_call = driver.run_pointers, refs.ctypes.data, driver.team_pointers
         if _profiler.ACTIVE is not None:
             call = _profiled(call, n)
-        k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
-        while k < n:
-            step = steps[k]
-            if step.kind == _KERNEL:  # It returned an error code: Python reruns it (and raises, or uses copies).
-                if step.skip < 0:
-                    raise RuntimeError(f"loom internal: an epilogue block of step {step.st.node.op} failed "
-                                       f"(code {int(ctl[_CTL_RC])}) after its probe passed")
-                if ctl[_CTL_RC] < 0:  # Overlap or misalignment: the step stays in Python from now on.
-                    with self._lock:
-                        self._forced.add(self._steps.index(step.st))
-                        self._fast = None
-                step = _Step(_PY, step.st, step.args, step.dst, pre=step.pre, chain=step.chain, skip=step.skip)
+        sched = self._team_plan(table, team) if team > 1 else None
+        done = None
+        if sched is not None:
+            if len(ctx.done) < 2 * n:  # Per step: pieces done, then pieces claimed.
+                ctx.done = np.zeros(2 * n, np.int64)
+            done = ctx.done
+            t0 = _profiler.now_us() if _profiler.ACTIVE is not None else 0.0
+            k = team_call(prog_ptr, arg, ctx.ctl_ptr, sched.array.ctypes.data, done.ctypes.data)
             if _profiler.ACTIVE is not None:
-                t0 = _profiler.now_us()
-                self._run_python(step, objs, ctx)
-                node = step.st.node
-                _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
-            else:
-                self._run_python(step, objs, ctx)
-            k = call(prog_ptr, arg, ctx.ctl_ptr, k + 1 + max(step.skip, 0))
+                _profiler.record(f"native team of {team}: steps 0-{n - 1}", "native", t0, _profiler.now_us(),
+                                 steps=n)
+            if k >= n:
+                return
+            # A step stopped the team: Python runs it, then the driver the steps not done yet, in order, on one
+            # thread (the team walk's bits).
+            ctl[_CTL_DONE] = done.ctypes.data
+            ctl[3] = 1
+        else:
+            k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
+        try:
+            while k < n:
+                step = steps[k]
+                if step.kind == _KERNEL:  # It returned an error code: Python reruns it (and raises, or uses copies).
+                    if step.skip < 0:
+                        raise RuntimeError(f"loom internal: an epilogue block of step {step.st.node.op} failed "
+                                           f"(code {int(ctl[_CTL_RC])}) after its probe passed")
+                    if ctl[_CTL_RC] < 0:  # Overlap or misalignment: the step stays in Python from now on.
+                        with self._lock:
+                            self._forced.add(self._steps.index(step.st))
+                            self._fast = None
+                    step = _Step(_PY, step.st, step.args, step.dst, pre=step.pre, chain=step.chain, skip=step.skip)
+                if _profiler.ACTIVE is not None:
+                    t0 = _profiler.now_us()
+                    self._run_python(step, objs, ctx)
+                    node = step.st.node
+                    _profiler.record(node.op, "op", t0, _profiler.now_us(), shape=tuple(node.shape))
+                else:
+                    self._run_python(step, objs, ctx)
+                after = k + 1 + max(step.skip, 0)
+                if done is not None:
+                    done[k:after] = 1
+                    k = call(prog_ptr, arg, ctx.ctl_ptr, 0)
+                else:
+                    k = call(prog_ptr, arg, ctx.ctl_ptr, after)
+        finally:
+            ctl[_CTL_DONE] = 0
+
+    def _team_plan(self, table, team: int) -> _team.Schedule | None:
+        """The team walk's schedule of `table` on `team` threads (`loom.runtime.team`), or None: the sequential
+        walk (``LOOM_TEAM_WALK=0``, not Linux, a Python step, an attention kernel, or nothing to gain)."""
+        teams = self._teams
+        if team in teams:
+            return teams[team]
+        sched = None
+        always = _TEAM_WALK == "always"
+        # Library kernels other than the row ones (attention and its gradient, layer_norm's gradient) keep the
+        # sequential walk: they split their work across threads themselves, and the team's dependencies would
+        # see only their outputs and inputs (a GPT step ran 3x slower as a team).
+        own_team = any(s.st.node.op in LIBRARY_OPS and s.st.node.op not in _ROW_LIBRARY_OPS for s in table[2])
+        if _TEAM_WALK not in ("", "0") and sys.platform.startswith("linux") and not own_team:
+            sched = _team.plan(self._team_records(table, team), team, self._tools.kernel_par_min(), always=always)
+        teams[team] = sched
+        return sched
+
+    def _team_records(self, table, team: int = 2) -> list:
+        """What `loom.runtime.team` needs of each record of `table`: kind, memory read and written, size, and a
+        large exact kernel's argument blocks for `team` row blocks."""
+        prog, _, steps, keep = table
+        out = []
+        metas = {int(m.ctypes.data): m for m in keep if isinstance(m, np.ndarray)}
+        scratch = (0, self._scratch_off, self._scratch_off + max(self._scratch_bytes, 1))
+
+        def region(loc: _Loc) -> tuple[int, int, int]:
+            lo, hi = _extent(loc)
+            return self._alias.get(loc.base, loc.base), lo, hi
+
+        for k, step in enumerate(steps):
+            kind = int(prog[int(prog[4 + k])])
+            st = step.st
+            if kind == _PY:
+                out.append(_team.Record(kind, [], [], True))
+                continue
+            if kind == _GEMM:
+                dbl, ta, tb, M, N, K, lda, ldb, ldc, a, b, c, batch, macs = step.gemm
+                items = int(np.prod([d[0] for d in batch], dtype=np.int64)) if batch else 1
+                out.append(_team.Record(kind, [region(a), region(b)], [region(c)], False,
+                                        gemm=(int(M), int(macs), int(dbl), items)))
+                continue
+            reads = [region(self._locs[a]) for a in st.args]
+            writes = [region(self._locs[st.out])]
+            if kind == _HGEMM:
+                writes.append(scratch)
+                rec = prog[int(prog[4 + k]):]
+                out.append(_team.Record(kind, reads, writes, False, gemm=(int(rec[4]), int(rec[17]), 0, 1)))
+                continue
+            if kind == _SPMM:
+                writes += [scratch] + [region(self._locs[c.st.out]) for c in step.chain]
+            fallible = kind in (_GATHER, _SCATTER, _CHECK, _SPMM) or (kind == _KERNEL and _may_fail(st.node))
+            work = int(np.prod(st.node.shape, dtype=np.int64)) if kind == _KERNEL else 0
+            blocks = None
+            if kind == _KERNEL and not fallible and work >= self._tools.kernel_par_min():
+                blocks = self._kernel_blocks(step, metas.get(int(prog[int(prog[4 + k]) + 2])), team)
+            out.append(_team.Record(kind, reads, writes, fallible, work=work, blocks=blocks))
+        return out
+
+    def _kernel_blocks(self, step, meta, team: int) -> list | None:
+        """A fused kernel record's argument block cut into `team` blocks of its output rows, or None when it is
+        not cut: a GEMM epilogue's block or probe, a reduction, a body with an op that may round differently
+        in another block (a vectorised exp), or rows that do not divide."""
+        st = step.st
+        if meta is None or step.chain or step.pre is not None or step.skip or st.node.op != "fused" or \
+                self._epilogue is None:
+            return None
+        kern = self._kernels[self._index[st.out]]
+        spec = getattr(kern, "spec", None)
+        out = self._locs[st.out]
+        if spec is None or spec.accs or len(out.shape) < 1 or \
+                out.strides != _contiguous(out.shape, out.dtype.itemsize) or \
+                any(m.op not in _EXACT_OPS for m in st.node.attrs["body"]):
+            return None
+        elems = int(np.prod(out.shape, dtype=np.int64))
+        row = int(out.shape[-1])
+        nrows = elems // max(row, 1)
+        if nrows < team:
+            return None
+        rows = [(nrows * p // team, nrows * (p + 1) // team) for p in range(team)]
+        return self._epilogue.row_blocks(kern, meta, elems, row, rows, out.dtype.itemsize)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._tools.wait_driver(timeout)

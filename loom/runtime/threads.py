@@ -12,7 +12,10 @@ later kernel call and matmul. Kernels go parallel from ``LOOM_PAR_MIN`` loop
 iterations. A native step program's matmuls never use the BLAS library's
 threads: from ``LOOM_GEMM_PAR_MIN`` multiply-adds (`gemm_par_min`) the step
 driver cuts them across loom's own OpenMP team, each piece a one-thread BLAS
-call, with the same result at every count. Matmuls that run on NumPy go
+call, with the same result at every count. A step program that runs as a
+team walk (`loom.runtime.team`) uses loom's own worker threads, ``get_num_threads() - 1``
+of them beside the caller, instead of the OpenMP team (never both at once).
+Matmuls that run on NumPy go
 parallel from ``LOOM_BLAS_PAR_MIN`` multiply-adds (`prepare_blas` sets
 NumPy's BLAS count, through threadpoolctl, just before each one).
 
