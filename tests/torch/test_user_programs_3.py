@@ -1,0 +1,53 @@
+"""Faults found by running PyTorch programs (VAE, seq2seq, schedulers, ...) under `import loom.torch as torch`.
+
+Each test runs the same program under real PyTorch (the oracle) and under loom.torch and compares the results.
+"""
+import numpy as np
+import pytest
+
+import loom
+import loom.torch as torch
+
+real = pytest.importorskip("torch")
+
+
+def _data(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_einsum_takes_the_sublist_form():
+    a, b = _data((2, 3, 4)), _data((2, 4, 5), 1)
+    for mod in (real, torch):
+        ta, tb = mod.from_numpy(a), mod.from_numpy(b)
+        got = [mod.einsum(ta, [0, 1, 2], tb, [0, 2, 3], [0, 1, 3]), mod.einsum(ta, [0, 1, 2], [2, 1]),
+               mod.einsum(ta, [Ellipsis, 1], [Ellipsis]), mod.einsum(ta, [0, 1, 2])]
+        if mod is real:
+            want = [g.numpy() for g in got]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5)
+    with pytest.raises(loom.errors.LoomValueError, match="sublist dim"):
+        torch.einsum(torch.ones(2), ["i"])
+
+
+def test_view_as_another_dtype_reinterprets_the_bytes():
+    for mod in (real, torch):
+        x = mod.tensor([1.0, -2.0, 0.5, 3.0])
+        got = [x.view(mod.int32), x.view(mod.uint8), x.view(mod.bfloat16).float(), x.view(mod.int16).view(mod.float32),
+               mod.tensor([True, False]).view(mod.uint8), mod.ones(3, dtype=mod.bfloat16).view(mod.int16),
+               x.view(2, 2).t().view(mod.int32), x.view(mod.float64)]
+        x.mul_(2)  # Values read before the write keep the old bytes.
+        got += [x.view(mod.int32)]
+        if mod is real:
+            want = [g.numpy() for g in got]
+    for g, w in zip(got, want):
+        assert g.numpy().dtype == w.dtype and np.array_equal(g.numpy(), w)
+    with pytest.raises(loom.errors.ShapeError, match="multiple of 8"):
+        torch.ones(3).view(torch.float64)
+    with pytest.raises(loom.errors.ShapeError, match="non-contiguous"):
+        torch.ones(2, 4).t().view(torch.float16)
+
+    @loom.function
+    def f(t):
+        return t.view(loom.int32)
+    with pytest.raises(loom.errors.LoomError, match="another dtype"):
+        f(loom.ones(2))
