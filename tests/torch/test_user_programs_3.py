@@ -53,3 +53,30 @@ def test_view_as_another_dtype_reinterprets_the_bytes():
     with pytest.raises(loom.errors.LoomError, match="another dtype"):
         for _ in range(4):  # The first calls run eagerly (warm-up); then it traces.
             f(loom.ones(2))
+
+
+def _init(model, mod, seed=0, scale=0.3):
+    rng = np.random.default_rng(seed)
+    with mod.no_grad():
+        for _, p in model.named_parameters():
+            p.copy_(mod.from_numpy((rng.standard_normal(tuple(p.shape)) * scale).astype(np.float32)))
+    return model
+
+
+def test_lstm_under_cpu_autocast_gives_the_lower_type_as_pytorch():
+    got = {}
+    for mod in (real, torch):
+        lstm = _init(mod.nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True), mod)
+        gru = _init(mod.nn.GRU(3, 4), mod)
+        x = mod.from_numpy(_data((2, 5, 3))).requires_grad_()
+        with mod.autocast("cpu", dtype=mod.bfloat16):
+            o, (h, c) = lstm(x)
+            packed = mod.nn.utils.rnn.pack_padded_sequence(x, mod.tensor([5, 3]), batch_first=True)
+            po, (ph, _) = lstm(packed)
+            go, gh = gru(x)
+        (o.float().sum() + c.float().sum()).backward()
+        got[mod] = ([str(t.dtype) for t in (o, h, c, po.data, ph, go, gh, x.grad, lstm.weight_hh_l1.grad)],
+                    [t.detach().float().numpy() for t in (o, h, c, x.grad)])
+    assert got[torch][0] == got[real][0]
+    for a, b in zip(got[torch][1], got[real][1]):
+        np.testing.assert_allclose(a, b, rtol=0.05, atol=0.01)
