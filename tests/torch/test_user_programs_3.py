@@ -80,3 +80,19 @@ def test_lstm_under_cpu_autocast_gives_the_lower_type_as_pytorch():
     assert got[torch][0] == got[real][0]
     for a, b in zip(got[torch][1], got[real][1]):
         np.testing.assert_allclose(a, b, rtol=0.05, atol=0.01)
+
+
+def test_autograd_graph_save_on_cpu_runs_and_saved_tensors_hooks_is_a_clear_error():
+    grads = []
+    for mod in (real, torch):
+        x = mod.from_numpy(_data((3,))).requires_grad_()
+        with mod.autograd.graph.save_on_cpu(pin_memory=False):
+            y = (x.exp() * x).sum()
+        with mod.autograd.graph.disable_saved_tensors_hooks("no hooks here"):
+            y = y + (x * x).sum()
+        y.backward()
+        grads.append(x.grad.numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5)
+    with pytest.raises(loom.errors.AutogradError, match="saved_tensors_hooks: custom pack/unpack hooks"):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            pass
