@@ -96,3 +96,30 @@ def test_autograd_graph_save_on_cpu_runs_and_saved_tensors_hooks_is_a_clear_erro
     with pytest.raises(loom.errors.AutogradError, match="saved_tensors_hooks: custom pack/unpack hooks"):
         with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
             pass
+
+
+@pytest.mark.parametrize("shape,orthogonal_map", [((4, 3), None), ((3, 4), None), ((3, 3), None),
+                                                  ((3, 3), "cayley"), ((5, 3), "matrix_exp")])
+def test_orthogonal_parametrization_trains_as_pytorch(shape, orthogonal_map):
+    got = {}
+    for mod in (real, torch):
+        m = _init(mod.nn.Linear(shape[1], shape[0]), mod)
+        m = mod.nn.utils.parametrizations.orthogonal(m, orthogonal_map=orthogonal_map)
+        opt = mod.optim.SGD(m.parameters(), lr=0.1)
+        x = mod.from_numpy(_data((6, shape[1]), 1))
+        w0 = m.weight.detach().clone()
+        for _ in range(3):
+            opt.zero_grad()
+            (m(x) ** 2).sum().backward()
+            opt.step()
+        grad = m.parametrizations.weight.original.grad
+        k = min(shape)  # Past the k-th row/column, grad follows the random completion of the basis.
+        with mod.no_grad():
+            m.weight = mod.from_numpy(_data(shape, 2))
+        got[mod] = ([w0.numpy(), grad.numpy()[:k, :k],
+                     m.weight.detach().numpy()], sorted(m.state_dict()))
+    assert got[torch][1] == got[real][1]
+    for a, b in zip(got[torch][0], got[real][0]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    with pytest.raises(loom.errors.LoomValueError, match="orthogonal_map must be one of"):
+        torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(2, 2), orthogonal_map="qr")
