@@ -123,3 +123,28 @@ def test_orthogonal_parametrization_trains_as_pytorch(shape, orthogonal_map):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     with pytest.raises(loom.errors.LoomValueError, match="orthogonal_map must be one of"):
         torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(2, 2), orthogonal_map="qr")
+
+
+def test_submodules_import_under_the_runner(tmp_path):
+    # `from torch.nn.utils.parametrizations import ...` and friends failed with ModuleNotFoundError.
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = tmp_path / "imports.py"
+    script.write_text(
+        "import torch\nimport torch.linalg\nfrom torch.profiler import profile\n"
+        "from torch.nn.utils.parametrizations import orthogonal, weight_norm, spectral_norm\n"
+        "from torch.nn.utils.parametrize import register_parametrization, remove_parametrizations\n"
+        "from torch.nn.utils.clip_grad import clip_grad_norm_\nfrom torch.nn.utils.stateless import functional_call\n"
+        "from torch.nn.utils.convert_parameters import parameters_to_vector\n"
+        "from torch.nn.utils.fusion import fuse_conv_bn_eval\n"
+        "from torch.nn.utils.weight_norm import weight_norm as wn\n"
+        "from torch.autograd.function import Function, once_differentiable\n"
+        "from torch.autograd.grad_mode import no_grad\nfrom torch.autograd.graph import save_on_cpu\n"
+        "m = orthogonal(torch.nn.Linear(3, 3))\n"
+        "print(torch.linalg.det(m.weight).abs().item() > 0.99, Function is torch.autograd.Function)\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "loom.torch", str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, env={"PYTHONPATH": str(root), "PATH": ""}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True True"
