@@ -141,6 +141,11 @@ def test_submodules_import_under_the_runner(tmp_path):
         "from torch.nn.utils.weight_norm import weight_norm as wn\n"
         "from torch.autograd.function import Function, once_differentiable\n"
         "from torch.autograd.grad_mode import no_grad\nfrom torch.autograd.graph import save_on_cpu\n"
+        "from torch.nn.attention import SDPBackend, sdpa_kernel\nfrom torch.serialization import add_safe_globals\n"
+        "from torch.utils.hooks import RemovableHandle\nfrom torch.optim.adam import Adam\n"
+        "from torch.optim.adamw import AdamW\nfrom torch.optim.sgd import SGD\n"
+        "from torch.nn.modules.utils import _pair\nfrom torch.utils.data._utils.collate import default_collate\n"
+        "from torch.nn.parameter import UninitializedParameter\n"
         "m = orthogonal(torch.nn.Linear(3, 3))\n"
         "print(torch.linalg.det(m.weight).abs().item() > 0.99, Function is torch.autograd.Function)\n")
     root = Path(__file__).resolve().parents[2]
@@ -148,3 +153,43 @@ def test_submodules_import_under_the_runner(tmp_path):
                          cwd=tmp_path, env={"PYTHONPATH": str(root), "PATH": ""}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True True"
+
+
+class _Config:
+    def __init__(self, lr):
+        self.lr = lr
+
+
+def test_serialization_safe_globals_let_a_weights_only_load_rebuild_a_class(tmp_path):
+    import pickle
+    got = {}
+    for mod in (real, torch):
+        path = tmp_path / f"{mod.__name__}.pt"
+        mod.save({"cfg": _Config(0.5), "w": mod.arange(3.0)}, path)
+        out = []
+        with pytest.raises(pickle.UnpicklingError):  # PyTorch's weights_only refusal; programs catch it.
+            mod.load(path)
+        with mod.serialization.safe_globals([_Config]):
+            r = mod.load(path, weights_only=True)
+            out += [r["cfg"].lr, r["w"].tolist()]
+        with pytest.raises(pickle.UnpicklingError):
+            mod.load(path)
+        mod.serialization.add_safe_globals([_Config])
+        out += [_Config in mod.serialization.get_safe_globals(), mod.load(path)["cfg"].lr]
+        mod.serialization.clear_safe_globals()
+        out += [mod.serialization.get_safe_globals(), mod.load(path, weights_only=False)["cfg"].lr]
+        got[mod] = out
+    assert got[torch] == got[real]
+
+
+def test_sdpa_kernel_picks_a_backend_and_attention_is_unchanged():
+    q, k, v = (_data((1, 2, 3, 4), s) for s in range(3))
+    outs = []
+    for mod in (real, torch):
+        from importlib import import_module
+        att = import_module(mod.__name__ + ".nn.attention")
+        tq, tk, tv = (mod.from_numpy(a) for a in (q, k, v))
+        with att.sdpa_kernel([att.SDPBackend.MATH]):
+            outs.append(mod.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True).numpy())
+        assert str(att.SDPBackend.FLASH_ATTENTION) == "SDPBackend.FLASH_ATTENTION"
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
