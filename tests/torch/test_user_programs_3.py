@@ -193,3 +193,28 @@ def test_sdpa_kernel_picks_a_backend_and_attention_is_unchanged():
             outs.append(mod.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True).numpy())
         assert str(att.SDPBackend.FLASH_ATTENTION) == "SDPBackend.FLASH_ATTENTION"
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["eval_no_grad", "inference_mode", "float_mask", "left_padded", "grad_enabled",
+                                     "train", "odd_heads", "seq_first", "with_mask"])
+def test_transformer_encoder_zeroes_padded_positions_in_inference_as_pytorch(variant):
+    outs = []
+    heads = 1 if variant == "odd_heads" else 2
+    for mod in (real, torch):
+        layer = mod.nn.TransformerEncoderLayer(8, heads, 16, dropout=0.0, batch_first=variant != "seq_first")
+        enc = _init(mod.nn.TransformerEncoder(layer, 2, norm=mod.nn.LayerNorm(8)), mod)
+        enc.train(variant == "train")
+        x = mod.from_numpy(_data((3, 5, 8)))
+        pad = mod.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 4 + [True]])
+        if variant == "left_padded":
+            pad = mod.tensor([[False] * 5, [True] * 2 + [False] * 3, [False] * 4 + [True]])
+        if variant == "float_mask":
+            pad = mod.zeros(3, 5).masked_fill(pad, float("-inf"))
+        if variant == "seq_first":
+            x = x.transpose(0, 1)
+        kw = {"mask": mod.zeros(5, 5)} if variant == "with_mask" else {}
+        ctx = mod.inference_mode() if variant == "inference_mode" else \
+            mod.enable_grad() if variant in ("grad_enabled", "train") else mod.no_grad()
+        with ctx:
+            outs.append(enc(x, src_key_padding_mask=pad, **kw).detach().numpy())
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-4, atol=1e-5)
