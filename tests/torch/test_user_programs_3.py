@@ -218,3 +218,23 @@ def test_transformer_encoder_zeroes_padded_positions_in_inference_as_pytorch(var
         with ctx:
             outs.append(enc(x, src_key_padding_mask=pad, **kw).detach().numpy())
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-4, atol=1e-5)
+
+
+def test_continuous_bernoulli_matches_pytorch_in_and_outside_the_taylor_region():
+    got = []
+    for mod in (real, torch):
+        D = mod.distributions
+        p = mod.tensor([0.1, 0.3, 0.4995, 0.5, 0.7, 0.95], requires_grad=True)
+        d = D.ContinuousBernoulli(probs=p)
+        v = mod.tensor([0.2, 0.9, 0.5, 0.1, 0.6, 0.99])
+        lp = d.log_prob(v)
+        (lp.sum() + d.mean.sum() + d.entropy().sum()).backward()
+        logits = mod.tensor([-2.0, 0.0, 0.001, 3.0], requires_grad=True)
+        d2 = D.ContinuousBernoulli(logits=logits)
+        lp2 = d2.log_prob(mod.tensor([0.3, 0.3, 0.7, 0.8]))
+        lp2.sum().backward()
+        got.append([t.detach().numpy() for t in (lp, d.mean, d.variance, d.cdf(v), d.icdf(v), d.entropy(), p.grad,
+                                                 lp2, logits.grad, d2.probs)]
+                   + [tuple(d.rsample((3,)).shape), tuple(d2.expand(mod.Size([2, 4])).batch_shape)])
+    for a, b in zip(got[1], got[0]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
