@@ -238,3 +238,14 @@ def test_continuous_bernoulli_matches_pytorch_in_and_outside_the_taylor_region()
                    + [tuple(d.rsample((3,)).shape), tuple(d2.expand(mod.Size([2, 4])).batch_shape)])
     for a, b in zip(got[1], got[0]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam",
+                                  "ASGD", "LBFGS"])
+def test_optimizer_defaults_print_as_pytorch(name):
+    # PyTorch's defaults are the int 0 (`weight_decay: 0` in the printed optimizer), not 0.0.
+    got = []
+    for mod in (real, torch):
+        opt = getattr(mod.optim, name)([mod.nn.Parameter(mod.ones(2))], **({"lr": 0.1} if name == "SGD" else {}))
+        got.append((repr(opt), sorted((k, repr(v)) for k, v in opt.param_groups[0].items() if k != "params")))
+    assert got[1] == got[0]
