@@ -11,7 +11,7 @@ import numpy as np
 
 from loom import _api as loom
 from loom import dtypes as dt
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomValueError
 from loom.optim import foreach
 from loom.optim.optimizer import Optimizer, implementation_flags, required
 
@@ -20,9 +20,9 @@ def _check(name: str, **values) -> None:
     for k, v in values.items():
         if isinstance(v, tuple):
             if not all(0.0 <= b < 1.0 for b in v):
-                raise LoomError(f"loom.optim.{name}: invalid {k} {v}; each must be in [0, 1)")
+                raise LoomValueError(f"loom.optim.{name}: invalid {k} {v}; each must be in [0, 1)")
         elif v < 0.0:
-            raise LoomError(f"loom.optim.{name}: invalid {k} {v}; expected a non-negative value")
+            raise LoomValueError(f"loom.optim.{name}: invalid {k} {v}; expected a non-negative value")
 
 
 def _step_count(state: dict) -> loom.Tensor:

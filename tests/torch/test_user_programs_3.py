@@ -249,3 +249,16 @@ def test_optimizer_defaults_print_as_pytorch(name):
         opt = getattr(mod.optim, name)([mod.nn.Parameter(mod.ones(2))], **({"lr": 0.1} if name == "SGD" else {}))
         got.append((repr(opt), sorted((k, repr(v)) for k, v in opt.param_groups[0].items() if k != "params")))
     assert got[1] == got[0]
+
+
+def test_error_types_programs_catch_are_pytorchs():
+    for mod in (real, torch):
+        with pytest.raises(ValueError, match="only one element tensors"):
+            int(mod.ones(2))
+        with pytest.raises(ValueError, match="only one element tensors"):
+            float(mod.ones(2, 1))
+        assert int(mod.tensor([3.7])) == 3 and float(mod.tensor([[2.5]])) == 2.5
+        with pytest.raises(ValueError):
+            mod.optim.SGD([mod.nn.Parameter(mod.ones(1))], lr=-1)
+        with pytest.raises(ValueError):
+            mod.optim.Adam([mod.nn.Parameter(mod.ones(1))], betas=(0.9, 1.5))
