@@ -262,3 +262,21 @@ def test_error_types_programs_catch_are_pytorchs():
             mod.optim.SGD([mod.nn.Parameter(mod.ones(1))], lr=-1)
         with pytest.raises(ValueError):
             mod.optim.Adam([mod.nn.Parameter(mod.ones(1))], betas=(0.9, 1.5))
+
+
+def test_special_bessel_and_scipy_names_match_pytorch():
+    got = []
+    for mod in (real, torch):
+        S = mod.special
+        x = mod.tensor([-30.0, -3.0, -0.5, 0.0, 0.7, 2.0, 14.9, 15.1, 40.0, 80.0, 500.0], requires_grad=True)
+        outs = [S.i0e(x), S.i1(x[:9]), S.i1e(x), S.modified_bessel_i1(x[1:7]), S.modified_bessel_i0(x[1:7])]
+        (outs[0].sum() + outs[1].sum() + outs[2].sum()).backward()  # Through x = 0 too (I_1 is odd).
+        y = mod.tensor([-3.0, -1.0, 0.0, 0.5, 3.0, 7.9, 8.1, 20.0, 1e4], dtype=mod.float64)
+        outs += [x.grad, S.ndtri(mod.tensor([0.001, 0.1, 0.5, 0.9, 0.999])), S.erfcx(y), S.erfcx(y.float()),
+                 S.gammaln(mod.tensor([0.5, 3.0])), S.psi(mod.tensor([0.5, 3.0])), S.multigammaln(mod.tensor([2.5]), 2),
+                 S.gammainc(mod.tensor([2.0]), mod.tensor([1.5])), S.gammaincc(mod.tensor([2.0]), mod.tensor([1.5])),
+                 S.i1(mod.tensor([3, 4]))]
+        got.append([t.detach().numpy() for t in outs])
+    for a, b in zip(got[1], got[0]):
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
