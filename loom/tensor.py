@@ -409,10 +409,16 @@ class Tensor:
         return bool(self.item())
 
     def __float__(self) -> float:
-        return float(self.item())
+        return float(self._one_scalar("float"))
 
     def __int__(self) -> int:
-        return int(self.item())
+        return int(self._one_scalar("int"))
+
+    def _one_scalar(self, to: str):
+        if self.numel() != 1:  # ValueError, as PyTorch's.
+            raise LoomValueError(f"loom: only one element tensors can be converted to Python scalars ({to}() of "
+                                 f"a {self.dtype.name}{fmt_shape(self.shape)} tensor)")
+        return self.item()
 
     def __index__(self) -> int:
         if self.dtype.category != 1 or self.numel() != 1:

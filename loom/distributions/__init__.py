@@ -26,6 +26,7 @@ from loom.distributions.categorical import Categorical
 from loom.distributions.cauchy import Cauchy
 from loom.distributions.chi2 import Chi2
 from loom.distributions.constraint_registry import biject_to, transform_to
+from loom.distributions.continuous_bernoulli import ContinuousBernoulli
 from loom.distributions.dirichlet import Dirichlet
 from loom.distributions.distribution import Distribution
 from loom.distributions.exp_family import ExponentialFamily
@@ -64,7 +65,8 @@ from loom.distributions.transforms import (AbsTransform, AffineTransform, Compos
 from loom.distributions.uniform import Uniform
 from loom.distributions.weibull import Weibull
 
-__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
+__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "ContinuousBernoulli", "Dirichlet",
+           "Distribution",
            "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal",
            "Independent", "InverseGamma", "Multinomial", "NegativeBinomial", "Pareto", "Weibull", "FisherSnedecor",
            "Kumaraswamy", "LogisticNormal",

@@ -12,7 +12,7 @@ from loom import _upper
 from loom import dtypes as dt
 from loom import autocast as _autocast
 from loom.autocast import keep_op
-from loom.errors import DTypeError, LoomError, ShapeError, fmt_shape
+from loom.errors import DTypeError, LoomError, LoomTypeError, LoomValueError, ShapeError, fmt_shape
 from loom.tensor import Tensor, apply, broadcast_shapes, broadcast_to, const, tensor
 
 
@@ -452,6 +452,26 @@ def _contract(a: Tensor, at: str, b: Tensor, bt: str, needed: set[str]) -> tuple
     return prod.reshape(bshape + lsizes + rsizes), "".join(batch + left + right)
 
 
+def _sublist_equation(args: tuple) -> tuple[str, tuple]:
+    """Turn einsum's sublist form (operand, [dims], ..., [out]) into an equation and its operands."""
+    def letters(dims, where: str) -> str:
+        if not isinstance(dims, (list, tuple)):
+            raise LoomTypeError(f"loom.einsum: in the sublist form, expected a list of dims {where}, got {dims!r}")
+        out = []
+        for d in dims:
+            if d is Ellipsis:
+                out.append("...")
+            elif isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 52:
+                out.append("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[d])
+            else:
+                raise LoomValueError(f"loom.einsum: a sublist dim must be an int in [0, 52) or ..., got {d!r}")
+        return "".join(out)
+    pairs, out = (args[:-1], args[-1]) if len(args) % 2 else (args, None)
+    ops = pairs[0::2]
+    eq = ",".join(letters(d, f"after operand {i}") for i, d in enumerate(pairs[1::2]))
+    return (eq if out is None else eq + "->" + letters(out, "for the output")), ops
+
+
 def einsum(equation: str, *operands) -> Tensor:
     """Einstein summation, contracted pairwise from left to right through matmul.
 
@@ -464,6 +484,8 @@ def einsum(equation: str, *operands) -> Tensor:
     >>> loom.einsum("bij,bjk->bik", loom.ones(2, 3, 4), loom.ones(2, 4, 5)).shape
     loom.Size([2, 3, 5])
     """
+    if not isinstance(equation, str):  # The sublist form: einsum(a, [0, 1], b, [1, 2], [0, 2]).
+        equation, operands = _sublist_equation((equation, *operands))
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     ops = [_t(o) for o in operands]

@@ -89,7 +89,7 @@ def reshape(x, *shape) -> Tensor:
 
 
 def view(x, *shape) -> Tensor:
-    """`x` in a new shape, sharing its storage (a dtype view is not supported).
+    """`x` in a new shape, sharing its storage; `x.view(dtype)` reads a copy of its bytes as `dtype`.
 
     Like PyTorch's, it raises when `x`'s strides do not allow the new shape
     without a copy (a transposed matrix flattened); `reshape` copies then.
@@ -99,8 +99,9 @@ def view(x, *shape) -> Tensor:
     >>> loom.zeros(4).view(2, 2).shape
     loom.Size([2, 2])
     """
-    if len(shape) == 1 and (isinstance(shape[0], dt.DType) or shape[0] in (float, int, bool)):
-        raise LoomError("loom.view: reinterpreting a tensor as another dtype is not supported; use .to()")
+    if len(shape) == 1 and (isinstance(shape[0], dt.DType) or shape[0] in (float, int, bool)
+                            or type(shape[0]).__name__ == "dtype"):
+        return _view_dtype(_t(x), dt.as_dtype(shape[0]))
     x = _t(x)
     out = reshape(x, *shape)
     if out is not x and out._root is None:
@@ -108,6 +109,32 @@ def view(x, *shape) -> Tensor:
                          f"{fmt_shape(x.shape)} and stride {list(layout_of(x)[0])} (at least one dimension "
                          "spans across two contiguous subspaces); use .reshape(...) instead")
     return out
+
+
+def _view_dtype(x: Tensor, d: dt.DType) -> Tensor:
+    """`x`'s bytes read as dtype `d`, as PyTorch's `x.view(dtype)`; the last dim scales by the itemsize ratio.
+
+    Unlike PyTorch's, the result is a copy: in-place writes to it do not reach `x`.
+    """
+    import numpy as np
+    from loom.tensor import _share
+    from loom.function import tracing
+    if d is x.dtype:
+        return x
+    if tracing():
+        raise LoomError(f"loom.view: viewing a tensor as another dtype ({x.dtype.name} as {d.name}) runs eagerly "
+                        "only; loom.function cannot trace it")
+    src, dst = np.dtype(x.dtype.np).itemsize, np.dtype(d.np).itemsize
+    if src != dst and (x.ndim == 0 or (x.shape[-1] * src) % dst):
+        raise ShapeError(f"loom.view: cannot view a {x.dtype.name} tensor of shape {fmt_shape(x.shape)} as "
+                         f"{d.name}: the last dim's size in bytes ({x.shape[-1] if x.ndim else 0} x {src}) must "
+                         f"be a multiple of {dst}")
+    if src != dst and not x.is_contiguous():
+        raise ShapeError(f"loom.view: viewing a non-contiguous {x.dtype.name} tensor (stride "
+                         f"{list(layout_of(x)[0])}) as {d.name} changes the element size; call .contiguous() first")
+    # A copy of the bytes, not shared memory: loom's lazy values must not see later writes through either tensor.
+    a = np.ascontiguousarray(x.detach()._array()).view(d.np)
+    return _share(np.array(a), d)
 
 
 def view_as(x, other) -> Tensor:

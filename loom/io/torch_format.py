@@ -39,7 +39,7 @@ import numpy as np
 
 from loom import _upper
 from loom import dtypes as dt
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomValueError
 
 _ARCHIVE = "archive"
 _ALIGN = 64
@@ -415,6 +415,37 @@ _ALLOWED = {
 }
 
 
+_SAFE_GLOBALS: dict[tuple[str, str], Any] = {}  # Globals the user allowed: torch.serialization.add_safe_globals.
+
+
+class WeightsOnlyUnpicklingError(LoomError, pickle.UnpicklingError):
+    """A `weights_only=True` load met a global it may not unpickle (PyTorch raises pickle.UnpicklingError)."""
+
+
+def add_safe_globals(safe_globals) -> None:
+    """Let `weights_only=True` loads unpickle these classes/functions (or `(obj, "module.name")` pairs)."""
+    for item in safe_globals:
+        if isinstance(item, tuple):
+            obj, full = item
+            module, _, name = str(full).rpartition(".")
+        else:
+            obj, module, name = item, getattr(item, "__module__", None), getattr(item, "__qualname__", None)
+        if not module or not name:
+            raise LoomValueError(f"loom.io.add_safe_globals: expected classes, functions or (obj, 'module.name') "
+                                 f"pairs, got {item!r}")
+        _SAFE_GLOBALS[(module, name)] = obj
+
+
+def get_safe_globals() -> list:
+    """The globals `add_safe_globals` allowed, in the order they were added."""
+    return list(_SAFE_GLOBALS.values())
+
+
+def clear_safe_globals() -> None:
+    """Forget every global `add_safe_globals` allowed."""
+    _SAFE_GLOBALS.clear()
+
+
 def _allowed(module: str, name: str, fail):
     """The object a permitted global name unpickles to, or None if the name is not one of them."""
     if (module, name) in _ALLOWED:
@@ -503,10 +534,14 @@ class _Unpickler(pickle.Unpickler):
         obj = _allowed(module, name, fail)
         if obj is not None:
             return obj
+        if (module, name) in _SAFE_GLOBALS:
+            return _SAFE_GLOBALS[(module, name)]
         if self.weights_only:
-            raise fail(f"weights_only=True refuses to unpickle the global {module}.{name}: only tensors, "
-                       "dicts, lists, tuples, OrderedDict and plain values are allowed. Load with "
-                       "weights_only=False only if you trust the file (unpickling can run any code)")
+            raise WeightsOnlyUnpicklingError(fail(
+                f"weights_only=True refuses to unpickle the global {module}.{name}: only tensors, "
+                "dicts, lists, tuples, OrderedDict and plain values are allowed (and what "
+                "torch.serialization.add_safe_globals allows). Load with weights_only=False only if you trust "
+                "the file (unpickling can run any code)").args[0])
         if module == "torch" or module.startswith("torch."):
             raise fail(f"it pickles the PyTorch object {module}.{name}, which loom cannot rebuild (a whole "
                        "torch.nn.Module?); in PyTorch, save its state_dict() instead and load that into the "

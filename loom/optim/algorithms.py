@@ -11,7 +11,7 @@ import numpy as np
 
 from loom import _api as loom
 from loom import dtypes as dt
-from loom.errors import LoomError
+from loom.errors import LoomError, LoomValueError
 from loom.optim import foreach
 from loom.optim.optimizer import Optimizer, implementation_flags, required
 
@@ -20,9 +20,9 @@ def _check(name: str, **values) -> None:
     for k, v in values.items():
         if isinstance(v, tuple):
             if not all(0.0 <= b < 1.0 for b in v):
-                raise LoomError(f"loom.optim.{name}: invalid {k} {v}; each must be in [0, 1)")
+                raise LoomValueError(f"loom.optim.{name}: invalid {k} {v}; each must be in [0, 1)")
         elif v < 0.0:
-            raise LoomError(f"loom.optim.{name}: invalid {k} {v}; expected a non-negative value")
+            raise LoomValueError(f"loom.optim.{name}: invalid {k} {v}; expected a non-negative value")
 
 
 def _step_count(state: dict) -> loom.Tensor:
@@ -55,7 +55,7 @@ class SGD(Optimizer):
     [0.800000011920929, 0.800000011920929, 0.800000011920929]
     """
 
-    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
                  nesterov=False, *, maximize=False) -> None:
         _check("SGD", lr=lr if lr is not required else 0.0, momentum=momentum, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -104,7 +104,7 @@ class Adam(Optimizer):
 
     decoupled = False
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False,
                  *, maximize=False, decoupled_weight_decay=False) -> None:
         _check(type(self).__name__, lr=lr, eps=eps, weight_decay=weight_decay, betas=tuple(betas))
         if decoupled_weight_decay:  # PyTorch's Adam(decoupled_weight_decay=True) is AdamW.
@@ -195,7 +195,7 @@ class AdamW(Adam):
 class RMSprop(Optimizer):
     """RMSprop with optional momentum and centering."""
 
-    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
                  centered=False, *, maximize=False) -> None:
         _check("RMSprop", lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum)
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
@@ -236,7 +236,7 @@ class RMSprop(Optimizer):
 class Adagrad(Optimizer):
     """Adagrad with learning-rate decay and an initial accumulator value."""
 
-    def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0,
+    def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0,
                  eps=1e-10, *, maximize=False) -> None:
         _check("Adagrad", lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps,
                initial_accumulator_value=initial_accumulator_value)
@@ -269,7 +269,7 @@ class Adadelta(Optimizer):
     0.996838
     """
 
-    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *, maximize=False) -> None:
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, *, maximize=False) -> None:
         _check("Adadelta", lr=lr, eps=eps, weight_decay=weight_decay)
         if not 0.0 <= rho <= 1.0:
             raise LoomError(f"loom.optim.Adadelta: invalid rho {rho}; expected a value in [0, 1]")
@@ -303,7 +303,7 @@ class Adamax(Optimizer):
     0.9
     """
 
-    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, *,
                  maximize=False) -> None:
         _check("Adamax", lr=lr, eps=eps, weight_decay=weight_decay, betas=tuple(betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
@@ -336,7 +336,7 @@ class NAdam(Optimizer):
     0.89335
     """
 
-    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3,
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, momentum_decay=4e-3,
                  decoupled_weight_decay=False, *, maximize=False) -> None:
         _check("NAdam", lr=lr, eps=eps, weight_decay=weight_decay, momentum_decay=momentum_decay,
                betas=tuple(betas))
@@ -381,7 +381,7 @@ class RAdam(Optimizer):
     0.8
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  decoupled_weight_decay=False, *, maximize=False) -> None:
         _check("RAdam", lr=lr, eps=eps, weight_decay=weight_decay, betas=tuple(betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
@@ -463,7 +463,7 @@ class ASGD(Optimizer):
     0.79999
     """
 
-    def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *,
+    def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0, *,
                  maximize=False) -> None:
         _check("ASGD", lr=lr, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay,
@@ -794,7 +794,7 @@ class LBFGS(Optimizer):
     [1.0, 1.0]
     """
 
-    def __init__(self, params, lr=1.0, max_iter=20, max_eval=None, tolerance_grad=1e-7, tolerance_change=1e-9,
+    def __init__(self, params, lr=1, max_iter=20, max_eval=None, tolerance_grad=1e-7, tolerance_change=1e-9,
                  history_size=100, line_search_fn=None) -> None:
         _check("LBFGS", lr=lr)
         if max_eval is None:

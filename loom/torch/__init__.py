@@ -583,5 +583,6 @@ def _out_variant(name: str, obj):
 
 _install(globals(), "loom", "loom.nn.functional",
          lazy={"vision": "loom.torch.vision", "distributions": "loom.torch.distributions", "func": "loom.torch.func",
-               "hub": "loom.torch.hub", "compiler": "loom.torch.compiler", "_dynamo": "loom.torch._dynamo"},
+               "hub": "loom.torch.hub", "compiler": "loom.torch.compiler", "_dynamo": "loom.torch._dynamo",
+               "serialization": "loom.torch.serialization"},
          fallback=_tensor_method_function, wrap=_out_variant)

@@ -78,3 +78,102 @@ def log_softmax(input, dim: int, *, dtype=None) -> Tensor:
 
 def round(input, decimals: int = 0) -> Tensor:  # noqa: A001
     return loom.round(input, decimals=decimals)
+
+
+# ---------------------------------------------------------------- SciPy's names for loom's functions
+
+def gammaln(input) -> Tensor:
+    """log |Gamma(x)|, as `torch.special.gammaln` (loom.lgamma)."""
+    return loom.lgamma(input)
+
+
+def psi(input) -> Tensor:
+    """The digamma function, as `torch.special.psi` (loom.digamma)."""
+    return loom.digamma(input)
+
+
+def multigammaln(input, p: int) -> Tensor:
+    """The multivariate log-gamma, as `torch.special.multigammaln` (loom.mvlgamma)."""
+    return loom.mvlgamma(input, p)
+
+
+def gammainc(input, other) -> Tensor:
+    """The regularised lower incomplete gamma P(a, x), as `torch.special.gammainc` (loom.igamma)."""
+    return loom.igamma(input, other)
+
+
+def gammaincc(input, other) -> Tensor:
+    """The regularised upper incomplete gamma Q(a, x), as `torch.special.gammaincc` (loom.igammac)."""
+    return loom.igammac(input, other)
+
+
+def ndtri(input) -> Tensor:
+    """The inverse of the standard normal CDF (the probit): sqrt(2) erfinv(2p - 1)."""
+    return math.sqrt(2.0) * loom.erfinv(2.0 * _float(input) - 1.0)
+
+
+def erfcx(input) -> Tensor:
+    """The scaled complementary error function exp(x^2) erfc(x), without overflow for large x."""
+    x = _float(input)
+    big = x > 8.0
+    xd = loom.where(big, 0.0, x).to(loom.float64)  # exp(x^2) erfc(x) is exact enough in float64 below 8.
+    direct = ((xd * xd).exp() * loom.erfc(xd)).to(x.dtype)
+    xb = loom.where(big, x, 8.0)
+    inv2 = 1.0 / (2.0 * xb * xb)
+    series, term = 1.0, 1.0
+    for k in range(1, 13):  # 1/(x sqrt(pi)) * sum_k (-1)^k (2k-1)!! / (2x^2)^k
+        term = term * -(2 * k - 1) * inv2
+        series = series + term
+    return loom.where(big, series / (xb * math.sqrt(math.pi)), direct)
+
+
+def _bessel_i(order: int, input, scaled: bool) -> Tensor:
+    """I_0 or I_1 (times exp(-|x|) if `scaled`): the power series up to |x| = 15, the asymptotic one above."""
+    x = _float(input)
+    ax = x.abs()
+    small = ax <= 15.0
+    xs = loom.where(small, ax, 0.0)
+    q = xs * xs * 0.25
+    term = None
+    for k in range(40, 0, -1):  # sum_k (x^2/4)^k / (k! (k + order)!), by Horner from the top term.
+        step = q / (k * (k + order))
+        term = step if term is None else step * (1.0 + term)
+    series = (1.0 + term) * (0.5 * loom.where(small, x, 0.0) if order else 1.0)  # I_1 is odd: signed x.
+    if scaled:
+        series = series * (-xs).exp()
+    xl = loom.where(small, 20.0, ax)
+    mu, tail, coef = 4.0 * order * order, 1.0, 1.0
+    for k in range(1, 12):  # e^x / sqrt(2 pi x) * sum_k (-1)^k prod_j (mu - (2j - 1)^2) / (k! (8x)^k)
+        coef = -coef * (mu - (2 * k - 1) ** 2) / (k * 8.0)
+        tail = tail + coef / xl ** k
+    large = tail / (2 * math.pi * xl).sqrt()
+    if not scaled:
+        large = large * xl.exp()
+    if order:
+        large = large * x.sign()
+    return loom.where(small, series, large)
+
+
+def i0e(input) -> Tensor:
+    """The exponentially scaled modified Bessel function exp(-|x|) I_0(x), as `torch.special.i0e`."""
+    return _bessel_i(0, input, True)
+
+
+def i1(input) -> Tensor:
+    """The modified Bessel function of the first kind of order 1, as `torch.special.i1`."""
+    return _bessel_i(1, input, False)
+
+
+def i1e(input) -> Tensor:
+    """The exponentially scaled modified Bessel function exp(-|x|) I_1(x), as `torch.special.i1e`."""
+    return _bessel_i(1, input, True)
+
+
+def modified_bessel_i0(input) -> Tensor:
+    """I_0(x), as `torch.special.modified_bessel_i0`."""
+    return loom.i0(input)
+
+
+def modified_bessel_i1(input) -> Tensor:
+    """I_1(x), as `torch.special.modified_bessel_i1`."""
+    return _bessel_i(1, input, False)

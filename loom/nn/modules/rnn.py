@@ -11,6 +11,7 @@ import math
 import numbers
 import warnings
 
+from loom import autocast as _autocast
 from loom.errors import LoomError, ShapeError, fmt_shape
 from loom.tensor import _check_device
 from loom.functional.math import relu, sigmoid, tanh, where
@@ -348,6 +349,8 @@ class LSTM(RNNBase):
         c_n = stack([c for _, c in finals])
         if lengths is not None:
             return self._repack(out, lengths, input), (h_n, c_n)
+        # PyTorch's CPU autocast runs a padded LSTM in the lower type (packed ones, GRU and the cells in float32).
+        out, h_n, c_n = _autocast.lower(out, h_n, c_n)
         if not batched:
             h_n, c_n = h_n.squeeze(1), c_n.squeeze(1)
         return self._finish(out, batched), (h_n, c_n)

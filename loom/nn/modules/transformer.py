@@ -427,8 +427,9 @@ class TransformerDecoderLayer(Module):
 class TransformerEncoder(Module):
     """`num_layers` copies of `encoder_layer` applied in turn, then an optional final norm.
 
-    Padded positions (src_key_padding_mask) are computed like the others; PyTorch's
-    nested-tensor fast path, which zeroes them in inference, is not imitated.
+    In inference (eval mode, no grad) with a right-padded `src_key_padding_mask` and
+    no `mask`, the padded positions come out as zeros (before `norm`), as from
+    PyTorch's nested-tensor fast path; otherwise they are computed like the others.
 
     Examples
     --------
@@ -452,9 +453,30 @@ class TransformerEncoder(Module):
         out = src
         for mod in self.layers:
             out = mod(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
+        if self._nested_fast_path(src, mask, src_key_padding_mask):
+            pad = src_key_padding_mask if src_key_padding_mask.dtype is dt.bool_ else src_key_padding_mask != 0
+            # PyTorch packs only right-padded batches (each row's padding at its end) into a nested tensor.
+            right_padded = (pad[:, 1:] | ~pad[:, :-1]).all()
+            out = out.masked_fill((pad & right_padded).unsqueeze(-1), 0.0)
         if self.norm is not None:
             out = self.norm(out)
         return out
+
+
+    def _nested_fast_path(self, src: Tensor, mask, src_key_padding_mask) -> bool:
+        """Whether PyTorch would run this call on nested tensors (so its padded positions come out as zeros)."""
+        from loom import autocast as _autocast
+        from loom.autograd.grad_mode import is_grad_enabled
+        first = self.layers[0] if len(self.layers) else None
+        if (not self.enable_nested_tensor or not isinstance(first, TransformerEncoderLayer) or first.training
+                or src_key_padding_mask is None or mask is not None or src.ndim != 3 or _autocast.is_enabled()):
+            return False
+        attn, act = first.self_attn, first.activation
+        act_name = getattr(act, "__name__", type(act).__name__).lower()
+        if (first.norm_first or not attn.batch_first or not attn._qkv_same_embed_dim or attn.in_proj_bias is None
+                or act_name not in ("relu", "gelu") or first.norm1.eps != first.norm2.eps or attn.num_heads % 2):
+            return False
+        return not (is_grad_enabled() and (src.requires_grad or any(p.requires_grad for p in first.parameters())))
 
 
 class TransformerDecoder(Module):

@@ -1,6 +1,8 @@
 """Weight and spectral normalisation as parametrizations, as `torch.nn.utils.parametrizations`."""
 from __future__ import annotations
 
+import numpy as np
+
 from loom.autograd.grad_mode import no_grad
 from loom.errors import LoomValueError
 from loom.functional.nn import normalize
@@ -8,7 +10,7 @@ from loom.nn.module import Module
 from loom.nn.utils import parametrize
 from loom.tensor import Tensor, randn
 
-__all__ = ["weight_norm", "spectral_norm"]
+__all__ = ["weight_norm", "spectral_norm", "orthogonal"]
 
 
 def _norm_except_dim(v: Tensor, dim: int | None) -> Tensor:
@@ -117,4 +119,109 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
         from loom.nn.modules.conv import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
         dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
     parametrize.register_parametrization(module, name, _SpectralNorm(weight, n_power_iterations, dim, eps))
+    return module
+
+
+_ORTHOGONAL_MAPS = ("matrix_exp", "cayley", "householder")
+
+
+def _orthonormal_columns(a: Tensor) -> Tensor:
+    """The Q of a's QR with R's diagonal made positive: a's columns orthonormalised in order."""
+    import loom
+    q, r = loom.linalg.qr(a)
+    return q * r.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
+
+
+class _Orthogonal(Module):
+    """Maps an unconstrained (n, k) tensor to one with orthonormal columns (rows when n < k)."""
+
+    def __init__(self, weight: Tensor, orthogonal_map: str, use_trivialization: bool = True) -> None:
+        super().__init__()
+        if weight.dtype.is_complex:
+            raise LoomValueError("loom.nn.utils.parametrizations.orthogonal: complex weights are not supported")
+        self.shape, self.orthogonal_map = tuple(weight.shape), orthogonal_map
+        if use_trivialization:
+            self.register_buffer("base", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        import loom
+        n, k = x.shape[-2], x.shape[-1]
+        transposed = n < k
+        if transposed:
+            x, n, k = x.mT, k, n
+        if self.orthogonal_map == "householder":
+            a = x.tril(diagonal=-1)
+            tau = 2.0 / (1.0 + (a * a).sum(dim=-2))
+            q = loom.linalg.householder_product(a, tau)
+            q = q * x.diagonal(dim1=-2, dim2=-1).int().unsqueeze(-2)
+        else:
+            x = x.tril()
+            if n != k:
+                x = loom.cat([x, loom.zeros(*x.shape[:-1], n - k, dtype=x.dtype)], dim=-1)
+            a = x - x.mT
+            if self.orthogonal_map == "matrix_exp":
+                q = loom.linalg.matrix_exp(a)
+            else:
+                eye = loom.eye(n, dtype=a.dtype)
+                q = loom.linalg.solve(eye - 0.5 * a, eye + 0.5 * a)
+            q = q[..., :k]
+        if getattr(self, "base", None) is not None:
+            q = self.base @ q
+        return q.mT if transposed else q
+
+    @no_grad()
+    def right_inverse(self, q: Tensor) -> Tensor:
+        import loom
+        if tuple(q.shape) != self.shape:
+            raise LoomValueError(f"loom.nn.utils.parametrizations.orthogonal: expected a value of shape "
+                                 f"{list(self.shape)}, got {list(q.shape)}")
+        if not hasattr(self, "base"):
+            raise LoomValueError("loom.nn.utils.parametrizations.orthogonal: assigning to the weight needs "
+                                 "use_trivialization=True")
+        q_in = q
+        n, k = q.shape[-2], q.shape[-1]
+        if n < k:
+            q, n, k = q.mT, k, n
+        if n == k:
+            eye = loom.eye(k, dtype=q.dtype)
+            tol = 10.0 * n * float(np.finfo(np.float32 if q.dtype.np == np.uint16 else q.dtype.np).eps)
+            q = q.clone() if loom.allclose(q.mT @ q, eye, atol=tol) else _orthonormal_columns(q)
+        else:  # Completed to a square orthogonal basis; its first k columns are q's own orthonormalised.
+            q = _orthonormal_columns(loom.cat([q, randn(*q.shape[:-1], n - k, dtype=q.dtype)], dim=-1))
+        self.base = q
+        neg_eye = loom.zeros(*q_in.shape, dtype=q_in.dtype)
+        neg_eye.diagonal(dim1=-2, dim2=-1).fill_(-1.0)
+        return neg_eye
+
+
+def orthogonal(module: Module, name: str = "weight", orthogonal_map: str | None = None, *,
+               use_trivialization: bool = True) -> Module:
+    """Reparametrize `module.<name>` to a matrix with orthonormal rows or columns, as PyTorch's.
+
+    The weight starts as the original one orthonormalised (QR); training then moves it on the orthogonal
+    matrices through `orthogonal_map` ("matrix_exp" for square weights, else "householder", or "cayley").
+
+    Examples
+    --------
+    >>> m = loom.nn.utils.parametrizations.orthogonal(loom.nn.Linear(4, 3))
+    >>> loom.allclose(m.weight @ m.weight.T, loom.eye(3), atol=1e-5)
+    True
+    """
+    weight = getattr(module, name, None)
+    if not isinstance(weight, Tensor):
+        raise LoomValueError(f"loom.nn.utils.parametrizations.orthogonal: module has no tensor '{name}'")
+    if weight.ndim < 2:
+        raise LoomValueError(f"loom.nn.utils.parametrizations.orthogonal: expected a matrix or a batch of "
+                             f"matrices, got a tensor of shape {list(weight.shape)}")
+    n, k = weight.shape[-2], weight.shape[-1]
+    if orthogonal_map is None:
+        orthogonal_map = "matrix_exp" if n == k else "householder"
+    if orthogonal_map not in _ORTHOGONAL_MAPS:
+        raise LoomValueError(f"loom.nn.utils.parametrizations.orthogonal: orthogonal_map must be one of "
+                             f"{_ORTHOGONAL_MAPS}, got {orthogonal_map!r}")
+    if not use_trivialization:
+        raise LoomValueError("loom.nn.utils.parametrizations.orthogonal: use_trivialization=False is not "
+                             "supported by loom")
+    parametrize.register_parametrization(module, name, _Orthogonal(weight, orthogonal_map, use_trivialization),
+                                         unsafe=True)
     return module

@@ -11,7 +11,7 @@ from loom.tensor import Tensor
 
 _install(globals(), "loom.autograd")
 
-from loom.torch.autograd import functional, profiler  # noqa: E402,F401
+from loom.torch.autograd import functional, graph, profiler  # noqa: E402,F401
 
 
 def Variable(data: Tensor, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802

@@ -2,4 +2,4 @@
 from loom.nn.parameter import Buffer, Parameter  # noqa: F401
 from loom.torch._forward import install as _install
 
-_install(globals(), "loom.nn.parameter")
+_install(globals(), "loom.nn.parameter", "loom.nn.modules.lazy")

@@ -1,2 +1,2 @@
-"""`torch.utils`: `data` (loom.data) and `checkpoint`."""
-from loom.torch.utils import checkpoint, data  # noqa: F401
+"""`torch.utils`: `data` (loom.data), `checkpoint` and `hooks`."""
+from loom.torch.utils import checkpoint, data, hooks  # noqa: F401

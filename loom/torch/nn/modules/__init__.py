@@ -7,6 +7,6 @@ from loom.torch._forward import install as _install
 
 _FILES = ("module", "linear", "conv", "batchnorm", "normalization", "instancenorm", "activation", "loss",
           "container", "dropout", "pooling", "rnn", "transformer", "sparse", "padding", "flatten", "fold",
-          "pixelshuffle", "upsampling", "distance", "adaptive", "lazy")
+          "pixelshuffle", "upsampling", "distance", "adaptive", "lazy", "utils")
 
 _install(globals(), "loom.nn.modules", lazy={name: f"loom.torch.nn.modules.{name}" for name in _FILES})

@@ -1,0 +1,4 @@
+"""`torch.optim.sgd`: loom's optimizers under PyTorch's module name."""
+from loom.torch._forward import install as _install
+
+_install(globals(), "loom.optim")

@@ -1,0 +1,4 @@
+"""`torch.profiler`: `loom.profiler` under PyTorch's module name (importable under the runner)."""
+from loom.torch._forward import install as _install
+
+_install(globals(), "loom.profiler")
