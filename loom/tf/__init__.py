@@ -51,6 +51,9 @@ from loom.tf.debugging import (  # noqa: E402,F401
 )
 from loom.tf import config, data, nest, train  # noqa: E402,F401
 from loom.tf import keras  # noqa: E402,F401
+from loom.tf import _semantics  # noqa: E402
+
+_semantics.install()
 
 newaxis = None
 

@@ -74,7 +74,7 @@ def constant(value, dtype=None, shape=None, name=None) -> Tensor:
     --------
     >>> import loom.tf as tf
     >>> tf.constant([[1, 2], [3, 4]]).dtype
-    loom.int32
+    tf.int32
     """
     t = convert_to_tensor(value, dtype)
     if shape is not None:
@@ -114,8 +114,6 @@ class Variable(Parameter):
     [2.0, 3.0]
     """
 
-    _counter = 0
-
     def __new__(cls, initial_value=None, trainable: bool = True, name: str | None = None, dtype=None,
                 shape=None, **kwargs) -> Variable:
         if callable(initial_value) and not isinstance(initial_value, Tensor):
@@ -128,9 +126,7 @@ class Variable(Parameter):
         v._trainable = builtin_bool(trainable)
         if trainable and value.dtype.is_floating_point:
             v.requires_grad_(True)
-        Variable._counter += 1
-        v._name = name if name is not None else ("Variable" if Variable._counter == 1
-                                                   else f"Variable_{Variable._counter - 1}")
+        v._name = name if name is not None else "Variable"  # Eager TensorFlow does not number them.
         return v
 
     def __init__(self, *args, **kwargs) -> None:

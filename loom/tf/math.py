@@ -5,6 +5,7 @@ import numpy as _np
 
 import loom
 from loom.tensor import Tensor as _Tensor
+from loom.tf import _semantics
 from loom.tf._core import (  # noqa: F401
     add_n, argmax, argmin, convert_to_tensor as _t, cumprod, cumsum, reduce_all, reduce_any,
     reduce_logsumexp, reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_std, reduce_sum,
@@ -22,9 +23,15 @@ def _unary(fn, doc):
 def _binary(fn, doc):
     def op(x, y, name=None) -> _Tensor:
         a = _t(x)
+        if isinstance(y, (float, _np.floating)) and a.dtype.category == 1:
+            raise _semantics.mixed_error(fn.__name__, a.dtype, loom.float32)
         b = _t(y, a.dtype) if not isinstance(y, _Tensor) else y
         if not isinstance(x, _Tensor) and isinstance(y, _Tensor):
+            if isinstance(x, (float, _np.floating)) and b.dtype.category == 1:
+                raise _semantics.mixed_error(fn.__name__, loom.float32, b.dtype)
             a = _t(x, b.dtype)
+        if a.dtype is not b.dtype:  # TensorFlow's ops take one dtype; it never promotes.
+            raise _semantics.mixed_error(fn.__name__, a.dtype, b.dtype)
         return fn(a, b)
     op.__doc__ = doc
     return op

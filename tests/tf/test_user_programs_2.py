@@ -45,3 +45,45 @@ def test_dataset_window_and_flat_map_over_windows():
     """The time-series tutorial: window(5, shift=1), flat_map(batch), split into inputs and label."""
     for want, got in zip(_window_pipelines(real_tf), _window_pipelines(ltf)):
         assert got == want
+
+
+# ------------------------------------------------------------------ printing and dtype rules
+
+def test_dtypes_tensors_and_shapes_print_as_tensorflow():
+    def texts(tf):
+        v = tf.Variable([1.0, 2.0])
+        return [repr(tf.float32), str(tf.int64), str(tf.constant(1).dtype), str(tf.constant([1.0, 2.0])),
+                repr(tf.constant([1.0, 2.0])), str(tf.constant([[1, 2], [3, 4]])), repr(tf.constant([[1, 2], [3, 4]])),
+                str(tf.constant(3.5)), repr(tf.constant(True)), str(tf.zeros((2, 0))),
+                str(tf.ones((2, 3)).shape), repr(tf.ones((2, 3)).shape), str(v), repr(v)]
+    assert texts(ltf) == texts(real_tf)
+
+
+def _int_results(tf):
+    a, b = tf.constant([7, -7]), tf.constant([2, 2])
+    i8 = tf.constant([7, -7], tf.int8)
+    return [a / b, a // b, a % b, a / 2, a // -2, a % -2, 2 / a, i8 / i8,
+            tf.constant([7, -7], tf.int64) / 2, tf.constant([1.5, -2.5]) // 2.0, tf.constant([1.5, -2.5]) % 2.0, a * 2,
+            2 - a, a ** 2, tf.constant([1.0, 2.0]) + np.array([1.0, 2.0]), tf.constant([1.0, 2.0]) + np.array([1, 2]),
+            a + np.array([1.5, 2.0]), tf.constant([1.0, 2.0]) * np.float64(2), tf.constant([1.0, 2.0]) + [1, 2]]
+
+
+def test_operator_dtypes_follow_tensorflow():
+    """int32 / int32 is float64, // and % floor, NumPy operands take the tensor's dtype."""
+    for got, want in zip(_int_results(ltf), _int_results(real_tf)):
+        assert got.dtype.name == want.dtype.name
+        close(got, want)
+
+
+@pytest.mark.parametrize("expr", ["a + tf.constant([1.0, 2.0])", "a + 2.5", "a * 1.0",
+                                  "a + tf.constant([1, 2], tf.int64)", "tf.add(a, tf.constant([1.0, 2.0]))",
+                                  "tf.constant([1.0, 2.0]) + tf.constant([1.0, 2.0], tf.float64)",
+                                  "tf.constant([1.0, 2.0]) / tf.constant(2)"])
+def test_mixed_dtype_operators_raise_as_tensorflow(expr):
+    for tf in (real_tf, ltf):
+        a = tf.constant([7, -7])  # noqa: F841  (used by expr)
+        with pytest.raises((tf.errors.InvalidArgumentError, TypeError)):
+            eval(expr)
+    a = ltf.constant([7, -7])
+    with pytest.raises(ltf.errors.InvalidArgumentError, match="does not convert dtypes implicitly; cast one"):
+        eval(expr, {"tf": ltf, "a": a})
