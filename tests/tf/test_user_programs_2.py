@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import loom.tf as ltf
+from loom.errors import LoomValueError
 from tests.tf.harness import real_tf
 
 
@@ -87,3 +88,57 @@ def test_mixed_dtype_operators_raise_as_tensorflow(expr):
     a = ltf.constant([7, -7])
     with pytest.raises(ltf.errors.InvalidArgumentError, match="does not convert dtypes implicitly; cast one"):
         eval(expr, {"tf": ltf, "a": a})
+
+
+# ------------------------------------------------------------------ keras text and lookup layers
+
+def _text_outputs(tf):
+    texts = ["The cat sat.", "the DOG sat!", "a cat, a dog; the end", "b a b a"]
+    L = tf.keras.layers
+    tv = L.TextVectorization(max_tokens=8)
+    tv.adapt(texts)
+    tv3 = L.TextVectorization(output_mode="multi_hot")
+    tv3.adapt(texts)
+    tv4 = L.TextVectorization(output_mode="count", ngrams=2)
+    tv4.adapt(texts)
+    tv5 = L.TextVectorization(ngrams=2, output_sequence_length=6)
+    tv5.adapt(texts)
+    tv7 = L.TextVectorization(split="character", standardize="lower")
+    tv7.adapt(["abca", "Bd"])
+    sl = L.StringLookup()
+    sl.adapt(["b", "a", "b", "c", "a", "b"])
+    il = L.IntegerLookup()
+    il.adapt([5, 3, 5, 7, 3, 5])
+    il4 = L.IntegerLookup(max_tokens=3, mask_token=0)
+    il4.adapt(np.array([[1, 2, 2], [3, 3, 3]]))
+    outs = [tv(texts), tv(["zebra cat"]), tv("the cat"),
+            L.TextVectorization(output_sequence_length=3, vocabulary=["cat", "dog"])(np.array(["cat dog dog", "x"])),
+            tv3(texts), tv4(texts[:2]), tv5(texts), tv7(["ab", "dz"]), sl(["a", "z", "b"]),
+            sl(np.array([["a", "b"], ["c", "q"]])),
+            L.StringLookup(vocabulary=["x", "y"], mask_token="")(["y", "", "q"]),
+            L.StringLookup(vocabulary=["x", "y"], output_mode="one_hot")(["x", "q"]),
+            L.StringLookup(vocabulary=["x", "y"], output_mode="multi_hot")([["x", "q"], ["y", "y"]]),
+            L.StringLookup(vocabulary=["x", "y"], output_mode="count")([["x", "x"], ["y", "q"]]),
+            il([5, 7, 9]), L.IntegerLookup(vocabulary=[10, 20], output_mode="multi_hot")(np.array([[10, 20, 30]])),
+            L.IntegerLookup(vocabulary=[10, 20], invert=True)([0, 1, 2]), il4([0, 3, 2, 1]),
+            L.StringLookup(vocabulary=["x", "y"], invert=True)(np.array([0, 1, 2]))]
+    vocabs = [tv.get_vocabulary(), tv3.get_vocabulary(), tv4.get_vocabulary(), sl.get_vocabulary(),
+              il.get_vocabulary(), il4.get_vocabulary(), tv.vocabulary_size()]
+    return [np.asarray(o.numpy() if hasattr(o, "numpy") else o).tolist() for o in outs], vocabs
+
+
+def test_text_vectorization_and_lookup_layers_match_keras():
+    (got, got_vocab), (want, want_vocab) = _text_outputs(ltf), _text_outputs(real_tf)
+    assert got == want
+    assert got_vocab == want_vocab
+
+
+def test_text_layers_explain_what_loom_does_not_do():
+    with pytest.raises(LoomValueError, match="Hashing is not supported.*FarmHash"):
+        ltf.keras.layers.Hashing(num_bins=4)
+    with pytest.raises(LoomValueError, match="num_oov_indices=2 is not supported"):
+        ltf.keras.layers.StringLookup(num_oov_indices=2)
+    with pytest.raises(LoomValueError, match="no vocabulary"):
+        ltf.keras.layers.StringLookup()(["a"])
+    with pytest.raises(LoomValueError, match="cannot sit inside a functional model"):
+        ltf.keras.layers.TextVectorization()(ltf.keras.Input((1,)))

@@ -1294,3 +1294,4 @@ Concatenate.compute_mask = _merge_masks
 from loom.tf.keras.preprocessing import (  # noqa: E402,F401  (image preprocessing and augmentation layers)
     CenterCrop, RandomBrightness, RandomContrast, RandomFlip, RandomRotation, RandomTranslation, RandomZoom, Resizing,
 )
+from loom.tf.keras.text import Hashing, IntegerLookup, StringLookup, TextVectorization  # noqa: E402,F401
