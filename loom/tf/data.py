@@ -549,3 +549,8 @@ def _min_card(cards) -> int:
     if finite:
         return min(finite)
     return UNKNOWN_CARDINALITY if UNKNOWN_CARDINALITY in cards else INFINITE_CARDINALITY
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.data", "tf.data")

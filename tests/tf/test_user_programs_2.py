@@ -142,3 +142,60 @@ def test_text_layers_explain_what_loom_does_not_do():
         ltf.keras.layers.StringLookup()(["a"])
     with pytest.raises(LoomValueError, match="cannot sit inside a functional model"):
         ltf.keras.layers.TextVectorization()(ltf.keras.Input((1,)))
+
+
+# ------------------------------------------------------------------ ops
+
+def _array_ops(tf):
+    x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    return [tf.gather_nd(tf.reshape(tf.range(12), (2, 3, 2)), [[1], [0]], batch_dims=1),
+            tf.gather_nd(tf.reshape(tf.range(24), (2, 3, 4)), [[[0, 1], [2, 3]], [[1, 1], [0, 0]]], batch_dims=1),
+            tf.boolean_mask(x, [True, False], axis=1), tf.boolean_mask(tf.ones((2, 3, 2)), [[True, False, True]] * 2),
+            tf.tensor_scatter_nd_max(tf.ones((4,)), [[0], [3]], [5.0, 0.0]),
+            tf.tensor_scatter_nd_min(tf.ones((2, 2)), [[0, 1], [1, 0]], [-1.0, 3.0]),
+            tf.tensor_scatter_nd_sub(tf.ones((4,)), [[1], [1]], [1.0, 2.0]),
+            tf.math.cumulative_logsumexp([1.0, 2.0, 3.0]), tf.math.cumulative_logsumexp([1.0, 2.0, 3.0], exclusive=True,
+                                                                                      reverse=True),
+            tf.math.polyval([1.0, 2.0, 3.0], tf.constant([2.0, -1.0])), tf.unique_with_counts([1, 1, 2, 7, 2, 2]).count,
+            tf.searchsorted([1, 3, 5], [2, 6]), tf.searchsorted([[1, 3], [2, 4]], [[3], [3]], side="right"),
+            tf.histogram_fixed_width([0.0, 1.0, 2.0, 5.0, -3.0], [0.0, 5.0], nbins=5),
+            tf.reverse_sequence([[1, 2, 3], [4, 5, 6]], [2, 3], seq_axis=1, batch_axis=0),
+            tf.dtypes.saturate_cast([300.0, -5.0], tf.uint8),
+            tf.ragged.constant([[1, 2], [3], []]).to_tensor(),
+            tf.RaggedTensor.from_row_lengths([1, 2, 3], [2, 1]).row_lengths(),
+            tf.RaggedTensor.from_value_rowids([1.0, 2.0, 3.0], [0, 0, 2]).to_tensor(default_value=-1.0),
+            tf.ragged.constant([[1, 2], [3]]).row_splits, tf.ragged.constant([[1, 2], [3]])[0],
+            tf.ragged.map_flat_values(tf.square, tf.ragged.constant([[1.0, 2.0], [3.0]])).to_tensor()]
+
+
+def test_array_ops_batch_dims_masks_scatters_and_ragged_basics():
+    for got, want in zip(_array_ops(ltf), _array_ops(real_tf)):
+        assert got.dtype.name == want.dtype.name
+        close(got, want)
+    r = ltf.ragged.constant([[1, 2], [3]])
+    assert r.to_list() == real_tf.ragged.constant([[1, 2], [3]]).to_list() and r.shape.as_list() == [2, None]
+
+
+def test_unsupported_names_raise_loom_errors_and_tf_string_is_explained():
+    from loom.errors import LoomError
+    with pytest.raises(LoomError, match="tf.math.no_such_op is not supported by loom.tf"):
+        ltf.math.no_such_op()
+    with pytest.raises(LoomError, match="tf.keras.layers.NoSuchLayer is not supported"):
+        ltf.keras.layers.NoSuchLayer()
+    assert not hasattr(ltf, "no_such_function")
+    assert str(ltf.string) == str(real_tf.string) and repr(ltf.string) == repr(real_tf.string)
+    with pytest.raises(LoomError, match="string tensors.*TextVectorization"):
+        ltf.constant(["a", "b"])
+    with pytest.raises(LoomError, match=r"string tensors \(tf.string\) are not supported"):
+        ltf.zeros((2,), dtype=ltf.string)
+
+
+def test_random_generator_split_and_reset():
+    g = ltf.random.Generator.from_seed(5)
+    a, b = g.split(2)
+    assert not np.array_equal(a.normal((4,)).numpy(), b.normal((4,)).numpy())
+    g.reset_from_seed(1)
+    first = g.uniform((3,)).numpy()
+    g.reset_from_seed(1)
+    np.testing.assert_array_equal(g.uniform((3,)).numpy(), first)
+    assert g.make_seeds(3).shape.as_list() == [2, 3]

@@ -351,3 +351,8 @@ class ProgbarLogger(Callback):
             self.bar.update(self.params.get("steps") or 0, list((logs or {}).items()), finalize=True)
         elif self.verbose == 2:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in (logs or {}).items()))
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.callbacks", "tf.keras.callbacks")

@@ -1295,3 +1295,8 @@ from loom.tf.keras.preprocessing import (  # noqa: E402,F401  (image preprocessi
     CenterCrop, RandomBrightness, RandomContrast, RandomFlip, RandomRotation, RandomTranslation, RandomZoom, Resizing,
 )
 from loom.tf.keras.text import Hashing, IntegerLookup, StringLookup, TextVectorization  # noqa: E402,F401
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.layers", "tf.keras.layers")
