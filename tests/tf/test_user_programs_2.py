@@ -199,3 +199,60 @@ def test_random_generator_split_and_reset():
     g.reset_from_seed(1)
     np.testing.assert_array_equal(g.uniform((3,)).numpy(), first)
     assert g.make_seeds(3).shape.as_list() == [2, 3]
+
+
+# ------------------------------------------------------------------ keras layers and fit
+
+def _attention_outputs(tf):
+    rng = np.random.default_rng(0)
+    q, v, k = (rng.random(s, np.float32) for s in [(2, 3, 4), (2, 5, 4), (2, 5, 4)])
+    vm = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    qm = np.array([[1, 1, 0], [1, 1, 1]], bool)
+    L = tf.keras.layers
+    res = []
+    for make, args, kw in [(lambda: L.Attention(), [q, v], {}),
+                           (lambda: L.Attention(use_scale=True), [q, v, k], {"mask": [qm, vm]}),
+                           (lambda: L.Attention(score_mode="concat"), [q, v], {"use_causal_mask": True}),
+                           (lambda: L.Attention(), [q, v], {"return_attention_scores": True, "mask": [None, vm]}),
+                           (lambda: L.AdditiveAttention(), [q, v], {}),
+                           (lambda: L.AdditiveAttention(use_scale=False), [q, v, k], {"mask": [qm, vm]})]:
+        layer = make()
+        layer(args, **kw)
+        layer.set_weights([np.full(w.shape, 0.7, np.float32) for w in layer.get_weights()])
+        out = layer(args, **kw)
+        res += list(out) if isinstance(out, tuple) else [out]
+    iq, iv = tf.keras.Input((3, 4)), tf.keras.Input((5, 4))
+    model = tf.keras.Model([iq, iv], L.GlobalAveragePooling1D()(L.Attention()([iq, iv])))
+    res.append(model.predict([q, v], verbose=0))
+    return res
+
+
+def test_attention_and_additive_attention_layers_match_keras():
+    for got, want in zip(_attention_outputs(ltf), _attention_outputs(real_tf)):
+        close(got, want, 1e-5)
+
+
+def test_model_checkpoint_saves_a_loadable_model_with_early_stopping_and_lr_schedules(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.random((32, 4), np.float32)
+    y = (x.sum(1, keepdims=True) > 2).astype(np.float32)
+    res = []
+    for tf in (real_tf, ltf):
+        m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(8, activation="relu"),
+                                 tf.keras.layers.Dense(1, activation="sigmoid")])
+        m.set_weights([np.random.default_rng(i).standard_normal(w.shape).astype(np.float32) * 0.3
+                       for i, w in enumerate(m.get_weights())])
+        m.compile(tf.keras.optimizers.SGD(0.1), "binary_crossentropy", metrics=["accuracy"])
+        path = str(tmp_path / f"best_{tf.__name__}.keras")
+        cbs = [tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=1, restore_best_weights=True),
+               tf.keras.callbacks.ModelCheckpoint(path, save_best_only=True, monitor="val_loss"),
+               tf.keras.callbacks.LearningRateScheduler(lambda e, lr: lr * 0.5),
+               tf.keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=1, factor=0.5)]
+        h = m.fit(x, y, validation_data=(x[:8], y[:8]), epochs=4, batch_size=8, verbose=0, shuffle=False,
+                  callbacks=cbs)
+        res.append((h.history, tf.keras.models.load_model(path).predict(x[:4], verbose=0)))
+    (h_tf, p_tf), (h_l, p_l) = res
+    assert sorted(h_l) == sorted(h_tf)
+    for k in h_tf:
+        close(h_l[k], h_tf[k], 1e-4)
+    close(p_l, p_tf, 1e-4)
