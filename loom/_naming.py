@@ -30,20 +30,29 @@ def _is_torch(name: str) -> bool:
     return name == "loom.torch" or name.startswith("loom.torch.")
 
 
+def _is_tf(name: str) -> bool:
+    return name == "loom.tf" or name.startswith("loom.tf.")
+
+
 def _decide(g: dict) -> str | None:
-    """"torch" or "loom" when the module with globals `g` imported that frontend, else None."""
-    seen_loom = False
+    """"torch", "tf" or "loom" when the module with globals `g` imported that frontend, else None."""
+    seen_loom = seen_tf = False
     for v in list(g.values()):
         if isinstance(v, ModuleType):
             name = v.__name__
             if _is_torch(name):
                 return "torch"
+            seen_tf = seen_tf or _is_tf(name)
             seen_loom = seen_loom or _is_loom(name)
-    return "loom" if seen_loom else None
+    return "tf" if seen_tf else "loom" if seen_loom else None
+
+
+# How a frontend prints a tensor: {"tf": fn(tensor, is_repr) -> str}, registered by the frontend.
+TENSOR_TEXT: dict = {}
 
 
 def namespace() -> str:
-    """"torch" when the code asking for a name is a loom.torch program, "loom" otherwise."""
+    """"torch" or "tf" when the code asking for a name is a loom.torch or loom.tf program, "loom" otherwise."""
     f = sys._getframe(1)
     for _ in range(_MAX_DEPTH):
         if f is None:
@@ -56,6 +65,19 @@ def namespace() -> str:
         f = f.f_back
     torch = sys.modules.get("torch")  # `python -m loom.torch script.py`: `torch` is loom.torch.
     return "torch" if isinstance(torch, ModuleType) and _is_torch(torch.__name__) else "loom"
+
+
+def operator_caller(skip_file: str) -> str | None:
+    """The frontend ("tf", "torch", "loom") of the user code that applied an operator, None for loom's own code.
+
+    Frames of `skip_file` (the operator's own module) are passed over; the first other frame decides.
+    """
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename == skip_file:
+        f = f.f_back
+    if f is None or f.f_code.co_filename.startswith(_LOOM_DIR):
+        return None
+    return (_decide(f.f_locals) if f.f_locals is not f.f_globals else None) or _decide(f.f_globals)
 
 
 _GRAD_FN_NAMES = {"matmul": "Mm", "reshape": "View"}

@@ -55,6 +55,10 @@ class DType:
     def __repr__(self) -> str:
         return f"{namespace()}.{self.name}"  # torch.float32 to a loom.torch program.
 
+    def __str__(self) -> str:
+        ns = namespace()
+        return f"<dtype: '{self.name}'>" if ns == "tf" else f"{ns}.{self.name}"  # TensorFlow's str(tf.float32).
+
     def __reduce__(self):
         return (from_name, (self.name,))
 

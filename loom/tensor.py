@@ -440,6 +440,9 @@ class Tensor:
         return id(self)
 
     def __repr__(self) -> str:
+        text = _naming.TENSOR_TEXT.get(_naming.namespace()) if _naming.TENSOR_TEXT else None
+        if text is not None:  # A frontend's own format (TensorFlow's "<tf.Tensor: ...>").
+            return text(self, True)
         a = self._array()
         if self.dtype is dt.bfloat16:
             a = dt.bf16_to_f32(a)
@@ -461,7 +464,9 @@ class Tensor:
             suffixes.append("requires_grad=True")
         return _add_suffixes("tensor(" + body, suffixes, len("tensor("))
 
-    __str__ = __repr__
+    def __str__(self) -> str:
+        text = _naming.TENSOR_TEXT.get(_naming.namespace()) if _naming.TENSOR_TEXT else None
+        return text(self, False) if text is not None else self.__repr__()
 
     def __format__(self, spec: str) -> str:
         if self.numel() == 1 and spec:
@@ -1213,7 +1218,11 @@ class Size(tuple):
         return len(self)
 
     def __repr__(self) -> str:
-        return f"{_naming.namespace()}.Size({list(self)})"
+        ns = _naming.namespace()
+        return f"TensorShape({list(self)})" if ns == "tf" else f"{ns}.Size({list(self)})"
+
+    def __str__(self) -> str:
+        return str(tuple(self)) if _naming.namespace() == "tf" else self.__repr__()  # TensorFlow prints (2, 3).
 
 
 class _HookHandle:
@@ -1459,6 +1468,11 @@ _FAST_BINARY = frozenset({"add", "sub", "mul", "div", "pow", "maximum", "minimum
                           "eq", "ne", "lt", "le", "gt", "ge"})
 
 
+# Frontend rules `rule(op, a, b) -> Tensor | None` consulted by `binary` off its fast path; the first
+# non-None result is the answer (loom.tf registers TensorFlow's dtype rules for its programs' operators).
+BINARY_RULES: list = []
+
+
 def binary(op: str, a, b) -> Tensor:
     """Broadcast, promote and apply a binary primitive (PyTorch's semantics)."""
     if op in _FAST_BINARY:
@@ -1477,6 +1491,10 @@ def binary(op: str, a, b) -> Tensor:
                     return apply(op, (a, const(b, na.shape, na.dtype)), {})
         elif (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._node.dtype.is_floating_point:
             return apply(op, (const(a, b._node.shape, b._node.dtype), b), {})
+    for rule in BINARY_RULES:  # A frontend's own semantics (TensorFlow: no implicit promotion).
+        out = rule(op, a, b)
+        if out is not None:
+            return out
     ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
     if not ta and not _scalar_like(a):
         a = tensor(a)

@@ -24,7 +24,8 @@ from loom.tf._core import (  # noqa: F401
     convert_to_tensor, cumprod, cumsum, double, einsum, expand_dims, eye, fill, float16, float32, float64,
     gather, gather_nd, half, identity, int8, int16, int32, int64, linspace, matmul, norm, one_hot, ones,
     ones_like, pad, range, rank, repeat, roll, meshgrid, sequence_mask, scatter_nd, slice, strided_slice,
-    tensor_scatter_nd_update,
+    tensor_scatter_nd_update, tensor_scatter_nd_max, tensor_scatter_nd_min, tensor_scatter_nd_sub, unique_with_counts,
+    searchsorted, histogram_fixed_width, reverse_sequence, string, dtypes, saturate_cast,
     tensor_scatter_nd_add, reduce_all, reduce_any, reduce_logsumexp, reduce_max, reduce_mean,
     reduce_min, reduce_prod, reduce_std, reduce_sum, reduce_variance, reshape, reverse, shape, size, sort,
     split, squeeze, stack, stop_gradient, tensordot, tile, transpose, uint8, unique, unstack, where, zeros,
@@ -51,6 +52,10 @@ from loom.tf.debugging import (  # noqa: E402,F401
 )
 from loom.tf import config, data, nest, train  # noqa: E402,F401
 from loom.tf import keras  # noqa: E402,F401
+from loom.tf import _semantics  # noqa: E402
+from loom.tf.ragged import RaggedTensor, ragged  # noqa: E402,F401
+
+_semantics.install()
 
 newaxis = None
 
@@ -76,9 +81,15 @@ def print(*inputs, **kwargs) -> None:  # noqa: A001
     builtins.print(*[x.numpy() if isinstance(x, Tensor) else x for x in inputs], **kwargs)
 
 
-_DTYPES = {"bool", "bfloat16", "double", "float16", "float32", "float64", "half", "int8", "int16", "int32", "int64",
+_DTYPES = {"string", "bool", "bfloat16",
+           "double", "float16", "float32", "float64", "half", "int8", "int16", "int32", "int64",
            "uint8"}
 # The documented API: everything but `Tensor` (it is `loom.Tensor`) and the dtypes (loom's own, listed
 # on the docs page), which would make `Tensor` and `bool` in other docstrings ambiguous references.
 __all__ = sorted(n for n, v in list(globals().items()) if not n.startswith("_") and n not in _DTYPES
                  and n != "Tensor" and not isinstance(v, type(math)) and n != "newaxis")
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf", "tf")

@@ -27,10 +27,29 @@ half, double = float16, float64
 DType = _dt.DType
 
 
+class _StringDType:
+    """`tf.string`: named so programs can mention it; loom tensors hold numbers, so using it is an error."""
+
+    name = "string"
+
+    def __repr__(self) -> str:
+        return "tf.string"
+
+    def __str__(self) -> str:
+        return "<dtype: 'string'>"
+
+
+string = _StringDType()
+
+
 def as_dtype(d) -> DType:
     """A loom dtype from a TF dtype, a NumPy dtype or a name ('float32')."""
     if isinstance(d, DType):
         return d
+    if d is string or d == "string" or d is str:
+        raise LoomTypeError("loom.tf: string tensors (tf.string) are not supported, loom tensors hold numbers; "
+                            "keep text as Python/NumPy strings and map it to integers with "
+                            "tf.keras.layers.TextVectorization or StringLookup")
     if isinstance(d, str) and d == "bool":
         return loom.bool
     try:
@@ -49,8 +68,10 @@ def _default_array(value) -> np.ndarray:
     if a.dtype == np.int64:
         return a.astype(np.int32)
     if a.dtype.kind not in "biuf":
+        hint = ("; string tensors are not supported: keep text as Python/NumPy strings and map it to integers "
+                "with tf.keras.layers.TextVectorization or StringLookup") if a.dtype.kind in "USO" else ""
         raise LoomTypeError(f"loom.tf.constant: cannot make a tensor of {type(value).__name__} "
-                            f"(NumPy dtype {a.dtype}); loom tensors hold numbers and booleans")
+                            f"(NumPy dtype {a.dtype}); loom tensors hold numbers and booleans{hint}")
     return a
 
 
@@ -74,7 +95,7 @@ def constant(value, dtype=None, shape=None, name=None) -> Tensor:
     --------
     >>> import loom.tf as tf
     >>> tf.constant([[1, 2], [3, 4]]).dtype
-    loom.int32
+    tf.int32
     """
     t = convert_to_tensor(value, dtype)
     if shape is not None:
@@ -114,8 +135,6 @@ class Variable(Parameter):
     [2.0, 3.0]
     """
 
-    _counter = 0
-
     def __new__(cls, initial_value=None, trainable: bool = True, name: str | None = None, dtype=None,
                 shape=None, **kwargs) -> Variable:
         if callable(initial_value) and not isinstance(initial_value, Tensor):
@@ -128,9 +147,7 @@ class Variable(Parameter):
         v._trainable = builtin_bool(trainable)
         if trainable and value.dtype.is_floating_point:
             v.requires_grad_(True)
-        Variable._counter += 1
-        v._name = name if name is not None else ("Variable" if Variable._counter == 1
-                                                   else f"Variable_{Variable._counter - 1}")
+        v._name = name if name is not None else "Variable"  # Eager TensorFlow does not number them.
         return v
 
     def __init__(self, *args, **kwargs) -> None:
@@ -487,6 +504,30 @@ def cast(x, dtype, name=None) -> Tensor:
     return _t(x).to(as_dtype(dtype))
 
 
+def saturate_cast(value, dtype, name=None) -> Tensor:
+    """`value` clipped to the range of `dtype`, then cast."""
+    d, x = as_dtype(dtype), _t(value)
+    if not d.is_floating_point and d is not loom.bool:
+        info = np.iinfo(d.np)
+        if x.dtype.is_floating_point:
+            x = loom.clamp(x, float(info.min), float(info.max))
+        else:
+            x = loom.clamp(x.to(int64), int(info.min), int(info.max))
+    return x.to(d)
+
+
+class dtypes:  # noqa: N801  (TensorFlow's namespace spelling)
+    """`tf.dtypes`: DType, as_dtype, cast, saturate_cast and the dtype constants."""
+
+    DType = DType
+    as_dtype = staticmethod(as_dtype)
+    cast = staticmethod(cast)
+    saturate_cast = staticmethod(saturate_cast)
+    float16, bfloat16, float32, float64 = float16, bfloat16, float32, float64
+    int8, int16, int32, int64, uint8, bool, string = int8, int16, int32, int64, uint8, bool, string
+    half, double = float16, float64
+
+
 def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None) -> Tensor:
     """Slices of `params` along `axis` at `indices`; the result has `indices`' shape in place of `axis`."""
     p, idx = _t(params), _t(indices)
@@ -550,8 +591,20 @@ def strided_slice(input_, begin, end, strides=None, begin_mask=0, end_mask=0, el
 
 
 def gather_nd(params, indices, batch_dims=0, name=None) -> Tensor:
-    """Elements or slices of `params` addressed by the last dimension of `indices`."""
+    """Elements or slices of `params` addressed by the last dimension of `indices` (per batch entry with
+    `batch_dims`)."""
     p, idx = _t(params), _t(indices).to(loom.int64)
+    b = int(batch_dims)
+    if b:
+        if tuple(p.shape[:b]) != tuple(idx.shape[:b]):
+            raise ShapeError(f"loom.tf.gather_nd: with batch_dims={b}, params {list(p.shape)} and indices "
+                             f"{list(idx.shape)} must share their first {b} dimensions")
+        batch = list(p.shape[:b])
+        nb = int(np.prod(batch))
+        inner = idx.reshape([nb, -1, idx.shape[-1]])
+        ids = loom.arange(nb, dtype=loom.int64).reshape(nb, 1, 1).expand(nb, inner.shape[1], 1)
+        out = gather_nd(p.reshape([nb] + list(p.shape[b:])), loom.cat([ids, inner], dim=-1))
+        return out.reshape(batch + list(idx.shape[b:-1]) + list(out.shape[2:]))
     k = idx.shape[-1]
     lead = list(idx.shape[:-1])
     flat_idx = idx.reshape(-1, k)
@@ -565,9 +618,13 @@ def boolean_mask(tensor, mask, axis=None, name="boolean_mask") -> Tensor:
     """The elements (or rows) of `tensor` where `mask` is true."""
     x, m = _t(tensor), _t(mask).to(loom.bool)
     k = m.ndim
-    rows = x.reshape([-1] + list(x.shape[k:]))
+    a = 0 if axis is None else int(axis) % x.ndim
+    if tuple(x.shape[a:a + k]) != tuple(m.shape):
+        raise ShapeError(f"loom.tf.boolean_mask: mask of shape {list(m.shape)} does not match dimensions {a}.."
+                         f"{a + k - 1} of the tensor's shape {list(x.shape)}")
+    rows = x.reshape(list(x.shape[:a]) + [-1] + list(x.shape[a + k:]))
     keep = np.nonzero(m.numpy().reshape(-1))[0]
-    return loom.index_select(rows, 0, loom.tensor(keep.astype(np.int64)))
+    return loom.index_select(rows, a, loom.tensor(keep.astype(np.int64)))
 
 
 def where(condition, x=None, y=None, name=None) -> Tensor:
@@ -866,6 +923,87 @@ def _scatter_rows(base: Tensor, indices, updates, mode: str) -> Tensor:
     else:
         out = loom.index_copy(rows, 0, lin, upd)
     return out.reshape(base.shape)
+
+
+def _scatter_reduce(tensor, indices, updates, fn) -> Tensor:
+    """`tensor` with `fn(old, update)` written at `indices` (one update at a time, as TF's max/min/sub)."""
+    base = _t(tensor)
+    idx, upd = _t(indices), _t(updates, base.dtype)
+    k = idx.shape[-1]
+    lin = _linear_index(base.shape, idx).numpy()
+    rows = base.reshape([-1] + list(base.shape[k:]))
+    upd = upd.reshape([-1] + list(base.shape[k:]))
+    for j, r in enumerate(lin.tolist()):
+        rows = tensor_scatter_nd_update(rows, [[r]], fn(rows[r], upd[j]).unsqueeze(0))
+    return rows.reshape(base.shape)
+
+
+def tensor_scatter_nd_max(tensor, indices, updates, name=None) -> Tensor:
+    """`tensor` with each element at `indices` replaced by the larger of it and its update."""
+    return _scatter_reduce(tensor, indices, updates, loom.maximum)
+
+
+def tensor_scatter_nd_min(tensor, indices, updates, name=None) -> Tensor:
+    """`tensor` with each element at `indices` replaced by the smaller of it and its update."""
+    return _scatter_reduce(tensor, indices, updates, loom.minimum)
+
+
+def tensor_scatter_nd_sub(tensor, indices, updates, name=None) -> Tensor:
+    """`tensor` with `updates` subtracted at `indices`."""
+    return tensor_scatter_nd_add(tensor, indices, -_t(updates, _t(tensor).dtype))
+
+
+def unique_with_counts(x, out_idx=int32, name=None):
+    """`unique(x)` plus how often each unique value occurs (fields y, idx, count)."""
+    y, idx = unique(x, out_idx)
+    count = loom.tensor(np.bincount(idx.numpy().astype(np.int64), minlength=y.shape[0]).astype(as_dtype(out_idx).np))
+    return _UniqueWithCounts(y, idx, count)
+
+
+class _UniqueWithCounts(tuple):
+    def __new__(cls, y, idx, count):
+        return super().__new__(cls, (y, idx, count))
+
+    y = property(lambda self: self[0])
+    idx = property(lambda self: self[1])
+    count = property(lambda self: self[2])
+
+
+def searchsorted(sorted_sequence, values, side="left", out_type=int32, name=None) -> Tensor:
+    """Insertion points of `values` in each row of `sorted_sequence` (the innermost dimension)."""
+    seq, v = _t(sorted_sequence).numpy(), _t(values).numpy()
+    if seq.ndim == 1:
+        out = np.searchsorted(seq, v, side=side)
+    else:
+        out = np.stack([np.searchsorted(sr, vr, side=side) for sr, vr in zip(seq.reshape(-1, seq.shape[-1]),
+                                                                              v.reshape(-1, v.shape[-1]))])
+        out = out.reshape(v.shape)
+    return loom.tensor(out.astype(as_dtype(out_type).np))
+
+
+def histogram_fixed_width(values, value_range, nbins=100, dtype=int32, name=None) -> Tensor:
+    """Counts of `values` in `nbins` equal bins over `value_range` (outliers go to the end bins)."""
+    v = _t(values).numpy().astype(np.float64).reshape(-1)
+    lo, hi = (float(r) for r in np.asarray(_t(value_range).numpy(), np.float64))
+    bins = np.clip(np.floor((v - lo) / (hi - lo) * int(nbins)), 0, int(nbins) - 1).astype(np.int64)
+    return loom.tensor(np.bincount(bins, minlength=int(nbins)).astype(as_dtype(dtype).np))
+
+
+def reverse_sequence(input, seq_lengths, seq_axis=None, batch_axis=0, name=None) -> Tensor:
+    """Each batch entry's first `seq_lengths[i]` elements along `seq_axis` reversed, the rest unchanged."""
+    x = _t(input)
+    lens = [int(n) for n in _t(seq_lengths).numpy().reshape(-1)]
+    sa, ba = int(seq_axis) % x.ndim, int(batch_axis) % x.ndim
+    n = x.shape[sa]
+    order = np.tile(np.arange(n), (len(lens), 1))
+    for i, k in enumerate(lens):
+        order[i, :k] = order[i, :k][::-1]
+    # Gather along seq_axis with a per-batch order: move batch and seq axes to the front, then back.
+    rest = [d for d in builtin_range(x.ndim) if d not in (ba, sa)]
+    xt = x.permute(ba, sa, *rest)
+    out = gather(xt, loom.tensor(order), axis=1, batch_dims=1)
+    inv = np.argsort([ba, sa] + rest)
+    return out.permute(*[int(i) for i in inv])
 
 
 def scatter_nd(indices, updates, shape, name=None) -> Tensor:

@@ -35,3 +35,8 @@ class experimental:  # noqa: N801  (TensorFlow's namespace spelling)
         """Accepted for compatibility."""
 
     list_physical_devices = staticmethod(list_physical_devices)
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.config", "tf.config")

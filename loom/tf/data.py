@@ -7,6 +7,7 @@ Elements are tensors or tuples/dicts of tensors, as in TensorFlow.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 from typing import Any, Callable, Iterator
 
@@ -366,6 +367,45 @@ class Dataset:
                 yield from _as_dataset(_apply(map_func, el), "flat_map")._make()
         return Dataset(make, UNKNOWN_CARDINALITY)
 
+    def window(self, size, shift=None, stride=1, drop_remainder=False, name=None) -> Dataset:
+        """Windows of `size` elements (every `stride`-th one) starting every `shift` elements; each window
+        is a structure like the element's with a Dataset in place of each component (batch it in a
+        `flat_map`). Shorter windows at the end are kept unless `drop_remainder`."""
+        size = int(size)
+        shift = size if shift is None else int(shift)
+        stride = int(stride)
+        if size <= 0 or shift <= 0 or stride <= 0:
+            raise LoomValueError(f"loom.tf.data.Dataset.window: size, shift and stride must be positive, got "
+                                 f"size={size}, shift={shift}, stride={stride}")
+        span = (size - 1) * stride + 1
+
+        def make():
+            buf: collections.deque = collections.deque()
+            source = iter(self._make())
+            skip = 0  # Elements between windows still to drop (when shift > the window's span).
+            while True:
+                while len(buf) < span:
+                    el = next(source, _END)
+                    if el is _END:
+                        break
+                    if skip:
+                        skip -= 1
+                    else:
+                        buf.append(el)
+                if not buf or (drop_remainder and len(buf) < span):
+                    return
+                items = list(itertools.islice(buf, 0, span, stride))
+                cols = [_listed([_leaves(e)[j] for e in items]) for j in range(len(_leaves(items[0])))]
+                yield _rebuild(items[0], iter(cols))
+                dropped = min(shift, len(buf))
+                for _ in range(dropped):
+                    buf.popleft()
+                skip = shift - dropped
+        card = self._card
+        if card >= 0:
+            card = max(0, (card - span) // shift + 1) if drop_remainder else -(-card // shift)
+        return Dataset(make, card)
+
     def interleave(self, map_func, cycle_length=None, block_length=None, num_parallel_calls=None,
                    deterministic=None, name=None) -> Dataset:
         """Elements of the datasets `map_func` returns, `block_length` at a time from `cycle_length` of them
@@ -474,6 +514,14 @@ def _along(spec, template) -> list:
     return [spec]
 
 
+_END = object()
+
+
+def _listed(items: list) -> Dataset:
+    """A dataset of the given elements (one window component)."""
+    return Dataset(lambda: iter(items), len(items))
+
+
 def _as_dataset(ds, where: str) -> Dataset:
     if not isinstance(ds, Dataset):
         raise LoomValueError(f"loom.tf.data.Dataset.{where}: the function must return a Dataset, got "
@@ -501,3 +549,8 @@ def _min_card(cards) -> int:
     if finite:
         return min(finite)
     return UNKNOWN_CARDINALITY if UNKNOWN_CARDINALITY in cards else INFINITE_CARDINALITY
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.data", "tf.data")

@@ -126,3 +126,8 @@ def per_image_standardization(image):
 def adjust_brightness(image, delta):
     """Images plus `delta`."""
     return _t(image) + delta
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.image", "tf.image")

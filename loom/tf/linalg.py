@@ -194,3 +194,8 @@ def normalize(tensor, ord="euclidean", axis=None, name=None):
     """`(tensor / norm, norm)` with the norm kept as a broadcastable tensor."""
     n = norm(tensor, ord=ord, axis=axis, keepdims=True)
     return _t(tensor) / n, n
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.linalg", "tf.linalg")

@@ -5,10 +5,11 @@ import numpy as _np
 
 import loom
 from loom.tensor import Tensor as _Tensor
+from loom.tf import _semantics
 from loom.tf._core import (  # noqa: F401
     add_n, argmax, argmin, convert_to_tensor as _t, cumprod, cumsum, reduce_all, reduce_any,
     reduce_logsumexp, reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_std, reduce_sum,
-    reduce_variance, segment_sum, unsorted_segment_sum,
+    reduce_variance, segment_sum, unsorted_segment_sum, unique_with_counts,
 )
 
 
@@ -22,9 +23,15 @@ def _unary(fn, doc):
 def _binary(fn, doc):
     def op(x, y, name=None) -> _Tensor:
         a = _t(x)
+        if isinstance(y, (float, _np.floating)) and a.dtype.category == 1:
+            raise _semantics.mixed_error(fn.__name__, a.dtype, loom.float32)
         b = _t(y, a.dtype) if not isinstance(y, _Tensor) else y
         if not isinstance(x, _Tensor) and isinstance(y, _Tensor):
+            if isinstance(x, (float, _np.floating)) and b.dtype.category == 1:
+                raise _semantics.mixed_error(fn.__name__, loom.float32, b.dtype)
             a = _t(x, b.dtype)
+        if a.dtype is not b.dtype:  # TensorFlow's ops take one dtype; it never promotes.
+            raise _semantics.mixed_error(fn.__name__, a.dtype, b.dtype)
         return fn(a, b)
     op.__doc__ = doc
     return op
@@ -285,3 +292,31 @@ def confusion_matrix(labels, predictions, num_classes=None, weights=None, dtype=
     out = _np.zeros((n, n), dtype=_np.float64)
     _np.add.at(out, (lab, pred), w)
     return loom.tensor(out.astype(d.np))
+
+
+def cumulative_logsumexp(x, axis=0, exclusive=False, reverse=False, name=None) -> _Tensor:
+    """log(cumsum(exp(x))) along `axis`, computed stably (optionally exclusive and/or from the end)."""
+    v = _t(x)
+    a = int(axis)
+    if reverse:
+        v = v.flip(a)
+    out = loom.logcumsumexp(v, dim=a)
+    if exclusive:
+        n = v.shape[a]
+        first = loom.full_like(v.narrow(a, 0, 1), float("-inf"))
+        out = loom.cat([first, out.narrow(a, 0, n - 1)], dim=a)
+    return out.flip(a) if reverse else out
+
+
+def polyval(coeffs, x, name=None) -> _Tensor:
+    """The polynomial coeffs[0] * x**(n-1) + ... + coeffs[n-1] at `x` (Horner's rule)."""
+    xv = _t(x)
+    out = _t(0.0, xv.dtype) * xv
+    for c in coeffs:
+        out = out * xv + _t(c, xv.dtype)
+    return out
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.math", "tf.math")

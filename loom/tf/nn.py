@@ -284,3 +284,8 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
         v = v * _t(sample_weight)
     n = global_batch_size if global_batch_size is not None else v.shape[0]
     return v.sum() / n
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.nn", "tf.nn")

@@ -137,6 +137,19 @@ class Generator:
         import os
         return cls(int.from_bytes(os.urandom(6), "little"))
 
+    def reset_from_seed(self, seed) -> None:
+        """Restart the stream from `seed`."""
+        self._gen = _Generator(int(seed) & 0xFFFFFFFFFFFF)
+
+    def make_seeds(self, count=1) -> _Tensor:
+        """`count` fresh seed pairs (an int64 [2, count] tensor) for the stateless ops."""
+        return loom.randint(0, 2 ** 62, (2, int(count)), dtype=loom.int64, generator=self._gen)
+
+    def split(self, count=1) -> list:
+        """`count` new independent generators seeded from this one's stream."""
+        seeds = loom.randint(0, 2 ** 47, (int(count),), dtype=loom.int64, generator=self._gen).numpy()
+        return [Generator(int(s)) for s in seeds]
+
     def normal(self, shape, mean=0.0, stddev=1.0, dtype=_float32, name=None) -> _Tensor:
         return loom.randn(*_ints(shape), dtype=as_dtype(dtype), generator=self._gen) * stddev + mean
 
@@ -167,3 +180,8 @@ def get_global_generator() -> Generator:
     if not _global_generator:
         _global_generator.append(Generator(0 if _global_seed[0] is None else _global_seed[0]))
     return _global_generator[0]
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.random", "tf.random")

@@ -298,3 +298,8 @@ class CheckpointManager:
                     os.remove(old + _INDEX)
         _record_latest(self._directory, path, self._paths)
         return path
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.train", "tf.train")

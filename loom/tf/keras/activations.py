@@ -119,3 +119,8 @@ def get(identifier):
     if callable(identifier):
         return identifier
     raise LoomValueError(f"loom.tf.keras.activations.get: cannot use {identifier!r} as an activation")
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.activations", "tf.keras.activations")

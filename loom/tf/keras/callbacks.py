@@ -277,7 +277,7 @@ class CSVLogger(Callback):
 
 
 class ModelCheckpoint(Callback):
-    """Save the model's weights after each epoch (or only when `monitor` improves, with `save_best_only`).
+    """Save the model (or only its weights) after each epoch (or only when `monitor` improves, with `save_best_only`).
 
     `filepath` may hold format fields such as ``{epoch:02d}`` and ``{val_loss:.2f}``;
     the weights are written in loom's checkpoint format.
@@ -303,7 +303,10 @@ class ModelCheckpoint(Callback):
                 print(f"Epoch {epoch + 1}: {self.monitor} improved from {self.best:.5f} to {current:.5f}, "
                       f"saving model to {path}")
             self.best = current
-        self.model.save_weights(path)
+        if self.save_weights_only:
+            self.model.save_weights(path)
+        else:  # The whole model, for keras.models.load_model (Keras 3 wants a .keras path here).
+            self.model.save(path)
 
 
 class Progbar:
@@ -351,3 +354,8 @@ class ProgbarLogger(Callback):
             self.bar.update(self.params.get("steps") or 0, list((logs or {}).items()), finalize=True)
         elif self.verbose == 2:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in (logs or {}).items()))
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.callbacks", "tf.keras.callbacks")

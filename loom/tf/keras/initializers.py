@@ -208,3 +208,8 @@ def get(identifier) -> Initializer:
     if isinstance(identifier, type):
         return identifier()
     return identifier
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.initializers", "tf.keras.initializers")

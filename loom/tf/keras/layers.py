@@ -1030,6 +1030,79 @@ class UpSampling2D(Layer):
         return loom.repeat_interleave(x, self.size[1], dim=2)
 
 
+class Attention(Layer):
+    """Keras's dot-product (Luong) attention over [query, value(, key)]: softmax(q k^T) v, with value and
+    causal masks; `score_mode="concat"` sums tanh(q + k) instead."""
+
+    def __init__(self, use_scale=False, score_mode="dot", dropout=0.0, seed=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if score_mode not in ("dot", "concat"):
+            raise LoomValueError(f"loom.tf.keras.layers.Attention: score_mode must be 'dot' or 'concat', got "
+                                 f"{score_mode!r}")
+        self.use_scale, self.score_mode, self.dropout = bool(use_scale), score_mode, float(dropout)
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(name="scale", shape=(), initializer="ones") if self.use_scale else None
+        if self.score_mode == "concat":
+            self.concat_score_weight = self.add_weight(name="concat_score_weight", shape=(), initializer="ones")
+        self.built = True
+
+    def _scores(self, q, k):
+        if self.score_mode == "dot":
+            s = loom.matmul(q, k.transpose(-1, -2))
+            return s * self.scale if self.scale is not None else s
+        t = q.unsqueeze(-2) + k.unsqueeze(-3)
+        if self.scale is not None:
+            t = self.scale * t
+        return self.concat_score_weight * loom.tanh(t).sum(-1)
+
+    def call(self, inputs, mask=None, training=None, return_attention_scores=False, use_causal_mask=False):
+        if not isinstance(inputs, (list, tuple)) or len(inputs) not in (2, 3):
+            raise LoomValueError(f"loom.tf.keras.layers.{type(self).__name__}: inputs must be [query, value] or "
+                                 "[query, value, key]")
+        q, v = _convert_to_tensor(inputs[0]), _convert_to_tensor(inputs[1])
+        k = _convert_to_tensor(inputs[2]) if len(inputs) == 3 else v
+        q_mask, v_mask = (list(mask) + [None, None])[:2] if mask is not None else (None, None)
+        scores = self._scores(q, k)
+        keep = None
+        if v_mask is not None:
+            keep = _convert_to_tensor(v_mask).to(loom.bool).unsqueeze(-2)
+        if use_causal_mask:
+            tq, tv = scores.shape[-2], scores.shape[-1]
+            causal = loom.tensor(np.tril(np.ones((tq, tv), bool)))
+            keep = causal if keep is None else loom.logical_and(keep, causal)
+        if keep is not None:
+            big = 65504.0 if scores.dtype is loom.float16 else 1.0e9
+            scores = scores - big * loom.logical_not(keep).to(scores.dtype)
+        weights = F.softmax(scores, dim=-1)
+        if training and self.dropout > 0:
+            weights = tfnn.dropout(weights, self.dropout)
+        out = loom.matmul(weights, v)
+        if q_mask is not None:
+            out = out * _convert_to_tensor(q_mask).to(out.dtype).unsqueeze(-1)
+        return (out, weights) if return_attention_scores else out
+
+    def compute_mask(self, inputs, mask=None):
+        return None if mask is None else mask[0]
+
+
+class AdditiveAttention(Attention):
+    """Keras's additive (Bahdanau) attention: scores sum(scale * tanh(q + k)) over the feature dimension."""
+
+    def __init__(self, use_scale=True, dropout=0.0, **kwargs) -> None:
+        super().__init__(use_scale=use_scale, dropout=dropout, **kwargs)
+
+    def build(self, input_shape):
+        dim = input_shape[0][-1]
+        self.scale = self.add_weight(name="scale", shape=(dim,), initializer="glorot_uniform") \
+            if self.use_scale else None
+        self.built = True
+
+    def _scores(self, q, k):
+        t = loom.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))
+        return (t * self.scale).sum(-1) if self.scale is not None else t.sum(-1)
+
+
 class MultiHeadAttention(Layer):
     """Keras's multi-head attention: per-head query/key/value projections, softmax(QK^T/sqrt(d))V, output projection."""
 
@@ -1294,3 +1367,9 @@ Concatenate.compute_mask = _merge_masks
 from loom.tf.keras.preprocessing import (  # noqa: E402,F401  (image preprocessing and augmentation layers)
     CenterCrop, RandomBrightness, RandomContrast, RandomFlip, RandomRotation, RandomTranslation, RandomZoom, Resizing,
 )
+from loom.tf.keras.text import Hashing, IntegerLookup, StringLookup, TextVectorization  # noqa: E402,F401
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.layers", "tf.keras.layers")

@@ -330,3 +330,8 @@ def get(identifier):
     if callable(identifier):
         return LossFunctionWrapper(identifier)
     raise LoomValueError(f"loom.tf.keras.losses.get: cannot use {identifier!r} as a loss")
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.losses", "tf.keras.losses")

@@ -477,3 +477,8 @@ def get(identifier, y_true=None, y_pred=None) -> Metric:
     if callable(identifier):
         return MeanMetricWrapper(identifier)
     raise LoomValueError(f"loom.tf.keras.metrics.get: cannot use {identifier!r} as a metric")
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.metrics", "tf.keras.metrics")

@@ -826,3 +826,8 @@ def clone_model(model, input_tensors=None, clone_function=None, call_function=No
         if attr in new.__dict__:
             object.__setattr__(new, attr, None)
     return new
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.models", "tf.keras.models")

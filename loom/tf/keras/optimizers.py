@@ -389,3 +389,8 @@ def get(identifier) -> Optimizer:
     if isinstance(identifier, type) and issubclass(identifier, Optimizer):
         return identifier()
     raise LoomValueError(f"loom.tf.keras.optimizers.get: unknown optimizer {identifier!r}; known: {sorted(_NAMES)}")
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.optimizers", "tf.keras.optimizers")

@@ -53,3 +53,8 @@ def pad_sequences(sequences, maxlen=None, dtype="int32", padding="pre", truncati
         else:
             out[i, -len(s):] = s
     return out
+
+
+from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("loom.tf.keras.utils", "tf.keras.utils")
