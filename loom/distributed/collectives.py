@@ -158,6 +158,22 @@ def _agree(g: ProcessGroup, t, what: str, op: str, shape: tuple | None | bool = 
     agree(g, mine, op, what, part)
 
 
+def _root(g: ProcessGroup, rank, group_rank, name: str, op: str) -> int:
+    """The group rank of a root or peer given as a global rank (`name`) or, PyTorch 2.5's way, as
+    ``group_<name>`` (a rank within `g`)."""
+    if group_rank is not None:
+        if rank is not None:
+            raise DistributedError(f"loom.distributed.{op}: give either {name} or group_{name}, not both")
+        if isinstance(group_rank, bool) or not isinstance(group_rank, int) or not 0 <= group_rank < g.size():
+            raise DistributedError(f"loom.distributed.{op}: group_{name} must be a rank in [0, {g.size()}) of the "
+                                   f"group, got {group_rank!r}")
+        return group_rank
+    if rank is None:
+        raise DistributedError(f"loom.distributed.{op}: {name} is required (a global rank; or group_{name}, a "
+                               "rank within the group)")
+    return g.group_rank(check_rank_arg(rank, name, op), op)
+
+
 def _list_of(tensors, n: int, name: str, op: str) -> list:
     if not isinstance(tensors, (list, tuple)) or len(tensors) != n:
         got = len(tensors) if isinstance(tensors, (list, tuple)) else type(tensors).__name__
@@ -187,12 +203,13 @@ def all_reduce(tensor, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None =
     return _launch(req, lambda: _write(tensor, _average(buf, op, g.size())), async_op)
 
 
-def broadcast(tensor, src: int, group: ProcessGroup | None = None, async_op: bool = False):
+def broadcast(tensor, src: int | None = None, group: ProcessGroup | None = None, async_op: bool = False,
+              group_src: int | None = None):
     """Copy `tensor` of global rank `src` into `tensor` on every other rank of the group (in place)."""
     g = resolve(group, "broadcast")
     if g is None:
         return not_member_warning("broadcast")
-    root = g.group_rank(check_rank_arg(src, "src", "broadcast"), "broadcast")
+    root = _root(g, src, group_src, "src", "broadcast")
     buf = _read(tensor, "tensor", "broadcast")
     _agree(g, tensor, "tensor", "broadcast")
     req = g._comm.Ibcast(buf, root=root)
@@ -273,12 +290,13 @@ def reduce_scatter_tensor(output, input, op: ReduceOp = ReduceOp.SUM, group: Pro
     return _launch(req, lambda: _write(output, _average(recv, op, g.size())), async_op, keep=send)
 
 
-def reduce(tensor, dst: int, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None, async_op: bool = False):
+def reduce(tensor, dst: int | None = None, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None,
+           async_op: bool = False, group_dst: int | None = None):
     """Reduce `tensor` across ranks into `tensor` on global rank `dst` (other ranks' tensors are left as they are)."""
     g = resolve(group, "reduce")
     if g is None:
         return not_member_warning("reduce")
-    root = g.group_rank(check_rank_arg(dst, "dst", "reduce"), "reduce")
+    root = _root(g, dst, group_dst, "dst", "reduce")
     send = _read(tensor, "tensor", "reduce")
     _agree(g, tensor, "tensor", "reduce")
     recv = np.empty_like(send) if g.rank() == root else None
@@ -288,13 +306,13 @@ def reduce(tensor, dst: int, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | 
                    async_op, keep=send)
 
 
-def gather(tensor, gather_list: list | None = None, dst: int = 0, group: ProcessGroup | None = None,
-           async_op: bool = False):
+def gather(tensor, gather_list: list | None = None, dst: int | None = None, group: ProcessGroup | None = None,
+           async_op: bool = False, group_dst: int | None = None):
     """Collect every rank's `tensor` into `gather_list` on global rank `dst` (None elsewhere)."""
     g = resolve(group, "gather")
     if g is None:
         return not_member_warning("gather")
-    root = g.group_rank(check_rank_arg(dst, "dst", "gather"), "gather")
+    root = _root(g, dst if dst is not None or group_dst is not None else g._ranks[0], group_dst, "dst", "gather")
     send = _read(tensor, "tensor", "gather")
     outs = None
     if g.rank() == root:
@@ -313,13 +331,13 @@ def gather(tensor, gather_list: list | None = None, dst: int = 0, group: Process
     return _launch(req, finish, async_op, keep=send)
 
 
-def scatter(tensor, scatter_list: list | None = None, src: int = 0, group: ProcessGroup | None = None,
-            async_op: bool = False):
+def scatter(tensor, scatter_list: list | None = None, src: int | None = None, group: ProcessGroup | None = None,
+            async_op: bool = False, group_src: int | None = None):
     """Write ``scatter_list[r]`` of global rank `src` into `tensor` on rank r (in place)."""
     g = resolve(group, "scatter")
     if g is None:
         return not_member_warning("scatter")
-    root = g.group_rank(check_rank_arg(src, "src", "scatter"), "scatter")
+    root = _root(g, src if src is not None or group_src is not None else g._ranks[0], group_src, "src", "scatter")
     recv = _read(tensor, "tensor", "scatter")
     send = None
     if g.rank() == root:
@@ -398,7 +416,7 @@ def all_to_all_single(output, input, output_split_sizes: Sequence[int] | None = 
                       lambda parts: _write(output, np.concatenate(parts)), async_op)
 
 
-def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_ids=None):
+def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_ids=None, timeout=None):
     """Block until every rank of the group has reached this call."""
     g = resolve(group, "barrier")
     if g is None:
@@ -461,17 +479,19 @@ def monitored_barrier(group: ProcessGroup | None = None, timeout=None, wait_all_
     return None
 
 
-def isend(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0, _op: str = "isend") -> Work:
+def isend(tensor, dst: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
+          group_dst: int | None = None, _op: str = "isend") -> Work:
     """Start sending `tensor` to global rank `dst`; returns a `Work` (call ``wait()``)."""
     g = resolve(group, _op)
     if g is None:
         raise DistributedError(f"loom.distributed.{_op}: this process is not a member of the group")
-    peer = g.group_rank(check_rank_arg(dst, "dst", _op), _op)
+    peer = _root(g, dst, group_dst, "dst", _op)
     buf = _read(tensor, "tensor", _op)
     return Work([g._comm.Isend(buf, dest=peer, tag=tag)], keep=buf)
 
 
-def irecv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0) -> Work:
+def irecv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
+          group_src: int | None = None) -> Work:
     """Start receiving into `tensor` from global rank `src` (any rank when None); ``wait()`` fills it.
 
     ``Work.result()`` gives the sender's global rank.
@@ -480,7 +500,7 @@ def irecv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag
     if g is None:
         raise DistributedError("loom.distributed.irecv: this process is not a member of the group")
     MPI = _mpi()
-    peer = MPI.ANY_SOURCE if src is None else g.group_rank(check_rank_arg(src, "src", "irecv"), "irecv")
+    peer = MPI.ANY_SOURCE if src is None and group_src is None else _root(g, src, group_src, "src", "irecv")
     buf = _empty_like(tensor, "tensor", "irecv")
     status = MPI.Status()
     req = g._comm.Irecv(buf, source=peer, tag=tag)
@@ -502,18 +522,20 @@ def _check_received(status, buf: np.ndarray, g: ProcessGroup, op: str) -> None:
                                "and dtype")
 
 
-def send(tensor, dst: int, group: ProcessGroup | None = None, tag: int = 0) -> None:
+def send(tensor, dst: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
+         group_dst: int | None = None) -> None:
     """Send `tensor` to global rank `dst`, blocking until the send buffer is free."""
-    isend(tensor, dst, group, tag, _op="send").wait()
+    isend(tensor, dst, group, tag, group_dst, _op="send").wait()
 
 
-def recv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0) -> int:
+def recv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
+         group_src: int | None = None) -> int:
     """Receive into `tensor` (in place) from global rank `src`, or from any rank when None; returns the sender."""
     g = resolve(group, "recv")
     if g is None:
         raise DistributedError("loom.distributed.recv: this process is not a member of the group")
     MPI = _mpi()
-    peer = MPI.ANY_SOURCE if src is None else g.group_rank(check_rank_arg(src, "src", "recv"), "recv")
+    peer = MPI.ANY_SOURCE if src is None and group_src is None else _root(g, src, group_src, "src", "recv")
     buf = _empty_like(tensor, "tensor", "recv")
     status = MPI.Status()
     try:
@@ -527,3 +549,39 @@ def recv(tensor, src: int | None = None, group: ProcessGroup | None = None, tag:
     _check_received(status, buf, g, "recv")
     _write(tensor, buf)
     return g._ranks[status.Get_source()]
+
+
+class P2POp:
+    """One point-to-point operation for `batch_isend_irecv`, as ``torch.distributed.P2POp``: `op` is `isend` or
+    `irecv`, `peer` a global rank (or `group_peer` a rank within `group`)."""
+
+    def __init__(self, op: Callable, tensor, peer: int | None = None, group: ProcessGroup | None = None,
+                 tag: int = 0, group_peer: int | None = None) -> None:
+        name = getattr(op, "__name__", "")
+        if name not in ("isend", "irecv"):
+            raise DistributedError(f"loom.distributed.P2POp: op must be loom.distributed.isend or irecv, got {op!r}")
+        self.op, self.tensor, self.peer, self.group = op, tensor, peer, group
+        self.tag, self.group_peer = tag, group_peer
+
+    def __repr__(self) -> str:
+        return f"P2POp({self.op.__name__}, peer={self.peer}, tag={self.tag})"
+
+
+def batch_isend_irecv(p2p_op_list: list) -> list[Work]:
+    """Start every `P2POp` of the list (all sends and receives non-blocking, so their order between ranks
+    cannot deadlock) and return their `Work` handles, as ``torch.distributed.batch_isend_irecv``."""
+    if not isinstance(p2p_op_list, (list, tuple)) or not all(isinstance(p, P2POp) for p in p2p_op_list):
+        raise DistributedError("loom.distributed.batch_isend_irecv: expected a list of loom.distributed.P2POp, got "
+                               f"{p2p_op_list!r}")
+    works = []
+    for p in p2p_op_list:
+        if p.op.__name__ == "isend":
+            works.append(isend(p.tensor, p.peer, p.group, p.tag, p.group_peer))
+        else:
+            works.append(irecv(p.tensor, p.peer, p.group, p.tag, p.group_peer))
+    return works
+
+
+# PyTorch 2.13's names for the flat forms.
+all_gather_single = all_gather_into_tensor
+reduce_scatter_single = reduce_scatter_tensor

@@ -114,6 +114,9 @@ class GroupMember:
     NON_GROUP_MEMBER = object()
 
 
+# ``torch.distributed.group``: ``group.WORLD`` is the default group.
+group = GroupMember
+
 _state: dict[str, Any] = {"world": None, "groups": []}
 # Every MPI communicator loom.distributed made and has not freed, by id: what `live_communicators` counts.
 _LIVE: dict[int, Any] = {}
@@ -374,6 +377,38 @@ def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
     if g is None or not 0 <= group_rank < g.size():
         raise DistributedError(f"loom.distributed.get_global_rank: group rank {group_rank} is not in the group")
     return g._ranks[group_rank]
+
+
+def get_group_rank(group: ProcessGroup, global_rank: int) -> int:
+    """The rank within `group` of the process whose global rank is `global_rank`."""
+    g = resolve(group, "get_group_rank")
+    if g is None:
+        raise DistributedError("loom.distributed.get_group_rank: this process is not a member of the group")
+    return g.group_rank(global_rank, "get_group_rank")
+
+
+def get_node_local_rank(fallback_rank: int | None = None) -> int:
+    """This process's rank on its machine (``LOCAL_RANK``, which the launcher sets; Open MPI's local rank under
+    plain ``mpirun``), else `fallback_rank`."""
+    for name in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise DistributedError("loom.distributed.get_node_local_rank: LOCAL_RANK is not set (start the program with "
+                           "`python -m loom.distributed.run`), and no fallback_rank was given")
+
+
+def is_backend_available(backend: str) -> bool:
+    """Whether `backend` can be used here: ``"mpi"`` and ``"gloo"`` need mpi4py, ``"nccl"`` CuPy's NCCL and a GPU."""
+    name = str(backend).lower()
+    if "nccl" in name:
+        try:
+            _nccl_backend().check_available()
+        except DistributedError:
+            return False
+        return True
+    return name in ("mpi", "gloo", "cpu:gloo", "cpu:mpi") and is_available()
 
 
 def get_process_group_ranks(group: ProcessGroup) -> list[int]:
