@@ -258,7 +258,8 @@ def _base_comm(MPI):
 
 
 def _abort_on_uncaught_exception() -> None:
-    """Make an uncaught exception in one rank end the whole job instead of leaving the others blocked."""
+    """Make an uncaught exception in one rank, or its ``sys.exit`` with a failure status, end the whole job
+    instead of leaving the others blocked (MPI_Finalize at exit would wait for them, and they for it)."""
     previous: Callable = sys.excepthook
     if getattr(previous, "_loom_aborts", False):
         return
@@ -270,6 +271,29 @@ def _abort_on_uncaught_exception() -> None:
 
     hook._loom_aborts = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+    # SystemExit never reaches the excepthook and its status is gone by the time atexit runs, so `sys.exit`
+    # records it (a bare ``raise SystemExit(1)`` is not seen; the launcher, which runs the script, sees both).
+    real_exit = sys.exit
+
+    def exit(status=None):
+        _state["exit_status"] = status
+        real_exit(status)
+
+    sys.exit = exit
+    import atexit
+    atexit.register(_abort_on_failed_exit)
+
+
+def _abort_on_failed_exit() -> None:
+    status = _state.pop("exit_status", None)
+    code = status if isinstance(status, int) else (0 if status is None else 1)
+    MPI = sys.modules.get("mpi4py.MPI")
+    if code == 0 or MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+        return
+    sys.stdout.flush()
+    print(f"loom.distributed: rank {_base_comm(MPI).Get_rank()} called sys.exit({status!r}); ending the job so "
+          "that no other rank waits for it", file=sys.stderr, flush=True)
+    _base_comm(MPI).Abort(code)
 
 
 def destroy_process_group(group: ProcessGroup | None = None) -> None:

@@ -53,3 +53,9 @@ elif mode == "raise":
     t = torch.ones(2)
     dist.all_reduce(t)
     print(f"rank {rank}: all_reduce returned although rank 1 failed", flush=True)
+elif mode == "exit":
+    if rank == 1:
+        sys.exit(3)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    print(f"rank {rank}: all_reduce returned although rank 1 exited", flush=True)
