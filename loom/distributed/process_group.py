@@ -231,10 +231,17 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     env_size = int(os.environ.get("WORLD_SIZE", size) or size)
     if env_size != size:
         free(comm)
+        alone = ""
+        if size == 1 and os.environ.get("MASTER_ADDR"):
+            alone = (f" This process (RANK={os.environ.get('RANK', '?')}) was started on its own with torchrun's "
+                     f"variables (MASTER_ADDR={os.environ['MASTER_ADDR']}, MASTER_PORT="
+                     f"{os.environ.get('MASTER_PORT', '?')}); loom does not rendezvous there, its ranks join "
+                     "through MPI, so start all of them with one command.")
         raise DistributedError(
-            f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es). "
-            "loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc N` "
-            "(with --nnodes/--node-rank/--master on each machine) or `mpirun -n N`")
+            f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es).{alone} "
+            f"loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc "
+            f"{env_size} script.py` (with --nnodes/--node-rank/--master on each machine) or `mpirun -n {env_size} "
+            "python script.py`")
     for arg, have, what in ((world_size, size, "world_size"), (rank, me, "rank")):
         if arg not in (-1, None) and arg != have:
             free(comm)
