@@ -83,6 +83,7 @@ class ProcessGroup:
         self._comm = comm
         self._ranks = list(ranks)
         self._backend = backend
+        self._asked = backend  # The name `get_backend` reports ("gloo" for a gloo request, which runs on MPI).
         self._nccl: Any = None  # Its NCCL communicator, made by loom.distributed.nccl on first use.
         # Private communicators duplicated from this one (`loom.distributed.comm.channel`), freed with it.
         self._children: list[ProcessGroup] = []
@@ -250,6 +251,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
             raise DistributedError(f"loom.distributed.init_process_group: {what}={arg} but MPI says this process "
                                    f"has {what} {have}; leave {what} at -1 to take MPI's{hint}")
     world = ProcessGroup(comm, range(size), name)
+    world._asked = _asked(backend, name)
     _state["world"] = world
     GroupMember.WORLD = world
     if size > 1:
@@ -378,6 +380,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout=None, backend: str | N
         return GroupMember.NON_GROUP_MEMBER
     own(comm)
     group = ProcessGroup(comm, members, name)
+    group._asked = world._asked if backend is None else _asked(backend, name)
     _state["groups"].append(group)
     return group
 
@@ -395,11 +398,17 @@ def get_world_size(group: ProcessGroup | None = None) -> int:
 
 
 def get_backend(group: ProcessGroup | None = None) -> str:
-    """The backend name of `group`: ``"mpi"`` (``"gloo"`` requests run on MPI) or ``"nccl"``."""
+    """The backend name of `group` as it was asked for, as PyTorch reports it: ``"gloo"`` (which runs on MPI),
+    ``"mpi"`` (also the default) or ``"nccl"``."""
     g = resolve(group, "get_backend")
     if g is None:
         raise DistributedError("loom.distributed.get_backend: this process is not a member of the group")
-    return g._backend
+    return g._asked
+
+
+def _asked(backend, name: str) -> str:
+    """The backend name `get_backend` reports: "gloo" for a gloo request (run on MPI), else the backend's."""
+    return "gloo" if name == "mpi" and str(backend).lower() in ("gloo", "cpu:gloo") else name
 
 
 def get_global_rank(group: ProcessGroup, group_rank: int) -> int:

@@ -45,6 +45,9 @@ def same(t, expected, what, dtype=None):
     check(ok, what, (got.tolist(), str(t.dtype)))
 
 
+if backend == "gloo":
+    check(dist.get_backend() == "gloo" and dist.get_backend(dist.group.WORLD) == "gloo", "get_backend",
+          dist.get_backend())
 ranks = np.arange(world)
 # Every ReduceOp on float64 and int64.
 vals = {r: np.array([r + 1.0, -(r + 2.0), 0.5 * r + 3.0]) for r in range(world)}
