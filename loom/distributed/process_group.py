@@ -226,6 +226,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         raise DistributedError("loom.distributed.init_process_group: trying to initialise the default process "
                                "group twice; call destroy_process_group() first")
     name = _normalise_backend(backend)
+    from loom.distributed import rendezvous
+    if _state.get("base") is None and rendezvous.torch_style():   # Ranks started one by one, torchrun style.
+        seconds = getattr(timeout, "total_seconds", lambda: timeout)() if timeout is not None else None
+        rendezvous.torch_style_prepare(float(seconds) if seconds else float(os.environ.get(
+            "LOOM_DIST_RDZV_TIMEOUT", "300")))
     MPI = _mpi()
     comm = own(_base_comm(MPI).Dup())
     size, me = comm.Get_size(), comm.Get_rank()
@@ -261,8 +266,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 def _base_comm(MPI):
     """MPI's world, or for a job of separately launched machines, their ranks joined (once per process)."""
     if _state.get("base") is None:
-        from loom.distributed.rendezvous import join_world, needs_join
-        _state["base"] = join_world(MPI) if needs_join(MPI) else MPI.COMM_WORLD
+        from loom.distributed.rendezvous import _TORCH, join_world, needs_join, torch_style_join
+        if _TORCH:
+            _state["base"] = torch_style_join(MPI)
+        else:
+            _state["base"] = join_world(MPI) if needs_join(MPI) else MPI.COMM_WORLD
     return _state["base"]
 
 
