@@ -19,15 +19,16 @@ Examples
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
 """
 from loom.distributed.collectives import (
-    Work, all_gather, all_gather_into_tensor, all_reduce, all_to_all, all_to_all_single, barrier, broadcast, gather,
-    irecv, isend, monitored_barrier, recv, reduce, reduce_scatter, reduce_scatter_tensor, scatter, send,
+    P2POp, Work, all_gather, all_gather_into_tensor, all_gather_single, all_reduce, all_to_all, all_to_all_single,
+    barrier, batch_isend_irecv, broadcast, gather, irecv, isend, monitored_barrier, recv, reduce, reduce_scatter,
+    reduce_scatter_single, reduce_scatter_tensor, scatter, send,
 )
 from loom.distributed import nccl as _nccl  # noqa: F401  (registers the "nccl" backend)
 from loom import _upper
 from loom.distributed.process_group import (
     Backend, DistributedError, GroupMember, ProcessGroup, ReduceOp, destroy_process_group, get_backend,
-    get_global_rank, get_process_group_ranks, get_rank, get_world_size, init_process_group, is_available,
-    is_initialized, new_group,
+    get_global_rank, get_group_rank, get_node_local_rank, get_process_group_ranks, get_rank, get_world_size, group,
+    init_process_group, is_available, is_backend_available, is_initialized, new_group,
 )
 
 
@@ -41,11 +42,12 @@ _upper.register(compile_overlapped=_compile_overlapped)
 
 __all__ = [
     "init_process_group", "destroy_process_group", "is_initialized", "is_available", "get_rank", "get_world_size",
-    "get_backend", "get_global_rank", "get_process_group_ranks", "new_group", "barrier", "monitored_barrier",
-    "ProcessGroup",
+    "get_backend", "get_global_rank", "get_group_rank", "get_node_local_rank", "get_process_group_ranks",
+    "is_backend_available", "new_group", "barrier", "monitored_barrier", "ProcessGroup", "group",
     "GroupMember", "Backend", "ReduceOp", "Work", "DistributedError",
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
     "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv",
+    "P2POp", "batch_isend_irecv", "all_gather_single", "reduce_scatter_single",
 ]
 
 

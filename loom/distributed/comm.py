@@ -55,21 +55,33 @@ def group_of(ranks: Sequence[int], op: str) -> ProcessGroup | None:
                            "before running the collective")
 
 
-def agree(g: ProcessGroup, mine: tuple, op: str, what: str, part: str = "shape and dtype") -> None:
+def agree(g: ProcessGroup, mine: tuple, op: str, what: str, part: str = "shape and dtype",
+          problem: BaseException | None = None) -> None:
     """Check that every rank of `g` passed the same `mine` (a (shape or None, dtype name) pair) to `op`, so a
     mismatch is an error naming each rank's, on every rank, not a hang or a silent wrong result.
 
-    It costs one 16-byte MAX all-reduce of a fingerprint (no pickling); only a mismatch pays for gathering every
+    `problem` is this rank's own error in its arguments (found before any data moved): then every rank raises,
+    this one its `problem`, the others an error naming this rank's, so no rank goes on to a collective that
+    another has abandoned (which would pair it with the next collective of that rank).
+
+    It costs one 24-byte MAX all-reduce of a fingerprint (no pickling); only a mismatch pays for gathering every
     rank's description. It cannot ride in the collective's own message: MPI needs the counts to agree before
     the data moves (a longer message is a truncation error on one rank and a hang or garbage on the others).
     """
     h = zlib.crc32(repr(mine).encode())
-    both = np.array([h, -h], np.int64)
+    both = np.array([h, -h, problem is not None], np.int64)
     g._comm.Allreduce(_mpi().IN_PLACE, both, _mpi().MAX)
-    if both[0] == -both[1]:   # The largest fingerprint is the smallest: every rank's is the same.
+    if both[2] == 0 and both[0] == -both[1]:   # The largest fingerprint is the smallest: every rank's is the same.
         return
-    every = g._comm.allgather(mine)
-    said = ", ".join(f"rank {g._ranks[k]}: {d}" + ("" if s is None else fmt_shape(s)) for k, (s, d) in enumerate(every))
+    every = g._comm.allgather((mine, None if problem is None else f"{type(problem).__name__}: {problem}"))
+    if problem is not None:
+        raise problem
+    bad = [(g._ranks[k], said) for k, (_, said) in enumerate(every) if said is not None]
+    if bad:
+        raise DistributedError(f"loom.distributed.{op}: rank {bad[0][0]} passed arguments it could not use, so no "
+                               f"rank of the group runs the collective; rank {bad[0][0]} raised {bad[0][1]}")
+    said = ", ".join(f"rank {g._ranks[k]}: {d}" + ("" if s is None else fmt_shape(s))
+                     for k, ((s, d), _) in enumerate(every))
     raise DistributedError(f"loom.distributed.{op}: the ranks passed {what}s that differ ({said}); every rank of "
                            f"the group must pass a {what} of the same {part}")
 

@@ -83,6 +83,7 @@ class ProcessGroup:
         self._comm = comm
         self._ranks = list(ranks)
         self._backend = backend
+        self._asked = backend  # The name `get_backend` reports ("gloo" for a gloo request, which runs on MPI).
         self._nccl: Any = None  # Its NCCL communicator, made by loom.distributed.nccl on first use.
         # Private communicators duplicated from this one (`loom.distributed.comm.channel`), freed with it.
         self._children: list[ProcessGroup] = []
@@ -113,6 +114,9 @@ class GroupMember:
     WORLD: ProcessGroup | None = None
     NON_GROUP_MEMBER = object()
 
+
+# ``torch.distributed.group``: ``group.WORLD`` is the default group.
+group = GroupMember
 
 _state: dict[str, Any] = {"world": None, "groups": []}
 # Every MPI communicator loom.distributed made and has not freed, by id: what `live_communicators` counts.
@@ -222,16 +226,28 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         raise DistributedError("loom.distributed.init_process_group: trying to initialise the default process "
                                "group twice; call destroy_process_group() first")
     name = _normalise_backend(backend)
+    from loom.distributed import rendezvous
+    if _state.get("base") is None and rendezvous.torch_style():   # Ranks started one by one, torchrun style.
+        seconds = getattr(timeout, "total_seconds", lambda: timeout)() if timeout is not None else None
+        rendezvous.torch_style_prepare(float(seconds) if seconds else float(os.environ.get(
+            "LOOM_DIST_RDZV_TIMEOUT", "300")))
     MPI = _mpi()
     comm = own(_base_comm(MPI).Dup())
     size, me = comm.Get_size(), comm.Get_rank()
     env_size = int(os.environ.get("WORLD_SIZE", size) or size)
     if env_size != size:
         free(comm)
+        alone = ""
+        if size == 1 and os.environ.get("MASTER_ADDR"):
+            alone = (f" This process (RANK={os.environ.get('RANK', '?')}) was started on its own with torchrun's "
+                     f"variables (MASTER_ADDR={os.environ['MASTER_ADDR']}, MASTER_PORT="
+                     f"{os.environ.get('MASTER_PORT', '?')}); loom does not rendezvous there, its ranks join "
+                     "through MPI, so start all of them with one command.")
         raise DistributedError(
-            f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es). "
-            "loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc N` "
-            "(with --nnodes/--node-rank/--master on each machine) or `mpirun -n N`")
+            f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es).{alone} "
+            f"loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc "
+            f"{env_size} script.py` (with --nnodes/--node-rank/--master on each machine) or `mpirun -n {env_size} "
+            "python script.py`")
     for arg, have, what in ((world_size, size, "world_size"), (rank, me, "rank")):
         if arg not in (-1, None) and arg != have:
             free(comm)
@@ -240,6 +256,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
             raise DistributedError(f"loom.distributed.init_process_group: {what}={arg} but MPI says this process "
                                    f"has {what} {have}; leave {what} at -1 to take MPI's{hint}")
     world = ProcessGroup(comm, range(size), name)
+    world._asked = _asked(backend, name)
     _state["world"] = world
     GroupMember.WORLD = world
     if size > 1:
@@ -249,13 +266,17 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 def _base_comm(MPI):
     """MPI's world, or for a job of separately launched machines, their ranks joined (once per process)."""
     if _state.get("base") is None:
-        from loom.distributed.rendezvous import join_world, needs_join
-        _state["base"] = join_world(MPI) if needs_join(MPI) else MPI.COMM_WORLD
+        from loom.distributed.rendezvous import _TORCH, join_world, needs_join, torch_style_join
+        if _TORCH:
+            _state["base"] = torch_style_join(MPI)
+        else:
+            _state["base"] = join_world(MPI) if needs_join(MPI) else MPI.COMM_WORLD
     return _state["base"]
 
 
 def _abort_on_uncaught_exception() -> None:
-    """Make an uncaught exception in one rank end the whole job instead of leaving the others blocked."""
+    """Make an uncaught exception in one rank, or its ``sys.exit`` with a failure status, end the whole job
+    instead of leaving the others blocked (MPI_Finalize at exit would wait for them, and they for it)."""
     previous: Callable = sys.excepthook
     if getattr(previous, "_loom_aborts", False):
         return
@@ -267,6 +288,29 @@ def _abort_on_uncaught_exception() -> None:
 
     hook._loom_aborts = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+    # SystemExit never reaches the excepthook and its status is gone by the time atexit runs, so `sys.exit`
+    # records it (a bare ``raise SystemExit(1)`` is not seen; the launcher, which runs the script, sees both).
+    real_exit = sys.exit
+
+    def exit(status=None):
+        _state["exit_status"] = status
+        real_exit(status)
+
+    sys.exit = exit
+    import atexit
+    atexit.register(_abort_on_failed_exit)
+
+
+def _abort_on_failed_exit() -> None:
+    status = _state.pop("exit_status", None)
+    code = status if isinstance(status, int) else (0 if status is None else 1)
+    MPI = sys.modules.get("mpi4py.MPI")
+    if code == 0 or MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+        return
+    sys.stdout.flush()
+    print(f"loom.distributed: rank {_base_comm(MPI).Get_rank()} called sys.exit({status!r}); ending the job so "
+          "that no other rank waits for it", file=sys.stderr, flush=True)
+    _base_comm(MPI).Abort(code)
 
 
 def destroy_process_group(group: ProcessGroup | None = None) -> None:
@@ -344,6 +388,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout=None, backend: str | N
         return GroupMember.NON_GROUP_MEMBER
     own(comm)
     group = ProcessGroup(comm, members, name)
+    group._asked = world._asked if backend is None else _asked(backend, name)
     _state["groups"].append(group)
     return group
 
@@ -361,11 +406,17 @@ def get_world_size(group: ProcessGroup | None = None) -> int:
 
 
 def get_backend(group: ProcessGroup | None = None) -> str:
-    """The backend name of `group`: ``"mpi"`` (``"gloo"`` requests run on MPI) or ``"nccl"``."""
+    """The backend name of `group` as it was asked for, as PyTorch reports it: ``"gloo"`` (which runs on MPI),
+    ``"mpi"`` (also the default) or ``"nccl"``."""
     g = resolve(group, "get_backend")
     if g is None:
         raise DistributedError("loom.distributed.get_backend: this process is not a member of the group")
-    return g._backend
+    return g._asked
+
+
+def _asked(backend, name: str) -> str:
+    """The backend name `get_backend` reports: "gloo" for a gloo request (run on MPI), else the backend's."""
+    return "gloo" if name == "mpi" and str(backend).lower() in ("gloo", "cpu:gloo") else name
 
 
 def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
@@ -374,6 +425,38 @@ def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
     if g is None or not 0 <= group_rank < g.size():
         raise DistributedError(f"loom.distributed.get_global_rank: group rank {group_rank} is not in the group")
     return g._ranks[group_rank]
+
+
+def get_group_rank(group: ProcessGroup, global_rank: int) -> int:
+    """The rank within `group` of the process whose global rank is `global_rank`."""
+    g = resolve(group, "get_group_rank")
+    if g is None:
+        raise DistributedError("loom.distributed.get_group_rank: this process is not a member of the group")
+    return g.group_rank(global_rank, "get_group_rank")
+
+
+def get_node_local_rank(fallback_rank: int | None = None) -> int:
+    """This process's rank on its machine (``LOCAL_RANK``, which the launcher sets; Open MPI's local rank under
+    plain ``mpirun``), else `fallback_rank`."""
+    for name in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise DistributedError("loom.distributed.get_node_local_rank: LOCAL_RANK is not set (start the program with "
+                           "`python -m loom.distributed.run`), and no fallback_rank was given")
+
+
+def is_backend_available(backend: str) -> bool:
+    """Whether `backend` can be used here: ``"mpi"`` and ``"gloo"`` need mpi4py, ``"nccl"`` CuPy's NCCL and a GPU."""
+    name = str(backend).lower()
+    if "nccl" in name:
+        try:
+            _nccl_backend().check_available()
+        except DistributedError:
+            return False
+        return True
+    return name in ("mpi", "gloo", "cpu:gloo", "cpu:mpi") and is_available()
 
 
 def get_process_group_ranks(group: ProcessGroup) -> list[int]:

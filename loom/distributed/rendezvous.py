@@ -88,3 +88,193 @@ def _disconnect(comm: Any) -> None:
     if MPI.Is_initialized() and not MPI.Is_finalized():
         comm.Barrier()
         comm.Free()
+
+
+# Processes started one by one with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each an
+# MPI singleton: rank 0 starts an ``ompi-server`` and serves a small TCP rendezvous at MASTER_ADDR:MASTER_PORT;
+# each rank learns the server's URI there (Open MPI must know it before MPI starts, through the
+# ``pmix_server_uri`` MCA variable), then the ranks join one by one as the nodes of a multi-machine job do.
+_TORCH: dict[str, Any] = {}
+
+
+def torch_style() -> bool:
+    """Whether this process was started on its own by the user with torchrun's variables for several ranks."""
+    return (_env_int("WORLD_SIZE", 1) > 1 and bool(os.environ.get("MASTER_ADDR"))
+            and bool(os.environ.get("MASTER_PORT")) and "OMPI_COMM_WORLD_SIZE" not in os.environ
+            and "PMI_SIZE" not in os.environ and _env_int("LOOM_DIST_NNODES", 1) == 1)
+
+
+def _send_line(sock: Any, text: str) -> None:
+    sock.sendall(text.encode() + b"\n")
+
+
+def _recv_line(sock: Any, what: str) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise DistributedError(f"loom.distributed.init_process_group: the rendezvous at "
+                                   f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} closed while "
+                                   f"this rank waited for {what} (did rank 0 fail?)")
+        data += chunk
+    return data.decode().strip()
+
+
+def torch_style_prepare(timeout: float) -> None:
+    """Before MPI starts: meet at MASTER_ADDR:MASTER_PORT and point Open MPI at rank 0's ``ompi-server``."""
+    import socket
+    import subprocess
+    import tempfile
+    import time
+    if "mpi4py.MPI" in __import__("sys").modules:
+        raise DistributedError("loom.distributed.init_process_group: WORLD_SIZE > 1 with MASTER_ADDR/MASTER_PORT "
+                               "(ranks started one by one), but MPI was started before init_process_group; call "
+                               "init_process_group before anything that imports mpi4py")
+    size, rank = _env_int("WORLD_SIZE", 1), _env_int("RANK", -1)
+    addr, port = os.environ["MASTER_ADDR"], _env_int("MASTER_PORT", 0)
+    if not 0 <= rank < size:
+        raise DistributedError(f"loom.distributed.init_process_group: RANK={os.environ.get('RANK')!r} must be set "
+                               f"to a rank in [0, {size}) (WORLD_SIZE={size}) for each process")
+    deadline = time.monotonic() + timeout
+    if rank == 0:
+        import atexit
+        import shutil
+        import signal
+        exe = shutil.which("ompi-server")
+        if exe is None:
+            raise DistributedError("loom.distributed.init_process_group: ranks started one by one need Open MPI's "
+                                   "ompi-server (apt-get install openmpi-bin), which is not on PATH")
+        uri_file = os.path.join(tempfile.mkdtemp(prefix="loom-rdzv-"), "ompi-server.uri")
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        from loom.distributed.run import _die_with_parent
+        server = subprocess.Popen(_die_with_parent([exe, "--no-daemonize", "-r", uri_file], signal.SIGKILL),
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        atexit.register(lambda: server.poll() is None and (server.kill(), server.wait()))
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("", port))
+        except OSError as e:
+            raise DistributedError(f"loom.distributed.init_process_group: rank 0 cannot listen on MASTER_PORT={port} "
+                                   f"({e}); choose a free port") from None
+        listener.listen(size)
+        uri = ""
+        while not uri:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise DistributedError("loom.distributed.init_process_group: Open MPI's ompi-server did not start")
+            time.sleep(0.02)
+            uri = open(uri_file).read().strip() if os.path.exists(uri_file) else ""
+        peers: dict[int, Any] = {}
+        listener.settimeout(max(0.1, deadline - time.monotonic()))
+        while len(peers) < size - 1:
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                missing = sorted(set(range(1, size)) - set(peers))
+                raise DistributedError(f"loom.distributed.init_process_group: ranks {missing} did not reach the "
+                                       f"rendezvous at {addr}:{port} within {timeout:g} s") from None
+            conn.settimeout(None)
+            other = int(_recv_line(conn, "its rank"))
+            if other in peers or not 0 < other < size:
+                _send_line(conn, f"error rank {other} is taken or not in [1, {size})")
+                raise DistributedError(f"loom.distributed.init_process_group: two processes say RANK={other} (or it "
+                                       f"is outside [0, {size})); give each process its own RANK")
+            peers[other] = conn
+        for conn in peers.values():
+            _send_line(conn, uri)
+        _TORCH.update(peers=peers, listener=listener)
+    else:
+        while True:
+            try:
+                sock = socket.create_connection((addr, port), timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise DistributedError(f"loom.distributed.init_process_group: rank 0 did not open the rendezvous "
+                                           f"at MASTER_ADDR={addr} MASTER_PORT={port} within {timeout:g} s") from None
+                time.sleep(0.1)
+        sock.settimeout(None)
+        _send_line(sock, str(rank))
+        uri = _recv_line(sock, "the rendezvous")
+        if uri.startswith("error "):
+            raise DistributedError(f"loom.distributed.init_process_group: rank 0 refused this process: {uri[6:]}")
+        _TORCH.update(sock=sock)
+    _TORCH.update(rank=rank, size=size)
+    os.environ["OMPI_MCA_pmix_server_uri"] = uri
+
+
+def torch_style_join(MPI: Any) -> Any:
+    """After MPI started: join the singletons in rank order into one communicator (collective over all ranks)."""
+    import atexit
+    rank, size = _TORCH["rank"], _TORCH["size"]
+    comm = MPI.COMM_SELF
+    if rank == 0:
+        port = MPI.Open_port()
+        for k in range(1, size):
+            _send_line(_TORCH["peers"][k], port)
+            merged = _merge(comm.Accept(port, root=0), high=False)
+            if comm is not MPI.COMM_SELF:
+                comm.Free()
+            comm = merged
+        MPI.Close_port(port)
+        _TORCH["listener"].close()
+        links = _TORCH["peers"]
+    else:
+        port = _recv_line(_TORCH["sock"], "the MPI port")
+        comm = _merge(MPI.COMM_SELF.Connect(port, root=0), high=True)
+        links = {0: _TORCH["sock"]}
+        while comm.Get_size() < size:
+            merged = _merge(comm.Accept("", root=0), high=False)
+            comm.Free()
+            comm = merged
+    world = comm.Split(0, key=rank)
+    if comm is not MPI.COMM_SELF:
+        comm.Free()
+    if world.Get_size() != size or world.Get_rank() != rank:
+        raise DistributedError(f"loom.distributed.init_process_group: joining the ranks gave rank "
+                               f"{world.Get_rank()} of {world.Get_size()}, expected {rank} of {size}")
+    atexit.register(_disconnect, world)
+    _watch(links, rank)
+    atexit.register(_say_bye, links)
+    return world
+
+
+def _say_bye(links: dict) -> None:
+    """At a normal exit: tell the linked ranks that this one ends on purpose (the watchdog lets it go)."""
+    for sock in links.values():
+        try:
+            _send_line(sock, "bye")
+        except OSError:
+            pass
+
+
+def _watch(links: dict, me: int) -> None:
+    """Separately started ranks are separate MPI jobs, which MPI_Abort does not reach: each keeps its rendezvous
+    connection (rank 0 one to every rank) and a watchdog thread that ends this process when a linked rank's
+    connection closes without its goodbye (it raised, exited with an error or was killed), so none waits forever
+    in a collective; rank 0 ending takes the others with it."""
+    import selectors
+    import sys
+    import threading
+
+    def run() -> None:
+        sel = selectors.DefaultSelector()
+        for peer, sock in links.items():
+            sel.register(sock, selectors.EVENT_READ, peer)
+        open_links = len(links)
+        while open_links:
+            for key, _ in sel.select():
+                try:
+                    data = key.fileobj.recv(64)  # type: ignore[union-attr]
+                except OSError:
+                    data = b""
+                if b"bye" in data:
+                    sel.unregister(key.fileobj)
+                    open_links -= 1
+                elif not data:
+                    print(f"loom.distributed: rank {key.data} ended without finishing (it raised, exited with an "
+                          f"error or was killed); ending rank {me} too", file=sys.stderr, flush=True)
+                    os._exit(1)
+
+    threading.Thread(target=run, name="loom-rank-watchdog", daemon=True).start()

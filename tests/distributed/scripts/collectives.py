@@ -6,7 +6,7 @@ import loom.distributed as dist
 
 dist.init_process_group("gloo")
 r, n = dist.get_rank(), dist.get_world_size()
-assert dist.is_initialized() and dist.get_backend() == "mpi" and n >= 2
+assert dist.is_initialized() and dist.get_backend() == "gloo" and n >= 2
 
 
 def base(k):  # Rank k's input: distinct per rank.
