@@ -789,6 +789,8 @@ class Tensor:
         vc.value += 1
         if _realize.active_trace is not None:
             _realize.active_trace.on_mutate(self, old)
+        elif self._ctx is None and not self.requires_grad and result._node.buffer is None:
+            _note_written(self)
         if self._alias is not None:
             # Memory shared with a NumPy array: the write must be visible there too, while
             # every other loom value that read the old contents keeps them.
@@ -1270,6 +1272,29 @@ def apply(op: str, inputs: Sequence[Tensor], attrs: dict) -> Tensor:
 
 _ops._APPLY = apply
 _TENSOR_NEW = Tensor.__new__
+
+# State without history written in place and not yet computed (BatchNorm's running statistics, step
+# counters): nothing reads it within a step, so its pending chain, and the per-step values it reads, would
+# grow until the lazy depth limit. The optimizer's step barrier computes it with the parameters
+# (`take_written`). By id; an entry goes when its tensor does.
+_WRITTEN: dict[int, weakref.ref] = {}
+
+
+def _note_written(t: Tensor) -> None:
+    key = id(t)
+    if key not in _WRITTEN:
+        def forget(_ref: weakref.ref, key: int = key) -> None:
+            _WRITTEN.pop(key, None)
+        _WRITTEN[key] = weakref.ref(t, forget)
+
+
+def take_written() -> list[Tensor]:
+    """The live tensors written in place since the last call whose new value is still pending (and forget them)."""
+    if not _WRITTEN:
+        return []
+    out = [t for t in (r() for r in _WRITTEN.values()) if t is not None and t._node.buffer is None]
+    _WRITTEN.clear()
+    return out
 
 
 def _is_dtype_like(a) -> bool:

@@ -94,9 +94,17 @@ def _order(roots):
                 continue
             seen.add(id(t))
             stack.append((t, True))
-            if t._ctx is not None:
-                _check_not_freed(t._ctx)
-                for i in inputs_at_use(t._ctx):
+            ctx = t._ctx
+            if ctx is not None:
+                if type(ctx) is _Freed:
+                    _check_not_freed(ctx)
+                for i, v in zip(ctx.inputs, ctx.versions):
+                    if i._vc.value != v:
+                        inputs = inputs_at_use(ctx)
+                        break
+                else:
+                    inputs = ctx.inputs  # Nothing changed in place since the op read them (the common case).
+                for i in inputs:
                     if i is not None and i.requires_grad and id(i) not in seen:
                         stack.append((i, False))
     order.reverse()
@@ -167,19 +175,28 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
             # A trace with pipeline stages learns which stage's backward each rule's nodes belong to.
             tr = _realize.active_trace
             mark = tr.on_backward(t) if tr is not None and tr.stages else None
-            used = inputs_at_use(ctx, check=True)
-            # A rule that ignores input values only needs shapes: the current tensor serves.
-            args = [u if u is not None else i for u, i in zip(used, ctx.inputs)]
+            inputs = ctx.inputs
+            for inp, v in zip(inputs, ctx.versions):
+                if inp._vc.value != v:
+                    used = inputs_at_use(ctx, check=True)
+                    # A rule that ignores input values only needs shapes: the current tensor serves.
+                    args = [u if u is not None else i for u, i in zip(used, inputs)]
+                    break
+            else:
+                used = args = inputs  # Nothing changed in place since the op read them (the common case).
             # A holomorphic rule written for reals gives PyTorch's complex gradient conjugated around it.
             prim = ctx.prim
             conj = t._node.dtype.category == 3 and prim.name in CONJ_VJP
             if conj:
                 g = P("conj", g)
-            if _wants_needs(prim):
-                in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs,
-                                        needs=tuple([u is not None and u.requires_grad for u in used]))
+            w = _NEEDS.get(getattr(prim.vjp, "__func__", prim.vjp))
+            if w is None:
+                w = _wants_needs(prim)
+            if w:
+                in_grads = prim.vjp(g, *args, t, ctx.attrs,
+                                    needs=tuple([u is not None and u.requires_grad for u in used]))
             else:
-                in_grads = ctx.prim.vjp(g, *args, t, ctx.attrs)
+                in_grads = prim.vjp(g, *args, t, ctx.attrs)
             if conj:
                 in_grads = [None if gi is None else P("conj", gi) for gi in in_grads]
             if mark is not None:
@@ -189,12 +206,13 @@ def _run(outputs, seeds, create_graph: bool, stop_at: set[int] | None, retain_gr
             for inp, gi in zip(used, in_grads):
                 if gi is None or inp is None or not inp.requires_grad:
                     continue
-                if gi.dtype is not inp.dtype:
+                if gi._node.dtype is not inp._node.dtype:
                     if gi.dtype.is_complex and not inp.dtype.is_complex:
                         gi = P("real", gi)  # A real input of a complex op gets the real part, as in PyTorch.
                     gi = gi.to(inp.dtype)
                 key = id(inp)
-                grads[key] = grads[key] + gi if key in grads else gi
+                prev = grads.get(key)
+                grads[key] = gi if prev is None else prev + gi
     return found
 
 

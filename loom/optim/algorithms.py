@@ -78,10 +78,13 @@ class SGD(Optimizer):
     _foreach_keys = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize")
 
     def _update_arrays(self, p, g, group, state):
-        x = foreach.value(p)
+        # Arrays nothing else sees are updated in place (`foreach.owned`): the same ufuncs, the same bits.
+        mine = foreach.owned(p)
+        x = mine if mine is not None else foreach.value(p)
         f = x.dtype.type  # Python numbers become constants of the parameter's dtype, as in the graph.
         if group["weight_decay"]:
-            g = np.add(g, np.multiply(x, f(group["weight_decay"])))
+            d = np.multiply(x, f(group["weight_decay"]))
+            g = np.add(g, d, out=d)
         if group["momentum"]:
             mu = f(group["momentum"])
             buf = state.get("momentum_buffer")
@@ -89,13 +92,14 @@ class SGD(Optimizer):
                 b = np.array(g, copy=True)
                 state["momentum_buffer"] = foreach.new(b)
             else:
-                b = np.multiply(foreach.value(buf), mu)
+                b = foreach.owned(buf)
+                b = np.multiply(foreach.value(buf), mu) if b is None else np.multiply(b, mu, out=b)
                 damp = f(1.0 - group["dampening"])
                 b += g if damp == 1 else np.multiply(g, damp)  # g * 1 is g, bit for bit.
                 foreach.write(buf, b)
             g = np.add(g, np.multiply(b, mu)) if group["nesterov"] else b
         u = np.multiply(g, f(group["lr"]))
-        foreach.write(p, foreach.subtract_into(x, u))
+        foreach.write(p, np.subtract(x, u, out=x) if mine is not None else foreach.subtract_into(x, u))
 
 
 @implementation_flags("foreach", "capturable", "differentiable", "fused")
@@ -139,7 +143,10 @@ class Adam(Optimizer):
     _foreach_keys = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize")
 
     def _update_arrays(self, p, g, group, state):
-        x = foreach.value(p)
+        # Arrays nothing else sees are updated in place (`foreach.owned`), temporaries reuse one scratch
+        # array: the same ufuncs in the same order, the same bits, two fresh arrays a parameter instead of nine.
+        mine = foreach.owned(p)
+        x = mine if mine is not None else foreach.value(p)
         f = x.dtype.type  # Python numbers become constants of the parameter's dtype, as in the graph.
         amsgrad = group["amsgrad"]
         if not state:
@@ -157,27 +164,35 @@ class Adam(Optimizer):
         lr, wd = group["lr"], group["weight_decay"]
         if wd:
             if self.decoupled:
-                x = np.multiply(x, f(1.0 - lr * wd))
+                x = np.multiply(x, f(1.0 - lr * wd), out=mine)
+                mine = x
             else:
-                g = np.add(g, np.multiply(x, f(wd)))
-        m = np.multiply(foreach.value(state["exp_avg"]), f(b1))
-        m += np.multiply(g, f(1.0 - b1))
+                d = np.multiply(x, f(wd))
+                g = np.add(g, d, out=d)
+        scratch = np.multiply(g, f(1.0 - b1))
+        m = foreach.owned(state["exp_avg"])
+        m = np.multiply(foreach.value(state["exp_avg"]), f(b1), out=m)
+        m += scratch
         foreach.write(state["exp_avg"], m)
-        v = np.multiply(foreach.value(state["exp_avg_sq"]), f(b2))
-        v += np.multiply(np.multiply(g, g), f(1.0 - b2))
+        v = foreach.owned(state["exp_avg_sq"])
+        v = np.multiply(foreach.value(state["exp_avg_sq"]), f(b2), out=v)
+        np.multiply(g, g, out=scratch)
+        scratch *= f(1.0 - b2)
+        v += scratch
         foreach.write(state["exp_avg_sq"], v)
         one = np.float64(1.0)
         bc1 = np.subtract(one, np.power(np.float64(b1), step))
         bc2_sqrt = np.sqrt(np.subtract(one, np.power(np.float64(b2), step)))
         if amsgrad:
-            v = np.maximum(foreach.value(state["max_exp_avg_sq"]), v)
+            vmax = foreach.owned(state["max_exp_avg_sq"])
+            v = np.maximum(foreach.value(state["max_exp_avg_sq"]), v, out=vmax)
             foreach.write(state["max_exp_avg_sq"], v)
-        denom = np.sqrt(v)
+        denom = np.sqrt(v, out=scratch)
         denom /= np.asarray(bc2_sqrt).astype(x.dtype)
         denom += f(group["eps"])
-        u = np.true_divide(m, denom)
+        u = np.true_divide(m, denom, out=denom)
         u *= np.asarray(np.true_divide(np.float64(lr), bc1)).astype(x.dtype)
-        foreach.write(p, foreach.subtract_into(x, u))
+        foreach.write(p, np.subtract(x, u, out=mine) if mine is not None else foreach.subtract_into(x, u))
 
 
 @implementation_flags("foreach", "capturable", "differentiable", "fused")

@@ -9,6 +9,8 @@ backends, a memory budget and parameters that share storage keep the graph path.
 """
 from __future__ import annotations
 
+import sys
+import weakref
 from typing import Iterable
 
 import numpy as np
@@ -65,6 +67,25 @@ def realize_all(tensors: Iterable[Tensor]) -> None:
 
 def value(t: Tensor) -> np.ndarray:
     return t._node.buffer
+
+
+# References to a plain tensor's node nothing else holds: the tensor's `_node` and `owned`'s local and argument;
+# to its array: the node's buffer, the local and the argument.
+_NODE_REFS, _ARRAY_REFS = 3, 3
+
+
+def owned(t: Tensor) -> np.ndarray | None:
+    """The array of `t` (a `plain` tensor) when nothing but `t` can see it, else None: no other tensor, pending
+    node or weak reference holds its node, and no view, NumPy user or DLPack export holds the array. An update
+    may then write the new value into it: the same ufuncs in the same order give the same bits, with no
+    fresh array (whose first touch costs a cold pass over memory) per state tensor and step."""
+    node = t._node
+    a = node.buffer
+    if (type(a) is np.ndarray and a.base is None and sys.getrefcount(node) == _NODE_REFS
+            and sys.getrefcount(a) == _ARRAY_REFS and not weakref.getweakrefcount(node) and a.flags.writeable
+            and a.flags.c_contiguous and a.ndim):
+        return a
+    return None
 
 
 def subtract_into(x: np.ndarray, u) -> np.ndarray:

@@ -12,7 +12,7 @@ from loom import _api as loom
 from loom import _structure
 from loom.errors import LoomError, LoomValueError
 from loom.optim import foreach
-from loom.tensor import Tensor
+from loom.tensor import Tensor, take_written
 
 
 class _Required:
@@ -150,6 +150,7 @@ class Optimizer:
                 for v in self.state.get(p, {}).values():
                     if isinstance(v, Tensor):
                         pending.append(v)
+        pending.extend(take_written())  # Module state the step updated (BatchNorm's running statistics).
         loom.realize(*pending)
 
     def step(self, closure=None):

@@ -67,6 +67,52 @@ def test_old_values_read_before_the_step_keep_their_value():
     assert w.tolist() == pytest.approx([0.5, 0.5, 0.5])
 
 
+@pytest.mark.parametrize("name,kw", [c for c in CONFIGS if c[0] != "SGD" or "momentum" in c[1]],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_arrays_seen_elsewhere_are_never_written_in_place(name, kw):
+    # Arrays only their tensor sees are updated in place; a NumPy array or a pending node that still reads a
+    # parameter's or a state tensor's value from before the step keeps it (aliases follow the update, as in
+    # PyTorch, either way).
+    rng = np.random.default_rng(0)
+    w = loom.tensor(rng.standard_normal((4, 3)), dtype=loom.float32, requires_grad=True)
+    opt = getattr(loom.optim, name)([w], **kw)
+    (w * w).sum().backward()
+    opt.step()  # State tensors exist from here on.
+    w.realize()
+    assert foreach.owned(w) is not None
+    before = w.detach().numpy().copy()
+    shared = w.detach().numpy()  # The parameter's own array.
+    pending = w.detach() * 1.0
+    states = [v for v in opt.state[w].values() if isinstance(v, loom.Tensor) and v.ndim]
+    state_before = [v.detach().numpy().copy() for v in states]
+    state_arrays = [v.detach().numpy() for v in states]
+    assert foreach.owned(w) is None and all(foreach.owned(v) is None for v in states)
+    opt.zero_grad()
+    (w * w).sum().backward()
+    opt.step()
+    assert not np.array_equal(w.detach().numpy(), before)
+    np.testing.assert_array_equal(shared, before)
+    np.testing.assert_array_equal(pending.numpy(), before)
+    for a, b in zip(state_arrays, state_before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_owned_arrays_are_reused_by_the_update():
+    w = loom.ones(4, 3, requires_grad=True)
+    opt = loom.optim.Adam([w], lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        (w * w).sum().backward()
+        opt.step()
+    arrays = [w._node.buffer] + [v._node.buffer for v in opt.state[w].values() if v.ndim]
+    opt.zero_grad()
+    (w * w).sum().backward()
+    del arrays[:]  # Only their tensors hold them now.
+    ids = [id(w._node.buffer)] + [id(v._node.buffer) for v in opt.state[w].values() if v.ndim]
+    opt.step()
+    assert [id(w._node.buffer)] + [id(v._node.buffer) for v in opt.state[w].values() if v.ndim] == ids
+
+
 def test_graph_path_where_the_array_path_cannot_go():
     base = loom.zeros(2, 3)
     with loom.no_grad():
