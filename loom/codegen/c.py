@@ -16,7 +16,9 @@ Only the structure (ops, dtypes, ranks, which ops sit where) shapes the text,
 and the cache keys kernels by a hash of that text.
 
 Semantics follow the NumPy reference (`loom.runtime.reference`) exactly for
-arithmetic, comparisons, casts, floor division/modulo and NaN propagation;
+arithmetic, comparisons, casts, floor division/modulo, NaN propagation and
+float sums (added in `loom.ir.summation`'s order in every loop mode: lanes
+within blocks, block sums in double, never split across threads);
 transcendental functions come from libm (or glibc's libmvec in vectorised
 loops) and agree with NumPy to a few ulp. Half precision (float16, bfloat16)
 loads half, computes in float32 and stores half (`loom.codegen.half`): the

@@ -83,10 +83,15 @@ def _normalised_np(x, eps):
     return np.multiply(xc, rstd, out=xc), rstd, scratch
 
 
+def _rows(a):
+    """`a` in C order: NumPy's row sums and means follow the memory layout, so one layout gives one set of bits."""
+    return np.ascontiguousarray(a)
+
+
 def reference_ln(x, w, b, attrs, xp=np):
     """layer_norm by the plain formula, in NumPy or jax.numpy (`xp`)."""
     if xp is np:
-        y = _normalised_np(x, attrs["eps"])[0]
+        y = _normalised_np(_rows(x), attrs["eps"])[0]
         return np.add(np.multiply(y, w, out=y), b, out=y)
     return _normalised(x, attrs["eps"], xp)[0] * w + b
 
@@ -111,7 +116,7 @@ def _ln_grad_np(x, w, gy, eps):
 def reference_ln_grad(x, w, gy, attrs, xp=np):
     """dx, dw, db packed, by the plain formula, in NumPy or jax.numpy (`xp`)."""
     if xp is np:
-        return _ln_grad_np(x, w, gy, attrs["eps"])
+        return _ln_grad_np(_rows(x), w, _rows(gy), attrs["eps"])
     n = x.shape[-1]
     xhat, rstd = _normalised(x.reshape(-1, n), attrs["eps"], xp)
     gy = gy.reshape(-1, n)
@@ -204,12 +209,14 @@ def _row_lse(x, xp):
 def reference_ce(x, t, attrs, xp=np):
     """Per-row log_softmax + NLL by the plain formula, in NumPy or jax.numpy (`xp`)."""
     t = _targets_ok("cross_entropy_rows", x, t, xp)
+    x = _rows(x) if xp is np else x
     return (_row_lse(x, xp) - xp.take_along_axis(x, t, axis=1))[:, 0]
 
 
 def reference_ce_grad(x, t, g, attrs, xp=np):
     """(softmax(x) - onehot(t)) * g by the plain formula, in NumPy or jax.numpy (`xp`)."""
     t = _targets_ok("cross_entropy_rows_grad", x, t, xp)
+    x = _rows(x) if xp is np else x
     onehot = (np.arange(x.shape[1])[None, :] == t).astype(x.dtype)
     return (xp.exp(x - _row_lse(x, xp)) - onehot) * g[:, None]
 
