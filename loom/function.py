@@ -271,7 +271,7 @@ def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated:
             tensor = tr.external[n.id][1]()
             if tensor is None:
                 raise LoomError("loom.function: a tensor read by the trace no longer exists")
-            mapping[n.id] = g.add_input(n.shape, n.dtype, name=f"ext{len(entry.externals)}")
+            mapping[n.id] = _add_input(g, n, f"ext{len(entry.externals)}")
             entry.externals.append((weakref.ref(tensor), tuple(n.shape), n.dtype))
             entry.ext_grad.append(bool(tensor.requires_grad))
     scalar_ids = {n.id: getter for n, getter in tr.scalars}
@@ -281,7 +281,7 @@ def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated:
             entry.scalars.append((scalar_ids[n.id], n.dtype))
     # Fresh random numbers every call, drawn at replay in the order the program drew them.
     for n in sorted((n for n in order if n.op == "rand" and n.id not in mapping), key=lambda n: n.id):
-        mapping[n.id] = g.add_input(n.shape, n.dtype, name=f"rand{len(entry.rands)}")
+        mapping[n.id] = _add_input(g, n, f"rand{len(entry.rands)}")
         entry.rands.append(_node_attrs(n))
     for n in order:
         if n.id in mapping:
@@ -296,6 +296,17 @@ def _capture(tr: _Trace, arg_nodes: list[Node], returned: list[Tensor], mutated:
     entry.graph = g
     entry.node_map = mapping
     return g, entry
+
+
+def _add_input(g: Graph, n: Node, name: str) -> Node:
+    """`g.add_input(n.shape, n.dtype, name=name)` for a traced node, whose shape and dtype `apply` checked
+    (a step captures hundreds: parameters, optimizer state)."""
+    shape, d = n.shape, n.dtype
+    if type(shape) is not tuple or type(d) is not dt.DType or not all(type(x) is int and x >= 0 for x in shape):
+        return g.add_input(shape, d, name=name)  # (Raises, naming what is wrong.)
+    node = g._insert(Node("input", (), {"shape": shape, "dtype": d}, shape, d, "cpu", name))
+    g._inputs.append(node)
+    return node
 
 
 def _recompute_late(g: Graph, recompute: dict[Node, int]) -> None:

@@ -28,6 +28,8 @@ is re-specialised only when (`_substitution`):
   passes after fusion, in-place reuse and the memory plan, run anew);
 - constant-folded values cannot change: a computation on constants only
   reads no changed size or value;
+- two nodes equal in the old trace (same op, inputs, attributes and shape:
+  merged by common-subexpression elimination) stay equal in the new one;
 - a scalar constant that changes (a mean's 1/N) is neither 0, 1 nor an
   infinity before or after (the values simplification rewrites by);
 - constant arrays are equal element for element.
@@ -121,6 +123,7 @@ def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
     keep: list[Any] = []  # The objects whose ids are keys (alive while `old` is; kept with the map anyway).
     constant: set[Node] = set()   # Nodes of `old` computed from constants only (folded by the pipeline).
     changed_source: set[Node] = set()  # Constant sources whose value or shape changes.
+    changed: list[Node] = []  # Nodes of `old` whose shape or attributes change.
     for a, b in zip(n1, n2):
         if a.op != b.op or a.dtype is not b.dtype or len(a.inputs) != len(b.inputs):
             raise _NoReuse
@@ -177,6 +180,8 @@ def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
                 keep.append(va)
             elif was is not vb and was is not _AMBIGUOUS and not _same(was, vb):
                 sub[k] = _AMBIGUOUS
+        if differs:
+            changed.append(a)
         op = a.op
         if op == "buffer":
             x, y = a.buffer, b.buffer
@@ -191,8 +196,30 @@ def _substitution(old: Graph, new: Graph) -> dict[int, Any]:
             constant.add(a)
             if differs or any(i in changed_source for i in a.inputs):
                 raise _NoReuse  # Folded at compile time from values that change.
+    if changed:
+        _same_merges(n1, corr, changed)
     sub[-1] = keep  # (Never an id: keeps the objects alive with the map.)
     return sub
+
+
+def _same_merges(n1: list[Node], corr: dict[Node, Node], changed: list[Node]) -> None:
+    """Raise `_NoReuse` where common-subexpression elimination merged two nodes of the old trace that the
+    new one tells apart (a mean's 1/N equal to another constant at one batch size only): the optimised graph
+    computes them once, with one new value for both."""
+    groups = {(a.op, tuple(map(id, a.inputs))) for a in changed}
+    seen: dict[tuple, tuple] = {}
+    for a in n1:
+        group = (a.op, tuple(map(id, a.inputs)))
+        if group not in groups:
+            continue
+        b = corr[a]
+        try:
+            k1 = (group, a.shape, a.dtype, tuple(a.attrs.items()))
+            k2 = (b.shape, b.dtype, tuple(b.attrs.items()))
+            if seen.setdefault(k1, k2) != k2:
+                raise _NoReuse
+        except TypeError:  # An unhashable attribute: not compared, so not reused.
+            raise _NoReuse from None
 
 
 def _same(x: Any, y: Any) -> bool:

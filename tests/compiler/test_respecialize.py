@@ -93,3 +93,18 @@ def test_a_registered_pass_blocks_reuse(monkeypatch):
     f(_rows(6))
     np.testing.assert_allclose(f(_rows(4)).numpy(), _rows(4).numpy().sum(1), rtol=1e-6)
     assert f.trace_count == 2 and not _respecialised(f)
+
+
+def test_constants_merged_at_one_size_only_are_not_reused():
+    """Dividing by n and by the model's own 8 is one constant at n = 8 (common-subexpression elimination
+    computes it once); at another size they differ, so the optimised graph of n = 8 is not reused (it would
+    divide both by the new n)."""
+    w = loom.tensor(np.linspace(-1, 1, 4, dtype=np.float32))
+
+    @loom.function(warmup=0)
+    def f(x):
+        return x.sum(0) / x.shape[0] + w / 8.0
+    for n in (8, 4):
+        x = _rows(n)
+        np.testing.assert_allclose(f(x).numpy(), x.numpy().sum(0) / n + w.numpy() / 8.0, rtol=1e-6)
+    assert f.trace_count == 2 and not _respecialised(f)
