@@ -288,6 +288,7 @@ static void loom_gemm_share(const int64_t *prog, const int64_t *r, char *const *
 typedef struct { int32_t word, pad; int64_t waits_for; char line[48]; } loom_waiter;
 
 #define LOOM_SPIN_NS 20000  /* A waiting thread spins this long (a small step finishes sooner), then sleeps. */
+#define LOOM_STEAL_NS 2000000  /* A wait this long: the awaited thread is off the cores, its steps are taken. */
 #define LOOM_TEAM_MAX 256
 
 static void loom_wake(loom_waiter *w) {
@@ -396,14 +397,16 @@ static int loom_claim(loom_team *tm, int64_t k, int64_t t, int64_t *lctl) {
 /* While thread t would wait: run a piece of a step that nobody has claimed and that is ready, the first in
    `order` from the first step not yet done (a thread that is descheduled, or late to start, leaves its steps
    to the others). 1 when it ran one (or the walk stopped), 0 when none was there. */
-static int loom_help(loom_team *tm, int64_t t, int64_t *lctl) {
+static int loom_help(loom_team *tm, int64_t t, int64_t *lctl, int steal) {
   int64_t i = __atomic_load_n(&tm->low, __ATOMIC_RELAXED);
   while (i < tm->nsteps && __atomic_load_n(&tm->done[tm->order[i]], __ATOMIC_SEQ_CST) >= loom_pieces(tm, tm->order[i]))
     i++;
   __atomic_store_n(&tm->low, i, __ATOMIC_RELAXED);  /* A hint: a stale value only makes a scan longer. */
   for (int64_t s = i; s < tm->nsteps && s < i + LOOM_HELP_WINDOW; s++) {
-    const int64_t k = tm->order[s];
-    if (__atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k) || !loom_ready(tm, k)) continue;
+    const int64_t k = tm->order[s], own = tm->owner[k];
+    if ((own >= 0 && own != t && !steal) || __atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k) ||
+        !loom_ready(tm, k))
+      continue;
     const int rc = loom_claim(tm, k, t, lctl);
     if (rc >= 0) return 1;
   }
@@ -411,20 +414,26 @@ static int loom_help(loom_team *tm, int64_t t, int64_t *lctl) {
 }
 
 /* Wait until step k's dependencies are done, helping meanwhile (a scan for ready steps each time a piece
-   has finished since the last one); 1 when the walk stopped, 2 when another thread claimed all of k. */
-static int loom_wait_ready(loom_team *tm, int64_t k, int64_t t, int64_t *lctl) {
+   has finished since the last one): with shared pieces at once, with steps another thread owns once this thread
+   has waited LOOM_STEAL_NS in one wait (`*steal`, kept for the rest of the walk). A thread that the scheduler
+   only time-slices (the machine's other processes) gets its turn sooner, and its steps are its process's second
+   share of the machine; one that stays off the cores that long has its steps run by the others. 1 when the walk
+   stopped, 2 when another thread claimed all of k. */
+static int loom_wait_ready(loom_team *tm, int64_t k, int64_t t, int64_t *lctl, int *steal) {
   for (int64_t d = tm->first[k]; d < tm->first[k + 1]; d++) {
     const int64_t j = tm->deps[d], need = loom_pieces(tm, j);
-    int64_t seen = -1, since = 0;
+    int64_t seen = -1, since = 0, start = 0;
     while (__atomic_load_n(&tm->done[j], __ATOMIC_SEQ_CST) < need) {
       if (loom_stopped(tm)) return 1;
       if (__atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) >= loom_pieces(tm, k)) return 2;
       const int64_t fin = __atomic_load_n(&tm->finished, __ATOMIC_SEQ_CST);
+      const int64_t now = loom_now_ns();
+      if (!start) start = now;
+      if (!*steal && now - start >= LOOM_STEAL_NS) { *steal = 1; seen = -1; }
       if (fin != seen) {
         seen = fin;
-        if (loom_help(tm, t, lctl)) { since = 0; continue; }
+        if (loom_help(tm, t, lctl, *steal)) { since = 0; start = 0; continue; }
       }
-      const int64_t now = loom_now_ns();
       if (!since) since = now;
       if (now - since < LOOM_SPIN_NS) { loom_pause(); continue; }
       loom_sleep(tm->done, j, need, &tm->stop, &tm->waiters[t]);
@@ -436,7 +445,7 @@ static int loom_wait_ready(loom_team *tm, int64_t k, int64_t t, int64_t *lctl) {
 
 /* Thread t's part of a team walk: the steps it owns or shares, in order, then any left unclaimed (a late or
    absent thread's); returns when every step is claimed or the walk stopped. */
-static void loom_team_loop(loom_team *tm, int64_t t) {
+static void loom_team_loop(loom_team *tm, int64_t t, int steal) {
   int64_t lctl[CTL_TRACE + 1];
   memcpy(lctl, tm->ctl, sizeof lctl);
   lctl[CTL_THREADS] = 1;
@@ -445,11 +454,25 @@ static void loom_team_loop(loom_team *tm, int64_t t) {
   for (int pass = 0; pass < 2 && !quit; pass++) {
     for (int64_t i = 0; i < tm->nsteps && !quit; i++) {
       const int64_t k = tm->order[i], own = tm->owner[k];
-      if (pass == 0 && own >= 0 && own != t) continue;
+      const int foreign = own >= 0 && own != t;
+      if (pass == 0 && foreign) continue;
+      int64_t start = 0;
       while (!quit && __atomic_load_n(&tm->claims[k], __ATOMIC_SEQ_CST) < loom_pieces(tm, k)) {
-        const int w = loom_wait_ready(tm, k, t, lctl);
-        if (w == 1) quit = 1;
-        else if (w == 0) quit = loom_claim(tm, k, t, lctl) == 1;
+        const int w = loom_wait_ready(tm, k, t, lctl, &steal);
+        if (w == 1) { quit = 1; break; }
+        if (w == 2) break;
+        if (foreign && !steal) {  /* Another thread's step: it gets LOOM_STEAL_NS to claim it. */
+          const int64_t now = loom_now_ns();
+          if (!start) start = now;
+          if (now - start < LOOM_STEAL_NS) {
+            if (now - start < LOOM_SPIN_NS) loom_pause();
+            else loom_sleep(tm->done, k, 1, &tm->stop, &tm->waiters[t]);
+            quit = loom_stopped(tm);
+            continue;
+          }
+          steal = 1;
+        }
+        quit = loom_claim(tm, k, t, lctl) == 1;
       }
       quit = quit || loom_stopped(tm);
     }
@@ -492,7 +515,7 @@ static void *loom_worker(void *arg) {
       inside = __atomic_compare_exchange_n(&loom_pool.state, &st, st + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     if (!inside) continue;
     loom_team *tm = __atomic_load_n(&loom_pool.walk, __ATOMIC_SEQ_CST);
-    if (t < tm->nt) loom_team_loop(tm, t);
+    if (t < tm->nt) loom_team_loop(tm, t, 0);
     __atomic_sub_fetch(&loom_pool.state, 1, __ATOMIC_SEQ_CST);
   }
   return NULL;
@@ -561,7 +584,8 @@ int64_t loom_run_team(const int64_t *prog, const char *objs, int64_t *ctl, const
     }
   }
 #endif
-  loom_team_loop(&tm, 0);
+  /* Without every worker of the plan, the caller takes any step at once. */
+  loom_team_loop(&tm, 0, !team || loom_pool.workers < nt - 1);
   for (int64_t k = 0; k < nsteps && !loom_stopped(&tm); k++)  /* Steps still running on other threads. */
     for (int64_t since = loom_now_ns(); __atomic_load_n(&done[k], __ATOMIC_SEQ_CST) < loom_pieces(&tm, k) &&
          !loom_stopped(&tm);)

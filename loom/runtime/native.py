@@ -574,6 +574,7 @@ class NativeProgram:
         self._team_max = self._invariant_threads()
         self._team_time: dict[int, list[float]] = {}
         self._team_calls = 0
+        self._last_walk: tuple[int, float, float] | None = None  # A team program's last walk: team, start, time.
         self._tools.driver()  # Load the driver now (or start its build), before the first call needs it.
 
     def _compact(self, fresh: list, planned_top: int, locs: dict, own: dict) -> None:
@@ -1603,9 +1604,23 @@ class NativeProgram:
             self._walk(table, driver, objs, ctx, team)
             return
         t0 = time.perf_counter()
+        last, self._last_walk = self._last_walk, None
+        if last is not None and teamed:
+            # A team walk's cost can fall outside it (a woken worker taking the caller's core on a loaded
+            # machine): the team sizes are judged by their whole calls, from one walk's start to the next,
+            # unless the caller did other work in between (over 4 walks' time).
+            prev_team, prev_t0, prev_dt = last
+            period = t0 - prev_t0
+            self._record_team_time(prev_team, period if period <= 4 * prev_dt else prev_dt)
         self._walk(table, driver, objs, ctx, team)
         dt = time.perf_counter() - t0
-        recent = self._team_time.setdefault(team, [])  # The last three walks: their median judges.
+        if teamed:
+            self._last_walk = (team, t0, dt)
+        else:
+            self._record_team_time(team, dt)
+
+    def _record_team_time(self, team: int, dt: float) -> None:
+        recent = self._team_time.setdefault(team, [])  # The last three calls: their median judges.
         recent.append(dt)
         if len(recent) > 3:
             del recent[0]
