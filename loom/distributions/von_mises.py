@@ -6,7 +6,7 @@ import math
 from loom import _api as loom
 from loom.distributions import constraints
 from loom.distributions.distribution import Distribution
-from loom.distributions.utils import _first_accepted, _uniform, broadcast_all
+from loom.distributions.utils import _first_accepted, _uniform, bessel_i, broadcast_all
 from loom.tensor import Size
 
 __all__ = ["VonMises"]
@@ -16,8 +16,7 @@ _PROPOSALS = 24  # Best-Fisher accepts each proposal with probability > 0.65: al
 
 def _log_i0(kappa):
     """log I_0(kappa) without overflow: log(exp(-kappa) I_0(kappa)) + kappa."""
-    from loom.torch.special import i0e
-    return i0e(kappa).log() + kappa
+    return bessel_i(0, kappa, True).log() + kappa
 
 
 class VonMises(Distribution):
@@ -62,9 +61,8 @@ class VonMises(Distribution):
     @property
     def variance(self):
         """The circular variance 1 - I_1(kappa) / I_0(kappa)."""
-        from loom.torch.special import i0e, i1e
         k = self.concentration
-        return 1 - i1e(k) / i0e(k)
+        return 1 - bessel_i(1, k, True) / bessel_i(0, k, True)
 
     def sample(self, sample_shape=Size()):
         shape = self._extended_shape(sample_shape)
