@@ -299,3 +299,21 @@ def test_von_mises_log_prob_and_moments_match_pytorch_and_samples_follow_them():
     assert bool(((s >= -np.pi) & (s < np.pi)).all())
     c, sn = s.cos().mean().item(), s.sin().mean().item()
     assert abs(np.arctan2(sn, c) - 0.5) < 0.02 and abs((1 - np.hypot(c, sn)) - d.variance.item()) < 0.01
+
+
+def test_a_dataloader_iterator_has_the_loaders_length():
+    # `tqdm(iter(loader))` and `len(it)` in training loops ask the iterator for its length.
+    lengths = []
+    for mod in (real, torch):
+        U = mod.utils.data
+        ds = U.TensorDataset(mod.arange(14.0).view(7, 2), mod.arange(7))
+
+        class Stream(U.IterableDataset):
+            def __iter__(self):
+                return iter(range(5))
+        got = [len(iter(U.DataLoader(ds, batch_size=2))), len(iter(U.DataLoader(ds, batch_size=2, drop_last=True))),
+               len(iter(U.DataLoader(ds, batch_size=3, num_workers=2)))]
+        with pytest.raises(TypeError):
+            len(iter(U.DataLoader(Stream(), batch_size=2)))
+        lengths.append(got)
+    assert lengths[1] == lengths[0] == [4, 3, 3]
