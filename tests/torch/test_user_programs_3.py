@@ -317,3 +317,16 @@ def test_a_dataloader_iterator_has_the_loaders_length():
             len(iter(U.DataLoader(Stream(), batch_size=2)))
         lengths.append(got)
     assert lengths[1] == lengths[0] == [4, 3, 3]
+
+
+def test_a_device_is_a_context_manager_for_the_default_device():
+    shapes = []
+    for mod in (real, torch):
+        with mod.device("cpu") as d:
+            lin = mod.nn.Linear(3, 2)
+            t = mod.ones(2)
+        shapes.append((str(d), lin.weight.device.type, t.device.type, tuple(lin.to_empty(device="cpu").weight.shape)))
+    assert shapes[1] == shapes[0]
+    with pytest.raises(loom.errors.DeviceError, match="meta is not available"):
+        with torch.device("meta"):
+            pass
