@@ -519,7 +519,8 @@ from loom.torch.amp import (  # noqa: E402,F401
     set_autocast_dtype, set_autocast_enabled,
 )
 from loom.torch.autograd import is_grad_enabled  # noqa: E402,F401
-from loom import functional, linalg  # noqa: E402,F401
+from loom import functional  # noqa: E402,F401
+from loom.torch import linalg  # noqa: E402,F401
 from loom.func import vmap  # noqa: E402,F401
 
 

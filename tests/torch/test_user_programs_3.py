@@ -330,3 +330,26 @@ def test_a_device_is_a_context_manager_for_the_default_device():
     with pytest.raises(loom.errors.DeviceError, match="meta is not available"):
         with torch.device("meta"):
             pass
+
+
+def test_linalg_eig_and_linalg_error_as_pytorch():
+    a = _data((2, 4, 4))
+    got = []
+    for mod in (real, torch):
+        r = mod.linalg.eig(mod.from_numpy(a))
+        w64 = mod.linalg.eigvals(mod.from_numpy(a).double())
+        # Eigenvectors are unique up to a phase: compare A v = lambda v and unit norms.
+        v, w = r.eigenvectors, r.eigenvalues
+        residual = (mod.from_numpy(a).to(v.dtype) @ v - v * w.unsqueeze(-2)).abs().max().item()
+        got.append((type(r).__name__, str(w.dtype), str(w64.dtype), w.numpy(), residual < 1e-4,
+                    np.allclose(v.abs().pow(2).sum(-2).numpy(), 1.0, atol=1e-5)))
+        for bad in (lambda: mod.linalg.inv(mod.zeros(2, 2)), lambda: mod.linalg.cholesky(-mod.eye(2)),
+                    lambda: mod.linalg.solve(mod.zeros(2, 2), mod.ones(2))):
+            with pytest.raises(mod.linalg.LinAlgError):
+                bad().tolist()  # loom is lazy: the check runs where the value is read.
+    (n1, d1, e1, w1, ok1, u1), (n0, d0, e0, w0, ok0, u0) = got[1], got[0]
+    assert (n1, d1, e1, ok1, u1) == (n0, d0, e0, ok0, u0) == ("linalg_eig", "torch.complex64", "torch.complex128",
+                                                               True, True)
+    np.testing.assert_allclose(np.sort_complex(w1.ravel()), np.sort_complex(w0.ravel()), rtol=1e-4, atol=1e-5)
+    with pytest.raises(loom.errors.AutogradError, match="no gradient"):
+        torch.linalg.eig(torch.ones(2, 2, requires_grad=True))
