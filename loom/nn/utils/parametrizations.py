@@ -203,7 +203,7 @@ def orthogonal(module: Module, name: str = "weight", orthogonal_map: str | None 
     Examples
     --------
     >>> m = loom.nn.utils.parametrizations.orthogonal(loom.nn.Linear(4, 3))
-    >>> allclose(m.weight @ m.weight.T, eye(3), atol=1e-5)
+    >>> loom.allclose(m.weight @ m.weight.T, loom.eye(3), atol=1e-5)
     True
     """
     weight = getattr(module, name, None)
