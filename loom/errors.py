@@ -21,6 +21,10 @@ class DTypeError(LoomTypeError):
     """A dtype the op does not accept."""
 
 
+class LinAlgError(LoomValueError):
+    """A matrix the linear-algebra op cannot take: singular, not positive-definite (PyTorch's LinAlgError)."""
+
+
 class LoomIndexError(LoomError, IndexError):
     """An index or dim out of range."""
 

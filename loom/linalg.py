@@ -848,7 +848,7 @@ def _checked_pivots(op: str, LU: Tensor, message: str | None = None) -> Tensor:
     d = _diagonal(LU, 0, -2, -1)
     message = message or (f"loom.{op}: U has a zero on its diagonal (|pivot| = {{value}}), so the matrix is "
                           "singular and lu_solve would divide by zero; loom.linalg.lu or lu_factor_ex still factor it")
-    checked = check(d.abs(), op, message, low=np.finfo(np.float64).tiny, high=_INF, error="value")
+    checked = check(d.abs(), op, message, low=np.finfo(np.float64).tiny, high=_INF, error="linalg")
     m, n = LU.shape[-2:]
     delta = checked - d.abs()  # Zero: it only places the check where LU is read.
     if n > d.shape[-1]:

@@ -324,5 +324,5 @@ def test_check_node_attrs_are_validated():
     x = g.add_input((3,), loom.int64)
     with pytest.raises(GraphError, match=r"loom\.check: needs attr 'message', which is missing"):
         g.add_node("check", [x], {"low": 0, "high": 3})
-    with pytest.raises(GraphError, match=r"loom\.check: attr 'error' is 'oops'; expected 'index' or 'value'"):
+    with pytest.raises(GraphError, match=r"loom\.check: attr 'error' is 'oops'; expected 'index', 'value' or 'linalg'"):
         g.add_node("check", [x], {"low": 0, "high": 3, "message": "m {value}", "error": "oops"})

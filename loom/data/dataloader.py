@@ -232,6 +232,21 @@ class _Options:
         self.timeout = loader.timeout
         self.persistent_workers = loader.persistent_workers
         self.in_order = loader.in_order
+        self.length = _length(loader)
+
+
+def _length(loader: DataLoader) -> int | None:
+    """The loader's number of batches, or None where it has none (an IterableDataset without __len__)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def _iter_len(length: int | None) -> int:
+    if length is None:
+        raise LoomTypeError(f"{_OP}: this iterator's IterableDataset has no __len__, so the iterator has no length")
+    return length
 
 
 class _SingleProcessIter:
@@ -242,9 +257,13 @@ class _SingleProcessIter:
         self._sampler_iter = iter(loader._index_sampler)
         self._fetcher = loader._fetcher()
         self._idx = 0
+        self._length = _length(loader)
 
     def __iter__(self):
         return self
+
+    def __len__(self) -> int:
+        return _iter_len(self._length)
 
     def __next__(self):
         index = next(self._sampler_iter)
@@ -293,6 +312,9 @@ class _MultiProcessIter:
             self._shutdown()
             raise
         self._reset(first=True)
+
+    def __len__(self) -> int:
+        return _iter_len(self._opts.length)
 
     def _reset(self, first: bool = False) -> None:
         """Start an epoch: a fresh sampler pass and the first prefetch_factor * num_workers tasks."""

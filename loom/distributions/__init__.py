@@ -63,6 +63,7 @@ from loom.distributions.transforms import (AbsTransform, AffineTransform, Compos
                                            SoftplusTransform, StickBreakingTransform, TanhTransform, Transform,
                                            identity_transform)
 from loom.distributions.uniform import Uniform
+from loom.distributions.von_mises import VonMises
 from loom.distributions.weibull import Weibull
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "ContinuousBernoulli", "Dirichlet",
@@ -72,7 +73,7 @@ __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Co
            "Kumaraswamy", "LogisticNormal",
            "Laplace", "LogNormal", "LowRankMultivariateNormal", "MixtureSameFamily", "MultivariateNormal", "Normal",
            "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson", "RelaxedBernoulli",
-           "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "biject_to",
+           "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "VonMises", "biject_to",
            "kl_divergence", "register_kl", "transform_to", "AbsTransform", "AffineTransform", "ComposeTransform",
            "CumulativeDistributionTransform", "ExpTransform", "IndependentTransform", "PowerTransform",
            "ReshapeTransform", "SigmoidTransform", "SoftplusTransform", "TanhTransform", "SoftmaxTransform",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -158,3 +159,31 @@ def _log_factorial(k: Tensor) -> Tensor:
                                                             / (x * x)) / x
     shift = (k + 1.0) * (k + 2.0) * (k + 3.0) * (k + 4.0) * (k + 5.0) * (k + 6.0)
     return series - shift.log()
+
+
+def bessel_i(order: int, input, scaled: bool) -> Tensor:
+    """I_0 or I_1 (times exp(-|x|) if `scaled`): the power series up to |x| = 15, the asymptotic one above."""
+    x = input if isinstance(input, Tensor) else loom.tensor(input)
+    x = x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
+    ax = x.abs()
+    small = ax <= 15.0
+    xs = loom.where(small, ax, 0.0)
+    q = xs * xs * 0.25
+    term = None
+    for k in range(40, 0, -1):  # sum_k (x^2/4)^k / (k! (k + order)!), by Horner from the top term.
+        step = q / (k * (k + order))
+        term = step if term is None else step * (1.0 + term)
+    series = (1.0 + term) * (0.5 * loom.where(small, x, 0.0) if order else 1.0)  # I_1 is odd: signed x.
+    if scaled:
+        series = series * (-xs).exp()
+    xl = loom.where(small, 20.0, ax)
+    mu, tail, coef = 4.0 * order * order, 1.0, 1.0
+    for k in range(1, 12):  # e^x / sqrt(2 pi x) * sum_k (-1)^k prod_j (mu - (2j - 1)^2) / (k! (8x)^k)
+        coef = -coef * (mu - (2 * k - 1) ** 2) / (k * 8.0)
+        tail = tail + coef / xl ** k
+    large = tail / (2 * math.pi * xl).sqrt()
+    if not scaled:
+        large = large * xl.exp()
+    if order:
+        large = large * x.sign()
+    return loom.where(small, series, large)

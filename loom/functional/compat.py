@@ -819,7 +819,7 @@ def _pivots_nonzero(op: str, u: Tensor) -> Tensor:
     from loom.functional.checks import check
     d = _diag(u)
     checked = check(d.abs(), op, f"loom.{op}: the matrix is singular (an LU pivot is {{value}})",
-                    low=_tiny(d), high=math.inf, error="value")
+                    low=_tiny(d), high=math.inf, error="linalg")
     return d.sign() * checked
 
 
@@ -874,7 +874,7 @@ def cholesky(input, upper: bool = False) -> Tensor:
     for j in range(n):
         s = a[..., :, j] - (lm @ lm[..., j, :].unsqueeze(-1)).squeeze(-1)
         pivot = check(s[..., j], "cholesky", "loom.cholesky: the input is not positive-definite (a pivot is "
-                      "{value})", low=_tiny(s), high=math.inf, error="value")
+                      "{value})", low=_tiny(s), high=math.inf, error="linalg")
         d = pivot.sqrt().unsqueeze(-1)
         col = _math.where(idx > j, s / d, _math.where(idx == j, d.expand(s.shape), 0.0))
         lm = lm + col.unsqueeze(-1) * (idx == j).to(a.dtype)

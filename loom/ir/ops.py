@@ -24,8 +24,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from loom import dtypes as dt
-from loom.errors import (DTypeError, GraphError, LoomIndexError, LoomTypeError, LoomValueError, LoomZeroDivisionError,
-                         ShapeError, fmt_shape)
+from loom.errors import (DTypeError, GraphError, LinAlgError, LoomIndexError, LoomTypeError, LoomValueError,
+                         LoomZeroDivisionError, ShapeError, fmt_shape)
 from loom.ir.summation import ordered_sum
 
 
@@ -1148,7 +1148,7 @@ def check_failure(x, attrs: dict, xp: Any = np):
 
 def check_error(attrs: dict, value, row: bool = False) -> Exception:
     """The loom error a failed `check` raises; `value` is the first bad element (or the bad row's sum)."""
-    cls = LoomIndexError if attrs.get("error", "index") == "index" else LoomValueError
+    cls = {"index": LoomIndexError, "linalg": LinAlgError}.get(attrs.get("error", "index"), LoomValueError)
     text = attrs["rows_message"] if row else attrs["message"]
     return cls(text.format(value=value))
 
@@ -1178,8 +1178,8 @@ def _check_attrs(inputs, attrs):
     for name in ("closed", "positive_rows"):
         if name in attrs:
             _bool_attr("check", name, attrs[name])
-    if attrs.get("error", "index") not in ("index", "value"):
-        raise _bad_attr("check", "error", attrs["error"], "'index' or 'value'")
+    if attrs.get("error", "index") not in ("index", "value", "linalg"):
+        raise _bad_attr("check", "error", attrs["error"], "'index', 'value' or 'linalg'")
     if attrs.get("positive_rows", False) and not attrs.get("rows_message"):
         raise _bad_attr("check", "rows_message", attrs.get("rows_message"), "a message when positive_rows is set")
 

@@ -65,6 +65,14 @@ class device(_Device):
             raise _DeviceError(f"loom.torch.device: unknown device type {kind!r}; expected one of {self._TYPES}")
         self.type, self.index = kind, int(idx) if idx else index
 
+    def __enter__(self) -> device:
+        """`with torch.device("cpu"):` makes it the default device of the region (only the cpu exists here)."""
+        set_default_device(self)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
 
 class _Named:
     """A named sentinel such as `torch.strided` or `torch.channels_last`: loom stores every tensor strided."""
@@ -511,7 +519,8 @@ from loom.torch.amp import (  # noqa: E402,F401
     set_autocast_dtype, set_autocast_enabled,
 )
 from loom.torch.autograd import is_grad_enabled  # noqa: E402,F401
-from loom import functional, linalg  # noqa: E402,F401
+from loom import functional  # noqa: E402,F401
+from loom.torch import linalg  # noqa: E402,F401
 from loom.func import vmap  # noqa: E402,F401
 
 

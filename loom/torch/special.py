@@ -5,6 +5,7 @@ import math
 
 import loom
 from loom.tensor import Tensor, tensor
+from loom.distributions.utils import bessel_i
 from loom.torch._forward import install as _install
 
 _install(globals(), "loom")
@@ -127,46 +128,19 @@ def erfcx(input) -> Tensor:
     return loom.where(big, series / (xb * math.sqrt(math.pi)), direct)
 
 
-def _bessel_i(order: int, input, scaled: bool) -> Tensor:
-    """I_0 or I_1 (times exp(-|x|) if `scaled`): the power series up to |x| = 15, the asymptotic one above."""
-    x = _float(input)
-    ax = x.abs()
-    small = ax <= 15.0
-    xs = loom.where(small, ax, 0.0)
-    q = xs * xs * 0.25
-    term = None
-    for k in range(40, 0, -1):  # sum_k (x^2/4)^k / (k! (k + order)!), by Horner from the top term.
-        step = q / (k * (k + order))
-        term = step if term is None else step * (1.0 + term)
-    series = (1.0 + term) * (0.5 * loom.where(small, x, 0.0) if order else 1.0)  # I_1 is odd: signed x.
-    if scaled:
-        series = series * (-xs).exp()
-    xl = loom.where(small, 20.0, ax)
-    mu, tail, coef = 4.0 * order * order, 1.0, 1.0
-    for k in range(1, 12):  # e^x / sqrt(2 pi x) * sum_k (-1)^k prod_j (mu - (2j - 1)^2) / (k! (8x)^k)
-        coef = -coef * (mu - (2 * k - 1) ** 2) / (k * 8.0)
-        tail = tail + coef / xl ** k
-    large = tail / (2 * math.pi * xl).sqrt()
-    if not scaled:
-        large = large * xl.exp()
-    if order:
-        large = large * x.sign()
-    return loom.where(small, series, large)
-
-
 def i0e(input) -> Tensor:
     """The exponentially scaled modified Bessel function exp(-|x|) I_0(x), as `torch.special.i0e`."""
-    return _bessel_i(0, input, True)
+    return bessel_i(0, input, True)
 
 
 def i1(input) -> Tensor:
     """The modified Bessel function of the first kind of order 1, as `torch.special.i1`."""
-    return _bessel_i(1, input, False)
+    return bessel_i(1, input, False)
 
 
 def i1e(input) -> Tensor:
     """The exponentially scaled modified Bessel function exp(-|x|) I_1(x), as `torch.special.i1e`."""
-    return _bessel_i(1, input, True)
+    return bessel_i(1, input, True)
 
 
 def modified_bessel_i0(input) -> Tensor:
@@ -176,4 +150,4 @@ def modified_bessel_i0(input) -> Tensor:
 
 def modified_bessel_i1(input) -> Tensor:
     """I_1(x), as `torch.special.modified_bessel_i1`."""
-    return _bessel_i(1, input, False)
+    return bessel_i(1, input, False)

@@ -280,3 +280,76 @@ def test_special_bessel_and_scipy_names_match_pytorch():
     for a, b in zip(got[1], got[0]):
         assert a.dtype == b.dtype
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+def test_von_mises_log_prob_and_moments_match_pytorch_and_samples_follow_them():
+    got = []
+    for mod in (real, torch):
+        loc = mod.tensor([0.0, 1.0, -2.0, 3.0], requires_grad=True)
+        k = mod.tensor([2.0, 0.5, 0.05, 10.0], requires_grad=True)
+        d = mod.distributions.VonMises(loc, k)
+        lp = d.log_prob(mod.tensor([0.5, -1.0, 2.0, 3.1]))
+        lp.sum().backward()
+        got.append([t.detach().numpy() for t in (lp, loc.grad, k.grad, d.mean, d.variance)])
+    for a, b in zip(got[1], got[0]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    torch.manual_seed(0)
+    d = torch.distributions.VonMises(torch.tensor(0.5), torch.tensor(4.0))
+    s = d.sample((20000,))
+    assert bool(((s >= -np.pi) & (s < np.pi)).all())
+    c, sn = s.cos().mean().item(), s.sin().mean().item()
+    assert abs(np.arctan2(sn, c) - 0.5) < 0.02 and abs((1 - np.hypot(c, sn)) - d.variance.item()) < 0.01
+
+
+def test_a_dataloader_iterator_has_the_loaders_length():
+    # `tqdm(iter(loader))` and `len(it)` in training loops ask the iterator for its length.
+    lengths = []
+    for mod in (real, torch):
+        U = mod.utils.data
+        ds = U.TensorDataset(mod.arange(14.0).view(7, 2), mod.arange(7))
+
+        class Stream(U.IterableDataset):
+            def __iter__(self):
+                return iter(range(5))
+        got = [len(iter(U.DataLoader(ds, batch_size=2))), len(iter(U.DataLoader(ds, batch_size=2, drop_last=True))),
+               len(iter(U.DataLoader(ds, batch_size=3, num_workers=2)))]
+        with pytest.raises(TypeError):
+            len(iter(U.DataLoader(Stream(), batch_size=2)))
+        lengths.append(got)
+    assert lengths[1] == lengths[0] == [4, 3, 3]
+
+
+def test_a_device_is_a_context_manager_for_the_default_device():
+    shapes = []
+    for mod in (real, torch):
+        with mod.device("cpu") as d:
+            lin = mod.nn.Linear(3, 2)
+            t = mod.ones(2)
+        shapes.append((str(d), lin.weight.device.type, t.device.type, tuple(lin.to_empty(device="cpu").weight.shape)))
+    assert shapes[1] == shapes[0]
+    with pytest.raises(loom.errors.DeviceError, match="meta is not available"):
+        with torch.device("meta"):
+            pass
+
+
+def test_linalg_eig_and_linalg_error_as_pytorch():
+    a = _data((2, 4, 4))
+    got = []
+    for mod in (real, torch):
+        r = mod.linalg.eig(mod.from_numpy(a))
+        w64 = mod.linalg.eigvals(mod.from_numpy(a).double())
+        # Eigenvectors are unique up to a phase: compare A v = lambda v and unit norms.
+        v, w = r.eigenvectors, r.eigenvalues
+        residual = (mod.from_numpy(a).to(v.dtype) @ v - v * w.unsqueeze(-2)).abs().max().item()
+        got.append((type(r).__name__, str(w.dtype), str(w64.dtype), w.numpy(), residual < 1e-4,
+                    np.allclose(v.abs().pow(2).sum(-2).numpy(), 1.0, atol=1e-5)))
+        for bad in (lambda: mod.linalg.inv(mod.zeros(2, 2)), lambda: mod.linalg.cholesky(-mod.eye(2)),
+                    lambda: mod.linalg.solve(mod.zeros(2, 2), mod.ones(2))):
+            with pytest.raises(mod.linalg.LinAlgError):
+                bad().tolist()  # loom is lazy: the check runs where the value is read.
+    (n1, d1, e1, w1, ok1, u1), (n0, d0, e0, w0, ok0, u0) = got[1], got[0]
+    assert (n1, d1, e1, ok1, u1) == (n0, d0, e0, ok0, u0) == ("linalg_eig", "torch.complex64", "torch.complex128",
+                                                               True, True)
+    np.testing.assert_allclose(np.sort_complex(w1.ravel()), np.sort_complex(w0.ravel()), rtol=1e-4, atol=1e-5)
+    with pytest.raises(loom.errors.AutogradError, match="no gradient"):
+        torch.linalg.eig(torch.ones(2, 2, requires_grad=True))

@@ -8,7 +8,10 @@ from loom.errors import LoomValueError
 from loom.functional.nn import normalize
 from loom.nn.module import Module
 from loom.nn.utils import parametrize
-from loom.tensor import Tensor, randn
+from loom import linalg as _linalg
+from loom.functional.compat import allclose
+from loom.functional.shape import cat
+from loom.tensor import Tensor, eye, randn, zeros
 
 __all__ = ["weight_norm", "spectral_norm", "orthogonal"]
 
@@ -127,8 +130,7 @@ _ORTHOGONAL_MAPS = ("matrix_exp", "cayley", "householder")
 
 def _orthonormal_columns(a: Tensor) -> Tensor:
     """The Q of a's QR with R's diagonal made positive: a's columns orthonormalised in order."""
-    import loom
-    q, r = loom.linalg.qr(a)
+    q, r = _linalg.qr(a)
     return q * r.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
 
 
@@ -144,7 +146,6 @@ class _Orthogonal(Module):
             self.register_buffer("base", None)
 
     def forward(self, x: Tensor) -> Tensor:
-        import loom
         n, k = x.shape[-2], x.shape[-1]
         transposed = n < k
         if transposed:
@@ -152,18 +153,18 @@ class _Orthogonal(Module):
         if self.orthogonal_map == "householder":
             a = x.tril(diagonal=-1)
             tau = 2.0 / (1.0 + (a * a).sum(dim=-2))
-            q = loom.linalg.householder_product(a, tau)
+            q = _linalg.householder_product(a, tau)
             q = q * x.diagonal(dim1=-2, dim2=-1).int().unsqueeze(-2)
         else:
             x = x.tril()
             if n != k:
-                x = loom.cat([x, loom.zeros(*x.shape[:-1], n - k, dtype=x.dtype)], dim=-1)
+                x = cat([x, zeros(*x.shape[:-1], n - k, dtype=x.dtype)], dim=-1)
             a = x - x.mT
             if self.orthogonal_map == "matrix_exp":
-                q = loom.linalg.matrix_exp(a)
+                q = _linalg.matrix_exp(a)
             else:
-                eye = loom.eye(n, dtype=a.dtype)
-                q = loom.linalg.solve(eye - 0.5 * a, eye + 0.5 * a)
+                ident = eye(n, dtype=a.dtype)
+                q = _linalg.solve(ident - 0.5 * a, ident + 0.5 * a)
             q = q[..., :k]
         if getattr(self, "base", None) is not None:
             q = self.base @ q
@@ -171,7 +172,6 @@ class _Orthogonal(Module):
 
     @no_grad()
     def right_inverse(self, q: Tensor) -> Tensor:
-        import loom
         if tuple(q.shape) != self.shape:
             raise LoomValueError(f"loom.nn.utils.parametrizations.orthogonal: expected a value of shape "
                                  f"{list(self.shape)}, got {list(q.shape)}")
@@ -183,13 +183,12 @@ class _Orthogonal(Module):
         if n < k:
             q, n, k = q.mT, k, n
         if n == k:
-            eye = loom.eye(k, dtype=q.dtype)
             tol = 10.0 * n * float(np.finfo(np.float32 if q.dtype.np == np.uint16 else q.dtype.np).eps)
-            q = q.clone() if loom.allclose(q.mT @ q, eye, atol=tol) else _orthonormal_columns(q)
+            q = q.clone() if allclose(q.mT @ q, eye(k, dtype=q.dtype), atol=tol) else _orthonormal_columns(q)
         else:  # Completed to a square orthogonal basis; its first k columns are q's own orthonormalised.
-            q = _orthonormal_columns(loom.cat([q, randn(*q.shape[:-1], n - k, dtype=q.dtype)], dim=-1))
+            q = _orthonormal_columns(cat([q, randn(*q.shape[:-1], n - k, dtype=q.dtype)], dim=-1))
         self.base = q
-        neg_eye = loom.zeros(*q_in.shape, dtype=q_in.dtype)
+        neg_eye = zeros(*q_in.shape, dtype=q_in.dtype)
         neg_eye.diagonal(dim1=-2, dim2=-1).fill_(-1.0)
         return neg_eye
 
