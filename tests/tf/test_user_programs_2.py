@@ -256,3 +256,43 @@ def test_model_checkpoint_saves_a_loadable_model_with_early_stopping_and_lr_sche
     for k in h_tf:
         close(h_l[k], h_tf[k], 1e-4)
     close(p_l, p_tf, 1e-4)
+
+
+def _dtype_name(d):
+    return getattr(d, "name", d)
+
+
+def _mixed_program(tf):
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        d = tf.keras.layers.Dense(2)
+        y = d(np.ones((1, 3), np.float32))
+        p = tf.keras.mixed_precision.global_policy()
+        facts = [_dtype_name(y.dtype), _dtype_name(d.kernel.dtype), d.compute_dtype, d.variable_dtype, repr(p),
+                 p.compute_dtype, repr(d.dtype_policy)]
+        m = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2, kernel_initializer="ones"),
+                                 tf.keras.layers.Activation("softmax", dtype="float32")])
+        x = np.linspace(0, 1, 12, dtype=np.float32).reshape(4, 3)
+        facts.append(_dtype_name(m(x).dtype))
+        m.compile(tf.keras.optimizers.SGD(0.5), "mse")
+        h = m.fit(x, np.eye(2, dtype=np.float32)[[0, 1, 0, 1]], verbose=0, epochs=3, batch_size=2, shuffle=False)
+        facts.append(type(m.optimizer).__name__)
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+        with tf.GradientTape() as t:
+            loss = tf.reduce_sum(d(np.ones((1, 3), np.float32)))
+            scaled = opt.scale_loss(loss)
+        grads = t.gradient(scaled, d.trainable_variables)
+        facts.append([_dtype_name(g.dtype) for g in grads])
+        k0 = np.array(d.kernel.numpy())
+        opt.apply_gradients(zip(grads, d.trainable_variables))
+        return facts, h.history["loss"], np.array(d.kernel.numpy()) - k0
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def test_mixed_float16_policy_dtypes_loss_scaling_and_fit():
+    (f_l, h_l, dk_l), (f_tf, h_tf, dk_tf) = _mixed_program(ltf), _mixed_program(real_tf)
+    assert f_l == f_tf
+    close(h_l, h_tf, 2e-3)
+    close(dk_l, dk_tf, 1e-3)
+    assert ltf.keras.layers.Dense(2).compute_dtype == "float32"

@@ -157,6 +157,10 @@ def _to_input(x):
     return x
 
 
+def _cast_float(v, dtype):
+    return v.to(dtype) if isinstance(v, Tensor) and v.dtype.is_floating_point and v.dtype is not dtype else v
+
+
 class Layer:
     """Base of Keras layers: weights made by `build` (via `add_weight`), computation in `call`.
 
@@ -181,7 +185,12 @@ class Layer:
         self.built = False
         self.trainable = trainable
         self.name = name or unique_name(_snake(type(self).__name__))
-        self.dtype = float32 if dtype is None or not isinstance(dtype, (str, type(float32))) else as_dtype(dtype)
+        from loom.tf.keras.mixed_precision import policy_of
+        self.dtype_policy = policy_of(dtype)
+        if self.dtype_policy.name != "float32" or dtype is None or not isinstance(dtype, (str, type(float32))):
+            self.dtype = as_dtype(self.dtype_policy.variable_dtype)
+        else:
+            self.dtype = as_dtype(dtype)
         shape = kwargs.pop("input_shape", None)
         dim = kwargs.pop("input_dim", None)
         batch_input_shape = kwargs.pop("batch_input_shape", None)
@@ -198,6 +207,16 @@ class Layer:
         unsupported = sorted(k for k, v in kwargs.items() if v is not None)
         if unsupported:
             raise LoomTypeError(f"loom.tf.keras.layers.{type(self).__name__}: unsupported argument(s) {unsupported}")
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the layer computes in (float16 under mixed_float16)."""
+        return self.dtype_policy.compute_dtype if "dtype_policy" in self.__dict__ else self.dtype.name
+
+    @property
+    def variable_dtype(self) -> str:
+        """The dtype of the layer's variables."""
+        return self.dtype_policy.variable_dtype if "dtype_policy" in self.__dict__ else self.dtype.name
 
     def __setattr__(self, name: str, value) -> None:
         if "_layers" in self.__dict__:
@@ -333,6 +352,15 @@ class Layer:
             kwargs["mask"] = mask
         if self._call_takes("training"):
             kwargs["training"] = training
+        policy = self.__dict__.get("dtype_policy")
+        compute = as_dtype(policy.compute_dtype) if policy is not None and policy.name.startswith("mixed") else None
+        if compute is not None:
+            # Mixed precision: loom runs the layer in its variables' dtype (float32; loom's kernels take one
+            # dtype, where Keras autocasts the variables down) and returns the output in the compute dtype.
+            inputs = _map_nest(lambda v: _cast_float(v, as_dtype(policy.variable_dtype)), inputs)
+        elif policy is not None:  # A float32 layer after float16 ones (Keras's float32 output head).
+            inputs = _map_nest(lambda v: _cast_float(v, as_dtype(policy.compute_dtype)) if isinstance(v, Tensor)
+                               and v.dtype in (loom.float16, loom.bfloat16) else v, inputs)
         self._maybe_build(inputs)
         self._losses = []
         _TRAINING.append(training)
@@ -340,6 +368,8 @@ class Layer:
             out = self.call(inputs, *args, **kwargs)
         finally:
             _TRAINING.pop()
+        if compute is not None and not self._layers:
+            out = _map_nest(lambda v: _cast_float(v, compute), out)
         self._out_shape = _batch_free(_shape_of(out))
         if mask is not None or type(self).compute_mask is not Layer.compute_mask:
             out_mask = self.compute_mask(inputs, mask)
