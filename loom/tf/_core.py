@@ -120,6 +120,9 @@ def _ints(v) -> list[int]:
 
 # ---------------------------------------------------------------- variables
 
+ASSIGNS = [0]  # Variable writes so far (tf.function replays a call differentiably only if it wrote none).
+
+
 class Variable(Parameter):
     """A mutable tensor, as `tf.Variable`: `assign`, `assign_add`, `assign_sub`, `read_value`.
 
@@ -167,6 +170,7 @@ class Variable(Parameter):
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
         """Set the variable's value (same shape); returns the variable."""
+        ASSIGNS[0] += 1
         value = convert_to_tensor(value, self.dtype)
         if tuple(value.shape) != tuple(self.shape):
             if value.numel() == self.numel() or value.ndim == 0:
@@ -206,6 +210,7 @@ class Variable(Parameter):
 
         def assign(value, use_locking=None, name=None, read_value=True):
             # `v[...].assign(x)` writes through the slice into the variable, as TensorFlow's sliced assign.
+            ASSIGNS[0] += 1
             with no_grad():
                 var[key] = convert_to_tensor(value, var.dtype)
             return var

@@ -296,3 +296,45 @@ def test_mixed_float16_policy_dtypes_loss_scaling_and_fit():
     close(h_l, h_tf, 2e-3)
     close(dk_l, dk_tf, 1e-3)
     assert ltf.keras.layers.Dense(2).compute_dtype == "float32"
+
+
+# ------------------------------------------------------------------ tf.function under an outer tape
+
+def _tape_over_function(tf):
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(4, activation="tanh"),
+                                 tf.keras.layers.Dense(2)])
+    model.set_weights([np.full(w.shape, 0.1 * (i + 1), np.float32) for i, w in enumerate(model.get_weights())])
+    w = tf.Variable([[1.0], [2.0], [3.0]])
+    counter = tf.Variable(0.0)
+
+    @tf.function
+    def f(x, scale):
+        return tf.reduce_sum(model(x) ** 2) * scale + tf.reduce_sum(tf.matmul(x, w))
+
+    @tf.function
+    def g(x):
+        return x * x, {"s": tf.reduce_sum(tf.sin(x))}
+
+    @tf.function
+    def h(x):
+        counter.assign_add(1.0)
+        return tf.reduce_sum(x * w[:, 0])
+    res = []
+    for i in range(3):
+        x = tf.constant(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3) * (i + 1))
+        with tf.GradientTape(persistent=True) as t:
+            t.watch(x)
+            y = f(x, 2.0)
+            a, b = g(x)
+            z = tf.reduce_sum(a) + b["s"]
+            u = h(x)
+        res += [y, *t.gradient(y, model.trainable_variables + [w, x]), t.gradient(z, x), t.gradient(u, w), u]
+    return res + [counter], f
+
+
+def test_tf_function_is_differentiable_under_an_outer_tape_by_compiled_replay():
+    (got, f), (want, _) = _tape_over_function(ltf), _tape_over_function(real_tf)
+    for a, b in zip(got, want):
+        close(a, b, 1e-4)
+    # The later calls replayed the compiled function and its compiled vector-Jacobian product.
+    assert f.experimental_get_tracing_count() == 1 and f._vjp_traced.trace_count == 1
