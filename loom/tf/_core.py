@@ -123,6 +123,10 @@ def _ints(v) -> list[int]:
 ASSIGNS = [0]  # Variable writes so far (tf.function replays a call differentiably only if it wrote none).
 
 
+def _note_write(var) -> None:
+    ASSIGNS[0] += 1
+
+
 class Variable(Parameter):
     """A mutable tensor, as `tf.Variable`: `assign`, `assign_add`, `assign_sub`, `read_value`.
 
@@ -170,7 +174,7 @@ class Variable(Parameter):
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
         """Set the variable's value (same shape); returns the variable."""
-        ASSIGNS[0] += 1
+        _note_write(self)
         value = convert_to_tensor(value, self.dtype)
         if tuple(value.shape) != tuple(self.shape):
             if value.numel() == self.numel() or value.ndim == 0:
@@ -210,7 +214,7 @@ class Variable(Parameter):
 
         def assign(value, use_locking=None, name=None, read_value=True):
             # `v[...].assign(x)` writes through the slice into the variable, as TensorFlow's sliced assign.
-            ASSIGNS[0] += 1
+            _note_write(var)
             with no_grad():
                 var[key] = convert_to_tensor(value, var.dtype)
             return var

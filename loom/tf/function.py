@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
 import loom
-from loom.errors import LoomTypeError
+from loom.errors import LoomError, LoomTypeError, LoomWarning
 from loom.tensor import Tensor
 from loom.tf import autograph
 
 _run_eagerly = [False]
+_DATA_READ = "read the value of a tensor it computed"  # loom.function's error for a value read mid-trace.
 
 
 def run_functions_eagerly(run_eagerly: bool) -> None:
@@ -151,6 +153,7 @@ class Function:
         self._vjp_traced = loom.function(self._vjp_flat)
         self._under_tape: dict = {}  # Argument types -> variables the outputs depend on (False: run eagerly).
         self._n_out: dict = {}
+        self._eager_only = False
 
     def _call_flat(self, spec, *leaves):
         args, kwargs = _join(spec, list(leaves), [0])
@@ -179,7 +182,20 @@ class Function:
             return self._call_under_tape(args, kwargs)
         leaves: list = []
         spec = _split((args, kwargs), leaves)
-        return _as_tensors(self._traced(spec, *leaves))
+        if self._eager_only:
+            return _as_tensors(self._converted(*args, **kwargs))
+        try:
+            return _as_tensors(self._traced(spec, *leaves))
+        except LoomError as e:
+            if _DATA_READ not in str(e):
+                raise
+        # The body reads tensor values in Python (a Keras metric's update_state, .numpy(), a Python `if` on
+        # data AutoGraph cannot convert): TensorFlow would trace it as graph ops, loom cannot; run eagerly.
+        warnings.warn(f"loom.tf.function {self.__name__}: the function reads tensor values in Python (for "
+                      "example a Keras metric's update_state), so it runs eagerly instead of as a compiled "
+                      "graph; results are the same", LoomWarning, stacklevel=2)
+        self._eager_only = True
+        return _as_tensors(self._converted(*args, **kwargs))
 
     # ------------------------------------------------------------ differentiable replay
     def _call_under_tape(self, args, kwargs):

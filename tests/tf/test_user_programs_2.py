@@ -338,3 +338,42 @@ def test_tf_function_is_differentiable_under_an_outer_tape_by_compiled_replay():
         close(a, b, 1e-4)
     # The later calls replayed the compiled function and its compiled vector-Jacobian product.
     assert f.experimental_get_tracing_count() == 1 and f._vjp_traced.trace_count == 1
+
+
+def _custom_loop_with_metrics(tf):
+    """The TF2 custom-training tutorial: a tf.function step that updates Keras metrics."""
+    rng = np.random.default_rng(0)
+    x, y = rng.random((32, 4), np.float32), rng.integers(0, 3, 32)
+    m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(8, activation="relu"),
+                             tf.keras.layers.Dense(3)])
+    m.set_weights([np.random.default_rng(i).standard_normal(w.shape).astype(np.float32) * 0.3
+                   for i, w in enumerate(m.get_weights())])
+    opt = tf.keras.optimizers.Adam(0.01)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    acc, mean = tf.keras.metrics.SparseCategoricalAccuracy(), tf.keras.metrics.Mean()
+
+    @tf.function
+    def step(xb, yb):
+        with tf.GradientTape() as t:
+            logits = m(xb, training=True)
+            loss = loss_fn(yb, logits)
+        grads = t.gradient(loss, m.trainable_variables)
+        opt.apply_gradients(zip(grads, m.trainable_variables))
+        acc.update_state(yb, logits)
+        mean.update_state(loss)
+        return loss
+    out = []
+    for _ in range(3):
+        for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(8):
+            step(xb, yb)
+        out += [mean.result(), acc.result()]
+        mean.reset_state()
+        acc.reset_state()
+    return out + m.get_weights() + [opt.iterations]
+
+
+def test_tf_function_step_updating_keras_metrics_matches_tf():
+    with pytest.warns(Warning, match="runs eagerly instead"):
+        got = _custom_loop_with_metrics(ltf)
+    for a, b in zip(got, _custom_loop_with_metrics(real_tf)):
+        close(a, b, 1e-4)
