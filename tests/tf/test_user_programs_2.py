@@ -377,3 +377,21 @@ def test_tf_function_step_updating_keras_metrics_matches_tf():
         got = _custom_loop_with_metrics(ltf)
     for a, b in zip(got, _custom_loop_with_metrics(real_tf)):
         close(a, b, 1e-4)
+
+
+def _regularized_and_named(tf):
+    x = np.random.default_rng(0).random((8, 4), np.float32)
+    m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(
+        3, kernel_regularizer=tf.keras.regularizers.l2(0.1), activity_regularizer=tf.keras.regularizers.l1(0.01))])
+    m.set_weights([np.full(w.shape, 0.2, np.float32) for w in m.get_weights()])
+    m(x)
+    auc = tf.keras.metrics.AUC(curve="PR")
+    auc.update_state([0, 1, 1, 0, 1], np.array([0.2, 0.8, 0.4, 0.6, 0.9], np.float32))
+    return [float(tf.add_n(m.losses)), len(m.losses), float(auc.result())], [w.name for w in m.weights], \
+        [w.path.split("/")[-1] for w in m.weights]
+
+
+def test_activity_regularizer_keras3_weight_names_and_pr_auc():
+    (v_l, n_l, p_l), (v_tf, n_tf, p_tf) = _regularized_and_named(ltf), _regularized_and_named(real_tf)
+    close(v_l, v_tf, 1e-5)
+    assert n_l == n_tf == ["kernel", "bias"] and p_l == p_tf

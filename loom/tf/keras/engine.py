@@ -202,8 +202,8 @@ class Layer:
         self._out_shape = None
         self._losses: list = []
         kwargs.pop("autocast", None)
-        if kwargs.pop("activity_regularizer", None) is not None:
-            kwargs["activity_regularizer"] = True
+        from loom.tf.keras import regularizers
+        self.activity_regularizer = regularizers.get(kwargs.pop("activity_regularizer", None))
         unsupported = sorted(k for k, v in kwargs.items() if v is not None)
         if unsupported:
             raise LoomTypeError(f"loom.tf.keras.layers.{type(self).__name__}: unsupported argument(s) {unsupported}")
@@ -243,6 +243,7 @@ class Layer:
         d = as_dtype(dtype) if dtype is not None else float32
         value = init(shape, d) if not isinstance(init, (Tensor, np.ndarray)) else init
         v = Variable(value, trainable=trainable, name=f"{self.name}/{name or 'variable'}", dtype=d)
+        v.__dict__["_keras_short"] = name or "variable"
         if not isinstance(init, (Tensor, np.ndarray)):
             v.__dict__["_keras_init"] = (init, shape, d)  # keras.models.clone_model draws fresh values from it.
         self._own_weights.append(v)
@@ -370,6 +371,12 @@ class Layer:
             _TRAINING.pop()
         if compute is not None and not self._layers:
             out = _map_nest(lambda v: _cast_float(v, compute), out)
+        reg = self.__dict__.get("activity_regularizer")
+        if reg is not None:  # Keras: the penalty of each output, divided by its batch size.
+            for o in (out if isinstance(out, (list, tuple)) else [out]):
+                if isinstance(o, Tensor):
+                    pen = reg(o)
+                    self.add_loss(pen / o.shape[0] if o.ndim else pen)
         self._out_shape = _batch_free(_shape_of(out))
         if mask is not None or type(self).compute_mask is not Layer.compute_mask:
             out_mask = self.compute_mask(inputs, mask)
