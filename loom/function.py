@@ -40,6 +40,16 @@ if TYPE_CHECKING:
     from loom.compiler.partition import StageTag
 
 
+def _undo_trace_effects(tr) -> None:
+    """Give tensors the trace mutated (and .grads it set) their values from before the trace."""
+    for t, old in tr.mutated.values():
+        t._node = old
+        if t._views:
+            rederive_all(t)  # Aliases derived from traced values take the real one again.
+    for t, prev in tr.grads.values():
+        t._grad = prev
+
+
 class _Trace:
     """Bookkeeping while a function is traced (installed as `loom.runtime.realize.active_trace`)."""
 
@@ -590,6 +600,9 @@ class Function:
         try:
             with plain:
                 result = self.fn(*targs, **tkwargs)
+        except BaseException:
+            _undo_trace_effects(tr)  # A failed trace must not leave traced values in the caller's tensors.
+            raise
         finally:
             _realize.active_trace = None
             default_generator._seed, default_generator._counter = rng_state
@@ -617,12 +630,7 @@ class Function:
             if id(t) not in arg_pos and id(t) in tr.grad_reads:
                 entry.guards.append((_grad_identity(weakref.ref(t), prev), True))
         # Undo the trace's effects: the replay that follows computes them for real.
-        for t, old in tr.mutated.values():
-            t._node = old
-            if t._views:
-                rederive_all(t)  # Aliases derived from traced values take the real one again.
-        for t, prev in tr.grads.values():
-            t._grad = prev
+        _undo_trace_effects(tr)
         recompute = tr.recompute_groups(entry.node_map)
         if recompute:
             graph.meta["recompute"] = recompute   # Checkpointed segments: CSE keeps their recomputation apart.

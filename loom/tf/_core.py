@@ -120,6 +120,13 @@ def _ints(v) -> list[int]:
 
 # ---------------------------------------------------------------- variables
 
+ASSIGNS = [0]  # Variable writes so far (tf.function replays a call differentiably only if it wrote none).
+
+
+def _note_write(var) -> None:
+    ASSIGNS[0] += 1
+
+
 class Variable(Parameter):
     """A mutable tensor, as `tf.Variable`: `assign`, `assign_add`, `assign_sub`, `read_value`.
 
@@ -159,7 +166,9 @@ class Variable(Parameter):
 
     @property
     def name(self) -> str:
-        return f"{self._name}:0"
+        # A Keras 3 weight is named by its own name ("kernel"), its path says whose ("dense/kernel").
+        short = self.__dict__.get("_keras_short")
+        return short if short is not None else f"{self._name}:0"
 
     @property
     def path(self) -> str:
@@ -167,6 +176,7 @@ class Variable(Parameter):
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
         """Set the variable's value (same shape); returns the variable."""
+        _note_write(self)
         value = convert_to_tensor(value, self.dtype)
         if tuple(value.shape) != tuple(self.shape):
             if value.numel() == self.numel() or value.ndim == 0:
@@ -206,6 +216,7 @@ class Variable(Parameter):
 
         def assign(value, use_locking=None, name=None, read_value=True):
             # `v[...].assign(x)` writes through the slice into the variable, as TensorFlow's sliced assign.
+            _note_write(var)
             with no_grad():
                 var[key] = convert_to_tensor(value, var.dtype)
             return var
@@ -219,26 +230,32 @@ class Variable(Parameter):
     value = read_value
 
     def __repr__(self) -> str:
+        if self.__dict__.get("_keras_short") is not None:
+            return (f"<Variable path={self.path}, shape={tuple(self.shape)}, dtype={self.dtype.name}, "
+                    f"value={self.numpy()}>")
         return (f"<tf.Variable '{self.name}' shape={tuple(self.shape)} dtype={self.dtype.name}, "
                 f"numpy={self.numpy()!r}>")
 
     __str__ = __repr__
 
     def __reduce_ex__(self, proto):
-        return (_rebuild_variable, (self.detach(), self._trainable, self._name))
+        return (_rebuild_variable, (self.detach(), self._trainable, self._name, self.__dict__.get("_keras_short")))
 
     def __deepcopy__(self, memo: dict) -> Variable:
         """An independent variable with the same value, trainability and name (copy.deepcopy of models)."""
         new = Variable(self.detach(), trainable=self._trainable, name=self._name, dtype=self.dtype)
         memo[id(self)] = new
         for k, v in self.__dict__.items():
-            if k == "_keras_init":  # The initializer spec is shared, not copied.
+            if k in ("_keras_init", "_keras_short"):  # The initializer spec is shared, not copied.
                 new.__dict__[k] = v
         return new
 
 
-def _rebuild_variable(value, trainable, name):
-    return Variable(value, trainable=trainable, name=name)
+def _rebuild_variable(value, trainable, name, keras_short=None):
+    v = Variable(value, trainable=trainable, name=name)
+    if keras_short is not None:
+        v.__dict__["_keras_short"] = keras_short
+    return v
 
 
 def _from_tf(t: Tensor) -> builtin_bool:

@@ -256,3 +256,142 @@ def test_model_checkpoint_saves_a_loadable_model_with_early_stopping_and_lr_sche
     for k in h_tf:
         close(h_l[k], h_tf[k], 1e-4)
     close(p_l, p_tf, 1e-4)
+
+
+def _dtype_name(d):
+    return getattr(d, "name", d)
+
+
+def _mixed_program(tf):
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        d = tf.keras.layers.Dense(2)
+        y = d(np.ones((1, 3), np.float32))
+        p = tf.keras.mixed_precision.global_policy()
+        facts = [_dtype_name(y.dtype), _dtype_name(d.kernel.dtype), d.compute_dtype, d.variable_dtype, repr(p),
+                 p.compute_dtype, repr(d.dtype_policy)]
+        m = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2, kernel_initializer="ones"),
+                                 tf.keras.layers.Activation("softmax", dtype="float32")])
+        x = np.linspace(0, 1, 12, dtype=np.float32).reshape(4, 3)
+        facts.append(_dtype_name(m(x).dtype))
+        m.compile(tf.keras.optimizers.SGD(0.5), "mse")
+        h = m.fit(x, np.eye(2, dtype=np.float32)[[0, 1, 0, 1]], verbose=0, epochs=3, batch_size=2, shuffle=False)
+        facts.append(type(m.optimizer).__name__)
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+        with tf.GradientTape() as t:
+            loss = tf.reduce_sum(d(np.ones((1, 3), np.float32)))
+            scaled = opt.scale_loss(loss)
+        grads = t.gradient(scaled, d.trainable_variables)
+        facts.append([_dtype_name(g.dtype) for g in grads])
+        k0 = np.array(d.kernel.numpy())
+        opt.apply_gradients(zip(grads, d.trainable_variables))
+        return facts, h.history["loss"], np.array(d.kernel.numpy()) - k0
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def test_mixed_float16_policy_dtypes_loss_scaling_and_fit():
+    (f_l, h_l, dk_l), (f_tf, h_tf, dk_tf) = _mixed_program(ltf), _mixed_program(real_tf)
+    assert f_l == f_tf
+    close(h_l, h_tf, 2e-3)
+    close(dk_l, dk_tf, 1e-3)
+    assert ltf.keras.layers.Dense(2).compute_dtype == "float32"
+
+
+# ------------------------------------------------------------------ tf.function under an outer tape
+
+def _tape_over_function(tf):
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(4, activation="tanh"),
+                                 tf.keras.layers.Dense(2)])
+    model.set_weights([np.full(w.shape, 0.1 * (i + 1), np.float32) for i, w in enumerate(model.get_weights())])
+    w = tf.Variable([[1.0], [2.0], [3.0]])
+    counter = tf.Variable(0.0)
+
+    @tf.function
+    def f(x, scale):
+        return tf.reduce_sum(model(x) ** 2) * scale + tf.reduce_sum(tf.matmul(x, w))
+
+    @tf.function
+    def g(x):
+        return x * x, {"s": tf.reduce_sum(tf.sin(x))}
+
+    @tf.function
+    def h(x):
+        counter.assign_add(1.0)
+        return tf.reduce_sum(x * w[:, 0])
+    res = []
+    for i in range(3):
+        x = tf.constant(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3) * (i + 1))
+        with tf.GradientTape(persistent=True) as t:
+            t.watch(x)
+            y = f(x, 2.0)
+            a, b = g(x)
+            z = tf.reduce_sum(a) + b["s"]
+            u = h(x)
+        res += [y, *t.gradient(y, model.trainable_variables + [w, x]), t.gradient(z, x), t.gradient(u, w), u]
+    return res + [counter], f
+
+
+def test_tf_function_is_differentiable_under_an_outer_tape_by_compiled_replay():
+    (got, f), (want, _) = _tape_over_function(ltf), _tape_over_function(real_tf)
+    for a, b in zip(got, want):
+        close(a, b, 1e-4)
+    # The later calls replayed the compiled function and its compiled vector-Jacobian product.
+    assert f.experimental_get_tracing_count() == 1 and f._vjp_traced.trace_count == 1
+
+
+def _custom_loop_with_metrics(tf):
+    """The TF2 custom-training tutorial: a tf.function step that updates Keras metrics."""
+    rng = np.random.default_rng(0)
+    x, y = rng.random((32, 4), np.float32), rng.integers(0, 3, 32)
+    m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(8, activation="relu"),
+                             tf.keras.layers.Dense(3)])
+    m.set_weights([np.random.default_rng(i).standard_normal(w.shape).astype(np.float32) * 0.3
+                   for i, w in enumerate(m.get_weights())])
+    opt = tf.keras.optimizers.Adam(0.01)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    acc, mean = tf.keras.metrics.SparseCategoricalAccuracy(), tf.keras.metrics.Mean()
+
+    @tf.function
+    def step(xb, yb):
+        with tf.GradientTape() as t:
+            logits = m(xb, training=True)
+            loss = loss_fn(yb, logits)
+        grads = t.gradient(loss, m.trainable_variables)
+        opt.apply_gradients(zip(grads, m.trainable_variables))
+        acc.update_state(yb, logits)
+        mean.update_state(loss)
+        return loss
+    out = []
+    for _ in range(3):
+        for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(8):
+            step(xb, yb)
+        out += [mean.result(), acc.result()]
+        mean.reset_state()
+        acc.reset_state()
+    return out + m.get_weights() + [opt.iterations]
+
+
+def test_tf_function_step_updating_keras_metrics_matches_tf():
+    with pytest.warns(Warning, match="runs eagerly instead"):
+        got = _custom_loop_with_metrics(ltf)
+    for a, b in zip(got, _custom_loop_with_metrics(real_tf)):
+        close(a, b, 1e-4)
+
+
+def _regularized_and_named(tf):
+    x = np.random.default_rng(0).random((8, 4), np.float32)
+    m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(
+        3, kernel_regularizer=tf.keras.regularizers.l2(0.1), activity_regularizer=tf.keras.regularizers.l1(0.01))])
+    m.set_weights([np.full(w.shape, 0.2, np.float32) for w in m.get_weights()])
+    m(x)
+    auc = tf.keras.metrics.AUC(curve="PR")
+    auc.update_state([0, 1, 1, 0, 1], np.array([0.2, 0.8, 0.4, 0.6, 0.9], np.float32))
+    return [float(tf.add_n(m.losses)), len(m.losses), float(auc.result())], [w.name for w in m.weights], \
+        [w.path.split("/")[-1] for w in m.weights]
+
+
+def test_activity_regularizer_keras3_weight_names_and_pr_auc():
+    (v_l, n_l, p_l), (v_tf, n_tf, p_tf) = _regularized_and_named(ltf), _regularized_and_named(real_tf)
+    close(v_l, v_tf, 1e-5)
+    assert n_l == n_tf == ["kernel", "bias"] and p_l == p_tf

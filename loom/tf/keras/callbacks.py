@@ -303,10 +303,10 @@ class ModelCheckpoint(Callback):
                 print(f"Epoch {epoch + 1}: {self.monitor} improved from {self.best:.5f} to {current:.5f}, "
                       f"saving model to {path}")
             self.best = current
-        if self.save_weights_only:
+        if not self.save_weights_only and path.endswith(".keras"):
+            self.model.save(path)  # The whole model, for keras.models.load_model.
+        else:
             self.model.save_weights(path)
-        else:  # The whole model, for keras.models.load_model (Keras 3 wants a .keras path here).
-            self.model.save(path)
 
 
 class Progbar:

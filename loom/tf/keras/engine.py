@@ -157,6 +157,10 @@ def _to_input(x):
     return x
 
 
+def _cast_float(v, dtype):
+    return v.to(dtype) if isinstance(v, Tensor) and v.dtype.is_floating_point and v.dtype is not dtype else v
+
+
 class Layer:
     """Base of Keras layers: weights made by `build` (via `add_weight`), computation in `call`.
 
@@ -181,7 +185,12 @@ class Layer:
         self.built = False
         self.trainable = trainable
         self.name = name or unique_name(_snake(type(self).__name__))
-        self.dtype = float32 if dtype is None or not isinstance(dtype, (str, type(float32))) else as_dtype(dtype)
+        from loom.tf.keras.mixed_precision import policy_of
+        self.dtype_policy = policy_of(dtype)
+        if self.dtype_policy.name != "float32" or dtype is None or not isinstance(dtype, (str, type(float32))):
+            self.dtype = as_dtype(self.dtype_policy.variable_dtype)
+        else:
+            self.dtype = as_dtype(dtype)
         shape = kwargs.pop("input_shape", None)
         dim = kwargs.pop("input_dim", None)
         batch_input_shape = kwargs.pop("batch_input_shape", None)
@@ -193,11 +202,21 @@ class Layer:
         self._out_shape = None
         self._losses: list = []
         kwargs.pop("autocast", None)
-        if kwargs.pop("activity_regularizer", None) is not None:
-            kwargs["activity_regularizer"] = True
+        from loom.tf.keras import regularizers
+        self.activity_regularizer = regularizers.get(kwargs.pop("activity_regularizer", None))
         unsupported = sorted(k for k, v in kwargs.items() if v is not None)
         if unsupported:
             raise LoomTypeError(f"loom.tf.keras.layers.{type(self).__name__}: unsupported argument(s) {unsupported}")
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the layer computes in (float16 under mixed_float16)."""
+        return self.dtype_policy.compute_dtype if "dtype_policy" in self.__dict__ else self.dtype.name
+
+    @property
+    def variable_dtype(self) -> str:
+        """The dtype of the layer's variables."""
+        return self.dtype_policy.variable_dtype if "dtype_policy" in self.__dict__ else self.dtype.name
 
     def __setattr__(self, name: str, value) -> None:
         if "_layers" in self.__dict__:
@@ -224,6 +243,7 @@ class Layer:
         d = as_dtype(dtype) if dtype is not None else float32
         value = init(shape, d) if not isinstance(init, (Tensor, np.ndarray)) else init
         v = Variable(value, trainable=trainable, name=f"{self.name}/{name or 'variable'}", dtype=d)
+        v.__dict__["_keras_short"] = name or "variable"
         if not isinstance(init, (Tensor, np.ndarray)):
             v.__dict__["_keras_init"] = (init, shape, d)  # keras.models.clone_model draws fresh values from it.
         self._own_weights.append(v)
@@ -333,6 +353,15 @@ class Layer:
             kwargs["mask"] = mask
         if self._call_takes("training"):
             kwargs["training"] = training
+        policy = self.__dict__.get("dtype_policy")
+        compute = as_dtype(policy.compute_dtype) if policy is not None and policy.name.startswith("mixed") else None
+        if compute is not None:
+            # Mixed precision: loom runs the layer in its variables' dtype (float32; loom's kernels take one
+            # dtype, where Keras autocasts the variables down) and returns the output in the compute dtype.
+            inputs = _map_nest(lambda v: _cast_float(v, as_dtype(policy.variable_dtype)), inputs)
+        elif policy is not None:  # A float32 layer after float16 ones (Keras's float32 output head).
+            inputs = _map_nest(lambda v: _cast_float(v, as_dtype(policy.compute_dtype)) if isinstance(v, Tensor)
+                               and v.dtype in (loom.float16, loom.bfloat16) else v, inputs)
         self._maybe_build(inputs)
         self._losses = []
         _TRAINING.append(training)
@@ -340,6 +369,14 @@ class Layer:
             out = self.call(inputs, *args, **kwargs)
         finally:
             _TRAINING.pop()
+        if compute is not None and not self._layers:
+            out = _map_nest(lambda v: _cast_float(v, compute), out)
+        reg = self.__dict__.get("activity_regularizer")
+        if reg is not None:  # Keras: the penalty of each output, divided by its batch size.
+            for o in (out if isinstance(out, (list, tuple)) else [out]):
+                if isinstance(o, Tensor):
+                    pen = reg(o)
+                    self.add_loss(pen / o.shape[0] if o.ndim else pen)
         self._out_shape = _batch_free(_shape_of(out))
         if mask is not None or type(self).compute_mask is not Layer.compute_mask:
             out_mask = self.compute_mask(inputs, mask)

@@ -328,16 +328,39 @@ class AUC(Metric):
         self.fn += (~above & yt).astype(float) @ w
         self.tn += (~above & ~yt).astype(float) @ w
 
+    def _interpolated_pr_auc(self) -> float:
+        return _pr_auc(self.tp, self.fp, self.fn)
+
     def result(self) -> _Tensor:
         tpr = self.tp / np.maximum(self.tp + self.fn, 1e-12)
         fpr = self.fp / np.maximum(self.fp + self.tn, 1e-12)
         if self.curve == "PR":
-            prec = self.tp / np.maximum(self.tp + self.fp, 1e-12)
-            x, y = tpr, prec
+            return loom.tensor(np.float32(self._interpolated_pr_auc()))
         else:
             x, y = fpr, tpr
         area = np.sum((x[:-1] - x[1:]) * (y[:-1] + y[1:]) / 2)
         return loom.tensor(np.float32(area))
+
+
+def _ratio(a, b):
+    """a / b, 0 where b is 0 (divide_no_nan)."""
+    out = np.zeros_like(a, dtype=np.float64)
+    np.divide(a, b, out=out, where=b != 0)
+    return out
+
+
+def _pr_auc(tp, fp, fn) -> float:
+    """Keras's PR-AUC: precision interpolated linearly in the number of positives between thresholds
+    (Davis & Goadrich), as `AUC(curve="PR")` computes with summation_method="interpolation"."""
+    dtp = tp[:-1] - tp[1:]
+    p = tp + fp
+    dp = p[:-1] - p[1:]
+    slope = _ratio(dtp, np.maximum(dp, 0))
+    intercept = tp[1:] - slope * p[1:]
+    both = (p[:-1] > 0) & (p[1:] > 0)
+    safe = np.where(both, _ratio(p[:-1], np.maximum(p[1:], 0)), 1.0)
+    inc = _ratio(slope * (dtp + intercept * np.log(safe)), np.maximum(tp[1:] + fn[1:], 0))
+    return float(np.sum(inc))
 
 
 class _Confusion(Metric):

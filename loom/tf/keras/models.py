@@ -267,6 +267,10 @@ class Model(Layer):
         (`<output>_<metric>`).
         """
         self.optimizer = optimizers_mod.get(optimizer)
+        from loom.tf.keras import mixed_precision
+        if mixed_precision.global_policy().name == "mixed_float16" and \
+                not isinstance(self.optimizer, mixed_precision.LossScaleOptimizer):
+            self.optimizer = mixed_precision.LossScaleOptimizer(self.optimizer)  # As Keras under mixed_float16.
         self.loss = loss
         self._multi_spec = None
         if isinstance(loss, (list, tuple, dict)):
@@ -407,7 +411,7 @@ class Model(Layer):
             y_pred = self(x, training=True)
             loss = self.compute_loss(x, y, y_pred, sw)
         variables = self.trainable_variables
-        grads = tape.gradient(loss, variables)
+        grads = tape.gradient(self.optimizer.scale_loss(loss), variables)
         self.optimizer.apply_gradients(zip(grads, variables))
         return self._update_metrics(x, y, y_pred, sw, loss)
 

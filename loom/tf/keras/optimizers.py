@@ -221,6 +221,10 @@ class Optimizer:
         self._steps_done += 1
         return self.iterations
 
+    def scale_loss(self, loss):
+        """The loss to differentiate: unchanged here, scaled up by a LossScaleOptimizer."""
+        return loss
+
     def apply(self, grads, trainable_variables=None):
         """`apply_gradients(zip(grads, trainable_variables))`."""
         return self.apply_gradients(zip(grads, trainable_variables))
