@@ -238,11 +238,9 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     if env_size != size:
         free(comm)
         alone = ""
-        if size == 1 and os.environ.get("MASTER_ADDR"):
-            alone = (f" This process (RANK={os.environ.get('RANK', '?')}) was started on its own with torchrun's "
-                     f"variables (MASTER_ADDR={os.environ['MASTER_ADDR']}, MASTER_PORT="
-                     f"{os.environ.get('MASTER_PORT', '?')}); loom does not rendezvous there, its ranks join "
-                     "through MPI, so start all of them with one command.")
+        if size == 1:
+            alone = (" This process was started on its own: to join processes started one by one, set RANK, "
+                     "WORLD_SIZE, MASTER_ADDR and MASTER_PORT in each, as torchrun does.")
         raise DistributedError(
             f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es).{alone} "
             f"loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc "
