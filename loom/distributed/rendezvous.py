@@ -97,11 +97,23 @@ def _disconnect(comm: Any) -> None:
 _TORCH: dict[str, Any] = {}
 
 
-def torch_style() -> bool:
-    """Whether this process was started on its own by the user with torchrun's variables for several ranks."""
-    return (_env_int("WORLD_SIZE", 1) > 1 and bool(os.environ.get("MASTER_ADDR"))
-            and bool(os.environ.get("MASTER_PORT")) and "OMPI_COMM_WORLD_SIZE" not in os.environ
-            and "PMI_SIZE" not in os.environ and _env_int("LOOM_DIST_NNODES", 1) == 1)
+def torch_style(init_method: str | None, world_size: int, rank: int) -> tuple[int, int, str, int] | None:
+    """(world size, rank, address, port) when this process was started on its own by the user for a world of
+    several ranks, torchrun style: the variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or
+    ``init_method="tcp://ADDR:PORT"`` with `rank` and `world_size`; None otherwise (MPI started the ranks)."""
+    if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ or _env_int("LOOM_DIST_NNODES", 1) > 1:
+        return None
+    size = world_size if world_size not in (-1, None) else _env_int("WORLD_SIZE", 1)
+    me = rank if rank not in (-1, None) else _env_int("RANK", -1)
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    if init_method and init_method.startswith("tcp://"):
+        addr, _, port = init_method[len("tcp://"):].rstrip("/").rpartition(":")
+        addr = addr.strip("[]")
+    if size <= 1 or not addr or not port:
+        return None
+    if not port.isdigit():
+        raise DistributedError(f"loom.distributed.init_process_group: the rendezvous port {port!r} is not a number")
+    return size, me, addr, int(port)
 
 
 def _send_line(sock: Any, text: str) -> None:
@@ -120,7 +132,7 @@ def _recv_line(sock: Any, what: str) -> str:
     return data.decode().strip()
 
 
-def torch_style_prepare(timeout: float) -> None:
+def torch_style_prepare(size: int, rank: int, addr: str, port: int, timeout: float) -> None:
     """Before MPI starts: meet at MASTER_ADDR:MASTER_PORT and point Open MPI at rank 0's ``ompi-server``."""
     import socket
     import subprocess
@@ -130,11 +142,9 @@ def torch_style_prepare(timeout: float) -> None:
         raise DistributedError("loom.distributed.init_process_group: WORLD_SIZE > 1 with MASTER_ADDR/MASTER_PORT "
                                "(ranks started one by one), but MPI was started before init_process_group; call "
                                "init_process_group before anything that imports mpi4py")
-    size, rank = _env_int("WORLD_SIZE", 1), _env_int("RANK", -1)
-    addr, port = os.environ["MASTER_ADDR"], _env_int("MASTER_PORT", 0)
     if not 0 <= rank < size:
-        raise DistributedError(f"loom.distributed.init_process_group: RANK={os.environ.get('RANK')!r} must be set "
-                               f"to a rank in [0, {size}) (WORLD_SIZE={size}) for each process")
+        raise DistributedError(f"loom.distributed.init_process_group: rank {rank} (RANK={os.environ.get('RANK')!r}) "
+                               f"must be in [0, {size}) (world size {size}): give each process its own RANK")
     deadline = time.monotonic() + timeout
     if rank == 0:
         import atexit

@@ -143,13 +143,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def separately(script: str, *args: str, nproc: int = 2, timeout: int = TIMEOUT, **extra) -> list:
-    """Start each rank on its own, torchrun style: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the user."""
+def separately(script: str, *args: str, nproc: int = 2, timeout: int = TIMEOUT, tcp: bool = False) -> list:
+    """Start each rank on its own, torchrun style: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the user
+    (or, with `tcp`, none of them: the script passes ``init_method="tcp://..."``, rank and world_size)."""
     port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, str(SCRIPTS / script), *args], cwd=ROOT, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=_env(RANK=str(r), WORLD_SIZE=str(nproc), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                                       MASTER_PORT=port, **extra))
+
+    def env(r):
+        return _env() if tcp else _env(RANK=str(r), WORLD_SIZE=str(nproc), LOCAL_RANK=str(r),
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+
+    def argv(r):
+        return [f"--init=tcp://127.0.0.1:{port}", f"--rank={r}", f"--world={nproc}"] if tcp else []
+    procs = [subprocess.Popen([sys.executable, str(SCRIPTS / script), *args, *argv(r)], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(r))
              for r in range(nproc)]
     done, deadline = [], time.monotonic() + timeout
     for p in procs:
@@ -165,8 +171,9 @@ def separately(script: str, *args: str, nproc: int = 2, timeout: int = TIMEOUT, 
 
 
 @needs_mpi
-def test_ranks_started_one_by_one_with_torchrun_variables_join():
-    procs = separately("user_collectives.py")
+@pytest.mark.parametrize("tcp", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_ranks_started_one_by_one_with_torchrun_variables_join(tcp):
+    procs = separately("user_collectives.py", tcp=tcp)
     for r, p in enumerate(procs):
         assert p.returncode == 0 and f"rank {r}: ALL OK" in p.stdout, p.stdout + p.stderr
         assert "FAILED" not in p.stdout, p.stdout

@@ -17,7 +17,11 @@ else:
     import loom.torch.distributed as dist
 
 backend = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--backend=")), "gloo")
-if backend == "default":
+init = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--init=")), None)
+if init is not None:   # --init=tcp://ADDR:PORT --rank=R --world=N, torch's explicit rendezvous.
+    args = {a[2:].split("=")[0]: int(a.split("=")[1]) for a in sys.argv if a.startswith(("--rank=", "--world="))}
+    dist.init_process_group(backend, init_method=init, rank=args["rank"], world_size=args["world"])
+elif backend == "default":
     dist.init_process_group()
 else:
     dist.init_process_group(backend=backend)
