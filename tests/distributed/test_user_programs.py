@@ -83,6 +83,21 @@ def test_the_same_program_passes_under_pytorch_gloo():
 
 
 @needs_mpi
+@pytest.mark.slow  # torchrun starts slowly on the loaded machine.
+def test_a_loom_program_started_by_torchrun():
+    # torchrun's agent holds MASTER_PORT with its TCPStore: the ranks meet through it.
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    _ok(_run([torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "user_collectives.py")], _env(),
+             timeout=180))
+    proc = _run([torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "user_errors.py"), "raise"], _env(),
+                timeout=180)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "ValueError: user error on rank 1" in out, out
+    assert "returned although rank 1" not in out, out
+
+
+@needs_mpi
 def test_mistakes_one_rank_makes_raise_on_every_rank_and_the_group_goes_on():
     out = _ok(mpirun("user_errors.py", "mismatch"))
     for r in (0, 1):
