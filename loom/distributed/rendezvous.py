@@ -222,7 +222,11 @@ def _start_ompi_server(deadline: float) -> str:
     from loom.distributed.run import _die_with_parent
     server = subprocess.Popen(_die_with_parent([exe, "--no-daemonize", "-r", uri_file], signal.SIGKILL),
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    atexit.register(lambda: server.poll() is None and (server.kill(), server.wait()))
+    def stop() -> None:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    atexit.register(stop)
     uri = ""
     while not uri:
         if server.poll() is not None or time.monotonic() > deadline:
