@@ -5,6 +5,7 @@ Every collective of the tensor API on 2+ ranks: each ReduceOp (bitwise ones on i
 handles, in-place writes through views, float64/int64/bool/float16, non-contiguous inputs, lists and flat
 tensors, rooted operations, object collectives, point-to-point (blocking, non-blocking, batched), subgroups.
 """
+import os
 import sys
 
 import numpy as np
@@ -52,6 +53,7 @@ def same(t, expected, what, dtype=None):
 if backend == "gloo":
     check(dist.get_backend() == "gloo" and dist.get_backend(dist.group.WORLD) == "gloo", "get_backend",
           dist.get_backend())
+check(dist.is_torchelastic_launched() == ("TORCHELASTIC_RUN_ID" in os.environ), "is_torchelastic_launched")
 ranks = np.arange(world)
 # Every ReduceOp on float64 and int64.
 vals = {r: np.array([r + 1.0, -(r + 2.0), 0.5 * r + 3.0]) for r in range(world)}
