@@ -208,11 +208,15 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         ``"mpi"`` (default) or ``"gloo"`` (run on MPI too); ``"nccl"`` adds NCCL for GPU buffers
         (`loom.distributed.nccl`; needs CuPy and a GPU, else raises saying which is missing).
     init_method : str, optional
-        Accepted for compatibility (``"env://"``, ``"tcp://..."``); MPI's launcher does the rendezvous.
+        ``"env://"`` (the default) or ``"tcp://ADDR:PORT"``. Under ``mpirun`` or loom's launcher MPI has
+        already met the ranks and it is ignored. Processes started one by one (torchrun style: RANK,
+        WORLD_SIZE, MASTER_ADDR, MASTER_PORT in each, or ``tcp://`` with `rank` and `world_size`) meet there
+        (`loom.distributed.rendezvous.torch_style_prepare`) and then join through MPI.
     timeout, store, group_name, pg_options, device_id
         Accepted for compatibility and ignored.
     world_size, rank : int
-        If given (not -1), they must agree with what MPI reports; a mismatch raises.
+        If given (not -1), they must agree with what MPI reports (or, for processes started one by one, they
+        say which rank this is of how many); a mismatch raises.
 
     Examples
     --------
@@ -227,9 +231,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                                "group twice; call destroy_process_group() first")
     name = _normalise_backend(backend)
     from loom.distributed import rendezvous
-    if _state.get("base") is None and rendezvous.torch_style():   # Ranks started one by one, torchrun style.
+    joining = rendezvous.torch_style(init_method, world_size, rank) if _state.get("base") is None else None
+    if joining is not None:   # Ranks started one by one, torchrun style.
         seconds = getattr(timeout, "total_seconds", lambda: timeout)() if timeout is not None else None
-        rendezvous.torch_style_prepare(float(seconds) if seconds else float(os.environ.get(
+        rendezvous.torch_style_prepare(*joining, float(seconds) if seconds else float(os.environ.get(
             "LOOM_DIST_RDZV_TIMEOUT", "300")))
     MPI = _mpi()
     comm = own(_base_comm(MPI).Dup())
@@ -238,11 +243,9 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     if env_size != size:
         free(comm)
         alone = ""
-        if size == 1 and os.environ.get("MASTER_ADDR"):
-            alone = (f" This process (RANK={os.environ.get('RANK', '?')}) was started on its own with torchrun's "
-                     f"variables (MASTER_ADDR={os.environ['MASTER_ADDR']}, MASTER_PORT="
-                     f"{os.environ.get('MASTER_PORT', '?')}); loom does not rendezvous there, its ranks join "
-                     "through MPI, so start all of them with one command.")
+        if size == 1:
+            alone = (" This process was started on its own: to join processes started one by one, set RANK, "
+                     "WORLD_SIZE, MASTER_ADDR and MASTER_PORT in each, as torchrun does.")
         raise DistributedError(
             f"loom.distributed.init_process_group: WORLD_SIZE={env_size} but MPI started {size} process(es).{alone} "
             f"loom.distributed takes its ranks from MPI: launch with `python -m loom.distributed.run --nproc "

@@ -97,11 +97,23 @@ def _disconnect(comm: Any) -> None:
 _TORCH: dict[str, Any] = {}
 
 
-def torch_style() -> bool:
-    """Whether this process was started on its own by the user with torchrun's variables for several ranks."""
-    return (_env_int("WORLD_SIZE", 1) > 1 and bool(os.environ.get("MASTER_ADDR"))
-            and bool(os.environ.get("MASTER_PORT")) and "OMPI_COMM_WORLD_SIZE" not in os.environ
-            and "PMI_SIZE" not in os.environ and _env_int("LOOM_DIST_NNODES", 1) == 1)
+def torch_style(init_method: str | None, world_size: int, rank: int) -> tuple[int, int, str, int] | None:
+    """(world size, rank, address, port) when this process was started on its own by the user for a world of
+    several ranks, torchrun style: the variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or
+    ``init_method="tcp://ADDR:PORT"`` with `rank` and `world_size`; None otherwise (MPI started the ranks)."""
+    if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ or _env_int("LOOM_DIST_NNODES", 1) > 1:
+        return None
+    size = world_size if world_size not in (-1, None) else _env_int("WORLD_SIZE", 1)
+    me = rank if rank not in (-1, None) else _env_int("RANK", -1)
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    if init_method and init_method.startswith("tcp://"):
+        addr, _, port = init_method[len("tcp://"):].rstrip("/").rpartition(":")
+        addr = addr.strip("[]")
+    if size <= 1 or not addr or not port:
+        return None
+    if not port.isdigit():
+        raise DistributedError(f"loom.distributed.init_process_group: the rendezvous port {port!r} is not a number")
+    return size, me, addr, int(port)
 
 
 def _send_line(sock: Any, text: str) -> None:
@@ -120,37 +132,33 @@ def _recv_line(sock: Any, what: str) -> str:
     return data.decode().strip()
 
 
-def torch_style_prepare(timeout: float) -> None:
+def torch_style_prepare(size: int, rank: int, addr: str, port: int, timeout: float) -> None:
     """Before MPI starts: meet at MASTER_ADDR:MASTER_PORT and point Open MPI at rank 0's ``ompi-server``."""
     import socket
-    import subprocess
-    import tempfile
     import time
     if "mpi4py.MPI" in __import__("sys").modules:
         raise DistributedError("loom.distributed.init_process_group: WORLD_SIZE > 1 with MASTER_ADDR/MASTER_PORT "
                                "(ranks started one by one), but MPI was started before init_process_group; call "
                                "init_process_group before anything that imports mpi4py")
-    size, rank = _env_int("WORLD_SIZE", 1), _env_int("RANK", -1)
-    addr, port = os.environ["MASTER_ADDR"], _env_int("MASTER_PORT", 0)
     if not 0 <= rank < size:
-        raise DistributedError(f"loom.distributed.init_process_group: RANK={os.environ.get('RANK')!r} must be set "
-                               f"to a rank in [0, {size}) (WORLD_SIZE={size}) for each process")
+        raise DistributedError(f"loom.distributed.init_process_group: rank {rank} (RANK={os.environ.get('RANK')!r}) "
+                               f"must be in [0, {size}) (world size {size}): give each process its own RANK")
     deadline = time.monotonic() + timeout
+    _TORCH.update(rank=rank, size=size)
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        # Under torchrun, its agent's TCPStore holds MASTER_PORT and torchrun ends the others when a rank fails.
+        from datetime import timedelta
+
+        from torch.distributed import TCPStore
+        store = TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=timeout))
+        prefix = f"loom/{os.environ['TORCHELASTIC_RUN_ID']}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        _TORCH.update(store=store, prefix=prefix)
+        if rank == 0:
+            store.set(f"{prefix}/uri", _start_ompi_server(deadline))
+        os.environ["OMPI_MCA_pmix_server_uri"] = store.get(f"{prefix}/uri").decode()
+        return
     if rank == 0:
-        import atexit
-        import shutil
-        import signal
-        exe = shutil.which("ompi-server")
-        if exe is None:
-            raise DistributedError("loom.distributed.init_process_group: ranks started one by one need Open MPI's "
-                                   "ompi-server (apt-get install openmpi-bin), which is not on PATH")
-        uri_file = os.path.join(tempfile.mkdtemp(prefix="loom-rdzv-"), "ompi-server.uri")
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        from loom.distributed.run import _die_with_parent
-        server = subprocess.Popen(_die_with_parent([exe, "--no-daemonize", "-r", uri_file], signal.SIGKILL),
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
-        atexit.register(lambda: server.poll() is None and (server.kill(), server.wait()))
+        uri = _start_ompi_server(deadline)
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -159,12 +167,6 @@ def torch_style_prepare(timeout: float) -> None:
             raise DistributedError(f"loom.distributed.init_process_group: rank 0 cannot listen on MASTER_PORT={port} "
                                    f"({e}); choose a free port") from None
         listener.listen(size)
-        uri = ""
-        while not uri:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise DistributedError("loom.distributed.init_process_group: Open MPI's ompi-server did not start")
-            time.sleep(0.02)
-            uri = open(uri_file).read().strip() if os.path.exists(uri_file) else ""
         peers: dict[int, Any] = {}
         listener.settimeout(max(0.1, deadline - time.monotonic()))
         while len(peers) < size - 1:
@@ -200,30 +202,69 @@ def torch_style_prepare(timeout: float) -> None:
         if uri.startswith("error "):
             raise DistributedError(f"loom.distributed.init_process_group: rank 0 refused this process: {uri[6:]}")
         _TORCH.update(sock=sock)
-    _TORCH.update(rank=rank, size=size)
     os.environ["OMPI_MCA_pmix_server_uri"] = uri
+
+
+def _start_ompi_server(deadline: float) -> str:
+    """Start Open MPI's ``ompi-server`` for this job (it ends with this process) and return its URI."""
+    import atexit
+    import shutil
+    import signal
+    import subprocess
+    import tempfile
+    import time
+    exe = shutil.which("ompi-server")
+    if exe is None:
+        raise DistributedError("loom.distributed.init_process_group: ranks started one by one need Open MPI's "
+                               "ompi-server (apt-get install openmpi-bin), which is not on PATH")
+    uri_file = os.path.join(tempfile.mkdtemp(prefix="loom-rdzv-"), "ompi-server.uri")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    from loom.distributed.run import _die_with_parent
+    server = subprocess.Popen(_die_with_parent([exe, "--no-daemonize", "-r", uri_file], signal.SIGKILL),
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    def stop() -> None:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    atexit.register(stop)
+    uri = ""
+    while not uri:
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise DistributedError("loom.distributed.init_process_group: Open MPI's ompi-server did not start")
+        time.sleep(0.02)
+        uri = open(uri_file).read().strip() if os.path.exists(uri_file) else ""
+    return uri
 
 
 def torch_style_join(MPI: Any) -> Any:
     """After MPI started: join the singletons in rank order into one communicator (collective over all ranks)."""
     import atexit
     rank, size = _TORCH["rank"], _TORCH["size"]
+    store = _TORCH.get("store")
     comm = MPI.COMM_SELF
+    links: dict = {}
     if rank == 0:
         port = MPI.Open_port()
         for k in range(1, size):
-            _send_line(_TORCH["peers"][k], port)
+            if store is not None:
+                store.set(f"{_TORCH['prefix']}/port/{k}", port)
+            else:
+                _send_line(_TORCH["peers"][k], port)
             merged = _merge(comm.Accept(port, root=0), high=False)
             if comm is not MPI.COMM_SELF:
                 comm.Free()
             comm = merged
         MPI.Close_port(port)
-        _TORCH["listener"].close()
-        links = _TORCH["peers"]
+        if store is None:
+            _TORCH["listener"].close()
+            links = _TORCH["peers"]
     else:
-        port = _recv_line(_TORCH["sock"], "the MPI port")
+        if store is not None:
+            port = store.get(f"{_TORCH['prefix']}/port/{rank}").decode()
+        else:
+            port = _recv_line(_TORCH["sock"], "the MPI port")
+            links = {0: _TORCH["sock"]}
         comm = _merge(MPI.COMM_SELF.Connect(port, root=0), high=True)
-        links = {0: _TORCH["sock"]}
         while comm.Get_size() < size:
             merged = _merge(comm.Accept("", root=0), high=False)
             comm.Free()
@@ -235,8 +276,9 @@ def torch_style_join(MPI: Any) -> Any:
         raise DistributedError(f"loom.distributed.init_process_group: joining the ranks gave rank "
                                f"{world.Get_rank()} of {world.Get_size()}, expected {rank} of {size}")
     atexit.register(_disconnect, world)
-    _watch(links, rank)
-    atexit.register(_say_bye, links)
+    if links:
+        _watch(links, rank)
+        atexit.register(_say_bye, links)
     return world
 
 

@@ -1,11 +1,13 @@
 """Programs written as an MPI or torch.distributed user writes them (tests/distributed/scripts/user_*.py), started
-the three ways users start them: ``mpirun -n 2`` directly, ``python -m loom.distributed.run --nproc 2``, and
-plain ``python script.py`` with or without torchrun's variables. Every run is bounded by a timeout: a hang is a
-failure, never a stuck test."""
+the ways users start them: ``mpirun -n 2`` directly, ``python -m loom.distributed.run --nproc 2``, each rank
+started on its own with torchrun's variables, and plain ``python script.py`` (a world of one). Every run is
+bounded by a timeout: a hang is a failure, never a stuck test."""
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,21 @@ def test_the_same_program_passes_under_pytorch_gloo():
 
 
 @needs_mpi
+@pytest.mark.slow  # torchrun starts slowly on the loaded machine.
+def test_a_loom_program_started_by_torchrun():
+    # torchrun's agent holds MASTER_PORT with its TCPStore: the ranks meet through it.
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    _ok(_run([torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "user_collectives.py")], _env(),
+             timeout=180))
+    proc = _run([torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "user_errors.py"), "raise"], _env(),
+                timeout=180)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "ValueError: user error on rank 1" in out, out
+    assert "returned although rank 1" not in out, out
+
+
+@needs_mpi
 def test_mistakes_one_rank_makes_raise_on_every_rank_and_the_group_goes_on():
     out = _ok(mpirun("user_errors.py", "mismatch"))
     for r in (0, 1):
@@ -99,7 +116,7 @@ def test_mistakes_one_rank_makes_raise_on_every_rank_and_the_group_goes_on():
 
 
 @needs_mpi
-@pytest.mark.parametrize("mode", ["raise", "exit"])
+@pytest.mark.parametrize("mode", ["raise", pytest.param("exit", marks=pytest.mark.slow)])
 def test_a_rank_that_raises_or_exits_ends_the_job_under_plain_mpirun(mode):
     proc = mpirun("user_errors.py", mode)
     out = proc.stdout + proc.stderr
@@ -109,6 +126,7 @@ def test_a_rank_that_raises_or_exits_ends_the_job_under_plain_mpirun(mode):
 
 
 @needs_mpi
+@pytest.mark.slow  # The file's default tests stay under a minute.
 def test_a_rank_that_calls_sys_exit_ends_the_job_under_the_launcher():
     proc = launcher("user_errors.py", "exit")
     out = proc.stdout + proc.stderr
@@ -126,18 +144,76 @@ def test_ddp_training_of_a_torch_program_equals_one_process():
 
 
 @needs_mpi
-@pytest.mark.parametrize("how", ["default", "env", "tcp"])
+@pytest.mark.parametrize("how", ["default", pytest.param("env", marks=pytest.mark.slow),
+                                 pytest.param("tcp", marks=pytest.mark.slow)])
 def test_a_plain_python_run_is_a_world_of_one(how):
     extra = {} if how == "default" else dict(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29555")
     proc = _run([sys.executable, str(SCRIPTS / "user_single.py"), how], _env(**extra))
     assert proc.returncode == 0 and "ALL OK" in proc.stdout and "FAILED" not in proc.stdout, proc.stdout + proc.stderr
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def separately(script: str, *args: str, nproc: int = 2, timeout: int = TIMEOUT, tcp: bool = False) -> list:
+    """Start each rank on its own, torchrun style: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the user
+    (or, with `tcp`, none of them: the script passes ``init_method="tcp://..."``, rank and world_size)."""
+    port = str(_free_port())
+
+    def env(r):
+        return _env() if tcp else _env(RANK=str(r), WORLD_SIZE=str(nproc), LOCAL_RANK=str(r),
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+
+    def argv(r):
+        return [f"--init=tcp://127.0.0.1:{port}", f"--rank={r}", f"--world={nproc}"] if tcp else []
+    procs = [subprocess.Popen([sys.executable, str(SCRIPTS / script), *args, *argv(r)], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(r))
+             for r in range(nproc)]
+    done, deadline = [], time.monotonic() + timeout
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            outs = [q.communicate() for q in procs]
+            pytest.fail(f"the ranks did not end within {timeout} s (a hang):\n{outs}")
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done
+
+
 @needs_mpi
-def test_ranks_started_separately_with_torchrun_variables_get_a_clear_error():
-    # loom joins its ranks through MPI, not at MASTER_ADDR:MASTER_PORT: each process must say so, not wait.
-    env = _env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29556")
+@pytest.mark.parametrize("tcp", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_ranks_started_one_by_one_with_torchrun_variables_join(tcp):
+    procs = separately("user_collectives.py", tcp=tcp)
+    for r, p in enumerate(procs):
+        assert p.returncode == 0 and f"rank {r}: ALL OK" in p.stdout, p.stdout + p.stderr
+        assert "FAILED" not in p.stdout, p.stdout
+    assert "rank 1: batch_isend_irecv ring ok" in procs[1].stdout
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["raise", pytest.param("exit", marks=pytest.mark.slow)])
+def test_ranks_started_one_by_one_end_together_when_one_fails(mode):
+    procs = separately("user_errors.py", mode)
+    out = "".join(p.stdout + p.stderr for p in procs)
+    assert procs[0].returncode != 0 and procs[1].returncode != 0, out
+    assert "returned although rank 1" not in out, out
+    assert "loom.distributed: rank 1 ended without finishing" in procs[0].stderr, out
+
+
+@needs_mpi
+def test_a_rank_started_alone_for_a_larger_world_says_what_is_missing():
+    env = _env(RANK="1", WORLD_SIZE="2", LOOM_DIST_RDZV_TIMEOUT="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()))
     proc = _run([sys.executable, str(SCRIPTS / "user_collectives.py")], env, timeout=60)
     assert proc.returncode != 0, proc.stdout + proc.stderr
-    assert "WORLD_SIZE=2 but MPI started 1 process(es). This process (RANK=1) was started on its own" in proc.stderr
+    assert "rank 0 did not open the rendezvous at MASTER_ADDR=127.0.0.1" in proc.stderr, proc.stderr
+    env = _env(WORLD_SIZE="2")  # No MASTER_ADDR/PORT: nothing to join at.
+    proc = _run([sys.executable, str(SCRIPTS / "user_collectives.py")], env, timeout=60)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "WORLD_SIZE=2 but MPI started 1 process(es). This process was started on its own" in proc.stderr
     assert "python -m loom.distributed.run --nproc 2 script.py" in proc.stderr, proc.stderr

@@ -36,8 +36,9 @@ def is_nccl_available() -> bool:
 
 
 def is_torchelastic_launched() -> bool:
-    """False: loom's launcher is ``python -m loom.distributed.run`` (torchrun is not used)."""
-    return False
+    """Whether torchrun started this process (it sets ``TORCHELASTIC_RUN_ID``), as PyTorch tells."""
+    import os
+    return os.environ.get("TORCHELASTIC_RUN_ID") is not None
 
 
 def _to_bytes(obj):

@@ -5,6 +5,7 @@ Every collective of the tensor API on 2+ ranks: each ReduceOp (bitwise ones on i
 handles, in-place writes through views, float64/int64/bool/float16, non-contiguous inputs, lists and flat
 tensors, rooted operations, object collectives, point-to-point (blocking, non-blocking, batched), subgroups.
 """
+import os
 import sys
 
 import numpy as np
@@ -17,7 +18,11 @@ else:
     import loom.torch.distributed as dist
 
 backend = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--backend=")), "gloo")
-if backend == "default":
+init = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--init=")), None)
+if init is not None:   # --init=tcp://ADDR:PORT --rank=R --world=N, torch's explicit rendezvous.
+    args = {a[2:].split("=")[0]: int(a.split("=")[1]) for a in sys.argv if a.startswith(("--rank=", "--world="))}
+    dist.init_process_group(backend, init_method=init, rank=args["rank"], world_size=args["world"])
+elif backend == "default":
     dist.init_process_group()
 else:
     dist.init_process_group(backend=backend)
@@ -48,6 +53,7 @@ def same(t, expected, what, dtype=None):
 if backend == "gloo":
     check(dist.get_backend() == "gloo" and dist.get_backend(dist.group.WORLD) == "gloo", "get_backend",
           dist.get_backend())
+check(dist.is_torchelastic_launched() == ("TORCHELASTIC_RUN_ID" in os.environ), "is_torchelastic_launched")
 ranks = np.arange(world)
 # Every ReduceOp on float64 and int64.
 vals = {r: np.array([r + 1.0, -(r + 2.0), 0.5 * r + 3.0]) for r in range(world)}
@@ -222,10 +228,9 @@ else:
 t = torch.tensor([float(rank)])
 dist.all_reduce(t, group=gall, op=dist.ReduceOp.MAX)
 same(t, [float(world - 1)], "all_reduce on new_group(all)")
-if world > 1:
-    g1 = dist.new_group([1, 0])  # Order given by the user; torch sorts.
-    check(dist.get_process_group_ranks(g1) == [0, 1] if hasattr(dist, "get_process_group_ranks") else True,
-          "get_process_group_ranks")
+g1 = dist.new_group([1, 0]) if world > 1 else None  # Order given by the user; torch sorts. Every rank calls it.
+if rank in (0, 1) and world > 1:
+    check(dist.get_process_group_ranks(g1) == [0, 1], "get_process_group_ranks")
     t = torch.tensor([1.0 + rank])
     dist.broadcast(t, src=1, group=g1)
     same(t, [2.0], "broadcast from global rank 1 in a subgroup")
