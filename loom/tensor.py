@@ -1292,8 +1292,13 @@ def take_written() -> list[Tensor]:
     """The live tensors written in place since the last call whose new value is still pending (and forget them)."""
     if not _WRITTEN:
         return []
-    out = [t for t in (r() for r in _WRITTEN.values()) if t is not None and t._node.buffer is None]
+    refs = list(_WRITTEN.values())  # A copy first: a collection while we read may run the callbacks.
     _WRITTEN.clear()
+    out = []
+    for r in refs:
+        t = r()
+        if t is not None and t._node.buffer is None:
+            out.append(t)
     return out
 
 
