@@ -23,7 +23,8 @@ def check(t: Tensor, op: str, message: str, *, low, high, closed: bool = False, 
 
     `message` names the op, the valid range and holds ``{value}`` for the first
     bad element; `error` picks LoomIndexError ("index"), LoomValueError
-    ("value") or LinAlgError ("linalg", a singular or indefinite matrix). With `positive_rows` every last-axis row must also sum above 0
+    ("value") or LinAlgError ("linalg", a singular or indefinite matrix).
+    With `positive_rows` every last-axis row must also sum above 0
     (`rows_message` then gets the row's sum). Use the returned tensor: the
     check runs where it is read.
     """
