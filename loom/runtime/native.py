@@ -575,6 +575,7 @@ class NativeProgram:
         self._team_time: dict[int, list[float]] = {}
         self._team_calls = 0
         self._last_walk: tuple[int, float, float] | None = None  # A team program's last walk: team, start, time.
+        self._team_seen: set[int] = set()  # Team sizes whose first (cold) call was not counted.
         self._tools.driver()  # Load the driver now (or start its build), before the first call needs it.
 
     def _compact(self, fresh: list, planned_top: int, locs: dict, own: dict) -> None:
@@ -1611,7 +1612,7 @@ class NativeProgram:
             # unless the caller did other work in between (over 4 walks' time).
             prev_team, prev_t0, prev_dt = last
             period = t0 - prev_t0
-            self._record_team_time(prev_team, period if period <= 4 * prev_dt else prev_dt)
+            self._record_team_time(prev_team, period if period <= 4 * prev_dt else prev_dt, True)
         self._walk(table, driver, objs, ctx, team)
         dt = time.perf_counter() - t0
         if teamed:
@@ -1619,7 +1620,10 @@ class NativeProgram:
         else:
             self._record_team_time(team, dt)
 
-    def _record_team_time(self, team: int, dt: float) -> None:
+    def _record_team_time(self, team: int, dt: float, teamed: bool = False) -> None:
+        if teamed and team not in self._team_seen:  # A first call is cold (a team walk starts loom's workers).
+            self._team_seen.add(team)
+            return
         recent = self._team_time.setdefault(team, [])  # The last three calls: their median judges.
         recent.append(dt)
         if len(recent) > 3:

@@ -5,9 +5,11 @@ them (a large GEMM cut across the team, a large kernel's loop), so every
 parallel record wakes the team and joins it again, and two independent
 products (a layer's weight gradient and its input gradient) run one after the
 other, each cut in halves too small to run at full speed. Here the whole walk
-is one parallel region: each record gets an owner thread, or all of them (a
-large GEMM no other product can run beside), and an order; a thread runs its
-records in that order, each once the records it depends on are done.
+is one call, run by the caller and loom's worker threads (the driver's own
+team, sleeping between walks; see docs/threads.md): each record gets an owner
+thread, or all of them (a large GEMM no other product can run beside), and an
+order; a thread runs its records in that order, each once the records it
+depends on are done.
 
 Dependencies come from memory: record k depends on an earlier record j when k
 writes bytes j reads or writes, or reads bytes j writes (arena offsets and
