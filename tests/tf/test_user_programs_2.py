@@ -395,3 +395,15 @@ def test_activity_regularizer_keras3_weight_names_and_pr_auc():
     (v_l, n_l, p_l), (v_tf, n_tf, p_tf) = _regularized_and_named(ltf), _regularized_and_named(real_tf)
     close(v_l, v_tf, 1e-5)
     assert n_l == n_tf == ["kernel", "bias"] and p_l == p_tf
+
+
+def test_binary_focal_crossentropy_matches_keras():
+    yt = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], np.float32)
+    yp = np.array([[0.2, 0.8], [0.6, 0.4], [0.3, 0.9]], np.float32)
+    for kw in [{}, {"apply_class_balancing": True, "alpha": 0.4, "gamma": 1.5}, {"from_logits": True},
+               {"label_smoothing": 0.1}]:
+        got = ltf.keras.losses.BinaryFocalCrossentropy(**kw)(yt, yp)
+        close(got, real_tf.keras.losses.BinaryFocalCrossentropy(**kw)(yt, yp), 1e-5)
+    m = ltf.keras.Sequential([ltf.keras.Input((2,)), ltf.keras.layers.Dense(2, activation="sigmoid")])
+    m.compile("sgd", loss="binary_focal_crossentropy")
+    assert np.isfinite(m.evaluate(yp, yt, verbose=0))
