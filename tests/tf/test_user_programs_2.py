@@ -407,3 +407,11 @@ def test_binary_focal_crossentropy_matches_keras():
     m = ltf.keras.Sequential([ltf.keras.Input((2,)), ltf.keras.layers.Dense(2, activation="sigmoid")])
     m.compile("sgd", loss="binary_focal_crossentropy")
     assert np.isfinite(m.evaluate(yp, yt, verbose=0))
+
+
+def test_tf_print_writes_to_stderr_as_tensorflow(capsys):
+    import sys
+    ltf.print(ltf.constant([1, 2]), "x")
+    ltf.print("to stdout", output_stream=sys.stdout)
+    out, err = capsys.readouterr()
+    assert err == "[1 2] x\n" and out == "to stdout\n"
