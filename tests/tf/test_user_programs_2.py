@@ -415,3 +415,25 @@ def test_tf_print_writes_to_stderr_as_tensorflow(capsys):
     ltf.print("to stdout", output_stream=sys.stdout)
     out, err = capsys.readouterr()
     assert err == "[1 2] x\n" and out == "to stdout\n"
+
+
+def test_custom_layer_config_round_trip_and_model_config_is_a_clear_error():
+    class Scale(ltf.keras.layers.Layer):
+        def __init__(self, factor, **kwargs):
+            super().__init__(**kwargs)
+            self.factor = factor
+
+        def call(self, x):
+            return x * self.factor
+
+        def get_config(self):
+            return {**super().get_config(), "factor": self.factor}
+    layer = Scale(3.0, name="scale")
+    again = Scale.from_config(layer.get_config())
+    assert again.factor == 3.0 and again.name == "scale"
+    close(again(np.ones((1, 2), np.float32)), np.full((1, 2), 3.0))
+    m = ltf.keras.Sequential([ltf.keras.Input((2,)), ltf.keras.layers.Dense(1)])
+    with pytest.raises(LoomValueError, match="Sequential.from_config is not supported.*clone_model"):
+        ltf.keras.Sequential.from_config(m.get_config())
+    with pytest.raises(LoomValueError, match="Model.to_json is not supported"):
+        m.to_json()

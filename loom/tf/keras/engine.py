@@ -422,6 +422,11 @@ class Layer:
     def get_config(self) -> dict:
         return {"name": self.name, "trainable": self.trainable}
 
+    @classmethod
+    def from_config(cls, config: dict):
+        """A new layer from `get_config()`'s dict: `cls(**config)` (Keras's default)."""
+        return cls(**config)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name}, built={self.built}>"
 
