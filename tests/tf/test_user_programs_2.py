@@ -437,3 +437,16 @@ def test_custom_layer_config_round_trip_and_model_config_is_a_clear_error():
         ltf.keras.Sequential.from_config(m.get_config())
     with pytest.raises(LoomValueError, match="Model.to_json is not supported"):
         m.to_json()
+
+
+def test_masking_layer_feeds_its_mask_to_an_rnn():
+    x = np.array([[[1, 2], [3, 4], [0, 0], [0, 0]], [[1, 1], [0, 0], [0, 0], [0, 0]]], np.float32)
+    outs = []
+    for tf in (real_tf, ltf):
+        m = tf.keras.Sequential([tf.keras.Input((4, 2)), tf.keras.layers.Masking(mask_value=0.0),
+                                 tf.keras.layers.SimpleRNN(2)])
+        m.set_weights([np.random.default_rng(i).standard_normal(w.shape).astype(np.float32) * 0.3
+                       for i, w in enumerate(m.get_weights())])
+        outs.append((m(x), tf.keras.layers.Masking()(x)))
+    close(outs[1][0], outs[0][0])
+    close(outs[1][1], outs[0][1])

@@ -1030,6 +1030,26 @@ class UpSampling2D(Layer):
         return loom.repeat_interleave(x, self.size[1], dim=2)
 
 
+class Masking(Layer):
+    """Mask timesteps whose features all equal `mask_value` (zeroing them); later layers get the mask."""
+
+    supports_masking = True
+
+    def __init__(self, mask_value=0.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.mask_value = mask_value
+
+    def _keep(self, x):
+        return loom.any(_convert_to_tensor(x) != self.mask_value, dim=-1)
+
+    def call(self, inputs):
+        x = _convert_to_tensor(inputs)
+        return x * self._keep(x).unsqueeze(-1).to(x.dtype)
+
+    def compute_mask(self, inputs, mask=None):
+        return self._keep(inputs)
+
+
 class Attention(Layer):
     """Keras's dot-product (Luong) attention over [query, value(, key)]: softmax(q k^T) v, with value and
     causal masks; `score_mode="concat"` sums tanh(q + k) instead."""
