@@ -450,3 +450,11 @@ def test_masking_layer_feeds_its_mask_to_an_rnn():
         outs.append((m(x), tf.keras.layers.Masking()(x)))
     close(outs[1][0], outs[0][0])
     close(outs[1][1], outs[0][1])
+
+
+def test_keras_utils_normalize_dtypes():
+    for x in [np.array([[3.0, 4.0]]), np.array([[3, 4]]), np.array([[3.0, 4.0]], np.float32), [[3.0, 4.0]]]:
+        got, want = ltf.keras.utils.normalize(x), real_tf.keras.utils.normalize(x)
+        assert type(got).__name__ == "ndarray" if isinstance(x, np.ndarray) else hasattr(got, "numpy")
+        assert np.dtype(getattr(got.dtype, "name", got.dtype)) == np.dtype(getattr(want.dtype, "name", want.dtype))
+        close(got, want)
