@@ -458,3 +458,21 @@ def test_keras_utils_normalize_dtypes():
         assert type(got).__name__ == "ndarray" if isinstance(x, np.ndarray) else hasattr(got, "numpy")
         assert np.dtype(getattr(got.dtype, "name", got.dtype)) == np.dtype(getattr(want.dtype, "name", want.dtype))
         close(got, want)
+
+
+def test_conv1d_transpose_and_separable_conv1d_match_keras():
+    x = np.random.default_rng(0).random((2, 7, 3), np.float32)
+    outs = []
+    for tf in (real_tf, ltf):
+        L = tf.keras.layers
+        res = []
+        for layer in [L.Conv1DTranspose(2, 3), L.Conv1DTranspose(2, 3, strides=2, padding="same"),
+                      L.Conv1DTranspose(4, 2, strides=3), L.SeparableConv1D(2, 3),
+                      L.SeparableConv1D(4, 3, strides=2, padding="same", depth_multiplier=2)]:
+            layer(x)
+            layer.set_weights([np.random.default_rng(i).standard_normal(w.shape).astype(np.float32) * 0.3
+                               for i, w in enumerate(layer.get_weights())])
+            res.append(layer(x))
+        outs.append(res)
+    for got, want in zip(outs[1], outs[0]):
+        close(got, want, 1e-4)
