@@ -476,3 +476,34 @@ def test_conv1d_transpose_and_separable_conv1d_match_keras():
         outs.append(res)
     for got, want in zip(outs[1], outs[0]):
         close(got, want, 1e-4)
+
+
+def _more_datasets(tf):
+    return [
+        [x.tolist() for x in tf.data.Dataset.from_generator(
+            lambda: iter([[1, 2], [3, 4]]), output_signature=tf.TensorSpec((2,), tf.int32)).as_numpy_iterator()],
+        [(a.tolist(), b.tolist()) for a, b in tf.data.Dataset.from_generator(
+            lambda: iter([([1.0], 2), ([3.0], 4)]), output_types=(tf.float32, tf.int64)).as_numpy_iterator()],
+        [int(x) for x in tf.data.Dataset.range(4).scan(tf.constant(0, tf.int64),
+                                                       lambda s, x: (s + x, s * 10 + x)).as_numpy_iterator()],
+        sorted(int(x) for x in tf.data.Dataset.sample_from_datasets(
+            [tf.data.Dataset.range(3), tf.data.Dataset.range(5, 8)], seed=0).as_numpy_iterator()),
+        [int(x) for x in tf.data.Dataset.choose_from_datasets(
+            [tf.data.Dataset.range(3), tf.data.Dataset.range(10, 13)],
+            tf.data.Dataset.from_tensor_slices(tf.constant([0, 1, 0, 1], tf.int64))).as_numpy_iterator()],
+        [int(x) for x in tf.data.Dataset.counter(2, 3).take(3).as_numpy_iterator()],
+        [int(x) for x in tf.data.Dataset.from_tensor_slices([1, 1, 2, 1, 3]).unique().as_numpy_iterator()],
+        int(tf.data.Dataset.from_tensors(5).get_single_element()),
+        [tf.TensorShape([None, 3]).as_list(), str(tf.TensorShape([None, 3])), tf.TensorShape([2, 3]).num_elements(),
+         tf.TensorShape([None, 3]).num_elements(), tf.ones((2, 3)).shape.ndims, tf.ones((2, 3)).shape.num_elements()],
+    ]
+
+
+def test_more_dataset_sources_and_transformations_match_tf():
+    for got, want in zip(_more_datasets(ltf), _more_datasets(real_tf)):
+        assert got == want
+    from loom.errors import LoomError
+    with pytest.raises(LoomError, match="tf.data.Dataset.rebatch is not supported"):
+        ltf.data.Dataset.range(3).rebatch(2)
+    with pytest.raises(LoomValueError, match="exactly one"):
+        ltf.data.Dataset.range(3).get_single_element()
