@@ -155,6 +155,7 @@ class Variable(Parameter):
         if trainable and value.dtype.is_floating_point:
             v.requires_grad_(True)
         v._name = name if name is not None else "Variable"  # Eager TensorFlow does not number them.
+        v.__dict__["constraint"] = kwargs.get("constraint")  # Applied by optimizers after each update.
         return v
 
     def __init__(self, *args, **kwargs) -> None:

@@ -507,3 +507,25 @@ def test_more_dataset_sources_and_transformations_match_tf():
         ltf.data.Dataset.range(3).rebatch(2)
     with pytest.raises(LoomValueError, match="exactly one"):
         ltf.data.Dataset.range(3).get_single_element()
+
+
+def _constrained(tf):
+    x = np.random.default_rng(0).random((8, 3), np.float32)
+    y = np.random.default_rng(1).random((8, 2), np.float32)
+    C = tf.keras.constraints
+    m = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(4, kernel_constraint=C.MaxNorm(0.5)),
+                             tf.keras.layers.Dense(2, kernel_constraint="non_neg",
+                                                   bias_constraint=C.MinMaxNorm(0.1, 0.2, axis=0)),
+                             tf.keras.layers.Dense(2, kernel_constraint=C.UnitNorm(axis=1))])
+    m.set_weights([np.random.default_rng(i).standard_normal(w.shape).astype(np.float32)
+                   for i, w in enumerate(m.get_weights())])
+    m.compile(tf.keras.optimizers.SGD(0.1), "mse")
+    m.fit(x, y, epochs=2, batch_size=4, verbose=0, shuffle=False)
+    v = tf.Variable([1.0, -2.0], constraint=lambda z: tf.clip_by_value(z, 0.0, 1.0))
+    tf.keras.optimizers.SGD(1.0).apply_gradients([(tf.constant([-1.0, 1.0]), v)])
+    return m.get_weights() + [v]
+
+
+def test_weight_constraints_are_applied_after_each_update():
+    for got, want in zip(_constrained(ltf), _constrained(real_tf)):
+        close(got, want, 1e-4)

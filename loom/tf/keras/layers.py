@@ -27,8 +27,10 @@ class Dense(Layer):
     """y = activation(x @ kernel + bias) over the last axis."""
 
     def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
-                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, **kwargs) -> None:
+                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, kernel_constraint=None,
+                 bias_constraint=None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.kernel_constraint, self.bias_constraint = kernel_constraint, bias_constraint
         self.units = int(units)
         self.activation = activations.get(activation)
         self.use_bias = use_bias
@@ -38,9 +40,10 @@ class Dense(Layer):
         self.bias_regularizer = regularizers.get(bias_regularizer)
 
     def build(self, input_shape) -> None:
-        self.kernel = self.add_weight("kernel", (input_shape[-1], self.units), self.kernel_initializer)
+        self.kernel = self.add_weight("kernel", (input_shape[-1], self.units), self.kernel_initializer,
+                                      constraint=self.kernel_constraint)
         if self.use_bias:
-            self.bias = self.add_weight("bias", (self.units,), self.bias_initializer)
+            self.bias = self.add_weight("bias", (self.units,), self.bias_initializer, constraint=self.bias_constraint)
 
     def call(self, inputs):
         _regularize(self)
