@@ -1219,6 +1219,12 @@ class Size(tuple):
         """The number of dimensions (TensorFlow's `TensorShape.rank`)."""
         return len(self)
 
+    ndims = rank  # TensorFlow's older spelling.
+
+    def num_elements(self) -> int:
+        """The number of elements (TensorFlow's `TensorShape.num_elements`)."""
+        return math.prod(self)
+
     def __repr__(self) -> str:
         ns = _naming.namespace()
         return f"TensorShape({list(self)})" if ns == "tf" else f"{ns}.Size({list(self)})"

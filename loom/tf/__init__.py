@@ -74,11 +74,12 @@ def is_tensor(x) -> bool:  # noqa: A001
     return isinstance(x, Tensor)
 
 
-def print(*inputs, **kwargs) -> None:  # noqa: A001
-    """Print tensors' values (as `tf.print`)."""
+def print(*inputs, output_stream=None, summarize=None, sep=" ", end="\n", name=None) -> None:  # noqa: A001
+    """Print tensors' values (as `tf.print`: to standard error unless `output_stream` says otherwise)."""
     import builtins
-    kwargs.pop("output_stream", None)
-    builtins.print(*[x.numpy() if isinstance(x, Tensor) else x for x in inputs], **kwargs)
+    import sys
+    stream = sys.stderr if output_stream is None else output_stream
+    builtins.print(*[x.numpy() if isinstance(x, Tensor) else x for x in inputs], sep=sep, end=end, file=stream)
 
 
 _DTYPES = {"string", "bool", "bfloat16",

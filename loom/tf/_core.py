@@ -155,6 +155,7 @@ class Variable(Parameter):
         if trainable and value.dtype.is_floating_point:
             v.requires_grad_(True)
         v._name = name if name is not None else "Variable"  # Eager TensorFlow does not number them.
+        v.__dict__["constraint"] = kwargs.get("constraint")  # Applied by optimizers after each update.
         return v
 
     def __init__(self, *args, **kwargs) -> None:
@@ -301,12 +302,32 @@ class TensorSpec:
 class TensorShape(tuple):
     """A static shape, as `tf.TensorShape`; loom shapes (`loom.Size`) also have `as_list` and `rank`."""
 
+    def __new__(cls, dims=None):
+        return super().__new__(cls, () if dims is None else tuple(None if d is None else int(d) for d in dims))
+
     def as_list(self) -> list:
         return list(self)
 
     @property
     def rank(self) -> int:
         return len(self)
+
+    ndims = rank
+
+    def num_elements(self):
+        """The number of elements, or None when a dimension is unknown."""
+        return None if any(d is None for d in self) else int(np.prod(self, dtype=np.int64))
+
+    def __eq__(self, other) -> builtin_bool:
+        return tuple(self) == tuple(other) if isinstance(other, (tuple, list)) else NotImplemented
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return f"TensorShape({list(self)})"
+
+    def __str__(self) -> str:
+        return str(tuple(self))
 
 
 # ---------------------------------------------------------------- creation

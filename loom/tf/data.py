@@ -16,7 +16,7 @@ import numpy as np
 import loom
 from loom.errors import LoomValueError
 from loom.tensor import Tensor as _Tensor
-from loom.tf._core import convert_to_tensor
+from loom.tf._core import as_dtype, convert_to_tensor
 
 AUTOTUNE = -1
 INFINITE_CARDINALITY = -1
@@ -167,9 +167,58 @@ class Dataset:
     @staticmethod
     def from_generator(generator, output_types=None, output_shapes=None, args=None, output_signature=None):
         """Elements produced by calling `generator(*args)` afresh for every iteration."""
+        sig = output_signature if output_signature is not None else output_types
+
         def make():
             for el in generator(*(args or ())):
-                yield _normalize(el)
+                yield _normalize(el) if sig is None else _conform(el, sig)
+        return Dataset(make, UNKNOWN_CARDINALITY)
+
+    @staticmethod
+    def counter(start=0, step=1, dtype=loom.int64, name=None) -> Dataset:
+        """start, start + step, ... forever."""
+        def make():
+            for i in itertools.count(int(start), int(step)):
+                yield loom.tensor(np.array(i, dtype=as_dtype(dtype).np))
+        return Dataset(make, INFINITE_CARDINALITY)
+
+    @staticmethod
+    def sample_from_datasets(datasets, weights=None, seed=None, stop_on_empty_dataset=False,
+                             rerandomize_each_iteration=None) -> Dataset:
+        """Elements drawn from `datasets` at random (by `weights`) until they are all (or one is) exhausted."""
+        datasets = list(datasets)
+        w = np.full(len(datasets), 1.0 / len(datasets)) if weights is None else np.asarray(
+            weights.numpy() if isinstance(weights, _Tensor) else weights, np.float64)
+
+        def make():
+            rng = np.random.default_rng(seed)
+            its = [iter(d._make()) for d in datasets]
+            live = np.array(w / w.sum())
+            while live.sum() > 0:
+                k = int(rng.choice(len(its), p=live / live.sum()))
+                el = next(its[k], _END)
+                if el is _END:
+                    if stop_on_empty_dataset:
+                        return
+                    live[k] = 0.0
+                    continue
+                yield el
+        return Dataset(make, UNKNOWN_CARDINALITY)
+
+    @staticmethod
+    def choose_from_datasets(datasets, choice_dataset, stop_on_empty_dataset=True) -> Dataset:
+        """The next element of `datasets[i]` for each index `i` that `choice_dataset` yields."""
+        datasets = list(datasets)
+
+        def make():
+            its = [iter(d._make()) for d in datasets]
+            for c in choice_dataset._make():
+                el = next(its[int(c)], _END)
+                if el is _END:
+                    if stop_on_empty_dataset:
+                        return
+                    continue
+                yield el
         return Dataset(make, UNKNOWN_CARDINALITY)
 
     @staticmethod
@@ -367,6 +416,41 @@ class Dataset:
                 yield from _as_dataset(_apply(map_func, el), "flat_map")._make()
         return Dataset(make, UNKNOWN_CARDINALITY)
 
+    def scan(self, initial_state, scan_func, name=None) -> Dataset:
+        """`scan_func(state, element) -> (new_state, output)` run along the dataset, yielding the outputs."""
+        def make():
+            state = _normalize(initial_state)
+            for el in self._make():
+                state, out = scan_func(state, el)
+                state = _normalize(state)
+                yield _normalize(out)
+        return Dataset(make, self._card)
+
+    def unique(self, name=None) -> Dataset:
+        """The elements (scalars) without repeats, in order of first appearance."""
+        def make():
+            seen = set()
+            for el in self._make():
+                key = _as_array(el).item()
+                if key not in seen:
+                    seen.add(key)
+                    yield el
+        return Dataset(make, UNKNOWN_CARDINALITY)
+
+    def get_single_element(self, name=None):
+        """The dataset's only element (an error unless it has exactly one)."""
+        els = list(itertools.islice(self._make(), 2))
+        if len(els) != 1:
+            raise LoomValueError(f"loom.tf.data.Dataset.get_single_element: the dataset has "
+                                 f"{'no' if not els else 'more than one'} element; it must have exactly one")
+        return els[0]
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from loom.tf._unsupported import UnsupportedFeatureError
+        raise UnsupportedFeatureError(f"tf.data.Dataset.{name} is not supported by loom.tf")
+
     def window(self, size, shift=None, stride=1, drop_remainder=False, name=None) -> Dataset:
         """Windows of `size` elements (every `stride`-th one) starting every `shift` elements; each window
         is a structure like the element's with a Dataset in place of each component (batch it in a
@@ -515,6 +599,15 @@ def _along(spec, template) -> list:
 
 
 _END = object()
+
+
+def _conform(el, sig):
+    """A generator's element as the structure and dtypes of `output_signature` (or `output_types`)."""
+    if isinstance(sig, dict):
+        return {k: _conform(el[k], sig[k]) for k in sig}
+    if isinstance(sig, (tuple, list)):
+        return tuple(_conform(e, s) for e, s in zip(el, sig))
+    return convert_to_tensor(el, getattr(sig, "dtype", sig))
 
 
 def _listed(items: list) -> Dataset:

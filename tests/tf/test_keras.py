@@ -303,7 +303,7 @@ def test_compile_errors_are_clear():
 
 def test_unsupported_layer_arguments_raise_instead_of_being_ignored():
     with pytest.raises(TypeError, match="kernel_constraint"):
-        ltf.keras.layers.Dense(3, kernel_constraint=lambda w: w)
+        ltf.keras.layers.Conv2D(3, 3, kernel_constraint=lambda w: w)  # Dense has constraints now.
     with pytest.raises(ValueError, match="recurrent_dropout"):
         ltf.keras.layers.LSTM(3, recurrent_dropout=0.2)
     with pytest.raises(ValueError, match="recurrent_dropout"):

@@ -395,3 +395,137 @@ def test_activity_regularizer_keras3_weight_names_and_pr_auc():
     (v_l, n_l, p_l), (v_tf, n_tf, p_tf) = _regularized_and_named(ltf), _regularized_and_named(real_tf)
     close(v_l, v_tf, 1e-5)
     assert n_l == n_tf == ["kernel", "bias"] and p_l == p_tf
+
+
+def test_binary_focal_crossentropy_matches_keras():
+    yt = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], np.float32)
+    yp = np.array([[0.2, 0.8], [0.6, 0.4], [0.3, 0.9]], np.float32)
+    for kw in [{}, {"apply_class_balancing": True, "alpha": 0.4, "gamma": 1.5}, {"from_logits": True},
+               {"label_smoothing": 0.1}]:
+        got = ltf.keras.losses.BinaryFocalCrossentropy(**kw)(yt, yp)
+        close(got, real_tf.keras.losses.BinaryFocalCrossentropy(**kw)(yt, yp), 1e-5)
+    m = ltf.keras.Sequential([ltf.keras.Input((2,)), ltf.keras.layers.Dense(2, activation="sigmoid")])
+    m.compile("sgd", loss="binary_focal_crossentropy")
+    assert np.isfinite(m.evaluate(yp, yt, verbose=0))
+
+
+def test_tf_print_writes_to_stderr_as_tensorflow(capsys):
+    import sys
+    ltf.print(ltf.constant([1, 2]), "x")
+    ltf.print("to stdout", output_stream=sys.stdout)
+    out, err = capsys.readouterr()
+    assert err == "[1 2] x\n" and out == "to stdout\n"
+
+
+def test_custom_layer_config_round_trip_and_model_config_is_a_clear_error():
+    class Scale(ltf.keras.layers.Layer):
+        def __init__(self, factor, **kwargs):
+            super().__init__(**kwargs)
+            self.factor = factor
+
+        def call(self, x):
+            return x * self.factor
+
+        def get_config(self):
+            return {**super().get_config(), "factor": self.factor}
+    layer = Scale(3.0, name="scale")
+    again = Scale.from_config(layer.get_config())
+    assert again.factor == 3.0 and again.name == "scale"
+    close(again(np.ones((1, 2), np.float32)), np.full((1, 2), 3.0))
+    m = ltf.keras.Sequential([ltf.keras.Input((2,)), ltf.keras.layers.Dense(1)])
+    with pytest.raises(LoomValueError, match="Sequential.from_config is not supported.*clone_model"):
+        ltf.keras.Sequential.from_config(m.get_config())
+    with pytest.raises(LoomValueError, match="Model.to_json is not supported"):
+        m.to_json()
+
+
+def test_masking_layer_feeds_its_mask_to_an_rnn():
+    x = np.array([[[1, 2], [3, 4], [0, 0], [0, 0]], [[1, 1], [0, 0], [0, 0], [0, 0]]], np.float32)
+    outs = []
+    for tf in (real_tf, ltf):
+        m = tf.keras.Sequential([tf.keras.Input((4, 2)), tf.keras.layers.Masking(mask_value=0.0),
+                                 tf.keras.layers.SimpleRNN(2)])
+        m.set_weights([np.random.default_rng(i).standard_normal(w.shape).astype(np.float32) * 0.3
+                       for i, w in enumerate(m.get_weights())])
+        outs.append((m(x), tf.keras.layers.Masking()(x)))
+    close(outs[1][0], outs[0][0])
+    close(outs[1][1], outs[0][1])
+
+
+def test_keras_utils_normalize_dtypes():
+    for x in [np.array([[3.0, 4.0]]), np.array([[3, 4]]), np.array([[3.0, 4.0]], np.float32), [[3.0, 4.0]]]:
+        got, want = ltf.keras.utils.normalize(x), real_tf.keras.utils.normalize(x)
+        assert type(got).__name__ == "ndarray" if isinstance(x, np.ndarray) else hasattr(got, "numpy")
+        assert np.dtype(getattr(got.dtype, "name", got.dtype)) == np.dtype(getattr(want.dtype, "name", want.dtype))
+        close(got, want)
+
+
+def test_conv1d_transpose_and_separable_conv1d_match_keras():
+    x = np.random.default_rng(0).random((2, 7, 3), np.float32)
+    outs = []
+    for tf in (real_tf, ltf):
+        L = tf.keras.layers
+        res = []
+        for layer in [L.Conv1DTranspose(2, 3), L.Conv1DTranspose(2, 3, strides=2, padding="same"),
+                      L.Conv1DTranspose(4, 2, strides=3), L.SeparableConv1D(2, 3),
+                      L.SeparableConv1D(4, 3, strides=2, padding="same", depth_multiplier=2)]:
+            layer(x)
+            layer.set_weights([np.random.default_rng(i).standard_normal(w.shape).astype(np.float32) * 0.3
+                               for i, w in enumerate(layer.get_weights())])
+            res.append(layer(x))
+        outs.append(res)
+    for got, want in zip(outs[1], outs[0]):
+        close(got, want, 1e-4)
+
+
+def _more_datasets(tf):
+    return [
+        [x.tolist() for x in tf.data.Dataset.from_generator(
+            lambda: iter([[1, 2], [3, 4]]), output_signature=tf.TensorSpec((2,), tf.int32)).as_numpy_iterator()],
+        [(a.tolist(), b.tolist()) for a, b in tf.data.Dataset.from_generator(
+            lambda: iter([([1.0], 2), ([3.0], 4)]), output_types=(tf.float32, tf.int64)).as_numpy_iterator()],
+        [int(x) for x in tf.data.Dataset.range(4).scan(tf.constant(0, tf.int64),
+                                                       lambda s, x: (s + x, s * 10 + x)).as_numpy_iterator()],
+        sorted(int(x) for x in tf.data.Dataset.sample_from_datasets(
+            [tf.data.Dataset.range(3), tf.data.Dataset.range(5, 8)], seed=0).as_numpy_iterator()),
+        [int(x) for x in tf.data.Dataset.choose_from_datasets(
+            [tf.data.Dataset.range(3), tf.data.Dataset.range(10, 13)],
+            tf.data.Dataset.from_tensor_slices(tf.constant([0, 1, 0, 1], tf.int64))).as_numpy_iterator()],
+        [int(x) for x in tf.data.Dataset.counter(2, 3).take(3).as_numpy_iterator()],
+        [int(x) for x in tf.data.Dataset.from_tensor_slices([1, 1, 2, 1, 3]).unique().as_numpy_iterator()],
+        int(tf.data.Dataset.from_tensors(5).get_single_element()),
+        [tf.TensorShape([None, 3]).as_list(), str(tf.TensorShape([None, 3])), tf.TensorShape([2, 3]).num_elements(),
+         tf.TensorShape([None, 3]).num_elements(), tf.ones((2, 3)).shape.ndims, tf.ones((2, 3)).shape.num_elements()],
+    ]
+
+
+def test_more_dataset_sources_and_transformations_match_tf():
+    for got, want in zip(_more_datasets(ltf), _more_datasets(real_tf)):
+        assert got == want
+    from loom.errors import LoomError
+    with pytest.raises(LoomError, match="tf.data.Dataset.rebatch is not supported"):
+        ltf.data.Dataset.range(3).rebatch(2)
+    with pytest.raises(LoomValueError, match="exactly one"):
+        ltf.data.Dataset.range(3).get_single_element()
+
+
+def _constrained(tf):
+    x = np.random.default_rng(0).random((8, 3), np.float32)
+    y = np.random.default_rng(1).random((8, 2), np.float32)
+    C = tf.keras.constraints
+    m = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(4, kernel_constraint=C.MaxNorm(0.5)),
+                             tf.keras.layers.Dense(2, kernel_constraint="non_neg",
+                                                   bias_constraint=C.MinMaxNorm(0.1, 0.2, axis=0)),
+                             tf.keras.layers.Dense(2, kernel_constraint=C.UnitNorm(axis=1))])
+    m.set_weights([np.random.default_rng(i).standard_normal(w.shape).astype(np.float32)
+                   for i, w in enumerate(m.get_weights())])
+    m.compile(tf.keras.optimizers.SGD(0.1), "mse")
+    m.fit(x, y, epochs=2, batch_size=4, verbose=0, shuffle=False)
+    v = tf.Variable([1.0, -2.0], constraint=lambda z: tf.clip_by_value(z, 0.0, 1.0))
+    tf.keras.optimizers.SGD(1.0).apply_gradients([(tf.constant([-1.0, 1.0]), v)])
+    return m.get_weights() + [v]
+
+
+def test_weight_constraints_are_applied_after_each_update():
+    for got, want in zip(_constrained(ltf), _constrained(real_tf)):
+        close(got, want, 1e-4)

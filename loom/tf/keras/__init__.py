@@ -15,6 +15,7 @@ from loom.tf.keras.models import Model, Sequential  # noqa: F401
 from loom.tf.keras import backend, datasets, models, utils  # noqa: E402,F401
 from loom.tf.keras import regularizers  # noqa: E402,F401
 from loom.tf.keras import mixed_precision  # noqa: E402,F401
+from loom.tf.keras import constraints  # noqa: E402,F401
 
 
 from loom.tf._unsupported import module_getattr as _module_getattr  # noqa: E402

@@ -235,8 +235,8 @@ class Layer:
     def add_weight(self, name=None, shape=None, initializer=None, dtype=None, trainable=True, regularizer=None,
                    constraint=None, **kwargs) -> Variable:
         """Create a variable owned by this layer (Glorot-uniform for floats unless `initializer` is given)."""
-        if constraint is not None or regularizer is not None:
-            raise LoomValueError(f"loom.tf.keras: layer {self.name!r}: add_weight(constraint=, regularizer=) is not "
+        if regularizer is not None:
+            raise LoomValueError(f"loom.tf.keras: layer {self.name!r}: add_weight(regularizer=) is not "
                                  "supported; add the penalty with add_loss in call()")
         shape = tuple(int(s) for s in (shape or ()))
         init = initializers.get(initializer if initializer is not None else "glorot_uniform")
@@ -244,6 +244,9 @@ class Layer:
         value = init(shape, d) if not isinstance(init, (Tensor, np.ndarray)) else init
         v = Variable(value, trainable=trainable, name=f"{self.name}/{name or 'variable'}", dtype=d)
         v.__dict__["_keras_short"] = name or "variable"
+        if constraint is not None:
+            from loom.tf.keras import constraints
+            v.__dict__["constraint"] = constraints.get(constraint)
         if not isinstance(init, (Tensor, np.ndarray)):
             v.__dict__["_keras_init"] = (init, shape, d)  # keras.models.clone_model draws fresh values from it.
         self._own_weights.append(v)
@@ -421,6 +424,11 @@ class Layer:
 
     def get_config(self) -> dict:
         return {"name": self.name, "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config: dict):
+        """A new layer from `get_config()`'s dict: `cls(**config)` (Keras's default)."""
+        return cls(**config)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name}, built={self.built}>"

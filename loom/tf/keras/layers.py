@@ -27,8 +27,10 @@ class Dense(Layer):
     """y = activation(x @ kernel + bias) over the last axis."""
 
     def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
-                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, **kwargs) -> None:
+                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, kernel_constraint=None,
+                 bias_constraint=None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.kernel_constraint, self.bias_constraint = kernel_constraint, bias_constraint
         self.units = int(units)
         self.activation = activations.get(activation)
         self.use_bias = use_bias
@@ -38,9 +40,10 @@ class Dense(Layer):
         self.bias_regularizer = regularizers.get(bias_regularizer)
 
     def build(self, input_shape) -> None:
-        self.kernel = self.add_weight("kernel", (input_shape[-1], self.units), self.kernel_initializer)
+        self.kernel = self.add_weight("kernel", (input_shape[-1], self.units), self.kernel_initializer,
+                                      constraint=self.kernel_constraint)
         if self.use_bias:
-            self.bias = self.add_weight("bias", (self.units,), self.bias_initializer)
+            self.bias = self.add_weight("bias", (self.units,), self.bias_initializer, constraint=self.bias_constraint)
 
     def call(self, inputs):
         _regularize(self)
@@ -346,8 +349,11 @@ class Conv2DTranspose(Layer):
 
     def call(self, inputs):
         _regularize(self)
+        return self._transpose(inputs, self.kernel)
+
+    def _transpose(self, inputs, kernel):
         x = inputs.permute(0, 3, 1, 2)
-        y = F.conv_transpose2d(x, self.kernel.permute(3, 2, 0, 1), stride=self.strides)
+        y = F.conv_transpose2d(x, kernel.permute(3, 2, 0, 1), stride=self.strides)
         # Full output is (n - 1) * s + k; TensorFlow's is n * s ('same') or (n - 1) * s + max(k, s) ('valid').
         for axis, (n, k, st) in enumerate(zip(x.shape[2:], self.kernel_size, self.strides)):
             want = n * st if self.padding == "same" else (n - 1) * st + max(k, st)
@@ -1028,6 +1034,72 @@ class UpSampling2D(Layer):
     def call(self, inputs):
         x = loom.repeat_interleave(inputs, self.size[0], dim=1)
         return loom.repeat_interleave(x, self.size[1], dim=2)
+
+
+class Masking(Layer):
+    """Mask timesteps whose features all equal `mask_value` (zeroing them); later layers get the mask."""
+
+    supports_masking = True
+
+    def __init__(self, mask_value=0.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.mask_value = mask_value
+
+    def _keep(self, x):
+        return loom.any(_convert_to_tensor(x) != self.mask_value, dim=-1)
+
+    def call(self, inputs):
+        x = _convert_to_tensor(inputs)
+        return x * self._keep(x).unsqueeze(-1).to(x.dtype)
+
+    def compute_mask(self, inputs, mask=None):
+        return self._keep(inputs)
+
+
+class Conv1DTranspose(Conv2DTranspose):
+    """Transposed 1-D convolution of NWC inputs with a [k, filters, in] kernel (a height-1 Conv2DTranspose)."""
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", output_padding=None, data_format=None,
+                 dilation_rate=1, **kwargs) -> None:
+        super().__init__(filters, (1, _tuple(kernel_size, 1)[0]), (1, _tuple(strides, 1)[0]), padding,
+                         output_padding, data_format, (1, _tuple(dilation_rate, 1)[0]), **kwargs)
+
+    def build(self, input_shape) -> None:
+        self.kernel = self.add_weight("kernel", (self.kernel_size[1], self.filters, input_shape[-1]),
+                                      self.kernel_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer)
+
+    def call(self, inputs):
+        _regularize(self)
+        return self._transpose(_convert_to_tensor(inputs).unsqueeze(1), self.kernel.unsqueeze(0)).squeeze(1)
+
+
+class SeparableConv1D(SeparableConv2D):
+    """A depthwise 1-D convolution followed by a pointwise one: [k, in, mult] and [1, in*mult, filters] kernels."""
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", data_format=None, dilation_rate=1,
+                 depth_multiplier=1, **kwargs) -> None:
+        if str(padding).lower() == "causal":
+            raise LoomValueError("loom.tf.keras.layers.SeparableConv1D: padding='causal' is not supported")
+        super().__init__(filters, (1, _tuple(kernel_size, 1)[0]), (1, _tuple(strides, 1)[0]), padding, data_format,
+                         (1, _tuple(dilation_rate, 1)[0]), depth_multiplier, **kwargs)
+
+    def build(self, input_shape) -> None:
+        cin = input_shape[-1]
+        self.depthwise_kernel = self.add_weight("depthwise_kernel", (self.kernel_size[1], cin,
+                                                                     self.depth_multiplier),
+                                                self.depthwise_initializer)
+        self.pointwise_kernel = self.add_weight("pointwise_kernel", (1, cin * self.depth_multiplier, self.filters),
+                                                self.pointwise_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer)
+
+    def _depthwise(self, x):
+        x = _convert_to_tensor(x).unsqueeze(1)
+        y = tfnn.depthwise_conv2d(x, self.depthwise_kernel.unsqueeze(0), self.strides, self.padding,
+                                  dilations=self.dilation_rate)
+        return tfnn.convolution(y, self.pointwise_kernel.unsqueeze(0), 1, "VALID").squeeze(1)
 
 
 class Attention(Layer):

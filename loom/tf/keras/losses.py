@@ -81,6 +81,23 @@ def binary_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=0.0, 
     return e.mean(axis)
 
 
+def binary_focal_crossentropy(y_true, y_pred, apply_class_balancing=False, alpha=0.25, gamma=2.0,
+                              from_logits=False, label_smoothing=0.0, axis=-1):
+    """Per-example mean of (1 - p_t) ** gamma times the binary cross-entropy (optionally alpha-balanced)."""
+    yt, yp = _pair(y_true, y_pred)
+    if label_smoothing:
+        yt = yt * (1.0 - label_smoothing) + 0.5 * label_smoothing
+    if from_logits:
+        yp = loom.sigmoid(yp)
+    p = loom.clamp(yp, EPSILON, 1 - EPSILON)
+    bce = -(yt * loom.log(p) + (1 - yt) * loom.log(1 - p))
+    p_t = yt * yp + (1 - yt) * (1 - yp)
+    out = (1.0 - p_t) ** gamma * bce
+    if apply_class_balancing:
+        out = (yt * alpha + (1 - yt) * (1 - alpha)) * out
+    return out.mean(axis)
+
+
 def kl_divergence(y_true, y_pred):
     """Per-example sum of y_true * log(y_true / y_pred) (both clipped to [eps, 1])."""
     yt, yp = _pair(y_true, y_pred)
@@ -155,6 +172,16 @@ class BinaryCrossentropy(LossFunctionWrapper):
                  name="binary_crossentropy", **kwargs) -> None:
         super().__init__(binary_crossentropy, reduction, name, from_logits=from_logits,
                          label_smoothing=label_smoothing, axis=axis)
+
+
+class BinaryFocalCrossentropy(LossFunctionWrapper):
+    """Binary cross-entropy down-weighting easy examples by (1 - p_t) ** gamma (Lin et al.)."""
+
+    def __init__(self, apply_class_balancing=False, alpha=0.25, gamma=2.0, from_logits=False, label_smoothing=0.0,
+                 axis=-1, reduction="sum_over_batch_size", name="binary_focal_crossentropy", **kwargs) -> None:
+        super().__init__(binary_focal_crossentropy, reduction, name, apply_class_balancing=apply_class_balancing,
+                         alpha=alpha, gamma=gamma, from_logits=from_logits, label_smoothing=label_smoothing,
+                         axis=axis)
 
 
 class MeanSquaredError(LossFunctionWrapper):
@@ -310,7 +337,7 @@ _NAMES = {
     "categorical_hinge": CategoricalHinge, "log_cosh": LogCosh, "logcosh": LogCosh, "poisson": Poisson,
     "msle": MeanSquaredLogarithmicError, "mean_squared_logarithmic_error": MeanSquaredLogarithmicError,
     "mape": MeanAbsolutePercentageError, "mean_absolute_percentage_error": MeanAbsolutePercentageError,
-    "cosine_similarity": CosineSimilarity,
+    "cosine_similarity": CosineSimilarity, "binary_focal_crossentropy": BinaryFocalCrossentropy,
 }
 
 

@@ -105,6 +105,15 @@ class Model(Layer):
     [3, 2]
     """
 
+    @classmethod
+    def from_config(cls, config: dict, custom_objects=None):
+        """Not available for models: loom.tf does not rebuild a model from a config."""
+        _no_model_config(f"{cls.__name__}.from_config")
+
+    def to_json(self, **kwargs) -> str:
+        """Not available: loom.tf does not serialise a model's architecture."""
+        _no_model_config("Model.to_json")
+
     def __init__(self, *args, **kwargs) -> None:
         inputs = kwargs.pop("inputs", None)
         outputs = kwargs.pop("outputs", None)
@@ -698,6 +707,12 @@ def _leaves(obj) -> list:
     if isinstance(obj, (list, tuple)):
         return [x for v in obj for x in _leaves(v)]
     return [obj]
+
+
+def _no_model_config(what: str):
+    raise LoomValueError(f"loom.tf.keras: {what} is not supported (loom.tf models do not serialise their "
+                         "architecture to a config); use keras.models.clone_model, or model.save and "
+                         "keras.models.load_model")
 
 
 class Sequential(Model):

@@ -217,6 +217,9 @@ class Optimizer:
                 if self.weight_decay:
                     v.assign(v - v * (self.weight_decay * lr).to(v.dtype))
                 self.update_step(g.to(v.dtype), v, lr.to(v.dtype), step)
+                constraint = v.__dict__.get("constraint")
+                if constraint is not None:  # Keras projects a constrained variable after its update.
+                    v.assign(constraint(v))
             self.iterations.assign_add(1)
         self._steps_done += 1
         return self.iterations

@@ -26,11 +26,19 @@ def set_random_seed(seed: int) -> None:
     _random.set_seed(seed)
 
 
-def normalize(x, axis=-1, order=2) -> np.ndarray:
-    """`x` divided by its `order`-norm along `axis`."""
-    a = np.asarray(x, dtype=np.float32)
+def normalize(x, axis=-1, order=2):
+    """`x` divided by its `order`-norm along `axis`: a NumPy array keeps its float dtype (integers become
+    float64), other input (lists, tensors) gives a float32 tensor, as Keras's."""
+    if isinstance(x, np.ndarray):
+        a = x if x.dtype.kind == "f" else x.astype(np.float64)
+    else:
+        a = np.asarray(x.numpy() if hasattr(x, "numpy") else x, dtype=np.float32)
     n = np.linalg.norm(a, ord=order, axis=axis, keepdims=True)
-    return a / np.where(n == 0, 1, n)
+    out = (a / np.where(n == 0, 1, n)).astype(a.dtype)
+    if isinstance(x, np.ndarray):
+        return out
+    import loom
+    return loom.tensor(out)
 
 
 def pad_sequences(sequences, maxlen=None, dtype="int32", padding="pre", truncating="pre", value=0.0) -> np.ndarray:
