@@ -7,12 +7,15 @@ NumPy and which on oneDNN; the two differ in their bits and in their output
 layout (the NumPy path returns a transposed view), and NumPy's `np.sum`
 follows the memory layout, so the bias gradient's sum over (N, H, W) added
 in a different order. Now the library loads before the first convolution,
-and every float sum adds in `loom.ir.summation`'s order, which the NumPy
-reference and the C kernels share.
+and the NumPy reference sums (and row kernels) read their operand in C order
+whatever layout it arrived in.
+
+The C kernels keep their own (vectorised, thread-count-independent) order, so
+the compiled tier is checked against the reference within the parity
+tolerances, not bit for bit (tests/parity).
 """
 from __future__ import annotations
 
-import itertools
 import os
 import subprocess
 import sys
@@ -21,12 +24,8 @@ import numpy as np
 import pytest
 
 import loom
-import loom.nn as nn
 from loom.codegen import conv as native_conv
-from loom.codegen import get_kernel
 from loom.ir import PRIMITIVES
-from loom.ir.summation import BLOCK, LANES, ordered_sum, sequential_sum
-from loom.runtime import reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,32 +64,6 @@ def _values(shape, dtype, seed=0):
     return (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)).astype(dtype)
 
 
-# ---------------------------------------------------------------- the order itself
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(5,), (3, 7), (2, 40), (2, 1030), (3, 2 * BLOCK + 37), (4, 3, 5, 6)])
-def test_ordered_sum_is_its_definition(shape, dtype):
-    """The vectorised NumPy sum gives the loop definition's bits (lanes, block folds, float64 across blocks)
-    over every axis set, which also pins NumPy's add.reduce over a middle axis to one element at a time."""
-    x = _values(shape, dtype)
-    for r in range(1, x.ndim + 1):
-        for axes in itertools.combinations(range(x.ndim), r):
-            for keep in (False, True):
-                got, want = ordered_sum(x, axes, keep), sequential_sum(x, axes, keep)
-                assert got.shape == want.shape and got.tobytes() == want.tobytes(), (shape, axes, keep)
-
-
-def test_ordered_sum_edges():
-    """Empty reductions give +0, a sum of zeros is +0 whatever their signs, and rows of up to LANES add in
-    one fold."""
-    assert ordered_sum(np.zeros((0, 3), np.float32), (0,)).tolist() == [0.0, 0.0, 0.0]
-    z = ordered_sum(np.full((2, 5), -0.0, np.float32), (1,))
-    assert not np.signbit(z).any()
-    x = np.array([1e8, 1.0, -1e8, 1.0], np.float32)  # Lanes 0..3: ((1e8 + -1e8) + (1 + 1)) = 2.
-    assert ordered_sum(x, (0,)).item() == 2.0
-    assert LANES & (LANES - 1) == 0 and BLOCK % LANES == 0
-
-
 @pytest.mark.parametrize("axes", [(0, 2, 3), (0,), (2, 3), (1,), (3,), (0, 1, 2, 3)])
 def test_reference_sum_does_not_depend_on_layout_or_alignment(axes):
     """The reference `sum` primitive on the same values stored at any alignment or in any order: one result.
@@ -99,78 +72,10 @@ def test_reference_sum_does_not_depend_on_layout_or_alignment(axes):
     impl = PRIMITIVES["sum"].impl
     results = {impl(c, {"axes": axes, "keepdim": False}).tobytes() for c in _aligned_copies(x)}
     assert len(results) == 1
-    assert results == {ordered_sum(x, axes).tobytes()}
-
-
-# ---------------------------------------------------------------- reference and kernel tiers
-
-def _sum_graph(shape, axes, keep, dtype, perm=None, row=False):
-    g = loom.ir.Graph()
-    if perm is None:
-        x = g.add_input(shape, dtype)
-    else:
-        stored = g.add_input(tuple(shape[p] for p in perm), dtype)
-        x = g.add_node("permute", [stored], {"perm": tuple(perm.index(i) for i in range(len(shape)))})
-    y = g.add_node("mul", [x, x])  # Exactly rounded on both tiers: only the summation order is under test.
-    s = g.add_node("sum", [y], {"axes": axes, "keepdim": keep or row})
-    g.outputs = [g.add_node("sub", [x, g.add_node("expand", [s], {"shape": shape})]) if row else s]
-    return g
-
-
-CASES = [  # shape, axes, keepdim, permuted input, row kernel
-    ((16, 8, 28, 28), (0, 2, 3), False, None, False),   # The conv bias gradient's reduction.
-    ((16, 8, 28, 28), (2,), True, None, False),          # Tiles of outputs (mode B), fewer rows than lanes.
-    ((3, 5000), (0,), False, None, False),
-    ((5000, 3), (0,), False, None, False),
-    ((7, 2 * BLOCK + 37), (1,), False, None, False),     # Blocks, lanes and a tail.
-    ((1, 3 * BLOCK + 5), (1,), False, None, False),      # Few outputs: no split across threads.
-    ((40, 33, 3), (0, 2), True, (2, 1, 0), False),       # Strided (permuted) input.
-    ((300, 1500), (1,), True, None, True),               # Row kernel (softmax's shape).
-]
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("dtype", [loom.float32, loom.float64])
-@pytest.mark.parametrize("shape, axes, keep, perm, row", CASES)
-def test_kernel_sums_give_the_reference_bits(monkeypatch, shape, axes, keep, perm, row, dtype, threads):
-    """A compiled kernel's float sum is the NumPy reference's bit for bit, at any thread count: the tier
-    a call runs on (the reference until its kernel is built) never shows in the result."""
-    monkeypatch.setenv("LOOM_CODEGEN_SYNC", "1")
-    monkeypatch.setenv("LOOM_PAR_MIN", "1")  # Even small kernels split across the threads.
-    g = _sum_graph(shape, axes, keep, dtype, perm, row)
-    kernel = get_kernel(g)
-    assert kernel.wait(120) and kernel.ready, kernel.fallback_reason
-    a = _values(g.inputs[0].shape, dtype.np, seed=3)
-    want = np.asarray(reference.run_subgraph(g, [a]))
-    before = loom.get_num_threads()
-    loom.set_num_threads(threads)
-    try:
-        for stored in _aligned_copies(a)[:3]:
-            out = np.empty(g.outputs[0].shape, dtype.np)
-            kernel([stored], out)
-            assert out.tobytes() == want.tobytes()
-    finally:
-        loom.set_num_threads(before)
+    assert results == {np.sum(np.ascontiguousarray(x), axis=axes).tobytes()}
 
 
 # ---------------------------------------------------------------- the convolution model
-
-def _model_grads(compiled: bool) -> dict[str, bytes]:
-    """The conv model's gradients under an MSE loss: no exp or log, whose libm and NumPy versions differ by
-    an ulp, so every difference between the tiers would come from an order of additions."""
-    loom.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 12 * 12, 10))
-    rng = np.random.default_rng(1)
-    x = loom.tensor(rng.standard_normal((16, 1, 12, 12)).astype(np.float32))
-    y = loom.tensor(rng.standard_normal((16, 10)).astype(np.float32))
-
-    def step(x, y):
-        loss = loom.nn.functional.mse_loss(m(x), y)
-        loss.backward()
-        return loss
-    (loom.function(step, warmup=0) if compiled else step)(x, y)
-    return {name: p.grad.numpy().tobytes() for name, p in m.named_parameters()}
-
 
 def test_conv_library_is_decided_before_the_first_convolution():
     """The first convolution finds the native library loaded (or known missing), never still building:
@@ -183,23 +88,6 @@ def test_conv_library_is_decided_before_the_first_convolution():
         assert native_conv.CONV.state["status"] in ("ready", "failed")
     finally:
         native_conv.reset()
-
-
-def test_conv_bias_grad_is_the_same_in_eager_and_compiled_tiers(monkeypatch):
-    """Eager (the NumPy reference path) and `loom.function` (compiled at its first call, every kernel built
-    before it runs) give the conv model's gradients bit for bit, the conv bias gradient (a sum over N, H, W
-    in a C kernel) included."""
-    monkeypatch.setenv("LOOM_CODEGEN_SYNC", "1")
-    from loom.codegen import cache
-    builds = cache.stats()
-    eager = _model_grads(False)
-    compiled = _model_grads(True)
-    after = cache.stats()
-    assert after["builds"] + after["disk_hits"] + after["memory_hits"] > \
-        builds["builds"] + builds["disk_hits"] + builds["memory_hits"]  # Kernels ran.
-    assert compiled.keys() == eager.keys()
-    for name in eager:
-        assert compiled[name] == eager[name], name
 
 
 def _run_repro(env: dict) -> str:

@@ -16,9 +16,7 @@ Only the structure (ops, dtypes, ranks, which ops sit where) shapes the text,
 and the cache keys kernels by a hash of that text.
 
 Semantics follow the NumPy reference (`loom.runtime.reference`) exactly for
-arithmetic, comparisons, casts, floor division/modulo, NaN propagation and
-float sums (added in `loom.ir.summation`'s order in every loop mode: lanes
-within blocks, block sums in double, never split across threads);
+arithmetic, comparisons, casts, floor division/modulo and NaN propagation;
 transcendental functions come from libm (or glibc's libmvec in vectorised
 loops) and agree with NumPy to a few ulp. Half precision (float16, bfloat16)
 loads half, computes in float32 and stores half (`loom.codegen.half`): the
@@ -37,15 +35,14 @@ from loom.ir import ops
 from loom.ir.graph import Graph
 from loom.ir.node import Node
 
-from loom.ir.summation import BLOCK, LANES
-
 from . import half
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 3
 TILE = 256          # Output elements per accumulator tile when reducing over outer dims.
 # Broadcast leaves per phase whose every hoisted/not-hoisted combination gets its own inner loop; beyond
 # that one more loop hoists them all (channel-wise values broadcast along a row all at once).
 BCAST_SLOTS = 2
+BLOCK = 1024        # Float32 sums add in float within blocks this long (then in double), like NumPy's pairwise.
 
 CTYPE = {dt.float32: "float", dt.float64: "double", dt.int64: "int64_t", dt.int32: "int32_t",
          dt.int16: "int16_t", dt.int8: "int8_t", dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
@@ -649,7 +646,6 @@ static inline void loom_span(int64_t b, int64_t a, int64_t n, int64_t *lo, int64
   if (h < *hi) *hi = h;
   if (*hi < *lo) *hi = *lo;
 }
-static inline int64_t loom_half_pow2(int64_t n) { int64_t h = 1; while (h < n) h <<= 1; return h >> 1; }
 static inline int64_t loom_dot(const int64_t *a, const int64_t *b, int n) {
   int64_t s = 0; for (int d = 0; d < n; d++) s += a[d] * b[d]; return s;
 }
@@ -840,7 +836,14 @@ class _Source:
         pad = "  " * depth
 
         def loop(access, body_tail, d: int) -> list[str]:
-            return self.loop(blk, access, body_tail, d, loop_head, pragma, idx, wrap)
+            p = "  " * d
+            w = len(wrap[0]) > 0
+            lines = [p + x for x in wrap[0]]
+            q = p + ("  " if w else "")
+            lines += [f"{q}{pragma}", f"{q}{loop_head} {{"]
+            lines += self.body_text(blk, access, idx, d + 1 + w)
+            lines += [f"{q}  {t}" for t in body_tail] + [f"{q}}}"]
+            return lines + [p + x for x in wrap[1]]
 
         out = [f"{pad}if (k->{fast_flag}) {{", f"{pad}  switch (k->{bm_flag}) {{"]
         for mask in bcast_masks(len(slotted)):
@@ -858,18 +861,6 @@ class _Source:
         out += loop(lambda k: f"P{k}[o{k} + {idx} * s{k}]", tail[1], depth + 1)
         out.append(f"{pad}}}")
         return out
-
-    def loop(self, blk: _Block, access, body_tail: list[str], d: int, loop_head: str, pragma: str, idx: str,
-             wrap: tuple[list[str], list[str]] = ([], [])) -> list[str]:
-        """One inner loop over `blk` with leaves read through `access`, then `body_tail`, inside `wrap`."""
-        p = "  " * d
-        w = len(wrap[0]) > 0
-        lines = [p + x for x in wrap[0]]
-        q = p + ("  " if w else "")
-        lines += [f"{q}{pragma}", f"{q}{loop_head} {{"]
-        lines += self.body_text(blk, access, idx, d + 1 + w)
-        lines += [f"{q}  {t}" for t in body_tail] + [f"{q}}}"]
-        return lines + [p + x for x in wrap[1]]
 
     # ---------------------------------------------------------------- accumulators
     def acc_type(self, a: Acc) -> str:
@@ -906,21 +897,16 @@ class _Source:
             return f"({flag} ? ({CTYPE[d]})NAN : {acc})"
         return f"({CTYPE[d]}){acc}"
 
-    def lane_accs(self) -> list[int]:
-        """Float sums: added in `loom.ir.summation`'s order (lanes within blocks, block sums in double)."""
-        return [i for i, a in enumerate(self.w.accs) if a.op == "sum" and a.dtype in (dt.float32, dt.float64)]
-
-    def lane_type(self, i: int) -> str:
-        return CTYPE[self.w.accs[i].dtype]
+    def blocked(self) -> list[int]:
+        """Float32 sums: added in float within blocks of BLOCK elements, the block sums in double."""
+        return [i for i, a in enumerate(self.w.accs) if a.op == "sum" and a.dtype is dt.float32]
 
     def reduction_clause(self, flags: bool) -> str:
         parts = []
-        lanes = self.lane_accs()
+        blocked = self.blocked() if flags else []
         for i, a in enumerate(self.w.accs):
-            if i in lanes:
-                continue  # Lane arrays: each lane is its own sequence, never reassociated.
             op = {"sum": "+", "prod": "*", "max": "max", "min": "min"}[a.op]
-            parts.append(f"reduction({op}:a{i})")
+            parts.append(f"reduction({op}:{'b' if i in blocked else 'a'}{i})")
             if flags and a.op in ("max", "min") and a.dtype.is_floating_point:
                 parts.append(f"reduction(|:f{i})")
         if self.has_div:
@@ -989,52 +975,15 @@ class _Source:
                 f"static inline void acc_init(Acc *A) {{ {init} }}",
                 f"static inline void acc_merge(Acc *A, const Acc *B) {{ {' '.join(merge)} }}", ""]
 
-    def pre_tail(self, indexed: bool, flags: bool, lane: str) -> list[str]:
-        """Accumulator updates for one element; `lane` is a float sum's lane update, a template of the
-        accumulator's index {a} and the element's value {v}."""
+    def pre_tail(self, indexed: bool, flags: bool) -> list[str]:
         lines = []
-        lanes = self.lane_accs()
+        blocked = self.blocked() if flags else []
         for a, ev in self.w.acc_updates:
-            if a in lanes:
-                lines.append(lane.format(a=a, v=f"({self.lane_type(a)}){ev}"))
+            if a in blocked:
+                lines.append(f"b{a} += {ev};")
                 continue
             acc = f"a{a}[t]" if indexed else f"a{a}"
             lines += self.acc_update(self.w.accs[a], acc, ev, f"f{a}" if flags else None)
-        return lines
-
-    def lane_fold(self, dst: str, src: str, used: str, inner: str = "") -> list[str]:
-        """Fold the lanes in halves (``l[j] += l[j + h]``, h = LANES/2 .. 1), as `loom.ir.summation` does,
-        from the h that covers the `used` lanes (the others hold +0: adding them changes no sum)."""
-        return [f"for (int64_t h_ = loom_half_pow2({used}); h_ >= 1; h_ /= 2)",
-                f"  for (int64_t j_ = 0; j_ < h_; j_++) {inner} {dst} += {src};"]
-
-    def lane_loops(self, pragma: str) -> list[str]:
-        """red_part's run [0, len) (flat reduced index r + i) in `loom.ir.summation`'s order: per segment up
-        to a block's end, a head up to a lane boundary, whole groups of LANES (one SIMD loop per group, lane
-        i - g_), a tail; at a block's end the lanes fold into the double sum."""
-        lanes = self.lane_accs()
-        M = LANES - 1
-        generic = [self.pre_tail(False, True, f"l{{a}}[(r + i) & {M}] += {{v}};")] * 2
-        grouped = self.pre_tail(False, True, "l{a}[i - g_] += {v};")
-
-        def strided(head: str) -> list[str]:  # At most LANES - 1 elements: no SIMD.
-            return self.loop(self.w.pre, lambda k: f"P{k}[o{k} + i * s{k}]", generic[1], 3, head, "", "i")
-        lines = ["    for (int64_t c_ = 0; c_ < len;) {",
-                 f"      int64_t ce_ = c_ + ({BLOCK} - (r + c_) % {BLOCK}); if (ce_ > len) ce_ = len;",
-                 f"      int64_t p_ = c_ + (({LANES} - ((r + c_) & {M})) & {M}); if (p_ > ce_) p_ = ce_;",
-                 f"      const int64_t g1_ = p_ + (ce_ - p_) / {LANES} * {LANES};"]
-        lines += strided("for (int64_t i = c_; i < p_; i++)")
-        lines += self.variants("pre", self.w.pre, f"for (int64_t i = g_; i < g_ + {LANES}; i++)",
-                               [grouped, grouped], pragma, "i", "fast_a", "bm_a", 3,
-                               ([f"for (int64_t g_ = p_; g_ < g1_; g_ += {LANES}) {{"], ["}"]))
-        lines += strided("for (int64_t i = g1_; i < ce_; i++)")
-        lines += [f"      if ((r + ce_) % {BLOCK} == 0 || r + ce_ == rhi) {{",
-                  f"        const int64_t bl_ = (r + ce_ - 1) % {BLOCK} + 1;  /* Elements in this block. */"]
-        for i in lanes:
-            lines += ["        " + x for x in self.lane_fold(f"l{i}[j_]", f"l{i}[j_ + h_]",
-                                                             f"bl_ < {LANES} ? bl_ : {LANES}")]
-            lines += [f"        a{i} += (double)l{i}[0]; memset(l{i}, 0, sizeof l{i});"]
-        lines += ["      }", "      c_ = ce_;", "    }"]
         return lines
 
     def render_reduce(self) -> list[str]:
@@ -1050,20 +999,23 @@ class _Source:
                   *["  " + x for x in self.consts()], "  int32_t zf = 0;"]
         for i, a in enumerate(w.accs):
             lines.append(f"  {self.acc_type(a)} a{i} = A->a{i}; int32_t f{i} = A->f{i}; (void)f{i};")
-        # Float sums start at the range's first block: red_part is called on whole ranges (rlo 0, rhi RT).
-        lines += [f"  {self.lane_type(i)} l{i}[{LANES}] = {{0}};" for i in self.lane_accs()]
         lines += [f"  if (rlo == 0) {{ for (int d = {NO}; d < {L}; d++) ix[d] = 0; }} else "
                   + self.unravel("rlo", NO, L),
                   "  int64_t r = rlo;", "  while (r < rhi) {",
                   f"    int64_t len = k->n[{L - 1}] - ix[{L - 1}]; if (len > rhi - r) len = rhi - r;",
                   *["    " + x for x in self.run_setup("pre", str(L - 1), str(L))]]
-        pragma = "#pragma omp simd " + self.reduction_clause(True)
-        if self.lane_accs():
-            lines += self.lane_loops(pragma)
-        else:
-            tail = self.pre_tail(False, True, "")
-            lines += self.variants("pre", w.pre, "for (int64_t i = 0; i < len; i++)", [tail, tail], pragma,
-                                   "i", "fast_a", "bm_a", 2)
+        tail = self.pre_tail(False, True)
+        blocked = self.blocked()
+        wrap: tuple[list[str], list[str]] = ([], [])
+        head = "for (int64_t i = 0; i < len; i++)"
+        if blocked:
+            head = "for (int64_t i = c_; i < ce_; i++)"
+            wrap = ([f"for (int64_t c_ = 0; c_ < len; c_ += {BLOCK}) {{",
+                     f"  const int64_t ce_ = len - c_ < {BLOCK} ? len : c_ + {BLOCK};",
+                     "  " + " ".join(f"float b{i} = 0.0f;" for i in blocked)],
+                    ["  " + " ".join(f"a{i} += (double)b{i};" for i in blocked), "}"])
+        lines += self.variants("pre", w.pre, head, [tail, tail], "#pragma omp simd " + self.reduction_clause(True),
+                               "i", "fast_a", "bm_a", 2, wrap)
         lines += [f"    r += len; ix[{L - 1}] += len;",
                   f"    for (int d = {L - 1}; d > {NO} && ix[d] >= k->n[d]; d--) {{ ix[d] = 0; ix[d - 1]++; }}",
                   "  }"]
@@ -1139,29 +1091,13 @@ class _Source:
         for i, a in enumerate(w.accs):
             lines.append(f"      {self.acc_type(a)} a{i}[{TILE}];")
             lines.append(f"      for (int64_t t = 0; t < tn; t++) a{i}[t] = {self.acc_init(a)};")
-        for i in self.lane_accs():  # Lane j of output t: L[j][t], so a lane's update runs along t.
-            lines.append(f"      {self.lane_type(i)} L{i}[{LANES}][{TILE}];")
         lines += [f"      for (int d = {NO}; d < {L}; d++) ix[d] = 0;",
                   "      for (int64_t r = 0; r < RT; r++) {",
-                  # A block's first element of each lane is stored, not added to a cleared lane (+0 + v is v
-                  # up to the sign of a zero, and a zero sum comes out +0 either way).
-                  f"        const int first_ = r % {BLOCK} < {LANES}; (void)first_;",
                   *["        " + x for x in self.run_setup("pre", str(NO - 1), str(L))]]
-        lv = f"L{{a}}[r & {LANES - 1}][t]"
-        tail = self.pre_tail(True, False, f"{lv} = first_ ? {{v}} : {lv} + {{v}};")
+        tail = self.pre_tail(True, False)
         pragma = "#pragma omp simd" + (" reduction(|:zf)" if self.has_div else "")
         lines += self.variants("pre", w.pre, "for (int64_t t = 0; t < tn; t++)", [tail, tail], pragma, "t",
                                "fast_b", "bm_b", 4)
-        for i in self.lane_accs():  # A block ends: fold each output's lanes into its double sum.
-            lines += [f"        if ((r + 1) % {BLOCK} == 0 || r + 1 == RT) {{",
-                      f"          const int64_t u_ = r % {BLOCK} + 1 < {LANES} ? r % {BLOCK} + 1 : {LANES};",
-                      # The lanes the fold reads past the block's elements: +0.
-                      f"          for (int64_t j_ = u_; j_ < 2 * loom_half_pow2(u_); j_++) "
-                      f"memset(L{i}[j_], 0, tn * sizeof L{i}[0][0]);",
-                      *[f"          {x}" for x in self.lane_fold(f"L{i}[j_][t]", f"L{i}[j_ + h_][t]", "u_",
-                                                                  "for (int64_t t = 0; t < tn; t++)")],
-                      f"          for (int64_t t = 0; t < tn; t++) a{i}[t] += (double)L{i}[0][t];",
-                      "        }"]
         lines += [f"        for (int d = {L - 1}; d >= {NO}; d--) {{ if (++ix[d] < k->n[d]) break; ix[d] = 0; }}",
                   "      }",
                   *["      " + x for x in self.run_setup("post", str(NO - 1), str(NO))],
@@ -1197,9 +1133,7 @@ class _Source:
                       "      if (t == 0) __atomic_store_n(&loom_team, nt, __ATOMIC_RELAXED);",
                       "      run_elem(k, ptrs, OT * t / nt, OT * (t + 1) / nt, &zf);", "    }", "  }"]
         else:
-            # Few outputs: split each reduction across the threads, unless float sums fix its order.
-            split = "nthr > 1 && OT < nthr" if not self.lane_accs() else "0"
-            lines += [f"  if ({split}) {{",
+            lines += ["  if (nthr > 1 && OT < nthr) {",
                       "    /* Few outputs: split each reduction across the threads and merge the partials. */",
                       f"    int64_t ix[{L}] = {{0}};",
                       "    for (int64_t o = 0; o < OT; o++) {",

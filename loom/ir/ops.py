@@ -26,7 +26,6 @@ import numpy as np
 from loom import dtypes as dt
 from loom.errors import (DTypeError, GraphError, LinAlgError, LoomIndexError, LoomTypeError, LoomValueError,
                          LoomZeroDivisionError, ShapeError, fmt_shape)
-from loom.ir.summation import ordered_sum
 
 
 @dataclass(frozen=True)
@@ -657,14 +656,16 @@ def _prod_vjp(g, x, out, attrs):
     return (g * others,)
 
 
-_ORDERED_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_LAYOUT_FIXED = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _np_reduce(fn):
     def impl(x, attrs):
         axes = tuple(attrs["axes"])
-        if fn is np.sum and x.dtype in _ORDERED_SUM_DTYPES:  # One order for every layout and tier.
-            return ordered_sum(x, axes, attrs.get("keepdim", False))
+        if fn in (np.sum, np.prod) and x.dtype in _LAYOUT_FIXED and not x.flags.c_contiguous:
+            # NumPy adds in memory order: the same values stored transposed (a convolution's output from
+            # the NumPy path rather than oneDNN's) would give other bits. One layout, one result.
+            x = np.ascontiguousarray(x)
         kw = {}
         if fn in (np.sum, np.prod) and x.dtype.kind in "biu":
             kw["dtype"] = x.dtype if x.dtype.kind != "b" else np.int64

@@ -31,10 +31,10 @@ def tiers(monkeypatch):
 
 
 def _exact_step(seed: int = 0):
-    """A training step whose compiled plan reproduces the reference path's bits (biases too: their gradients'
-    column sums add in `loom.ir.summation`'s order on both paths; no exp/log): it gets promoted."""
+    """A training step whose compiled plan reproduces the reference path's bits (no bias, whose gradient
+    is a column sum that the two paths add up in different orders; no exp/log): it gets promoted."""
     loom.manual_seed(seed)
-    model = loom.nn.Sequential(loom.nn.Linear(12, 16), loom.nn.ReLU(), loom.nn.Linear(16, 3))
+    model = loom.nn.Sequential(loom.nn.Linear(12, 16, bias=False), loom.nn.ReLU(), loom.nn.Linear(16, 3, bias=False))
     opt = loom.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
     def step(x, y):
@@ -77,7 +77,7 @@ def test_structure_compiles_after_n_repeats_and_replays(tiers):
 def test_tiers_give_the_reference_paths_bits(tiers, make, promoted):
     """Over steps that cross from the reference tier to the compiled one, every loss and parameter has the
     reference path's bits: a plan that reproduces them is promoted (and replayed), one that does not (the
-    MLP with cross-entropy: its exp/log round differently in libm and NumPy) is dropped."""
+    biased MLP with cross-entropy: its bias gradient's column sums and exp/log round differently) is dropped."""
     got, got_params = _losses("tiered", 7, wait=True, make=make)
     if promoted:
         assert eager.stats["tier_compiles"] == 1 and eager.stats["hits"] == 3
