@@ -195,7 +195,8 @@ def rst_for(modname: str, group: bool) -> list[str]:
                 # Autodoc shows a class under another name only as "alias of"; give its summary instead.
                 summary = inspect.getdoc(obj).split("\n\n")[0].replace("\n", " ")
                 real = f"{obj.__module__}.{obj.__name__}"
-                lines += [f".. py:class:: {n}", f"   :module: {modname}", f"   :canonical: {real}", "",
+                # No :canonical: (the class's own autodoc entry registers that name; two would clash).
+                lines += [f".. py:class:: {n}", f"   :module: {modname}", "",
                           f"   {summary} PyTorch's spelling of `{real}`.", ""]
             elif k == "class":
                 lines += [f".. autoclass:: {modname}::{n}", "   :members:", ""]
