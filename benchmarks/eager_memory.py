@@ -32,25 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from memory_budget import _reset_peak, _status  # noqa: E402  (benchmarks/ is this script's directory)
+
 TARGET = 1.2
-
-
-def _status_kib(field: str) -> int:
-    """A /proc/self/status field in KiB (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # Resets VmHWM to the current RSS (Linux 4.0+).
-        return True
-    except OSError:
-        return False
 
 
 def child(model: str, framework: str, steps: int) -> dict:
@@ -64,13 +48,13 @@ def child(model: str, framework: str, steps: int) -> dict:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except OSError:
         pass
-    base = _status_kib("VmRSS")
+    base = _status("VmRSS") // 1024
     reset = _reset_peak()
     losses = [runner.value(runner.run(1)) for _ in range(steps)]
-    peak = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status("VmHWM") // 1024 if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"framework": framework, "baseline_mib": base / 1024, "peak_mib": peak / 1024,
             "delta_mib": (peak - base) / 1024, "peak_reset": reset, "losses": losses,
-            "end_mib": _status_kib("VmRSS") / 1024}
+            "end_mib": _status("VmRSS") // 1024 / 1024}
 
 
 def main(argv=None) -> int:
